@@ -1,0 +1,191 @@
+//! The DSL's types. Every node keeps the tokens it came from, so `check` and `expand` can put
+//! errors and generated code on the user's own spans.
+
+use proc_macro2::{Span, TokenStream};
+use syn::{Expr, Ident};
+
+/// `graph!(CACHE, STREAM, { ITEMS })`.
+pub struct GraphInput {
+    /// The cache expression, e.g. `&mut cache`.
+    pub cache: Expr,
+    /// The stream expression, e.g. `&stream`.
+    pub stream: Expr,
+    /// The statements, in source order.
+    pub body: Vec<Item>,
+    /// Span of the `{ … }` body.
+    pub body_span: Span,
+}
+
+/// One statement of the body.
+pub enum Item {
+    /// A graph node.
+    Node(Node),
+    /// A host-evaluated `if`/`else`.
+    If(If),
+}
+
+/// `if COND { THEN } else { ELSE }`, evaluated on the host at every call.
+pub struct If {
+    /// The condition.
+    pub cond: Expr,
+    /// Statements of the `then` branch.
+    pub then: Vec<Item>,
+    /// Statements of the `else` branch (empty when there is none).
+    pub els: Vec<Item>,
+}
+
+/// One node statement: `let NAME = OP.after(DEPS);`.
+pub struct Node {
+    /// `let` name, if any.
+    pub name: Option<Ident>,
+    /// What the node does.
+    pub op: Op,
+    /// Names in `.after(…)`.
+    pub after: Vec<Ident>,
+    /// The statement's tokens (for spans and text).
+    pub tokens: TokenStream,
+    /// Span of the whole statement.
+    pub span: Span,
+}
+
+/// The operation of a node.
+pub enum Op {
+    /// `RECEIVER.KERNEL(ARGS).launch(CFG)`.
+    Launch {
+        /// The `kernels!` struct expression.
+        receiver: Expr,
+        /// The kernel method.
+        kernel: Ident,
+        /// The arguments.
+        args: Vec<Arg>,
+        /// The launch configuration.
+        cfg: Expr,
+    },
+    /// `copy(&SRC, &mut DST)`.
+    Copy {
+        /// The `copy` word.
+        func: Ident,
+        /// Source (read).
+        src: Operand,
+        /// Destination (written).
+        dst: Operand,
+    },
+    /// `memset(&mut DST, VALUE)`.
+    Memset {
+        /// The `memset` word.
+        func: Ident,
+        /// Destination.
+        dst: Operand,
+        /// The value.
+        value: Expr,
+    },
+    /// `zero(&mut DST)`.
+    Zero {
+        /// The `zero` word.
+        func: Ident,
+        /// Destination.
+        dst: Operand,
+    },
+}
+
+/// A kernel argument.
+pub enum Arg {
+    /// Any expression passed by value.
+    Scalar(Expr),
+    /// `&place` or `&mut place`.
+    Buffer(Operand),
+}
+
+/// `&place` or `&mut place`.
+pub struct Operand {
+    /// `true` for `&mut`.
+    pub write: bool,
+    /// The place expression (`u`, `self.u`, `bufs[0]`).
+    pub place: Expr,
+    /// The place as a normalized string: two operands name the same place iff equal.
+    pub key: String,
+    /// Span of the whole operand, `&` included.
+    pub span: Span,
+}
+
+impl Op {
+    /// The node's default label: the kernel name or the statement word.
+    pub fn word(&self) -> String {
+        match self {
+            Op::Launch { kernel, .. } => kernel.to_string(),
+            Op::Copy { .. } => "copy".into(),
+            Op::Memset { .. } => "memset".into(),
+            Op::Zero { .. } => "zero".into(),
+        }
+    }
+
+    /// The buffer operands, in source order.
+    pub fn operands(&self) -> Vec<&Operand> {
+        match self {
+            Op::Launch { args, .. } => args
+                .iter()
+                .filter_map(|a| match a {
+                    Arg::Buffer(o) => Some(o),
+                    Arg::Scalar(_) => None,
+                })
+                .collect(),
+            Op::Copy { src, dst, .. } => vec![src, dst],
+            Op::Memset { dst, .. } | Op::Zero { dst, .. } => vec![dst],
+        }
+    }
+}
+
+impl Node {
+    /// The node's label: its `let` name or its word.
+    pub fn label(&self) -> String {
+        self.name.as_ref().map_or_else(|| self.op.word(), Ident::to_string)
+    }
+}
+
+/// A node with its position in the flattened body.
+pub struct Flat<'a> {
+    /// The node.
+    pub node: &'a Node,
+    /// Host condition under which it is present (`""` when always).
+    pub condition: String,
+}
+
+/// The nodes of `items` in source order (then-branch before else-branch), with their conditions,
+/// and the number of `if`s.
+pub fn flatten(items: &[Item]) -> (Vec<Flat<'_>>, u32) {
+    fn walk<'a>(items: &'a [Item], cond: &str, out: &mut Vec<Flat<'a>>, ifs: &mut u32) {
+        for item in items {
+            match item {
+                Item::Node(node) => out.push(Flat { node, condition: cond.to_string() }),
+                Item::If(i) => {
+                    *ifs += 1;
+                    let c = normalize(&i.cond);
+                    let join = |c: String| if cond.is_empty() { c } else { format!("{cond} && {c}") };
+                    walk(&i.then, &join(c.clone()), out, ifs);
+                    walk(&i.els, &join(format!("!({c})")), out, ifs);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut ifs = 0;
+    walk(items, "", &mut out, &mut ifs);
+    (out, ifs)
+}
+
+/// Tokens as text with rustc-like spacing removed around punctuation, for keys and labels.
+pub fn normalize(tokens: &impl quote::ToTokens) -> String {
+    let s = tokens.to_token_stream().to_string();
+    s.replace(" . ", ".")
+        .replace(" [", "[")
+        .replace("[ ", "[")
+        .replace(" ]", "]")
+        .replace(" (", "(")
+        .replace("( ", "(")
+        .replace(" )", ")")
+        .replace("& mut ", "&mut ")
+        .replace("& ", "&")
+        .replace(" ,", ",")
+        .replace(" ;", ";")
+        .replace("! ", "!")
+}

@@ -1,0 +1,113 @@
+//! Checking: every rule that needs the whole body (names, dependencies, places), with all
+//! errors collected.
+
+use std::collections::HashMap;
+use std::fmt::Display;
+
+use quote::ToTokens;
+
+use crate::ast::{Flat, GraphInput, Node, flatten};
+
+/// Most host `if`s one body may have (one bit each of the variant key).
+pub const MAX_CONDITIONS: u32 = 64;
+
+/// Errors collected over one invocation, reported together.
+#[derive(Default)]
+pub struct Errors(Vec<syn::Error>);
+
+impl Errors {
+    /// An error on `tokens`' span.
+    pub fn push(&mut self, tokens: impl ToTokens, msg: impl Display) {
+        self.0.push(syn::Error::new_spanned(tokens, msg));
+    }
+    /// An error as is.
+    pub fn add(&mut self, e: syn::Error) {
+        self.0.push(e);
+    }
+    /// `true` when no error was found.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    /// All errors as one `syn::Error` (`None` when there are none).
+    pub fn combine(self) -> Option<syn::Error> {
+        self.0.into_iter().reduce(|mut a, b| {
+            a.combine(b);
+            a
+        })
+    }
+    /// The messages, for tests.
+    pub fn messages(&self) -> Vec<String> {
+        self.0.iter().map(ToString::to_string).collect()
+    }
+}
+
+/// The checked body: the flattened nodes and, for each, the indices of its `.after` nodes.
+pub struct Checked<'a> {
+    /// Nodes in order with their conditions.
+    pub nodes: Vec<Flat<'a>>,
+    /// Resolved `.after` indices per node.
+    pub after: Vec<Vec<u32>>,
+    /// Number of host `if`s.
+    pub conditions: u32,
+}
+
+/// Checks names, dependencies and places of `input`, adding to `errors`.
+pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
+    let (nodes, conditions) = flatten(&input.body);
+    if conditions > MAX_CONDITIONS {
+        errors.push(
+            quote::quote_spanned!(input.body_span=> {}),
+            format!("a graph body may have at most {MAX_CONDITIONS} host `if`s"),
+        );
+    }
+    let mut names: HashMap<String, usize> = HashMap::new();
+    for (i, f) in nodes.iter().enumerate() {
+        if let Some(name) = &f.node.name {
+            if let Some(&first) = names.get(&name.to_string()) {
+                let mut e = syn::Error::new(name.span(), format!("duplicate node name `{name}`"));
+                let first = nodes[first].node.name.as_ref().expect("named");
+                e.combine(syn::Error::new(first.span(), format!("`{name}` first defined here")));
+                errors.add(e);
+            } else {
+                names.insert(name.to_string(), i);
+            }
+        }
+    }
+    let mut after = Vec::with_capacity(nodes.len());
+    for (i, f) in nodes.iter().enumerate() {
+        let mut deps = Vec::new();
+        for a in &f.node.after {
+            let s = a.to_string();
+            match names.get(&s) {
+                Some(&j) if j < i => deps.push(j as u32),
+                Some(&j) if j == i => errors.push(a, format!("node `{s}` cannot depend on itself")),
+                Some(_) => errors.push(
+                    a,
+                    format!("node `{s}` is defined later: `.after(…)` names earlier nodes only"),
+                ),
+                None => errors.push(a, format!("unknown node `{s}` in `.after(…)`: name a node with `let {s} = …;` before this statement")),
+            }
+        }
+        check_places(f.node, errors);
+        after.push(deps);
+    }
+    Checked { nodes, after, conditions }
+}
+
+/// The same place twice in one statement where one use writes: the node would race with itself.
+fn check_places(node: &Node, errors: &mut Errors) {
+    let ops = node.op.operands();
+    for (i, a) in ops.iter().enumerate() {
+        for b in &ops[..i] {
+            if a.key == b.key && (a.write || b.write) {
+                errors.push(
+                    &a.place,
+                    format!(
+                        "`{}` is used twice in one statement and written: split the buffer first (e.g. `split_at_mut`) so the two operands are different places",
+                        a.key
+                    ),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! Expansion of a checked `graph!` body, and the fallback after errors.
+
+use std::collections::HashMap;
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+
+use crate::ast::{Arg, GraphInput, Item, Node, Op, Operand, normalize};
+use crate::check::Checked;
+use crate::parse::line_column;
+
+/// A distinct place of the body.
+struct PlaceInfo<'a> {
+    index: usize,
+    written: bool,
+    first: &'a Operand,
+}
+
+/// The places of the body by key, in order of first use.
+fn places<'a>(checked: &Checked<'a>) -> (Vec<String>, HashMap<String, PlaceInfo<'a>>) {
+    let mut order = Vec::new();
+    let mut map: HashMap<String, PlaceInfo<'a>> = HashMap::new();
+    for f in &checked.nodes {
+        for o in f.node.op.operands() {
+            let n = map.len();
+            let info = map.entry(o.key.clone()).or_insert_with(|| {
+                order.push(o.key.clone());
+                PlaceInfo { index: n, written: false, first: o }
+            });
+            info.written |= o.write;
+        }
+    }
+    (order, map)
+}
+
+/// The generated code of a checked `graph!` call: acquire each place once, evaluate each
+/// statement's node parameters, and hand them to `GraphCache::run` with the static plan.
+pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
+    let (order, places) = places(checked);
+    let stream = quote!(__cudagraph_stream);
+
+    let acquisitions = order.iter().map(|key| {
+        let p = &places[key];
+        let place = &p.first.place;
+        let (r, w, g) = handles(p.index);
+        if p.written {
+            quote_spanned! {p.first.span=>
+                let (#r, #w, #g) = ::cudagraph::__private::acquire_mut(&mut #place, #stream);
+            }
+        } else {
+            quote_spanned! {p.first.span=>
+                let (#r, #g) = ::cudagraph::__private::acquire(&#place, #stream);
+            }
+        }
+    });
+
+    let mut counter = NodeCounter { next: 0, ifs: 0 };
+    let mut decls = TokenStream::new();
+    let body = emit_items(&input.body, &places, &mut counter, false, &mut decls);
+    let entries = checked.nodes.iter().enumerate().map(|(i, f)| {
+        let n = format_ident!("__cudagraph_n{}", i);
+        if f.condition.is_empty() {
+            quote!(::cudagraph::__private::node(&#n))
+        } else {
+            quote!(::cudagraph::__private::node_if(&#n))
+        }
+    });
+
+    let plan = plan(checked, &order, &places);
+    let cache = &input.cache;
+    let stream_expr = &input.stream;
+    let key_decl = if checked.conditions > 0 {
+        quote!(let mut __cudagraph_key: u64 = 0;)
+    } else {
+        quote!(let __cudagraph_key: u64 = 0;)
+    };
+    quote! {{
+        let __cudagraph_cache: &mut ::cudagraph::GraphCache = #cache;
+        let #stream: &::cudagraph::__private::CudaStream = #stream_expr;
+        #plan
+        #(#acquisitions)*
+        #key_decl
+        #decls
+        #body
+        __cudagraph_cache.run(&__CUDAGRAPH_PLAN, __cudagraph_key, #stream, &[#(#entries),*])
+    }}
+}
+
+fn handles(i: usize) -> (syn::Ident, syn::Ident, syn::Ident) {
+    (
+        format_ident!("__cudagraph_r{}", i),
+        format_ident!("__cudagraph_w{}", i),
+        format_ident!("__cudagraph_g{}", i),
+    )
+}
+
+struct NodeCounter {
+    next: usize,
+    ifs: u32,
+}
+
+/// Statements of `items`; nodes inside an `if` are `Option`s declared up front in `decls`.
+fn emit_items(
+    items: &[Item],
+    places: &HashMap<String, PlaceInfo<'_>>,
+    counter: &mut NodeCounter,
+    conditional: bool,
+    decls: &mut TokenStream,
+) -> TokenStream {
+    let mut out = TokenStream::new();
+    for item in items {
+        match item {
+            Item::Node(node) => {
+                let n = format_ident!("__cudagraph_n{}", counter.next);
+                counter.next += 1;
+                let value = node_value(node, places);
+                if conditional {
+                    decls.extend(quote!(let mut #n = ::core::option::Option::None;));
+                    out.extend(quote!(#n = ::core::option::Option::Some(#value);));
+                } else {
+                    out.extend(quote!(let #n = #value;));
+                }
+            }
+            Item::If(i) => {
+                let bit = counter.ifs;
+                counter.ifs += 1;
+                let cond = &i.cond;
+                let then = emit_items(&i.then, places, counter, true, decls);
+                let els = emit_items(&i.els, places, counter, true, decls);
+                out.extend(quote! {
+                    if #cond {
+                        __cudagraph_key |= 1u64 << #bit;
+                        #then
+                    } else {
+                        #els
+                    }
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The expression that evaluates a statement's node parameters.
+fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStream {
+    let operand = |o: &Operand| {
+        let (r, w, _) = handles(places[&o.key].index);
+        let h = if o.write { w } else { r };
+        quote_spanned!(o.span=> #h)
+    };
+    match &node.op {
+        Op::Launch { receiver, kernel, args, cfg } => {
+            let args = args.iter().map(|a| match a {
+                Arg::Scalar(e) => quote!(#e),
+                Arg::Buffer(o) => operand(o),
+            });
+            quote!(#receiver.#kernel(#(#args),*).launch(#cfg))
+        }
+        Op::Copy { func, src, dst } => {
+            let (s, d) = (operand(src), operand(dst));
+            quote_spanned!(func.span()=> ::cudagraph::__private::copy(#s, #d))
+        }
+        Op::Memset { func, dst, value } => {
+            let d = operand(dst);
+            quote_spanned!(func.span()=> ::cudagraph::__private::memset(#d, #value))
+        }
+        Op::Zero { func, dst } => {
+            let d = operand(dst);
+            quote_spanned!(func.span()=> ::cudagraph::__private::zero(#d))
+        }
+    }
+}
+
+/// The static plan and its registration.
+fn plan(checked: &Checked<'_>, order: &[String], places: &HashMap<String, PlaceInfo<'_>>) -> TokenStream {
+    let (line, _) = line_column(Span::call_site());
+    let nodes = checked.nodes.iter().zip(&checked.after).map(|(f, after)| {
+        let node = f.node;
+        let label = node.label();
+        let text = node.span.source_text().unwrap_or_else(|| normalize(&node.tokens));
+        let (l, c) = line_column(node.span);
+        let kind = match &node.op {
+            Op::Launch { kernel, .. } => {
+                let k = kernel.to_string();
+                quote!(::cudagraph::NodeKind::Kernel(#k))
+            }
+            Op::Copy { .. } => quote!(::cudagraph::NodeKind::Memcpy),
+            Op::Memset { .. } | Op::Zero { .. } => quote!(::cudagraph::NodeKind::Memset),
+        };
+        let mut accesses: Vec<(usize, bool)> = Vec::new();
+        for o in node.op.operands() {
+            let p = places[&o.key].index;
+            match accesses.iter_mut().find(|a| a.0 == p) {
+                Some(a) => a.1 |= o.write,
+                None => accesses.push((p, o.write)),
+            }
+        }
+        let accesses = accesses.iter().map(|&(p, w)| {
+            let p = p as u32;
+            quote!(::cudagraph::Access { place: #p, write: #w })
+        });
+        let cond = &f.condition;
+        quote! {
+            ::cudagraph::PlanNode {
+                label: #label,
+                text: #text,
+                kind: #kind,
+                line: #l,
+                column: #c,
+                accesses: &[#(#accesses),*],
+                after: &[#(#after),*],
+                condition: #cond,
+            }
+        }
+    });
+    let conditions = checked.conditions;
+    quote! {
+        static __CUDAGRAPH_PLAN: ::cudagraph::Plan = ::cudagraph::Plan {
+            file: ::core::file!(),
+            line: #line,
+            places: &[#(#order),*],
+            nodes: &[#(#nodes),*],
+            conditions: #conditions,
+        };
+        ::cudagraph::__private::inventory::submit! {
+            ::cudagraph::__private::Registered(&__CUDAGRAPH_PLAN)
+        }
+    }
+}
+
+/// After errors: the errors, and an expression of the right type so no follow-on error appears.
+pub fn fallback(error: syn::Error) -> TokenStream {
+    let errors = error.to_compile_error();
+    quote! {{
+        #errors;
+        ::core::result::Result::<(), ::cudagraph::Error>::Ok(())
+    }}
+}

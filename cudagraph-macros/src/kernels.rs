@@ -1,0 +1,170 @@
+//! `kernels!`: typed kernel signatures and the struct that loads them.
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote, quote_spanned};
+use syn::parse::{Parse, ParseStream};
+use syn::spanned::Spanned;
+use syn::{Attribute, FnArg, ForeignItemFn, Ident, Pat, Token, Type, Visibility, braced};
+
+use crate::check::Errors;
+
+/// Most parameters a kernel declared in `kernels!` may have.
+pub const MAX_PARAMS: usize = 16;
+
+/// `ATTRS VIS struct NAME { fn name(params); … }`.
+pub struct KernelsInput {
+    pub attrs: Vec<Attribute>,
+    pub vis: Visibility,
+    pub name: Ident,
+    pub fns: Vec<ForeignItemFn>,
+}
+
+impl Parse for KernelsInput {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let attrs = input.call(Attribute::parse_outer)?;
+        let vis = input.parse()?;
+        input.parse::<Token![struct]>()?;
+        let name = input.parse()?;
+        let content;
+        braced!(content in input);
+        let mut fns = Vec::new();
+        while !content.is_empty() {
+            fns.push(content.parse()?);
+        }
+        Ok(KernelsInput { attrs, vis, name, fns })
+    }
+}
+
+/// A kernel parameter.
+pub enum Param {
+    /// Passed by value.
+    Scalar(Type),
+    /// `&[T]`: device memory the kernel reads.
+    Read(Type),
+    /// `&mut [T]`: device memory the kernel writes.
+    Write(Type),
+}
+
+/// Classifies a parameter type.
+pub fn param(ty: &Type) -> Param {
+    if let Type::Reference(r) = ty {
+        if let Type::Slice(s) = &*r.elem {
+            let elem = (*s.elem).clone();
+            return if r.mutability.is_some() { Param::Write(elem) } else { Param::Read(elem) };
+        }
+    }
+    Param::Scalar(ty.clone())
+}
+
+pub fn expand(input: KernelsInput) -> TokenStream {
+    let mut errors = Errors::default();
+    let KernelsInput { attrs, vis, name, fns } = input;
+    let name_str = name.to_string();
+    let mut fields = Vec::new();
+    let mut loads = Vec::new();
+    let mut methods = Vec::new();
+    let mut names = Vec::new();
+    for f in &fns {
+        let sig = &f.sig;
+        if !sig.generics.params.is_empty() || sig.asyncness.is_some() || sig.unsafety.is_some() {
+            errors.push(sig, "a kernel signature is `fn name(param: Type, …);` without generics, async or unsafe");
+            continue;
+        }
+        if sig.inputs.len() > MAX_PARAMS {
+            errors.push(&sig.inputs, format!("a kernel may have at most {MAX_PARAMS} parameters"));
+            continue;
+        }
+        let kname = &sig.ident;
+        let kstr = kname.to_string();
+        let field = format_ident!("__cudagraph_{}", kname);
+        let mut params = Vec::new();
+        let mut types = Vec::new();
+        let mut values = Vec::new();
+        for (i, arg) in sig.inputs.iter().enumerate() {
+            let FnArg::Typed(pt) = arg else {
+                errors.push(arg, "kernel parameters are `name: Type`");
+                continue;
+            };
+            let pname = match &*pt.pat {
+                Pat::Ident(p) => p.ident.clone(),
+                _ => format_ident!("arg{}", i),
+            };
+            match param(&pt.ty) {
+                Param::Scalar(t) => {
+                    params.push(quote_spanned!(pt.span()=> #pname: #t));
+                    types.push(quote!(#t));
+                    values.push(quote!(#pname));
+                }
+                Param::Read(t) => {
+                    params.push(quote_spanned!(pt.span()=> #pname: impl ::cudagraph::__private::ReadArg<#t>));
+                    types.push(quote!(::cudagraph::DevRead<#t>));
+                    values.push(quote!(::cudagraph::__private::ReadArg::into_read(#pname)));
+                }
+                Param::Write(t) => {
+                    params.push(quote_spanned!(pt.span()=> #pname: impl ::cudagraph::__private::WriteArg<#t>));
+                    types.push(quote!(::cudagraph::DevWrite<#t>));
+                    values.push(quote!(::cudagraph::__private::WriteArg::into_write(#pname)));
+                }
+            }
+        }
+        let docs = f.attrs.iter().filter(|a| a.path().is_ident("doc"));
+        let sig_doc = format!(" Kernel `{kstr}`: `{}`. Use inside `graph!` as `.{kstr}(…).launch(cfg)`.", crate::ast::normalize(sig));
+        fields.push(quote!(#field: ::cudagraph::__private::CudaFunction));
+        loads.push(quote!(#field: ::cudagraph::__private::load_function(&module, #kstr)?));
+        methods.push(quote! {
+            #(#docs)*
+            #[doc = ""]
+            #[doc = #sig_doc]
+            #[allow(clippy::too_many_arguments)]
+            #vis fn #kname(&self, #(#params),*) -> ::cudagraph::KernelCall<'_, (#(#types,)*)> {
+                ::cudagraph::KernelCall::new(&self.#field, #kstr, (#(#values,)*))
+            }
+        });
+        names.push((kstr, field));
+    }
+    let (name_strs, name_fields): (Vec<_>, Vec<_>) = names.into_iter().unzip();
+    let load_doc = format!(
+        " Loads the module (`cuModuleLoadData`) and resolves every kernel of `{name_str}` once (`cuModuleGetFunction`).\n\n # Errors\n [`cudagraph::Error::Module`] if the module does not load; [`cudagraph::Error::MissingFunction`] naming the first kernel the module lacks."
+    );
+    let errors = errors.combine().map(|e| e.to_compile_error());
+    quote! {
+        #errors
+        #(#attrs)*
+        #vis struct #name {
+            __cudagraph_module: ::std::sync::Arc<::cudagraph::__private::CudaModule>,
+            #(#fields,)*
+        }
+
+        impl #name {
+            /// Names of the kernels, in declaration order.
+            #vis const NAMES: &'static [&'static str] = &[#(#name_strs),*];
+
+            #[doc = #load_doc]
+            #vis fn load(
+                ctx: &::std::sync::Arc<::cudagraph::__private::CudaContext>,
+                ptx: ::cudagraph::__private::Ptx,
+            ) -> ::cudagraph::Result<Self> {
+                let module = ::cudagraph::__private::load_module(ctx, ptx, #name_str)?;
+                ::core::result::Result::Ok(#name {
+                    #(#loads,)*
+                    __cudagraph_module: module,
+                })
+            }
+
+            /// The CUDA function of kernel `name`, e.g. for launching it eagerly with cudarc.
+            #vis fn function(&self, name: &str) -> ::core::option::Option<&::cudagraph::__private::CudaFunction> {
+                match name {
+                    #(#name_strs => ::core::option::Option::Some(&self.#name_fields),)*
+                    _ => ::core::option::Option::None,
+                }
+            }
+
+            /// The loaded module.
+            #vis fn module(&self) -> &::std::sync::Arc<::cudagraph::__private::CudaModule> {
+                &self.__cudagraph_module
+            }
+
+            #(#methods)*
+        }
+    }
+}

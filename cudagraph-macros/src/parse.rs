@@ -1,0 +1,369 @@
+//! Parsing: `graph!`'s input is ordinary Rust syntax (a block), parsed by `syn` and lowered into
+//! the DSL's types. Every statement that is not a graph statement is an error on its own tokens;
+//! all errors of one body are collected.
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::ToTokens;
+use syn::parse::{Parse, ParseStream};
+use syn::spanned::Spanned;
+use syn::{Block, Expr, ExprMethodCall, Ident, Lit, Pat, RangeLimits, Stmt, Token};
+
+use crate::ast::{Arg, GraphInput, If, Item, Node, Op, Operand, normalize};
+use crate::check::Errors;
+
+/// Most iterations one literal `for` may unroll to.
+pub const MAX_UNROLL: u64 = 4096;
+
+const ALLOWED: &str = "allowed statements: `KERNELS.name(args).launch(cfg)`, `copy(&src, &mut dst)`, \
+`memset(&mut dst, value)`, `zero(&mut dst)`, each optionally `let name = …` and `.after(names)`; \
+`if cond { … } else { … }`; `for i in 0..N { … }` with integer literal bounds";
+
+/// The raw input before lowering.
+pub struct RawInput {
+    pub cache: Expr,
+    pub stream: Expr,
+    pub body: Block,
+}
+
+impl Parse for RawInput {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let cache = input.parse()?;
+        input.parse::<Token![,]>()?;
+        let stream = input.parse()?;
+        input.parse::<Token![,]>()?;
+        let body = input.parse()?;
+        input.parse::<Option<Token![,]>>()?;
+        Ok(RawInput { cache, stream, body })
+    }
+}
+
+/// Parses and lowers `graph!`'s input. Returns the DSL (with the statements that could be
+/// lowered) and the errors found.
+pub fn parse(tokens: TokenStream) -> syn::Result<(GraphInput, Errors)> {
+    let raw: RawInput = syn::parse2(tokens)?;
+    let mut errors = Errors::default();
+    let body = lower_block(&raw.body.stmts, &mut errors);
+    let input = GraphInput {
+        cache: raw.cache,
+        stream: raw.stream,
+        body,
+        body_span: raw.body.brace_token.span.join(),
+    };
+    Ok((input, errors))
+}
+
+fn lower_block(stmts: &[Stmt], errors: &mut Errors) -> Vec<Item> {
+    let mut items = Vec::new();
+    for stmt in stmts {
+        match stmt {
+            Stmt::Local(local) => {
+                let name = match &local.pat {
+                    Pat::Ident(p) if p.by_ref.is_none() && p.mutability.is_none() && p.subpat.is_none() => {
+                        Some(p.ident.clone())
+                    }
+                    other => {
+                        errors.push(other, "a graph `let` binds a plain name: `let name = statement;`");
+                        None
+                    }
+                };
+                let Some(init) = &local.init else {
+                    errors.push(local, "a graph `let` needs a statement: `let name = k.kernel(args).launch(cfg);`");
+                    continue;
+                };
+                if let Some((_, diverge)) = &init.diverge {
+                    errors.push(diverge, "`let … else` is not a graph statement");
+                    continue;
+                }
+                if let Some(op) = lower_node(&init.expr, stmt, name.clone(), errors) {
+                    if name.is_some() {
+                        items.push(Item::Node(op));
+                    }
+                }
+            }
+            Stmt::Expr(Expr::If(e), _) => {
+                if let Some(i) = lower_if(e, errors) {
+                    items.push(Item::If(i));
+                }
+            }
+            Stmt::Expr(Expr::ForLoop(f), _) => items.extend(unroll(f, errors)),
+            Stmt::Expr(e, _) => {
+                if let Some(node) = lower_node(e, stmt, None, errors) {
+                    items.push(Item::Node(node));
+                }
+            }
+            Stmt::Item(item) => errors.push(item, format!("items are not graph statements; {ALLOWED}")),
+            Stmt::Macro(m) => errors.push(m, format!("macro calls are not graph statements; {ALLOWED}")),
+        }
+    }
+    items
+}
+
+fn lower_if(e: &syn::ExprIf, errors: &mut Errors) -> Option<If> {
+    let then = lower_block(&e.then_branch.stmts, errors);
+    let els = match &e.else_branch {
+        None => Vec::new(),
+        Some((_, else_expr)) => match &**else_expr {
+            Expr::Block(b) => lower_block(&b.block.stmts, errors),
+            Expr::If(inner) => vec![Item::If(lower_if(inner, errors)?)],
+            other => {
+                errors.push(other, "expected `else { … }` or `else if`");
+                Vec::new()
+            }
+        },
+    };
+    Some(If { cond: (*e.cond).clone(), then, els })
+}
+
+/// `for i in A..B { body }` with integer literal bounds: the body once per value, with every
+/// `i` token replaced by the literal.
+fn unroll(f: &syn::ExprForLoop, errors: &mut Errors) -> Vec<Item> {
+    let var = match &*f.pat {
+        Pat::Ident(p) if p.by_ref.is_none() && p.mutability.is_none() && p.subpat.is_none() => {
+            Some(p.ident.clone())
+        }
+        Pat::Wild(_) => None,
+        other => {
+            errors.push(other, "a graph `for` binds a plain name: `for i in 0..N`");
+            return Vec::new();
+        }
+    };
+    let bounds = match &*f.expr {
+        Expr::Range(r) => match (r.start.as_deref(), r.end.as_deref()) {
+            (Some(a), Some(b)) => int_lit(a).zip(int_lit(b)).map(|(a, b)| match r.limits {
+                RangeLimits::HalfOpen(_) => (a, b),
+                RangeLimits::Closed(_) => (a, b.saturating_add(1)),
+            }),
+            _ => None,
+        },
+        _ => None,
+    };
+    let Some((start, end)) = bounds else {
+        errors.push(
+            &f.expr,
+            "a graph `for` is unrolled at compile time: its bounds must be integer literals, as in `for i in 0..4`",
+        );
+        return Vec::new();
+    };
+    if end.saturating_sub(start) > MAX_UNROLL {
+        errors.push(&f.expr, format!("a graph `for` unrolls to at most {MAX_UNROLL} iterations"));
+        return Vec::new();
+    }
+    let body = f.body.to_token_stream();
+    let mut items = Vec::new();
+    for k in start..end {
+        let tokens = match &var {
+            Some(v) => substitute(body.clone(), v, k),
+            None => body.clone(),
+        };
+        match syn::parse2::<Block>(tokens) {
+            Ok(block) => items.extend(lower_block(&block.stmts, errors)),
+            Err(e) => {
+                errors.add(e);
+                break;
+            }
+        }
+    }
+    items
+}
+
+fn int_lit(e: &Expr) -> Option<u64> {
+    match e {
+        Expr::Lit(l) => match &l.lit {
+            Lit::Int(i) => i.base10_parse().ok(),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn substitute(tokens: TokenStream, var: &Ident, value: u64) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|tt| match tt {
+            TokenTree::Ident(ref i) if i == var => {
+                let mut lit = proc_macro2::Literal::u64_unsuffixed(value);
+                lit.set_span(i.span());
+                TokenTree::Literal(lit)
+            }
+            TokenTree::Group(g) => {
+                let mut n = proc_macro2::Group::new(g.delimiter(), substitute(g.stream(), var, value));
+                n.set_span(g.span());
+                TokenTree::Group(n)
+            }
+            other => other,
+        })
+        .collect()
+}
+
+/// Lowers one node statement (`OP`, `OP.after(…)`), with `stmt` giving its tokens.
+fn lower_node(expr: &Expr, stmt: &Stmt, name: Option<Ident>, errors: &mut Errors) -> Option<Node> {
+    let mut e = strip_parens(expr);
+    let mut after = Vec::new();
+    if let Expr::MethodCall(m) = e {
+        if m.method == "after" {
+            for a in &m.args {
+                match a {
+                    Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => {
+                        after.push(p.path.get_ident().unwrap().clone());
+                    }
+                    other => errors.push(other, "`.after(…)` takes names of earlier nodes: `.after(a, b)`"),
+                }
+            }
+            if m.args.is_empty() {
+                errors.push(&m.method, "`.after(…)` needs at least one node name");
+            }
+            e = strip_parens(&m.receiver);
+        }
+    }
+    let op = match e {
+        Expr::MethodCall(m) if m.method == "launch" => lower_launch(m, errors)?,
+        Expr::MethodCall(m) if m.method == "after" => {
+            errors.push(&m.method, "write all dependencies in one `.after(a, b)`");
+            return None;
+        }
+        Expr::MethodCall(m) => {
+            errors.push(
+                m,
+                format!(
+                    "a kernel launch needs `.launch(cfg)`: write `{}.launch(cfg)`",
+                    normalize(m)
+                ),
+            );
+            return None;
+        }
+        Expr::Call(c) => lower_call(c, errors)?,
+        other => {
+            errors.push(other, format!("not a graph statement; {ALLOWED}"));
+            return None;
+        }
+    };
+    Some(Node { name, op, after, tokens: stmt.to_token_stream(), span: stmt.span() })
+}
+
+fn strip_parens(mut e: &Expr) -> &Expr {
+    while let Expr::Paren(p) = e {
+        e = &p.expr;
+    }
+    e
+}
+
+fn lower_launch(m: &ExprMethodCall, errors: &mut Errors) -> Option<Op> {
+    if m.args.len() != 1 {
+        errors.push(m, "`.launch(cfg)` takes one launch configuration: `LaunchConfig`, `(grid, block)` or `(grid, block, shared_bytes)`");
+        return None;
+    }
+    let cfg = m.args[0].clone();
+    let Expr::MethodCall(call) = strip_parens(&m.receiver) else {
+        errors.push(&m.receiver, "`.launch(cfg)` follows a kernel call: `k.kernel(args).launch(cfg)`");
+        return None;
+    };
+    if let Some(t) = &call.turbofish {
+        errors.push(t, "kernel calls take no generic arguments");
+    }
+    let mut args = Vec::new();
+    let mut ok = true;
+    for a in &call.args {
+        match a {
+            Expr::Reference(_) => match lower_operand(a, None, errors) {
+                Some(o) => args.push(Arg::Buffer(o)),
+                None => ok = false,
+            },
+            other => args.push(Arg::Scalar(other.clone())),
+        }
+    }
+    ok.then(|| Op::Launch { receiver: (*call.receiver).clone(), kernel: call.method.clone(), args, cfg })
+}
+
+fn lower_call(c: &syn::ExprCall, errors: &mut Errors) -> Option<Op> {
+    let func = match &*c.func {
+        Expr::Path(p) if p.qself.is_none() => p.path.get_ident().cloned(),
+        _ => None,
+    };
+    let Some(func) = func else {
+        errors.push(c, format!("not a graph statement; {ALLOWED}"));
+        return None;
+    };
+    let args: Vec<&Expr> = c.args.iter().collect();
+    let word = func.to_string();
+    let arity = |n: usize, usage: &str, errors: &mut Errors| {
+        if args.len() != n {
+            errors.push(c, format!("`{word}` takes {n} argument{}: `{usage}`", if n == 1 { "" } else { "s" }));
+            false
+        } else {
+            true
+        }
+    };
+    match word.as_str() {
+        "copy" => {
+            if !arity(2, "copy(&src, &mut dst)", errors) {
+                return None;
+            }
+            let src = lower_operand(args[0], Some(false), errors);
+            let dst = lower_operand(args[1], Some(true), errors);
+            Some(Op::Copy { func, src: src?, dst: dst? })
+        }
+        "memset" => {
+            if !arity(2, "memset(&mut dst, value)", errors) {
+                return None;
+            }
+            let dst = lower_operand(args[0], Some(true), errors)?;
+            Some(Op::Memset { func, dst, value: args[1].clone() })
+        }
+        "zero" => {
+            if !arity(1, "zero(&mut dst)", errors) {
+                return None;
+            }
+            let dst = lower_operand(args[0], Some(true), errors)?;
+            Some(Op::Zero { func, dst })
+        }
+        _ => {
+            errors.push(&func, format!("`{word}` is not a graph statement; {ALLOWED}"));
+            None
+        }
+    }
+}
+
+/// `&place` / `&mut place`; `want` is the required mutability where the statement fixes it.
+fn lower_operand(e: &Expr, want: Option<bool>, errors: &mut Errors) -> Option<Operand> {
+    let Expr::Reference(r) = e else {
+        let hint = if want == Some(true) { "&mut " } else { "&" };
+        errors.push(e, format!("a buffer operand is a place marked `&` (read) or `&mut` (write): write `{hint}{}`", normalize(e)));
+        return None;
+    };
+    let write = r.mutability.is_some();
+    match want {
+        Some(true) if !write => {
+            errors.push(e, format!("this operand is written: write `&mut {}`", normalize(&r.expr)));
+            return None;
+        }
+        Some(false) if write => {
+            errors.push(e, format!("this operand is only read: write `&{}`", normalize(&r.expr)));
+            return None;
+        }
+        _ => {}
+    }
+    if !is_place(&r.expr) {
+        errors.push(
+            &r.expr,
+            "a buffer operand must be a place (a variable, a field or an indexed element such as `u`, `self.u`, `bufs[0]`), not a temporary or a call: a temporary would be dropped before the GPU runs",
+        );
+        return None;
+    }
+    Some(Operand { write, place: (*r.expr).clone(), key: normalize(&r.expr), span: e.span() })
+}
+
+fn is_place(e: &Expr) -> bool {
+    match e {
+        Expr::Path(p) => p.qself.is_none() && p.path.get_ident().is_some(),
+        Expr::Field(f) => is_place(&f.base),
+        Expr::Index(i) => is_place(&i.expr) && matches!(&*i.index, Expr::Lit(_) | Expr::Path(_)),
+        Expr::Paren(p) => is_place(&p.expr),
+        _ => false,
+    }
+}
+
+/// Line and column (1-based) of a span.
+pub fn line_column(span: Span) -> (u32, u32) {
+    let lc = span.start();
+    (lc.line as u32, lc.column as u32 + 1)
+}

@@ -1,0 +1,164 @@
+//! The one error type of the crate.
+
+use std::fmt;
+
+use cudarc::driver::DriverError;
+
+use crate::plan::{Plan, PlanNode};
+
+/// Where a node comes from: its label, its statement text and its source location.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeSite {
+    /// The `let` name or the kernel name / `copy` / `memset` / `zero`.
+    pub label: &'static str,
+    /// The statement's source text.
+    pub text: &'static str,
+    /// Source file of the `graph!` call.
+    pub file: &'static str,
+    /// Line of the statement (1-based).
+    pub line: u32,
+    /// Column of the statement (1-based).
+    pub column: u32,
+}
+
+impl NodeSite {
+    pub(crate) fn of(plan: &'static Plan, node: &'static PlanNode) -> Self {
+        NodeSite {
+            label: node.label,
+            text: node.text,
+            file: plan.file,
+            line: node.line,
+            column: node.column,
+        }
+    }
+}
+
+impl fmt::Display for NodeSite {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "node `{}` (`{}`) at {}:{}:{}",
+            self.label, self.text, self.file, self.line, self.column
+        )
+    }
+}
+
+/// A CUDA driver error with the name of the driver call that returned it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CudaError {
+    /// The driver call, e.g. `cuGraphLaunch`.
+    pub call: &'static str,
+    /// The driver's result.
+    pub error: DriverError,
+}
+
+impl fmt::Display for CudaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = self.error.error_name().map(|c| c.to_string_lossy().into_owned());
+        let text = self.error.error_string().map(|c| c.to_string_lossy().into_owned());
+        match (name, text) {
+            (Ok(n), Ok(t)) => write!(f, "{} returned {n}: {t}", self.call),
+            _ => write!(f, "{} returned {:?}", self.call, self.error.0),
+        }
+    }
+}
+
+impl std::error::Error for CudaError {}
+
+/// Everything that can go wrong in `cudagraph`. After any of these, nothing of the failing call
+/// was enqueued on the stream and the [`GraphCache`](crate::GraphCache) is still usable.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The CUDA driver library (`libcuda.so` / `nvcuda.dll`) could not be loaded.
+    #[error("no CUDA driver found: libcuda could not be loaded (is an NVIDIA GPU and driver installed?)")]
+    NoDriver,
+    /// A driver call failed on one node.
+    #[error("{site}: {source}")]
+    Node {
+        /// The failing node.
+        site: NodeSite,
+        /// The driver call and its result.
+        source: CudaError,
+    },
+    /// A driver call failed on the graph as a whole (create, instantiate, launch, upload).
+    #[error("graph at {file}:{line}: {source}")]
+    Graph {
+        /// Source file of the `graph!` call.
+        file: &'static str,
+        /// Line of the `graph!` call.
+        line: u32,
+        /// The driver call and its result.
+        source: CudaError,
+    },
+    /// A `copy` whose source and destination lengths differ.
+    #[error("{site}: copy length mismatch: source has {src} elements, destination has {dst}")]
+    CopyLength {
+        /// The failing node.
+        site: NodeSite,
+        /// Source length, elements.
+        src: usize,
+        /// Destination length, elements.
+        dst: usize,
+    },
+    /// A copy, memset or zero of an empty buffer (the driver refuses 0-byte memcpy/memset nodes).
+    #[error("{site}: empty buffer: a graph cannot hold a 0-byte {what} node")]
+    Empty {
+        /// The failing node.
+        site: NodeSite,
+        /// `memcpy` or `memset`.
+        what: &'static str,
+    },
+    /// A launch with a zero grid or block dimension.
+    #[error("{site}: launch with grid {grid:?} and block {block:?}: every dimension must be at least 1")]
+    ZeroDims {
+        /// The failing node.
+        site: NodeSite,
+        /// Grid dimensions, blocks.
+        grid: (u32, u32, u32),
+        /// Block dimensions, threads.
+        block: (u32, u32, u32),
+    },
+    /// A buffer or stream that belongs to another CUDA context than the graph's stream.
+    #[error("{site}: buffer belongs to another CUDA context than the stream")]
+    WrongContext {
+        /// The failing node.
+        site: NodeSite,
+    },
+    /// A function named in `kernels!` was not found in the loaded module.
+    #[error("kernel function `{name}` not found in the module: {source}")]
+    MissingFunction {
+        /// The kernel's name.
+        name: &'static str,
+        /// The driver call and its result.
+        source: CudaError,
+    },
+    /// Loading a module failed.
+    #[error("loading the module for `{kernels}` failed: {source}")]
+    Module {
+        /// The `kernels!` struct.
+        kernels: &'static str,
+        /// The driver call and its result.
+        source: CudaError,
+    },
+    /// NVRTC failed to compile a kernel source.
+    #[error("NVRTC failed to compile the kernels: {0}")]
+    Compile(#[from] cudarc::nvrtc::CompileError),
+    /// Any other driver call.
+    #[error(transparent)]
+    Cuda(#[from] CudaError),
+}
+
+/// `Result<T, cudagraph::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Tags a driver result with the call that produced it.
+pub(crate) trait Call<T> {
+    fn call(self, call: &'static str) -> Result<T, CudaError>;
+}
+
+impl<T> Call<T> for Result<T, DriverError> {
+    fn call(self, call: &'static str) -> Result<T, CudaError> {
+        self.map_err(|error| CudaError { call, error })
+    }
+}

@@ -1,0 +1,175 @@
+//! CUDA graphs from Rust-syntax kernel launches.
+//!
+//! [`graph!`] turns a block of kernel launches, copies and memsets, with their data dependencies
+//! marked by `&` (read) and `&mut` (write), into code that builds a CUDA graph once, caches the
+//! instantiated `CUgraphExec` in a [`GraphCache`], and on every later call sends the driver only
+//! the node parameters that changed before `cuGraphLaunch`.
+//!
+//! ```no_run
+//! use cudagraph::cudarc::driver::{CudaContext, LaunchConfig};
+//! use cudagraph::{graph, kernels, GraphCache};
+//!
+//! kernels! {
+//!     /// Kernels of `saxpy.cu`.
+//!     pub struct Saxpy {
+//!         fn scale(n: u32, a: f32, x: &mut [f32]);
+//!         fn axpy(n: u32, a: f32, x: &[f32], y: &mut [f32]);
+//!     }
+//! }
+//!
+//! # fn main() -> cudagraph::Result<()> {
+//! # let src = "";
+//! let ctx = CudaContext::new(0)?;
+//! let stream = ctx.default_stream();
+//! let k = Saxpy::load(&ctx, cudagraph::cudarc::nvrtc::compile_ptx(src)?)?;
+//! let (mut x, mut y) = (stream.alloc_zeros::<f32>(1024)?, stream.alloc_zeros::<f32>(1024)?);
+//! let cfg = LaunchConfig::for_num_elems(1024);
+//! let mut cache = GraphCache::new();
+//! for step in 0..100 {
+//!     graph!(&mut cache, &stream, {
+//!         k.scale(1024, 0.5, &mut x).launch(cfg);
+//!         k.axpy(1024, step as f32, &x, &mut y).launch(cfg); // runs after `scale`: reads x
+//!         memset(&mut x, 0.0f32);                            // runs after `axpy`: writes x
+//!     })?;
+//! }
+//! assert_eq!(cache.stats().builds, 1); // one build; 99 calls updated `axpy`'s scalar only
+//! # Ok(()) }
+//! ```
+//!
+//! Statements (see the `graph!` docs): `KERNELS.name(args…).launch(cfg)`, `copy(&src, &mut dst)`,
+//! `memset(&mut dst, value)`, `zero(&mut dst)`, `let name = …;`, `.after(name, …)`, host
+//! `if`/`else`. Edges are the transitive reduction of the read/write hazards between statements
+//! on the same place plus `.after`, so the graph computes what the statements compute in order on
+//! one stream.
+//!
+//! Without a GPU, [`plans`] lists every `graph!` of the program with its nodes and edges, and
+//! [`Plan::to_dot`] renders Graphviz DOT.
+
+#![warn(missing_docs)]
+
+mod error;
+mod exec;
+mod node;
+mod plan;
+pub mod raw;
+
+pub use cudarc;
+pub use error::{CudaError, Error, NodeSite, Result};
+pub use exec::{GraphCache, MAX_KERNEL_PARAMS, Stats};
+pub use node::{
+    DevRead, DevWrite, HostRead, HostWrite, KernelCall, KernelLaunch, LaunchDims, Memory,
+    MemcpyParams, MemsetParams, Place, PlaceMut,
+};
+pub use plan::{Access, NodeKind, Plan, PlanNode, infer_edges, plans};
+
+/// Builds, caches, updates and launches a CUDA graph from a block of statements.
+///
+/// `graph!(&mut cache, &stream, { statements })` evaluates to `cudagraph::Result<()>`.
+///
+/// Statements:
+/// - `KERNELS.name(args…).launch(cfg)`: a kernel node. `KERNELS` is a struct made by
+///   [`kernels!`]; arguments are checked against its signature by rustc. Buffer arguments are
+///   places (`u`, `self.u`, `bufs[0]`) marked `&` (read) or `&mut` (write). `cfg` is a
+///   `LaunchConfig`, `(grid, block)` or `(grid, block, shared_bytes)`.
+/// - `copy(&src, &mut dst)`: a memcpy node, device↔device, pinned host→device or
+///   device→pinned host, same element type; lengths must match (else [`Error::CopyLength`]).
+/// - `memset(&mut dst, value)` with a 1, 2 or 4-byte value of `dst`'s element type;
+///   `zero(&mut dst)` for any element type.
+/// - `let name = statement;` names a node; `statement.after(a, b)` adds edges from earlier nodes.
+/// - `if cond { … } else { … }`: evaluated on the host at each call; each combination of taken
+///   branches is its own cached graph.
+///
+/// Errors: those of [`GraphCache`]'s driver calls, each naming the node and its source location;
+/// after an error nothing was enqueued.
+pub use cudagraph_macros::graph;
+
+/// Declares typed kernel signatures and a struct that loads them from one module.
+///
+/// ```ignore
+/// kernels! {
+///     pub struct Heat {
+///         fn stencil(nx: u32, ny: u32, alpha: f32, src: &[f32], dst: &mut [f32]);
+///     }
+/// }
+/// ```
+/// generates `pub struct Heat` with `Heat::load(&ctx, ptx) -> Result<Heat>` (`cuModuleLoadData`,
+/// then `cuModuleGetFunction` for every kernel; a missing one is [`Error::MissingFunction`]),
+/// `heat.function("stencil") -> Option<&CudaFunction>`, and one method per kernel for use
+/// inside [`graph!`]. Scalar parameters take any `DeviceRepr` type; `&[T]` parameters take a
+/// `&buffer` of device memory of `T`, `&mut [T]` a `&mut buffer`.
+pub use cudagraph_macros::kernels;
+
+/// `true` when the CUDA driver library can be loaded on this machine (`libcuda.so` on Linux).
+/// Nothing else touches the driver before a context is created, so a program can check this first
+/// and exit with a clear message on machines without a GPU.
+pub fn driver_available() -> bool {
+    // SAFETY: only tries to dlopen the library; no driver call is made.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::node::{
+        IntoNode, KernelArgs, NodeParams, ReadArg, WriteArg, copy, memset, zero,
+    };
+    pub use crate::plan::Registered;
+    pub use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, SyncOnDrop};
+    pub use cudarc::nvrtc::Ptx;
+    pub use inventory;
+
+    use crate::error::{Call, Error};
+    use crate::node::{Place, PlaceMut};
+    use std::sync::Arc;
+
+    /// `&place`: one shared borrow for the whole `graph!` call.
+    #[inline]
+    pub fn acquire<'a, P: Place + ?Sized>(
+        place: &'a P,
+        stream: &'a CudaStream,
+    ) -> (P::Read, SyncOnDrop<'a>) {
+        place.acquire(stream)
+    }
+
+    /// `&mut place`: one exclusive borrow for the whole `graph!` call.
+    #[inline]
+    pub fn acquire_mut<'a, P: PlaceMut + ?Sized>(
+        place: &'a mut P,
+        stream: &'a CudaStream,
+    ) -> (P::Read, P::Write, SyncOnDrop<'a>) {
+        place.acquire_mut(stream)
+    }
+
+    /// Loads a module for `kernels!`.
+    pub fn load_module(
+        ctx: &Arc<CudaContext>,
+        ptx: Ptx,
+        kernels: &'static str,
+    ) -> Result<Arc<CudaModule>, Error> {
+        ctx.load_module(ptx)
+            .call("cuModuleLoadData")
+            .map_err(|source| Error::Module { kernels, source })
+    }
+
+    /// Resolves one function for `kernels!`.
+    pub fn load_function(
+        module: &Arc<CudaModule>,
+        name: &'static str,
+    ) -> Result<CudaFunction, Error> {
+        module
+            .load_function(name)
+            .call("cuModuleGetFunction")
+            .map_err(|source| Error::MissingFunction { name, source })
+    }
+
+    /// Node list entry for a present node.
+    #[inline]
+    pub fn node<N: IntoNode>(n: &N) -> Option<NodeParams<'_>> {
+        Some(n.node())
+    }
+
+    /// Node list entry for a conditional node.
+    #[inline]
+    pub fn node_if<N: IntoNode>(n: &Option<N>) -> Option<NodeParams<'_>> {
+        n.as_ref().map(IntoNode::node)
+    }
+}

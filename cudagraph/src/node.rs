@@ -1,0 +1,517 @@
+//! Node parameters as the generated code produces them: buffer places and their pointers,
+//! typed kernel calls, copies and memsets. Everything here is plain data; the driver is only
+//! called by [`crate::exec`].
+
+use core::ffi::c_void;
+use core::marker::PhantomData;
+
+use cudarc::driver::sys::{CUcontext, CUdeviceptr};
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
+    DeviceRepr, DeviceSlice, HostSlice, LaunchConfig, PinnedHostSlice, SyncOnDrop,
+};
+
+macro_rules! pointer_type {
+    ($(#[$m:meta])* $name:ident, $ptr:ty) => {
+        $(#[$m])*
+        pub struct $name<T> {
+            pub(crate) ptr: $ptr,
+            pub(crate) len: usize,
+            pub(crate) ctx: CUcontext,
+            _elem: PhantomData<fn() -> T>,
+        }
+        impl<T> Clone for $name<T> {
+            fn clone(&self) -> Self {
+                *self
+            }
+        }
+        impl<T> Copy for $name<T> {}
+        impl<T> $name<T> {
+            pub(crate) fn new(ptr: $ptr, len: usize, ctx: CUcontext) -> Self {
+                $name { ptr, len, ctx, _elem: PhantomData }
+            }
+            /// Length in elements.
+            pub fn len(&self) -> usize {
+                self.len
+            }
+            /// `true` when the buffer has no elements.
+            pub fn is_empty(&self) -> bool {
+                self.len == 0
+            }
+        }
+    };
+}
+
+pointer_type!(
+    /// Device memory a node reads: a `&place` operand.
+    DevRead, CUdeviceptr
+);
+pointer_type!(
+    /// Device memory a node writes: a `&mut place` operand.
+    DevWrite, CUdeviceptr
+);
+pointer_type!(
+    /// Pinned host memory a copy reads.
+    HostRead, *const c_void
+);
+pointer_type!(
+    /// Pinned host memory a copy writes.
+    HostWrite, *mut c_void
+);
+
+/// A buffer that can be a graph operand: device memory (`CudaSlice`, `CudaView`, `CudaViewMut`)
+/// or pinned host memory (`PinnedHostSlice`). Pageable host memory (`Vec<T>`, `&[T]`) is not:
+/// nothing would keep it alive and unchanged until the graph's copy runs.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a graph buffer",
+    label = "not device memory or pinned host memory",
+    note = "graph operands are `CudaSlice`, `CudaView`, `CudaViewMut` or pinned host memory (`PinnedHostSlice`, from `CudaContext::alloc_pinned`); pageable host memory such as `Vec<T>` or `&[T]` is not allowed"
+)]
+pub trait Place {
+    /// The read handle.
+    type Read: Copy;
+    /// Makes `stream` wait for earlier writers (cudarc's events) and returns the read handle and
+    /// a guard that records this use on `stream` when dropped, after the graph launch.
+    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (Self::Read, SyncOnDrop<'a>);
+}
+
+/// A [`Place`] a node may write.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be written by a graph node",
+    label = "not writable device memory or pinned host memory",
+    note = "graph operands written with `&mut` are `CudaSlice`, `CudaViewMut` or `PinnedHostSlice`"
+)]
+pub trait PlaceMut: Place {
+    /// The write handle.
+    type Write: Copy;
+    /// Makes `stream` wait for earlier readers and writers and returns both handles and a guard
+    /// that records this use on `stream` when dropped, after the graph launch.
+    fn acquire_mut<'a>(
+        &'a mut self,
+        stream: &'a CudaStream,
+    ) -> (Self::Read, Self::Write, SyncOnDrop<'a>);
+}
+
+fn slice_ctx<T>(s: &impl DeviceSlice<T>) -> CUcontext {
+    s.stream().context().cu_ctx()
+}
+
+macro_rules! device_place {
+    ($ty:ty) => {
+        impl<T> Place for $ty {
+            type Read = DevRead<T>;
+            fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (DevRead<T>, SyncOnDrop<'a>) {
+                let (ptr, guard) = DevicePtr::device_ptr(self, stream);
+                (DevRead::new(ptr, DeviceSlice::len(self), slice_ctx(self)), guard)
+            }
+        }
+    };
+}
+macro_rules! device_place_mut {
+    ($ty:ty) => {
+        impl<T> PlaceMut for $ty {
+            type Write = DevWrite<T>;
+            fn acquire_mut<'a>(
+                &'a mut self,
+                stream: &'a CudaStream,
+            ) -> (DevRead<T>, DevWrite<T>, SyncOnDrop<'a>) {
+                let (len, ctx) = (DeviceSlice::len(self), slice_ctx(self));
+                let (ptr, guard) = DevicePtrMut::device_ptr_mut(self, stream);
+                (DevRead::new(ptr, len, ctx), DevWrite::new(ptr, len, ctx), guard)
+            }
+        }
+    };
+}
+device_place!(CudaSlice<T>);
+device_place!(CudaView<'_, T>);
+device_place!(CudaViewMut<'_, T>);
+device_place_mut!(CudaSlice<T>);
+device_place_mut!(CudaViewMut<'_, T>);
+
+impl<T> Place for PinnedHostSlice<T> {
+    type Read = HostRead<T>;
+    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (HostRead<T>, SyncOnDrop<'a>) {
+        // SAFETY: the slice is used only by the graph launched on `stream` before `guard` drops;
+        // the guard then records the slice's event on `stream`, so later host access waits.
+        let (s, guard) = unsafe { self.stream_synced_slice(stream) };
+        let ctx = self.context().cu_ctx();
+        (HostRead::new(s.as_ptr().cast(), s.len(), ctx), guard)
+    }
+}
+
+impl<T> PlaceMut for PinnedHostSlice<T> {
+    type Write = HostWrite<T>;
+    fn acquire_mut<'a>(
+        &'a mut self,
+        stream: &'a CudaStream,
+    ) -> (HostRead<T>, HostWrite<T>, SyncOnDrop<'a>) {
+        let ctx = self.context().cu_ctx();
+        // SAFETY: as in `acquire`.
+        let (s, guard) = unsafe { self.stream_synced_mut_slice(stream) };
+        let (ptr, len) = (s.as_mut_ptr(), s.len());
+        (
+            HostRead::new(ptr.cast_const().cast(), len, ctx),
+            HostWrite::new(ptr.cast(), len, ctx),
+            guard,
+        )
+    }
+}
+
+/// A value passed to a kernel parameter: its bytes, as the kernel receives them.
+pub trait KernelArg {
+    /// The argument's bytes (`size_of` of the parameter type).
+    fn bytes(&self) -> &[u8];
+}
+
+impl<T: DeviceRepr> KernelArg for T {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `DeviceRepr` types are plain data that cudarc passes to kernels by their bytes;
+        // the slice covers exactly `*self` and lives as long as the borrow.
+        unsafe { core::slice::from_raw_parts((self as *const T).cast::<u8>(), size_of::<T>()) }
+    }
+}
+
+impl<T> KernelArg for DevRead<T> {
+    fn bytes(&self) -> &[u8] {
+        self.ptr.bytes()
+    }
+}
+
+impl<T> KernelArg for DevWrite<T> {
+    fn bytes(&self) -> &[u8] {
+        self.ptr.bytes()
+    }
+}
+
+/// A kernel parameter declared `&[T]` in `kernels!`: a `&place` of device memory of `T`.
+#[diagnostic::on_unimplemented(
+    message = "this kernel parameter reads device memory of `{T}`: pass `&buffer`",
+    label = "expected `&buffer` of device memory of `{T}`, found `{Self}`",
+    note = "`&mut buffer` is rejected where the kernel only reads; host memory cannot be a kernel argument"
+)]
+pub trait ReadArg<T> {
+    /// The device pointer.
+    fn into_read(self) -> DevRead<T>;
+}
+impl<T> ReadArg<T> for DevRead<T> {
+    fn into_read(self) -> DevRead<T> {
+        self
+    }
+}
+
+/// A kernel parameter declared `&mut [T]` in `kernels!`: a `&mut place` of device memory of `T`.
+#[diagnostic::on_unimplemented(
+    message = "this kernel parameter writes device memory of `{T}`: pass `&mut buffer`",
+    label = "expected `&mut buffer` of device memory of `{T}`, found `{Self}`",
+    note = "a `&buffer` operand is read-only; host memory cannot be a kernel argument"
+)]
+pub trait WriteArg<T> {
+    /// The device pointer.
+    fn into_write(self) -> DevWrite<T>;
+}
+impl<T> WriteArg<T> for DevWrite<T> {
+    fn into_write(self) -> DevWrite<T> {
+        self
+    }
+}
+
+/// The argument tuple of a kernel call.
+pub trait KernelArgs {
+    /// Number of arguments.
+    const LEN: usize;
+    /// Calls `f` with each argument's bytes, in parameter order.
+    fn for_each(&self, f: &mut dyn FnMut(&[u8]));
+}
+
+macro_rules! kernel_args {
+    ($($t:ident $i:tt),*) => {
+        impl<$($t: KernelArg),*> KernelArgs for ($($t,)*) {
+            const LEN: usize = 0 $(+ { let _ = $i; 1 })*;
+            #[allow(unused_variables)]
+            fn for_each(&self, f: &mut dyn FnMut(&[u8])) {
+                $(f(self.$i.bytes());)*
+            }
+        }
+    };
+}
+kernel_args!();
+kernel_args!(A 0);
+kernel_args!(A 0, B 1);
+kernel_args!(A 0, B 1, C 2);
+kernel_args!(A 0, B 1, C 2, D 3);
+kernel_args!(A 0, B 1, C 2, D 3, E 4);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14, P 15);
+
+/// Grid, block and dynamic shared memory of a kernel launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LaunchDims {
+    /// Grid dimensions, blocks.
+    pub grid: (u32, u32, u32),
+    /// Block dimensions, threads.
+    pub block: (u32, u32, u32),
+    /// Dynamic shared memory, bytes.
+    pub shared_bytes: u32,
+}
+
+impl From<LaunchConfig> for LaunchDims {
+    fn from(c: LaunchConfig) -> Self {
+        LaunchDims { grid: c.grid_dim, block: c.block_dim, shared_bytes: c.shared_mem_bytes }
+    }
+}
+impl From<(u32, u32)> for LaunchDims {
+    /// `(grid, block)`, 1-D.
+    fn from((g, b): (u32, u32)) -> Self {
+        LaunchDims { grid: (g, 1, 1), block: (b, 1, 1), shared_bytes: 0 }
+    }
+}
+impl From<(u32, u32, u32)> for LaunchDims {
+    /// `(grid, block, shared_bytes)`, 1-D.
+    fn from((g, b, s): (u32, u32, u32)) -> Self {
+        LaunchDims { grid: (g, 1, 1), block: (b, 1, 1), shared_bytes: s }
+    }
+}
+impl From<((u32, u32, u32), (u32, u32, u32))> for LaunchDims {
+    /// `(grid, block)`, 3-D.
+    fn from((grid, block): ((u32, u32, u32), (u32, u32, u32))) -> Self {
+        LaunchDims { grid, block, shared_bytes: 0 }
+    }
+}
+impl From<((u32, u32, u32), (u32, u32, u32), u32)> for LaunchDims {
+    /// `(grid, block, shared_bytes)`, 3-D.
+    fn from((grid, block, shared_bytes): ((u32, u32, u32), (u32, u32, u32), u32)) -> Self {
+        LaunchDims { grid, block, shared_bytes }
+    }
+}
+
+/// A typed kernel call made by a `kernels!` method, waiting for `.launch(cfg)`.
+#[must_use = "a kernel call does nothing until `.launch(cfg)` inside `graph!`"]
+pub struct KernelCall<'f, A> {
+    function: &'f CudaFunction,
+    name: &'static str,
+    args: A,
+}
+
+impl<'f, A: KernelArgs> KernelCall<'f, A> {
+    #[doc(hidden)]
+    pub fn new(function: &'f CudaFunction, name: &'static str, args: A) -> Self {
+        KernelCall { function, name, args }
+    }
+
+    /// Launch configuration: a cudarc `LaunchConfig`, `(grid, block)` or
+    /// `(grid, block, shared_bytes)` with `u32` or `(u32, u32, u32)` dimensions.
+    pub fn launch(self, cfg: impl Into<LaunchDims>) -> KernelLaunch<'f, A> {
+        KernelLaunch { call: self, dims: cfg.into() }
+    }
+}
+
+/// A kernel launch: function, arguments and launch dimensions of one kernel node.
+pub struct KernelLaunch<'f, A> {
+    call: KernelCall<'f, A>,
+    dims: LaunchDims,
+}
+
+impl<A: KernelArgs> KernelLaunch<'_, A> {
+    /// The kernel's name.
+    pub fn name(&self) -> &'static str {
+        self.call.name
+    }
+    /// The CUDA function.
+    pub fn function(&self) -> &CudaFunction {
+        self.call.function
+    }
+    /// Grid, block and shared memory.
+    pub fn dims(&self) -> LaunchDims {
+        self.dims
+    }
+}
+
+/// Object-safe view of a [`KernelLaunch`], used by the cache.
+pub trait KernelNode {
+    /// The CUDA function.
+    fn function(&self) -> &CudaFunction;
+    /// Grid, block and shared memory.
+    fn dims(&self) -> LaunchDims;
+    /// Number of arguments.
+    fn arg_count(&self) -> usize;
+    /// Calls `f` with each argument's bytes, in order.
+    fn for_each_arg(&self, f: &mut dyn FnMut(&[u8]));
+}
+
+impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
+    fn function(&self) -> &CudaFunction {
+        self.call.function
+    }
+    fn dims(&self) -> LaunchDims {
+        self.dims
+    }
+    fn arg_count(&self) -> usize {
+        A::LEN
+    }
+    fn for_each_arg(&self, f: &mut dyn FnMut(&[u8])) {
+        self.call.args.for_each(f)
+    }
+}
+
+/// One side of a copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Memory {
+    /// Device memory at this address.
+    Device(CUdeviceptr),
+    /// Pinned host memory at this address.
+    Host(*const c_void),
+}
+
+/// A 1-D copy of `len` elements of `elem_size` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemcpyParams {
+    /// Source.
+    pub src: Memory,
+    /// Destination.
+    pub dst: Memory,
+    /// Source length, elements.
+    pub src_len: usize,
+    /// Destination length, elements.
+    pub dst_len: usize,
+    /// Element size, bytes.
+    pub elem_size: usize,
+    pub(crate) src_ctx: CUcontext,
+    pub(crate) dst_ctx: CUcontext,
+}
+
+/// A 1-D memset of `len` elements of `elem_size` (1, 2 or 4) bytes to `value`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemsetParams {
+    /// Destination.
+    pub dst: CUdeviceptr,
+    /// Length, elements of `elem_size`.
+    pub len: usize,
+    /// Element size, bytes: 1, 2 or 4.
+    pub elem_size: u32,
+    /// The element's bits, zero-extended.
+    pub value: u32,
+    pub(crate) ctx: CUcontext,
+}
+
+/// A copy direction the DSL allows: device→device, pinned host→device, device→pinned host,
+/// with the same element type on both sides.
+#[diagnostic::on_unimplemented(
+    message = "cannot copy from `{Self}` to `{D}`",
+    label = "not a valid copy",
+    note = "`copy(&src, &mut dst)` needs the same element type on both sides and one of: device to device, pinned host to device, device to pinned host"
+)]
+pub trait CopyTo<D> {
+    /// The memcpy parameters.
+    fn memcpy(self, dst: D) -> MemcpyParams;
+}
+
+macro_rules! copy_to {
+    ($src:ident => $dst:ident, $s:ident, $d:ident) => {
+        impl<T> CopyTo<$dst<T>> for $src<T> {
+            fn memcpy(self, dst: $dst<T>) -> MemcpyParams {
+                MemcpyParams {
+                    src: Memory::$s(self.ptr as _),
+                    dst: Memory::$d(dst.ptr as _),
+                    src_len: self.len,
+                    dst_len: dst.len,
+                    elem_size: size_of::<T>(),
+                    src_ctx: self.ctx,
+                    dst_ctx: dst.ctx,
+                }
+            }
+        }
+    };
+}
+copy_to!(DevRead => DevWrite, Device, Device);
+copy_to!(HostRead => DevWrite, Host, Device);
+copy_to!(DevRead => HostWrite, Device, Host);
+
+/// The value of a `memset`: a type of 1, 2 or 4 bytes.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a memset value",
+    label = "not a 1, 2 or 4-byte value",
+    note = "memset values are u8, i8, u16, i16, u32, i32 or f32 (the driver sets 1, 2 or 4-byte elements); use `zero(&mut buf)` to clear any type"
+)]
+pub trait MemsetValue: Copy {
+    /// The value's bits, zero-extended to 32 bits.
+    fn bits(self) -> u32;
+}
+macro_rules! memset_value {
+    ($($t:ty => $u:ty),*) => {$(
+        impl MemsetValue for $t {
+            fn bits(self) -> u32 {
+                <$u>::from_ne_bytes(self.to_ne_bytes()) as u32
+            }
+        }
+    )*};
+}
+memset_value!(u8 => u8, i8 => u8, u16 => u16, i16 => u16, u32 => u32, i32 => u32, f32 => u32);
+
+/// A statement's node parameters, as handed to the cache.
+#[derive(Clone, Copy)]
+pub enum NodeParams<'a> {
+    /// Kernel node.
+    Kernel(&'a dyn KernelNode),
+    /// Memcpy node.
+    Memcpy(MemcpyParams),
+    /// Memset node.
+    Memset(MemsetParams),
+}
+
+/// What a statement evaluates to inside `graph!`.
+pub trait IntoNode {
+    /// The node parameters.
+    fn node(&self) -> NodeParams<'_>;
+}
+impl<A: KernelArgs> IntoNode for KernelLaunch<'_, A> {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::Kernel(self)
+    }
+}
+impl IntoNode for MemcpyParams {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::Memcpy(*self)
+    }
+}
+impl IntoNode for MemsetParams {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::Memset(*self)
+    }
+}
+
+/// `copy(&src, &mut dst)`.
+pub fn copy<S: CopyTo<D>, D>(src: S, dst: D) -> MemcpyParams {
+    src.memcpy(dst)
+}
+
+/// `memset(&mut dst, value)`: every element of `dst` set to `value`.
+pub fn memset<T: MemsetValue>(dst: impl WriteArg<T>, value: T) -> MemsetParams {
+    let dst = dst.into_write();
+    MemsetParams {
+        dst: dst.ptr,
+        len: dst.len,
+        elem_size: size_of::<T>() as u32,
+        value: value.bits(),
+        ctx: dst.ctx,
+    }
+}
+
+/// `zero(&mut dst)`: every byte of `dst` set to 0, whatever its element type.
+pub fn zero<T>(dst: impl WriteArg<T>) -> MemsetParams {
+    let dst = dst.into_write();
+    let bytes = dst.len * size_of::<T>();
+    let elem_size = [4u32, 2, 1]
+        .into_iter()
+        .find(|&w| bytes % w as usize == 0 && dst.ptr % u64::from(w) == 0)
+        .unwrap_or(1);
+    MemsetParams { dst: dst.ptr, len: bytes / elem_size as usize, elem_size, value: 0, ctx: dst.ctx }
+}

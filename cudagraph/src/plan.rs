@@ -1,0 +1,369 @@
+//! The static plan of a `graph!` invocation: its nodes, their buffer accesses and explicit
+//! `.after` edges, as the macro saw them at compile time. Needs no GPU.
+//!
+//! Edges are the transitive reduction of the data hazards between nodes (read after write, write
+//! after read, write after write on the same place) plus the explicit `.after` edges. The same
+//! function ([`infer_edges`]) gives the edges of the plan and of every graph the cache builds.
+
+use std::fmt::{self, Write as _};
+
+/// What a node does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NodeKind {
+    /// A kernel launch (`cuGraphAddKernelNode`); the kernel's name.
+    Kernel(&'static str),
+    /// A memory copy (`cuGraphAddMemcpyNode`).
+    Memcpy,
+    /// A memory set (`cuGraphAddMemsetNode`), also used by `zero`.
+    Memset,
+}
+
+/// One buffer access of a node: an index into [`Plan::places`], and whether it writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Access {
+    /// Index into [`Plan::places`].
+    pub place: u32,
+    /// `true` for `&mut place`, `false` for `&place`.
+    pub write: bool,
+}
+
+/// One statement of the body, in source order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanNode {
+    /// The `let` name, or the kernel name / `copy` / `memset` / `zero`.
+    pub label: &'static str,
+    /// The statement's source text.
+    pub text: &'static str,
+    /// What the node does.
+    pub kind: NodeKind,
+    /// Line of the statement (1-based).
+    pub line: u32,
+    /// Column of the statement (1-based).
+    pub column: u32,
+    /// Buffer accesses, one per distinct place of the statement.
+    pub accesses: &'static [Access],
+    /// Indices of earlier nodes named in `.after(…)`.
+    pub after: &'static [u32],
+    /// Host condition under which the node is part of the graph (`""` when always), e.g.
+    /// `step % 100 == 0` or `!(flag)`, nested conditions joined by `&&`.
+    pub condition: &'static str,
+}
+
+/// The static plan of one `graph!` call site.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// Source file of the `graph!` call.
+    pub file: &'static str,
+    /// Line of the `graph!` call.
+    pub line: u32,
+    /// The distinct places (buffers) the body names, as written (`u`, `self.v`, `bufs[0]`).
+    pub places: &'static [&'static str],
+    /// The nodes in source order.
+    pub nodes: &'static [PlanNode],
+    /// Number of host `if` conditions (each a bit of the variant key).
+    pub conditions: u32,
+}
+
+#[doc(hidden)]
+pub struct Registered(pub &'static Plan);
+inventory::collect!(Registered);
+
+/// Every `graph!` plan linked into this program, in no particular order.
+///
+/// Lets a program print its graphs (e.g. a `--plan` flag) without a GPU and without running them.
+pub fn plans() -> impl Iterator<Item = &'static Plan> {
+    inventory::iter::<Registered>.into_iter().map(|r| r.0)
+}
+
+impl Plan {
+    /// Edges `(from, to)` between node indices when every node is present.
+    pub fn edges(&self) -> Vec<(u32, u32)> {
+        let present = vec![true; self.nodes.len()];
+        infer_edges(self.nodes, &present)
+    }
+
+    /// Where the `graph!` call is, as `file:line`.
+    pub fn location(&self) -> String {
+        format!("{}:{}", self.file, self.line)
+    }
+
+    /// Graphviz DOT of the plan: one box per node (kernels, copies and memsets in different
+    /// shapes; conditional nodes dashed, labelled with their condition), one arrow per edge.
+    pub fn to_dot(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "digraph \"{}\" {{", escape(&self.location()));
+        let _ = writeln!(s, "  rankdir=TB; node [fontname=\"monospace\"];");
+        for (i, n) in self.nodes.iter().enumerate() {
+            let (shape, what) = match n.kind {
+                NodeKind::Kernel(k) => ("box", format!("kernel {k}")),
+                NodeKind::Memcpy => ("parallelogram", "memcpy".to_string()),
+                NodeKind::Memset => ("hexagon", "memset".to_string()),
+            };
+            let accesses: Vec<String> = n
+                .accesses
+                .iter()
+                .map(|a| {
+                    let p = self.places[a.place as usize];
+                    if a.write { format!("&mut {p}") } else { format!("&{p}") }
+                })
+                .collect();
+            let mut label = format!("n{i} {}\\n{what} (line {})", n.label, n.line);
+            if !accesses.is_empty() {
+                let _ = write!(label, "\\n{}", accesses.join(", "));
+            }
+            let style = if n.condition.is_empty() {
+                String::new()
+            } else {
+                let _ = write!(label, "\\nif {}", n.condition);
+                ", style=dashed".to_string()
+            };
+            let _ = writeln!(s, "  n{i} [shape={shape}{style}, label=\"{}\"];", escape(&label));
+        }
+        for (a, b) in self.edges() {
+            let _ = writeln!(s, "  n{a} -> n{b};");
+        }
+        s.push_str("}\n");
+        s
+    }
+}
+
+impl fmt::Display for Plan {
+    /// One line per node: index, label, kind, accesses, predecessors.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let edges = self.edges();
+        writeln!(f, "graph at {} ({} nodes)", self.location(), self.nodes.len())?;
+        for (i, n) in self.nodes.iter().enumerate() {
+            let preds: Vec<String> = edges
+                .iter()
+                .filter(|e| e.1 as usize == i)
+                .map(|e| format!("n{}", e.0))
+                .collect();
+            write!(f, "  n{i} {:<12} {:?} after [{}]", n.label, n.kind, preds.join(", "))?;
+            if !n.condition.is_empty() {
+                write!(f, " if {}", n.condition)?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('"', "\\\"")
+}
+
+/// Edges among the `present` nodes: the transitive reduction of their data hazards on the same
+/// place (read after write, write after read, write after write) and their explicit `after`
+/// edges (to present nodes). Node order is program order, so every edge goes from a lower to a
+/// higher index. Sorted by `(to, from)`.
+///
+/// Cost: O(n·a) to find hazards and O(n·e·n/64) for the reduction, with n nodes, a accesses per
+/// node and e candidate edges per node.
+pub fn infer_edges(nodes: &[PlanNode], present: &[bool]) -> Vec<(u32, u32)> {
+    let n = nodes.len();
+    let places = nodes
+        .iter()
+        .flat_map(|x| x.accesses.iter().map(|a| a.place as usize + 1))
+        .max()
+        .unwrap_or(0);
+    // Per place: the last writer and the readers since it. Edges to these imply (transitively)
+    // every hazard with earlier accesses.
+    let mut last_write: Vec<Option<u32>> = vec![None; places];
+    let mut readers: Vec<Vec<u32>> = vec![Vec::new(); places];
+    let words = n.div_ceil(64);
+    // reach[j] = set of nodes from which j is reachable.
+    let mut reach = vec![0u64; n * words];
+    let mut edges = Vec::new();
+    let mut cand: Vec<u32> = Vec::new();
+    for (j, node) in nodes.iter().enumerate() {
+        if !present[j] {
+            continue;
+        }
+        cand.clear();
+        cand.extend(node.after.iter().copied().filter(|&a| present[a as usize]));
+        for a in node.accesses {
+            let p = a.place as usize;
+            cand.extend(last_write[p]);
+            if a.write {
+                cand.extend(readers[p].iter().copied());
+            }
+        }
+        for a in node.accesses {
+            let p = a.place as usize;
+            if a.write {
+                last_write[p] = Some(j as u32);
+                readers[p].clear();
+            } else {
+                readers[p].push(j as u32);
+            }
+        }
+        cand.sort_unstable_by(|a, b| b.cmp(a));
+        cand.dedup();
+        let (done, rest) = reach.split_at_mut(j * words);
+        let rj = &mut rest[..words];
+        for &i in &cand {
+            let i = i as usize;
+            if rj[i / 64] >> (i % 64) & 1 == 1 {
+                continue; // already implied by a later predecessor
+            }
+            edges.push((i as u32, j as u32));
+            rj[i / 64] |= 1 << (i % 64);
+            for (w, r) in rj.iter_mut().zip(&done[i * words..(i + 1) * words]) {
+                *w |= r;
+            }
+        }
+    }
+    edges
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const fn node(accesses: &'static [Access], after: &'static [u32]) -> PlanNode {
+        PlanNode {
+            label: "n",
+            text: "",
+            kind: NodeKind::Memcpy,
+            line: 1,
+            column: 1,
+            accesses,
+            after,
+            condition: "",
+        }
+    }
+    const fn r(place: u32) -> Access {
+        Access { place, write: false }
+    }
+    const fn w(place: u32) -> Access {
+        Access { place, write: true }
+    }
+    fn all(nodes: &[PlanNode]) -> Vec<(u32, u32)> {
+        infer_edges(nodes, &vec![true; nodes.len()])
+    }
+
+    #[test]
+    fn read_after_write() {
+        assert_eq!(all(&[node(&[w(0)], &[]), node(&[r(0)], &[])]), [(0, 1)]);
+    }
+
+    #[test]
+    fn write_after_read() {
+        assert_eq!(all(&[node(&[r(0)], &[]), node(&[w(0)], &[])]), [(0, 1)]);
+    }
+
+    #[test]
+    fn write_after_write() {
+        assert_eq!(all(&[node(&[w(0)], &[]), node(&[w(0)], &[])]), [(0, 1)]);
+    }
+
+    #[test]
+    fn reads_are_independent() {
+        assert!(all(&[node(&[r(0)], &[]), node(&[r(0)], &[])]).is_empty());
+    }
+
+    #[test]
+    fn distinct_places_are_independent() {
+        assert!(all(&[node(&[w(0)], &[]), node(&[w(1)], &[])]).is_empty());
+    }
+
+    #[test]
+    fn chain_is_transitively_reduced() {
+        // 0 writes a; 1 reads a writes b; 2 reads a and b: 0->2 is implied by 0->1->2.
+        let nodes = [node(&[w(0)], &[]), node(&[r(0), w(1)], &[]), node(&[r(0), r(1)], &[])];
+        assert_eq!(all(&nodes), [(0, 1), (1, 2)]);
+    }
+
+    #[test]
+    fn fan_out_fan_in() {
+        let nodes = [
+            node(&[w(0)], &[]),
+            node(&[r(0), w(1)], &[]),
+            node(&[r(0), w(2)], &[]),
+            node(&[r(1), r(2), w(3)], &[]),
+        ];
+        assert_eq!(all(&nodes), [(0, 1), (0, 2), (2, 3), (1, 3)]);
+    }
+
+    #[test]
+    fn war_on_all_readers() {
+        let nodes = [node(&[r(0)], &[]), node(&[r(0)], &[]), node(&[w(0)], &[])];
+        assert_eq!(all(&nodes), [(1, 2), (0, 2)]);
+    }
+
+    #[test]
+    fn explicit_after_edge() {
+        let nodes = [node(&[w(0)], &[]), node(&[w(1)], &[0])];
+        assert_eq!(all(&nodes), [(0, 1)]);
+    }
+
+    #[test]
+    fn redundant_after_is_reduced() {
+        let nodes = [node(&[w(0)], &[]), node(&[r(0), w(1)], &[]), node(&[r(1)], &[0])];
+        assert_eq!(all(&nodes), [(0, 1), (1, 2)]);
+    }
+
+    #[test]
+    fn absent_nodes_are_skipped_but_hazards_pass_through() {
+        // 0 writes a, 1 (absent) reads a writes b, 2 reads a: 0 -> 2 directly.
+        let nodes = [node(&[w(0)], &[]), node(&[r(0), w(1)], &[]), node(&[r(0)], &[])];
+        assert_eq!(infer_edges(&nodes, &[true, false, true]), [(0, 2)]);
+    }
+
+    #[test]
+    fn after_to_absent_node_is_dropped() {
+        let nodes = [node(&[w(0)], &[]), node(&[w(1)], &[0])];
+        assert!(infer_edges(&nodes, &[false, true]).is_empty());
+    }
+
+    #[test]
+    fn many_nodes_reduce_to_a_chain() {
+        // Every node reads and writes place 0: a chain of 200 nodes.
+        static ACC: [Access; 1] = [Access { place: 0, write: true }];
+        let nodes: Vec<PlanNode> = (0..200).map(|_| node(&ACC, &[])).collect();
+        let e = all(&nodes);
+        assert_eq!(e.len(), 199);
+        assert!(e.iter().all(|&(a, b)| b == a + 1));
+    }
+
+    static PLAN_NODES: [PlanNode; 2] = [
+        PlanNode {
+            label: "s",
+            text: "k.stencil(&u, &mut v).launch(cfg)",
+            kind: NodeKind::Kernel("stencil"),
+            line: 3,
+            column: 9,
+            accesses: &[Access { place: 0, write: false }, Access { place: 1, write: true }],
+            after: &[],
+            condition: "",
+        },
+        PlanNode {
+            label: "memset",
+            text: "memset(&mut v, 0u32)",
+            kind: NodeKind::Memset,
+            line: 4,
+            column: 9,
+            accesses: &[Access { place: 1, write: true }],
+            after: &[],
+            condition: "step % 2 == 0",
+        },
+    ];
+    static PLAN: Plan = Plan {
+        file: "x.rs",
+        line: 2,
+        places: &["u", "v"],
+        nodes: &PLAN_NODES,
+        conditions: 1,
+    };
+
+    #[test]
+    fn dot_has_nodes_edges_and_conditions() {
+        let dot = PLAN.to_dot();
+        assert!(dot.starts_with("digraph \"x.rs:2\" {"), "{dot}");
+        assert!(dot.contains("n0 [shape=box, label=\"n0 s\\nkernel stencil (line 3)\\n&u, &mut v\"]"), "{dot}");
+        assert!(dot.contains("n1 [shape=hexagon, style=dashed"), "{dot}");
+        assert!(dot.contains("if step % 2 == 0"), "{dot}");
+        assert!(dot.contains("n0 -> n1;"), "{dot}");
+        assert_eq!(dot.matches("->").count(), 1);
+    }
+}

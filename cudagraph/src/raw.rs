@@ -1,0 +1,194 @@
+//! Thin `unsafe` layer over the driver's `cuGraph*` calls, which cudarc exposes only in
+//! [`cudarc::driver::sys`].
+//!
+//! Each function makes exactly one driver call and turns its `CUresult` into a
+//! `Result<_, DriverError>`. Nothing here owns anything: the safe layer ([`crate::exec`]) does.
+//! Driver reference: <https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html>.
+
+use core::ffi::{c_char, c_void};
+use core::ptr;
+
+use cudarc::driver::sys::{
+    self, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUgraph,
+    CUgraphExec, CUgraphNode, CUstream,
+};
+use cudarc::driver::DriverError;
+
+/// `cuGraphCreate`: a new, empty graph.
+///
+/// # Safety
+/// A CUDA context must be current on this thread.
+pub unsafe fn graph_create() -> Result<CUgraph, DriverError> {
+    let mut graph = ptr::null_mut();
+    unsafe { sys::cuGraphCreate(&mut graph, 0) }.result()?;
+    Ok(graph)
+}
+
+/// `cuGraphDestroy`.
+///
+/// # Safety
+/// `graph` came from [`graph_create`] and is not used afterwards. Execs instantiated from it
+/// stay valid (the driver copies the graph at instantiation).
+pub unsafe fn graph_destroy(graph: CUgraph) -> Result<(), DriverError> {
+    unsafe { sys::cuGraphDestroy(graph) }.result()
+}
+
+/// `cuGraphAddKernelNode_v2`: adds a kernel node after `deps`.
+///
+/// # Safety
+/// `graph` is live; every node of `deps` belongs to it; `params.kernelParams` points to one
+/// valid pointer per kernel parameter, each pointing to a value of the parameter's size. The driver
+/// copies the values during the call.
+pub unsafe fn add_kernel_node(
+    graph: CUgraph,
+    deps: &[CUgraphNode],
+    params: &CUDA_KERNEL_NODE_PARAMS,
+) -> Result<CUgraphNode, DriverError> {
+    let mut node = ptr::null_mut();
+    unsafe { sys::cuGraphAddKernelNode_v2(&mut node, graph, deps.as_ptr(), deps.len(), params) }
+        .result()?;
+    Ok(node)
+}
+
+/// `cuGraphAddMemcpyNode`: adds a memcpy node after `deps`.
+///
+/// # Safety
+/// `graph` is live; `deps` belong to it; the pointers in `params` are valid for
+/// `params.WidthInBytes` bytes of their memory type in context `ctx` whenever the node runs.
+pub unsafe fn add_memcpy_node(
+    graph: CUgraph,
+    deps: &[CUgraphNode],
+    params: &CUDA_MEMCPY3D,
+    ctx: CUcontext,
+) -> Result<CUgraphNode, DriverError> {
+    let mut node = ptr::null_mut();
+    unsafe { sys::cuGraphAddMemcpyNode(&mut node, graph, deps.as_ptr(), deps.len(), params, ctx) }
+        .result()?;
+    Ok(node)
+}
+
+/// `cuGraphAddMemsetNode`: adds a memset node after `deps`.
+///
+/// # Safety
+/// `graph` is live; `deps` belong to it; `params.dst` is device memory of context `ctx` with
+/// room for `width * elementSize` bytes whenever the node runs.
+pub unsafe fn add_memset_node(
+    graph: CUgraph,
+    deps: &[CUgraphNode],
+    params: &CUDA_MEMSET_NODE_PARAMS,
+    ctx: CUcontext,
+) -> Result<CUgraphNode, DriverError> {
+    let mut node = ptr::null_mut();
+    unsafe { sys::cuGraphAddMemsetNode(&mut node, graph, deps.as_ptr(), deps.len(), params, ctx) }
+        .result()?;
+    Ok(node)
+}
+
+/// `cuGraphInstantiateWithFlags(graph, 0)`.
+///
+/// # Safety
+/// `graph` is live and its context is current.
+pub unsafe fn instantiate(graph: CUgraph) -> Result<CUgraphExec, DriverError> {
+    let mut exec = ptr::null_mut();
+    unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) }.result()?;
+    Ok(exec)
+}
+
+/// `cuGraphExecDestroy`.
+///
+/// # Safety
+/// `exec` came from [`instantiate`] and is not used afterwards. The driver lets launches already
+/// enqueued finish.
+pub unsafe fn exec_destroy(exec: CUgraphExec) -> Result<(), DriverError> {
+    unsafe { sys::cuGraphExecDestroy(exec) }.result()
+}
+
+/// `cuGraphLaunch`: enqueues the whole exec on `stream`.
+///
+/// # Safety
+/// `exec` and `stream` are live and of the same context; every pointer the exec's nodes use
+/// stays valid until the launch completes.
+pub unsafe fn launch(exec: CUgraphExec, stream: CUstream) -> Result<(), DriverError> {
+    unsafe { sys::cuGraphLaunch(exec, stream) }.result()
+}
+
+/// `cuGraphUpload`: uploads the exec's work descriptors ahead of its first launch.
+///
+/// # Safety
+/// As [`launch`].
+pub unsafe fn upload(exec: CUgraphExec, stream: CUstream) -> Result<(), DriverError> {
+    unsafe { sys::cuGraphUpload(exec, stream) }.result()
+}
+
+/// `cuGraphExecKernelNodeSetParams_v2`: new launch parameters for one kernel node of an exec.
+/// The argument values are copied during the call.
+///
+/// # Safety
+/// `node` is a kernel node of the graph `exec` was instantiated from; `params` as in
+/// [`add_kernel_node`].
+pub unsafe fn exec_kernel_set_params(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: &CUDA_KERNEL_NODE_PARAMS,
+) -> Result<(), DriverError> {
+    unsafe { sys::cuGraphExecKernelNodeSetParams_v2(exec, node, params) }.result()
+}
+
+/// `cuGraphExecMemcpyNodeSetParams`.
+///
+/// # Safety
+/// `node` is a memcpy node of the graph `exec` was instantiated from; `params` as in
+/// [`add_memcpy_node`].
+pub unsafe fn exec_memcpy_set_params(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: &CUDA_MEMCPY3D,
+    ctx: CUcontext,
+) -> Result<(), DriverError> {
+    unsafe { sys::cuGraphExecMemcpyNodeSetParams(exec, node, params, ctx) }.result()
+}
+
+/// `cuGraphExecMemsetNodeSetParams`.
+///
+/// # Safety
+/// `node` is a memset node of the graph `exec` was instantiated from; `params` as in
+/// [`add_memset_node`].
+pub unsafe fn exec_memset_set_params(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: &CUDA_MEMSET_NODE_PARAMS,
+    ctx: CUcontext,
+) -> Result<(), DriverError> {
+    unsafe { sys::cuGraphExecMemsetNodeSetParams(exec, node, params, ctx) }.result()
+}
+
+/// `cuGraphExecUpdate_v2`: updates every node of `exec` from `graph`, which must have the
+/// same topology. On refusal the driver's result info (result code, failing node) is returned.
+///
+/// # Safety
+/// Both are live and of the current context.
+pub unsafe fn exec_update(
+    exec: CUgraphExec,
+    graph: CUgraph,
+) -> Result<(), (DriverError, sys::CUgraphExecUpdateResultInfo)> {
+    let mut info = sys::CUgraphExecUpdateResultInfo {
+        result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
+        errorNode: ptr::null_mut(),
+        errorFromNode: ptr::null_mut(),
+    };
+    unsafe { sys::cuGraphExecUpdate_v2(exec, graph, &mut info) }
+        .result()
+        .map_err(|e| (e, info))
+}
+
+/// `cuGraphDebugDotPrint` with verbose flags, writing Graphviz DOT to `path`.
+///
+/// # Safety
+/// `graph` is live.
+pub unsafe fn debug_dot_print(graph: CUgraph, path: *const c_char) -> Result<(), DriverError> {
+    let flags = sys::CUgraphDebugDot_flags::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE as u32;
+    unsafe { sys::cuGraphDebugDotPrint(graph, path, flags) }.result()
+}
+
+/// A null `void*`, for the unused `extra` field of kernel parameters.
+pub(crate) const NO_EXTRA: *mut *mut c_void = ptr::null_mut();
