@@ -24,10 +24,6 @@ impl Errors {
     pub fn add(&mut self, e: syn::Error) {
         self.0.push(e);
     }
-    /// `true` when no error was found.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
     /// All errors as one `syn::Error` (`None` when there are none).
     pub fn combine(self) -> Option<syn::Error> {
         self.0.into_iter().reduce(|mut a, b| {
@@ -36,6 +32,7 @@ impl Errors {
         })
     }
     /// The messages, for tests.
+    #[cfg(test)]
     pub fn messages(&self) -> Vec<String> {
         self.0.iter().map(ToString::to_string).collect()
     }

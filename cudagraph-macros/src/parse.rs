@@ -358,6 +358,7 @@ fn is_place(e: &Expr) -> bool {
         Expr::Field(f) => is_place(&f.base),
         Expr::Index(i) => is_place(&i.expr) && matches!(&*i.index, Expr::Lit(_) | Expr::Path(_)),
         Expr::Paren(p) => is_place(&p.expr),
+        Expr::Unary(u) => matches!(u.op, syn::UnOp::Deref(_)) && is_place(&u.expr),
         _ => false,
     }
 }

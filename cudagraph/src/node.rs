@@ -92,6 +92,28 @@ pub trait PlaceMut: Place {
     ) -> (Self::Read, Self::Write, SyncOnDrop<'a>);
 }
 
+impl<P: Place + ?Sized> Place for &P {
+    type Read = P::Read;
+    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (Self::Read, SyncOnDrop<'a>) {
+        (**self).acquire(stream)
+    }
+}
+impl<P: Place + ?Sized> Place for &mut P {
+    type Read = P::Read;
+    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (Self::Read, SyncOnDrop<'a>) {
+        (**self).acquire(stream)
+    }
+}
+impl<P: PlaceMut + ?Sized> PlaceMut for &mut P {
+    type Write = P::Write;
+    fn acquire_mut<'a>(
+        &'a mut self,
+        stream: &'a CudaStream,
+    ) -> (Self::Read, Self::Write, SyncOnDrop<'a>) {
+        (**self).acquire_mut(stream)
+    }
+}
+
 fn slice_ctx<T>(s: &impl DeviceSlice<T>) -> CUcontext {
     s.stream().context().cu_ctx()
 }
