@@ -31,7 +31,12 @@ impl Parse for KernelsInput {
         while !content.is_empty() {
             fns.push(content.parse()?);
         }
-        Ok(KernelsInput { attrs, vis, name, fns })
+        Ok(KernelsInput {
+            attrs,
+            vis,
+            name,
+            fns,
+        })
     }
 }
 
@@ -50,7 +55,11 @@ pub fn param(ty: &Type) -> Param {
     if let Type::Reference(r) = ty {
         if let Type::Slice(s) = &*r.elem {
             let elem = (*s.elem).clone();
-            return if r.mutability.is_some() { Param::Write(elem) } else { Param::Read(elem) };
+            return if r.mutability.is_some() {
+                Param::Write(elem)
+            } else {
+                Param::Read(elem)
+            };
         }
     }
     Param::Scalar(ty.clone())
@@ -58,7 +67,12 @@ pub fn param(ty: &Type) -> Param {
 
 pub fn expand(input: KernelsInput) -> TokenStream {
     let mut errors = Errors::default();
-    let KernelsInput { attrs, vis, name, fns } = input;
+    let KernelsInput {
+        attrs,
+        vis,
+        name,
+        fns,
+    } = input;
     let name_str = name.to_string();
     let mut fields = Vec::new();
     let mut loads = Vec::new();
@@ -71,7 +85,10 @@ pub fn expand(input: KernelsInput) -> TokenStream {
             continue;
         }
         if sig.inputs.len() > MAX_PARAMS {
-            errors.push(&sig.inputs, format!("a kernel may have at most {MAX_PARAMS} parameters"));
+            errors.push(
+                &sig.inputs,
+                format!("a kernel may have at most {MAX_PARAMS} parameters"),
+            );
             continue;
         }
         let kname = &sig.ident;
@@ -108,7 +125,10 @@ pub fn expand(input: KernelsInput) -> TokenStream {
             }
         }
         let docs = f.attrs.iter().filter(|a| a.path().is_ident("doc"));
-        let sig_doc = format!(" Kernel `{kstr}`: `{}`. Use inside `graph!` as `.{kstr}(…).launch(cfg)`.", crate::ast::normalize(sig));
+        let sig_doc = format!(
+            " Kernel `{kstr}`: `{}`. Use inside `graph!` as `.{kstr}(…).launch(cfg)`.",
+            crate::ast::normalize(sig)
+        );
         fields.push(quote!(#field: ::cudagraph::__private::CudaFunction));
         loads.push(quote!(#field: ::cudagraph::__private::load_function(&module, #kstr)?));
         methods.push(quote! {

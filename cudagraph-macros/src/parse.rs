@@ -33,7 +33,11 @@ impl Parse for RawInput {
         input.parse::<Token![,]>()?;
         let body = input.parse()?;
         input.parse::<Option<Token![,]>>()?;
-        Ok(RawInput { cache, stream, body })
+        Ok(RawInput {
+            cache,
+            stream,
+            body,
+        })
     }
 }
 
@@ -58,16 +62,24 @@ fn lower_block(stmts: &[Stmt], errors: &mut Errors) -> Vec<Item> {
         match stmt {
             Stmt::Local(local) => {
                 let name = match &local.pat {
-                    Pat::Ident(p) if p.by_ref.is_none() && p.mutability.is_none() && p.subpat.is_none() => {
+                    Pat::Ident(p)
+                        if p.by_ref.is_none() && p.mutability.is_none() && p.subpat.is_none() =>
+                    {
                         Some(p.ident.clone())
                     }
                     other => {
-                        errors.push(other, "a graph `let` binds a plain name: `let name = statement;`");
+                        errors.push(
+                            other,
+                            "a graph `let` binds a plain name: `let name = statement;`",
+                        );
                         None
                     }
                 };
                 let Some(init) = &local.init else {
-                    errors.push(local, "a graph `let` needs a statement: `let name = k.kernel(args).launch(cfg);`");
+                    errors.push(
+                        local,
+                        "a graph `let` needs a statement: `let name = k.kernel(args).launch(cfg);`",
+                    );
                     continue;
                 };
                 if let Some((_, diverge)) = &init.diverge {
@@ -91,8 +103,13 @@ fn lower_block(stmts: &[Stmt], errors: &mut Errors) -> Vec<Item> {
                     items.push(Item::Node(node));
                 }
             }
-            Stmt::Item(item) => errors.push(item, format!("items are not graph statements; {ALLOWED}")),
-            Stmt::Macro(m) => errors.push(m, format!("macro calls are not graph statements; {ALLOWED}")),
+            Stmt::Item(item) => {
+                errors.push(item, format!("items are not graph statements; {ALLOWED}"))
+            }
+            Stmt::Macro(m) => errors.push(
+                m,
+                format!("macro calls are not graph statements; {ALLOWED}"),
+            ),
         }
     }
     items
@@ -111,7 +128,11 @@ fn lower_if(e: &syn::ExprIf, errors: &mut Errors) -> Option<If> {
             }
         },
     };
-    Some(If { cond: (*e.cond).clone(), then, els })
+    Some(If {
+        cond: (*e.cond).clone(),
+        then,
+        els,
+    })
 }
 
 /// `for i in A..B { body }` with integer literal bounds: the body once per value, with every
@@ -145,7 +166,10 @@ fn unroll(f: &syn::ExprForLoop, errors: &mut Errors) -> Vec<Item> {
         return Vec::new();
     };
     if end.saturating_sub(start) > MAX_UNROLL {
-        errors.push(&f.expr, format!("a graph `for` unrolls to at most {MAX_UNROLL} iterations"));
+        errors.push(
+            &f.expr,
+            format!("a graph `for` unrolls to at most {MAX_UNROLL} iterations"),
+        );
         return Vec::new();
     }
     let body = f.body.to_token_stream();
@@ -186,7 +210,8 @@ fn substitute(tokens: TokenStream, var: &Ident, value: u64) -> TokenStream {
                 TokenTree::Literal(lit)
             }
             TokenTree::Group(g) => {
-                let mut n = proc_macro2::Group::new(g.delimiter(), substitute(g.stream(), var, value));
+                let mut n =
+                    proc_macro2::Group::new(g.delimiter(), substitute(g.stream(), var, value));
                 n.set_span(g.span());
                 TokenTree::Group(n)
             }
@@ -206,7 +231,10 @@ fn lower_node(expr: &Expr, stmt: &Stmt, name: Option<Ident>, errors: &mut Errors
                     Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => {
                         after.push(p.path.get_ident().unwrap().clone());
                     }
-                    other => errors.push(other, "`.after(…)` takes names of earlier nodes: `.after(a, b)`"),
+                    other => errors.push(
+                        other,
+                        "`.after(…)` takes names of earlier nodes: `.after(a, b)`",
+                    ),
                 }
             }
             if m.args.is_empty() {
@@ -237,7 +265,13 @@ fn lower_node(expr: &Expr, stmt: &Stmt, name: Option<Ident>, errors: &mut Errors
             return None;
         }
     };
-    Some(Node { name, op, after, tokens: stmt.to_token_stream(), span: stmt.span() })
+    Some(Node {
+        name,
+        op,
+        after,
+        tokens: stmt.to_token_stream(),
+        span: stmt.span(),
+    })
 }
 
 fn strip_parens(mut e: &Expr) -> &Expr {
@@ -254,7 +288,10 @@ fn lower_launch(m: &ExprMethodCall, errors: &mut Errors) -> Option<Op> {
     }
     let cfg = m.args[0].clone();
     let Expr::MethodCall(call) = strip_parens(&m.receiver) else {
-        errors.push(&m.receiver, "`.launch(cfg)` follows a kernel call: `k.kernel(args).launch(cfg)`");
+        errors.push(
+            &m.receiver,
+            "`.launch(cfg)` follows a kernel call: `k.kernel(args).launch(cfg)`",
+        );
         return None;
     };
     if let Some(t) = &call.turbofish {
@@ -271,7 +308,12 @@ fn lower_launch(m: &ExprMethodCall, errors: &mut Errors) -> Option<Op> {
             other => args.push(Arg::Scalar(other.clone())),
         }
     }
-    ok.then(|| Op::Launch { receiver: (*call.receiver).clone(), kernel: call.method.clone(), args, cfg })
+    ok.then(|| Op::Launch {
+        receiver: (*call.receiver).clone(),
+        kernel: call.method.clone(),
+        args,
+        cfg,
+    })
 }
 
 fn lower_call(c: &syn::ExprCall, errors: &mut Errors) -> Option<Op> {
@@ -287,7 +329,13 @@ fn lower_call(c: &syn::ExprCall, errors: &mut Errors) -> Option<Op> {
     let word = func.to_string();
     let arity = |n: usize, usage: &str, errors: &mut Errors| {
         if args.len() != n {
-            errors.push(c, format!("`{word}` takes {n} argument{}: `{usage}`", if n == 1 { "" } else { "s" }));
+            errors.push(
+                c,
+                format!(
+                    "`{word}` takes {n} argument{}: `{usage}`",
+                    if n == 1 { "" } else { "s" }
+                ),
+            );
             false
         } else {
             true
@@ -300,14 +348,22 @@ fn lower_call(c: &syn::ExprCall, errors: &mut Errors) -> Option<Op> {
             }
             let src = lower_operand(args[0], Some(false), errors);
             let dst = lower_operand(args[1], Some(true), errors);
-            Some(Op::Copy { func, src: src?, dst: dst? })
+            Some(Op::Copy {
+                func,
+                src: src?,
+                dst: dst?,
+            })
         }
         "memset" => {
             if !arity(2, "memset(&mut dst, value)", errors) {
                 return None;
             }
             let dst = lower_operand(args[0], Some(true), errors)?;
-            Some(Op::Memset { func, dst, value: args[1].clone() })
+            Some(Op::Memset {
+                func,
+                dst,
+                value: args[1].clone(),
+            })
         }
         "zero" => {
             if !arity(1, "zero(&mut dst)", errors) {
@@ -317,7 +373,10 @@ fn lower_call(c: &syn::ExprCall, errors: &mut Errors) -> Option<Op> {
             Some(Op::Zero { func, dst })
         }
         _ => {
-            errors.push(&func, format!("`{word}` is not a graph statement; {ALLOWED}"));
+            errors.push(
+                &func,
+                format!("`{word}` is not a graph statement; {ALLOWED}"),
+            );
             None
         }
     }
@@ -327,17 +386,32 @@ fn lower_call(c: &syn::ExprCall, errors: &mut Errors) -> Option<Op> {
 fn lower_operand(e: &Expr, want: Option<bool>, errors: &mut Errors) -> Option<Operand> {
     let Expr::Reference(r) = e else {
         let hint = if want == Some(true) { "&mut " } else { "&" };
-        errors.push(e, format!("a buffer operand is a place marked `&` (read) or `&mut` (write): write `{hint}{}`", normalize(e)));
+        errors.push(
+            e,
+            format!(
+                "a buffer operand is a place marked `&` (read) or `&mut` (write): write `{hint}{}`",
+                normalize(e)
+            ),
+        );
         return None;
     };
     let write = r.mutability.is_some();
     match want {
         Some(true) if !write => {
-            errors.push(e, format!("this operand is written: write `&mut {}`", normalize(&r.expr)));
+            errors.push(
+                e,
+                format!(
+                    "this operand is written: write `&mut {}`",
+                    normalize(&r.expr)
+                ),
+            );
             return None;
         }
         Some(false) if write => {
-            errors.push(e, format!("this operand is only read: write `&{}`", normalize(&r.expr)));
+            errors.push(
+                e,
+                format!("this operand is only read: write `&{}`", normalize(&r.expr)),
+            );
             return None;
         }
         _ => {}
@@ -349,7 +423,12 @@ fn lower_operand(e: &Expr, want: Option<bool>, errors: &mut Errors) -> Option<Op
         );
         return None;
     }
-    Some(Operand { write, place: (*r.expr).clone(), key: normalize(&r.expr), span: e.span() })
+    Some(Operand {
+        write,
+        place: (*r.expr).clone(),
+        key: normalize(&r.expr),
+        span: e.span(),
+    })
 }
 
 fn is_place(e: &Expr) -> bool {

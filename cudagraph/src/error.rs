@@ -54,8 +54,14 @@ pub struct CudaError {
 
 impl fmt::Display for CudaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = self.error.error_name().map(|c| c.to_string_lossy().into_owned());
-        let text = self.error.error_string().map(|c| c.to_string_lossy().into_owned());
+        let name = self
+            .error
+            .error_name()
+            .map(|c| c.to_string_lossy().into_owned());
+        let text = self
+            .error
+            .error_string()
+            .map(|c| c.to_string_lossy().into_owned());
         match (name, text) {
             (Ok(n), Ok(t)) => write!(f, "{} returned {n}: {t}", self.call),
             _ => write!(f, "{} returned {:?}", self.call, self.error.0),
@@ -71,7 +77,9 @@ impl std::error::Error for CudaError {}
 #[non_exhaustive]
 pub enum Error {
     /// The CUDA driver library (`libcuda.so` / `nvcuda.dll`) could not be loaded.
-    #[error("no CUDA driver found: libcuda could not be loaded (is an NVIDIA GPU and driver installed?)")]
+    #[error(
+        "no CUDA driver found: libcuda could not be loaded (is an NVIDIA GPU and driver installed?)"
+    )]
     NoDriver,
     /// A driver call failed on one node.
     #[error("{site}: {source}")]
@@ -110,7 +118,9 @@ pub enum Error {
         what: &'static str,
     },
     /// A launch with a zero grid or block dimension.
-    #[error("{site}: launch with grid {grid:?} and block {block:?}: every dimension must be at least 1")]
+    #[error(
+        "{site}: launch with grid {grid:?} and block {block:?}: every dimension must be at least 1"
+    )]
     ZeroDims {
         /// The failing node.
         site: NodeSite,
@@ -147,6 +157,17 @@ pub enum Error {
     /// Any other driver call.
     #[error(transparent)]
     Cuda(#[from] CudaError),
+}
+
+impl From<DriverError> for Error {
+    /// A driver error from a cudarc call outside `cudagraph` (allocation, copy, context), so
+    /// that `?` works on cudarc results in functions returning [`Result`].
+    fn from(error: DriverError) -> Self {
+        Error::Cuda(CudaError {
+            call: "a cudarc driver call",
+            error,
+        })
+    }
 }
 
 /// `Result<T, cudagraph::Error>`.

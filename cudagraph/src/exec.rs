@@ -13,7 +13,7 @@ use cudarc::driver::sys::{
 };
 
 use crate::error::{Call, CudaError, Error, NodeSite, Result};
-use crate::node::{LaunchDims, Memory, MemcpyParams, MemsetParams, NodeParams};
+use crate::node::{LaunchDims, MemcpyParams, Memory, MemsetParams, NodeParams};
 use crate::plan::{Plan, infer_edges};
 use crate::raw;
 
@@ -78,9 +78,18 @@ struct Variant {
 
 enum NodeState {
     Absent,
-    Kernel { handle: CUgraphNode, params: KernelState },
-    Memcpy { handle: CUgraphNode, params: MemcpyParams },
-    Memset { handle: CUgraphNode, params: MemsetParams },
+    Kernel {
+        handle: CUgraphNode,
+        params: KernelState,
+    },
+    Memcpy {
+        handle: CUgraphNode,
+        params: MemcpyParams,
+    },
+    Memset {
+        handle: CUgraphNode,
+        params: MemsetParams,
+    },
 }
 
 /// A kernel node's last parameters: the argument bytes live in `args`, each argument at an
@@ -227,7 +236,11 @@ fn validate(plan: &'static Plan, nodes: &[Option<NodeParams<'_>>], ctx: CUcontex
                 let d = k.dims();
                 let (g, b) = (d.grid, d.block);
                 if [g.0, g.1, g.2, b.0, b.1, b.2].contains(&0) {
-                    return Err(Error::ZeroDims { site: site(), grid: g, block: b });
+                    return Err(Error::ZeroDims {
+                        site: site(),
+                        grid: g,
+                        block: b,
+                    });
                 }
                 if k.arg_count() > MAX_KERNEL_PARAMS {
                     return Err(Error::Node {
@@ -243,10 +256,17 @@ fn validate(plan: &'static Plan, nodes: &[Option<NodeParams<'_>>], ctx: CUcontex
             }
             Some(NodeParams::Memcpy(c)) => {
                 if c.src_len != c.dst_len {
-                    return Err(Error::CopyLength { site: site(), src: c.src_len, dst: c.dst_len });
+                    return Err(Error::CopyLength {
+                        site: site(),
+                        src: c.src_len,
+                        dst: c.dst_len,
+                    });
                 }
                 if c.src_len == 0 || c.elem_size == 0 {
-                    return Err(Error::Empty { site: site(), what: "memcpy" });
+                    return Err(Error::Empty {
+                        site: site(),
+                        what: "memcpy",
+                    });
                 }
                 if c.src_ctx != ctx || c.dst_ctx != ctx {
                     return Err(Error::WrongContext { site: site() });
@@ -254,7 +274,10 @@ fn validate(plan: &'static Plan, nodes: &[Option<NodeParams<'_>>], ctx: CUcontex
             }
             Some(NodeParams::Memset(m)) => {
                 if m.len == 0 {
-                    return Err(Error::Empty { site: site(), what: "memset" });
+                    return Err(Error::Empty {
+                        site: site(),
+                        what: "memset",
+                    });
                 }
                 if m.ctx != ctx {
                     return Err(Error::WrongContext { site: site() });
@@ -322,7 +345,11 @@ impl GraphCache {
         // SAFETY: exec and stream are live and of the same context (checked when built).
         unsafe { raw::upload(v.exec, stream.cu_stream()) }
             .call("cuGraphUpload")
-            .map_err(|source| Error::Graph { file: plan.file, line: plan.line, source })
+            .map_err(|source| Error::Graph {
+                file: plan.file,
+                line: plan.line,
+                source,
+            })
     }
 
     /// Writes the driver's own Graphviz DOT (`cuGraphDebugDotPrint`, verbose) of the most recently
@@ -357,10 +384,22 @@ impl GraphCache {
         self.plan = Some(plan);
         let ctx = stream.context().cu_ctx();
         validate(plan, nodes, ctx)?;
-        let graph_err = |source| Error::Graph { file: plan.file, line: plan.line, source };
-        stream.context().bind_to_thread().call("cuCtxSetCurrent").map_err(graph_err)?;
+        let graph_err = |source| Error::Graph {
+            file: plan.file,
+            line: plan.line,
+            source,
+        };
+        stream
+            .context()
+            .bind_to_thread()
+            .call("cuCtxSetCurrent")
+            .map_err(graph_err)?;
         self.clock += 1;
-        let idx = match self.variants.iter().position(|v| v.key == key && v.ctx == ctx) {
+        let idx = match self
+            .variants
+            .iter()
+            .position(|v| v.key == key && v.ctx == ctx)
+        {
             Some(i) => {
                 self.stats.hits += 1;
                 self.update(i, plan, nodes)?;
@@ -373,7 +412,9 @@ impl GraphCache {
         // SAFETY: exec is live and was built in the stream's context; every pointer in it was
         // acquired from a place that the caller keeps borrowed until after this launch, with a
         // guard that records the launch on the buffer's events.
-        unsafe { raw::launch(v.exec, stream.cu_stream()) }.call("cuGraphLaunch").map_err(graph_err)?;
+        unsafe { raw::launch(v.exec, stream.cu_stream()) }
+            .call("cuGraphLaunch")
+            .map_err(graph_err)?;
         self.stats.launches += 1;
         Ok(())
     }
@@ -393,8 +434,15 @@ impl GraphCache {
             Err(error) => {
                 // SAFETY: graph is ours and unused.
                 let _ = unsafe { raw::graph_destroy(graph) };
-                let source = CudaError { call: "cuGraphInstantiateWithFlags", error };
-                return Err(Error::Graph { file: plan.file, line: plan.line, source });
+                let source = CudaError {
+                    call: "cuGraphInstantiateWithFlags",
+                    error,
+                };
+                return Err(Error::Graph {
+                    file: plan.file,
+                    line: plan.line,
+                    source,
+                });
             }
         };
         self.stats.instantiations += 1;
@@ -405,14 +453,26 @@ impl GraphCache {
                 self.stats.evictions += 1;
             }
         }
-        self.variants.push(Variant { key, ctx, graph, exec, nodes: states, last_use: self.clock });
+        self.variants.push(Variant {
+            key,
+            ctx,
+            graph,
+            exec,
+            nodes: states,
+            last_use: self.clock,
+        });
         Ok(self.variants.len() - 1)
     }
 
     /// The update ladder: unchanged nodes send nothing; changed nodes get per-node set-params;
     /// if the driver refuses one, `cuGraphExecUpdate` from a rebuilt graph; if that is refused,
     /// a new instantiation.
-    fn update(&mut self, i: usize, plan: &'static Plan, nodes: &[Option<NodeParams<'_>>]) -> Result<()> {
+    fn update(
+        &mut self,
+        i: usize,
+        plan: &'static Plan,
+        nodes: &[Option<NodeParams<'_>>],
+    ) -> Result<()> {
         let v = &mut self.variants[i];
         let mut refused = false;
         for (state, new) in v.nodes.iter_mut().zip(nodes) {
@@ -459,7 +519,12 @@ impl GraphCache {
                         if !refused {
                             // SAFETY: handle is a memset node of the exec's graph.
                             let r = unsafe {
-                                raw::exec_memset_set_params(v.exec, *handle, &memset_params(m), v.ctx)
+                                raw::exec_memset_set_params(
+                                    v.exec,
+                                    *handle,
+                                    &memset_params(m),
+                                    v.ctx,
+                                )
                             };
                             refused = r.is_err();
                             self.stats.node_updates += u64::from(!refused);
@@ -476,7 +541,12 @@ impl GraphCache {
     }
 
     /// Second and third rungs: whole-exec update from a rebuilt graph, else re-instantiate.
-    fn rebuild(&mut self, i: usize, plan: &'static Plan, nodes: &[Option<NodeParams<'_>>]) -> Result<()> {
+    fn rebuild(
+        &mut self,
+        i: usize,
+        plan: &'static Plan,
+        nodes: &[Option<NodeParams<'_>>],
+    ) -> Result<()> {
         let ctx = self.variants[i].ctx;
         let built = build(plan, nodes, ctx);
         let (graph, states) = match built {
@@ -531,8 +601,15 @@ impl GraphCache {
                 // SAFETY: graph is ours and unused.
                 let _ = unsafe { raw::graph_destroy(graph) };
                 self.variants.swap_remove(i);
-                let source = CudaError { call: "cuGraphInstantiateWithFlags", error };
-                Err(Error::Graph { file: plan.file, line: plan.line, source })
+                let source = CudaError {
+                    call: "cuGraphInstantiateWithFlags",
+                    error,
+                };
+                Err(Error::Graph {
+                    file: plan.file,
+                    line: plan.line,
+                    source,
+                })
             }
         }
     }
@@ -567,7 +644,11 @@ fn build(
     // SAFETY: the context is current (bound by `run`).
     let graph = unsafe { raw::graph_create() }
         .call("cuGraphCreate")
-        .map_err(|source| Error::Graph { file: plan.file, line: plan.line, source })?;
+        .map_err(|source| Error::Graph {
+            file: plan.file,
+            line: plan.line,
+            source,
+        })?;
     let mut states: Vec<NodeState> = Vec::with_capacity(nodes.len());
     let mut handles: Vec<CUgraphNode> = vec![ptr::null_mut(); nodes.len()];
     let mut deps: Vec<CUgraphNode> = Vec::new();
@@ -614,7 +695,10 @@ fn build(
             Err(source) => {
                 // SAFETY: the graph is ours and unused.
                 let _ = unsafe { raw::graph_destroy(graph) };
-                return Err(Error::Node { site: NodeSite::of(plan, &plan.nodes[j]), source });
+                return Err(Error::Node {
+                    site: NodeSite::of(plan, &plan.nodes[j]),
+                    source,
+                });
             }
         }
     }

@@ -57,8 +57,8 @@ pub use cudarc;
 pub use error::{CudaError, Error, NodeSite, Result};
 pub use exec::{GraphCache, MAX_KERNEL_PARAMS, Stats};
 pub use node::{
-    DevRead, DevWrite, HostRead, HostWrite, KernelCall, KernelLaunch, LaunchDims, Memory,
-    MemcpyParams, MemsetParams, Place, PlaceMut,
+    DevRead, DevWrite, HostRead, HostWrite, KernelCall, KernelLaunch, LaunchDims, MemcpyParams,
+    Memory, MemsetParams, Place, PlaceMut,
 };
 pub use plan::{Access, NodeKind, Plan, PlanNode, infer_edges, plans};
 

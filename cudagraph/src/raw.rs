@@ -8,11 +8,11 @@
 use core::ffi::{c_char, c_void};
 use core::ptr;
 
+use cudarc::driver::DriverError;
 use cudarc::driver::sys::{
     self, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUgraph,
     CUgraphExec, CUgraphNode, CUstream,
 };
-use cudarc::driver::DriverError;
 
 /// `cuGraphCreate`: a new, empty graph.
 ///

@@ -37,12 +37,17 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args { n: 512, steps: 1000, plan: false };
+    let mut a = Args {
+        n: 512,
+        steps: 1000,
+        plan: false,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = |name: &str| -> Result<u32, String> {
             let v = it.next().ok_or(format!("{name} needs a value"))?;
-            v.parse().map_err(|_| format!("{name}: `{v}` is not a positive integer"))
+            v.parse()
+                .map_err(|_| format!("{name}: `{v}` is not a positive integer"))
         };
         match flag.as_str() {
             "--n" => a.n = value("--n")?,
@@ -71,15 +76,11 @@ impl Fields {
     fn new(stream: &Arc<CudaStream>, n: u32) -> cudagraph::Result<Fields> {
         let cells = (n as usize) * (n as usize);
         Ok(Fields {
-            u: stream.alloc_zeros(cells).map_err(cuda)?,
-            v: stream.alloc_zeros(cells).map_err(cuda)?,
-            flags: stream.alloc_zeros(1).map_err(cuda)?,
+            u: stream.alloc_zeros(cells)?,
+            v: stream.alloc_zeros(cells)?,
+            flags: stream.alloc_zeros(1)?,
         })
     }
-}
-
-fn cuda(error: cudagraph::cudarc::driver::DriverError) -> cudagraph::Error {
-    cudagraph::Error::Cuda(cudagraph::CudaError { call: "cudarc", error })
 }
 
 struct Config {
@@ -128,10 +129,15 @@ fn step_graph(
 }
 
 /// The same step launched kernel by kernel on the stream with cudarc.
-fn step_eager(stream: &Arc<CudaStream>, k: &Heat, f: &mut Fields, c: &Config) -> cudagraph::Result<()> {
+fn step_eager(
+    stream: &Arc<CudaStream>,
+    k: &Heat,
+    f: &mut Fields,
+    c: &Config,
+) -> cudagraph::Result<()> {
     let (n, alpha, cells) = (c.n, c.alpha, c.n * c.n);
     let func = |name| k.function(name).expect("declared in kernels!");
-    stream.memset_zeros(&mut f.flags).map_err(cuda)?;
+    stream.memset_zeros(&mut f.flags)?;
     // SAFETY: argument types match heat.cu's signatures; buffers hold n*n (or 1) elements.
     unsafe {
         stream
@@ -141,16 +147,19 @@ fn step_eager(stream: &Arc<CudaStream>, k: &Heat, f: &mut Fields, c: &Config) ->
             .arg(&alpha)
             .arg(&f.u)
             .arg(&mut f.v)
-            .launch(c.grid2d)
-            .map_err(cuda)?;
-        stream.launch_builder(func("boundary")).arg(&n).arg(&n).arg(&mut f.v).launch(c.edge).map_err(cuda)?;
+            .launch(c.grid2d)?;
+        stream
+            .launch_builder(func("boundary"))
+            .arg(&n)
+            .arg(&n)
+            .arg(&mut f.v)
+            .launch(c.edge)?;
         stream
             .launch_builder(func("check_finite"))
             .arg(&cells)
             .arg(&f.v)
             .arg(&mut f.flags)
-            .launch(c.cells)
-            .map_err(cuda)?;
+            .launch(c.cells)?;
     }
     std::mem::swap(&mut f.u, &mut f.v);
     Ok(())
@@ -164,50 +173,88 @@ fn timed(
 ) -> cudagraph::Result<(Duration, Duration)> {
     let t0 = Instant::now();
     step()?;
-    stream.synchronize().map_err(cuda)?;
+    stream.synchronize()?;
     let first = t0.elapsed();
     let t1 = Instant::now();
     for _ in 1..steps {
         step()?;
     }
-    stream.synchronize().map_err(cuda)?;
+    stream.synchronize()?;
     Ok((first, t1.elapsed() / (steps - 1)))
 }
 
 fn run(a: &Args) -> cudagraph::Result<bool> {
-    let ctx = CudaContext::new(0).map_err(cuda)?;
-    let stream = ctx.new_stream().map_err(cuda)?;
+    let ctx = CudaContext::new(0)?;
+    let stream = ctx.new_stream()?;
     println!("device: {}", ctx.name().unwrap_or_default());
     let k = Heat::load(&ctx, compile_ptx(SOURCE)?)?;
     let c = Config::new(a.n);
 
     let mut g = Fields::new(&stream, a.n)?;
     let mut cache = GraphCache::new();
-    let (g_first, g_step) = timed(&stream, a.steps, || step_graph(&mut cache, &stream, &k, &mut g, &c))?;
+    let (g_first, g_step) = timed(&stream, a.steps, || {
+        step_graph(&mut cache, &stream, &k, &mut g, &c)
+    })?;
 
     let mut e = Fields::new(&stream, a.n)?;
     let (e_first, e_step) = timed(&stream, a.steps, || step_eager(&stream, &k, &mut e, &c))?;
 
-    let gu = stream.clone_dtoh(&g.u).map_err(cuda)?;
-    let eu = stream.clone_dtoh(&e.u).map_err(cuda)?;
-    let gf = stream.clone_dtoh(&g.flags).map_err(cuda)?;
-    let max_diff = gu.iter().zip(&eu).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let gu = stream.clone_dtoh(&g.u)?;
+    let eu = stream.clone_dtoh(&e.u)?;
+    let gf = stream.clone_dtoh(&g.flags)?;
+    let max_diff = gu
+        .iter()
+        .zip(&eu)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
     let bit_exact = gu.iter().zip(&eu).all(|(a, b)| a.to_bits() == b.to_bits());
     let heat: f64 = gu.iter().map(|&x| f64::from(x)).sum();
     let s = cache.stats();
-    println!("grid {n}x{n}, {steps} steps, 4 nodes per step", n = a.n, steps = a.steps);
+    println!(
+        "grid {n}x{n}, {steps} steps, 4 nodes per step",
+        n = a.n,
+        steps = a.steps
+    );
     println!(
         "stats: builds {} instantiations {} launches {} node updates {} unchanged nodes {} exec updates {} reinstantiations {}",
-        s.builds, s.instantiations, s.launches, s.node_updates, s.nodes_unchanged, s.exec_updates, s.reinstantiations
+        s.builds,
+        s.instantiations,
+        s.launches,
+        s.node_updates,
+        s.nodes_unchanged,
+        s.exec_updates,
+        s.reinstantiations
     );
     println!("total heat {heat:.6}; non-finite flag {}", gf[0]);
-    println!("max |graph - eager| = {max_diff:e} ({})", if bit_exact { "bit-exact" } else { "NOT bit-exact" });
+    println!(
+        "max |graph - eager| = {max_diff:e} ({})",
+        if bit_exact {
+            "bit-exact"
+        } else {
+            "NOT bit-exact"
+        }
+    );
     let us = |d: Duration| d.as_secs_f64() * 1e6;
-    println!("first step: graph {:9.1} µs (build + instantiate + launch), eager {:9.1} µs", us(g_first), us(e_first));
-    println!("per step:   graph {:9.2} µs, eager {:9.2} µs, speed-up {:.2}x", us(g_step), us(e_step), us(e_step) / us(g_step));
-    let ok = bit_exact && s.builds == 1 && s.instantiations == 1 && s.launches == u64::from(a.steps) && gf[0] == 0;
+    println!(
+        "first step: graph {:9.1} µs (build + instantiate + launch), eager {:9.1} µs",
+        us(g_first),
+        us(e_first)
+    );
+    println!(
+        "per step:   graph {:9.2} µs, eager {:9.2} µs, speed-up {:.2}x",
+        us(g_step),
+        us(e_step),
+        us(e_step) / us(g_step)
+    );
+    let ok = bit_exact
+        && s.builds == 1
+        && s.instantiations == 1
+        && s.launches == u64::from(a.steps)
+        && gf[0] == 0;
     if !ok {
-        eprintln!("heat: FAILED (results differ, a rebuild happened, or the field went non-finite)");
+        eprintln!(
+            "heat: FAILED (results differ, a rebuild happened, or the field went non-finite)"
+        );
     }
     Ok(ok)
 }
@@ -227,7 +274,9 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if !cudagraph::driver_available() {
-        eprintln!("heat: no CUDA driver found (libcuda could not be loaded); run `heat --plan` to print the graph without a GPU");
+        eprintln!(
+            "heat: no CUDA driver found (libcuda could not be loaded); run `heat --plan` to print the graph without a GPU"
+        );
         return ExitCode::from(2);
     }
     match run(&args) {
