@@ -17,6 +17,7 @@ pub struct GraphInput {
 }
 
 /// One statement of the body.
+#[allow(clippy::large_enum_variant)] // a short-lived AST, built once per expansion
 pub enum Item {
     /// A graph node.
     Node(Node),
@@ -138,9 +139,7 @@ impl Op {
 impl Node {
     /// The node's label: its `let` name or its word.
     pub fn label(&self) -> String {
-        self.name
-            .as_ref()
-            .map_or_else(|| self.op.word(), Ident::to_string)
+        self.name.as_ref().map_or_else(|| self.op.word(), Ident::to_string)
     }
 }
 
@@ -158,19 +157,12 @@ pub fn flatten(items: &[Item]) -> (Vec<Flat<'_>>, u32) {
     fn walk<'a>(items: &'a [Item], cond: &str, out: &mut Vec<Flat<'a>>, ifs: &mut u32) {
         for item in items {
             match item {
-                Item::Node(node) => out.push(Flat {
-                    node,
-                    condition: cond.to_string(),
-                }),
+                Item::Node(node) => out.push(Flat { node, condition: cond.to_string() }),
                 Item::If(i) => {
                     *ifs += 1;
                     let c = normalize(&i.cond);
                     let join = |c: String| {
-                        if cond.is_empty() {
-                            c
-                        } else {
-                            format!("{cond} && {c}")
-                        }
+                        if cond.is_empty() { c } else { format!("{cond} && {c}") }
                     };
                     walk(&i.then, &join(c.clone()), out, ifs);
                     walk(&i.els, &join(format!("!({c})")), out, ifs);

@@ -31,12 +31,7 @@ impl Parse for KernelsInput {
         while !content.is_empty() {
             fns.push(content.parse()?);
         }
-        Ok(KernelsInput {
-            attrs,
-            vis,
-            name,
-            fns,
-        })
+        Ok(KernelsInput { attrs, vis, name, fns })
     }
 }
 
@@ -52,27 +47,18 @@ pub enum Param {
 
 /// Classifies a parameter type.
 pub fn param(ty: &Type) -> Param {
-    if let Type::Reference(r) = ty {
-        if let Type::Slice(s) = &*r.elem {
-            let elem = (*s.elem).clone();
-            return if r.mutability.is_some() {
-                Param::Write(elem)
-            } else {
-                Param::Read(elem)
-            };
-        }
+    if let Type::Reference(r) = ty
+        && let Type::Slice(s) = &*r.elem
+    {
+        let elem = (*s.elem).clone();
+        return if r.mutability.is_some() { Param::Write(elem) } else { Param::Read(elem) };
     }
     Param::Scalar(ty.clone())
 }
 
 pub fn expand(input: KernelsInput) -> TokenStream {
     let mut errors = Errors::default();
-    let KernelsInput {
-        attrs,
-        vis,
-        name,
-        fns,
-    } = input;
+    let KernelsInput { attrs, vis, name, fns } = input;
     let name_str = name.to_string();
     let mut fields = Vec::new();
     let mut loads = Vec::new();
@@ -85,10 +71,7 @@ pub fn expand(input: KernelsInput) -> TokenStream {
             continue;
         }
         if sig.inputs.len() > MAX_PARAMS {
-            errors.push(
-                &sig.inputs,
-                format!("a kernel may have at most {MAX_PARAMS} parameters"),
-            );
+            errors.push(&sig.inputs, format!("a kernel may have at most {MAX_PARAMS} parameters"));
             continue;
         }
         let kname = &sig.ident;

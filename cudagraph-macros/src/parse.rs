@@ -33,11 +33,7 @@ impl Parse for RawInput {
         input.parse::<Token![,]>()?;
         let body = input.parse()?;
         input.parse::<Option<Token![,]>>()?;
-        Ok(RawInput {
-            cache,
-            stream,
-            body,
-        })
+        Ok(RawInput { cache, stream, body })
     }
 }
 
@@ -86,10 +82,10 @@ fn lower_block(stmts: &[Stmt], errors: &mut Errors) -> Vec<Item> {
                     errors.push(diverge, "`let … else` is not a graph statement");
                     continue;
                 }
-                if let Some(op) = lower_node(&init.expr, stmt, name.clone(), errors) {
-                    if name.is_some() {
-                        items.push(Item::Node(op));
-                    }
+                if let Some(op) = lower_node(&init.expr, stmt, name.clone(), errors)
+                    && name.is_some()
+                {
+                    items.push(Item::Node(op));
                 }
             }
             Stmt::Expr(Expr::If(e), _) => {
@@ -106,10 +102,9 @@ fn lower_block(stmts: &[Stmt], errors: &mut Errors) -> Vec<Item> {
             Stmt::Item(item) => {
                 errors.push(item, format!("items are not graph statements; {ALLOWED}"))
             }
-            Stmt::Macro(m) => errors.push(
-                m,
-                format!("macro calls are not graph statements; {ALLOWED}"),
-            ),
+            Stmt::Macro(m) => {
+                errors.push(m, format!("macro calls are not graph statements; {ALLOWED}"))
+            }
         }
     }
     items
@@ -128,11 +123,7 @@ fn lower_if(e: &syn::ExprIf, errors: &mut Errors) -> Option<If> {
             }
         },
     };
-    Some(If {
-        cond: (*e.cond).clone(),
-        then,
-        els,
-    })
+    Some(If { cond: (*e.cond).clone(), then, els })
 }
 
 /// `for i in A..B { body }` with integer literal bounds: the body once per value, with every
@@ -166,10 +157,7 @@ fn unroll(f: &syn::ExprForLoop, errors: &mut Errors) -> Vec<Item> {
         return Vec::new();
     };
     if end.saturating_sub(start) > MAX_UNROLL {
-        errors.push(
-            &f.expr,
-            format!("a graph `for` unrolls to at most {MAX_UNROLL} iterations"),
-        );
+        errors.push(&f.expr, format!("a graph `for` unrolls to at most {MAX_UNROLL} iterations"));
         return Vec::new();
     }
     let body = f.body.to_token_stream();
@@ -224,17 +212,17 @@ fn substitute(tokens: TokenStream, var: &Ident, value: u64) -> TokenStream {
 fn lower_node(expr: &Expr, stmt: &Stmt, name: Option<Ident>, errors: &mut Errors) -> Option<Node> {
     let mut e = strip_parens(expr);
     let mut after = Vec::new();
-    if let Expr::MethodCall(m) = e {
-        if m.method == "after" {
+    if let Expr::MethodCall(m) = e
+        && m.method == "after"
+    {
+        {
             for a in &m.args {
                 match a {
                     Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => {
                         after.push(p.path.get_ident().unwrap().clone());
                     }
-                    other => errors.push(
-                        other,
-                        "`.after(…)` takes names of earlier nodes: `.after(a, b)`",
-                    ),
+                    other => errors
+                        .push(other, "`.after(…)` takes names of earlier nodes: `.after(a, b)`"),
                 }
             }
             if m.args.is_empty() {
@@ -265,13 +253,7 @@ fn lower_node(expr: &Expr, stmt: &Stmt, name: Option<Ident>, errors: &mut Errors
             return None;
         }
     };
-    Some(Node {
-        name,
-        op,
-        after,
-        tokens: stmt.to_token_stream(),
-        span: stmt.span(),
-    })
+    Some(Node { name, op, after, tokens: stmt.to_token_stream(), span: stmt.span() })
 }
 
 fn strip_parens(mut e: &Expr) -> &Expr {
@@ -331,10 +313,7 @@ fn lower_call(c: &syn::ExprCall, errors: &mut Errors) -> Option<Op> {
         if args.len() != n {
             errors.push(
                 c,
-                format!(
-                    "`{word}` takes {n} argument{}: `{usage}`",
-                    if n == 1 { "" } else { "s" }
-                ),
+                format!("`{word}` takes {n} argument{}: `{usage}`", if n == 1 { "" } else { "s" }),
             );
             false
         } else {
@@ -348,22 +327,14 @@ fn lower_call(c: &syn::ExprCall, errors: &mut Errors) -> Option<Op> {
             }
             let src = lower_operand(args[0], Some(false), errors);
             let dst = lower_operand(args[1], Some(true), errors);
-            Some(Op::Copy {
-                func,
-                src: src?,
-                dst: dst?,
-            })
+            Some(Op::Copy { func, src: src?, dst: dst? })
         }
         "memset" => {
             if !arity(2, "memset(&mut dst, value)", errors) {
                 return None;
             }
             let dst = lower_operand(args[0], Some(true), errors)?;
-            Some(Op::Memset {
-                func,
-                dst,
-                value: args[1].clone(),
-            })
+            Some(Op::Memset { func, dst, value: args[1].clone() })
         }
         "zero" => {
             if !arity(1, "zero(&mut dst)", errors) {
@@ -373,10 +344,7 @@ fn lower_call(c: &syn::ExprCall, errors: &mut Errors) -> Option<Op> {
             Some(Op::Zero { func, dst })
         }
         _ => {
-            errors.push(
-                &func,
-                format!("`{word}` is not a graph statement; {ALLOWED}"),
-            );
+            errors.push(&func, format!("`{word}` is not a graph statement; {ALLOWED}"));
             None
         }
     }
@@ -398,20 +366,11 @@ fn lower_operand(e: &Expr, want: Option<bool>, errors: &mut Errors) -> Option<Op
     let write = r.mutability.is_some();
     match want {
         Some(true) if !write => {
-            errors.push(
-                e,
-                format!(
-                    "this operand is written: write `&mut {}`",
-                    normalize(&r.expr)
-                ),
-            );
+            errors.push(e, format!("this operand is written: write `&mut {}`", normalize(&r.expr)));
             return None;
         }
         Some(false) if write => {
-            errors.push(
-                e,
-                format!("this operand is only read: write `&{}`", normalize(&r.expr)),
-            );
+            errors.push(e, format!("this operand is only read: write `&{}`", normalize(&r.expr)));
             return None;
         }
         _ => {}
@@ -423,12 +382,7 @@ fn lower_operand(e: &Expr, want: Option<bool>, errors: &mut Errors) -> Option<Op
         );
         return None;
     }
-    Some(Operand {
-        write,
-        place: (*r.expr).clone(),
-        key: normalize(&r.expr),
-        span: e.span(),
-    })
+    Some(Operand { write, place: (*r.expr).clone(), key: normalize(&r.expr), span: e.span() })
 }
 
 fn is_place(e: &Expr) -> bool {

@@ -54,14 +54,8 @@ pub struct CudaError {
 
 impl fmt::Display for CudaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = self
-            .error
-            .error_name()
-            .map(|c| c.to_string_lossy().into_owned());
-        let text = self
-            .error
-            .error_string()
-            .map(|c| c.to_string_lossy().into_owned());
+        let name = self.error.error_name().map(|c| c.to_string_lossy().into_owned());
+        let text = self.error.error_string().map(|c| c.to_string_lossy().into_owned());
         match (name, text) {
             (Ok(n), Ok(t)) => write!(f, "{} returned {n}: {t}", self.call),
             _ => write!(f, "{} returned {:?}", self.call, self.error.0),
@@ -163,10 +157,7 @@ impl From<DriverError> for Error {
     /// A driver error from a cudarc call outside `cudagraph` (allocation, copy, context), so
     /// that `?` works on cudarc results in functions returning [`Result`].
     fn from(error: DriverError) -> Self {
-        Error::Cuda(CudaError {
-            call: "a cudarc driver call",
-            error,
-        })
+        Error::Cuda(CudaError { call: "a cudarc driver call", error })
     }
 }
 

@@ -78,18 +78,9 @@ struct Variant {
 
 enum NodeState {
     Absent,
-    Kernel {
-        handle: CUgraphNode,
-        params: KernelState,
-    },
-    Memcpy {
-        handle: CUgraphNode,
-        params: MemcpyParams,
-    },
-    Memset {
-        handle: CUgraphNode,
-        params: MemsetParams,
-    },
+    Kernel { handle: CUgraphNode, params: KernelState },
+    Memcpy { handle: CUgraphNode, params: MemcpyParams },
+    Memset { handle: CUgraphNode, params: MemsetParams },
 }
 
 /// A kernel node's last parameters: the argument bytes live in `args`, each argument at an
@@ -236,11 +227,7 @@ fn validate(plan: &'static Plan, nodes: &[Option<NodeParams<'_>>], ctx: CUcontex
                 let d = k.dims();
                 let (g, b) = (d.grid, d.block);
                 if [g.0, g.1, g.2, b.0, b.1, b.2].contains(&0) {
-                    return Err(Error::ZeroDims {
-                        site: site(),
-                        grid: g,
-                        block: b,
-                    });
+                    return Err(Error::ZeroDims { site: site(), grid: g, block: b });
                 }
                 if k.arg_count() > MAX_KERNEL_PARAMS {
                     return Err(Error::Node {
@@ -256,17 +243,10 @@ fn validate(plan: &'static Plan, nodes: &[Option<NodeParams<'_>>], ctx: CUcontex
             }
             Some(NodeParams::Memcpy(c)) => {
                 if c.src_len != c.dst_len {
-                    return Err(Error::CopyLength {
-                        site: site(),
-                        src: c.src_len,
-                        dst: c.dst_len,
-                    });
+                    return Err(Error::CopyLength { site: site(), src: c.src_len, dst: c.dst_len });
                 }
                 if c.src_len == 0 || c.elem_size == 0 {
-                    return Err(Error::Empty {
-                        site: site(),
-                        what: "memcpy",
-                    });
+                    return Err(Error::Empty { site: site(), what: "memcpy" });
                 }
                 if c.src_ctx != ctx || c.dst_ctx != ctx {
                     return Err(Error::WrongContext { site: site() });
@@ -274,10 +254,7 @@ fn validate(plan: &'static Plan, nodes: &[Option<NodeParams<'_>>], ctx: CUcontex
             }
             Some(NodeParams::Memset(m)) => {
                 if m.len == 0 {
-                    return Err(Error::Empty {
-                        site: site(),
-                        what: "memset",
-                    });
+                    return Err(Error::Empty { site: site(), what: "memset" });
                 }
                 if m.ctx != ctx {
                     return Err(Error::WrongContext { site: site() });
@@ -345,11 +322,7 @@ impl GraphCache {
         // SAFETY: exec and stream are live and of the same context (checked when built).
         unsafe { raw::upload(v.exec, stream.cu_stream()) }
             .call("cuGraphUpload")
-            .map_err(|source| Error::Graph {
-                file: plan.file,
-                line: plan.line,
-                source,
-            })
+            .map_err(|source| Error::Graph { file: plan.file, line: plan.line, source })
     }
 
     /// Writes the driver's own Graphviz DOT (`cuGraphDebugDotPrint`, verbose) of the most recently
@@ -384,22 +357,10 @@ impl GraphCache {
         self.plan = Some(plan);
         let ctx = stream.context().cu_ctx();
         validate(plan, nodes, ctx)?;
-        let graph_err = |source| Error::Graph {
-            file: plan.file,
-            line: plan.line,
-            source,
-        };
-        stream
-            .context()
-            .bind_to_thread()
-            .call("cuCtxSetCurrent")
-            .map_err(graph_err)?;
+        let graph_err = |source| Error::Graph { file: plan.file, line: plan.line, source };
+        stream.context().bind_to_thread().call("cuCtxSetCurrent").map_err(graph_err)?;
         self.clock += 1;
-        let idx = match self
-            .variants
-            .iter()
-            .position(|v| v.key == key && v.ctx == ctx)
-        {
+        let idx = match self.variants.iter().position(|v| v.key == key && v.ctx == ctx) {
             Some(i) => {
                 self.stats.hits += 1;
                 self.update(i, plan, nodes)?;
@@ -434,15 +395,8 @@ impl GraphCache {
             Err(error) => {
                 // SAFETY: graph is ours and unused.
                 let _ = unsafe { raw::graph_destroy(graph) };
-                let source = CudaError {
-                    call: "cuGraphInstantiateWithFlags",
-                    error,
-                };
-                return Err(Error::Graph {
-                    file: plan.file,
-                    line: plan.line,
-                    source,
-                });
+                let source = CudaError { call: "cuGraphInstantiateWithFlags", error };
+                return Err(Error::Graph { file: plan.file, line: plan.line, source });
             }
         };
         self.stats.instantiations += 1;
@@ -453,14 +407,7 @@ impl GraphCache {
                 self.stats.evictions += 1;
             }
         }
-        self.variants.push(Variant {
-            key,
-            ctx,
-            graph,
-            exec,
-            nodes: states,
-            last_use: self.clock,
-        });
+        self.variants.push(Variant { key, ctx, graph, exec, nodes: states, last_use: self.clock });
         Ok(self.variants.len() - 1)
     }
 
@@ -601,15 +548,8 @@ impl GraphCache {
                 // SAFETY: graph is ours and unused.
                 let _ = unsafe { raw::graph_destroy(graph) };
                 self.variants.swap_remove(i);
-                let source = CudaError {
-                    call: "cuGraphInstantiateWithFlags",
-                    error,
-                };
-                Err(Error::Graph {
-                    file: plan.file,
-                    line: plan.line,
-                    source,
-                })
+                let source = CudaError { call: "cuGraphInstantiateWithFlags", error };
+                Err(Error::Graph { file: plan.file, line: plan.line, source })
             }
         }
     }
@@ -644,11 +584,7 @@ fn build(
     // SAFETY: the context is current (bound by `run`).
     let graph = unsafe { raw::graph_create() }
         .call("cuGraphCreate")
-        .map_err(|source| Error::Graph {
-            file: plan.file,
-            line: plan.line,
-            source,
-        })?;
+        .map_err(|source| Error::Graph { file: plan.file, line: plan.line, source })?;
     let mut states: Vec<NodeState> = Vec::with_capacity(nodes.len());
     let mut handles: Vec<CUgraphNode> = vec![ptr::null_mut(); nodes.len()];
     let mut deps: Vec<CUgraphNode> = Vec::new();
@@ -695,10 +631,7 @@ fn build(
             Err(source) => {
                 // SAFETY: the graph is ours and unused.
                 let _ = unsafe { raw::graph_destroy(graph) };
-                return Err(Error::Node {
-                    site: NodeSite::of(plan, &plan.nodes[j]),
-                    source,
-                });
+                return Err(Error::Node { site: NodeSite::of(plan, &plan.nodes[j]), source });
             }
         }
     }

@@ -124,10 +124,7 @@ macro_rules! device_place {
             type Read = DevRead<T>;
             fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (DevRead<T>, SyncOnDrop<'a>) {
                 let (ptr, guard) = DevicePtr::device_ptr(self, stream);
-                (
-                    DevRead::new(ptr, DeviceSlice::len(self), slice_ctx(self)),
-                    guard,
-                )
+                (DevRead::new(ptr, DeviceSlice::len(self), slice_ctx(self)), guard)
             }
         }
     };
@@ -142,11 +139,7 @@ macro_rules! device_place_mut {
             ) -> (DevRead<T>, DevWrite<T>, SyncOnDrop<'a>) {
                 let (len, ctx) = (DeviceSlice::len(self), slice_ctx(self));
                 let (ptr, guard) = DevicePtrMut::device_ptr_mut(self, stream);
-                (
-                    DevRead::new(ptr, len, ctx),
-                    DevWrite::new(ptr, len, ctx),
-                    guard,
-                )
+                (DevRead::new(ptr, len, ctx), DevWrite::new(ptr, len, ctx), guard)
             }
         }
     };
@@ -294,51 +287,31 @@ pub struct LaunchDims {
 
 impl From<LaunchConfig> for LaunchDims {
     fn from(c: LaunchConfig) -> Self {
-        LaunchDims {
-            grid: c.grid_dim,
-            block: c.block_dim,
-            shared_bytes: c.shared_mem_bytes,
-        }
+        LaunchDims { grid: c.grid_dim, block: c.block_dim, shared_bytes: c.shared_mem_bytes }
     }
 }
 impl From<(u32, u32)> for LaunchDims {
     /// `(grid, block)`, 1-D.
     fn from((g, b): (u32, u32)) -> Self {
-        LaunchDims {
-            grid: (g, 1, 1),
-            block: (b, 1, 1),
-            shared_bytes: 0,
-        }
+        LaunchDims { grid: (g, 1, 1), block: (b, 1, 1), shared_bytes: 0 }
     }
 }
 impl From<(u32, u32, u32)> for LaunchDims {
     /// `(grid, block, shared_bytes)`, 1-D.
     fn from((g, b, s): (u32, u32, u32)) -> Self {
-        LaunchDims {
-            grid: (g, 1, 1),
-            block: (b, 1, 1),
-            shared_bytes: s,
-        }
+        LaunchDims { grid: (g, 1, 1), block: (b, 1, 1), shared_bytes: s }
     }
 }
 impl From<((u32, u32, u32), (u32, u32, u32))> for LaunchDims {
     /// `(grid, block)`, 3-D.
     fn from((grid, block): ((u32, u32, u32), (u32, u32, u32))) -> Self {
-        LaunchDims {
-            grid,
-            block,
-            shared_bytes: 0,
-        }
+        LaunchDims { grid, block, shared_bytes: 0 }
     }
 }
 impl From<((u32, u32, u32), (u32, u32, u32), u32)> for LaunchDims {
     /// `(grid, block, shared_bytes)`, 3-D.
     fn from((grid, block, shared_bytes): ((u32, u32, u32), (u32, u32, u32), u32)) -> Self {
-        LaunchDims {
-            grid,
-            block,
-            shared_bytes,
-        }
+        LaunchDims { grid, block, shared_bytes }
     }
 }
 
@@ -353,20 +326,13 @@ pub struct KernelCall<'f, A> {
 impl<'f, A: KernelArgs> KernelCall<'f, A> {
     #[doc(hidden)]
     pub fn new(function: &'f CudaFunction, name: &'static str, args: A) -> Self {
-        KernelCall {
-            function,
-            name,
-            args,
-        }
+        KernelCall { function, name, args }
     }
 
     /// Launch configuration: a cudarc `LaunchConfig`, `(grid, block)` or
     /// `(grid, block, shared_bytes)` with `u32` or `(u32, u32, u32)` dimensions.
     pub fn launch(self, cfg: impl Into<LaunchDims>) -> KernelLaunch<'f, A> {
-        KernelLaunch {
-            call: self,
-            dims: cfg.into(),
-        }
+        KernelLaunch { call: self, dims: cfg.into() }
     }
 }
 
@@ -567,7 +533,7 @@ pub fn zero<T>(dst: impl WriteArg<T>) -> MemsetParams {
     let bytes = dst.len * size_of::<T>();
     let elem_size = [4u32, 2, 1]
         .into_iter()
-        .find(|&w| bytes % w as usize == 0 && dst.ptr % u64::from(w) == 0)
+        .find(|&w| bytes.is_multiple_of(w as usize) && dst.ptr.is_multiple_of(u64::from(w)))
         .unwrap_or(1);
     MemsetParams {
         dst: dst.ptr,

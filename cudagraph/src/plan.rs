@@ -104,11 +104,7 @@ impl Plan {
                 .iter()
                 .map(|a| {
                     let p = self.places[a.place as usize];
-                    if a.write {
-                        format!("&mut {p}")
-                    } else {
-                        format!("&{p}")
-                    }
+                    if a.write { format!("&mut {p}") } else { format!("&{p}") }
                 })
                 .collect();
             let mut label = format!("n{i} {}\\n{what} (line {})", n.label, n.line);
@@ -121,11 +117,7 @@ impl Plan {
                 let _ = write!(label, "\\nif {}", n.condition);
                 ", style=dashed".to_string()
             };
-            let _ = writeln!(
-                s,
-                "  n{i} [shape={shape}{style}, label=\"{}\"];",
-                escape(&label)
-            );
+            let _ = writeln!(s, "  n{i} [shape={shape}{style}, label=\"{}\"];", escape(&label));
         }
         for (a, b) in self.edges() {
             let _ = writeln!(s, "  n{a} -> n{b};");
@@ -139,25 +131,11 @@ impl fmt::Display for Plan {
     /// One line per node: index, label, kind, accesses, predecessors.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let edges = self.edges();
-        writeln!(
-            f,
-            "graph at {} ({} nodes)",
-            self.location(),
-            self.nodes.len()
-        )?;
+        writeln!(f, "graph at {} ({} nodes)", self.location(), self.nodes.len())?;
         for (i, n) in self.nodes.iter().enumerate() {
-            let preds: Vec<String> = edges
-                .iter()
-                .filter(|e| e.1 as usize == i)
-                .map(|e| format!("n{}", e.0))
-                .collect();
-            write!(
-                f,
-                "  n{i} {:<12} {:?} after [{}]",
-                n.label,
-                n.kind,
-                preds.join(", ")
-            )?;
+            let preds: Vec<String> =
+                edges.iter().filter(|e| e.1 as usize == i).map(|e| format!("n{}", e.0)).collect();
+            write!(f, "  n{i} {:<12} {:?} after [{}]", n.label, n.kind, preds.join(", "))?;
             if !n.condition.is_empty() {
                 write!(f, " if {}", n.condition)?;
             }
@@ -255,10 +233,7 @@ mod tests {
         }
     }
     const fn r(place: u32) -> Access {
-        Access {
-            place,
-            write: false,
-        }
+        Access { place, write: false }
     }
     const fn w(place: u32) -> Access {
         Access { place, write: true }
@@ -295,11 +270,7 @@ mod tests {
     #[test]
     fn chain_is_transitively_reduced() {
         // 0 writes a; 1 reads a writes b; 2 reads a and b: 0->2 is implied by 0->1->2.
-        let nodes = [
-            node(&[w(0)], &[]),
-            node(&[r(0), w(1)], &[]),
-            node(&[r(0), r(1)], &[]),
-        ];
+        let nodes = [node(&[w(0)], &[]), node(&[r(0), w(1)], &[]), node(&[r(0), r(1)], &[])];
         assert_eq!(all(&nodes), [(0, 1), (1, 2)]);
     }
 
@@ -328,22 +299,14 @@ mod tests {
 
     #[test]
     fn redundant_after_is_reduced() {
-        let nodes = [
-            node(&[w(0)], &[]),
-            node(&[r(0), w(1)], &[]),
-            node(&[r(1)], &[0]),
-        ];
+        let nodes = [node(&[w(0)], &[]), node(&[r(0), w(1)], &[]), node(&[r(1)], &[0])];
         assert_eq!(all(&nodes), [(0, 1), (1, 2)]);
     }
 
     #[test]
     fn absent_nodes_are_skipped_but_hazards_pass_through() {
         // 0 writes a, 1 (absent) reads a writes b, 2 reads a: 0 -> 2 directly.
-        let nodes = [
-            node(&[w(0)], &[]),
-            node(&[r(0), w(1)], &[]),
-            node(&[r(0)], &[]),
-        ];
+        let nodes = [node(&[w(0)], &[]), node(&[r(0), w(1)], &[]), node(&[r(0)], &[])];
         assert_eq!(infer_edges(&nodes, &[true, false, true]), [(0, 2)]);
     }
 
@@ -356,10 +319,7 @@ mod tests {
     #[test]
     fn many_nodes_reduce_to_a_chain() {
         // Every node reads and writes place 0: a chain of 200 nodes.
-        static ACC: [Access; 1] = [Access {
-            place: 0,
-            write: true,
-        }];
+        static ACC: [Access; 1] = [Access { place: 0, write: true }];
         let nodes: Vec<PlanNode> = (0..200).map(|_| node(&ACC, &[])).collect();
         let e = all(&nodes);
         assert_eq!(e.len(), 199);
@@ -373,16 +333,7 @@ mod tests {
             kind: NodeKind::Kernel("stencil"),
             line: 3,
             column: 9,
-            accesses: &[
-                Access {
-                    place: 0,
-                    write: false,
-                },
-                Access {
-                    place: 1,
-                    write: true,
-                },
-            ],
+            accesses: &[Access { place: 0, write: false }, Access { place: 1, write: true }],
             after: &[],
             condition: "",
         },
@@ -392,21 +343,13 @@ mod tests {
             kind: NodeKind::Memset,
             line: 4,
             column: 9,
-            accesses: &[Access {
-                place: 1,
-                write: true,
-            }],
+            accesses: &[Access { place: 1, write: true }],
             after: &[],
             condition: "step % 2 == 0",
         },
     ];
-    static PLAN: Plan = Plan {
-        file: "x.rs",
-        line: 2,
-        places: &["u", "v"],
-        nodes: &PLAN_NODES,
-        conditions: 1,
-    };
+    static PLAN: Plan =
+        Plan { file: "x.rs", line: 2, places: &["u", "v"], nodes: &PLAN_NODES, conditions: 1 };
 
     #[test]
     fn dot_has_nodes_edges_and_conditions() {

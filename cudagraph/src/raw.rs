@@ -176,9 +176,7 @@ pub unsafe fn exec_update(
         errorNode: ptr::null_mut(),
         errorFromNode: ptr::null_mut(),
     };
-    unsafe { sys::cuGraphExecUpdate_v2(exec, graph, &mut info) }
-        .result()
-        .map_err(|e| (e, info))
+    unsafe { sys::cuGraphExecUpdate_v2(exec, graph, &mut info) }.result().map_err(|e| (e, info))
 }
 
 /// `cuGraphDebugDotPrint` with verbose flags, writing Graphviz DOT to `path`.

@@ -37,17 +37,12 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        n: 512,
-        steps: 1000,
-        plan: false,
-    };
+    let mut a = Args { n: 512, steps: 1000, plan: false };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = |name: &str| -> Result<u32, String> {
             let v = it.next().ok_or(format!("{name} needs a value"))?;
-            v.parse()
-                .map_err(|_| format!("{name}: `{v}` is not a positive integer"))
+            v.parse().map_err(|_| format!("{name}: `{v}` is not a positive integer"))
         };
         match flag.as_str() {
             "--n" => a.n = value("--n")?,
@@ -148,12 +143,7 @@ fn step_eager(
             .arg(&f.u)
             .arg(&mut f.v)
             .launch(c.grid2d)?;
-        stream
-            .launch_builder(func("boundary"))
-            .arg(&n)
-            .arg(&n)
-            .arg(&mut f.v)
-            .launch(c.edge)?;
+        stream.launch_builder(func("boundary")).arg(&n).arg(&n).arg(&mut f.v).launch(c.edge)?;
         stream
             .launch_builder(func("check_finite"))
             .arg(&cells)
@@ -192,9 +182,8 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
 
     let mut g = Fields::new(&stream, a.n)?;
     let mut cache = GraphCache::new();
-    let (g_first, g_step) = timed(&stream, a.steps, || {
-        step_graph(&mut cache, &stream, &k, &mut g, &c)
-    })?;
+    let (g_first, g_step) =
+        timed(&stream, a.steps, || step_graph(&mut cache, &stream, &k, &mut g, &c))?;
 
     let mut e = Fields::new(&stream, a.n)?;
     let (e_first, e_step) = timed(&stream, a.steps, || step_eager(&stream, &k, &mut e, &c))?;
@@ -202,19 +191,11 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
     let gu = stream.clone_dtoh(&g.u)?;
     let eu = stream.clone_dtoh(&e.u)?;
     let gf = stream.clone_dtoh(&g.flags)?;
-    let max_diff = gu
-        .iter()
-        .zip(&eu)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
+    let max_diff = gu.iter().zip(&eu).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     let bit_exact = gu.iter().zip(&eu).all(|(a, b)| a.to_bits() == b.to_bits());
     let heat: f64 = gu.iter().map(|&x| f64::from(x)).sum();
     let s = cache.stats();
-    println!(
-        "grid {n}x{n}, {steps} steps, 4 nodes per step",
-        n = a.n,
-        steps = a.steps
-    );
+    println!("grid {n}x{n}, {steps} steps, 4 nodes per step", n = a.n, steps = a.steps);
     println!(
         "stats: builds {} instantiations {} launches {} node updates {} unchanged nodes {} exec updates {} reinstantiations {}",
         s.builds,
@@ -228,11 +209,7 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
     println!("total heat {heat:.6}; non-finite flag {}", gf[0]);
     println!(
         "max |graph - eager| = {max_diff:e} ({})",
-        if bit_exact {
-            "bit-exact"
-        } else {
-            "NOT bit-exact"
-        }
+        if bit_exact { "bit-exact" } else { "NOT bit-exact" }
     );
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     println!(
