@@ -63,10 +63,7 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
             if let Some(&first) = names.get(&name.to_string()) {
                 let mut e = syn::Error::new(name.span(), format!("duplicate node name `{name}`"));
                 let first = nodes[first].node.name.as_ref().expect("named");
-                e.combine(syn::Error::new(
-                    first.span(),
-                    format!("`{name}` first defined here"),
-                ));
+                e.combine(syn::Error::new(first.span(), format!("`{name}` first defined here")));
                 errors.add(e);
             } else {
                 names.insert(name.to_string(), i);
@@ -91,11 +88,7 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
         check_places(f.node, errors);
         after.push(deps);
     }
-    Checked {
-        nodes,
-        after,
-        conditions,
-    }
+    Checked { nodes, after, conditions }
 }
 
 /// The same place twice in one statement where one use writes: the node would race with itself.

@@ -25,11 +25,7 @@ fn places<'a>(checked: &Checked<'a>) -> (Vec<String>, HashMap<String, PlaceInfo<
             let n = map.len();
             let info = map.entry(o.key.clone()).or_insert_with(|| {
                 order.push(o.key.clone());
-                PlaceInfo {
-                    index: n,
-                    written: false,
-                    first: o,
-                }
+                PlaceInfo { index: n, written: false, first: o }
             });
             info.written |= o.write;
         }
@@ -153,12 +149,7 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
         quote_spanned!(o.span=> #h)
     };
     match &node.op {
-        Op::Launch {
-            receiver,
-            kernel,
-            args,
-            cfg,
-        } => {
+        Op::Launch { receiver, kernel, args, cfg } => {
             let args = args.iter().map(|a| match a {
                 Arg::Scalar(e) => quote!(#e),
                 Arg::Buffer(o) => operand(o),
@@ -190,10 +181,7 @@ fn plan(
     let nodes = checked.nodes.iter().zip(&checked.after).map(|(f, after)| {
         let node = f.node;
         let label = node.label();
-        let text = node
-            .span
-            .source_text()
-            .unwrap_or_else(|| normalize(&node.tokens));
+        let text = node.span.source_text().unwrap_or_else(|| normalize(&node.tokens));
         let (l, c) = line_column(node.span);
         let kind = match &node.op {
             Op::Launch { kernel, .. } => {
