@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
+use syn::Expr;
 
 use crate::ast::{Arg, GraphInput, Item, Node, Op, Operand, normalize};
 use crate::check::Checked;
@@ -39,20 +40,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
     let (order, places) = places(checked);
     let stream = quote!(__cudagraph_stream);
 
-    let acquisitions = order.iter().map(|key| {
-        let p = &places[key];
-        let place = &p.first.place;
-        let (r, w, g) = handles(p.index);
-        if p.written {
-            quote_spanned! {p.first.span=>
-                let (#r, #w, #g) = ::cudagraph::__private::acquire_mut(&mut #place, #stream);
-            }
-        } else {
-            quote_spanned! {p.first.span=>
-                let (#r, #g) = ::cudagraph::__private::acquire(&#place, #stream);
-            }
-        }
-    });
+    let acquisitions = acquisitions(&order, &places, &stream);
 
     let mut counter = NodeCounter { next: 0, ifs: 0 };
     let mut decls = TokenStream::new();
@@ -78,12 +66,80 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         let __cudagraph_cache: &mut ::cudagraph::GraphCache = #cache;
         let #stream: &::cudagraph::__private::CudaStream = #stream_expr;
         #plan
-        #(#acquisitions)*
+        #acquisitions
         #key_decl
         #decls
         #body
         __cudagraph_cache.run(&__CUDAGRAPH_PLAN, __cudagraph_key, #stream, &[#(#entries),*])
     }}
+}
+
+/// One borrow per distinct place. Elements of one array or `Vec` indexed by different indices
+/// (`bufs[0]`, `bufs[1]`) where one is written are borrowed together with `get_disjoint_mut`,
+/// which the borrow checker cannot split by index on its own; overlapping indices panic.
+fn acquisitions(
+    order: &[String],
+    places: &HashMap<String, PlaceInfo<'_>>,
+    stream: &TokenStream,
+) -> TokenStream {
+    // Indexed places grouped by the key of their base, in order of first use.
+    let mut groups: Vec<(String, &Expr, Vec<&PlaceInfo<'_>>)> = Vec::new();
+    for key in order {
+        let p = &places[key];
+        if let Expr::Index(ix) = &p.first.place {
+            let base = p.first.key[..p.first.key.rfind('[').expect("indexed key")].to_string();
+            match groups.iter_mut().find(|g| g.0 == base) {
+                Some(g) => g.2.push(p),
+                None => groups.push((base, &ix.expr, vec![p])),
+            }
+        }
+    }
+    groups.retain(|g| g.2.len() > 1 && g.2.iter().any(|p| p.written));
+    let mut out = TokenStream::new();
+    let mut split: HashMap<usize, syn::Ident> = HashMap::new();
+    for (gi, (_, base, members)) in groups.iter().enumerate() {
+        let elems: Vec<syn::Ident> =
+            (0..members.len()).map(|k| format_ident!("__cudagraph_e{}_{}", gi, k)).collect();
+        let idx = members.iter().map(|p| match &p.first.place {
+            Expr::Index(ix) => &ix.index,
+            _ => unreachable!("grouped places are indexed"),
+        });
+        out.extend(quote_spanned! {members[0].first.span=>
+            let [#(#elems),*] = {
+                use ::cudagraph::__private::DisjointMut as _;
+                #base.__cudagraph_disjoint_mut([#(#idx),*])
+            };
+        });
+        for (p, e) in members.iter().zip(elems) {
+            split.insert(p.index, e);
+        }
+    }
+    for key in order {
+        let p = &places[key];
+        let (r, w, g) = handles(p.index);
+        let place = match split.get(&p.index) {
+            Some(e) if p.written => quote!(#e),
+            Some(e) => quote!(&*#e),
+            None if p.written => {
+                let place = &p.first.place;
+                quote_spanned!(p.first.span=> &mut #place)
+            }
+            None => {
+                let place = &p.first.place;
+                quote_spanned!(p.first.span=> &#place)
+            }
+        };
+        out.extend(if p.written {
+            quote_spanned! {p.first.span=>
+                let (#r, #w, #g) = ::cudagraph::__private::acquire_mut(#place, #stream);
+            }
+        } else {
+            quote_spanned! {p.first.span=>
+                let (#r, #g) = ::cudagraph::__private::acquire(#place, #stream);
+            }
+        });
+    }
+    out
 }
 
 fn handles(i: usize) -> (syn::Ident, syn::Ident, syn::Ident) {

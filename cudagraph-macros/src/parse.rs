@@ -382,14 +382,54 @@ fn lower_operand(e: &Expr, want: Option<bool>, errors: &mut Errors) -> Option<Op
         );
         return None;
     }
-    Some(Operand { write, place: (*r.expr).clone(), key: normalize(&r.expr), span: e.span() })
+    Some(Operand { write, place: (*r.expr).clone(), key: place_key(&r.expr), span: e.span() })
+}
+
+/// The place as a string; two operands are the same place iff their keys are equal. Integer
+/// constant indices are folded, so `bufs[0 + 1]` (from an unrolled `for`) is `bufs[1]`.
+fn place_key(e: &Expr) -> String {
+    match e {
+        Expr::Field(f) => format!("{}.{}", place_key(&f.base), normalize(&f.member)),
+        Expr::Index(i) => {
+            let index = const_int(&i.index).map_or_else(|| normalize(&i.index), |v| v.to_string());
+            format!("{}[{index}]", place_key(&i.expr))
+        }
+        Expr::Paren(p) => place_key(&p.expr),
+        Expr::Unary(u) => format!("*{}", place_key(&u.expr)),
+        other => normalize(other),
+    }
+}
+
+/// The value of an integer constant expression of literals, `+ - * / %` and parentheses.
+fn const_int(e: &Expr) -> Option<i128> {
+    match e {
+        Expr::Lit(_) => int_lit(e).map(i128::from),
+        Expr::Paren(p) => const_int(&p.expr),
+        Expr::Binary(b) => {
+            let (l, r) = (const_int(&b.left)?, const_int(&b.right)?);
+            match b.op {
+                syn::BinOp::Add(_) => l.checked_add(r),
+                syn::BinOp::Sub(_) => l.checked_sub(r),
+                syn::BinOp::Mul(_) => l.checked_mul(r),
+                syn::BinOp::Div(_) => l.checked_div(r),
+                syn::BinOp::Rem(_) => l.checked_rem(r),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// An index that names one element without side effects: a constant expression or a variable.
+fn is_index(e: &Expr) -> bool {
+    const_int(e).is_some() || matches!(e, Expr::Path(p) if p.path.get_ident().is_some())
 }
 
 fn is_place(e: &Expr) -> bool {
     match e {
         Expr::Path(p) => p.qself.is_none() && p.path.get_ident().is_some(),
         Expr::Field(f) => is_place(&f.base),
-        Expr::Index(i) => is_place(&i.expr) && matches!(&*i.index, Expr::Lit(_) | Expr::Path(_)),
+        Expr::Index(i) => is_place(&i.expr) && is_index(&i.index),
         Expr::Paren(p) => is_place(&p.expr),
         Expr::Unary(u) => matches!(u.op, syn::UnOp::Deref(_)) && is_place(&u.expr),
         _ => false,

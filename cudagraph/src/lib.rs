@@ -139,6 +139,28 @@ pub mod __private {
         place.acquire_mut(stream)
     }
 
+    /// Disjoint `&mut` borrows of several elements of one array, slice or `Vec` of buffers.
+    /// A method, so that autoref/autoderef accept owned arrays and `&mut` bindings alike.
+    pub trait DisjointMut<T> {
+        /// `[&mut self[idx[0]], …]`.
+        ///
+        /// # Panics
+        /// If two indices are equal or one is out of range: two `&mut` operands would alias.
+        fn __cudagraph_disjoint_mut<const N: usize>(&mut self, idx: [usize; N]) -> [&mut T; N];
+    }
+
+    impl<T> DisjointMut<T> for [T] {
+        fn __cudagraph_disjoint_mut<const N: usize>(&mut self, idx: [usize; N]) -> [&mut T; N] {
+            let len = self.len();
+            match self.get_disjoint_mut(idx) {
+                Ok(refs) => refs,
+                Err(e) => panic!(
+                    "graph!: buffer indices {idx:?} of one array must be distinct and in range (len {len}): {e}"
+                ),
+            }
+        }
+    }
+
     /// Loads a module for `kernels!`.
     pub fn load_module(
         ctx: &Arc<CudaContext>,
