@@ -9,13 +9,13 @@ use std::path::Path;
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::{
     self, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUfunction,
-    CUgraph, CUgraphExec, CUgraphNode, CUmemorytype,
+    CUgraph, CUgraphExec, CUgraphNode, CUmemorytype, CUstream,
 };
 
 use crate::error::{Call, CudaError, Error, NodeSite, Result};
 use crate::node::{LaunchDims, MemcpyParams, Memory, MemsetParams, NodeParams};
 use crate::plan::{Plan, infer_edges};
-use crate::raw;
+use crate::raw::{self, Cuda, Driver};
 
 /// Most kernel parameters one kernel node may have.
 pub const MAX_KERNEL_PARAMS: usize = 64;
@@ -54,7 +54,8 @@ pub struct Stats {
 ///
 /// Thread safety: CUDA graph objects are not internally synchronized; a `GraphCache` is `Send`
 /// (it can move to another thread) but not `Sync`, and every use takes `&mut self`.
-pub struct GraphCache {
+pub struct GraphCache<D: Driver = Cuda> {
+    driver: D,
     plan: Option<&'static Plan>,
     variants: Vec<Variant>,
     max_variants: usize,
@@ -65,7 +66,7 @@ pub struct GraphCache {
 // SAFETY: the raw driver handles inside are only used through `&mut self` (or `Drop`), so
 // every driver call on them is serialized, which is all CUDA asks of graph objects; the driver
 // accepts calls on them from any thread once the context is current, which `run` ensures.
-unsafe impl Send for GraphCache {}
+unsafe impl<D: Driver + Send> Send for GraphCache<D> {}
 
 struct Variant {
     key: u64,
@@ -74,6 +75,7 @@ struct Variant {
     exec: CUgraphExec,
     nodes: Vec<NodeState>,
     last_use: u64,
+    hits: u64,
 }
 
 enum NodeState {
@@ -101,7 +103,7 @@ impl KernelState {
             words += (b.len() as u32).div_ceil(8);
         });
         let mut s = KernelState {
-            func: k.function().cu_function(),
+            func: k.function(),
             dims: k.dims(),
             args: vec![0u64; words as usize].into_boxed_slice(),
             offsets: offsets.into_boxed_slice(),
@@ -282,7 +284,57 @@ impl GraphCache {
 
     /// An empty cache keeping at most `max` (at least 1) instantiated variants.
     pub fn with_max_variants(max: usize) -> Self {
+        Self::with_driver(Cuda, max)
+    }
+
+    /// Builds, updates and launches the graph of one `graph!` call. Called by generated code.
+    ///
+    /// `nodes[i]` is `Some` for each node of `plan.nodes` present in variant `key`.
+    /// On error nothing is enqueued, and the cache stays usable.
+    #[doc(hidden)]
+    pub fn run(
+        &mut self,
+        plan: &'static Plan,
+        key: u64,
+        stream: &CudaStream,
+        nodes: &[Option<NodeParams<'_>>],
+    ) -> Result<()> {
+        let graph_err = |source| Error::Graph { file: plan.file, line: plan.line, source };
+        stream.context().bind_to_thread().call("cuCtxSetCurrent").map_err(graph_err)?;
+        self.run_raw(plan, key, stream.context().cu_ctx(), stream.cu_stream(), nodes)
+    }
+
+    /// `cuGraphUpload` of the most recently used variant's exec on `stream`, so that its next
+    /// launch does not pay for the upload. Does nothing on an empty cache.
+    pub fn upload(&mut self, stream: &CudaStream) -> Result<()> {
+        let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
+            return Ok(());
+        };
+        let plan = self.plan.expect("a cache with variants has a plan");
+        stream.context().bind_to_thread().call("cuCtxSetCurrent")?;
+        // SAFETY: exec and stream are live and of the same context (checked when built).
+        unsafe { self.driver.upload(v.exec, stream.cu_stream()) }
+            .call("cuGraphUpload")
+            .map_err(|source| Error::Graph { file: plan.file, line: plan.line, source })
+    }
+
+    /// Writes the driver's own Graphviz DOT (`cuGraphDebugDotPrint`, verbose) of the most recently
+    /// used variant to `path`. Returns `false` on an empty cache.
+    pub fn debug_dot_print(&self, path: &Path) -> Result<bool> {
+        let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
+            return Ok(false);
+        };
+        let c = CString::new(path.to_string_lossy().as_bytes()).expect("path without NUL");
+        // SAFETY: the graph is live while `self` is.
+        unsafe { raw::debug_dot_print(v.graph, c.as_ptr()) }.call("cuGraphDebugDotPrint")?;
+        Ok(true)
+    }
+}
+
+impl<D: Driver> GraphCache<D> {
+    pub(crate) fn with_driver(driver: D, max: usize) -> Self {
         GraphCache {
+            driver,
             plan: None,
             variants: Vec::new(),
             max_variants: max.max(1),
@@ -311,42 +363,21 @@ impl GraphCache {
         self.variants.is_empty()
     }
 
-    /// `cuGraphUpload` of the most recently used variant's exec on `stream`, so that its next
-    /// launch does not pay for the upload. Does nothing on an empty cache.
-    pub fn upload(&mut self, stream: &CudaStream) -> Result<()> {
-        let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
-            return Ok(());
-        };
-        let plan = self.plan.expect("a cache with variants has a plan");
-        stream.context().bind_to_thread().call("cuCtxSetCurrent")?;
-        // SAFETY: exec and stream are live and of the same context (checked when built).
-        unsafe { raw::upload(v.exec, stream.cu_stream()) }
-            .call("cuGraphUpload")
-            .map_err(|source| Error::Graph { file: plan.file, line: plan.line, source })
+    /// Hits per cached variant, as `(variant key, hits)`, most recently used first. The key has
+    /// bit `i` set when the `i`-th host `if` of the body took its `then` branch.
+    pub fn variant_hits(&self) -> Vec<(u64, u64)> {
+        let mut v: Vec<_> = self.variants.iter().map(|v| (v.last_use, v.key, v.hits)).collect();
+        v.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        v.into_iter().map(|(_, k, h)| (k, h)).collect()
     }
 
-    /// Writes the driver's own Graphviz DOT (`cuGraphDebugDotPrint`, verbose) of the most recently
-    /// used variant to `path`. Returns `false` on an empty cache.
-    pub fn debug_dot_print(&self, path: &Path) -> Result<bool> {
-        let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
-            return Ok(false);
-        };
-        let c = CString::new(path.to_string_lossy().as_bytes()).expect("path without NUL");
-        // SAFETY: the graph is live while `self` is.
-        unsafe { raw::debug_dot_print(v.graph, c.as_ptr()) }.call("cuGraphDebugDotPrint")?;
-        Ok(true)
-    }
-
-    /// Builds, updates and launches the graph of one `graph!` call. Called by generated code.
-    ///
-    /// `nodes[i]` is `Some` for each node of `plan.nodes` present in variant `key`.
-    /// On error nothing is enqueued, and the cache stays usable.
-    #[doc(hidden)]
-    pub fn run(
+    /// [`GraphCache::run`] with the context already current.
+    pub(crate) fn run_raw(
         &mut self,
         plan: &'static Plan,
         key: u64,
-        stream: &CudaStream,
+        ctx: CUcontext,
+        stream: CUstream,
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
         debug_assert_eq!(nodes.len(), plan.nodes.len());
@@ -355,14 +386,12 @@ impl GraphCache {
             self.clear();
         }
         self.plan = Some(plan);
-        let ctx = stream.context().cu_ctx();
         validate(plan, nodes, ctx)?;
-        let graph_err = |source| Error::Graph { file: plan.file, line: plan.line, source };
-        stream.context().bind_to_thread().call("cuCtxSetCurrent").map_err(graph_err)?;
         self.clock += 1;
         let idx = match self.variants.iter().position(|v| v.key == key && v.ctx == ctx) {
             Some(i) => {
                 self.stats.hits += 1;
+                self.variants[i].hits += 1;
                 self.update(i, plan, nodes)?;
                 i
             }
@@ -373,9 +402,9 @@ impl GraphCache {
         // SAFETY: exec is live and was built in the stream's context; every pointer in it was
         // acquired from a place that the caller keeps borrowed until after this launch, with a
         // guard that records the launch on the buffer's events.
-        unsafe { raw::launch(v.exec, stream.cu_stream()) }
+        unsafe { self.driver.launch(v.exec, stream) }
             .call("cuGraphLaunch")
-            .map_err(graph_err)?;
+            .map_err(|source| Error::Graph { file: plan.file, line: plan.line, source })?;
         self.stats.launches += 1;
         Ok(())
     }
@@ -387,28 +416,46 @@ impl GraphCache {
         ctx: CUcontext,
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<usize> {
-        let (graph, states) = build(plan, nodes, ctx)?;
+        let (graph, states) = build(&mut self.driver, plan, nodes, ctx)?;
         self.stats.builds += 1;
-        // SAFETY: graph is live.
-        let exec = match unsafe { raw::instantiate(graph) } {
+        let exec = match self.instantiate(plan, graph) {
             Ok(e) => e,
-            Err(error) => {
+            Err(e) => {
                 // SAFETY: graph is ours and unused.
-                let _ = unsafe { raw::graph_destroy(graph) };
-                let source = CudaError { call: "cuGraphInstantiateWithFlags", error };
-                return Err(Error::Graph { file: plan.file, line: plan.line, source });
+                unsafe { self.driver.graph_destroy(graph) };
+                return Err(e);
             }
         };
-        self.stats.instantiations += 1;
         if self.variants.len() >= self.max_variants {
             let lru = (0..self.variants.len()).min_by_key(|&i| self.variants[i].last_use);
             if let Some(i) = lru {
-                self.variants.swap_remove(i);
+                self.remove(i);
                 self.stats.evictions += 1;
             }
         }
-        self.variants.push(Variant { key, ctx, graph, exec, nodes: states, last_use: self.clock });
+        let v = Variant { key, ctx, graph, exec, nodes: states, last_use: self.clock, hits: 0 };
+        self.variants.push(v);
         Ok(self.variants.len() - 1)
+    }
+
+    fn instantiate(&mut self, plan: &'static Plan, graph: CUgraph) -> Result<CUgraphExec> {
+        // SAFETY: graph is live and its context current.
+        let exec = unsafe { self.driver.instantiate(graph) }
+            .call("cuGraphInstantiateWithFlags")
+            .map_err(|source| Error::Graph { file: plan.file, line: plan.line, source })?;
+        self.stats.instantiations += 1;
+        Ok(exec)
+    }
+
+    /// Destroys variant `i`. The driver frees an exec still in flight once its launches complete
+    /// (`cuGraphExecDestroy`), so this never waits and never cuts a launch short.
+    fn remove(&mut self, i: usize) {
+        let v = self.variants.swap_remove(i);
+        // SAFETY: exec and graph are this variant's, used by nothing else from now on.
+        unsafe {
+            self.driver.exec_destroy(v.exec);
+            self.driver.graph_destroy(v.graph);
+        }
     }
 
     /// The update ladder: unchanged nodes send nothing; changed nodes get per-node set-params;
@@ -421,64 +468,55 @@ impl GraphCache {
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
         let v = &mut self.variants[i];
+        let driver = &mut self.driver;
+        // Set once the driver refuses a node; later changed nodes are recorded but not sent,
+        // since the rebuild below sends everything.
         let mut refused = false;
         for (state, new) in v.nodes.iter_mut().zip(nodes) {
-            match (state, new) {
-                (NodeState::Absent, None) => {}
+            // SAFETY (every send): the handle is a node of the kind of its state in the graph
+            // v.exec was instantiated from, in context v.ctx; kernelParams point into
+            // `params.args` for the call.
+            let sent = match (state, new) {
+                (NodeState::Absent, None) => continue,
                 (NodeState::Kernel { handle, params }, Some(NodeParams::Kernel(k))) => {
-                    let func = k.function().cu_function();
                     let mut changed = params.store_args(*k);
-                    changed |= params.func != func || params.dims != k.dims();
-                    params.func = func;
+                    changed |= params.func != k.function() || params.dims != k.dims();
+                    params.func = k.function();
                     params.dims = k.dims();
-                    if !changed {
-                        self.stats.nodes_unchanged += 1;
-                    } else if !refused {
-                        // SAFETY: handle is a kernel node of v.graph, from which v.exec was
-                        // instantiated; params point into `params.args` for the call.
-                        let r = params.with_params(|p| unsafe {
-                            raw::exec_kernel_set_params(v.exec, *handle, p)
-                        });
-                        refused = r.is_err();
-                        self.stats.node_updates += u64::from(!refused);
-                    }
+                    changed.then(|| {
+                        refused
+                            || params.with_params(|p| unsafe {
+                                driver.set_kernel(v.exec, *handle, p).is_err()
+                            })
+                    })
                 }
                 (NodeState::Memcpy { handle, params }, Some(NodeParams::Memcpy(c))) => {
-                    if params == c {
-                        self.stats.nodes_unchanged += 1;
-                    } else {
-                        *params = *c;
-                        if !refused {
-                            // SAFETY: handle is a memcpy node of the exec's graph.
-                            let r = unsafe {
-                                raw::exec_memcpy_set_params(v.exec, *handle, &memcpy3d(c), v.ctx)
-                            };
-                            refused = r.is_err();
-                            self.stats.node_updates += u64::from(!refused);
-                        }
-                    }
+                    let changed = params != c;
+                    *params = *c;
+                    changed.then(|| {
+                        refused
+                            || unsafe { driver.set_memcpy(v.exec, *handle, &memcpy3d(c), v.ctx) }
+                                .is_err()
+                    })
                 }
                 (NodeState::Memset { handle, params }, Some(NodeParams::Memset(m))) => {
-                    if params == m {
-                        self.stats.nodes_unchanged += 1;
-                    } else {
-                        *params = *m;
-                        if !refused {
-                            // SAFETY: handle is a memset node of the exec's graph.
-                            let r = unsafe {
-                                raw::exec_memset_set_params(
-                                    v.exec,
-                                    *handle,
-                                    &memset_params(m),
-                                    v.ctx,
-                                )
-                            };
-                            refused = r.is_err();
-                            self.stats.node_updates += u64::from(!refused);
-                        }
-                    }
+                    let changed = params != m;
+                    *params = *m;
+                    changed.then(|| {
+                        refused
+                            || unsafe {
+                                driver.set_memset(v.exec, *handle, &memset_params(m), v.ctx)
+                            }
+                            .is_err()
+                    })
                 }
                 _ => unreachable!("the variant key fixes which nodes are present and their kinds"),
+            };
+            // `sent`: None = unchanged; Some(false) = updated; Some(true) = refused or not sent.
+            match sent {
+                None => self.stats.nodes_unchanged += 1,
+                Some(false) => self.stats.node_updates += 1,
+                Some(true) => refused = true,
             }
         }
         if refused {
@@ -488,6 +526,8 @@ impl GraphCache {
     }
 
     /// Second and third rungs: whole-exec update from a rebuilt graph, else re-instantiate.
+    /// If both fail the variant is dropped (its exec may hold a mix of old and new parameters)
+    /// and the next call builds it anew.
     fn rebuild(
         &mut self,
         i: usize,
@@ -495,22 +535,20 @@ impl GraphCache {
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
         let ctx = self.variants[i].ctx;
-        let built = build(plan, nodes, ctx);
-        let (graph, states) = match built {
+        let (graph, states) = match build(&mut self.driver, plan, nodes, ctx) {
             Ok(b) => b,
             Err(e) => {
-                // The exec may hold a mix of old and new parameters: drop the variant.
-                self.variants.swap_remove(i);
+                self.remove(i);
                 return Err(e);
             }
         };
-        let v = &mut self.variants[i];
+        let exec = self.variants[i].exec;
         // SAFETY: both live, same context, same topology (same variant key).
-        if unsafe { raw::exec_update(v.exec, graph) }.is_ok() {
+        if unsafe { self.driver.exec_update(exec, graph) }.is_ok() {
             self.stats.exec_updates += 1;
             // The exec keeps its node identities from the graph it was instantiated from; keep
             // that graph and its handles, with the new parameters recorded.
-            for (old, new) in v.nodes.iter_mut().zip(states) {
+            for (old, new) in self.variants[i].nodes.iter_mut().zip(states) {
                 *old = match (core::mem::replace(old, NodeState::Absent), new) {
                     (NodeState::Kernel { handle, .. }, NodeState::Kernel { params, .. }) => {
                         NodeState::Kernel { handle, params }
@@ -525,56 +563,53 @@ impl GraphCache {
                 };
             }
             // SAFETY: the temporary graph is ours and no exec refers to it.
-            let _ = unsafe { raw::graph_destroy(graph) };
+            unsafe { self.driver.graph_destroy(graph) };
             return Ok(());
         }
-        // SAFETY: graph is live.
-        match unsafe { raw::instantiate(graph) } {
+        match self.instantiate(plan, graph) {
             Ok(exec) => {
                 self.stats.reinstantiations += 1;
-                self.stats.instantiations += 1;
-                // SAFETY: the old exec and graph are ours; the driver frees an exec that is
-                // still running once its launches complete.
-                unsafe {
-                    let _ = raw::exec_destroy(v.exec);
-                    let _ = raw::graph_destroy(v.graph);
-                }
+                let v = &mut self.variants[i];
+                let (old_exec, old_graph) = (v.exec, v.graph);
                 v.exec = exec;
                 v.graph = graph;
                 v.nodes = states;
+                // SAFETY: the old exec and graph are ours and replaced; an exec in flight is
+                // freed by the driver once its launches complete.
+                unsafe {
+                    self.driver.exec_destroy(old_exec);
+                    self.driver.graph_destroy(old_graph);
+                }
                 Ok(())
             }
-            Err(error) => {
+            Err(e) => {
                 // SAFETY: graph is ours and unused.
-                let _ = unsafe { raw::graph_destroy(graph) };
-                self.variants.swap_remove(i);
-                let source = CudaError { call: "cuGraphInstantiateWithFlags", error };
-                Err(Error::Graph { file: plan.file, line: plan.line, source })
+                unsafe { self.driver.graph_destroy(graph) };
+                self.remove(i);
+                Err(e)
             }
         }
     }
 
     /// Destroys every variant (the driver finishes launches in flight first).
     pub fn clear(&mut self) {
-        self.variants.clear();
+        while !self.variants.is_empty() {
+            self.remove(self.variants.len() - 1);
+        }
         self.plan = None;
     }
 }
 
-impl Drop for Variant {
+impl<D: Driver> Drop for GraphCache<D> {
     fn drop(&mut self) {
-        // SAFETY: exec and graph are owned by this variant and used by nothing else; an exec
-        // still running is freed by the driver when its launches complete.
-        unsafe {
-            let _ = raw::exec_destroy(self.exec);
-            let _ = raw::graph_destroy(self.graph);
-        }
+        self.clear();
     }
 }
 
 /// Builds a `CUgraph` of the present nodes with explicit `cuGraphAdd*Node` calls in plan order,
 /// with the plan's edges. On error the partial graph is destroyed.
 fn build(
+    driver: &mut impl Driver,
     plan: &'static Plan,
     nodes: &[Option<NodeParams<'_>>],
     ctx: CUcontext,
@@ -582,7 +617,7 @@ fn build(
     let present: Vec<bool> = nodes.iter().map(Option::is_some).collect();
     let edges = infer_edges(plan.nodes, &present);
     // SAFETY: the context is current (bound by `run`).
-    let graph = unsafe { raw::graph_create() }
+    let graph = unsafe { driver.graph_create() }
         .call("cuGraphCreate")
         .map_err(|source| Error::Graph { file: plan.file, line: plan.line, source })?;
     let mut states: Vec<NodeState> = Vec::with_capacity(nodes.len());
@@ -601,19 +636,19 @@ fn build(
                 let mut params = KernelState::new(*k);
                 // SAFETY: graph live, deps are its nodes, params point into `params.args`.
                 params
-                    .with_params(|p| unsafe { raw::add_kernel_node(graph, &deps, p) })
+                    .with_params(|p| unsafe { driver.add_kernel(graph, &deps, p) })
                     .map(|handle| NodeState::Kernel { handle, params })
                     .call("cuGraphAddKernelNode_v2")
             }
             Some(NodeParams::Memcpy(c)) => {
                 // SAFETY: graph live, deps are its nodes; pointers checked by `validate`.
-                unsafe { raw::add_memcpy_node(graph, &deps, &memcpy3d(c), ctx) }
+                unsafe { driver.add_memcpy(graph, &deps, &memcpy3d(c), ctx) }
                     .map(|handle| NodeState::Memcpy { handle, params: *c })
                     .call("cuGraphAddMemcpyNode")
             }
             Some(NodeParams::Memset(m)) => {
                 // SAFETY: as above.
-                unsafe { raw::add_memset_node(graph, &deps, &memset_params(m), ctx) }
+                unsafe { driver.add_memset(graph, &deps, &memset_params(m), ctx) }
                     .map(|handle| NodeState::Memset { handle, params: *m })
                     .call("cuGraphAddMemsetNode")
             }
@@ -630,10 +665,439 @@ fn build(
             }
             Err(source) => {
                 // SAFETY: the graph is ours and unused.
-                let _ = unsafe { raw::graph_destroy(graph) };
+                unsafe { driver.graph_destroy(graph) };
                 return Err(Error::Node { site: NodeSite::of(plan, &plan.nodes[j]), source });
             }
         }
     }
     Ok((graph, states))
+}
+
+#[cfg(test)]
+mod tests {
+    //! The ladder's decisions against a mock driver: which driver calls each change causes.
+    use super::*;
+    use crate::node::{KernelNode, Memory};
+    use crate::plan::{Access, NodeKind, PlanNode};
+    use cudarc::driver::DriverError;
+    use cudarc::driver::sys::CUresult;
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    #[derive(Default)]
+    struct Log {
+        calls: Vec<String>,
+        next: usize,
+        live_graphs: Vec<usize>,
+        live_execs: Vec<usize>,
+        refuse_set: bool,
+        refuse_update: bool,
+        /// Argument bytes the driver read through `kernelParams` in each set-params call.
+        set_args: Vec<Vec<Vec<u8>>>,
+    }
+
+    #[derive(Clone, Default)]
+    struct Mock(Rc<RefCell<Log>>);
+
+    const REFUSED: DriverError = DriverError(CUresult::CUDA_ERROR_INVALID_VALUE);
+
+    impl Mock {
+        fn handle<T>(&self) -> *mut T {
+            let mut l = self.0.borrow_mut();
+            l.next += 1;
+            (l.next * 16) as *mut T
+        }
+        fn log(&self, s: impl Into<String>) {
+            self.0.borrow_mut().calls.push(s.into());
+        }
+        fn calls(&self) -> Vec<String> {
+            std::mem::take(&mut self.0.borrow_mut().calls)
+        }
+    }
+
+    fn read_args(p: &CUDA_KERNEL_NODE_PARAMS, sizes: &[usize]) -> Vec<Vec<u8>> {
+        sizes
+            .iter()
+            .enumerate()
+            // SAFETY: the cache passes one valid pointer per argument, each to `size` bytes.
+            .map(|(i, &n)| unsafe {
+                core::slice::from_raw_parts((*p.kernelParams.add(i)).cast::<u8>(), n).to_vec()
+            })
+            .collect()
+    }
+
+    impl Driver for Mock {
+        unsafe fn graph_create(&mut self) -> Result<CUgraph, DriverError> {
+            let g: CUgraph = self.handle();
+            self.0.borrow_mut().live_graphs.push(g as usize);
+            self.log("graph_create");
+            Ok(g)
+        }
+        unsafe fn graph_destroy(&mut self, graph: CUgraph) {
+            self.0.borrow_mut().live_graphs.retain(|&g| g != graph as usize);
+            self.log("graph_destroy");
+        }
+        unsafe fn add_kernel(
+            &mut self,
+            _: CUgraph,
+            deps: &[CUgraphNode],
+            _: &CUDA_KERNEL_NODE_PARAMS,
+        ) -> Result<CUgraphNode, DriverError> {
+            self.log(format!("add_kernel deps={}", deps.len()));
+            Ok(self.handle())
+        }
+        unsafe fn add_memcpy(
+            &mut self,
+            _: CUgraph,
+            deps: &[CUgraphNode],
+            _: &CUDA_MEMCPY3D,
+            _: CUcontext,
+        ) -> Result<CUgraphNode, DriverError> {
+            self.log(format!("add_memcpy deps={}", deps.len()));
+            Ok(self.handle())
+        }
+        unsafe fn add_memset(
+            &mut self,
+            _: CUgraph,
+            deps: &[CUgraphNode],
+            _: &CUDA_MEMSET_NODE_PARAMS,
+            _: CUcontext,
+        ) -> Result<CUgraphNode, DriverError> {
+            self.log(format!("add_memset deps={}", deps.len()));
+            Ok(self.handle())
+        }
+        unsafe fn instantiate(&mut self, _: CUgraph) -> Result<CUgraphExec, DriverError> {
+            let e: CUgraphExec = self.handle();
+            self.0.borrow_mut().live_execs.push(e as usize);
+            self.log("instantiate");
+            Ok(e)
+        }
+        unsafe fn exec_destroy(&mut self, exec: CUgraphExec) {
+            self.0.borrow_mut().live_execs.retain(|&e| e != exec as usize);
+            self.log("exec_destroy");
+        }
+        unsafe fn set_kernel(
+            &mut self,
+            _: CUgraphExec,
+            _: CUgraphNode,
+            p: &CUDA_KERNEL_NODE_PARAMS,
+        ) -> Result<(), DriverError> {
+            self.log(format!("set_kernel grid={}", p.gridDimX));
+            let args = read_args(p, &[4, 8]);
+            self.0.borrow_mut().set_args.push(args);
+            if self.0.borrow().refuse_set { Err(REFUSED) } else { Ok(()) }
+        }
+        unsafe fn set_memcpy(
+            &mut self,
+            _: CUgraphExec,
+            _: CUgraphNode,
+            p: &CUDA_MEMCPY3D,
+            _: CUcontext,
+        ) -> Result<(), DriverError> {
+            self.log(format!("set_memcpy bytes={}", p.WidthInBytes));
+            Ok(())
+        }
+        unsafe fn set_memset(
+            &mut self,
+            _: CUgraphExec,
+            _: CUgraphNode,
+            p: &CUDA_MEMSET_NODE_PARAMS,
+            _: CUcontext,
+        ) -> Result<(), DriverError> {
+            self.log(format!("set_memset value={}", p.value));
+            Ok(())
+        }
+        unsafe fn exec_update(&mut self, _: CUgraphExec, _: CUgraph) -> Result<(), DriverError> {
+            self.log("exec_update");
+            if self.0.borrow().refuse_update { Err(REFUSED) } else { Ok(()) }
+        }
+        unsafe fn launch(&mut self, _: CUgraphExec, _: CUstream) -> Result<(), DriverError> {
+            self.log("launch");
+            Ok(())
+        }
+        unsafe fn upload(&mut self, _: CUgraphExec, _: CUstream) -> Result<(), DriverError> {
+            self.log("upload");
+            Ok(())
+        }
+    }
+
+    /// A kernel node with a `u32` scalar and a `u64` pointer argument.
+    struct K {
+        func: usize,
+        grid: u32,
+        scalar: u32,
+        ptr: u64,
+    }
+
+    impl KernelNode for K {
+        fn function(&self) -> CUfunction {
+            self.func as CUfunction
+        }
+        fn dims(&self) -> LaunchDims {
+            LaunchDims { grid: (self.grid, 1, 1), block: (32, 1, 1), shared_bytes: 0 }
+        }
+        fn arg_count(&self) -> usize {
+            2
+        }
+        fn for_each_arg(&self, f: &mut dyn FnMut(&[u8])) {
+            f(&self.scalar.to_ne_bytes());
+            f(&self.ptr.to_ne_bytes());
+        }
+    }
+
+    const CTX: CUcontext = 0x1000 as CUcontext;
+    const STREAM: CUstream = 0x2000 as CUstream;
+
+    fn k(scalar: u32, ptr: u64) -> K {
+        K { func: 0x10, grid: 4, scalar, ptr }
+    }
+
+    fn copy(len: usize) -> MemcpyParams {
+        MemcpyParams {
+            src: Memory::Device(0x100),
+            dst: Memory::Device(0x200),
+            src_len: len,
+            dst_len: len,
+            elem_size: 4,
+            src_ctx: CTX,
+            dst_ctx: CTX,
+        }
+    }
+
+    fn memset(value: u32) -> MemsetParams {
+        MemsetParams { dst: 0x300, len: 8, elem_size: 4, value, ctx: CTX }
+    }
+
+    /// Plan: n0 kernel writes place 0; n1 kernel reads 0 writes 1; n2 copy reads 1 writes 2;
+    /// n3 memset writes 3 (independent); n4 (conditional) kernel writes 2.
+    fn plan() -> &'static Plan {
+        fn node(kind: NodeKind, accesses: Vec<Access>, condition: &'static str) -> PlanNode {
+            PlanNode {
+                label: "n",
+                text: "stmt",
+                kind,
+                line: 7,
+                column: 9,
+                accesses: Box::leak(accesses.into_boxed_slice()),
+                after: &[],
+                condition,
+            }
+        }
+        let (r, w) = (|p| Access { place: p, write: false }, |p| Access { place: p, write: true });
+        let nodes = vec![
+            node(NodeKind::Kernel("a"), vec![w(0)], ""),
+            node(NodeKind::Kernel("b"), vec![r(0), w(1)], ""),
+            node(NodeKind::Memcpy, vec![r(1), w(2)], ""),
+            node(NodeKind::Memset, vec![w(3)], ""),
+            node(NodeKind::Kernel("c"), vec![w(2)], "flag"),
+        ];
+        Box::leak(Box::new(Plan {
+            file: "mock.rs",
+            line: 5,
+            places: &["a", "b", "c", "d"],
+            nodes: Box::leak(nodes.into_boxed_slice()),
+            conditions: 1,
+        }))
+    }
+
+    fn run(
+        cache: &mut GraphCache<Mock>,
+        plan: &'static Plan,
+        k0: &K,
+        k1: &K,
+        c: MemcpyParams,
+        m: MemsetParams,
+        k4: Option<&K>,
+    ) -> Result<()> {
+        let nodes = [
+            Some(NodeParams::Kernel(k0)),
+            Some(NodeParams::Kernel(k1)),
+            Some(NodeParams::Memcpy(c)),
+            Some(NodeParams::Memset(m)),
+            k4.map(|k| NodeParams::Kernel(k as &dyn KernelNode)),
+        ];
+        cache.run_raw(plan, u64::from(k4.is_some()), CTX, STREAM, &nodes)
+    }
+
+    fn setup() -> (Mock, GraphCache<Mock>, &'static Plan) {
+        let mock = Mock::default();
+        let cache = GraphCache::with_driver(mock.clone(), 8);
+        (mock, cache, plan())
+    }
+
+    #[test]
+    fn first_call_builds_with_inferred_edges_then_launches() {
+        let (mock, mut cache, plan) = setup();
+        run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+        assert_eq!(
+            mock.calls(),
+            [
+                "graph_create",
+                "add_kernel deps=0",
+                "add_kernel deps=1",
+                "add_memcpy deps=1",
+                "add_memset deps=0",
+                "instantiate",
+                "launch"
+            ]
+        );
+        let s = cache.stats();
+        assert_eq!((s.builds, s.instantiations, s.launches, s.hits), (1, 1, 1, 0));
+    }
+
+    #[test]
+    fn unchanged_call_sends_nothing_but_the_launch() {
+        let (mock, mut cache, plan) = setup();
+        for _ in 0..3 {
+            run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+        }
+        let calls = mock.calls();
+        assert_eq!(calls[calls.len() - 2..], ["launch", "launch"]);
+        assert_eq!(calls.iter().filter(|c| c.starts_with("set_")).count(), 0);
+        let s = cache.stats();
+        assert_eq!((s.hits, s.nodes_unchanged, s.node_updates), (2, 8, 0));
+    }
+
+    #[test]
+    fn each_change_class_sends_one_set_params_for_its_node_only() {
+        let (mock, mut cache, plan) = setup();
+        run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+        mock.calls();
+        // scalar of node 1
+        run(&mut cache, plan, &k(1, 0xa0), &k(3, 0xb0), copy(4), memset(0), None).unwrap();
+        assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"]);
+        // pointer of node 0
+        run(&mut cache, plan, &k(1, 0xc0), &k(3, 0xb0), copy(4), memset(0), None).unwrap();
+        assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"]);
+        // grid of node 0
+        let mut g = k(1, 0xc0);
+        g.grid = 8;
+        run(&mut cache, plan, &g, &k(3, 0xb0), copy(4), memset(0), None).unwrap();
+        assert_eq!(mock.calls(), ["set_kernel grid=8", "launch"]);
+        // function of node 0
+        let mut f = k(1, 0xc0);
+        f.func = 0x20;
+        run(&mut cache, plan, &f, &k(3, 0xb0), copy(4), memset(0), None).unwrap();
+        assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"]);
+        // copy length, memset value
+        run(&mut cache, plan, &f, &k(3, 0xb0), copy(2), memset(9), None).unwrap();
+        assert_eq!(mock.calls(), ["set_memcpy bytes=8", "set_memset value=9", "launch"]);
+        let s = cache.stats();
+        assert_eq!((s.builds, s.instantiations, s.node_updates), (1, 1, 6));
+        assert_eq!((s.exec_updates, s.reinstantiations), (0, 0));
+    }
+
+    #[test]
+    fn set_params_sends_the_values_of_this_call() {
+        let (mock, mut cache, plan) = setup();
+        run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+        run(&mut cache, plan, &k(1, 0xa0), &k(77, 0xdead), copy(4), memset(0), None).unwrap();
+        let args = mock.0.borrow().set_args.clone();
+        assert_eq!(args, [vec![77u32.to_ne_bytes().to_vec(), 0xdeadu64.to_ne_bytes().to_vec()]]);
+    }
+
+    #[test]
+    fn refused_set_params_falls_back_to_exec_update() {
+        let (mock, mut cache, plan) = setup();
+        run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+        mock.calls();
+        mock.0.borrow_mut().refuse_set = true;
+        run(&mut cache, plan, &k(5, 0xa0), &k(6, 0xb0), copy(4), memset(0), None).unwrap();
+        let calls = mock.calls();
+        // one refused set, no second set, a rebuilt graph, one exec update, the temporary destroyed
+        assert_eq!(calls.iter().filter(|c| c.starts_with("set_kernel")).count(), 1);
+        assert!(calls.contains(&"exec_update".to_string()), "{calls:?}");
+        assert!(!calls.contains(&"instantiate".to_string()), "{calls:?}");
+        assert_eq!(calls.last().unwrap(), "launch");
+        let s = cache.stats();
+        assert_eq!((s.exec_updates, s.reinstantiations, s.instantiations), (1, 0, 1));
+        assert_eq!(mock.0.borrow().live_graphs.len(), 1);
+        // the recorded parameters are the new ones: the same call again changes nothing
+        mock.0.borrow_mut().refuse_set = false;
+        run(&mut cache, plan, &k(5, 0xa0), &k(6, 0xb0), copy(4), memset(0), None).unwrap();
+        assert_eq!(mock.calls(), ["launch"]);
+    }
+
+    #[test]
+    fn refused_exec_update_reinstantiates() {
+        let (mock, mut cache, plan) = setup();
+        run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+        {
+            let mut l = mock.0.borrow_mut();
+            l.refuse_set = true;
+            l.refuse_update = true;
+        }
+        mock.calls();
+        run(&mut cache, plan, &k(5, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+        let calls = mock.calls();
+        let tail: Vec<&str> = calls.iter().rev().take(4).rev().map(String::as_str).collect();
+        assert_eq!(tail, ["instantiate", "exec_destroy", "graph_destroy", "launch"]);
+        let s = cache.stats();
+        assert_eq!((s.exec_updates, s.reinstantiations, s.instantiations), (0, 1, 2));
+        let l = mock.0.borrow();
+        assert_eq!((l.live_graphs.len(), l.live_execs.len()), (1, 1));
+    }
+
+    #[test]
+    fn two_variants_alternating_build_twice_then_hit() {
+        let (mock, mut cache, plan) = setup();
+        let k4 = k(4, 0xe0);
+        for i in 0..1000 {
+            let c = (i % 2 == 0).then_some(&k4);
+            run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), c).unwrap();
+        }
+        let s = cache.stats();
+        assert_eq!((s.builds, s.instantiations, s.hits, s.launches), (2, 2, 998, 1000));
+        assert_eq!(s.node_updates, 0);
+        let mut hits = cache.variant_hits();
+        hits.sort_unstable();
+        assert_eq!(hits, [(0, 499), (1, 499)]);
+        assert!(mock.calls().iter().filter(|c| c.starts_with("add_kernel")).count() == 5);
+    }
+
+    #[test]
+    fn least_recently_used_variant_is_evicted_at_the_bound() {
+        let mock = Mock::default();
+        let mut cache = GraphCache::with_driver(mock.clone(), 1);
+        let plan = plan();
+        let k4 = k(4, 0xe0);
+        run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+        run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), Some(&k4)).unwrap();
+        assert_eq!(cache.len(), 1);
+        assert_eq!(cache.stats().evictions, 1);
+        assert_eq!(mock.0.borrow().live_execs.len(), 1);
+    }
+
+    #[test]
+    fn invalid_input_is_refused_before_any_driver_call_and_cache_stays_usable() {
+        let (mock, mut cache, plan) = setup();
+        let mut bad = copy(4);
+        bad.dst_len = 3;
+        let e = run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), bad, memset(0), None).unwrap_err();
+        assert!(matches!(e, Error::CopyLength { src: 4, dst: 3, .. }));
+        assert_eq!(
+            e.to_string(),
+            "node `n` (`stmt`) at mock.rs:7:9: copy length mismatch: source has 4 elements, destination has 3"
+        );
+        assert!(mock.calls().is_empty());
+        let mut zero = k(1, 0xa0);
+        zero.grid = 0;
+        let e = run(&mut cache, plan, &zero, &k(2, 0xb0), copy(4), memset(0), None).unwrap_err();
+        assert!(matches!(e, Error::ZeroDims { grid: (0, 1, 1), .. }), "{e}");
+        assert!(mock.calls().is_empty());
+        run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+        assert_eq!(cache.stats().launches, 1);
+    }
+
+    #[test]
+    fn dropping_the_cache_destroys_every_exec_and_graph() {
+        let (mock, mut cache, plan) = setup();
+        let k4 = k(4, 0xe0);
+        run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+        run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), Some(&k4)).unwrap();
+        assert_eq!(mock.0.borrow().live_execs.len(), 2);
+        drop(cache);
+        let l = mock.0.borrow();
+        assert!(l.live_execs.is_empty() && l.live_graphs.is_empty());
+    }
 }

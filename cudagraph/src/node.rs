@@ -5,7 +5,7 @@
 use core::ffi::c_void;
 use core::marker::PhantomData;
 
-use cudarc::driver::sys::{CUcontext, CUdeviceptr};
+use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUfunction};
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
     DeviceRepr, DeviceSlice, HostSlice, LaunchConfig, PinnedHostSlice, SyncOnDrop,
@@ -359,8 +359,8 @@ impl<A: KernelArgs> KernelLaunch<'_, A> {
 
 /// Object-safe view of a [`KernelLaunch`], used by the cache.
 pub trait KernelNode {
-    /// The CUDA function.
-    fn function(&self) -> &CudaFunction;
+    /// The CUDA function's handle.
+    fn function(&self) -> CUfunction;
     /// Grid, block and shared memory.
     fn dims(&self) -> LaunchDims;
     /// Number of arguments.
@@ -370,8 +370,8 @@ pub trait KernelNode {
 }
 
 impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
-    fn function(&self) -> &CudaFunction {
-        self.call.function
+    fn function(&self) -> CUfunction {
+        self.call.function.cu_function()
     }
     fn dims(&self) -> LaunchDims {
         self.dims

@@ -190,3 +190,155 @@ pub unsafe fn debug_dot_print(graph: CUgraph, path: *const c_char) -> Result<(),
 
 /// A null `void*`, for the unused `extra` field of kernel parameters.
 pub(crate) const NO_EXTRA: *mut *mut c_void = ptr::null_mut();
+
+/// The driver calls the [`GraphCache`](crate::GraphCache) makes, behind a trait so that the
+/// update ladder's decisions can be tested without a GPU. [`Cuda`] is the real driver; every
+/// method is one call of the functions above. Implementations report errors as the driver would.
+///
+/// # Safety
+/// Every method is `unsafe` with the contract of the raw function it stands for: handles passed
+/// in are ones this driver returned and has not destroyed, the context is current, and parameter
+/// pointers are valid for the call.
+pub trait Driver {
+    /// [`graph_create`].
+    unsafe fn graph_create(&mut self) -> Result<CUgraph, DriverError>;
+    /// [`graph_destroy`]; errors are ignored (nothing can be done about them).
+    unsafe fn graph_destroy(&mut self, graph: CUgraph);
+    /// [`add_kernel_node`].
+    unsafe fn add_kernel(
+        &mut self,
+        graph: CUgraph,
+        deps: &[CUgraphNode],
+        params: &CUDA_KERNEL_NODE_PARAMS,
+    ) -> Result<CUgraphNode, DriverError>;
+    /// [`add_memcpy_node`].
+    unsafe fn add_memcpy(
+        &mut self,
+        graph: CUgraph,
+        deps: &[CUgraphNode],
+        params: &CUDA_MEMCPY3D,
+        ctx: CUcontext,
+    ) -> Result<CUgraphNode, DriverError>;
+    /// [`add_memset_node`].
+    unsafe fn add_memset(
+        &mut self,
+        graph: CUgraph,
+        deps: &[CUgraphNode],
+        params: &CUDA_MEMSET_NODE_PARAMS,
+        ctx: CUcontext,
+    ) -> Result<CUgraphNode, DriverError>;
+    /// [`instantiate`].
+    unsafe fn instantiate(&mut self, graph: CUgraph) -> Result<CUgraphExec, DriverError>;
+    /// [`exec_destroy`]; errors are ignored.
+    unsafe fn exec_destroy(&mut self, exec: CUgraphExec);
+    /// [`exec_kernel_set_params`].
+    unsafe fn set_kernel(
+        &mut self,
+        exec: CUgraphExec,
+        node: CUgraphNode,
+        params: &CUDA_KERNEL_NODE_PARAMS,
+    ) -> Result<(), DriverError>;
+    /// [`exec_memcpy_set_params`].
+    unsafe fn set_memcpy(
+        &mut self,
+        exec: CUgraphExec,
+        node: CUgraphNode,
+        params: &CUDA_MEMCPY3D,
+        ctx: CUcontext,
+    ) -> Result<(), DriverError>;
+    /// [`exec_memset_set_params`].
+    unsafe fn set_memset(
+        &mut self,
+        exec: CUgraphExec,
+        node: CUgraphNode,
+        params: &CUDA_MEMSET_NODE_PARAMS,
+        ctx: CUcontext,
+    ) -> Result<(), DriverError>;
+    /// [`exec_update`].
+    unsafe fn exec_update(&mut self, exec: CUgraphExec, graph: CUgraph) -> Result<(), DriverError>;
+    /// [`launch`].
+    unsafe fn launch(&mut self, exec: CUgraphExec, stream: CUstream) -> Result<(), DriverError>;
+    /// [`upload`].
+    unsafe fn upload(&mut self, exec: CUgraphExec, stream: CUstream) -> Result<(), DriverError>;
+}
+
+/// The CUDA driver, loaded at run time by cudarc.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cuda;
+
+// SAFETY (every method): forwards its caller's contract, which is the raw function's.
+impl Driver for Cuda {
+    unsafe fn graph_create(&mut self) -> Result<CUgraph, DriverError> {
+        unsafe { graph_create() }
+    }
+    unsafe fn graph_destroy(&mut self, graph: CUgraph) {
+        let _ = unsafe { graph_destroy(graph) };
+    }
+    unsafe fn add_kernel(
+        &mut self,
+        graph: CUgraph,
+        deps: &[CUgraphNode],
+        params: &CUDA_KERNEL_NODE_PARAMS,
+    ) -> Result<CUgraphNode, DriverError> {
+        unsafe { add_kernel_node(graph, deps, params) }
+    }
+    unsafe fn add_memcpy(
+        &mut self,
+        graph: CUgraph,
+        deps: &[CUgraphNode],
+        params: &CUDA_MEMCPY3D,
+        ctx: CUcontext,
+    ) -> Result<CUgraphNode, DriverError> {
+        unsafe { add_memcpy_node(graph, deps, params, ctx) }
+    }
+    unsafe fn add_memset(
+        &mut self,
+        graph: CUgraph,
+        deps: &[CUgraphNode],
+        params: &CUDA_MEMSET_NODE_PARAMS,
+        ctx: CUcontext,
+    ) -> Result<CUgraphNode, DriverError> {
+        unsafe { add_memset_node(graph, deps, params, ctx) }
+    }
+    unsafe fn instantiate(&mut self, graph: CUgraph) -> Result<CUgraphExec, DriverError> {
+        unsafe { instantiate(graph) }
+    }
+    unsafe fn exec_destroy(&mut self, exec: CUgraphExec) {
+        let _ = unsafe { exec_destroy(exec) };
+    }
+    unsafe fn set_kernel(
+        &mut self,
+        exec: CUgraphExec,
+        node: CUgraphNode,
+        params: &CUDA_KERNEL_NODE_PARAMS,
+    ) -> Result<(), DriverError> {
+        unsafe { exec_kernel_set_params(exec, node, params) }
+    }
+    unsafe fn set_memcpy(
+        &mut self,
+        exec: CUgraphExec,
+        node: CUgraphNode,
+        params: &CUDA_MEMCPY3D,
+        ctx: CUcontext,
+    ) -> Result<(), DriverError> {
+        unsafe { exec_memcpy_set_params(exec, node, params, ctx) }
+    }
+    unsafe fn set_memset(
+        &mut self,
+        exec: CUgraphExec,
+        node: CUgraphNode,
+        params: &CUDA_MEMSET_NODE_PARAMS,
+        ctx: CUcontext,
+    ) -> Result<(), DriverError> {
+        unsafe { exec_memset_set_params(exec, node, params, ctx) }
+    }
+    unsafe fn exec_update(&mut self, exec: CUgraphExec, graph: CUgraph) -> Result<(), DriverError> {
+        unsafe { exec_update(exec, graph) }.map_err(|(e, _)| e)
+    }
+    unsafe fn launch(&mut self, exec: CUgraphExec, stream: CUstream) -> Result<(), DriverError> {
+        unsafe { launch(exec, stream) }
+    }
+    unsafe fn upload(&mut self, exec: CUgraphExec, stream: CUstream) -> Result<(), DriverError> {
+        unsafe { upload(exec, stream) }
+    }
+}
