@@ -367,7 +367,7 @@ impl<D: Driver> GraphCache<D> {
     /// bit `i` set when the `i`-th host `if` of the body took its `then` branch.
     pub fn variant_hits(&self) -> Vec<(u64, u64)> {
         let mut v: Vec<_> = self.variants.iter().map(|v| (v.last_use, v.key, v.hits)).collect();
-        v.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        v.sort_unstable_by_key(|x| core::cmp::Reverse(x.0));
         v.into_iter().map(|(_, k, h)| (k, h)).collect()
     }
 

@@ -199,6 +199,7 @@ pub(crate) const NO_EXTRA: *mut *mut c_void = ptr::null_mut();
 /// Every method is `unsafe` with the contract of the raw function it stands for: handles passed
 /// in are ones this driver returned and has not destroyed, the context is current, and parameter
 /// pointers are valid for the call.
+#[allow(clippy::missing_safety_doc)] // one contract for all methods, stated above
 pub trait Driver {
     /// [`graph_create`].
     unsafe fn graph_create(&mut self) -> Result<CUgraph, DriverError>;
