@@ -28,3 +28,10 @@ extern "C" __global__ void check_finite(unsigned n, const float *u, unsigned *fl
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n && !isfinite(u[i])) atomicOr(flags, 1u);
 }
+
+// r[0] = max over cells of |v - u| (the step's largest change), for r[0] zeroed before.
+// Non-negative floats order like their bit patterns as ints, so atomicMax on the bits is exact.
+extern "C" __global__ void residual(unsigned n, const float *u, const float *v, float *r) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicMax((int *)r, __float_as_int(fabsf(v[i] - u[i])));
+}
