@@ -41,6 +41,20 @@ pub struct Stats {
     pub reinstantiations: u64,
     /// Variants evicted to stay within the cache bound.
     pub evictions: u64,
+    /// Calls run eagerly, statement by statement ([`Mode::Eager`]).
+    pub eager_calls: u64,
+}
+
+/// How a [`GraphCache`] runs each `graph!` call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Build, cache, update and launch a CUDA graph (the default).
+    #[default]
+    Graph,
+    /// The eager oracle: launch the statements one by one on the stream, in source order
+    /// (`cuLaunchKernel`, `cuMemcpyAsync`, `cuMemsetD*Async`), with the same arguments. Computes
+    /// what the graph means, for tests and debugging; no graph is built or touched.
+    Eager,
 }
 
 /// Owns the instantiated graphs of one `graph!` call site, one per structural variant (each
@@ -56,6 +70,7 @@ pub struct Stats {
 /// (it can move to another thread) but not `Sync`, and every use takes `&mut self`.
 pub struct GraphCache<D: Driver = Cuda> {
     driver: D,
+    mode: Mode,
     plan: Option<&'static Plan>,
     variants: Vec<Variant>,
     max_variants: usize,
@@ -301,7 +316,49 @@ impl GraphCache {
     ) -> Result<()> {
         let graph_err = |source| Error::Graph { file: plan.file, line: plan.line, source };
         stream.context().bind_to_thread().call("cuCtxSetCurrent").map_err(graph_err)?;
+        if self.mode == Mode::Eager {
+            return self.run_eager(plan, stream, nodes);
+        }
         self.run_raw(plan, key, stream.context().cu_ctx(), stream.cu_stream(), nodes)
+    }
+
+    /// The eager oracle (see [`Mode::Eager`]). Validates everything first, so an invalid call
+    /// enqueues nothing; a driver error part way names the node and leaves the earlier
+    /// statements enqueued, as eager launches do.
+    fn run_eager(
+        &mut self,
+        plan: &'static Plan,
+        stream: &CudaStream,
+        nodes: &[Option<NodeParams<'_>>],
+    ) -> Result<()> {
+        validate(plan, nodes, stream.context().cu_ctx())?;
+        let s = stream.cu_stream();
+        for (i, n) in nodes.iter().enumerate() {
+            let site = || NodeSite::of(plan, &plan.nodes[i]);
+            // SAFETY: parameters validated; pointers come from places the caller keeps
+            // borrowed until after this call, with guards recording these uses on `stream`.
+            let r = match n {
+                None => continue,
+                Some(NodeParams::Kernel(k)) => KernelState::new(*k)
+                    .with_params(|p| unsafe { raw::launch_kernel(p, s) })
+                    .call("cuLaunchKernel"),
+                Some(NodeParams::Memcpy(c)) => {
+                    let addr = |m: Memory| match m {
+                        Memory::Device(p) => p,
+                        Memory::Host(p) => p as sys::CUdeviceptr,
+                    };
+                    let bytes = c.src_len * c.elem_size;
+                    unsafe { raw::memcpy_async(addr(c.dst), addr(c.src), bytes, s) }
+                        .call("cuMemcpyAsync")
+                }
+                Some(NodeParams::Memset(m)) => {
+                    unsafe { raw::memset_async(&memset_params(m), s) }.call("cuMemsetD32Async")
+                }
+            };
+            r.map_err(|source| Error::Node { site: site(), source })?;
+        }
+        self.stats.eager_calls += 1;
+        Ok(())
     }
 
     /// `cuGraphUpload` of the most recently used variant's exec on `stream`, so that its next
@@ -332,9 +389,21 @@ impl GraphCache {
 }
 
 impl<D: Driver> GraphCache<D> {
+    /// How later calls run: [`Mode::Graph`] (default) or the eager oracle [`Mode::Eager`].
+    /// Switching keeps the cached graphs.
+    pub fn set_mode(&mut self, mode: Mode) {
+        self.mode = mode;
+    }
+
+    /// The current [`Mode`].
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
     pub(crate) fn with_driver(driver: D, max: usize) -> Self {
         GraphCache {
             driver,
+            mode: Mode::Graph,
             plan: None,
             variants: Vec::new(),
             max_variants: max.max(1),

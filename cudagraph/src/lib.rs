@@ -55,7 +55,7 @@ pub mod raw;
 
 pub use cudarc;
 pub use error::{CudaError, Error, NodeSite, Result};
-pub use exec::{GraphCache, MAX_KERNEL_PARAMS, Stats};
+pub use exec::{GraphCache, MAX_KERNEL_PARAMS, Mode, Stats};
 pub use node::{
     DevRead, DevWrite, HostRead, HostWrite, KernelCall, KernelLaunch, LaunchDims, MemcpyParams,
     Memory, MemsetParams, Place, PlaceMut,

@@ -188,6 +188,62 @@ pub unsafe fn debug_dot_print(graph: CUgraph, path: *const c_char) -> Result<(),
     unsafe { sys::cuGraphDebugDotPrint(graph, path, flags) }.result()
 }
 
+/// `cuLaunchKernel`: one eager kernel launch on `stream` (the eager oracle's path).
+///
+/// # Safety
+/// As [`add_kernel_node`], with `stream` live in the current context.
+pub unsafe fn launch_kernel(
+    params: &CUDA_KERNEL_NODE_PARAMS,
+    stream: CUstream,
+) -> Result<(), DriverError> {
+    let p = params;
+    unsafe {
+        sys::cuLaunchKernel(
+            p.func,
+            p.gridDimX,
+            p.gridDimY,
+            p.gridDimZ,
+            p.blockDimX,
+            p.blockDimY,
+            p.blockDimZ,
+            p.sharedMemBytes,
+            stream,
+            p.kernelParams,
+            p.extra,
+        )
+    }
+    .result()
+}
+
+/// `cuMemcpyAsync`: `bytes` bytes from `src` to `dst` (unified addresses: device or pinned host).
+///
+/// # Safety
+/// Both ranges are valid for `bytes` bytes until the copy ran; `stream` live.
+pub unsafe fn memcpy_async(
+    dst: sys::CUdeviceptr,
+    src: sys::CUdeviceptr,
+    bytes: usize,
+    stream: CUstream,
+) -> Result<(), DriverError> {
+    unsafe { sys::cuMemcpyAsync(dst, src, bytes, stream) }.result()
+}
+
+/// `cuMemsetD8Async` / `cuMemsetD16Async` / `cuMemsetD32Async` by `params.elementSize`.
+///
+/// # Safety
+/// `params.dst` is valid for `width * elementSize` bytes until the memset ran; `stream` live.
+pub unsafe fn memset_async(
+    params: &CUDA_MEMSET_NODE_PARAMS,
+    stream: CUstream,
+) -> Result<(), DriverError> {
+    let (d, v, n) = (params.dst, params.value, params.width);
+    match params.elementSize {
+        1 => unsafe { sys::cuMemsetD8Async(d, v as u8, n, stream) }.result(),
+        2 => unsafe { sys::cuMemsetD16Async(d, v as u16, n, stream) }.result(),
+        _ => unsafe { sys::cuMemsetD32Async(d, v, n, stream) }.result(),
+    }
+}
+
 /// A null `void*`, for the unused `extra` field of kernel parameters.
 pub(crate) const NO_EXTRA: *mut *mut c_void = ptr::null_mut();
 

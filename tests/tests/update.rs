@@ -332,3 +332,37 @@ fn upload_before_launch() -> Result<()> {
     assert_eq!(host(&stream, &y), want);
     Ok(())
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn eager_mode_computes_what_the_graph_computes() -> Result<()> {
+    // The same body run as a graph and through the eager oracle, on the same inputs.
+    let (_ctx, stream, k) = setup()?;
+    let x = iota(&stream, N)?;
+    let mut results = Vec::new();
+    for mode in [cudagraph::Mode::Graph, cudagraph::Mode::Eager] {
+        let (mut y, mut z) =
+            (stream.alloc_zeros::<i32>(N as usize)?, stream.alloc_zeros(N as usize)?);
+        let mut host_z = unsafe { stream.context().alloc_pinned::<i32>(N as usize)? };
+        let mut cache = GraphCache::new();
+        cache.set_mode(mode);
+        for step in 0..5 {
+            graph!(&mut cache, &stream, {
+                memset(&mut z, 7i32);
+                let a = k.affine(N, step, 2, &x, &mut y).launch(cfg(N));
+                k.append_digit(N, step, &mut z).launch(cfg(N)).after(a);
+                k.append_digit(N, 1, &mut y).launch(cfg(N));
+                copy(&z, &mut host_z);
+            })?;
+        }
+        let s = cache.stats();
+        match mode {
+            cudagraph::Mode::Graph => assert_eq!((s.builds, s.launches, s.eager_calls), (1, 5, 0)),
+            cudagraph::Mode::Eager => assert_eq!((s.builds, s.launches, s.eager_calls), (0, 0, 5)),
+        }
+        results.push((host(&stream, &y), host_z.as_slice()?.to_vec()));
+    }
+    assert_eq!(results[0], results[1]);
+    assert_eq!(results[0].1[0], 74);
+    Ok(())
+}
