@@ -365,3 +365,101 @@ mod tests {
         assert_eq!(dot.matches("->").count(), 1);
     }
 }
+
+#[cfg(test)]
+mod properties {
+    //! The inferred edges equal the transitive reduction of all hazards, computed the slow,
+    //! obvious way, for random statement sequences (and random subsets of present nodes).
+    use super::*;
+    use proptest::prelude::*;
+
+    fn reference(nodes: &[PlanNode], present: &[bool]) -> Vec<(u32, u32)> {
+        let n = nodes.len();
+        let mut dep = vec![vec![false; n]; n]; // dep[i][j]: j must run after i
+        for j in 0..n {
+            for i in 0..j {
+                if !(present[i] && present[j]) {
+                    continue;
+                }
+                let hazard = nodes[i].accesses.iter().any(|a| {
+                    nodes[j].accesses.iter().any(|b| a.place == b.place && (a.write || b.write))
+                });
+                dep[i][j] = hazard || nodes[j].after.contains(&(i as u32));
+            }
+        }
+        // transitive closure (Floyd–Warshall), then drop every edge implied by a longer path
+        let mut reach = dep.clone();
+        for k in 0..n {
+            for i in 0..n {
+                for j in 0..n {
+                    if reach[i][k] && reach[k][j] {
+                        reach[i][j] = true;
+                    }
+                }
+            }
+        }
+        let mut edges = Vec::new();
+        for j in 0..n {
+            for i in (0..j).rev() {
+                if reach[i][j] && !(0..n).any(|k| reach[i][k] && reach[k][j]) {
+                    edges.push((i as u32, j as u32));
+                }
+            }
+        }
+        edges
+    }
+
+    fn arb_nodes() -> impl Strategy<Value = (Vec<PlanNode>, Vec<bool>)> {
+        let access = (0u32..5, any::<bool>()).prop_map(|(place, write)| Access { place, write });
+        let node = (
+            proptest::collection::vec(access, 0..4),
+            proptest::collection::vec(any::<u32>(), 0..3),
+        );
+        proptest::collection::vec((node, any::<bool>()), 0..24).prop_map(|v| {
+            let mut nodes = Vec::new();
+            let mut present = Vec::new();
+            for (j, ((mut acc, after), p)) in v.into_iter().enumerate() {
+                // one access per place, as the macro emits them (a write wins)
+                acc.sort_by_key(|a| (a.place, !a.write));
+                acc.dedup_by_key(|a| a.place);
+                let after: Vec<u32> =
+                    if j == 0 { vec![] } else { after.into_iter().map(|a| a % j as u32).collect() };
+                nodes.push(PlanNode {
+                    label: "n",
+                    text: "",
+                    kind: NodeKind::Memcpy,
+                    line: 1,
+                    column: 1,
+                    accesses: Box::leak(acc.into_boxed_slice()),
+                    after: Box::leak(after.into_boxed_slice()),
+                    condition: "",
+                });
+                present.push(p || j % 3 == 0);
+            }
+            (nodes, present)
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn edges_are_the_transitive_reduction_of_the_hazards((nodes, present) in arb_nodes()) {
+            let mut got = infer_edges(&nodes, &present);
+            let mut want = reference(&nodes, &present);
+            got.sort_unstable();
+            want.sort_unstable();
+            prop_assert_eq!(got, want);
+        }
+
+        #[test]
+        fn every_node_present_gives_the_same_as_plan_edges((nodes, _) in arb_nodes()) {
+            let all = vec![true; nodes.len()];
+            let mut got = infer_edges(&nodes, &all);
+            let mut want = reference(&nodes, &all);
+            got.sort_unstable();
+            want.sort_unstable();
+            prop_assert_eq!(got, want);
+        }
+    }
+}
