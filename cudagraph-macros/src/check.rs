@@ -7,6 +7,7 @@ use std::fmt::Display;
 use quote::ToTokens;
 
 use crate::ast::{Flat, GraphInput, Node, flatten};
+use crate::parse::line_column;
 
 /// Most host `if`s one body may have (one bit each of the variant key).
 pub const MAX_CONDITIONS: u32 = 64;
@@ -24,8 +25,10 @@ impl Errors {
     pub fn add(&mut self, e: syn::Error) {
         self.0.push(e);
     }
-    /// All errors as one `syn::Error` (`None` when there are none).
-    pub fn combine(self) -> Option<syn::Error> {
+    /// All errors as one `syn::Error` (`None` when there are none), in source order whichever
+    /// pass found them.
+    pub fn combine(mut self) -> Option<syn::Error> {
+        self.0.sort_by_key(|e| line_column(e.span()));
         self.0.into_iter().reduce(|mut a, b| {
             a.combine(b);
             a
@@ -61,10 +64,20 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
     for (i, f) in nodes.iter().enumerate() {
         if let Some(name) = &f.node.name {
             if let Some(&first) = names.get(&name.to_string()) {
-                let mut e = syn::Error::new(name.span(), format!("duplicate node name `{name}`"));
-                let first = nodes[first].node.name.as_ref().expect("named");
-                e.combine(syn::Error::new(first.span(), format!("`{name}` first defined here")));
-                errors.add(e);
+                // One error on the second name (a second `error:` on the first one would read as
+                // another error). The same position twice means one `let` unrolled by a `for`.
+                let (line, column) =
+                    line_column(nodes[first].node.name.as_ref().expect("named").span());
+                let msg = if (line, column) == line_column(name.span()) {
+                    format!(
+                        "duplicate node name `{name}`: a `let` inside a graph `for` names a node in every iteration, and node names must be unique"
+                    )
+                } else {
+                    format!(
+                        "duplicate node name `{name}`: line {line} already names a node `{name}`; node names must be unique"
+                    )
+                };
+                errors.push(name, msg);
             } else {
                 names.insert(name.to_string(), i);
             }

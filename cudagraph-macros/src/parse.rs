@@ -194,7 +194,9 @@ fn substitute(tokens: TokenStream, var: &Ident, value: u64) -> TokenStream {
         .map(|tt| match tt {
             TokenTree::Ident(ref i) if i == var => {
                 let mut lit = proc_macro2::Literal::u64_unsuffixed(value);
-                lit.set_span(i.span());
+                // At `i` for error messages, but marked as macro output: lints such as
+                // clippy's `erasing_op` would otherwise fire on the user's `2 * i` with `i = 0`.
+                lit.set_span(Span::call_site().located_at(i.span()));
                 TokenTree::Literal(lit)
             }
             TokenTree::Group(g) => {
@@ -265,7 +267,10 @@ fn strip_parens(mut e: &Expr) -> &Expr {
 
 fn lower_launch(m: &ExprMethodCall, errors: &mut Errors) -> Option<Op> {
     if m.args.len() != 1 {
-        errors.push(m, "`.launch(cfg)` takes one launch configuration: `LaunchConfig`, `(grid, block)` or `(grid, block, shared_bytes)`");
+        // On `launch(…)`, not on the whole statement.
+        let mut call = m.method.to_token_stream();
+        m.paren_token.surround(&mut call, |t| m.args.to_tokens(t));
+        errors.push(call, "`.launch(cfg)` takes one launch configuration: `LaunchConfig`, `(grid, block)` or `(grid, block, shared_bytes)`");
         return None;
     }
     let cfg = m.args[0].clone();

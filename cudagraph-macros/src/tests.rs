@@ -1,1 +1,598 @@
+//! Parser and checker tests: plain functions over `proc_macro2` token streams, no compiler plugin.
 
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use crate::ast::{Arg, GraphInput, Op};
+use crate::check::{Checked, Errors, check};
+use crate::parse::{MAX_UNROLL, parse};
+
+/// `graph!`'s input lowered, asserting that `parse` itself succeeded.
+fn lower(tokens: TokenStream) -> (GraphInput, Errors) {
+    match parse(tokens) {
+        Ok(x) => x,
+        Err(e) => panic!("graph! input does not parse: {e}"),
+    }
+}
+
+/// Messages of every parse and check error of `tokens`, in the order found.
+fn errors_of(tokens: TokenStream) -> Vec<String> {
+    let (input, mut errors) = lower(tokens);
+    check(&input, &mut errors);
+    errors.messages()
+}
+
+/// Checks `tokens`, asserts there is no error and hands the result to `f`.
+fn checked(tokens: TokenStream, f: impl FnOnce(&Checked<'_>)) {
+    let (input, mut errors) = lower(tokens);
+    let c = check(&input, &mut errors);
+    assert_eq!(errors.messages(), Vec::<String>::new());
+    f(&c);
+}
+
+/// One line per node: `label: kind place/r place/w …`, with ` if COND` when conditional.
+fn summary(c: &Checked<'_>) -> Vec<String> {
+    c.nodes
+        .iter()
+        .map(|f| {
+            let node = f.node;
+            let kind = match &node.op {
+                Op::Launch { kernel, .. } => format!("kernel {kernel}"),
+                Op::Copy { .. } => "copy".into(),
+                Op::Memset { .. } => "memset".into(),
+                Op::Zero { .. } => "zero".into(),
+            };
+            let mut line = format!("{}: {kind}", node.label());
+            for o in node.op.operands() {
+                line += &format!(" {}/{}", o.key, if o.write { "w" } else { "r" });
+            }
+            if !f.condition.is_empty() {
+                line += &format!(" if {}", f.condition);
+            }
+            line
+        })
+        .collect()
+}
+
+/// Parses `src` as text, so tokens have distinct source positions (tokens made by `quote!` all
+/// share one).
+fn text(src: &str) -> TokenStream {
+    src.parse().expect("valid tokens")
+}
+
+#[test]
+fn statements_lower_to_node_kinds() {
+    checked(
+        quote!(&mut cache, &stream, {
+            k.stencil(nx, ny, 0.5, &u, &mut v).launch(cfg);
+            copy(&v, &mut host);
+            memset(&mut flags, 0u32);
+            zero(&mut u);
+        }),
+        |c| {
+            assert_eq!(
+                summary(c),
+                [
+                    "stencil: kernel stencil u/r v/w",
+                    "copy: copy v/r host/w",
+                    "memset: memset flags/w",
+                    "zero: zero u/w",
+                ]
+            );
+            assert_eq!(c.after, [[0u32; 0]; 4]);
+            assert_eq!(c.conditions, 0);
+        },
+    );
+}
+
+#[test]
+fn input_keeps_cache_stream_and_launch_parts() {
+    let (input, errors) = lower(quote!(&mut self.cache, &streams[1], {
+        k.axpy(n, 2.0, &x, &mut y).launch((4, 256));
+    }));
+    assert!(errors.messages().is_empty());
+    assert_eq!(crate::ast::normalize(&input.cache), "&mut self.cache");
+    assert_eq!(crate::ast::normalize(&input.stream), "&streams[1]");
+    let crate::ast::Item::Node(node) = &input.body[0] else { panic!("a node") };
+    let Op::Launch { receiver, kernel, args, cfg } = &node.op else { panic!("a launch") };
+    assert_eq!(crate::ast::normalize(receiver), "k");
+    assert_eq!(kernel, "axpy");
+    assert_eq!(crate::ast::normalize(cfg), "(4, 256)");
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| match a {
+            Arg::Scalar(e) => format!("scalar {}", crate::ast::normalize(e)),
+            Arg::Buffer(o) => format!("buffer {} {}", o.key, o.write),
+        })
+        .collect();
+    assert_eq!(args, ["scalar n", "scalar 2.0", "buffer x false", "buffer y true"]);
+}
+
+#[test]
+fn labels_are_let_names_or_statement_words() {
+    checked(
+        quote!(&mut c, &s, {
+            let s1 = k.stencil(&u, &mut v).launch(cfg);
+            k.boundary(&mut v).launch(cfg);
+            let clear = zero(&mut f);
+            let up = copy(&h, &mut u);
+            memset(&mut f, 1u8);
+        }),
+        |c| {
+            let labels: Vec<String> = c.nodes.iter().map(|f| f.node.label()).collect();
+            assert_eq!(labels, ["s1", "boundary", "clear", "up", "memset"]);
+        },
+    );
+}
+
+#[test]
+fn place_keys_name_fields_indices_and_derefs() {
+    checked(
+        quote!(&mut c, &s, {
+            k.a(&self.u, &mut s.f.g).launch(cfg);
+            k.b(&bufs[0], &mut bufs[1 + 1]).launch(cfg);
+            k.c(&(x), &mut *y).launch(cfg);
+            k.d(&grid[j], &mut m[2][3]).launch(cfg);
+        }),
+        |c| {
+            assert_eq!(
+                summary(c),
+                [
+                    "a: kernel a self.u/r s.f.g/w",
+                    "b: kernel b bufs[0]/r bufs[2]/w",
+                    "c: kernel c x/r *y/w",
+                    "d: kernel d grid[j]/r m[2][3]/w",
+                ]
+            );
+        },
+    );
+}
+
+#[test]
+fn after_resolves_to_earlier_node_indices() {
+    checked(
+        quote!(&mut c, &s, {
+            let a = k.x(&mut u).launch(cfg);
+            let b = zero(&mut v);
+            k.y(&mut w).launch(cfg).after(a);
+            let d = memset(&mut f, 0u32).after(b, a);
+            (copy(&u, &mut h)).after(d);
+        }),
+        |c| assert_eq!(c.after, [vec![], vec![], vec![0], vec![1, 0], vec![3]]),
+    );
+}
+
+#[test]
+fn after_unknown_later_and_self_are_errors() {
+    assert_eq!(
+        errors_of(quote!(&mut c, &s, {
+            k.x(&mut u).launch(cfg).after(nope);
+        })),
+        [
+            "unknown node `nope` in `.after(…)`: name a node with `let nope = …;` before this statement"
+        ]
+    );
+    assert_eq!(
+        errors_of(quote!(&mut c, &s, {
+            k.x(&mut u).launch(cfg).after(b);
+            let b = zero(&mut v);
+        })),
+        ["node `b` is defined later: `.after(…)` names earlier nodes only"]
+    );
+    assert_eq!(
+        errors_of(quote!(&mut c, &s, {
+            let a = k.x(&mut u).launch(cfg).after(a);
+        })),
+        ["node `a` cannot depend on itself"]
+    );
+}
+
+#[test]
+fn after_takes_names_only() {
+    let errors = errors_of(quote!(&mut c, &s, {
+        let a = zero(&mut u);
+        zero(&mut v).after(a.b, 3);
+        zero(&mut w).after();
+        zero(&mut x).after(a).after(a);
+    }));
+    assert_eq!(
+        errors,
+        [
+            "`.after(…)` takes names of earlier nodes: `.after(a, b)`",
+            "`.after(…)` takes names of earlier nodes: `.after(a, b)`",
+            "`.after(…)` needs at least one node name",
+            "write all dependencies in one `.after(a, b)`",
+        ]
+    );
+}
+
+#[test]
+fn duplicate_names_are_one_error_on_the_second() {
+    // Distinct source positions: the message names the first one's line.
+    let errors =
+        errors_of(text("&mut c, &s, {\n    let a = zero(&mut u);\n    let a = zero(&mut v);\n}"));
+    assert_eq!(
+        errors,
+        ["duplicate node name `a`: line 2 already names a node `a`; node names must be unique"]
+    );
+    // One `let` unrolled by a `for`: one error, repeated identically for each later iteration
+    // (rustc shows identical errors once).
+    let errors = errors_of(text(
+        "&mut c, &s, {\n    for i in 0..3 {\n        let a = zero(&mut b[i]);\n    }\n}",
+    ));
+    let msg = "duplicate node name `a`: a `let` inside a graph `for` names a node in every iteration, and node names must be unique";
+    assert_eq!(errors, [msg, msg]);
+}
+
+#[test]
+fn temporaries_are_rejected_as_operands() {
+    let msg = "a buffer operand must be a place (a variable, a field or an indexed element such as `u`, `self.u`, `bufs[0]`), not a temporary or a call: a temporary would be dropped before the GPU runs";
+    let errors = errors_of(quote!(&mut c, &s, {
+        k.a(&make_buf(), &mut v).launch(cfg);
+        k.b(&bufs.clone(), &mut v).launch(cfg);
+        k.c(&u, &mut bufs[next()]).launch(cfg);
+        copy(&u.slice(0..4), &mut v);
+        zero(&mut vec![1]);
+    }));
+    assert_eq!(errors, [msg; 5]);
+}
+
+#[test]
+fn operands_need_their_reference_marker() {
+    let errors = errors_of(quote!(&mut c, &s, {
+        copy(&mut a, &mut b);
+        copy(a, &mut b);
+        copy(&a, b);
+        memset(&x, 0u32);
+        zero(&x);
+    }));
+    assert_eq!(
+        errors,
+        [
+            "this operand is only read: write `&a`",
+            "a buffer operand is a place marked `&` (read) or `&mut` (write): write `&a`",
+            "a buffer operand is a place marked `&` (read) or `&mut` (write): write `&mut b`",
+            "this operand is written: write `&mut x`",
+            "this operand is written: write `&mut x`",
+        ]
+    );
+}
+
+#[test]
+fn same_place_twice_with_a_write_is_an_error() {
+    assert_eq!(
+        errors_of(quote!(&mut c, &s, {
+            k.axpy(n, &x, &mut x).launch(cfg);
+        })),
+        [
+            "`x` is used twice in one statement and written: split the buffer first (e.g. `split_at_mut`) so the two operands are different places"
+        ]
+    );
+    assert_eq!(
+        errors_of(quote!(&mut c, &s, {
+            copy(&bufs[0 + 1], &mut bufs[1]);
+        })),
+        [
+            "`bufs[1]` is used twice in one statement and written: split the buffer first (e.g. `split_at_mut`) so the two operands are different places"
+        ]
+    );
+    // Two reads of one place, or one place in two statements, are fine.
+    checked(
+        quote!(&mut c, &s, {
+            k.add(&x, &x, &mut y).launch(cfg);
+            k.scale(&mut x).launch(cfg);
+            copy(&x, &mut y);
+        }),
+        |c| assert_eq!(c.nodes.len(), 3),
+    );
+}
+
+#[test]
+fn launch_needs_launch_with_one_cfg() {
+    assert_eq!(
+        errors_of(quote!(&mut c, &s, {
+            k.scale(n, &mut x);
+        })),
+        ["a kernel launch needs `.launch(cfg)`: write `k.scale(n, &mut x).launch(cfg)`"]
+    );
+    assert_eq!(
+        errors_of(quote!(&mut c, &s, {
+            let a = k.scale(n, &mut x).after(b);
+        })),
+        ["a kernel launch needs `.launch(cfg)`: write `k.scale(n, &mut x).launch(cfg)`"]
+    );
+    let cfg_msg = "`.launch(cfg)` takes one launch configuration: `LaunchConfig`, `(grid, block)` or `(grid, block, shared_bytes)`";
+    assert_eq!(
+        errors_of(quote!(&mut c, &s, {
+            k.scale(n, &mut x).launch(4, 256);
+            k.scale(n, &mut x).launch();
+        })),
+        [cfg_msg, cfg_msg]
+    );
+    assert_eq!(
+        errors_of(quote!(&mut c, &s, {
+            scale(&mut x).launch(cfg);
+        })),
+        ["`.launch(cfg)` follows a kernel call: `k.kernel(args).launch(cfg)`"]
+    );
+    assert_eq!(
+        errors_of(quote!(&mut c, &s, {
+            k.scale::<f32>(&mut x).launch(cfg);
+        })),
+        ["kernel calls take no generic arguments"]
+    );
+}
+
+#[test]
+fn statement_words_check_their_arity() {
+    assert_eq!(
+        errors_of(quote!(&mut c, &s, {
+            copy(&a);
+            memset(&mut a, 0u32, 4);
+            zero(&mut a, &mut b);
+        })),
+        [
+            "`copy` takes 2 arguments: `copy(&src, &mut dst)`",
+            "`memset` takes 2 arguments: `memset(&mut dst, value)`",
+            "`zero` takes 1 argument: `zero(&mut dst)`",
+        ]
+    );
+}
+
+#[test]
+fn for_with_literal_bounds_unrolls() {
+    checked(
+        quote!(&mut c, &s, {
+            for i in 0..3 {
+                k.axpy(n, &x, &mut bufs[i]).launch(cfg);
+            }
+        }),
+        |c| {
+            assert_eq!(
+                summary(c),
+                [
+                    "axpy: kernel axpy x/r bufs[0]/w",
+                    "axpy: kernel axpy x/r bufs[1]/w",
+                    "axpy: kernel axpy x/r bufs[2]/w",
+                ]
+            );
+        },
+    );
+    // Inclusive bounds, `_`, nested loops, index arithmetic folded into the key.
+    checked(
+        quote!(&mut c, &s, {
+            for _ in 1..=2 {
+                zero(&mut x);
+            }
+            for i in 0..2 {
+                for j in 0..2 {
+                    copy(&a[i], &mut m[2 * i + j]);
+                }
+            }
+        }),
+        |c| {
+            assert_eq!(
+                summary(c),
+                [
+                    "zero: zero x/w",
+                    "zero: zero x/w",
+                    "copy: copy a[0]/r m[0]/w",
+                    "copy: copy a[0]/r m[1]/w",
+                    "copy: copy a[1]/r m[2]/w",
+                    "copy: copy a[1]/r m[3]/w",
+                ]
+            );
+        },
+    );
+    checked(
+        quote!(&mut c, &s, {
+            for i in 3..3 {
+                zero(&mut b[i]);
+            }
+        }),
+        |c| assert!(c.nodes.is_empty()),
+    );
+}
+
+#[test]
+fn for_needs_literal_bounds() {
+    let msg = "a graph `for` is unrolled at compile time: its bounds must be integer literals, as in `for i in 0..4`";
+    let errors = errors_of(quote!(&mut c, &s, {
+        for i in 0..n {
+            zero(&mut b[i]);
+        }
+        for i in 0.. {
+            zero(&mut b[i]);
+        }
+        for i in v {
+            zero(&mut b[i]);
+        }
+        for i in 0..N + 1 {
+            zero(&mut b[i]);
+        }
+    }));
+    assert_eq!(errors, [msg; 4]);
+    let big = (MAX_UNROLL + 1) as usize;
+    assert_eq!(
+        errors_of(quote!(&mut c, &s, { for i in 0..#big { zero(&mut b[i]); } })),
+        [format!("a graph `for` unrolls to at most {MAX_UNROLL} iterations")]
+    );
+    assert_eq!(
+        errors_of(quote!(&mut c, &s, {
+            for (i, j) in 0..2 {
+                zero(&mut b[i]);
+            }
+        })),
+        ["a graph `for` binds a plain name: `for i in 0..N`"]
+    );
+}
+
+#[test]
+fn errors_in_an_unrolled_body_repeat_identically() {
+    // One per iteration, all equal (rustc shows identical errors once).
+    let errors = errors_of(quote!(&mut c, &s, {
+        for i in 0..2 {
+            println!("{}", i);
+        }
+    }));
+    assert_eq!(errors.len(), 2);
+    assert_eq!(errors[0], errors[1]);
+    assert!(errors[0].starts_with("macro calls are not graph statements; allowed statements:"));
+}
+
+#[test]
+fn if_else_conditions_are_recorded() {
+    checked(
+        quote!(&mut c, &s, {
+            zero(&mut x);
+            if step % 100 == 0 {
+                let r = k.residual(&u, &mut r).launch(cfg);
+                copy(&r, &mut host);
+            } else {
+                memset(&mut f, 1u32);
+            }
+            if a {
+                if b.c {
+                    zero(&mut y);
+                }
+            } else if d {
+                zero(&mut z);
+            } else {
+                zero(&mut w);
+            }
+        }),
+        |c| {
+            assert_eq!(
+                summary(c),
+                [
+                    "zero: zero x/w",
+                    "r: kernel residual u/r r/w if step % 100 == 0",
+                    "copy: copy r/r host/w if step % 100 == 0",
+                    "memset: memset f/w if !(step % 100 == 0)",
+                    "zero: zero y/w if a && b.c",
+                    "zero: zero z/w if !(a) && d",
+                    "zero: zero w/w if !(a) && !(d)",
+                ]
+            );
+            assert_eq!(c.conditions, 4);
+        },
+    );
+}
+
+#[test]
+fn too_many_ifs_are_an_error() {
+    let ifs = (0..=crate::check::MAX_CONDITIONS).map(|_| {
+        quote!(if c {
+            zero(&mut x);
+        })
+    });
+    assert_eq!(
+        errors_of(quote!(&mut c, &s, { #(#ifs)* })),
+        [format!("a graph body may have at most {} host `if`s", crate::check::MAX_CONDITIONS)]
+    );
+}
+
+#[test]
+fn non_graph_statements_are_errors() {
+    let allowed = "allowed statements: `KERNELS.name(args).launch(cfg)`, `copy(&src, &mut dst)`, \
+`memset(&mut dst, value)`, `zero(&mut dst)`, each optionally `let name = …` and `.after(names)`; \
+`if cond { … } else { … }`; `for i in 0..N { … }` with integer literal bounds";
+    let not_graph = format!("not a graph statement; {allowed}");
+    let cases: [(TokenStream, String); 9] = [
+        (quote!(let x = 5;), not_graph.clone()),
+        (quote!(a + b;), not_graph.clone()),
+        (quote!(return;), not_graph.clone()),
+        (quote!(loop {}), not_graph.clone()),
+        (
+            quote!(while go {
+                zero(&mut x);
+            }),
+            not_graph.clone(),
+        ),
+        (
+            quote!(println!("step {}", n);),
+            format!("macro calls are not graph statements; {allowed}"),
+        ),
+        (
+            quote!(
+                fn helper() {}
+            ),
+            format!("items are not graph statements; {allowed}"),
+        ),
+        (quote!(fill(&mut x);), format!("`fill` is not a graph statement; {allowed}")),
+        (quote!(ops::copy(&a, &mut b);), not_graph.clone()),
+    ];
+    for (stmt, msg) in cases {
+        let errors = errors_of(quote!(&mut c, &s, { #stmt }));
+        assert_eq!(errors, [msg], "for `{stmt}`");
+    }
+    assert_eq!(
+        errors_of(quote!(&mut c, &s, {
+            let (a, b) = zero(&mut x);
+        })),
+        ["a graph `let` binds a plain name: `let name = statement;`"]
+    );
+    assert_eq!(
+        errors_of(quote!(&mut c, &s, {
+            let a;
+        })),
+        ["a graph `let` needs a statement: `let name = k.kernel(args).launch(cfg);`"]
+    );
+    assert_eq!(
+        errors_of(quote!(&mut c, &s, {
+            let a = zero(&mut x) else { return };
+        })),
+        ["`let … else` is not a graph statement"]
+    );
+}
+
+#[test]
+fn all_errors_of_a_body_are_collected() {
+    // Parse errors (in the body and in an `if`) and check errors, all from one invocation.
+    let errors = errors_of(quote!(&mut c, &s, {
+        let a = k.x(&mut u).launch(cfg).after(nope);
+        println!("hi");
+        if flag {
+            k.y(&make(), &mut v).launch(cfg);
+        }
+        k.z(&w, &mut w).launch(cfg);
+        let a = zero(&mut v);
+    }));
+    assert_eq!(errors.len(), 5, "{errors:#?}");
+    assert!(errors[0].starts_with("macro calls are not graph statements"));
+    assert!(errors[1].starts_with("a buffer operand must be a place"));
+    assert!(errors[2].starts_with("duplicate node name `a`"));
+    assert!(errors[3].starts_with("unknown node `nope`"));
+    assert!(errors[4].starts_with("`w` is used twice in one statement"));
+}
+
+#[test]
+fn combined_errors_are_in_source_order() {
+    let (input, mut errors) = lower(text(
+        "&mut c, &s, {\n    zero(&mut u).after(nope);\n    memset(&x, 0u32);\n    k.a(&v, &mut v).launch(cfg);\n}",
+    ));
+    check(&input, &mut errors);
+    // Found in pass order: the parse error of line 3 first, then the check errors of 2 and 4.
+    let found = errors.messages();
+    assert!(found[0].starts_with("this operand is written"), "{found:#?}");
+    let combined = errors.combine().expect("errors");
+    let lines: Vec<usize> = combined.into_iter().map(|e| e.span().start().line).collect();
+    assert_eq!(lines, [2, 3, 4]);
+}
+
+#[test]
+fn malformed_input_is_a_parse_error() {
+    assert!(parse(quote!(&mut cache)).is_err());
+    assert!(parse(quote!(&mut cache, &stream)).is_err());
+    assert!(parse(quote!(&mut cache, &stream, zero(&mut x))).is_err());
+    assert!(parse(quote!(&mut cache, &stream, {},)).is_ok());
+}
+
+#[test]
+fn empty_body_has_no_nodes() {
+    checked(quote!(&mut c, &s, {}), |c| {
+        assert!(c.nodes.is_empty());
+        assert!(c.after.is_empty());
+        assert_eq!(c.conditions, 0);
+    });
+}

@@ -1,0 +1,48 @@
+//! Host `if`/`else`, `else if` and nested `if`s: each combination of branches is a variant.
+//!
+//! A pass case: must compile. `main` runs but never touches CUDA.
+
+use cudagraph::cudarc::driver::{CudaContext, LaunchConfig};
+use cudagraph::cudarc::nvrtc::Ptx;
+use cudagraph::{GraphCache, graph, kernels};
+
+kernels! {
+    struct K {
+        fn scale(n: u32, a: f32, x: &mut [f32]);
+        fn axpy(n: u32, x: &[f32], y: &mut [f32]);
+    }
+}
+
+fn run() -> cudagraph::Result<()> {
+    let ctx = CudaContext::new(0)?;
+    let stream = ctx.default_stream();
+    let k = K::load(&ctx, Ptx::from_src(""))?;
+    let cfg = LaunchConfig::for_num_elems(1024);
+    let mut cache = GraphCache::new();
+    let mut x = stream.alloc_zeros::<f32>(1024)?;
+    let mut y = stream.alloc_zeros::<f32>(1024)?;
+    let step = 7u32;
+    let check = step % 2 == 1;
+    graph!(&mut cache, &stream, {
+        k.scale(1024, 2.0, &mut x).launch(cfg);
+        if step % 100 == 0 {
+            k.axpy(1024, &x, &mut y).launch(cfg);
+        } else if check {
+            copy(&x, &mut y);
+            if step > 5 {
+                zero(&mut x);
+            }
+        } else {
+            memset(&mut y, 1.0f32);
+        }
+        if check {
+            k.scale(1024, 0.5, &mut y).launch(cfg);
+        }
+    })
+}
+
+fn main() {
+    if std::env::args().count() > 100 {
+        run().unwrap();
+    }
+}

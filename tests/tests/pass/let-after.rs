@@ -1,0 +1,38 @@
+//! Named nodes and explicit `.after` edges to one or several earlier nodes.
+//!
+//! A pass case: must compile. `main` runs but never touches CUDA.
+
+use cudagraph::cudarc::driver::{CudaContext, LaunchConfig};
+use cudagraph::cudarc::nvrtc::Ptx;
+use cudagraph::{GraphCache, graph, kernels};
+
+kernels! {
+    struct K {
+        fn scale(n: u32, a: f32, x: &mut [f32]);
+        fn axpy(n: u32, x: &[f32], y: &mut [f32]);
+    }
+}
+
+fn run() -> cudagraph::Result<()> {
+    let ctx = CudaContext::new(0)?;
+    let stream = ctx.default_stream();
+    let k = K::load(&ctx, Ptx::from_src(""))?;
+    let cfg = LaunchConfig::for_num_elems(1024);
+    let mut cache = GraphCache::new();
+    let mut x = stream.alloc_zeros::<f32>(1024)?;
+    let mut y = stream.alloc_zeros::<f32>(1024)?;
+    let mut z = stream.alloc_zeros::<f32>(1024)?;
+    graph!(&mut cache, &stream, {
+        let a = k.scale(1024, 2.0, &mut x).launch(cfg);
+        let b = k.scale(1024, 3.0, &mut y).launch(cfg);
+        let c = zero(&mut z).after(a);
+        k.scale(1024, 4.0, &mut z).launch(cfg).after(b, c);
+        memset(&mut x, 0.0f32).after(a, b);
+    })
+}
+
+fn main() {
+    if std::env::args().count() > 100 {
+        run().unwrap();
+    }
+}

@@ -1,0 +1,37 @@
+//! `CudaView` and `CudaViewMut` operands, e.g. the two halves of one buffer.
+//!
+//! A pass case: must compile. `main` runs but never touches CUDA.
+
+use cudagraph::cudarc::driver::{CudaContext, LaunchConfig};
+use cudagraph::cudarc::nvrtc::Ptx;
+use cudagraph::{GraphCache, graph, kernels};
+
+kernels! {
+    struct K {
+        fn scale(n: u32, a: f32, x: &mut [f32]);
+        fn axpy(n: u32, x: &[f32], y: &mut [f32]);
+    }
+}
+
+fn run() -> cudagraph::Result<()> {
+    let ctx = CudaContext::new(0)?;
+    let stream = ctx.default_stream();
+    let k = K::load(&ctx, Ptx::from_src(""))?;
+    let cfg = LaunchConfig::for_num_elems(1024);
+    let mut cache = GraphCache::new();
+    let mut x = stream.alloc_zeros::<f32>(1024)?;
+    let y = stream.alloc_zeros::<f32>(1024)?;
+    let (mut lo, mut hi) = x.split_at_mut(512);
+    let view = y.slice(0..512);
+    graph!(&mut cache, &stream, {
+        k.axpy(512, &view, &mut lo).launch(cfg);
+        k.axpy(512, &lo, &mut hi).launch(cfg);
+        copy(&hi, &mut lo);
+    })
+}
+
+fn main() {
+    if std::env::args().count() > 100 {
+        run().unwrap();
+    }
+}

@@ -1,0 +1,37 @@
+//! `zero` clears buffers of any element type, 8-byte ones included.
+//!
+//! A pass case: must compile. `main` runs but never touches CUDA.
+
+use cudagraph::cudarc::driver::{CudaContext, LaunchConfig};
+use cudagraph::cudarc::nvrtc::Ptx;
+use cudagraph::{GraphCache, graph, kernels};
+
+kernels! {
+    struct K {
+        fn scale(n: u32, a: f32, x: &mut [f32]);
+        fn axpy(n: u32, x: &[f32], y: &mut [f32]);
+    }
+}
+
+fn run() -> cudagraph::Result<()> {
+    let ctx = CudaContext::new(0)?;
+    let stream = ctx.default_stream();
+    let k = K::load(&ctx, Ptx::from_src(""))?;
+    let cfg = LaunchConfig::for_num_elems(1024);
+    let mut cache = GraphCache::new();
+    let mut x = stream.alloc_zeros::<f32>(1024)?;
+    let mut wide = stream.alloc_zeros::<f64>(1024)?;
+    let mut counts = stream.alloc_zeros::<u64>(16)?;
+    graph!(&mut cache, &stream, {
+        zero(&mut x);
+        zero(&mut wide);
+        zero(&mut counts);
+        k.scale(1024, 2.0, &mut x).launch(cfg);
+    })
+}
+
+fn main() {
+    if std::env::args().count() > 100 {
+        run().unwrap();
+    }
+}
