@@ -59,6 +59,10 @@ pub enum Op {
         kernel: Ident,
         /// The arguments.
         args: Vec<Arg>,
+        /// Span of the argument list's parentheses.
+        parens: Span,
+        /// The user's `launch` word.
+        launch: Ident,
         /// The launch configuration.
         cfg: Expr,
     },

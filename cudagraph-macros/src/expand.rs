@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use proc_macro2::{Span, TokenStream};
-use quote::{format_ident, quote, quote_spanned};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::Expr;
 
 use crate::ast::{Arg, GraphInput, Item, Node, Op, Operand, normalize};
@@ -129,13 +129,19 @@ fn acquisitions(
                 quote_spanned!(p.first.span=> &#place)
             }
         };
+        // The call's parentheses get the span of the place's last token, so that the
+        // `Place`/`PlaceMut` bound error is reported once, on the user's place.
+        let last = p.first.place.to_token_stream().into_iter().last().map(|t| t.span());
+        let mut args =
+            proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#place, #stream));
+        args.set_span(last.unwrap_or(p.first.span));
         out.extend(if p.written {
             quote_spanned! {p.first.span=>
-                let (#r, #w, #g) = ::cudagraph::__private::acquire_mut(#place, #stream);
+                let (#r, #w, #g) = ::cudagraph::__private::acquire_mut #args;
             }
         } else {
             quote_spanned! {p.first.span=>
-                let (#r, #g) = ::cudagraph::__private::acquire(#place, #stream);
+                let (#r, #g) = ::cudagraph::__private::acquire #args;
             }
         });
     }
@@ -199,18 +205,26 @@ fn emit_items(
 
 /// The expression that evaluates a statement's node parameters.
 fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStream {
+    // The handle identifier carries the operand's span, so a type error on it (e.g. `&x` where
+    // the kernel writes) lands on the user's `&x`.
     let operand = |o: &Operand| {
         let (r, w, _) = handles(places[&o.key].index);
-        let h = if o.write { w } else { r };
-        quote_spanned!(o.span=> #h)
+        let mut h = if o.write { w } else { r };
+        h.set_span(o.span);
+        quote!(#h)
     };
     match &node.op {
-        Op::Launch { receiver, kernel, args, cfg } => {
+        Op::Launch { receiver, kernel, args, parens, launch, cfg } => {
             let args = args.iter().map(|a| match a {
                 Arg::Scalar(e) => quote!(#e),
                 Arg::Buffer(o) => operand(o),
             });
-            quote!(#receiver.#kernel(#(#args),*).launch(#cfg))
+            // The user's parentheses and `launch` word, so arity and configuration errors
+            // point at them.
+            let mut call =
+                proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#(#args),*));
+            call.set_span(*parens);
+            quote!(#receiver.#kernel #call.#launch(#cfg))
         }
         Op::Copy { func, src, dst } => {
             let (s, d) = (operand(src), operand(dst));
@@ -237,7 +251,7 @@ fn plan(
     let nodes = checked.nodes.iter().zip(&checked.after).map(|(f, after)| {
         let node = f.node;
         let label = node.label();
-        let text = node.span.source_text().unwrap_or_else(|| normalize(&node.tokens));
+        let text = normalize(&node.tokens);
         let (l, c) = line_column(node.span);
         let kind = match &node.op {
             Op::Launch { kernel, .. } => {

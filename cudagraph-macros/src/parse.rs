@@ -299,6 +299,8 @@ fn lower_launch(m: &ExprMethodCall, errors: &mut Errors) -> Option<Op> {
         receiver: (*call.receiver).clone(),
         kernel: call.method.clone(),
         args,
+        parens: call.paren_token.span.join(),
+        launch: m.method.clone(),
         cfg,
     })
 }

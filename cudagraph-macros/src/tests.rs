@@ -94,7 +94,7 @@ fn input_keeps_cache_stream_and_launch_parts() {
     assert_eq!(crate::ast::normalize(&input.cache), "&mut self.cache");
     assert_eq!(crate::ast::normalize(&input.stream), "&streams[1]");
     let crate::ast::Item::Node(node) = &input.body[0] else { panic!("a node") };
-    let Op::Launch { receiver, kernel, args, cfg } = &node.op else { panic!("a launch") };
+    let Op::Launch { receiver, kernel, args, cfg, .. } = &node.op else { panic!("a launch") };
     assert_eq!(crate::ast::normalize(receiver), "k");
     assert_eq!(kernel, "axpy");
     assert_eq!(crate::ast::normalize(cfg), "(4, 256)");

@@ -450,12 +450,12 @@ impl<D: Driver> GraphCache<D> {
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
         debug_assert_eq!(nodes.len(), plan.nodes.len());
+        validate(plan, nodes, ctx)?;
         if self.plan.is_some_and(|p| !ptr::eq(p, plan)) {
             // Another call site: its graphs have nothing in common with ours.
             self.clear();
         }
         self.plan = Some(plan);
-        validate(plan, nodes, ctx)?;
         self.clock += 1;
         let idx = match self.variants.iter().position(|v| v.key == key && v.ctx == ctx) {
             Some(i) => {

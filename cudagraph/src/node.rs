@@ -79,7 +79,7 @@ pub trait Place {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be written by a graph node",
     label = "not writable device memory or pinned host memory",
-    note = "graph operands written with `&mut` are `CudaSlice`, `CudaViewMut` or `PinnedHostSlice`"
+    note = "graph operands written with `&mut` are `CudaSlice`, `CudaViewMut` or `PinnedHostSlice`; pageable host memory such as `Vec<T>` or `&mut [T]` is not allowed (nothing would keep it alive until the graph ran)"
 )]
 pub trait PlaceMut: Place {
     /// The write handle.
@@ -453,6 +453,27 @@ macro_rules! copy_to {
         }
     };
 }
+/// Never constructed: a second `CopyTo` impl for each source type, so rustc reports an invalid
+/// copy as "cannot copy from … to …" instead of guessing the one valid destination type.
+#[doc(hidden)]
+pub enum NoCopy<T> {
+    #[doc(hidden)]
+    _Never(core::convert::Infallible, PhantomData<T>),
+}
+macro_rules! no_copy {
+    ($($src:ident),*) => {$(
+        #[diagnostic::do_not_recommend]
+        impl<T> CopyTo<NoCopy<T>> for $src<T> {
+            fn memcpy(self, dst: NoCopy<T>) -> MemcpyParams {
+                match dst {
+                    NoCopy::_Never(never, _) => match never {},
+                }
+            }
+        }
+    )*};
+}
+no_copy!(DevRead, HostRead);
+
 copy_to!(DevRead => DevWrite, Device, Device);
 copy_to!(HostRead => DevWrite, Host, Device);
 copy_to!(DevRead => HostWrite, Device, Host);

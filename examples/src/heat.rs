@@ -132,7 +132,7 @@ fn step_graph(
     c: &Config,
 ) -> cudagraph::Result<()> {
     let (n, alpha, cells) = (c.n, c.alpha, c.n * c.n);
-    let residual = c.residual_every > 0 && f.step % c.residual_every == 0;
+    let residual = c.residual_every > 0 && f.step.is_multiple_of(c.residual_every);
     graph!(cache, stream, {
         memset(&mut f.flags, 0u32);
         let s = k.stencil(n, n, alpha, &f.u, &mut f.v).launch(c.grid2d);
@@ -176,7 +176,7 @@ fn step_eager(
             .arg(&f.v)
             .arg(&mut f.flags)
             .launch(c.cells)?;
-        if c.residual_every > 0 && f.step % c.residual_every == 0 {
+        if c.residual_every > 0 && f.step.is_multiple_of(c.residual_every) {
             stream.memset_zeros(&mut f.r)?;
             stream
                 .launch_builder(func("residual"))
