@@ -12,9 +12,8 @@
 
 use std::sync::Arc;
 
-use cudagraph::cudarc::driver::sys::CUresult;
 use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use cudagraph::cudarc::nvrtc::{Ptx, compile_ptx};
+use cudagraph::cudarc::nvrtc::compile_ptx;
 use cudagraph::{Error, GraphCache, LaunchDims, NodeKind, graph, kernels};
 
 const SOURCE: &str = include_str!("../kernels/ops.cu");
@@ -37,14 +36,6 @@ kernels! {
         fn fill_f32(n: u32, a: f32, b: f32, x: &mut [f32]);
         fn axpy_f32(n: u32, a: f32, x: &[f32], y: &mut [f32]);
         fn smooth_f32(n: u32, x: &[f32], y: &mut [f32]);
-    }
-}
-
-kernels! {
-    /// `ops.cu`'s `iota` plus a kernel the module does not define.
-    pub struct Incomplete {
-        fn iota(n: u32, a: u32, b: u32, x: &mut [u32]);
-        fn not_in_module(n: u32, x: &mut [u32]);
     }
 }
 
@@ -1047,46 +1038,6 @@ fn error_empty_buffer() -> Result {
 // ---------------------------------------------------------------------------------------------
 // 9. A `kernels!` struct whose module lacks a declared function.
 // ---------------------------------------------------------------------------------------------
-
-/// `load` of a module lacking a declared kernel fails with `Error::MissingFunction` naming it;
-/// a module that does not load fails with `Error::Module` naming the struct.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn missing_kernel_function_is_named() -> Result {
-    let (ctx, _stream, _k) = gpu()?;
-    match Incomplete::load(&ctx, compile_ptx(SOURCE)?) {
-        Ok(_) => panic!("ops.cu has no `not_in_module`: Incomplete::load must fail"),
-        Err(err) => {
-            let msg = err.to_string();
-            match &err {
-                Error::MissingFunction { name, source } => {
-                    assert_eq!(*name, "not_in_module", "{msg}");
-                    assert_eq!(source.call, "cuModuleGetFunction", "{msg}");
-                    assert_eq!(source.error.0, CUresult::CUDA_ERROR_NOT_FOUND, "{msg}");
-                }
-                other => panic!("expected Error::MissingFunction, got {other:?}"),
-            }
-            assert!(msg.contains("`not_in_module`"), "{msg}");
-        }
-    }
-
-    match Ops::load(&ctx, Ptx::from_src("this is not PTX")) {
-        Ok(_) => panic!("a module that is not PTX must not load"),
-        Err(Error::Module { kernels, source }) => {
-            assert_eq!(kernels, "Ops");
-            assert_eq!(source.call, "cuModuleLoadData");
-        }
-        Err(other) => panic!("expected Error::Module, got {other:?}"),
-    }
-
-    // The complete declaration loads from the same module and resolves every kernel.
-    let ops = Ops::load(&ctx, compile_ptx(SOURCE)?)?;
-    for name in Ops::NAMES {
-        assert!(ops.function(name).is_some(), "{name}");
-    }
-    assert!(ops.function("not_in_module").is_none());
-    Ok(())
-}
 
 // ---------------------------------------------------------------------------------------------
 // More: sizes, views, streams, upload, DOT.
