@@ -123,6 +123,14 @@ pub enum Error {
         /// Block dimensions, threads.
         block: (u32, u32, u32),
     },
+    /// Launch dimensions or shared memory over the device's limits.
+    #[error("{site}: {why}")]
+    LaunchLimit {
+        /// The failing node.
+        site: NodeSite,
+        /// Which limit, with the values.
+        why: String,
+    },
     /// A buffer or stream that belongs to another CUDA context than the graph's stream.
     #[error("{site}: buffer belongs to another CUDA context than the stream")]
     WrongContext {

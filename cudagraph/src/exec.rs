@@ -71,6 +71,7 @@ pub enum Mode {
 pub struct GraphCache<D: Driver = Cuda> {
     driver: D,
     mode: Mode,
+    limits: Option<Limits>,
     plan: Option<&'static Plan>,
     variants: Vec<Variant>,
     max_variants: usize,
@@ -233,9 +234,72 @@ fn memset_params(p: &MemsetParams) -> CUDA_MEMSET_NODE_PARAMS {
     }
 }
 
+/// Launch limits of a device, read once per cache and context (`cuDeviceGetAttribute`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limits {
+    ctx: CUcontext,
+    threads_per_block: u64,
+    block: (u32, u32, u32),
+    grid: (u32, u32, u32),
+    shared_bytes: u32,
+}
+
+impl Limits {
+    fn of(stream: &CudaStream) -> Result<Limits, CudaError> {
+        use sys::CUdevice_attribute as A;
+        let c = stream.context();
+        let a = |attr| c.attribute(attr).map(|v| v as u32).call("cuDeviceGetAttribute");
+        Ok(Limits {
+            ctx: c.cu_ctx(),
+            threads_per_block: u64::from(a(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?),
+            block: (
+                a(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?,
+                a(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?,
+                a(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?,
+            ),
+            grid: (
+                a(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
+                a(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
+                a(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
+            ),
+            shared_bytes: a(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+        })
+    }
+
+    /// Why `d` exceeds these limits, if it does.
+    fn exceeded(&self, d: &LaunchDims) -> Option<String> {
+        let (b, g) = (d.block, d.grid);
+        let threads = u64::from(b.0) * u64::from(b.1) * u64::from(b.2);
+        let over = |v: (u32, u32, u32), m: (u32, u32, u32)| v.0 > m.0 || v.1 > m.1 || v.2 > m.2;
+        if threads > self.threads_per_block {
+            Some(format!(
+                "block {b:?} has {threads} threads; the device allows {}",
+                self.threads_per_block
+            ))
+        } else if over(b, self.block) {
+            Some(format!("block {b:?} exceeds the device's maximum block {:?}", self.block))
+        } else if over(g, self.grid) {
+            Some(format!("grid {g:?} exceeds the device's maximum grid {:?}", self.grid))
+        } else if d.shared_bytes > self.shared_bytes {
+            Some(format!(
+                "{} bytes of dynamic shared memory; the device allows {} per block",
+                d.shared_bytes, self.shared_bytes
+            ))
+        } else {
+            None
+        }
+    }
+}
+
 /// Checks everything the driver would refuse or get wrong, before any driver call, so that an
-/// error leaves nothing enqueued.
-fn validate(plan: &'static Plan, nodes: &[Option<NodeParams<'_>>], ctx: CUcontext) -> Result<()> {
+/// error leaves nothing enqueued: zero or over-limit launch dimensions, copy lengths, empty
+/// buffers, buffers of another context.
+fn validate(
+    plan: &'static Plan,
+    nodes: &[Option<NodeParams<'_>>],
+    ctx: CUcontext,
+    limits: Option<&Limits>,
+) -> Result<()> {
     for (i, n) in nodes.iter().enumerate() {
         let site = || NodeSite::of(plan, &plan.nodes[i]);
         match n {
@@ -245,6 +309,14 @@ fn validate(plan: &'static Plan, nodes: &[Option<NodeParams<'_>>], ctx: CUcontex
                 let (g, b) = (d.grid, d.block);
                 if [g.0, g.1, g.2, b.0, b.1, b.2].contains(&0) {
                     return Err(Error::ZeroDims { site: site(), grid: g, block: b });
+                }
+                if let Some(why) = limits.and_then(|l| l.exceeded(&d)) {
+                    return Err(Error::LaunchLimit { site: site(), why });
+                }
+                let mut foreign = false;
+                k.for_each_context(&mut |c| foreign |= c != ctx);
+                if foreign {
+                    return Err(Error::WrongContext { site: site() });
                 }
                 if k.arg_count() > MAX_KERNEL_PARAMS {
                     return Err(Error::Node {
@@ -316,6 +388,10 @@ impl GraphCache {
     ) -> Result<()> {
         let graph_err = |source| Error::Graph { file: plan.file, line: plan.line, source };
         stream.context().bind_to_thread().call("cuCtxSetCurrent").map_err(graph_err)?;
+        let ctx = stream.context().cu_ctx();
+        if self.limits.is_none_or(|l| l.ctx != ctx) {
+            self.limits = Some(Limits::of(stream).map_err(graph_err)?);
+        }
         if self.mode == Mode::Eager {
             return self.run_eager(plan, stream, nodes);
         }
@@ -331,7 +407,7 @@ impl GraphCache {
         stream: &CudaStream,
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
-        validate(plan, nodes, stream.context().cu_ctx())?;
+        validate(plan, nodes, stream.context().cu_ctx(), self.limits.as_ref())?;
         let s = stream.cu_stream();
         for (i, n) in nodes.iter().enumerate() {
             let site = || NodeSite::of(plan, &plan.nodes[i]);
@@ -404,6 +480,7 @@ impl<D: Driver> GraphCache<D> {
         GraphCache {
             driver,
             mode: Mode::Graph,
+            limits: None,
             plan: None,
             variants: Vec::new(),
             max_variants: max.max(1),
@@ -450,7 +527,7 @@ impl<D: Driver> GraphCache<D> {
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
         debug_assert_eq!(nodes.len(), plan.nodes.len());
-        validate(plan, nodes, ctx)?;
+        validate(plan, nodes, ctx, self.limits.as_ref())?;
         if self.plan.is_some_and(|p| !ptr::eq(p, plan)) {
             // Another call site: its graphs have nothing in common with ours.
             self.clear();
@@ -896,6 +973,7 @@ mod tests {
         grid: u32,
         scalar: u32,
         ptr: u64,
+        ctx: CUcontext,
     }
 
     impl KernelNode for K {
@@ -912,13 +990,16 @@ mod tests {
             f(&self.scalar.to_ne_bytes());
             f(&self.ptr.to_ne_bytes());
         }
+        fn for_each_context(&self, f: &mut dyn FnMut(CUcontext)) {
+            f(self.ctx)
+        }
     }
 
     const CTX: CUcontext = 0x1000 as CUcontext;
     const STREAM: CUstream = 0x2000 as CUstream;
 
     fn k(scalar: u32, ptr: u64) -> K {
-        K { func: 0x10, grid: 4, scalar, ptr }
+        K { func: 0x10, grid: 4, scalar, ptr, ctx: CTX }
     }
 
     fn copy(len: usize) -> MemcpyParams {
@@ -1156,6 +1237,53 @@ mod tests {
         assert!(mock.calls().is_empty());
         run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
         assert_eq!(cache.stats().launches, 1);
+    }
+
+    #[test]
+    fn over_limit_dims_and_foreign_buffers_are_refused_before_any_driver_call() {
+        let (mock, mut cache, plan) = setup();
+        cache.limits = Some(Limits {
+            ctx: CTX,
+            threads_per_block: 1024,
+            block: (1024, 1024, 64),
+            grid: (i32::MAX as u32, 65535, 65535),
+            shared_bytes: 232_448,
+        });
+        let mut big = k(1, 0xa0);
+        big.grid = u32::MAX;
+        let e = run(&mut cache, plan, &big, &k(2, 0xb0), copy(4), memset(0), None).unwrap_err();
+        assert!(matches!(e, Error::LaunchLimit { .. }), "{e}");
+        assert!(e.to_string().contains("exceeds the device's maximum grid"), "{e}");
+        let mut foreign = k(1, 0xa0);
+        foreign.ctx = 0x9999 as CUcontext;
+        let e = run(&mut cache, plan, &k(1, 0xa0), &foreign, copy(4), memset(0), None).unwrap_err();
+        assert!(matches!(e, Error::WrongContext { .. }), "{e}");
+        let mut c = copy(4);
+        c.dst_ctx = 0x9999 as CUcontext;
+        let e = run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), c, memset(0), None).unwrap_err();
+        assert!(matches!(e, Error::WrongContext { .. }), "{e}");
+        assert!(mock.calls().is_empty());
+        run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+        assert_eq!(cache.stats().launches, 1);
+    }
+
+    #[test]
+    fn block_and_shared_memory_limits() {
+        let l = Limits {
+            ctx: CTX,
+            threads_per_block: 1024,
+            block: (1024, 1024, 64),
+            grid: (i32::MAX as u32, 65535, 65535),
+            shared_bytes: 232_448,
+        };
+        let d = |block, shared_bytes| LaunchDims { grid: (1, 1, 1), block, shared_bytes };
+        assert_eq!(l.exceeded(&d((1024, 1, 1), 0)), None);
+        assert_eq!(l.exceeded(&d((32, 32, 1), 232_448)), None);
+        let e = l.exceeded(&d((64, 32, 1), 0)).unwrap();
+        assert_eq!(e, "block (64, 32, 1) has 2048 threads; the device allows 1024");
+        assert!(l.exceeded(&d((1, 1, 128), 0)).unwrap().contains("maximum block"));
+        let e = l.exceeded(&d((32, 1, 1), 300_000)).unwrap();
+        assert_eq!(e, "300000 bytes of dynamic shared memory; the device allows 232448 per block");
     }
 
     #[test]

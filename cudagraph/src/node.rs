@@ -183,6 +183,10 @@ impl<T> PlaceMut for PinnedHostSlice<T> {
 pub trait KernelArg {
     /// The argument's bytes (`size_of` of the parameter type).
     fn bytes(&self) -> &[u8];
+    /// The context of the memory it points to, for buffers.
+    fn context(&self) -> Option<CUcontext> {
+        None
+    }
 }
 
 impl<T: DeviceRepr> KernelArg for T {
@@ -197,11 +201,17 @@ impl<T> KernelArg for DevRead<T> {
     fn bytes(&self) -> &[u8] {
         self.ptr.bytes()
     }
+    fn context(&self) -> Option<CUcontext> {
+        Some(self.ctx)
+    }
 }
 
 impl<T> KernelArg for DevWrite<T> {
     fn bytes(&self) -> &[u8] {
         self.ptr.bytes()
+    }
+    fn context(&self) -> Option<CUcontext> {
+        Some(self.ctx)
     }
 }
 
@@ -243,6 +253,8 @@ pub trait KernelArgs {
     const LEN: usize;
     /// Calls `f` with each argument's bytes, in parameter order.
     fn for_each(&self, f: &mut dyn FnMut(&[u8]));
+    /// Calls `f` with the context of each buffer argument.
+    fn for_each_context(&self, f: &mut dyn FnMut(CUcontext));
 }
 
 macro_rules! kernel_args {
@@ -252,6 +264,10 @@ macro_rules! kernel_args {
             #[allow(unused_variables)]
             fn for_each(&self, f: &mut dyn FnMut(&[u8])) {
                 $(f(self.$i.bytes());)*
+            }
+            #[allow(unused_variables)]
+            fn for_each_context(&self, f: &mut dyn FnMut(CUcontext)) {
+                $(if let Some(c) = self.$i.context() { f(c) })*
             }
         }
     };
@@ -367,6 +383,8 @@ pub trait KernelNode {
     fn arg_count(&self) -> usize;
     /// Calls `f` with each argument's bytes, in order.
     fn for_each_arg(&self, f: &mut dyn FnMut(&[u8]));
+    /// Calls `f` with the context of each buffer argument.
+    fn for_each_context(&self, f: &mut dyn FnMut(CUcontext));
 }
 
 impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
@@ -381,6 +399,9 @@ impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
     }
     fn for_each_arg(&self, f: &mut dyn FnMut(&[u8])) {
         self.call.args.for_each(f)
+    }
+    fn for_each_context(&self, f: &mut dyn FnMut(CUcontext)) {
+        self.call.args.for_each_context(f)
     }
 }
 
