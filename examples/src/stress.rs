@@ -1,0 +1,297 @@
+//! Stress: long runs, big graphs, variant churn and early drops, with memory measured.
+//!
+//! ```text
+//! stress [--heat-steps S (default 1000000)] [--churn-calls C (default 2000)]
+//! ```
+//! 1. `S` steps of the heat step (pointers swap and `alpha` changes every step): host RSS and
+//!    device memory in use at step 1000 and at the end must match; no rebuild.
+//! 2. A 1000-node graph (an unrolled 10 × 100 `for`): build + instantiate, then a call that
+//!    changes every node's scalar (1000 node updates), then an unchanged relaunch; compared
+//!    with the same 1000 launches made eagerly.
+//! 3. Variant churn: four structural variants cycled through a cache bounded to 2, alternating
+//!    two streams, compared with eager launches after every call.
+//! 4. A cache dropped while its last launch is still running (a kernel spinning ~50 ms).
+//!
+//! Exits non-zero on any mismatch, leak or rebuild. Without a CUDA driver: one line, status 2.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudagraph::cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+};
+use cudagraph::cudarc::nvrtc::compile_ptx;
+use cudagraph::{GraphCache, Result, graph, kernels};
+
+kernels! {
+    /// Kernels of `kernels/heat.cu`.
+    pub struct Heat {
+        fn stencil(nx: u32, ny: u32, alpha: f32, src: &[f32], dst: &mut [f32]);
+        fn boundary(nx: u32, ny: u32, u: &mut [f32]);
+        fn check_finite(n: u32, u: &[f32], flags: &mut [u32]);
+    }
+}
+
+kernels! {
+    /// Kernels of `kernels/stress.cu`.
+    pub struct S {
+        fn mix(n: u32, a: u32, x: &mut [u32]);
+        fn add(n: u32, a: u32, x: &[u32], y: &mut [u32]);
+        fn spin(n: u32, cycles: u64, x: &mut [u32]);
+    }
+}
+
+/// Resident host memory of this process, KiB (`VmRSS` of /proc/self/status).
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// Device memory in use, MiB (`cuMemGetInfo`: total − free).
+fn device_mib(ctx: &CudaContext) -> Result<u64> {
+    let (free, total) = ctx.mem_get_info()?;
+    Ok(((total - free) >> 20) as u64)
+}
+
+fn check(ok: bool, what: &str, failures: &mut Vec<String>) {
+    println!("  [{}] {what}", if ok { "ok" } else { "FAILED" });
+    if !ok {
+        failures.push(what.to_string());
+    }
+}
+
+fn heat(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    steps: u64,
+    f: &mut Vec<String>,
+) -> Result<()> {
+    println!("1. heat step, {steps} calls, pointers and alpha changing every call");
+    let k = Heat::load(ctx, compile_ptx(include_str!("../kernels/heat.cu"))?)?;
+    let n = 512u32;
+    let cells = n * n;
+    let mut u = stream.alloc_zeros::<f32>(cells as usize)?;
+    let mut v = stream.alloc_zeros::<f32>(cells as usize)?;
+    let mut flags = stream.alloc_zeros::<u32>(1)?;
+    let grid2d =
+        LaunchConfig { grid_dim: (n / 16, n / 16, 1), block_dim: (16, 16, 1), shared_mem_bytes: 0 };
+    let (edge, all) = (LaunchConfig::for_num_elems(n), LaunchConfig::for_num_elems(cells));
+    let mut cache = GraphCache::new();
+    let (mut rss0, mut dev0) = (0, 0);
+    let t = Instant::now();
+    for step in 0..steps {
+        let alpha = if step % 2 == 0 { 0.2f32 } else { 0.19f32 };
+        graph!(&mut cache, stream, {
+            memset(&mut flags, 0u32);
+            k.stencil(n, n, alpha, &u, &mut v).launch(grid2d);
+            k.boundary(n, n, &mut v).launch(edge);
+            k.check_finite(cells, &v, &mut flags).launch(all);
+        })?;
+        std::mem::swap(&mut u, &mut v);
+        if step == 1000.min(steps - 1) {
+            stream.synchronize()?;
+            (rss0, dev0) = (rss_kib(), device_mib(ctx)?);
+        }
+    }
+    stream.synchronize()?;
+    let secs = t.elapsed().as_secs_f64();
+    let (rss1, dev1) = (rss_kib(), device_mib(ctx)?);
+    let s = cache.stats();
+    println!(
+        "  {:.2} s, {:.2} µs per call; host RSS {rss0} KiB at step 1000, {rss1} KiB at the end; device {dev0} MiB, {dev1} MiB",
+        secs,
+        secs * 1e6 / steps as f64
+    );
+    println!("  stats: {s:?}");
+    let flag = stream.clone_dtoh(&flags)?[0];
+    check(s.builds == 1 && s.instantiations == 1 && s.reinstantiations == 0, "no rebuild", f);
+    check(s.launches == steps, "every call launched", f);
+    check(rss1 <= rss0 + 1024, "host memory flat (within 1 MiB)", f);
+    check(dev1 == dev0, "device memory flat", f);
+    check(flag == 0, "field finite", f);
+    Ok(())
+}
+
+fn eager_mix(
+    stream: &Arc<CudaStream>,
+    f: &CudaFunction,
+    n: u32,
+    a: u32,
+    x: &mut CudaSlice<u32>,
+) -> Result<()> {
+    let cfg = LaunchConfig::for_num_elems(n);
+    // SAFETY: `mix(unsigned n, unsigned a, unsigned *x)` with x of n elements.
+    unsafe { stream.launch_builder(f).arg(&n).arg(&a).arg(x).launch(cfg) }?;
+    Ok(())
+}
+
+fn big_graph(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, f: &mut Vec<String>) -> Result<()> {
+    println!("2. a 1000-node graph: build, update every node, relaunch");
+    let k = S::load(ctx, compile_ptx(include_str!("../kernels/stress.cu"))?)?;
+    let n = 64u32;
+    let cfg = LaunchConfig::for_num_elems(n);
+    let mut x = stream.alloc_zeros::<u32>(n as usize)?;
+    let mut e = stream.alloc_zeros::<u32>(n as usize)?;
+    let mut cache = GraphCache::new();
+    let mut times = Vec::new();
+    for seed in [1u32, 2, 2] {
+        let t = Instant::now();
+        graph!(&mut cache, stream, {
+            for i in 0..10 {
+                for j in 0..100 {
+                    k.mix(n, seed + i * 100 + j, &mut x).launch(cfg);
+                }
+            }
+        })?;
+        stream.synchronize()?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        let mix = k.function("mix").expect("declared");
+        for i in 0..1000u32 {
+            eager_mix(stream, mix, n, seed + i, &mut e)?;
+        }
+    }
+    println!(
+        "  first call (build + instantiate + launch) {:.1} ms; all 1000 scalars changed {:.1} ms; unchanged {:.1} ms",
+        times[0], times[1], times[2]
+    );
+    let s = cache.stats();
+    println!("  stats: {s:?}");
+    check(stream.clone_dtoh(&x)? == stream.clone_dtoh(&e)?, "equal to 3000 eager launches", f);
+    check(
+        s.builds == 1 && s.node_updates == 1000 && s.nodes_unchanged == 1000,
+        "1000 node updates, then none",
+        f,
+    );
+    Ok(())
+}
+
+fn churn(ctx: &Arc<CudaContext>, calls: u32, f: &mut Vec<String>) -> Result<()> {
+    println!("3. variant churn: 4 variants, cache bound 2, two streams, {calls} calls");
+    let k = S::load(ctx, compile_ptx(include_str!("../kernels/stress.cu"))?)?;
+    let (a, b) = (ctx.new_stream()?, ctx.new_stream()?);
+    let n = 256u32;
+    let cfg = LaunchConfig::for_num_elems(n);
+    let mut x = a.alloc_zeros::<u32>(n as usize)?;
+    let mut y = a.alloc_zeros::<u32>(n as usize)?;
+    let mut ex = a.alloc_zeros::<u32>(n as usize)?;
+    let mut ey = a.alloc_zeros::<u32>(n as usize)?;
+    let (mix, add) = (k.function("mix").expect("declared"), k.function("add").expect("declared"));
+    let mut cache = GraphCache::with_max_variants(2);
+    let mut ok = true;
+    for i in 0..calls {
+        let (p, q) = (i % 2 == 0, (i / 2) % 2 == 0);
+        let s = if i % 3 == 0 { &a } else { &b };
+        graph!(&mut cache, s, {
+            if p {
+                k.mix(n, i, &mut x).launch(cfg);
+            }
+            if q {
+                k.add(n, 7, &x, &mut y).launch(cfg);
+            } else {
+                k.mix(n, 5, &mut y).launch(cfg);
+            }
+        })?;
+        if p {
+            eager_mix(&a, mix, n, i, &mut ex)?;
+        }
+        if q {
+            // SAFETY: add(n, a, x, y) with n-element buffers.
+            unsafe { a.launch_builder(add).arg(&n).arg(&7u32).arg(&ex).arg(&mut ey).launch(cfg) }?;
+        } else {
+            eager_mix(&a, mix, n, 5, &mut ey)?;
+        }
+        if i % 97 == 0 || i + 1 == calls {
+            ok &= a.clone_dtoh(&y)? == a.clone_dtoh(&ey)?
+                && a.clone_dtoh(&x)? == a.clone_dtoh(&ex)?;
+        }
+    }
+    let s = cache.stats();
+    println!("  stats: {s:?}");
+    check(ok, "equal to eager after every checked call", f);
+    check(cache.len() <= 2 && s.evictions > 0, "bounded to 2 variants, evicting", f);
+    Ok(())
+}
+
+fn drop_running(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    f: &mut Vec<String>,
+) -> Result<()> {
+    println!("4. a cache dropped while its launch is still running");
+    let k = S::load(ctx, compile_ptx(include_str!("../kernels/stress.cu"))?)?;
+    let n = 1024u32;
+    let mut x = stream.alloc_zeros::<u32>(n as usize)?;
+    let cfg = LaunchConfig::for_num_elems(n);
+    let cycles = 100_000_000u64; // ~50 ms at 2 GHz
+    let t = Instant::now();
+    {
+        let mut cache = GraphCache::new();
+        graph!(&mut cache, stream, {
+            k.spin(n, cycles, &mut x).launch(cfg);
+            k.mix(n, 1, &mut x).launch(cfg);
+        })?;
+        // `cache` drops here: cuGraphExecDestroy while the spin kernel runs.
+    }
+    let dropped_after = t.elapsed().as_secs_f64() * 1e3;
+    stream.synchronize()?;
+    let finished_after = t.elapsed().as_secs_f64() * 1e3;
+    println!(
+        "  cache dropped after {dropped_after:.2} ms; launch finished after {finished_after:.2} ms"
+    );
+    check(dropped_after < finished_after / 2.0, "dropped while running", f);
+    check(
+        stream.clone_dtoh(&x)?.iter().all(|&v| v == 4),
+        "the launch completed in full (x = 1*3+1)",
+        f,
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let mut heat_steps = 1_000_000u64;
+    let mut churn_calls = 2000u32;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let v = args.next().and_then(|v| v.parse::<u64>().ok());
+        match (a.as_str(), v) {
+            ("--heat-steps", Some(v)) if v > 0 => heat_steps = v,
+            ("--churn-calls", Some(v)) if v > 0 => churn_calls = v as u32,
+            _ => {
+                eprintln!("usage: stress [--heat-steps S] [--churn-calls C]");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if !cudagraph::driver_available() {
+        eprintln!("stress: no CUDA driver found (libcuda could not be loaded)");
+        return ExitCode::from(2);
+    }
+    let mut failures = Vec::new();
+    let run = |f: &mut Vec<String>| -> Result<()> {
+        let ctx = CudaContext::new(0)?;
+        let stream = ctx.new_stream()?;
+        heat(&ctx, &stream, heat_steps, f)?;
+        big_graph(&ctx, &stream, f)?;
+        churn(&ctx, churn_calls, f)?;
+        drop_running(&ctx, &stream, f)?;
+        Ok(())
+    };
+    if let Err(e) = run(&mut failures) {
+        eprintln!("stress: {e}");
+        return ExitCode::FAILURE;
+    }
+    if failures.is_empty() {
+        println!("stress: all checks passed");
+        ExitCode::SUCCESS
+    } else {
+        println!("stress: {} checks FAILED: {failures:?}", failures.len());
+        ExitCode::FAILURE
+    }
+}
