@@ -54,15 +54,6 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         }
     });
 
-    let guards: Vec<_> = (0..order.len()).map(|i| handles(i).2).collect();
-    let forget = (!guards.is_empty()).then(|| {
-        quote! {
-            if __cudagraph_result.is_err() {
-                // Nothing was enqueued: record no use of the buffers on their events.
-                ::core::mem::forget((#(#guards,)*));
-            }
-        }
-    });
     let plan = plan(checked, &order, &places);
     let cache = &input.cache;
     let stream_expr = &input.stream;
@@ -79,10 +70,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         #key_decl
         #decls
         #body
-        let __cudagraph_result =
-            __cudagraph_cache.run(&__CUDAGRAPH_PLAN, __cudagraph_key, #stream, &[#(#entries),*]);
-        #forget
-        __cudagraph_result
+        __cudagraph_cache.run(&__CUDAGRAPH_PLAN, __cudagraph_key, #stream, &[#(#entries),*])
     }}
 }
 

@@ -11,6 +11,9 @@ use crate::check::Errors;
 /// Most parameters a kernel declared in `kernels!` may have.
 pub const MAX_PARAMS: usize = 16;
 
+/// Names of the methods `kernels!` generates besides the kernels.
+const RESERVED: &[&str] = &["load", "function", "module", "NAMES"];
+
 /// `ATTRS VIS struct NAME { fn name(params); … }`.
 pub struct KernelsInput {
     pub attrs: Vec<Attribute>,
@@ -76,6 +79,14 @@ pub fn expand(input: KernelsInput) -> TokenStream {
         }
         let kname = &sig.ident;
         let kstr = kname.to_string();
+        if RESERVED.contains(&kstr.as_str()) {
+            errors.push(kname, format!("`{kstr}` is a method `kernels!` generates (`load`, `function`, `module`); rename the kernel declaration"));
+            continue;
+        }
+        if names.iter().any(|(n, _)| n == &kstr) {
+            errors.push(kname, format!("kernel `{kstr}` is declared twice"));
+            continue;
+        }
         let field = format_ident!("__cudagraph_{}", kname);
         let mut params = Vec::new();
         let mut types = Vec::new();
@@ -90,19 +101,25 @@ pub fn expand(input: KernelsInput) -> TokenStream {
                 _ => format_ident!("arg{}", i),
             };
             match param(&pt.ty) {
+                Param::Scalar(Type::Reference(r)) => {
+                    errors.push(
+                        r,
+                        "kernel parameters are scalars passed by value (`n: u32`) or buffers (`x: &[f32]` read, `x: &mut [f32]` written)",
+                    );
+                }
                 Param::Scalar(t) => {
                     params.push(quote_spanned!(pt.span()=> #pname: #t));
                     types.push(quote!(#t));
                     values.push(quote!(#pname));
                 }
                 Param::Read(t) => {
-                    params.push(quote_spanned!(pt.span()=> #pname: impl ::cudagraph::__private::ReadArg<#t>));
-                    types.push(quote!(::cudagraph::DevRead<#t>));
+                    params.push(quote_spanned!(pt.span()=> #pname: impl ::cudagraph::__private::ReadArg<'__cudagraph_b, #t>));
+                    types.push(quote!(::cudagraph::DevRead<'__cudagraph_b, #t>));
                     values.push(quote!(::cudagraph::__private::ReadArg::into_read(#pname)));
                 }
                 Param::Write(t) => {
-                    params.push(quote_spanned!(pt.span()=> #pname: impl ::cudagraph::__private::WriteArg<#t>));
-                    types.push(quote!(::cudagraph::DevWrite<#t>));
+                    params.push(quote_spanned!(pt.span()=> #pname: impl ::cudagraph::__private::WriteArg<'__cudagraph_b, #t>));
+                    types.push(quote!(::cudagraph::DevWrite<'__cudagraph_b, #t>));
                     values.push(quote!(::cudagraph::__private::WriteArg::into_write(#pname)));
                 }
             }
@@ -119,7 +136,10 @@ pub fn expand(input: KernelsInput) -> TokenStream {
             #[doc = ""]
             #[doc = #sig_doc]
             #[allow(clippy::too_many_arguments)]
-            #vis fn #kname(&self, #(#params),*) -> ::cudagraph::KernelCall<'_, (#(#types,)*)> {
+            #vis fn #kname<'__cudagraph_k, '__cudagraph_b>(
+                &'__cudagraph_k self,
+                #(#params),*
+            ) -> ::cudagraph::KernelCall<'__cudagraph_k, (#(#types,)*)> {
                 ::cudagraph::KernelCall::new(&self.#field, #kstr, (#(#values,)*))
             }
         });
@@ -127,7 +147,7 @@ pub fn expand(input: KernelsInput) -> TokenStream {
     }
     let (name_strs, name_fields): (Vec<_>, Vec<_>) = names.into_iter().unzip();
     let load_doc = format!(
-        " Loads the module (`cuModuleLoadData`) and resolves every kernel of `{name_str}` once (`cuModuleGetFunction`).\n\n # Errors\n [`cudagraph::Error::Module`] if the module does not load; [`cudagraph::Error::MissingFunction`] naming the first kernel the module lacks."
+        " Loads the module (`cuModuleLoadData`) and resolves every kernel of `{name_str}` once (`cuModuleGetFunction`).\n\n # Errors\n [`cudagraph::Error::Module`] if the module does not load; [`cudagraph::Error::MissingFunction`] naming the first kernel the module lacks.\n\n # Safety\n The declarations are trusted, as cudarc's `launch` trusts its caller: each kernel of the module has exactly the declared parameter types, and for every launch `graph!` makes it reads only its `&[T]` buffers and writes only its `&mut [T]` buffers, within their lengths. Everything else about a launch (lifetimes, ordering, aliasing, copies) is then checked by `graph!`."
     );
     let errors = errors.combine().map(|e| e.to_compile_error());
     quote! {
@@ -143,7 +163,7 @@ pub fn expand(input: KernelsInput) -> TokenStream {
             #vis const NAMES: &'static [&'static str] = &[#(#name_strs),*];
 
             #[doc = #load_doc]
-            #vis fn load(
+            #vis unsafe fn load(
                 ctx: &::std::sync::Arc<::cudagraph::__private::CudaContext>,
                 ptx: ::cudagraph::__private::Ptx,
             ) -> ::cudagraph::Result<Self> {

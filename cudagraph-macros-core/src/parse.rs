@@ -111,6 +111,12 @@ fn lower_block(stmts: &[Stmt], errors: &mut Errors) -> Vec<Item> {
 }
 
 fn lower_if(e: &syn::ExprIf, errors: &mut Errors) -> Option<If> {
+    if contains_let(&e.cond) {
+        errors.push(
+            &e.cond,
+            "a graph `if` condition is a plain `bool` evaluated on the host; `if let` bindings are not allowed (every place of the body is borrowed before the conditions run): compute the condition before `graph!`",
+        );
+    }
     let then = lower_block(&e.then_branch.stmts, errors);
     let els = match &e.else_branch {
         None => Vec::new(),
@@ -162,6 +168,10 @@ fn unroll(f: &syn::ExprForLoop, errors: &mut Errors) -> Vec<Item> {
     }
     let body = f.body.to_token_stream();
     let mut items = Vec::new();
+    if start >= end {
+        // No iteration: still check the body's statements once, so that it cannot hide errors.
+        lower_block(&f.body.stmts, errors);
+    }
     for k in start..end {
         let tokens = match &var {
             Some(v) => substitute(body.clone(), v, k),
@@ -178,6 +188,16 @@ fn unroll(f: &syn::ExprForLoop, errors: &mut Errors) -> Vec<Item> {
     items
 }
 
+/// `let` in a condition (`if let`, `if a && let …`).
+fn contains_let(e: &Expr) -> bool {
+    match e {
+        Expr::Let(_) => true,
+        Expr::Binary(b) => contains_let(&b.left) || contains_let(&b.right),
+        Expr::Paren(p) => contains_let(&p.expr),
+        _ => false,
+    }
+}
+
 fn int_lit(e: &Expr) -> Option<u64> {
     match e {
         Expr::Lit(l) => match &l.lit {
@@ -188,11 +208,19 @@ fn int_lit(e: &Expr) -> Option<u64> {
     }
 }
 
+/// `tokens` with every use of the variable `var` replaced by `value`; a field or method name
+/// that happens to be spelled like it (`p.i`, `x.i()`) is kept.
 fn substitute(tokens: TokenStream, var: &Ident, value: u64) -> TokenStream {
+    let mut after_dot = false;
     tokens
         .into_iter()
-        .map(|tt| match tt {
-            TokenTree::Ident(ref i) if i == var => {
+        .map(|tt| {
+            let field = after_dot;
+            after_dot = matches!(&tt, TokenTree::Punct(p) if p.as_char() == '.');
+            (tt, field)
+        })
+        .map(|(tt, field)| match tt {
+            TokenTree::Ident(ref i) if i == var && !field => {
                 let mut lit = proc_macro2::Literal::u64_unsuffixed(value);
                 // At `i` for error messages, but marked as macro output: lints such as
                 // clippy's `erasing_op` would otherwise fire on the user's `2 * i` with `i = 0`.
@@ -401,6 +429,8 @@ fn place_key(e: &Expr) -> String {
             let index = const_int(&i.index).map_or_else(|| normalize(&i.index), |v| v.to_string());
             format!("{}[{index}]", place_key(&i.expr))
         }
+        // `(*a).b` and `*a.b` are different places: keep the parentheses around a deref.
+        Expr::Paren(p) if matches!(*p.expr, Expr::Unary(_)) => format!("({})", place_key(&p.expr)),
         Expr::Paren(p) => place_key(&p.expr),
         Expr::Unary(u) => format!("*{}", place_key(&u.expr)),
         other => normalize(other),
@@ -428,8 +458,22 @@ fn const_int(e: &Expr) -> Option<i128> {
 }
 
 /// An index that names one element without side effects: a constant expression or a variable.
+/// An index that names one element without side effects: literals, variables, constants and
+/// arithmetic on them. Non-constant indices are evaluated at run time; where one operand writes,
+/// all elements of that array are borrowed together, and overlapping indices panic.
 fn is_index(e: &Expr) -> bool {
-    const_int(e).is_some() || matches!(e, Expr::Path(p) if p.path.get_ident().is_some())
+    match e {
+        Expr::Lit(l) => matches!(l.lit, Lit::Int(_)),
+        Expr::Path(p) => p.qself.is_none(),
+        Expr::Paren(p) => is_index(&p.expr),
+        Expr::Binary(b) => {
+            use syn::BinOp::*;
+            matches!(b.op, Add(_) | Sub(_) | Mul(_) | Div(_) | Rem(_))
+                && is_index(&b.left)
+                && is_index(&b.right)
+        }
+        _ => false,
+    }
 }
 
 fn is_place(e: &Expr) -> bool {

@@ -596,3 +596,53 @@ fn empty_body_has_no_nodes() {
         assert_eq!(c.conditions, 0);
     });
 }
+
+#[test]
+fn if_let_conditions_are_rejected() {
+    let e = errors_of(quote! { &mut c, &s, {
+        if let Some(buf) = &mut other { zero(&mut buf); }
+    }});
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("`if let` bindings are not allowed"), "{e:?}");
+}
+
+#[test]
+fn parenthesized_deref_is_a_different_place() {
+    checked(quote! { &mut c, &s, { zero(&mut *a.b); zero(&mut (*a).b); zero(&mut (x)); } }, |c| {
+        assert_eq!(summary(c), ["zero: zero *a.b/w", "zero: zero (*a).b/w", "zero: zero x/w"]);
+    });
+}
+
+#[test]
+fn unrolling_keeps_fields_and_methods_named_like_the_variable() {
+    checked(
+        quote! { &mut c, &s, { for n in 0..2 { k.f(p.n, n, &mut bufs[n]).launch(cfg); } } },
+        |c| {
+            let Op::Launch { args, .. } = &c.nodes[1].node.op else { panic!("a launch") };
+            let Arg::Scalar(first) = &args[0] else { panic!("a scalar") };
+            assert_eq!(crate::ast::normalize(first), "p.n");
+            let Arg::Scalar(second) = &args[1] else { panic!("a scalar") };
+            assert_eq!(crate::ast::normalize(second), "1");
+            assert_eq!(summary(c)[1], "f: kernel f bufs[1]/w");
+        },
+    );
+}
+
+#[test]
+fn a_loop_without_iterations_is_still_checked() {
+    let e = errors_of(quote! { &mut c, &s, { for i in 0..0 { println!("x"); } } });
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("macro calls are not graph statements"), "{e:?}");
+}
+
+#[test]
+fn constant_and_variable_index_expressions_are_places() {
+    checked(
+        quote! { &mut c, &s, { zero(&mut bufs[N - 1]); zero(&mut bufs[(j + 1) * 2]); } },
+        |c| {
+            assert_eq!(summary(c), ["zero: zero bufs[N - 1]/w", "zero: zero bufs[(j + 1) * 2]/w"]);
+        },
+    );
+    let e = errors_of(quote! { &mut c, &s, { zero(&mut bufs[f()]); } });
+    assert_eq!(e.len(), 1, "{e:?}");
+}

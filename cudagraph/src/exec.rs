@@ -6,11 +6,13 @@ use core::ptr;
 use std::ffi::CString;
 use std::path::Path;
 
-use cudarc::driver::CudaStream;
+use std::sync::Arc;
+
 use cudarc::driver::sys::{
     self, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUfunction,
     CUgraph, CUgraphExec, CUgraphNode, CUmemorytype, CUstream,
 };
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 
 use crate::error::{Call, CudaError, Error, NodeSite, Result};
 use crate::node::{LaunchDims, MemcpyParams, Memory, MemsetParams, NodeParams};
@@ -18,7 +20,7 @@ use crate::plan::{Plan, infer_edges};
 use crate::raw::{self, Cuda, Driver};
 
 /// Most kernel parameters one kernel node may have.
-pub const MAX_KERNEL_PARAMS: usize = 64;
+pub const MAX_KERNEL_PARAMS: usize = 16;
 
 /// Counters of a [`GraphCache`]: what each call cost in driver work.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -87,6 +89,8 @@ unsafe impl<D: Driver + Send> Send for GraphCache<D> {}
 struct Variant {
     key: u64,
     ctx: CUcontext,
+    /// Keeps `ctx` alive while the exec exists (`None` only under the test driver).
+    _ctx_owner: Option<Arc<CudaContext>>,
     graph: CUgraph,
     exec: CUgraphExec,
     nodes: Vec<NodeState>,
@@ -105,6 +109,8 @@ enum NodeState {
 /// 8-byte-aligned offset, so `kernelParams` can point into it.
 struct KernelState {
     func: CUfunction,
+    /// Keeps `func`'s module loaded while this node may run or be updated.
+    owner: Option<CudaFunction>,
     dims: LaunchDims,
     args: Box<[u64]>,
     offsets: Box<[(u32, u32)]>,
@@ -120,6 +126,7 @@ impl KernelState {
         });
         let mut s = KernelState {
             func: k.function(),
+            owner: k.function_owner().cloned(),
             dims: k.dims(),
             args: vec![0u64; words as usize].into_boxed_slice(),
             offsets: offsets.into_boxed_slice(),
@@ -395,7 +402,7 @@ impl GraphCache {
         if self.mode == Mode::Eager {
             return self.run_eager(plan, stream, nodes);
         }
-        self.run_raw(plan, key, stream.context().cu_ctx(), stream.cu_stream(), nodes)
+        self.run_raw(plan, key, (ctx, Some(stream.context())), stream.cu_stream(), nodes)
     }
 
     /// The eager oracle (see [`Mode::Eager`]). Validates everything first, so an invalid call
@@ -522,7 +529,7 @@ impl<D: Driver> GraphCache<D> {
         &mut self,
         plan: &'static Plan,
         key: u64,
-        ctx: CUcontext,
+        (ctx, owner): (CUcontext, Option<&Arc<CudaContext>>),
         stream: CUstream,
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
@@ -541,7 +548,7 @@ impl<D: Driver> GraphCache<D> {
                 self.update(i, plan, nodes)?;
                 i
             }
-            None => self.insert(plan, key, ctx, nodes)?,
+            None => self.insert(plan, key, (ctx, owner), nodes)?,
         };
         let v = &mut self.variants[idx];
         v.last_use = self.clock;
@@ -559,7 +566,7 @@ impl<D: Driver> GraphCache<D> {
         &mut self,
         plan: &'static Plan,
         key: u64,
-        ctx: CUcontext,
+        (ctx, owner): (CUcontext, Option<&Arc<CudaContext>>),
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<usize> {
         let (graph, states) = build(&mut self.driver, plan, nodes, ctx)?;
@@ -579,7 +586,16 @@ impl<D: Driver> GraphCache<D> {
                 self.stats.evictions += 1;
             }
         }
-        let v = Variant { key, ctx, graph, exec, nodes: states, last_use: self.clock, hits: 0 };
+        let v = Variant {
+            key,
+            ctx,
+            _ctx_owner: owner.cloned(),
+            graph,
+            exec,
+            nodes: states,
+            last_use: self.clock,
+            hits: 0,
+        };
         self.variants.push(v);
         Ok(self.variants.len() - 1)
     }
@@ -626,8 +642,12 @@ impl<D: Driver> GraphCache<D> {
                 (NodeState::Absent, None) => continue,
                 (NodeState::Kernel { handle, params }, Some(NodeParams::Kernel(k))) => {
                     let mut changed = params.store_args(*k);
-                    changed |= params.func != k.function() || params.dims != k.dims();
-                    params.func = k.function();
+                    if params.func != k.function() {
+                        params.func = k.function();
+                        params.owner = k.function_owner().cloned();
+                        changed = true;
+                    }
+                    changed |= params.dims != k.dims();
                     params.dims = k.dims();
                     changed.then(|| {
                         refused
@@ -1066,7 +1086,7 @@ mod tests {
             Some(NodeParams::Memset(m)),
             k4.map(|k| NodeParams::Kernel(k as &dyn KernelNode)),
         ];
-        cache.run_raw(plan, u64::from(k4.is_some()), CTX, STREAM, &nodes)
+        cache.run_raw(plan, u64::from(k4.is_some()), (CTX, None), STREAM, &nodes)
     }
 
     fn setup() -> (Mock, GraphCache<Mock>, &'static Plan) {

@@ -6,7 +6,7 @@
 //! the node parameters that changed before `cuGraphLaunch`.
 //!
 //! ```no_run
-//! use cudagraph::cudarc::driver::{CudaContext, LaunchConfig};
+//! use cudagraph::cudarc::driver::LaunchConfig;
 //! use cudagraph::{graph, kernels, GraphCache};
 //!
 //! kernels! {
@@ -19,9 +19,10 @@
 //!
 //! # fn main() -> cudagraph::Result<()> {
 //! # let src = "";
-//! let ctx = CudaContext::new(0)?;
+//! let ctx = cudagraph::context(0)?; // Error::NoDriver without a GPU
 //! let stream = ctx.default_stream();
-//! let k = Saxpy::load(&ctx, cudagraph::cudarc::nvrtc::compile_ptx(src)?)?;
+//! // SAFETY: `scale` and `axpy` in `src` have these signatures and stay within `n` elements.
+//! let k = unsafe { Saxpy::load(&ctx, cudagraph::cudarc::nvrtc::compile_ptx(src)?) }?;
 //! let (mut x, mut y) = (stream.alloc_zeros::<f32>(1024)?, stream.alloc_zeros::<f32>(1024)?);
 //! let cfg = LaunchConfig::for_num_elems(1024);
 //! let mut cache = GraphCache::new();
@@ -92,12 +93,45 @@ pub use cudagraph_macros::graph;
 ///     }
 /// }
 /// ```
-/// generates `pub struct Heat` with `Heat::load(&ctx, ptx) -> Result<Heat>` (`cuModuleLoadData`,
+/// generates `pub struct Heat` with `unsafe fn Heat::load(&ctx, ptx) -> Result<Heat>` (`cuModuleLoadData`,
 /// then `cuModuleGetFunction` for every kernel; a missing one is [`Error::MissingFunction`]),
 /// `heat.function("stencil") -> Option<&CudaFunction>`, and one method per kernel for use
-/// inside [`graph!`]. Scalar parameters take any `DeviceRepr` type; `&[T]` parameters take a
-/// `&buffer` of device memory of `T`, `&mut [T]` a `&mut buffer`.
+/// inside [`graph!`]. Scalar parameters take any `DeviceRepr` type without padding bytes
+/// (`bytemuck::NoUninit`); `&[T]` parameters take a `&buffer` of device memory of `T`, `&mut [T]`
+/// a `&mut buffer`. At most 16 parameters; `load`, `function`, `module` and `NAMES` are reserved.
+///
+/// # Safety of `load`
+/// `load` is the one `unsafe` step: like cudarc's `launch`, it trusts that each kernel has exactly
+/// the declared parameter types and, for the launches `graph!` makes, reads only its `&[T]`
+/// buffers and writes only its `&mut [T]` buffers, within their lengths. Given that, `graph!` is
+/// safe: lifetimes, stream ordering, aliasing and copies are checked.
 pub use cudagraph_macros::kernels;
+
+/// Re-exported for scalar kernel arguments of your own types: `#[derive(NoUninit)]`.
+pub use bytemuck;
+
+/// The primary context of device `ordinal`, or [`Error::NoDriver`] on a machine without a CUDA
+/// driver (where cudarc's `CudaContext::new` would panic).
+pub fn context(ordinal: usize) -> Result<std::sync::Arc<cudarc::driver::CudaContext>> {
+    if !driver_available() {
+        return Err(Error::NoDriver);
+    }
+    Ok(cudarc::driver::CudaContext::new(ordinal)?)
+}
+
+#[cfg(not(any(
+    feature = "cuda-12040",
+    feature = "cuda-12050",
+    feature = "cuda-12060",
+    feature = "cuda-12080",
+    feature = "cuda-12090",
+    feature = "cuda-13000",
+    feature = "cuda-13010",
+    feature = "cuda-13020"
+)))]
+compile_error!(
+    "cudagraph needs one CUDA version feature, e.g. `cuda-13000` (the default) or `cuda-12080` with `default-features = false`"
+);
 
 /// `true` when the CUDA driver library can be loaded on this machine (`libcuda.so` on Linux).
 /// Nothing else touches the driver before a context is created, so a program can check this first
@@ -117,6 +151,8 @@ pub mod __private {
     pub use cudarc::nvrtc::Ptx;
     pub use inventory;
 
+    pub use crate::node::{Acquire, AcquireMut};
+
     use crate::error::{Call, Error};
     use crate::node::{Place, PlaceMut};
     use std::sync::Arc;
@@ -126,7 +162,7 @@ pub mod __private {
     pub fn acquire<'a, P: Place + ?Sized>(
         place: &'a P,
         stream: &'a CudaStream,
-    ) -> (P::Read, SyncOnDrop<'a>) {
+    ) -> (P::Read<'a>, SyncOnDrop<'a>) {
         place.acquire(stream)
     }
 
@@ -135,7 +171,7 @@ pub mod __private {
     pub fn acquire_mut<'a, P: PlaceMut + ?Sized>(
         place: &'a mut P,
         stream: &'a CudaStream,
-    ) -> (P::Read, P::Write, SyncOnDrop<'a>) {
+    ) -> (P::Read<'a>, P::Write<'a>, SyncOnDrop<'a>) {
         place.acquire_mut(stream)
     }
 

@@ -5,6 +5,7 @@
 use core::ffi::c_void;
 use core::marker::PhantomData;
 
+use bytemuck::NoUninit;
 use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUfunction};
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
@@ -14,21 +15,24 @@ use cudarc::driver::{
 macro_rules! pointer_type {
     ($(#[$m:meta])* $name:ident, $ptr:ty) => {
         $(#[$m])*
-        pub struct $name<T> {
+        ///
+        /// Made only by `graph!` from a borrowed place; the lifetime `'a` is that borrow's, so a
+        /// handle cannot outlive its buffer or coexist with another borrow that conflicts with it.
+        pub struct $name<'a, T> {
             pub(crate) ptr: $ptr,
             pub(crate) len: usize,
             pub(crate) ctx: CUcontext,
-            _elem: PhantomData<fn() -> T>,
+            _borrow: PhantomData<(&'a (), fn() -> T)>,
         }
-        impl<T> Clone for $name<T> {
+        impl<T> Clone for $name<'_, T> {
             fn clone(&self) -> Self {
                 *self
             }
         }
-        impl<T> Copy for $name<T> {}
-        impl<T> $name<T> {
+        impl<T> Copy for $name<'_, T> {}
+        impl<T> $name<'_, T> {
             pub(crate) fn new(ptr: $ptr, len: usize, ctx: CUcontext) -> Self {
-                $name { ptr, len, ctx, _elem: PhantomData }
+                $name { ptr, len, ctx, _borrow: PhantomData }
             }
             /// Length in elements.
             pub fn len(&self) -> usize {
@@ -59,21 +63,21 @@ pointer_type!(
     HostWrite, *mut c_void
 );
 
+mod sealed {
+    pub trait Sealed {}
+}
+
 /// A buffer that can be a graph operand: device memory (`CudaSlice`, `CudaView`, `CudaViewMut`)
-/// or pinned host memory (`PinnedHostSlice`). Pageable host memory (`Vec<T>`, `&[T]`) is not:
-/// nothing would keep it alive and unchanged until the graph's copy runs.
+/// or pinned host memory (`PinnedHostSlice`), or a reference to one. Pageable host memory
+/// (`Vec<T>`, `&[T]`) is not: nothing would keep it alive and unchanged until the graph's copy
+/// runs. Sealed: implemented by `cudagraph` only, since a graph relies on each implementation
+/// keeping cudarc's stream-ordering events right.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a graph buffer",
     label = "not device memory or pinned host memory",
     note = "graph operands are `CudaSlice`, `CudaView`, `CudaViewMut` or pinned host memory (`PinnedHostSlice`, from `CudaContext::alloc_pinned`); pageable host memory such as `Vec<T>` or `&[T]` is not allowed"
 )]
-pub trait Place {
-    /// The read handle.
-    type Read: Copy;
-    /// Makes `stream` wait for earlier writers (cudarc's events) and returns the read handle and
-    /// a guard that records this use on `stream` when dropped, after the graph launch.
-    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (Self::Read, SyncOnDrop<'a>);
-}
+pub trait Place: sealed::Sealed + Acquire {}
 
 /// A [`Place`] a node may write.
 #[diagnostic::on_unimplemented(
@@ -81,63 +85,115 @@ pub trait Place {
     label = "not writable device memory or pinned host memory",
     note = "graph operands written with `&mut` are `CudaSlice`, `CudaViewMut` or `PinnedHostSlice`; pageable host memory such as `Vec<T>` or `&mut [T]` is not allowed (nothing would keep it alive until the graph ran)"
 )]
-pub trait PlaceMut: Place {
+pub trait PlaceMut: Place + AcquireMut {}
+
+/// How `graph!` borrows a place for one call (not public API: used by generated code only).
+#[doc(hidden)]
+pub trait Acquire {
+    /// The read handle.
+    type Read<'a>: Copy
+    where
+        Self: 'a;
+    /// Makes `stream` wait for earlier writers (cudarc's events) and returns the read handle and
+    /// a guard that records this use on `stream` when dropped, after the graph launch. A buffer
+    /// of another context than the stream's is not touched (the call then fails validation).
+    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (Self::Read<'a>, SyncOnDrop<'a>);
+}
+
+/// [`Acquire`] for writing (not public API).
+#[doc(hidden)]
+pub trait AcquireMut: Acquire {
     /// The write handle.
-    type Write: Copy;
+    type Write<'a>: Copy
+    where
+        Self: 'a;
     /// Makes `stream` wait for earlier readers and writers and returns both handles and a guard
     /// that records this use on `stream` when dropped, after the graph launch.
     fn acquire_mut<'a>(
         &'a mut self,
         stream: &'a CudaStream,
-    ) -> (Self::Read, Self::Write, SyncOnDrop<'a>);
+    ) -> (Self::Read<'a>, Self::Write<'a>, SyncOnDrop<'a>);
 }
 
-impl<P: Place + ?Sized> Place for &P {
-    type Read = P::Read;
-    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (Self::Read, SyncOnDrop<'a>) {
+impl<P: Place + ?Sized> sealed::Sealed for &P {}
+impl<P: Place + ?Sized> Place for &P {}
+impl<P: Place + ?Sized> Acquire for &P {
+    type Read<'a>
+        = P::Read<'a>
+    where
+        Self: 'a;
+    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (Self::Read<'a>, SyncOnDrop<'a>) {
         (**self).acquire(stream)
     }
 }
-impl<P: Place + ?Sized> Place for &mut P {
-    type Read = P::Read;
-    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (Self::Read, SyncOnDrop<'a>) {
+impl<P: Place + ?Sized> sealed::Sealed for &mut P {}
+impl<P: Place + ?Sized> Place for &mut P {}
+impl<P: Place + ?Sized> Acquire for &mut P {
+    type Read<'a>
+        = P::Read<'a>
+    where
+        Self: 'a;
+    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (Self::Read<'a>, SyncOnDrop<'a>) {
         (**self).acquire(stream)
     }
 }
-impl<P: PlaceMut + ?Sized> PlaceMut for &mut P {
-    type Write = P::Write;
+impl<P: PlaceMut + ?Sized> PlaceMut for &mut P {}
+impl<P: PlaceMut + ?Sized> AcquireMut for &mut P {
+    type Write<'a>
+        = P::Write<'a>
+    where
+        Self: 'a;
     fn acquire_mut<'a>(
         &'a mut self,
         stream: &'a CudaStream,
-    ) -> (Self::Read, Self::Write, SyncOnDrop<'a>) {
+    ) -> (Self::Read<'a>, Self::Write<'a>, SyncOnDrop<'a>) {
         (**self).acquire_mut(stream)
     }
 }
 
-fn slice_ctx<T>(s: &impl DeviceSlice<T>) -> CUcontext {
-    s.stream().context().cu_ctx()
+/// No synchronization: for a buffer of another context, which validation then refuses.
+fn no_sync<'a>() -> SyncOnDrop<'a> {
+    SyncOnDrop::Sync(None)
 }
 
 macro_rules! device_place {
     ($ty:ty) => {
-        impl<T> Place for $ty {
-            type Read = DevRead<T>;
-            fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (DevRead<T>, SyncOnDrop<'a>) {
+        impl<T> sealed::Sealed for $ty {}
+        impl<T> Place for $ty {}
+        impl<T> Acquire for $ty {
+            type Read<'a>
+                = DevRead<'a, T>
+            where
+                Self: 'a;
+            fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (DevRead<'a, T>, SyncOnDrop<'a>) {
+                let ctx = DeviceSlice::stream(self).context().cu_ctx();
+                let len = DeviceSlice::len(self);
+                if ctx != stream.context().cu_ctx() {
+                    return (DevRead::new(0, len, ctx), no_sync());
+                }
                 let (ptr, guard) = DevicePtr::device_ptr(self, stream);
-                (DevRead::new(ptr, DeviceSlice::len(self), slice_ctx(self)), guard)
+                (DevRead::new(ptr, len, ctx), guard)
             }
         }
     };
 }
 macro_rules! device_place_mut {
     ($ty:ty) => {
-        impl<T> PlaceMut for $ty {
-            type Write = DevWrite<T>;
+        impl<T> PlaceMut for $ty {}
+        impl<T> AcquireMut for $ty {
+            type Write<'a>
+                = DevWrite<'a, T>
+            where
+                Self: 'a;
             fn acquire_mut<'a>(
                 &'a mut self,
                 stream: &'a CudaStream,
-            ) -> (DevRead<T>, DevWrite<T>, SyncOnDrop<'a>) {
-                let (len, ctx) = (DeviceSlice::len(self), slice_ctx(self));
+            ) -> (DevRead<'a, T>, DevWrite<'a, T>, SyncOnDrop<'a>) {
+                let ctx = DeviceSlice::stream(self).context().cu_ctx();
+                let len = DeviceSlice::len(self);
+                if ctx != stream.context().cu_ctx() {
+                    return (DevRead::new(0, len, ctx), DevWrite::new(0, len, ctx), no_sync());
+                }
                 let (ptr, guard) = DevicePtrMut::device_ptr_mut(self, stream);
                 (DevRead::new(ptr, len, ctx), DevWrite::new(ptr, len, ctx), guard)
             }
@@ -150,27 +206,44 @@ device_place!(CudaViewMut<'_, T>);
 device_place_mut!(CudaSlice<T>);
 device_place_mut!(CudaViewMut<'_, T>);
 
-impl<T> Place for PinnedHostSlice<T> {
-    type Read = HostRead<T>;
-    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (HostRead<T>, SyncOnDrop<'a>) {
+impl<T> sealed::Sealed for PinnedHostSlice<T> {}
+impl<T> Place for PinnedHostSlice<T> {}
+impl<T> Acquire for PinnedHostSlice<T> {
+    type Read<'a>
+        = HostRead<'a, T>
+    where
+        Self: 'a;
+    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (HostRead<'a, T>, SyncOnDrop<'a>) {
+        let ctx = self.context().cu_ctx();
+        if ctx != stream.context().cu_ctx() {
+            return (HostRead::new(core::ptr::null(), self.len(), ctx), no_sync());
+        }
         // SAFETY: the slice is used only by the graph launched on `stream` before `guard` drops;
         // the guard then records the slice's event on `stream`, so later host access waits.
         let (s, guard) = unsafe { self.stream_synced_slice(stream) };
-        let ctx = self.context().cu_ctx();
         (HostRead::new(s.as_ptr().cast(), s.len(), ctx), guard)
     }
 }
 
-impl<T> PlaceMut for PinnedHostSlice<T> {
-    type Write = HostWrite<T>;
+impl<T> PlaceMut for PinnedHostSlice<T> {}
+impl<T> AcquireMut for PinnedHostSlice<T> {
+    type Write<'a>
+        = HostWrite<'a, T>
+    where
+        Self: 'a;
     fn acquire_mut<'a>(
         &'a mut self,
         stream: &'a CudaStream,
-    ) -> (HostRead<T>, HostWrite<T>, SyncOnDrop<'a>) {
+    ) -> (HostRead<'a, T>, HostWrite<'a, T>, SyncOnDrop<'a>) {
         let ctx = self.context().cu_ctx();
+        let len = self.len();
+        if ctx != stream.context().cu_ctx() {
+            let (r, w) = (core::ptr::null(), core::ptr::null_mut());
+            return (HostRead::new(r, len, ctx), HostWrite::new(w, len, ctx), no_sync());
+        }
         // SAFETY: as in `acquire`.
         let (s, guard) = unsafe { self.stream_synced_mut_slice(stream) };
-        let (ptr, len) = (s.as_mut_ptr(), s.len());
+        let ptr = s.as_mut_ptr();
         (
             HostRead::new(ptr.cast_const().cast(), len, ctx),
             HostWrite::new(ptr.cast(), len, ctx),
@@ -189,15 +262,16 @@ pub trait KernelArg {
     }
 }
 
-impl<T: DeviceRepr> KernelArg for T {
+/// Scalars: any `DeviceRepr` without padding bytes (`bytemuck::NoUninit`: every primitive, and
+/// `#[derive(NoUninit)]` `#[repr(C)]` structs), since the cache compares argument bytes between
+/// calls and padding bytes are uninitialized.
+impl<T: DeviceRepr + NoUninit> KernelArg for T {
     fn bytes(&self) -> &[u8] {
-        // SAFETY: `DeviceRepr` types are plain data that cudarc passes to kernels by their bytes;
-        // the slice covers exactly `*self` and lives as long as the borrow.
-        unsafe { core::slice::from_raw_parts((self as *const T).cast::<u8>(), size_of::<T>()) }
+        bytemuck::bytes_of(self)
     }
 }
 
-impl<T> KernelArg for DevRead<T> {
+impl<T> KernelArg for DevRead<'_, T> {
     fn bytes(&self) -> &[u8] {
         self.ptr.bytes()
     }
@@ -206,7 +280,7 @@ impl<T> KernelArg for DevRead<T> {
     }
 }
 
-impl<T> KernelArg for DevWrite<T> {
+impl<T> KernelArg for DevWrite<'_, T> {
     fn bytes(&self) -> &[u8] {
         self.ptr.bytes()
     }
@@ -221,12 +295,12 @@ impl<T> KernelArg for DevWrite<T> {
     label = "expected `&buffer` of device memory of `{T}`, found `{Self}`",
     note = "`&mut buffer` is rejected where the kernel only reads; host memory cannot be a kernel argument"
 )]
-pub trait ReadArg<T> {
+pub trait ReadArg<'a, T> {
     /// The device pointer.
-    fn into_read(self) -> DevRead<T>;
+    fn into_read(self) -> DevRead<'a, T>;
 }
-impl<T> ReadArg<T> for DevRead<T> {
-    fn into_read(self) -> DevRead<T> {
+impl<'a, T> ReadArg<'a, T> for DevRead<'a, T> {
+    fn into_read(self) -> DevRead<'a, T> {
         self
     }
 }
@@ -237,12 +311,12 @@ impl<T> ReadArg<T> for DevRead<T> {
     label = "expected `&mut buffer` of device memory of `{T}`, found `{Self}`",
     note = "a `&buffer` operand is read-only; host memory cannot be a kernel argument"
 )]
-pub trait WriteArg<T> {
+pub trait WriteArg<'a, T> {
     /// The device pointer.
-    fn into_write(self) -> DevWrite<T>;
+    fn into_write(self) -> DevWrite<'a, T>;
 }
-impl<T> WriteArg<T> for DevWrite<T> {
-    fn into_write(self) -> DevWrite<T> {
+impl<'a, T> WriteArg<'a, T> for DevWrite<'a, T> {
+    fn into_write(self) -> DevWrite<'a, T> {
         self
     }
 }
@@ -377,6 +451,10 @@ impl<A: KernelArgs> KernelLaunch<'_, A> {
 pub trait KernelNode {
     /// The CUDA function's handle.
     fn function(&self) -> CUfunction;
+    /// The function itself, which keeps its module loaded while a graph holds it.
+    fn function_owner(&self) -> Option<&CudaFunction> {
+        None
+    }
     /// Grid, block and shared memory.
     fn dims(&self) -> LaunchDims;
     /// Number of arguments.
@@ -390,6 +468,9 @@ pub trait KernelNode {
 impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
     fn function(&self) -> CUfunction {
         self.call.function.cu_function()
+    }
+    fn function_owner(&self) -> Option<&CudaFunction> {
+        Some(self.call.function)
     }
     fn dims(&self) -> LaunchDims {
         self.dims
@@ -459,8 +540,8 @@ pub trait CopyTo<D> {
 
 macro_rules! copy_to {
     ($src:ident => $dst:ident, $s:ident, $d:ident) => {
-        impl<T> CopyTo<$dst<T>> for $src<T> {
-            fn memcpy(self, dst: $dst<T>) -> MemcpyParams {
+        impl<'a, 'b, T> CopyTo<$dst<'b, T>> for $src<'a, T> {
+            fn memcpy(self, dst: $dst<'b, T>) -> MemcpyParams {
                 MemcpyParams {
                     src: Memory::$s(self.ptr as _),
                     dst: Memory::$d(dst.ptr as _),
@@ -484,7 +565,7 @@ pub enum NoCopy<T> {
 macro_rules! no_copy {
     ($($src:ident),*) => {$(
         #[diagnostic::do_not_recommend]
-        impl<T> CopyTo<NoCopy<T>> for $src<T> {
+        impl<T> CopyTo<NoCopy<T>> for $src<'_, T> {
             fn memcpy(self, dst: NoCopy<T>) -> MemcpyParams {
                 match dst {
                     NoCopy::_Never(never, _) => match never {},
@@ -558,7 +639,7 @@ pub fn copy<S: CopyTo<D>, D>(src: S, dst: D) -> MemcpyParams {
 }
 
 /// `memset(&mut dst, value)`: every element of `dst` set to `value`.
-pub fn memset<T: MemsetValue>(dst: impl WriteArg<T>, value: T) -> MemsetParams {
+pub fn memset<'a, T: MemsetValue>(dst: impl WriteArg<'a, T>, value: T) -> MemsetParams {
     let dst = dst.into_write();
     MemsetParams {
         dst: dst.ptr,
@@ -570,7 +651,7 @@ pub fn memset<T: MemsetValue>(dst: impl WriteArg<T>, value: T) -> MemsetParams {
 }
 
 /// `zero(&mut dst)`: every byte of `dst` set to 0, whatever its element type.
-pub fn zero<T>(dst: impl WriteArg<T>) -> MemsetParams {
+pub fn zero<'a, T>(dst: impl WriteArg<'a, T>) -> MemsetParams {
     let dst = dst.into_write();
     let bytes = dst.len * size_of::<T>();
     let elem_size = [4u32, 2, 1]

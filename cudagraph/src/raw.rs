@@ -2,7 +2,8 @@
 //! [`cudarc::driver::sys`].
 //!
 //! Each function makes exactly one driver call and turns its `CUresult` into a
-//! `Result<_, DriverError>`. Nothing here owns anything: the safe layer ([`crate::exec`]) does.
+//! `Result<_, DriverError>`. Nothing here owns anything: the safe layer
+//! ([`GraphCache`](crate::GraphCache)) does.
 //! Driver reference: <https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html>.
 
 use core::ffi::{c_char, c_void};

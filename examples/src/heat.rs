@@ -215,7 +215,8 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
     let ctx = CudaContext::new(0)?;
     let stream = ctx.new_stream()?;
     println!("device: {}", ctx.name().unwrap_or_default());
-    let k = Heat::load(&ctx, compile_ptx(SOURCE)?)?;
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let k = unsafe { Heat::load(&ctx, compile_ptx(SOURCE)?) }?;
     let c = Config::new(a.n, a.residual_every);
 
     let mut g = Fields::new(&stream, a.n)?;

@@ -74,7 +74,8 @@ fn heat(
     f: &mut Vec<String>,
 ) -> Result<()> {
     println!("1. heat step, {steps} calls, pointers and alpha changing every call");
-    let k = Heat::load(ctx, compile_ptx(include_str!("../kernels/heat.cu"))?)?;
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let k = unsafe { Heat::load(ctx, compile_ptx(include_str!("../kernels/heat.cu"))?) }?;
     let n = 512u32;
     let cells = n * n;
     let mut u = stream.alloc_zeros::<f32>(cells as usize)?;
@@ -134,7 +135,8 @@ fn eager_mix(
 
 fn big_graph(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, f: &mut Vec<String>) -> Result<()> {
     println!("2. a 1000-node graph: build, update every node, relaunch");
-    let k = S::load(ctx, compile_ptx(include_str!("../kernels/stress.cu"))?)?;
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let k = unsafe { S::load(ctx, compile_ptx(include_str!("../kernels/stress.cu"))?) }?;
     let n = 64u32;
     let cfg = LaunchConfig::for_num_elems(n);
     let mut x = stream.alloc_zeros::<u32>(n as usize)?;
@@ -174,7 +176,8 @@ fn big_graph(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, f: &mut Vec<Strin
 
 fn churn(ctx: &Arc<CudaContext>, calls: u32, f: &mut Vec<String>) -> Result<()> {
     println!("3. variant churn: 4 variants, cache bound 2, two streams, {calls} calls");
-    let k = S::load(ctx, compile_ptx(include_str!("../kernels/stress.cu"))?)?;
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let k = unsafe { S::load(ctx, compile_ptx(include_str!("../kernels/stress.cu"))?) }?;
     let (a, b) = (ctx.new_stream()?, ctx.new_stream()?);
     let n = 256u32;
     let cfg = LaunchConfig::for_num_elems(n);
@@ -225,7 +228,8 @@ fn drop_running(
     f: &mut Vec<String>,
 ) -> Result<()> {
     println!("4. a cache dropped while its launch is still running");
-    let k = S::load(ctx, compile_ptx(include_str!("../kernels/stress.cu"))?)?;
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let k = unsafe { S::load(ctx, compile_ptx(include_str!("../kernels/stress.cu"))?) }?;
     let n = 1024u32;
     let mut x = stream.alloc_zeros::<u32>(n as usize)?;
     let cfg = LaunchConfig::for_num_elems(n);

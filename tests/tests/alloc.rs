@@ -43,7 +43,8 @@ fn steady_state_calls_allocate_nothing() -> Result<()> {
     assert!(cudagraph::driver_available(), "this GPU test needs a CUDA driver; none was found");
     let ctx = CudaContext::new(0)?;
     let stream = ctx.new_stream()?;
-    let k = K::load(&ctx, compile_ptx(include_str!("../kernels/update.cu"))?)?;
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let k = unsafe { K::load(&ctx, compile_ptx(include_str!("../kernels/update.cu"))?) }?;
     let n = 1024u32;
     let mut u = stream.clone_htod(&(0..n as i32).collect::<Vec<_>>())?;
     let mut v = stream.alloc_zeros::<i32>(n as usize)?;

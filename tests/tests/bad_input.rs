@@ -27,7 +27,8 @@ fn bad_then_good(bad: LaunchConfig, want: fn(&Error) -> bool) -> cudagraph::Resu
     assert!(cudagraph::driver_available(), "this GPU test needs a CUDA driver; none was found");
     let ctx = CudaContext::new(0)?;
     let stream = ctx.new_stream()?;
-    let k = Ops::load(&ctx, compile_ptx(SOURCE)?)?;
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let k = unsafe { Ops::load(&ctx, compile_ptx(SOURCE)?) }?;
     let mut y = stream.alloc_zeros::<u32>(N as usize)?;
     let mut cache = GraphCache::new();
     let good = LaunchConfig::for_num_elems(N);
@@ -94,7 +95,8 @@ fn buffer_from_another_context() -> cudagraph::Result<()> {
     let other = CudaContext::new_non_primary(0, 0)?;
     ctx.bind_to_thread()?;
     let stream = ctx.new_stream()?;
-    let k = Ops::load(&ctx, compile_ptx(SOURCE)?)?;
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let k = unsafe { Ops::load(&ctx, compile_ptx(SOURCE)?) }?;
     let mut foreign = other.default_stream().alloc_zeros::<u32>(N as usize)?;
     let mut mine = stream.alloc_zeros::<u32>(N as usize)?;
     ctx.bind_to_thread()?;
@@ -128,7 +130,8 @@ kernels! {
 fn missing_kernel_function_is_named() -> cudagraph::Result<()> {
     assert!(cudagraph::driver_available(), "this GPU test needs a CUDA driver; none was found");
     let ctx = CudaContext::new(0)?;
-    match Incomplete::load(&ctx, compile_ptx(SOURCE)?) {
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    match unsafe { Incomplete::load(&ctx, compile_ptx(SOURCE)?) } {
         Ok(_) => panic!("ops.cu has no `not_in_module`: Incomplete::load must fail"),
         Err(err) => {
             let msg = err.to_string();
@@ -143,7 +146,8 @@ fn missing_kernel_function_is_named() -> cudagraph::Result<()> {
             assert!(msg.contains("`not_in_module`"), "{msg}");
         }
     }
-    match Ops::load(&ctx, Ptx::from_src("this is not PTX")) {
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    match unsafe { Ops::load(&ctx, Ptx::from_src("this is not PTX")) } {
         Ok(_) => panic!("a module that is not PTX must not load"),
         Err(Error::Module { kernels, source }) => {
             assert_eq!(kernels, "Ops");
@@ -152,7 +156,8 @@ fn missing_kernel_function_is_named() -> cudagraph::Result<()> {
         Err(other) => panic!("expected Error::Module, got {other:?}"),
     }
     // The complete declaration loads from the same module and resolves every kernel.
-    let ops = Ops::load(&ctx, compile_ptx(SOURCE)?)?;
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let ops = unsafe { Ops::load(&ctx, compile_ptx(SOURCE)?) }?;
     for name in Ops::NAMES {
         assert!(ops.function(name).is_some(), "{name}");
     }

@@ -52,7 +52,8 @@ fn gpu() -> Result<(Arc<CudaContext>, Arc<CudaStream>, Ops)> {
     );
     let ctx = CudaContext::new(0)?;
     let stream = ctx.new_stream()?;
-    let k = Ops::load(&ctx, compile_ptx(SOURCE)?)?;
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let k = unsafe { Ops::load(&ctx, compile_ptx(SOURCE)?) }?;
     Ok((ctx, stream, k))
 }
 

@@ -33,7 +33,8 @@ fn setup() -> Result<(Arc<CudaContext>, Arc<CudaStream>, K)> {
     assert!(cudagraph::driver_available(), "this GPU test needs a CUDA driver; none was found");
     let ctx = CudaContext::new(0)?;
     let stream = ctx.new_stream()?;
-    let k = K::load(&ctx, compile_ptx(SRC)?)?;
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let k = unsafe { K::load(&ctx, compile_ptx(SRC)?) }?;
     Ok((ctx, stream, k))
 }
 
@@ -184,8 +185,10 @@ fn dynamic_shared_memory_changes() -> Result<()> {
 #[ignore = "needs a CUDA GPU"]
 fn kernel_function_swaps_between_modules() -> Result<()> {
     let (ctx, stream, _) = setup()?;
-    let add = Step::load(&ctx, compile_ptx(SRC.replace("step_add", "step"))?)?;
-    let mul = Step::load(&ctx, compile_ptx(SRC.replace("step_mul", "step"))?)?;
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let add = unsafe { Step::load(&ctx, compile_ptx(SRC.replace("step_add", "step"))?) }?;
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let mul = unsafe { Step::load(&ctx, compile_ptx(SRC.replace("step_mul", "step"))?) }?;
     let (mut y, mut e) = (iota(&stream, N)?, iota(&stream, N)?);
     let mut cache = GraphCache::new();
     for i in 0..10 {

@@ -12,7 +12,8 @@ kernels! {
 fn main() -> cudagraph::Result<()> {
     let ctx = CudaContext::new(0)?;
     let stream = ctx.default_stream();
-    let k = K::load(&ctx, Ptx::from_src(""))?;
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let k = unsafe { K::load(&ctx, Ptx::from_src("")) }?;
     let cfg = LaunchConfig::for_num_elems(1024);
     let mut cache = GraphCache::new();
     let a = unsafe { ctx.alloc_pinned::<f32>(1024)? };

@@ -1,0 +1,11 @@
+use cudagraph::kernels;
+
+kernels! {
+    struct K {
+        fn scale(n: u32, a: f32, x: &mut [f32]);
+        fn load(n: u32, x: &mut [f32]);
+        fn scale(n: u32, x: &mut [f32]);
+    }
+}
+
+fn main() {}

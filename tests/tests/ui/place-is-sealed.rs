@@ -1,0 +1,7 @@
+use cudagraph::Place;
+
+struct MyBuffer;
+
+impl Place for MyBuffer {}
+
+fn main() {}
