@@ -7,7 +7,8 @@
 //!    device memory in use at step 1000 and at the end must match; no rebuild.
 //! 2. A 1000-node graph (an unrolled 10 × 100 `for`): build + instantiate, then a call that
 //!    changes every node's scalar (1000 node updates), then an unchanged relaunch; compared
-//!    with the same 1000 launches made eagerly.
+//!    with the same 1000 launches made eagerly. 2b. The same with 10 000 nodes, through the
+//!    runtime directly (a 10 000-statement `graph!` body compiles for minutes).
 //! 3. Variant churn: four structural variants cycled through a cache bounded to 2, alternating
 //!    two streams, compared with eager launches after every call.
 //! 4. A cache dropped while its last launch is still running (a kernel spinning ~50 ms).
@@ -174,6 +175,75 @@ fn big_graph(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, f: &mut Vec<Strin
     Ok(())
 }
 
+/// 10 000 nodes in one graph. A `graph!` body of 10 000 statements takes minutes to compile
+/// (rustc and LLVM on one huge function), so this drives the runtime below the macro directly:
+/// the same `GraphCache::run` the macro calls, with a plan made at run time.
+fn ten_thousand(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    f: &mut Vec<String>,
+) -> Result<()> {
+    use cudagraph::{Access, NodeKind, Plan, PlanNode};
+    const NODES: u32 = 10_000;
+    println!("2b. a {NODES}-node graph through the runtime: build, update every node, relaunch");
+    // SAFETY: stress.cu's kernels have these signatures and stay within n elements.
+    let k = unsafe { S::load(ctx, compile_ptx(include_str!("../kernels/stress.cu"))?) }?;
+    let n = 64u32;
+    let cfg = LaunchConfig::for_num_elems(n);
+    let node = PlanNode {
+        label: "mix",
+        text: "k.mix(n, seed + i, &mut x).launch(cfg);",
+        kind: NodeKind::Kernel("mix"),
+        line: line!(),
+        column: 1,
+        accesses: &[Access { place: 0, write: true }],
+        after: &[],
+        condition: "",
+    };
+    let nodes: &'static [PlanNode] = vec![node; NODES as usize].leak();
+    let plan: &'static Plan = Box::leak(Box::new(Plan {
+        file: file!(),
+        line: line!(),
+        places: &["x"],
+        nodes,
+        conditions: 0,
+    }));
+    let mut x = stream.alloc_zeros::<u32>(n as usize)?;
+    let mut e = stream.alloc_zeros::<u32>(n as usize)?;
+    let mut cache = GraphCache::new();
+    let mut times = Vec::new();
+    for seed in [1u32, 2, 2] {
+        let t = Instant::now();
+        {
+            let (_r, w, _guard) = cudagraph::__private::acquire_mut(&mut x, stream);
+            let launches: Vec<_> = (0..NODES).map(|i| k.mix(n, seed + i, w).launch(cfg)).collect();
+            let params: Vec<_> = launches.iter().map(cudagraph::__private::node).collect();
+            cache.run(plan, 0, stream, &params)?;
+        }
+        stream.synchronize()?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        let mix = k.function("mix").expect("declared");
+        for i in 0..NODES {
+            eager_mix(stream, mix, n, seed + i, &mut e)?;
+        }
+    }
+    println!(
+        "  first call (build + instantiate + launch) {:.1} ms; all {NODES} scalars changed {:.1} ms; unchanged {:.1} ms",
+        times[0], times[1], times[2]
+    );
+    let s = cache.stats();
+    println!("  stats: {s:?}");
+    check(stream.clone_dtoh(&x)? == stream.clone_dtoh(&e)?, "equal to 30 000 eager launches", f);
+    check(
+        s.builds == 1
+            && s.node_updates == u64::from(NODES)
+            && s.nodes_unchanged == u64::from(NODES),
+        "10 000 node updates, then none",
+        f,
+    );
+    Ok(())
+}
+
 fn churn(ctx: &Arc<CudaContext>, calls: u32, f: &mut Vec<String>) -> Result<()> {
     println!("3. variant churn: 4 variants, cache bound 2, two streams, {calls} calls");
     // SAFETY: the declarations match the kernels, which stay within their buffers.
@@ -283,6 +353,7 @@ fn main() -> ExitCode {
         let stream = ctx.new_stream()?;
         heat(&ctx, &stream, heat_steps, f)?;
         big_graph(&ctx, &stream, f)?;
+        ten_thousand(&ctx, &stream, f)?;
         churn(&ctx, churn_calls, f)?;
         drop_running(&ctx, &stream, f)?;
         Ok(())
