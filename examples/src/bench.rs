@@ -1,0 +1,1777 @@
+//! The benchmark: what a step of K tiny kernels costs with `graph!`, next to what one would
+//! otherwise use — cudarc stream launches, cudarc stream capture — and next to the floor,
+//! hand-written raw driver graphs (`cudarc::driver::sys`).
+//!
+//! ```text
+//! bench [--reps N] [--quick] [--json PATH]
+//! ```
+//! `--reps N`: repetitions per measurement (default 200; 20 with `--quick`). `--quick`: K up to
+//! 100 and smaller build sizes, for a fast sanity run. `--json PATH`: where the same data goes as
+//! JSON (default `bench.json` in the current directory). Without a CUDA driver the run prints one
+//! line and exits with status 2.
+//!
+//! Every measured row first checks its own result: the buffers are zeroed, three steps run, and
+//! the device values must equal a host model of the step; after the timed repetitions the model
+//! replays every step and the values are checked again, so a row whose updates did not reach the
+//! GPU fails instead of looking fast. Any error or mismatch stops the run with a non-zero status;
+//! what was measured up to then is still written to the JSON file.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::ffi::c_void;
+use std::fmt::Write as _;
+use std::process::ExitCode;
+use std::ptr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use cudagraph::cudarc::driver::sys::{
+    self, CUDA_KERNEL_NODE_PARAMS, CUdeviceptr, CUfunction, CUgraph, CUgraphExec, CUgraphNode,
+    CUstream,
+};
+use cudagraph::cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
+use cudagraph::cudarc::nvrtc::compile_ptx;
+use cudagraph::{GraphCache, Stats, graph, kernels};
+
+const SOURCE: &str = include_str!("../kernels/bench.cu");
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+// ---------------------------------------------------------------------------------------------
+// Host memory: a counting global allocator (Rust heap only; the driver's own allocations are
+// made by libcuda's malloc and are not seen here).
+
+struct Counting;
+
+static ALLOCATED: AtomicU64 = AtomicU64::new(0);
+static FREED: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is forwarded unchanged to `System`; the counters do not affect allocation.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract is `System.alloc`'s.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            ALLOCATED.fetch_add(layout.size() as u64, Relaxed);
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as above.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            ALLOCATED.fetch_add(layout.size() as u64, Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
+        FREED.fetch_add(layout.size() as u64, Relaxed);
+        // SAFETY: as above.
+        unsafe { System.dealloc(p, layout) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: as above.
+        let q = unsafe { System.realloc(p, layout, new_size) };
+        if !q.is_null() {
+            ALLOCATED.fetch_add(new_size as u64, Relaxed);
+            FREED.fetch_add(layout.size() as u64, Relaxed);
+        }
+        q
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// (bytes allocated so far, bytes freed so far).
+fn heap() -> (u64, u64) {
+    (ALLOCATED.load(Relaxed), FREED.load(Relaxed))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels and the graph! steps.
+
+kernels! {
+    /// Kernels of `kernels/bench.cu`.
+    pub struct Bench {
+        /// `x[i] += v` for `i < n`.
+        fn add(n: u32, v: u32, x: &mut [u32]);
+        /// `dst[i] += src[i]` for `i < n`.
+        fn acc(n: u32, src: &[u32], dst: &mut [u32]);
+    }
+}
+
+/// Elements of every buffer; each kernel is one block of 32 threads over them.
+const ELEMS: u32 = 32;
+/// `(grid, block)` of every kernel.
+const CFG: (u32, u32) = (1, 32);
+/// The same as a cudarc `LaunchConfig`.
+const LAUNCH: LaunchConfig =
+    LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
+/// Steps run and checked before a row is timed.
+const VERIFY_STEPS: u64 = 3;
+
+/// Chain graphs of `1 + REST` kernels: `$step` (the first adds `s`, the others 1) and `$alt` (two
+/// variants by a host `if`: the first kernel adds 1 on even steps, 2 on odd ones).
+macro_rules! chain_graphs {
+    ($step:ident, $rest:tt) => {
+        fn $step(
+            cache: &mut GraphCache,
+            stream: &CudaStream,
+            k: &Bench,
+            s: u32,
+            mut x: &mut CudaSlice<u32>,
+        ) -> cudagraph::Result<()> {
+            graph!(cache, stream, {
+                k.add(ELEMS, s, &mut x).launch(CFG);
+                for _ in 0..$rest {
+                    k.add(ELEMS, 1, &mut x).launch(CFG);
+                }
+            })
+        }
+    };
+    ($step:ident, $alt:ident, $rest:tt) => {
+        chain_graphs!($step, $rest);
+
+        fn $alt(
+            cache: &mut GraphCache,
+            stream: &CudaStream,
+            k: &Bench,
+            step: u64,
+            mut x: &mut CudaSlice<u32>,
+        ) -> cudagraph::Result<()> {
+            graph!(cache, stream, {
+                if step % 2 == 0 {
+                    k.add(ELEMS, 1, &mut x).launch(CFG);
+                    for _ in 0..$rest {
+                        k.add(ELEMS, 1, &mut x).launch(CFG);
+                    }
+                } else {
+                    k.add(ELEMS, 2, &mut x).launch(CFG);
+                    for _ in 0..$rest {
+                        k.add(ELEMS, 1, &mut x).launch(CFG);
+                    }
+                }
+            })
+        }
+    };
+}
+
+/// Fan graphs of `MID + 2` kernels: a producer `add(s)` on `p`, `MID` independent `acc(p → bufs[i])`
+/// (each reads `p`, so each runs after the producer), and a consumer `add(1)` on `p` (it writes
+/// what they all read, so it runs after all of them). `$alt` as in `chain_graphs!`.
+macro_rules! fan_graphs {
+    ($step:ident, $mid:tt) => {
+        fn $step(
+            cache: &mut GraphCache,
+            stream: &CudaStream,
+            k: &Bench,
+            s: u32,
+            mut p: &mut CudaSlice<u32>,
+            bufs: &mut [CudaSlice<u32>],
+        ) -> cudagraph::Result<()> {
+            graph!(cache, stream, {
+                k.add(ELEMS, s, &mut p).launch(CFG);
+                for i in 0..$mid {
+                    k.acc(ELEMS, &p, &mut bufs[i]).launch(CFG);
+                }
+                k.add(ELEMS, 1, &mut p).launch(CFG);
+            })
+        }
+    };
+    ($step:ident, $alt:ident, $mid:tt) => {
+        fan_graphs!($step, $mid);
+
+        fn $alt(
+            cache: &mut GraphCache,
+            stream: &CudaStream,
+            k: &Bench,
+            step: u64,
+            mut p: &mut CudaSlice<u32>,
+            bufs: &mut [CudaSlice<u32>],
+        ) -> cudagraph::Result<()> {
+            graph!(cache, stream, {
+                if step % 2 == 0 {
+                    k.add(ELEMS, 1, &mut p).launch(CFG);
+                    for i in 0..$mid {
+                        k.acc(ELEMS, &p, &mut bufs[i]).launch(CFG);
+                    }
+                    k.add(ELEMS, 1, &mut p).launch(CFG);
+                } else {
+                    k.add(ELEMS, 2, &mut p).launch(CFG);
+                    for i in 0..$mid {
+                        k.acc(ELEMS, &p, &mut bufs[i]).launch(CFG);
+                    }
+                    k.add(ELEMS, 1, &mut p).launch(CFG);
+                }
+            })
+        }
+    };
+}
+
+chain_graphs!(chain_1, chain_alt_1, 0);
+chain_graphs!(chain_10, chain_alt_10, 9);
+chain_graphs!(chain_100, chain_alt_100, 99);
+// The 1000-node graphs have no two-variant graph!: 2 × 1000 nodes behind a host `if` would add
+// minutes to the release build (see `NO_ALT_1000_NOTE`).
+chain_graphs!(chain_1000, 999);
+fan_graphs!(fan_10, fan_alt_10, 8);
+fan_graphs!(fan_100, fan_alt_100, 98);
+fan_graphs!(fan_1000, 998);
+
+/// Largest `graph!` compiled in. The release build time of one `graph!` grows about
+/// quadratically with its node count (measured on a 2-core machine: one 1000-node `graph!` about
+/// 10 s, 2000 nodes 35 s, 4000 nodes 164 s, nearly all in LLVM; this whole binary with a
+/// 10 000-node `graph!` took 8 min 43 s), so the 10 000-node build row measures the raw driver
+/// only.
+const MAX_GRAPH_NODES: usize = 1000;
+/// Whether a `graph!` of this shape and size is compiled in (`alt`: the two-variant one).
+fn graph_compiled(shape: Shape, k: usize, alt: bool) -> bool {
+    match shape {
+        Shape::Chain => matches!(k, 1 | 10 | 100) || (k == 1000 && !alt),
+        Shape::Fan => matches!(k, 10 | 100) || (k == 1000 && !alt),
+    }
+}
+/// Why a steady row is missing.
+const NO_ALT_1000_NOTE: &str = "K=1000 has no row g: its two-variant graph!s (2 x 1000 nodes behind a host if) are not compiled in, to keep the release build short (measured on a 2-core machine: the 2000-node two-variant chain graph! alone took 3 min 22 s of release build, a 1000-node chain 10 s, a 1000-node fan 19 s).";
+/// Why a build row has no `graph!` column.
+const NO_10K_NOTE: &str = "graph! build costs stop at 1000 nodes: a 10 000-node graph! is not compiled in, because the release build time of one graph! grows about quadratically with its node count (one 1000-node graph! about 10 s, 2000 nodes 35 s, 4000 nodes 164 s, almost all of it LLVM; this binary with a 10 000-node graph! took 8 min 43 s to build on a 2-core machine). The 10 000-node row is raw driver only.";
+
+/// K of the steady-state rows (every one has a chain and, from 10 on, a fan graph! compiled in).
+const STEADY_K: [usize; 4] = [1, 10, 100, 1000];
+/// Node counts of the build-cost rows.
+const BUILD_SIZES: [usize; 4] = [10, 100, 1000, 10_000];
+
+fn chain_step(
+    nodes: usize,
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    k: &Bench,
+    s: u32,
+    x: &mut CudaSlice<u32>,
+) -> cudagraph::Result<()> {
+    match nodes {
+        1 => chain_1(cache, stream, k, s, x),
+        10 => chain_10(cache, stream, k, s, x),
+        100 => chain_100(cache, stream, k, s, x),
+        1000 => chain_1000(cache, stream, k, s, x),
+        _ => panic!("no graph! chain of {nodes} nodes is compiled in"),
+    }
+}
+
+fn chain_alt(
+    nodes: usize,
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    k: &Bench,
+    step: u64,
+    x: &mut CudaSlice<u32>,
+) -> cudagraph::Result<()> {
+    match nodes {
+        1 => chain_alt_1(cache, stream, k, step, x),
+        10 => chain_alt_10(cache, stream, k, step, x),
+        100 => chain_alt_100(cache, stream, k, step, x),
+        _ => panic!("no graph! two-variant chain of {nodes} nodes is compiled in"),
+    }
+}
+
+fn fan_step(
+    nodes: usize,
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    k: &Bench,
+    s: u32,
+    p: &mut CudaSlice<u32>,
+    bufs: &mut [CudaSlice<u32>],
+) -> cudagraph::Result<()> {
+    match nodes {
+        10 => fan_10(cache, stream, k, s, p, bufs),
+        100 => fan_100(cache, stream, k, s, p, bufs),
+        1000 => fan_1000(cache, stream, k, s, p, bufs),
+        _ => panic!("no graph! fan of {nodes} nodes is compiled in"),
+    }
+}
+
+fn fan_alt(
+    nodes: usize,
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    k: &Bench,
+    step: u64,
+    p: &mut CudaSlice<u32>,
+    bufs: &mut [CudaSlice<u32>],
+) -> cudagraph::Result<()> {
+    match nodes {
+        10 => fan_alt_10(cache, stream, k, step, p, bufs),
+        100 => fan_alt_100(cache, stream, k, step, p, bufs),
+        _ => panic!("no graph! two-variant fan of {nodes} nodes is compiled in"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The floor: explicit graphs made with raw driver calls.
+
+/// A kernel node's arguments, in the order of `bench.cu`'s parameters.
+#[derive(Clone, Copy, Debug)]
+enum KArgs {
+    Add { n: u32, v: u32, x: CUdeviceptr },
+    Acc { n: u32, src: CUdeviceptr, dst: CUdeviceptr },
+}
+
+/// Calls `f` with the driver's kernel node parameters for `func(args)`, one block of 32 threads.
+/// `kernelParams` points into this call's copy of `args`, valid during `f` only (the driver
+/// copies the values during the call that takes them).
+fn with_params<R>(
+    func: CUfunction,
+    mut args: KArgs,
+    f: impl FnOnce(&CUDA_KERNEL_NODE_PARAMS) -> R,
+) -> R {
+    let mut ptrs: [*mut c_void; 3] = match &mut args {
+        KArgs::Add { n, v, x } => {
+            [ptr::from_mut(n).cast(), ptr::from_mut(v).cast(), ptr::from_mut(x).cast()]
+        }
+        KArgs::Acc { n, src, dst } => {
+            [ptr::from_mut(n).cast(), ptr::from_mut(src).cast(), ptr::from_mut(dst).cast()]
+        }
+    };
+    let params = CUDA_KERNEL_NODE_PARAMS {
+        func,
+        gridDimX: 1,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: 32,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        kernelParams: ptrs.as_mut_ptr(),
+        extra: ptr::null_mut(),
+        kern: ptr::null_mut(),
+        ctx: ptr::null_mut(),
+    };
+    f(&params)
+}
+
+/// One node of a raw graph: function, arguments, indices of the earlier nodes it follows.
+struct RawNode {
+    func: CUfunction,
+    args: KArgs,
+    deps: Vec<usize>,
+}
+
+/// A `CUgraph` and its node handles, destroyed on drop.
+struct OwnedGraph {
+    graph: CUgraph,
+    nodes: Vec<CUgraphNode>,
+}
+
+impl OwnedGraph {
+    /// `cuGraphCreate`, then one `cuGraphAddKernelNode_v2` per node, in order.
+    fn build(spec: &[RawNode]) -> Res<OwnedGraph> {
+        let mut graph = ptr::null_mut();
+        // SAFETY: the benchmark's context is current on this thread.
+        unsafe { sys::cuGraphCreate(&mut graph, 0) }.result()?;
+        let mut g = OwnedGraph { graph, nodes: Vec::with_capacity(spec.len()) };
+        let mut deps: Vec<CUgraphNode> = Vec::new();
+        for node in spec {
+            deps.clear();
+            deps.extend(node.deps.iter().map(|&d| g.nodes[d]));
+            let mut handle = ptr::null_mut();
+            with_params(node.func, node.args, |p| {
+                // SAFETY: the graph is live, `deps` are its nodes, `p` points to one value per
+                // parameter of `node.func`, valid during the call.
+                unsafe {
+                    sys::cuGraphAddKernelNode_v2(&mut handle, g.graph, deps.as_ptr(), deps.len(), p)
+                }
+            })
+            .result()?;
+            g.nodes.push(handle);
+        }
+        Ok(g)
+    }
+}
+
+impl Drop for OwnedGraph {
+    fn drop(&mut self) {
+        // SAFETY: the graph is ours and used by nothing after this (execs copy it).
+        if let Err(e) = unsafe { sys::cuGraphDestroy(self.graph) }.result() {
+            eprintln!("bench: cuGraphDestroy failed: {e}");
+        }
+    }
+}
+
+/// A `CUgraphExec`, destroyed on drop.
+struct OwnedExec(CUgraphExec);
+
+impl OwnedExec {
+    /// `cuGraphInstantiateWithFlags(graph, 0)`.
+    fn instantiate(g: &OwnedGraph) -> Res<OwnedExec> {
+        let mut exec = ptr::null_mut();
+        // SAFETY: the graph is live and its context current.
+        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, g.graph, 0) }.result()?;
+        Ok(OwnedExec(exec))
+    }
+
+    /// `cuGraphLaunch`.
+    fn launch(&self, stream: CUstream) -> Res<()> {
+        // SAFETY: exec and stream are live and of one context; the buffers the nodes use outlive
+        // every launch (each row synchronizes before its buffers drop).
+        unsafe { sys::cuGraphLaunch(self.0, stream) }.result()?;
+        Ok(())
+    }
+
+    /// `cuGraphUpload`.
+    fn upload(&self, stream: CUstream) -> Res<()> {
+        // SAFETY: as `launch`.
+        unsafe { sys::cuGraphUpload(self.0, stream) }.result()?;
+        Ok(())
+    }
+
+    /// `cuGraphExecKernelNodeSetParams_v2`.
+    fn set(&self, node: CUgraphNode, func: CUfunction, args: KArgs) -> Res<()> {
+        with_params(func, args, |p| {
+            // SAFETY: `node` is a kernel node of the graph this exec was instantiated from; `p`
+            // as in `OwnedGraph::build`.
+            unsafe { sys::cuGraphExecKernelNodeSetParams_v2(self.0, node, p) }
+        })
+        .result()?;
+        Ok(())
+    }
+
+    /// `cuGraphExecUpdate_v2` from `g`, which has the same topology.
+    fn update(&self, g: &OwnedGraph) -> Res<()> {
+        let mut info = sys::CUgraphExecUpdateResultInfo {
+            result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
+            errorNode: ptr::null_mut(),
+            errorFromNode: ptr::null_mut(),
+        };
+        // SAFETY: both live and of the current context.
+        let r = unsafe { sys::cuGraphExecUpdate_v2(self.0, g.graph, &mut info) }.result();
+        r.map_err(|e| format!("cuGraphExecUpdate_v2 failed: {e} ({:?})", info.result).into())
+    }
+}
+
+impl Drop for OwnedExec {
+    fn drop(&mut self) {
+        // SAFETY: the exec is ours; the driver lets launches in flight finish.
+        if let Err(e) = unsafe { sys::cuGraphExecDestroy(self.0) }.result() {
+            eprintln!("bench: cuGraphExecDestroy failed: {e}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shapes, buffers and the host model of a step.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    /// K dependent kernels on one buffer.
+    Chain,
+    /// 1 producer → K−2 independent kernels, each writing its own buffer → 1 consumer.
+    Fan,
+}
+
+impl Shape {
+    fn name(self) -> &'static str {
+        match self {
+            Shape::Chain => "chain",
+            Shape::Fan => "fan",
+        }
+    }
+}
+
+/// What changes from one step to the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Change {
+    /// Nothing.
+    None,
+    /// The first kernel's scalar (`s = step + 1`).
+    Scalar,
+    /// The buffer every kernel uses (`a[step % 2]`): every node's pointer.
+    Pointer,
+    /// The host `if` of the two-variant graphs (`s = 1` on even steps, `2` on odd ones).
+    Variant,
+}
+
+/// The first kernel's scalar at step `i`.
+fn scalar(i: u64, change: Change) -> u32 {
+    match change {
+        Change::Scalar => (i as u32).wrapping_add(1),
+        Change::Variant => 1 + (i % 2) as u32,
+        Change::None | Change::Pointer => 1,
+    }
+}
+
+/// Which of the two `a` buffers step `i` uses.
+fn slot(i: u64, change: Change) -> usize {
+    if change == Change::Pointer { (i % 2) as usize } else { 0 }
+}
+
+/// Kernel function of node `j` of a shape with `k` nodes.
+fn node_func(shape: Shape, k: usize, j: usize, add: CUfunction, acc: CUfunction) -> CUfunction {
+    match shape {
+        Shape::Fan if j > 0 && j + 1 < k => acc,
+        _ => add,
+    }
+}
+
+/// Arguments of node `j`, with scalar `s` and buffer `a` (the chain's `x`, the fan's `p`).
+fn node_args(shape: Shape, k: usize, j: usize, s: u32, a: CUdeviceptr, mids: &[u64]) -> KArgs {
+    match shape {
+        Shape::Chain => KArgs::Add { n: ELEMS, v: if j == 0 { s } else { 1 }, x: a },
+        Shape::Fan if j == 0 => KArgs::Add { n: ELEMS, v: s, x: a },
+        Shape::Fan if j + 1 == k => KArgs::Add { n: ELEMS, v: 1, x: a },
+        Shape::Fan => KArgs::Acc { n: ELEMS, src: a, dst: mids[j - 1] },
+    }
+}
+
+/// Predecessors of node `j`: the previous node in a chain; in a fan the producer for the middle
+/// nodes and every middle node for the consumer.
+fn node_deps(shape: Shape, k: usize, j: usize) -> Vec<usize> {
+    match shape {
+        Shape::Chain if j == 0 => vec![],
+        Shape::Chain => vec![j - 1],
+        Shape::Fan if j == 0 => vec![],
+        Shape::Fan if j + 1 == k => (1..k - 1).collect(),
+        Shape::Fan => vec![0],
+    }
+}
+
+fn raw_spec(
+    shape: Shape,
+    k: usize,
+    env: &Env,
+    s: u32,
+    a: CUdeviceptr,
+    mids: &[u64],
+) -> Vec<RawNode> {
+    let (add, acc) = (env.f_add(), env.f_acc());
+    (0..k)
+        .map(|j| RawNode {
+            func: node_func(shape, k, j, add, acc),
+            args: node_args(shape, k, j, s, a, mids),
+            deps: node_deps(shape, k, j),
+        })
+        .collect()
+}
+
+/// The device buffers of one row: `a[0]`, `a[1]` (the chain's `x`, the fan's `p`, two of them for
+/// the pointer-change rows) and the fan's K−2 middle buffers.
+struct Bufs {
+    a: [CudaSlice<u32>; 2],
+    mids: Vec<CudaSlice<u32>>,
+}
+
+impl Bufs {
+    fn new(stream: &Arc<CudaStream>, shape: Shape, k: usize) -> Res<Bufs> {
+        let n = ELEMS as usize;
+        let mids = match shape {
+            Shape::Chain => 0,
+            Shape::Fan => k - 2,
+        };
+        Ok(Bufs {
+            a: [stream.alloc_zeros(n)?, stream.alloc_zeros(n)?],
+            mids: (0..mids).map(|_| stream.alloc_zeros(n)).collect::<Result<_, _>>()?,
+        })
+    }
+
+    fn zero(&mut self, stream: &Arc<CudaStream>) -> Res<()> {
+        for b in self.a.iter_mut().chain(self.mids.iter_mut()) {
+            stream.memset_zeros(b)?;
+        }
+        Ok(())
+    }
+
+    /// Device addresses of `a` and `mids`, for raw graphs. Only with event tracking off (the
+    /// guards are dropped at once).
+    fn ptrs(&self, stream: &CudaStream) -> ([CUdeviceptr; 2], Vec<CUdeviceptr>) {
+        let p = |b: &CudaSlice<u32>| b.device_ptr(stream).0;
+        ([p(&self.a[0]), p(&self.a[1])], self.mids.iter().map(p).collect())
+    }
+}
+
+/// The host model: every element of `a[0]`, `a[1]` and of every middle buffer after the steps so
+/// far (all elements of one buffer are equal).
+struct Model {
+    shape: Shape,
+    k: usize,
+    a: [u32; 2],
+    mid: u32,
+}
+
+impl Model {
+    fn new(shape: Shape, k: usize) -> Model {
+        Model { shape, k, a: [0, 0], mid: 0 }
+    }
+
+    fn step(&mut self, i: u64, change: Change) {
+        let (s, w) = (scalar(i, change), slot(i, change));
+        match self.shape {
+            Shape::Chain => {
+                self.a[w] = self.a[w].wrapping_add(s).wrapping_add(self.k as u32 - 1);
+            }
+            Shape::Fan => {
+                self.a[w] = self.a[w].wrapping_add(s);
+                self.mid = self.mid.wrapping_add(self.a[w]);
+                self.a[w] = self.a[w].wrapping_add(1);
+            }
+        }
+    }
+
+    fn check(&self, stream: &Arc<CudaStream>, b: &Bufs, what: &str) -> Res<()> {
+        stream.synchronize()?;
+        let expect = |name: String, buf: &CudaSlice<u32>, want: u32| -> Res<()> {
+            let got = stream.clone_dtoh(buf)?;
+            if let Some(bad) = got.iter().find(|&&v| v != want) {
+                return Err(format!(
+                    "{what}: WRONG RESULT: {name} holds {bad}, the host model says {want}"
+                )
+                .into());
+            }
+            Ok(())
+        };
+        expect("a[0]".into(), &b.a[0], self.a[0])?;
+        expect("a[1]".into(), &b.a[1], self.a[1])?;
+        for (j, m) in b.mids.iter().enumerate() {
+            expect(format!("middle buffer {j}"), m, self.mid)?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics.
+
+/// Median and 10th/90th percentiles (nearest rank) of a sample, in µs.
+#[derive(Clone, Copy, Debug)]
+struct Summary {
+    median: f64,
+    p10: f64,
+    p90: f64,
+    samples: usize,
+}
+
+fn summarize(mut v: Vec<f64>) -> Summary {
+    assert!(!v.is_empty(), "summarize: no samples");
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let rank = |q: f64| v[((q * (n - 1) as f64).round() as usize).min(n - 1)];
+    let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+    Summary { median, p10: rank(0.1), p90: rank(0.9), samples: n }
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON (written by hand: a few value kinds are all the report needs).
+
+enum Json {
+    Null,
+    Bool(bool),
+    Num(f64),
+    Str(String),
+    Arr(Vec<Json>),
+    Obj(Vec<(&'static str, Json)>),
+}
+
+impl Json {
+    fn write(&self, out: &mut String, indent: usize) {
+        let pad = |out: &mut String, n: usize| out.extend(std::iter::repeat_n(' ', n));
+        match self {
+            Json::Null => out.push_str("null"),
+            Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            Json::Num(x) if x.is_finite() => {
+                let _ = write!(out, "{x}");
+            }
+            Json::Num(_) => out.push_str("null"),
+            Json::Str(s) => {
+                out.push('"');
+                for c in s.chars() {
+                    match c {
+                        '"' => out.push_str("\\\""),
+                        '\\' => out.push_str("\\\\"),
+                        '\n' => out.push_str("\\n"),
+                        c if (c as u32) < 0x20 => {
+                            let _ = write!(out, "\\u{:04x}", c as u32);
+                        }
+                        c => out.push(c),
+                    }
+                }
+                out.push('"');
+            }
+            Json::Arr(v) if v.is_empty() => out.push_str("[]"),
+            Json::Arr(v) => {
+                out.push_str("[\n");
+                for (i, x) in v.iter().enumerate() {
+                    pad(out, indent + 2);
+                    x.write(out, indent + 2);
+                    out.push_str(if i + 1 < v.len() { ",\n" } else { "\n" });
+                }
+                pad(out, indent);
+                out.push(']');
+            }
+            Json::Obj(v) if v.is_empty() => out.push_str("{}"),
+            Json::Obj(v) => {
+                out.push_str("{\n");
+                for (i, (k, x)) in v.iter().enumerate() {
+                    pad(out, indent + 2);
+                    let _ = write!(out, "\"{k}\": ");
+                    x.write(out, indent + 2);
+                    out.push_str(if i + 1 < v.len() { ",\n" } else { "\n" });
+                }
+                pad(out, indent);
+                out.push('}');
+            }
+        }
+    }
+}
+
+impl From<f64> for Json {
+    fn from(x: f64) -> Json {
+        Json::Num(x)
+    }
+}
+impl From<usize> for Json {
+    fn from(x: usize) -> Json {
+        Json::Num(x as f64)
+    }
+}
+impl From<u64> for Json {
+    fn from(x: u64) -> Json {
+        Json::Num(x as f64)
+    }
+}
+impl From<bool> for Json {
+    fn from(x: bool) -> Json {
+        Json::Bool(x)
+    }
+}
+impl From<&str> for Json {
+    fn from(x: &str) -> Json {
+        Json::Str(x.to_string())
+    }
+}
+impl From<String> for Json {
+    fn from(x: String) -> Json {
+        Json::Str(x)
+    }
+}
+impl<T: Into<Json>> From<Option<T>> for Json {
+    fn from(x: Option<T>) -> Json {
+        x.map_or(Json::Null, Into::into)
+    }
+}
+impl From<Summary> for Json {
+    fn from(s: Summary) -> Json {
+        Json::Obj(vec![
+            ("median", s.median.into()),
+            ("p10", s.p10.into()),
+            ("p90", s.p90.into()),
+            ("samples", s.samples.into()),
+        ])
+    }
+}
+impl From<Stats> for Json {
+    fn from(s: Stats) -> Json {
+        Json::Obj(vec![
+            ("launches", s.launches.into()),
+            ("builds", s.builds.into()),
+            ("instantiations", s.instantiations.into()),
+            ("hits", s.hits.into()),
+            ("node_updates", s.node_updates.into()),
+            ("nodes_unchanged", s.nodes_unchanged.into()),
+            ("exec_updates", s.exec_updates.into()),
+            ("reinstantiations", s.reinstantiations.into()),
+            ("evictions", s.evictions.into()),
+        ])
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run.
+
+struct Env {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    kern: Bench,
+    reps: usize,
+    quick: bool,
+}
+
+impl Env {
+    fn f_add(&self) -> CUfunction {
+        self.kern.function("add").expect("declared in kernels!").cu_function()
+    }
+    fn f_acc(&self) -> CUfunction {
+        self.kern.function("acc").expect("declared in kernels!").cu_function()
+    }
+    fn cu_stream(&self) -> CUstream {
+        self.stream.cu_stream()
+    }
+}
+
+/// Steps enqueued back-to-back per repetition: enough that the one synchronize per repetition is
+/// a small part of it.
+fn steps_per_rep(k: usize) -> usize {
+    (2000 / k).clamp(10, 1000)
+}
+
+/// One measured steady-state row.
+struct Row {
+    section: &'static str,
+    shape: Shape,
+    k: usize,
+    id: &'static str,
+    what: &'static str,
+    steps_per_rep: usize,
+    t: Summary,
+    /// Row id this row is divided by in `ratio_floor`.
+    floor: Option<&'static str>,
+    ratio_raw: Option<f64>,
+    ratio_floor: Option<f64>,
+    stats: Option<Stats>,
+}
+
+impl Row {
+    fn json(&self) -> Json {
+        Json::Obj(vec![
+            ("section", self.section.into()),
+            ("shape", self.shape.name().into()),
+            ("k", self.k.into()),
+            ("row", self.id.into()),
+            ("what", self.what.into()),
+            ("steps_per_rep", self.steps_per_rep.into()),
+            ("us_per_step", self.t.into()),
+            ("us_per_node", (self.t.median / self.k as f64).into()),
+            ("ratio_to_raw_launch", self.ratio_raw.into()),
+            ("floor_row", self.floor.into()),
+            ("ratio_to_floor", self.ratio_floor.into()),
+            ("graph_stats", self.stats.into()),
+        ])
+    }
+}
+
+/// What each row id measures (printed as the legend, stored in the JSON).
+fn describe(id: &str) -> &'static str {
+    match id {
+        "a" => "cudarc: K x stream.launch_builder(f).arg(..).launch(cfg) per step",
+        "b" => "cudarc: stream capture of a's K launches once, then CudaGraph::launch() per step",
+        "c" => {
+            "raw driver: explicit graph (cuGraphAddKernelNode_v2), cuGraphLaunch per step (the floor)"
+        }
+        "c1" => {
+            "raw driver: 1 x cuGraphExecKernelNodeSetParams_v2 (first node's scalar) + cuGraphLaunch"
+        }
+        "cA" => {
+            "raw driver: K x cuGraphExecKernelNodeSetParams_v2 (every node's pointer) + cuGraphLaunch"
+        }
+        "d" => "graph!: nothing changed",
+        "e" => "graph!: one scalar changed per step (first node)",
+        "f" => {
+            "graph!: every pointer changed per step (alternating between two buffers, as std::mem::swap after each step would)"
+        }
+        "g" => "graph!: host if alternating between two cached variants every step",
+        "a*" => "a with cudarc's event tracking on (buffers allocated while tracking)",
+        "d*" => "d with cudarc's event tracking on (buffers allocated while tracking)",
+        _ => "?",
+    }
+}
+
+#[derive(Default)]
+struct Report {
+    meta: Vec<(&'static str, Json)>,
+    rows: Vec<Row>,
+    build: Vec<Json>,
+    update: Vec<Json>,
+    upload: Vec<Json>,
+    goals: Vec<Json>,
+    notes: Vec<String>,
+    error: Option<String>,
+}
+
+impl Report {
+    fn json(&self) -> String {
+        let legend = ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "a*", "d*"]
+            .iter()
+            .map(|id| Json::Obj(vec![("row", (*id).into()), ("what", describe(id).into())]))
+            .collect();
+        let mut top: Vec<(&'static str, Json)> = Vec::new();
+        for (k, v) in &self.meta {
+            top.push((k, clone_json(v)));
+        }
+        top.push(("legend", Json::Arr(legend)));
+        top.push(("steady", Json::Arr(self.rows.iter().map(Row::json).collect())));
+        top.push(("build", Json::Arr(self.build.iter().map(clone_json).collect())));
+        top.push(("exec_update", Json::Arr(self.update.iter().map(clone_json).collect())));
+        top.push(("upload", Json::Arr(self.upload.iter().map(clone_json).collect())));
+        top.push(("goals", Json::Arr(self.goals.iter().map(clone_json).collect())));
+        top.push(("notes", Json::Arr(self.notes.iter().map(|s| s.as_str().into()).collect())));
+        top.push(("error", self.error.clone().into()));
+        let mut s = String::new();
+        Json::Obj(top).write(&mut s, 0);
+        s.push('\n');
+        s
+    }
+}
+
+fn clone_json(j: &Json) -> Json {
+    match j {
+        Json::Null => Json::Null,
+        Json::Bool(b) => Json::Bool(*b),
+        Json::Num(x) => Json::Num(*x),
+        Json::Str(s) => Json::Str(s.clone()),
+        Json::Arr(v) => Json::Arr(v.iter().map(clone_json).collect()),
+        Json::Obj(v) => Json::Obj(v.iter().map(|(k, x)| (*k, clone_json(x))).collect()),
+    }
+}
+
+type Step<'a> = dyn FnMut(&mut Bufs, u64) -> Res<()> + 'a;
+
+/// Checks a row's result, warms it up, times it, and checks it again.
+///
+/// Per repetition: `steps` steps enqueued back-to-back, then one `cuStreamSynchronize`; the
+/// sample is the wall time divided by `steps` (µs per step, enqueue and completion).
+#[allow(clippy::too_many_arguments)]
+fn timed_row(
+    env: &Env,
+    b: &mut Bufs,
+    shape: Shape,
+    k: usize,
+    change: Change,
+    steps: usize,
+    what: &str,
+    step: &mut Step<'_>,
+) -> Res<Summary> {
+    b.zero(&env.stream)?;
+    let mut model = Model::new(shape, k);
+    for i in 0..VERIFY_STEPS {
+        step(b, i)?;
+        model.step(i, change);
+    }
+    model.check(&env.stream, b, what)?;
+    let mut i = VERIFY_STEPS;
+    for _ in 0..2 * steps {
+        step(b, i)?;
+        i += 1;
+    }
+    env.stream.synchronize()?;
+    let mut samples = Vec::with_capacity(env.reps);
+    for _ in 0..env.reps {
+        let t = Instant::now();
+        for _ in 0..steps {
+            step(b, i)?;
+            i += 1;
+        }
+        env.stream.synchronize()?;
+        samples.push(us(t.elapsed()) / steps as f64);
+    }
+    for j in VERIFY_STEPS..i {
+        model.step(j, change);
+    }
+    model.check(&env.stream, b, what)?;
+    env.ctx.check_err()?;
+    Ok(summarize(samples))
+}
+
+/// K cudarc launches of one step on the stream (`s`: the first kernel's scalar, always into
+/// `a[0]`).
+fn eager_step(env: &Env, shape: Shape, k: usize, b: &mut Bufs, s: u32) -> Res<()> {
+    let add = env.kern.function("add").expect("declared in kernels!");
+    let acc = env.kern.function("acc").expect("declared in kernels!");
+    let (n, one) = (ELEMS, 1u32);
+    let stream = &env.stream;
+    let Bufs { a, mids } = b;
+    let x = &mut a[0];
+    // SAFETY: the arguments match bench.cu's `add(unsigned, unsigned, unsigned*)` and
+    // `acc(unsigned, const unsigned*, unsigned*)`; every buffer holds ELEMS elements.
+    unsafe {
+        stream.launch_builder(add).arg(&n).arg(&s).arg(&mut *x).launch(LAUNCH)?;
+        match shape {
+            Shape::Chain => {
+                for _ in 1..k {
+                    stream.launch_builder(add).arg(&n).arg(&one).arg(&mut *x).launch(LAUNCH)?;
+                }
+            }
+            Shape::Fan => {
+                for m in mids.iter_mut() {
+                    stream.launch_builder(acc).arg(&n).arg(&*x).arg(m).launch(LAUNCH)?;
+                }
+                stream.launch_builder(add).arg(&n).arg(&one).arg(&mut *x).launch(LAUNCH)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One `graph!` step of the row's kind.
+fn graph_step(
+    env: &Env,
+    cache: &mut GraphCache,
+    shape: Shape,
+    k: usize,
+    b: &mut Bufs,
+    i: u64,
+    change: Change,
+) -> Res<()> {
+    let (s, w) = (scalar(i, change), slot(i, change));
+    let (st, kern) = (&*env.stream, &env.kern);
+    match (shape, change) {
+        (Shape::Chain, Change::Variant) => chain_alt(k, cache, st, kern, i, &mut b.a[0])?,
+        (Shape::Chain, _) => chain_step(k, cache, st, kern, s, &mut b.a[w])?,
+        (Shape::Fan, Change::Variant) => fan_alt(k, cache, st, kern, i, &mut b.a[0], &mut b.mids)?,
+        (Shape::Fan, _) => fan_step(k, cache, st, kern, s, &mut b.a[w], &mut b.mids)?,
+    }
+    Ok(())
+}
+
+/// Expected `Stats` of a graph! row: builds (variants), and no fallback rungs.
+fn check_stats(what: &str, s: &Stats, variants: u64, report: &mut Report) {
+    if s.builds != variants || s.exec_updates != 0 || s.reinstantiations != 0 || s.evictions != 0 {
+        let note = format!(
+            "WARNING {what}: expected {variants} build(s) and no fallback, got builds {} exec_updates {} reinstantiations {} evictions {}",
+            s.builds, s.exec_updates, s.reinstantiations, s.evictions
+        );
+        println!("{note}");
+        report.notes.push(note);
+    }
+}
+
+/// Every steady-state row of one shape and K.
+fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
+    eprintln!("bench: measuring {} K={k} …", shape.name());
+    let steps = steps_per_rep(k);
+    let first = report.rows.len();
+    let push = |report: &mut Report, section, id, t, stats| {
+        report.rows.push(Row {
+            section,
+            shape,
+            k,
+            id,
+            what: describe(id),
+            steps_per_rep: steps,
+            t,
+            floor: None,
+            ratio_raw: None,
+            ratio_floor: None,
+            stats,
+        })
+    };
+    let label = |id: &str| format!("{} K={k} row {id}", shape.name());
+
+    let mut b = Bufs::new(&env.stream, shape, k)?;
+    let (a_ptr, mid_ptrs) = b.ptrs(&env.stream);
+
+    // c, c1, cA: raw driver graphs.
+    {
+        let spec = raw_spec(shape, k, env, 1, a_ptr[0], &mid_ptrs);
+        let g = OwnedGraph::build(&spec)?;
+        let exec = OwnedExec::instantiate(&g)?;
+        let cs = env.cu_stream();
+        let t = timed_row(env, &mut b, shape, k, Change::None, steps, &label("c"), &mut |_, _| {
+            exec.launch(cs)
+        })?;
+        push(report, "steady", "c", t, None);
+
+        let (add, acc) = (env.f_add(), env.f_acc());
+        let t =
+            timed_row(env, &mut b, shape, k, Change::Scalar, steps, &label("c1"), &mut |_, i| {
+                let s = scalar(i, Change::Scalar);
+                exec.set(g.nodes[0], add, node_args(shape, k, 0, s, a_ptr[0], &mid_ptrs))?;
+                exec.launch(cs)
+            })?;
+        push(report, "steady", "c1", t, None);
+
+        let t =
+            timed_row(env, &mut b, shape, k, Change::Pointer, steps, &label("cA"), &mut |_, i| {
+                let a = a_ptr[slot(i, Change::Pointer)];
+                for (j, &node) in g.nodes.iter().enumerate() {
+                    let f = node_func(shape, k, j, add, acc);
+                    exec.set(node, f, node_args(shape, k, j, 1, a, &mid_ptrs))?;
+                }
+                exec.launch(cs)
+            })?;
+        push(report, "steady", "cA", t, None);
+        env.stream.synchronize()?;
+    }
+
+    // a: cudarc stream launches.
+    let t = timed_row(env, &mut b, shape, k, Change::None, steps, &label("a"), &mut |b, _| {
+        eager_step(env, shape, k, b, 1)
+    })?;
+    push(report, "steady", "a", t, None);
+
+    // b: cudarc stream capture + replay. Capture needs event tracking off (with it, the launches
+    // wait on events recorded outside the capture: CUDA_ERROR_STREAM_CAPTURE_ISOLATION); this
+    // whole section runs with it off, and these buffers were allocated so.
+    {
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        env.stream.begin_capture(mode)?;
+        let captured = eager_step(env, shape, k, &mut b, 1);
+        let ended = env.stream.end_capture(sys::CUgraphInstantiate_flags(0));
+        captured?;
+        let graph = ended?.ok_or("stream capture produced no graph")?;
+        let t = timed_row(env, &mut b, shape, k, Change::None, steps, &label("b"), &mut |_, _| {
+            Ok(graph.launch()?)
+        })?;
+        push(report, "steady", "b", t, None);
+        env.stream.synchronize()?;
+    }
+
+    // d, e, f, g: graph!.
+    for (id, change, variants) in [
+        ("d", Change::None, 1),
+        ("e", Change::Scalar, 1),
+        ("f", Change::Pointer, 1),
+        ("g", Change::Variant, 2),
+    ] {
+        if !graph_compiled(shape, k, change == Change::Variant) {
+            if !report.notes.iter().any(|n| n == NO_ALT_1000_NOTE) {
+                report.notes.push(NO_ALT_1000_NOTE.into());
+            }
+            continue;
+        }
+        let mut cache = GraphCache::new();
+        let t = timed_row(env, &mut b, shape, k, change, steps, &label(id), &mut |b, i| {
+            graph_step(env, &mut cache, shape, k, b, i, change)
+        })?;
+        let stats = cache.stats();
+        check_stats(&label(id), &stats, variants, report);
+        push(report, "steady", id, t, Some(stats));
+    }
+    env.stream.synchronize()?;
+    drop(b);
+
+    // a*, d*: the same with cudarc's event tracking on, as it is by default once a context has a
+    // second stream.
+    {
+        // SAFETY: everything runs on one stream, so there is nothing for tracking to order; the
+        // buffers allocated now carry events, the earlier ones do not.
+        unsafe { env.ctx.enable_event_tracking() };
+        let result = (|| -> Res<()> {
+            let mut b = Bufs::new(&env.stream, shape, k)?;
+            let t = timed_row(
+                env,
+                &mut b,
+                shape,
+                k,
+                Change::None,
+                steps,
+                &label("a*"),
+                &mut |b, _| eager_step(env, shape, k, b, 1),
+            )?;
+            push(report, "steady-tracking", "a*", t, None);
+            let mut cache = GraphCache::new();
+            let t = timed_row(
+                env,
+                &mut b,
+                shape,
+                k,
+                Change::None,
+                steps,
+                &label("d*"),
+                &mut |b, i| graph_step(env, &mut cache, shape, k, b, i, Change::None),
+            )?;
+            let stats = cache.stats();
+            check_stats(&label("d*"), &stats, 1, report);
+            push(report, "steady-tracking", "d*", t, Some(stats));
+            drop(cache);
+            env.stream.synchronize()?;
+            Ok(())
+        })();
+        // SAFETY: back to the untracked mode the rest of the run uses.
+        unsafe { env.ctx.disable_event_tracking() };
+        result?;
+    }
+
+    // Ratios.
+    let rows = &mut report.rows[first..];
+    let median = |rows: &[Row], id: &str| rows.iter().find(|r| r.id == id).map(|r| r.t.median);
+    let (c, c1, ca) = (median(rows, "c"), median(rows, "c1"), median(rows, "cA"));
+    for r in rows.iter_mut() {
+        r.ratio_raw = c.map(|c| r.t.median / c);
+        let floor = match r.id {
+            "d" | "g" | "d*" => Some(("c", c)),
+            "e" => Some(("c1", c1)),
+            "f" => Some(("cA", ca)),
+            _ => None,
+        };
+        if let Some((id, Some(v))) = floor {
+            r.floor = Some(id);
+            r.ratio_floor = Some(r.t.median / v);
+        }
+    }
+    print_block(&report.rows[first..]);
+    Ok(())
+}
+
+fn print_block(rows: &[Row]) {
+    let order = ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "a*", "d*"];
+    for id in order {
+        let Some(r) = rows.iter().find(|r| r.id == id) else { continue };
+        let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.3}"));
+        let floor = r.floor.map_or(String::new(), |f| format!(" (÷{f})"));
+        println!(
+            "{:<6}{:>5}  {:<3}{:>11.2}{:>10.2}{:>10.2}{:>9.3}{:>8}{floor:<6} {:>7.3}",
+            r.shape.name(),
+            r.k,
+            r.id,
+            r.t.median,
+            r.t.p10,
+            r.t.p90,
+            r.ratio_raw.unwrap_or(f64::NAN),
+            opt(r.ratio_floor),
+            r.t.median / r.k as f64,
+        );
+    }
+    println!();
+}
+
+/// First call of `graph!` (fresh cache: build + instantiate + launch + synchronize) against the
+/// raw driver's build + instantiate + launch + synchronize, with host memory of the cache; then
+/// whole-graph update (`cuGraphExecUpdate_v2`) from a rebuilt raw graph.
+fn build_costs(env: &Env, sizes: &[usize], report: &mut Report) -> Res<()> {
+    println!(
+        "Build: first call (build + instantiate + launch + cuStreamSynchronize), µs, median [p10, p90]"
+    );
+    println!(
+        "{:>6}  {:>28}  {:>28}  {:>7}  {:>10} {:>10} {:>10}  {:>10} {:>10}",
+        "nodes",
+        "graph! first call",
+        "raw first call",
+        "ratio",
+        "raw build",
+        "raw inst",
+        "raw launch",
+        "B/node",
+        "B/node"
+    );
+    println!(
+        "{:>6}  {:>28}  {:>28}  {:>7}  {:>10} {:>10} {:>10}  {:>10} {:>10}",
+        "", "", "", "", "add nodes", "instant.", "+sync", "retained", "allocated"
+    );
+    for &nodes in sizes {
+        eprintln!("bench: build costs at {nodes} nodes …");
+        let reps: usize = match (env.quick, nodes) {
+            (true, _) => 5,
+            (false, n) if n >= 10_000 => 5,
+            (false, n) if n >= 1000 => 10,
+            _ => 20,
+        };
+        let mut b = Bufs::new(&env.stream, Shape::Chain, nodes)?;
+        let (a_ptr, _) = b.ptrs(&env.stream);
+        let spec = raw_spec(Shape::Chain, nodes, env, 1, a_ptr[0], &[]);
+        let mut model = Model::new(Shape::Chain, nodes);
+        let mut launches = 0u64;
+        let mut graph_t = Vec::new();
+        let (mut raw_t, mut raw_build, mut raw_inst, mut raw_launch) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut retained, mut allocated) = (Vec::new(), Vec::new());
+        let has_graph = nodes <= MAX_GRAPH_NODES;
+        // One untimed round first (symbol loading, first-use costs).
+        for rep in 0..=reps {
+            let (mut dt, mut h0, mut h1) = (Duration::ZERO, (0, 0), (0, 0));
+            if has_graph {
+                let mut cache = GraphCache::new();
+                h0 = heap();
+                let t = Instant::now();
+                chain_step(nodes, &mut cache, &env.stream, &env.kern, 1, &mut b.a[0])?;
+                env.stream.synchronize()?;
+                dt = t.elapsed();
+                h1 = heap();
+                let s = cache.stats();
+                if s.builds != 1 || s.launches != 1 {
+                    return Err(format!(
+                        "graph! first call at {nodes} nodes: unexpected stats {s:?}"
+                    )
+                    .into());
+                }
+                drop(cache);
+                model.step(launches, Change::None);
+                launches += 1;
+            }
+
+            let t0 = Instant::now();
+            let g = OwnedGraph::build(&spec)?;
+            let t1 = Instant::now();
+            let e = OwnedExec::instantiate(&g)?;
+            let t2 = Instant::now();
+            e.launch(env.cu_stream())?;
+            env.stream.synchronize()?;
+            let t3 = Instant::now();
+            drop(e);
+            drop(g);
+            model.step(launches, Change::None);
+            launches += 1;
+            if rep == 0 {
+                continue;
+            }
+            if has_graph {
+                graph_t.push(us(dt));
+                let live = |h: (u64, u64)| h.0 as i64 - h.1 as i64;
+                retained.push((live(h1) - live(h0)) as f64 / nodes as f64);
+                allocated.push((h1.0 - h0.0) as f64 / nodes as f64);
+            }
+            raw_t.push(us(t3 - t0));
+            raw_build.push(us(t1 - t0));
+            raw_inst.push(us(t2 - t1));
+            raw_launch.push(us(t3 - t2));
+        }
+        model.check(&env.stream, &b, &format!("build costs at {nodes} nodes"))?;
+        let rt = summarize(raw_t);
+        let (rb, ri, rl) = (summarize(raw_build), summarize(raw_inst), summarize(raw_launch));
+        let gt = has_graph.then(|| summarize(graph_t));
+        let ret = has_graph.then(|| summarize(retained));
+        let alloc = has_graph.then(|| summarize(allocated));
+        let ratio = gt.map(|g| g.median / rt.median);
+        let fmt = |s: Summary| format!("{:.1} [{:.1}, {:.1}]", s.median, s.p10, s.p90);
+        let opt = |x: Option<f64>, prec: usize| x.map_or("-".into(), |v| format!("{v:.prec$}"));
+        println!(
+            "{nodes:>6}  {:>28}  {:>28}  {:>7}  {:>10.1} {:>10.1} {:>10.1}  {:>10} {:>10}",
+            gt.map_or("not compiled in (see note)".into(), fmt),
+            fmt(rt),
+            opt(ratio, 3),
+            rb.median,
+            ri.median,
+            rl.median,
+            opt(ret.map(|s| s.median), 0),
+            opt(alloc.map(|s| s.median), 0),
+        );
+        report.build.push(Json::Obj(vec![
+            ("nodes", nodes.into()),
+            ("reps", reps.into()),
+            ("graph_first_call_us", gt.into()),
+            ("raw_first_call_us", rt.into()),
+            ("ratio_graph_to_raw", ratio.into()),
+            ("raw_build_us", rb.into()),
+            ("raw_instantiate_us", ri.into()),
+            ("raw_instantiate_us_per_node", (ri.median / nodes as f64).into()),
+            ("raw_first_launch_sync_us", rl.into()),
+            ("graph_host_bytes_retained_per_node", ret.into()),
+            ("graph_host_bytes_allocated_per_node", alloc.into()),
+        ]));
+        if !has_graph && !report.notes.iter().any(|n| n == NO_10K_NOTE) {
+            report.notes.push(NO_10K_NOTE.into());
+        }
+        env.stream.synchronize()?;
+    }
+    if report.notes.iter().any(|n| n == NO_10K_NOTE) {
+        println!("  graph! has no 10 000-node row: see the notes at the end.");
+    }
+    println!(
+        "  ratio = graph! / raw first call. B/node: Rust heap bytes per node during graph!'s first call: retained = still held after it (the cache's node records), allocated = all allocations made during it (including temporaries); the driver's own host memory is not counted."
+    );
+    println!();
+
+    println!(
+        "Whole-graph update: cuGraphExecUpdate_v2 of an exec from a rebuilt raw graph (every node's pointer changed), µs"
+    );
+    println!(
+        "{:>6}  {:>26} {:>9}  {:>26} {:>9}",
+        "nodes", "rebuild (create + add)", "per node", "cuGraphExecUpdate_v2", "per node"
+    );
+    for &nodes in sizes {
+        let reps = if nodes >= 10_000 { 5 } else { 20 }.min(env.reps);
+        let mut b = Bufs::new(&env.stream, Shape::Chain, nodes)?;
+        let (a_ptr, _) = b.ptrs(&env.stream);
+        let specs = [
+            raw_spec(Shape::Chain, nodes, env, 1, a_ptr[0], &[]),
+            raw_spec(Shape::Chain, nodes, env, 1, a_ptr[1], &[]),
+        ];
+        let g0 = OwnedGraph::build(&specs[0])?;
+        let exec = OwnedExec::instantiate(&g0)?;
+        let mut model = Model::new(Shape::Chain, nodes);
+        exec.launch(env.cu_stream())?;
+        model.step(0, Change::Pointer);
+        let (mut rebuild, mut update) = (Vec::new(), Vec::new());
+        for rep in 1..=reps as u64 {
+            let t0 = Instant::now();
+            let g = OwnedGraph::build(&specs[(rep % 2) as usize])?;
+            let t1 = Instant::now();
+            exec.update(&g)?;
+            let t2 = Instant::now();
+            drop(g);
+            exec.launch(env.cu_stream())?;
+            model.step(rep, Change::Pointer);
+            env.stream.synchronize()?;
+            rebuild.push(us(t1 - t0));
+            update.push(us(t2 - t1));
+        }
+        model.check(&env.stream, &b, &format!("exec update at {nodes} nodes"))?;
+        b.zero(&env.stream)?;
+        drop(exec);
+        drop(g0);
+        let (rb, up) = (summarize(rebuild), summarize(update));
+        let fmt = |s: Summary| format!("{:.1} [{:.1}, {:.1}]", s.median, s.p10, s.p90);
+        println!(
+            "{nodes:>6}  {:>26} {:>9.3}  {:>26} {:>9.3}",
+            fmt(rb),
+            rb.median / nodes as f64,
+            fmt(up),
+            up.median / nodes as f64
+        );
+        report.update.push(Json::Obj(vec![
+            ("nodes", nodes.into()),
+            ("reps", reps.into()),
+            ("rebuild_us", rb.into()),
+            ("rebuild_us_per_node", (rb.median / nodes as f64).into()),
+            ("exec_update_us", up.into()),
+            ("exec_update_us_per_node", (up.median / nodes as f64).into()),
+        ]));
+        env.stream.synchronize()?;
+    }
+    println!();
+    Ok(())
+}
+
+/// First-launch latency with and without `cuGraphUpload` (raw) and `GraphCache::upload`
+/// (graph!), each timed as launch + `cuStreamSynchronize` on an idle stream.
+fn upload_costs(env: &Env, sizes: &[usize], report: &mut Report) -> Res<()> {
+    println!(
+        "Upload: latency of one launch + cuStreamSynchronize on an idle stream, µs, median [p10, p90]"
+    );
+    let reps = 20.min(env.reps);
+    let fmt = |s: Summary| format!("{:.1} [{:.1}, {:.1}]", s.median, s.p10, s.p90);
+    for &nodes in sizes {
+        eprintln!("bench: upload at {nodes} nodes …");
+        let mut b = Bufs::new(&env.stream, Shape::Chain, nodes)?;
+        let (a_ptr, _) = b.ptrs(&env.stream);
+        let spec = raw_spec(Shape::Chain, nodes, env, 1, a_ptr[0], &[]);
+        let cs = env.cu_stream();
+        let mut model = Model::new(Shape::Chain, nodes);
+        let mut launches = 0u64;
+        let mut launched = |n: u64| {
+            for _ in 0..n {
+                model.step(launches, Change::None);
+                launches += 1;
+            }
+        };
+        let mut v: [Vec<f64>; 8] = Default::default();
+        let timed = |f: &mut dyn FnMut() -> Res<()>| -> Res<f64> {
+            env.stream.synchronize()?;
+            let t = Instant::now();
+            f()?;
+            env.stream.synchronize()?;
+            Ok(us(t.elapsed()))
+        };
+        for _ in 0..reps {
+            // raw, no upload: first and second launch after instantiation.
+            let g = OwnedGraph::build(&spec)?;
+            let e = OwnedExec::instantiate(&g)?;
+            v[0].push(timed(&mut || e.launch(cs))?);
+            v[1].push(timed(&mut || e.launch(cs))?);
+            drop(e);
+            // raw, upload first.
+            let e = OwnedExec::instantiate(&g)?;
+            v[2].push(timed(&mut || e.upload(cs))?);
+            v[3].push(timed(&mut || e.launch(cs))?);
+            drop(e);
+            drop(g);
+            launched(3);
+            // graph!: first call, then the second call without / with cache.upload before it.
+            let mut cache = GraphCache::new();
+            let st = &*env.stream;
+            v[4].push(timed(&mut || {
+                Ok(chain_step(nodes, &mut cache, st, &env.kern, 1, &mut b.a[0])?)
+            })?);
+            v[5].push(timed(&mut || {
+                Ok(chain_step(nodes, &mut cache, st, &env.kern, 1, &mut b.a[0])?)
+            })?);
+            drop(cache);
+            let mut cache = GraphCache::new();
+            chain_step(nodes, &mut cache, st, &env.kern, 1, &mut b.a[0])?;
+            v[6].push(timed(&mut || Ok(cache.upload(st)?))?);
+            v[7].push(timed(&mut || {
+                Ok(chain_step(nodes, &mut cache, st, &env.kern, 1, &mut b.a[0])?)
+            })?);
+            drop(cache);
+            launched(4);
+        }
+        model.check(&env.stream, &b, &format!("upload at {nodes} nodes"))?;
+        let s: Vec<Summary> = v.into_iter().map(summarize).collect();
+        let names = [
+            "raw: first launch after instantiate, no upload",
+            "raw: second launch",
+            "raw: cuGraphUpload alone",
+            "raw: first launch after cuGraphUpload",
+            "graph!: first call (build + instantiate + launch)",
+            "graph!: second call, no upload",
+            "graph!: cache.upload() alone (after the first call)",
+            "graph!: second call after cache.upload()",
+        ];
+        let keys = [
+            "raw_first_launch_no_upload_us",
+            "raw_second_launch_us",
+            "raw_upload_us",
+            "raw_first_launch_after_upload_us",
+            "graph_first_call_us",
+            "graph_second_call_no_upload_us",
+            "graph_cache_upload_us",
+            "graph_second_call_after_upload_us",
+        ];
+        println!("  {nodes} nodes:");
+        for (name, x) in names.iter().zip(&s) {
+            println!("    {name:<52} {:>28}", fmt(*x));
+        }
+        let mut obj: Vec<(&'static str, Json)> =
+            vec![("nodes", nodes.into()), ("reps", reps.into())];
+        for (key, x) in keys.iter().zip(&s) {
+            obj.push((key, (*x).into()));
+        }
+        report.upload.push(Json::Obj(obj));
+        env.stream.synchronize()?;
+    }
+    println!(
+        "  Raw: cuGraphUpload moves the exec's first-launch setup off the launch; compare the first launch with and without it."
+    );
+    println!(
+        "  graph!: the first call always launches right after instantiating, so no exec is ever un-launched when cache.upload() can be called: it re-uploads an exec that is already resident, and the second call should cost the same with or without it."
+    );
+    println!();
+    Ok(())
+}
+
+/// The issue's goals, from the measured rows.
+fn goals(report: &mut Report) {
+    println!("Goals (from the issue; measured, not tuned for):");
+    let mut goals = Vec::new();
+    let find = |shape: Shape, k: usize, id: &str| {
+        report.rows.iter().find(|r| r.shape == shape && r.k == k && r.id == id).map(|r| r.t.median)
+    };
+    let mut check = |name: String, value: Option<f64>, limit: f64, at_most: bool| {
+        let Some(v) = value else { return };
+        let met = if at_most { v <= limit } else { v >= limit };
+        let op = if at_most { "<=" } else { ">=" };
+        println!("  {:<6} {name}: {v:.3} (goal {op} {limit})", if met { "met" } else { "MISSED" });
+        goals.push(Json::Obj(vec![
+            ("goal", name.into()),
+            ("value", v.into()),
+            ("limit", limit.into()),
+            ("op", op.into()),
+            ("met", met.into()),
+        ]));
+    };
+    for shape in [Shape::Chain, Shape::Fan] {
+        for k in STEADY_K {
+            let (c, c1, a) = (find(shape, k, "c"), find(shape, k, "c1"), find(shape, k, "a"));
+            let (d, e) = (find(shape, k, "d"), find(shape, k, "e"));
+            let limit = if k == 1 { 1.10 } else { 1.02 };
+            let ratio = |x: Option<f64>, y: Option<f64>| x.zip(y).map(|(x, y)| x / y);
+            check(
+                format!("{} K={k} graph! unchanged / raw launch", shape.name()),
+                ratio(d, c),
+                limit,
+                true,
+            );
+            check(
+                format!("{} K={k} graph! one scalar / raw set-params + launch", shape.name()),
+                ratio(e, c1),
+                1.05,
+                true,
+            );
+            if k == 100 {
+                check(
+                    format!("{} K={k} cudarc stream launches / graph! unchanged", shape.name()),
+                    ratio(a, d),
+                    4.0,
+                    false,
+                );
+            }
+        }
+    }
+    let builds: Vec<(f64, f64)> = report
+        .build
+        .iter()
+        .filter_map(|b| match b {
+            Json::Obj(v) => {
+                let get = |key: &str| {
+                    v.iter().find(|(k, _)| *k == key).and_then(|(_, x)| match x {
+                        Json::Num(n) => Some(*n),
+                        _ => None,
+                    })
+                };
+                get("nodes").zip(get("ratio_graph_to_raw"))
+            }
+            _ => None,
+        })
+        .collect();
+    for (nodes, ratio) in builds {
+        check(format!("{nodes} nodes graph! first call / raw first call"), Some(ratio), 1.2, true);
+    }
+    report.goals = goals;
+    println!();
+}
+
+fn run(args: &Cli, report: &mut Report) -> Res<()> {
+    let ctx = CudaContext::new(0)?;
+    // Event tracking off before anything is allocated: all work is on one stream, stream capture
+    // (row b) fails with it on, and the launch mechanisms are compared without cudarc's per-buffer
+    // event bookkeeping. Rows a* and d* measure that bookkeeping separately.
+    // SAFETY: every buffer is used on the one stream made below only.
+    unsafe { ctx.disable_event_tracking() };
+    let stream = ctx.new_stream()?;
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let kern = unsafe { Bench::load(&ctx, compile_ptx(SOURCE)?) }?;
+    let mut version = 0i32;
+    // SAFETY: writes one int.
+    unsafe { sys::cuDriverGetVersion(&mut version) }.result()?;
+    let device = ctx.name().unwrap_or_default();
+    let reps = args.reps.unwrap_or(if args.quick { 20 } else { 200 });
+    let env = Env { ctx, stream, kern, reps, quick: args.quick };
+    let ks: Vec<usize> = STEADY_K.iter().copied().filter(|&k| !args.quick || k <= 100).collect();
+    let build_sizes: Vec<usize> =
+        BUILD_SIZES.iter().copied().filter(|&n| !args.quick || n <= 100).collect();
+    let upload_sizes: Vec<usize> =
+        [10, 100, 1000].into_iter().filter(|&n| !args.quick || n <= 100).collect();
+    let unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    report.meta = vec![
+        ("device", device.as_str().into()),
+        ("driver_version", (version as u64).into()),
+        ("unix_time", unix.into()),
+        ("command", std::env::args().collect::<Vec<_>>().join(" ").into()),
+        ("reps", reps.into()),
+        ("quick", args.quick.into()),
+        ("kernel", "1 block x 32 threads on 32 u32 (add: x[i] += v; acc: dst[i] += src[i])".into()),
+        ("unit", "µs per step = wall time of N steps enqueued back-to-back then one cuStreamSynchronize, divided by N; median and p10/p90 over reps".into()),
+        ("event_tracking", "off for every row but a* and d*".into()),
+    ];
+    println!(
+        "cudagraph bench — device {device}, CUDA driver {}.{}",
+        version / 1000,
+        version % 1000 / 10
+    );
+    println!(
+        "{reps} repetitions per row; each kernel is 1 block x 32 threads over 32 u32 (add: x[i] += v, acc: dst[i] += src[i])."
+    );
+    println!(
+        "µs per step = wall time of N steps enqueued back-to-back, then one cuStreamSynchronize, divided by N (N = steps/rep: {})",
+        ks.iter().map(|&k| format!("K={k}: {}", steps_per_rep(k))).collect::<Vec<_>>().join(", ")
+    );
+    println!(
+        "Shapes: chain = K dependent kernels on one buffer; fan = 1 producer add(p) -> K-2 independent acc(p -> own buffer) -> 1 consumer add(p)."
+    );
+    println!(
+        "  (rows a and b issue the fan's launches on one stream, so they run one after another; b's captured graph is a chain.)"
+    );
+    println!("Rows:");
+    for id in ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "a*", "d*"] {
+        println!("  {id:<3} {}", describe(id));
+    }
+    println!("  Event tracking is off for every row but a* and d* (see the notes at the end).");
+    println!("x raw = row / c; x floor = row / its matching raw row (named); /node = median / K.");
+    println!();
+    println!(
+        "{:<6}{:>5}  {:<3}{:>11}{:>10}{:>10}{:>9}{:>14} {:>7}",
+        "shape", "K", "row", "median µs", "p10", "p90", "x raw", "x floor", "/node"
+    );
+    for &k in &ks {
+        steady(&env, Shape::Chain, k, report)?;
+        if k >= 3 {
+            steady(&env, Shape::Fan, k, report)?;
+        }
+    }
+    if !ks.contains(&1000) {
+        report.notes.push("--quick: K up to 100, build sizes up to 100".into());
+    }
+    build_costs(&env, &build_sizes, report)?;
+    upload_costs(&env, &upload_sizes, report)?;
+    goals(report);
+    let notes = [
+        "Event tracking: cudarc records and waits on per-buffer events around every use once a context has a second stream; it is off for all rows except a* and d* (the same as a and d with tracking on: a pays it per kernel launch, graph! per distinct buffer per call).",
+        "Fan in rows a/b: one stream serializes the K launches; capture of one stream records them as a chain, so b is not a fan-shaped graph.",
+        "Pointer rows (f, cA): step i uses buffer a[i % 2], the same pointer change std::mem::swap(&mut x, &mut y) after each step gives.",
+        "Fan in graph!: the K-2 middle buffers are elements bufs[i] of one slice, borrowed together by get_disjoint_mut on every call.",
+    ];
+    report.notes.extend(notes.iter().map(|n| n.to_string()));
+    for n in &report.notes {
+        println!("note: {n}");
+    }
+    env.ctx.check_err()?;
+    Ok(())
+}
+
+struct Cli {
+    reps: Option<usize>,
+    quick: bool,
+    json: String,
+}
+
+fn parse_args() -> Result<Cli, String> {
+    let mut a = Cli { reps: None, quick: false, json: "bench.json".into() };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--reps" => {
+                let v = it.next().ok_or("--reps needs a value")?;
+                let n: usize =
+                    v.parse().map_err(|_| format!("--reps: `{v}` is not a positive integer"))?;
+                if n < 5 {
+                    return Err("--reps must be at least 5".into());
+                }
+                a.reps = Some(n);
+            }
+            "--quick" => a.quick = true,
+            "--json" => a.json = it.next().ok_or("--json needs a path")?,
+            "-h" | "--help" => {
+                return Err("usage: bench [--reps N (default 200, 20 with --quick)] [--quick (K <= 100)] [--json PATH (default bench.json)]".into());
+            }
+            other => return Err(format!("unknown argument `{other}` (try --help)")),
+        }
+    }
+    Ok(a)
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if !cudagraph::driver_available() {
+        eprintln!(
+            "bench: no CUDA driver found (libcuda could not be loaded); this benchmark needs an NVIDIA GPU"
+        );
+        return ExitCode::from(2);
+    }
+    // A thread with a large stack: the 10 000-node graph! keeps every node's parameters on it.
+    let worker =
+        std::thread::Builder::new().name("bench".into()).stack_size(256 << 20).spawn(move || {
+            let mut report = Report::default();
+            let result = run(&args, &mut report);
+            if let Err(e) = &result {
+                report.error = Some(e.to_string());
+            }
+            let written = std::fs::write(&args.json, report.json());
+            (result.map_err(|e| e.to_string()), written.map_err(|e| e.to_string()), args.json)
+        });
+    let joined = match worker {
+        Ok(h) => h.join(),
+        Err(e) => {
+            eprintln!("bench: cannot start the benchmark thread: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match joined {
+        Ok((result, written, path)) => {
+            match written {
+                Ok(()) => println!("JSON written to {path}"),
+                Err(e) => eprintln!("bench: cannot write {path}: {e}"),
+            }
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("bench: FAILED: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Err(_) => {
+            eprintln!("bench: FAILED: the benchmark thread panicked");
+            ExitCode::FAILURE
+        }
+    }
+}
