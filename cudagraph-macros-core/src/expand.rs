@@ -100,15 +100,39 @@ fn acquisitions(
     for (gi, (_, base, members)) in groups.iter().enumerate() {
         let elems: Vec<syn::Ident> =
             (0..members.len()).map(|k| format_ident!("__cudagraph_e{}_{}", gi, k)).collect();
-        let idx = members.iter().map(|p| match &p.first.place {
-            Expr::Index(ix) => &ix.index,
-            _ => unreachable!("grouped places are indexed"),
+        let idx: Vec<&Expr> = members
+            .iter()
+            .map(|p| match &p.first.place {
+                Expr::Index(ix) => &*ix.index,
+                _ => unreachable!("grouped places are indexed"),
+            })
+            .collect();
+        // Constant indices are distinct (their folded keys differ): checked once in a `const`,
+        // leaving only bounds checks at run time. Others: `get_disjoint_mut` checks every call.
+        let constant = members.iter().all(|p| {
+            p.first.key.ends_with(']') && {
+                let k = &p.first.key;
+                k[k.rfind('[').expect("indexed") + 1..k.len() - 1].parse::<u64>().is_ok()
+            }
         });
-        out.extend(quote_spanned! {members[0].first.span=>
-            let [#(#elems),*] = {
-                use ::cudagraph::__private::DisjointMut as _;
-                #base.__cudagraph_disjoint_mut([#(#idx),*])
-            };
+        let n = members.len();
+        let ids = format_ident!("__CUDAGRAPH_IDX{}", gi);
+        out.extend(if constant {
+            quote_spanned! {members[0].first.span=>
+                const #ids: ::cudagraph::__private::DistinctIndices<#n> =
+                    ::cudagraph::__private::DistinctIndices::new([#(#idx),*]);
+                let [#(#elems),*] = {
+                    use ::cudagraph::__private::DisjointMut as _;
+                    #base.__cudagraph_disjoint_mut_distinct(#ids)
+                };
+            }
+        } else {
+            quote_spanned! {members[0].first.span=>
+                let [#(#elems),*] = {
+                    use ::cudagraph::__private::DisjointMut as _;
+                    #base.__cudagraph_disjoint_mut([#(#idx),*])
+                };
+            }
         });
         for (p, e) in members.iter().zip(elems) {
             split.insert(p.index, e);

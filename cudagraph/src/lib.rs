@@ -183,9 +183,56 @@ pub mod __private {
         /// # Panics
         /// If two indices are equal or one is out of range: two `&mut` operands would alias.
         fn __cudagraph_disjoint_mut<const N: usize>(&mut self, idx: [usize; N]) -> [&mut T; N];
+
+        /// `[&mut self[idx[0]], …]` for indices already known distinct: only bounds are checked.
+        ///
+        /// # Panics
+        /// If an index is out of range.
+        fn __cudagraph_disjoint_mut_distinct<const N: usize>(
+            &mut self,
+            idx: DistinctIndices<N>,
+        ) -> [&mut T; N];
+    }
+
+    /// Indices known to be pairwise distinct: `new` checks it, so a `const` made by `graph!` for
+    /// constant indices costs nothing at run time.
+    #[derive(Clone, Copy)]
+    pub struct DistinctIndices<const N: usize>([usize; N]);
+
+    impl<const N: usize> DistinctIndices<N> {
+        /// # Panics
+        /// If two indices are equal (at compile time, in a `const`).
+        pub const fn new(idx: [usize; N]) -> Self {
+            let mut i = 0;
+            while i < N {
+                let mut j = i + 1;
+                while j < N {
+                    assert!(idx[i] != idx[j], "graph!: two operands name the same array element");
+                    j += 1;
+                }
+                i += 1;
+            }
+            DistinctIndices(idx)
+        }
     }
 
     impl<T> DisjointMut<T> for [T] {
+        fn __cudagraph_disjoint_mut_distinct<const N: usize>(
+            &mut self,
+            idx: DistinctIndices<N>,
+        ) -> [&mut T; N] {
+            let len = self.len();
+            let idx = idx.0;
+            for &i in &idx {
+                assert!(i < len, "graph!: buffer index {i} out of range (len {len})");
+            }
+            let base = self.as_mut_ptr();
+            // SAFETY: every index is in bounds (checked above) and pairwise distinct
+            // (`DistinctIndices`), so the references are to different elements of `self`, which
+            // stays mutably borrowed for their lifetime.
+            idx.map(|i| unsafe { &mut *base.add(i) })
+        }
+
         fn __cudagraph_disjoint_mut<const N: usize>(&mut self, idx: [usize; N]) -> [&mut T; N] {
             let len = self.len();
             match self.get_disjoint_mut(idx) {
