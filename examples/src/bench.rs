@@ -1682,7 +1682,7 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
         "Event tracking: cudarc records and waits on per-buffer events around every use once a context has a second stream; it is off for all rows except a* and d* (the same as a and d with tracking on: a pays it per kernel launch, graph! per distinct buffer per call).",
         "Fan in rows a/b: one stream serializes the K launches; capture of one stream records them as a chain, so b is not a fan-shaped graph.",
         "Pointer rows (f, cA): step i uses buffer a[i % 2], the same pointer change std::mem::swap(&mut x, &mut y) after each step gives.",
-        "Fan in graph!: the K-2 middle buffers are elements bufs[i] of one slice, borrowed together by get_disjoint_mut on every call.",
+        "Fan in graph!: the K-2 middle buffers are elements bufs[i] of one slice, borrowed together on every call (constant indices: distinctness checked at compile time, bounds at run time).",
     ];
     report.notes.extend(notes.iter().map(|n| n.to_string()));
     for n in &report.notes {
