@@ -14,7 +14,7 @@ pub const MAX_CONDITIONS: u32 = 64;
 
 /// Errors collected over one invocation, reported together.
 #[derive(Default)]
-pub struct Errors(Vec<syn::Error>);
+pub struct Errors(Vec<syn::Error>, pub(crate) usize);
 
 impl Errors {
     /// An error on `tokens`' span.

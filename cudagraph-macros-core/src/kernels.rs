@@ -78,7 +78,7 @@ pub fn expand(input: KernelsInput) -> TokenStream {
             continue;
         }
         let kname = &sig.ident;
-        let kstr = kname.to_string();
+        let kstr = syn::ext::IdentExt::unraw(kname).to_string();
         if RESERVED.contains(&kstr.as_str()) {
             errors.push(kname, format!("`{kstr}` is a method `kernels!` generates (`load`, `function`, `module`); rename the kernel declaration"));
             continue;

@@ -14,6 +14,9 @@ use crate::check::Errors;
 /// Most iterations one literal `for` may unroll to.
 pub const MAX_UNROLL: u64 = 4096;
 
+/// Most statements all `for`s of one body may unroll to together (nested loops multiply).
+pub const MAX_UNROLLED_STATEMENTS: usize = 16384;
+
 const ALLOWED: &str = "allowed statements: `KERNELS.name(args).launch(cfg)`, `copy(&src, &mut dst)`, \
 `memset(&mut dst, value)`, `zero(&mut dst)`, each optionally `let name = …` and `.after(names)`; \
 `if cond { … } else { … }`; `for i in 0..N { … }` with integer literal bounds";
@@ -177,8 +180,19 @@ fn unroll(f: &syn::ExprForLoop, errors: &mut Errors) -> Vec<Item> {
             Some(v) => substitute(body.clone(), v, k),
             None => body.clone(),
         };
+        if errors.1 > MAX_UNROLLED_STATEMENTS {
+            errors.push(
+                &f.expr,
+                format!("the `for`s of this body unroll to more than {MAX_UNROLLED_STATEMENTS} statements"),
+            );
+            break;
+        }
         match syn::parse2::<Block>(tokens) {
-            Ok(block) => items.extend(lower_block(&block.stmts, errors)),
+            Ok(block) => {
+                let lowered = lower_block(&block.stmts, errors);
+                errors.1 += lowered.len();
+                items.extend(lowered);
+            }
             Err(e) => {
                 errors.add(e);
                 break;

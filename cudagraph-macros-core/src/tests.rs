@@ -646,3 +646,11 @@ fn constant_and_variable_index_expressions_are_places() {
     let e = errors_of(quote! { &mut c, &s, { zero(&mut bufs[f()]); } });
     assert_eq!(e.len(), 1, "{e:?}");
 }
+
+#[test]
+fn nested_loops_have_a_total_cap() {
+    let e = errors_of(quote! { &mut c, &s, {
+        for i in 0..4096 { for j in 0..4096 { zero(&mut x); } }
+    }});
+    assert!(e.iter().any(|m| m.contains("unroll to more than 16384 statements")), "{e:?}");
+}
