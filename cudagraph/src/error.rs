@@ -53,13 +53,16 @@ pub struct CudaError {
 }
 
 impl fmt::Display for CudaError {
+    /// `call returned CUDA_ERROR_NAME: description`; the description comes from the driver
+    /// (`cuGetErrorString`), so it is left out where no driver can be loaded.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = self.error.error_name().map(|c| c.to_string_lossy().into_owned());
-        let text = self.error.error_string().map(|c| c.to_string_lossy().into_owned());
-        match (name, text) {
-            (Ok(n), Ok(t)) => write!(f, "{} returned {n}: {t}", self.call),
-            _ => write!(f, "{} returned {:?}", self.call, self.error.0),
+        write!(f, "{} returned {:?}", self.call, self.error.0)?;
+        if crate::driver_available()
+            && let Ok(text) = self.error.error_string()
+        {
+            write!(f, ": {}", text.to_string_lossy())?;
         }
+        Ok(())
     }
 }
 
@@ -136,6 +139,17 @@ pub enum Error {
     WrongContext {
         /// The failing node.
         site: NodeSite,
+    },
+    /// `cuGraphExecUpdate` refused to update an exec from a rebuilt graph (the cache then
+    /// re-instantiated it; see [`GraphCache::last_refusal`](crate::GraphCache::last_refusal)).
+    #[error("{site}: cuGraphExecUpdate refused the update ({result:?}, {source})")]
+    UpdateRefused {
+        /// The node the driver named (the first node when it named none).
+        site: NodeSite,
+        /// The driver's reason.
+        result: cudarc::driver::sys::CUgraphExecUpdateResult,
+        /// The driver call's result.
+        source: CudaError,
     },
     /// A function named in `kernels!` was not found in the loaded module.
     #[error("kernel function `{name}` not found in the module: {source}")]

@@ -73,6 +73,7 @@ pub enum Mode {
 pub struct GraphCache<D: Driver = Cuda> {
     driver: D,
     mode: Mode,
+    last_refusal: Option<Error>,
     limits: Option<Limits>,
     plan: Option<&'static Plan>,
     variants: Vec<Variant>,
@@ -478,6 +479,14 @@ impl<D: Driver> GraphCache<D> {
         self.mode = mode;
     }
 
+    /// The most recent driver refusal the update ladder recovered from, naming the node: a
+    /// per-node `cuGraphExec*NodeSetParams` ([`Error::Node`]) answered by a whole-exec update,
+    /// or a `cuGraphExecUpdate` ([`Error::UpdateRefused`]) answered by a new instantiation.
+    /// `None` while every update was accepted.
+    pub fn last_refusal(&self) -> Option<&Error> {
+        self.last_refusal.as_ref()
+    }
+
     /// The current [`Mode`].
     pub fn mode(&self) -> Mode {
         self.mode
@@ -487,6 +496,7 @@ impl<D: Driver> GraphCache<D> {
         GraphCache {
             driver,
             mode: Mode::Graph,
+            last_refusal: None,
             limits: None,
             plan: None,
             variants: Vec::new(),
@@ -634,7 +644,8 @@ impl<D: Driver> GraphCache<D> {
         // Set once the driver refuses a node; later changed nodes are recorded but not sent,
         // since the rebuild below sends everything.
         let mut refused = false;
-        for (state, new) in v.nodes.iter_mut().zip(nodes) {
+        let mut refusal: Option<(usize, &'static str, cudarc::driver::DriverError)> = None;
+        for (j, (state, new)) in v.nodes.iter_mut().zip(nodes).enumerate() {
             // SAFETY (every send): the handle is a node of the kind of its state in the graph
             // v.exec was instantiated from, in context v.ctx; kernelParams point into
             // `params.args` for the call.
@@ -651,9 +662,12 @@ impl<D: Driver> GraphCache<D> {
                     params.dims = k.dims();
                     changed.then(|| {
                         refused
-                            || params.with_params(|p| unsafe {
-                                driver.set_kernel(v.exec, *handle, p).is_err()
-                            })
+                            || params
+                                .with_params(|p| unsafe { driver.set_kernel(v.exec, *handle, p) })
+                                .map_err(|e| {
+                                    refusal = Some((j, "cuGraphExecKernelNodeSetParams_v2", e))
+                                })
+                                .is_err()
                     })
                 }
                 (NodeState::Memcpy { handle, params }, Some(NodeParams::Memcpy(c))) => {
@@ -662,6 +676,9 @@ impl<D: Driver> GraphCache<D> {
                     changed.then(|| {
                         refused
                             || unsafe { driver.set_memcpy(v.exec, *handle, &memcpy3d(c), v.ctx) }
+                                .map_err(|e| {
+                                    refusal = Some((j, "cuGraphExecMemcpyNodeSetParams", e))
+                                })
                                 .is_err()
                     })
                 }
@@ -673,6 +690,7 @@ impl<D: Driver> GraphCache<D> {
                             || unsafe {
                                 driver.set_memset(v.exec, *handle, &memset_params(m), v.ctx)
                             }
+                            .map_err(|e| refusal = Some((j, "cuGraphExecMemsetNodeSetParams", e)))
                             .is_err()
                     })
                 }
@@ -684,6 +702,10 @@ impl<D: Driver> GraphCache<D> {
                 Some(false) => self.stats.node_updates += 1,
                 Some(true) => refused = true,
             }
+        }
+        if let Some((j, call, error)) = refusal {
+            let site = NodeSite::of(plan, &plan.nodes[j]);
+            self.last_refusal = Some(Error::Node { site, source: CudaError { call, error } });
         }
         if refused {
             self.rebuild(i, plan, nodes)?;
@@ -710,7 +732,24 @@ impl<D: Driver> GraphCache<D> {
         };
         let exec = self.variants[i].exec;
         // SAFETY: both live, same context, same topology (same variant key).
-        if unsafe { self.driver.exec_update(exec, graph) }.is_ok() {
+        let updated = unsafe { self.driver.exec_update(exec, graph) };
+        if let Err((error, info)) = updated {
+            let j = states
+                .iter()
+                .position(|s| match s {
+                    NodeState::Kernel { handle, .. }
+                    | NodeState::Memcpy { handle, .. }
+                    | NodeState::Memset { handle, .. } => *handle == info.errorNode,
+                    NodeState::Absent => false,
+                })
+                .unwrap_or(0);
+            self.last_refusal = Some(Error::UpdateRefused {
+                site: NodeSite::of(plan, &plan.nodes[j]),
+                result: info.result,
+                source: CudaError { call: "cuGraphExecUpdate_v2", error },
+            });
+        }
+        if updated.is_ok() {
             self.stats.exec_updates += 1;
             // The exec keeps its node identities from the graph it was instantiated from; keep
             // that graph and its handles, with the new parameters recorded.
@@ -973,9 +1012,18 @@ mod tests {
             self.log(format!("set_memset value={}", p.value));
             Ok(())
         }
-        unsafe fn exec_update(&mut self, _: CUgraphExec, _: CUgraph) -> Result<(), DriverError> {
+        unsafe fn exec_update(
+            &mut self,
+            _: CUgraphExec,
+            _: CUgraph,
+        ) -> Result<(), (DriverError, sys::CUgraphExecUpdateResultInfo)> {
             self.log("exec_update");
-            if self.0.borrow().refuse_update { Err(REFUSED) } else { Ok(()) }
+            let info = sys::CUgraphExecUpdateResultInfo {
+                result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED,
+                errorNode: ptr::null_mut(),
+                errorFromNode: ptr::null_mut(),
+            };
+            if self.0.borrow().refuse_update { Err((REFUSED, info)) } else { Ok(()) }
         }
         unsafe fn launch(&mut self, _: CUgraphExec, _: CUstream) -> Result<(), DriverError> {
             self.log("launch");
@@ -1182,6 +1230,13 @@ mod tests {
         let s = cache.stats();
         assert_eq!((s.exec_updates, s.reinstantiations, s.instantiations), (1, 0, 1));
         assert_eq!(mock.0.borrow().live_graphs.len(), 1);
+        let refusal = cache.last_refusal().expect("recorded").to_string();
+        assert!(
+            refusal.starts_with(
+                "node `n` (`stmt`) at mock.rs:7:9: cuGraphExecKernelNodeSetParams_v2 returned"
+            ),
+            "{refusal}"
+        );
         // the recorded parameters are the new ones: the same call again changes nothing
         mock.0.borrow_mut().refuse_set = false;
         run(&mut cache, plan, &k(5, 0xa0), &k(6, 0xb0), copy(4), memset(0), None).unwrap();
@@ -1204,6 +1259,9 @@ mod tests {
         assert_eq!(tail, ["instantiate", "exec_destroy", "graph_destroy", "launch"]);
         let s = cache.stats();
         assert_eq!((s.exec_updates, s.reinstantiations, s.instantiations), (0, 1, 2));
+        let refusal = cache.last_refusal().expect("recorded");
+        assert!(matches!(refusal, Error::UpdateRefused { .. }), "{refusal}");
+        assert!(refusal.to_string().contains("PARAMETERS_CHANGED"), "{refusal}");
         let l = mock.0.borrow();
         assert_eq!((l.live_graphs.len(), l.live_execs.len()), (1, 1));
     }
@@ -1304,6 +1362,13 @@ mod tests {
         assert!(l.exceeded(&d((1, 1, 128), 0)).unwrap().contains("maximum block"));
         let e = l.exceeded(&d((32, 1, 1), 300_000)).unwrap();
         assert_eq!(e, "300000 bytes of dynamic shared memory; the device allows 232448 per block");
+    }
+
+    #[test]
+    fn cache_is_send() {
+        fn send<T: Send>() {}
+        send::<GraphCache>();
+        // Not `Sync`: tests/tests/ui/cache-is-not-sync.rs
     }
 
     #[test]

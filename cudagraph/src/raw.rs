@@ -312,8 +312,12 @@ pub trait Driver {
         params: &CUDA_MEMSET_NODE_PARAMS,
         ctx: CUcontext,
     ) -> Result<(), DriverError>;
-    /// [`exec_update`].
-    unsafe fn exec_update(&mut self, exec: CUgraphExec, graph: CUgraph) -> Result<(), DriverError>;
+    /// [`exec_update`]; on refusal the driver's result info.
+    unsafe fn exec_update(
+        &mut self,
+        exec: CUgraphExec,
+        graph: CUgraph,
+    ) -> Result<(), (DriverError, sys::CUgraphExecUpdateResultInfo)>;
     /// [`launch`].
     unsafe fn launch(&mut self, exec: CUgraphExec, stream: CUstream) -> Result<(), DriverError>;
     /// [`upload`].
@@ -390,8 +394,12 @@ impl Driver for Cuda {
     ) -> Result<(), DriverError> {
         unsafe { exec_memset_set_params(exec, node, params, ctx) }
     }
-    unsafe fn exec_update(&mut self, exec: CUgraphExec, graph: CUgraph) -> Result<(), DriverError> {
-        unsafe { exec_update(exec, graph) }.map_err(|(e, _)| e)
+    unsafe fn exec_update(
+        &mut self,
+        exec: CUgraphExec,
+        graph: CUgraph,
+    ) -> Result<(), (DriverError, sys::CUgraphExecUpdateResultInfo)> {
+        unsafe { exec_update(exec, graph) }
     }
     unsafe fn launch(&mut self, exec: CUgraphExec, stream: CUstream) -> Result<(), DriverError> {
         unsafe { launch(exec, stream) }
