@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::Expr;
+use syn::spanned::Spanned;
 
 use crate::ast::{Arg, GraphInput, Item, Node, Op, Operand, normalize};
 use crate::check::Checked;
@@ -38,15 +39,17 @@ fn places<'a>(checked: &Checked<'a>) -> (Vec<String>, HashMap<String, PlaceInfo<
 /// statement's node parameters, and hand them to `GraphCache::run` with the static plan.
 pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
     let (order, places) = places(checked);
-    let stream = quote!(__cudagraph_stream);
+    let stream = local("__cudagraph_stream");
+    let cache_var = local("__cudagraph_cache");
+    let key = local("__cudagraph_key");
 
-    let acquisitions = acquisitions(&order, &places, &stream);
+    let acquisitions = acquisitions(&order, &places, &stream.to_token_stream());
 
     let mut counter = NodeCounter { next: 0, ifs: 0 };
     let mut decls = TokenStream::new();
     let body = emit_items(&input.body, &places, &mut counter, false, &mut decls);
     let entries = checked.nodes.iter().enumerate().map(|(i, f)| {
-        let n = format_ident!("__cudagraph_n{}", i);
+        let n = local(format!("__cudagraph_n{i}"));
         if f.condition.is_empty() {
             quote!(::cudagraph::__private::node(&#n))
         } else {
@@ -58,19 +61,19 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
     let cache = &input.cache;
     let stream_expr = &input.stream;
     let key_decl = if checked.conditions > 0 {
-        quote!(let mut __cudagraph_key: u64 = 0;)
+        quote!(let mut #key: u64 = 0;)
     } else {
-        quote!(let __cudagraph_key: u64 = 0;)
+        quote!(let #key: u64 = 0;)
     };
     quote! {{
-        let __cudagraph_cache: &mut ::cudagraph::GraphCache = #cache;
+        let #cache_var: &mut ::cudagraph::GraphCache = #cache;
         let #stream: &::cudagraph::__private::CudaStream = #stream_expr;
         #plan
         #acquisitions
         #key_decl
         #decls
         #body
-        __cudagraph_cache.run(&__CUDAGRAPH_PLAN, __cudagraph_key, #stream, &[#(#entries),*])
+        #cache_var.run(&__CUDAGRAPH_PLAN, #key, #stream, &[#(#entries),*])
     }}
 }
 
@@ -99,7 +102,7 @@ fn acquisitions(
     let mut split: HashMap<usize, syn::Ident> = HashMap::new();
     for (gi, (_, base, members)) in groups.iter().enumerate() {
         let elems: Vec<syn::Ident> =
-            (0..members.len()).map(|k| format_ident!("__cudagraph_e{}_{}", gi, k)).collect();
+            (0..members.len()).map(|k| local(format!("__cudagraph_e{gi}_{k}"))).collect();
         let idx: Vec<&Expr> = members
             .iter()
             .map(|p| match &p.first.place {
@@ -172,11 +175,18 @@ fn acquisitions(
     out
 }
 
+/// A local variable of the generated code. `mixed_site` hygiene: user code in the body (scalar
+/// arguments, conditions) cannot name it, so it cannot read a buffer handle, tamper with node
+/// parameters or the variant key.
+fn local(name: impl std::fmt::Display) -> syn::Ident {
+    syn::Ident::new(&name.to_string(), Span::mixed_site())
+}
+
 fn handles(i: usize) -> (syn::Ident, syn::Ident, syn::Ident) {
     (
-        format_ident!("__cudagraph_r{}", i),
-        format_ident!("__cudagraph_w{}", i),
-        format_ident!("__cudagraph_g{}", i),
+        local(format!("__cudagraph_r{i}")),
+        local(format!("__cudagraph_w{i}")),
+        local(format!("__cudagraph_g{i}")),
     )
 }
 
@@ -197,25 +207,31 @@ fn emit_items(
     for item in items {
         match item {
             Item::Node(node) => {
-                let n = format_ident!("__cudagraph_n{}", counter.next);
+                let n = local(format!("__cudagraph_n{}", counter.next));
                 counter.next += 1;
                 let value = node_value(node, places);
                 if conditional {
                     decls.extend(quote!(let mut #n = ::core::option::Option::None;));
-                    out.extend(quote!(#n = ::core::option::Option::Some(#value);));
+                    let v = local("__cudagraph_v");
+                    out.extend(quote! {
+                        #[allow(unused_braces)]
+                        let #v = #value;
+                        #n = ::core::option::Option::Some(#v);
+                    });
                 } else {
-                    out.extend(quote!(let #n = #value;));
+                    out.extend(quote!(#[allow(unused_braces)] let #n = #value;));
                 }
             }
             Item::If(i) => {
                 let bit = counter.ifs;
+                let key_var = local("__cudagraph_key");
                 counter.ifs += 1;
                 let cond = &i.cond;
                 let then = emit_items(&i.then, places, counter, true, decls);
                 let els = emit_items(&i.els, places, counter, true, decls);
                 out.extend(quote! {
                     if #cond {
-                        __cudagraph_key |= 1u64 << #bit;
+                        #key_var |= 1u64 << #bit;
                         #then
                     } else {
                         #els
@@ -229,13 +245,15 @@ fn emit_items(
 
 /// The expression that evaluates a statement's node parameters.
 fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStream {
-    // The handle identifier carries the operand's span, so a type error on it (e.g. `&x` where
-    // the kernel writes) lands on the user's `&x`.
+    // The handle is a hygienic local; the block around it carries the operand's span, so a type
+    // error on it (e.g. `&x` where the kernel writes) lands on the user's `&x`. (The statement
+    // holding the node value allows `unused_braces`.)
     let operand = |o: &Operand| {
         let (r, w, _) = handles(places[&o.key].index);
-        let mut h = if o.write { w } else { r };
-        h.set_span(o.span);
-        quote!(#h)
+        let h = if o.write { w } else { r };
+        let mut block = proc_macro2::Group::new(proc_macro2::Delimiter::Brace, quote!(#h));
+        block.set_span(o.span);
+        quote!(#block)
     };
     match &node.op {
         Op::Launch { receiver, kernel, args, parens, launch, cfg } => {
@@ -248,6 +266,8 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
             let mut call =
                 proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#(#args),*));
             call.set_span(*parens);
+            let receiver =
+                quote_spanned!(receiver.span()=> ::cudagraph::__private::kernels(&#receiver));
             quote!(#receiver.#kernel #call.#launch(#cfg))
         }
         Op::Copy { func, src, dst } => {

@@ -158,6 +158,8 @@ pub fn expand(input: KernelsInput) -> TokenStream {
             #(#fields,)*
         }
 
+        impl ::cudagraph::__private::Kernels for #name {}
+
         impl #name {
             /// Names of the kernels, in declaration order.
             #vis const NAMES: &'static [&'static str] = &[#(#name_strs),*];

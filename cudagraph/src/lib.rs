@@ -175,6 +175,21 @@ pub mod __private {
         place.acquire_mut(stream)
     }
 
+    /// Implemented by `kernels!` structs (and references to them): the only receivers `graph!`
+    /// passes buffer handles to.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` is not a `kernels!` struct",
+        label = "kernel launches in `graph!` call methods of a struct declared with `kernels!`"
+    )]
+    pub trait Kernels {}
+    impl<K: Kernels + ?Sized> Kernels for &K {}
+
+    /// The receiver of a kernel launch, checked to be a `kernels!` struct.
+    #[inline]
+    pub fn kernels<K: Kernels + ?Sized>(k: &K) -> &K {
+        k
+    }
+
     /// Disjoint `&mut` borrows of several elements of one array, slice or `Vec` of buffers.
     /// A method, so that autoref/autoderef accept owned arrays and `&mut` bindings alike.
     pub trait DisjointMut<T> {

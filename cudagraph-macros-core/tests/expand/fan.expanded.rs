@@ -165,14 +165,38 @@ fn expanded() -> ::cudagraph::Result<()> {
         __cudagraph_stream,
     );
     let __cudagraph_key: u64 = 0;
-    let __cudagraph_n0 = ::cudagraph::__private::copy(__cudagraph_r0, __cudagraph_w1);
-    let __cudagraph_n1 = k.scale(n, 2.0, __cudagraph_w2).launch(cfg);
-    let __cudagraph_n2 = k.scale(n, 3.0, __cudagraph_w3).launch(cfg);
-    let __cudagraph_n3 = k.axpy(n, __cudagraph_r1, __cudagraph_w4).launch(cfg);
-    let __cudagraph_n4 = k
-        .sum3(n, __cudagraph_r2, __cudagraph_r3, __cudagraph_r4, __cudagraph_w5)
+    #[allow(unused_braces)]
+    let __cudagraph_n0 = ::cudagraph::__private::copy(
+        { __cudagraph_r0 },
+        { __cudagraph_w1 },
+    );
+    #[allow(unused_braces)]
+    let __cudagraph_n1 = ::cudagraph::__private::kernels(&k)
+        .scale(n, 2.0, { __cudagraph_w2 })
         .launch(cfg);
-    let __cudagraph_n5 = ::cudagraph::__private::copy(__cudagraph_r5, __cudagraph_w6);
+    #[allow(unused_braces)]
+    let __cudagraph_n2 = ::cudagraph::__private::kernels(&k)
+        .scale(n, 3.0, { __cudagraph_w3 })
+        .launch(cfg);
+    #[allow(unused_braces)]
+    let __cudagraph_n3 = ::cudagraph::__private::kernels(&k)
+        .axpy(n, { __cudagraph_r1 }, { __cudagraph_w4 })
+        .launch(cfg);
+    #[allow(unused_braces)]
+    let __cudagraph_n4 = ::cudagraph::__private::kernels(&k)
+        .sum3(
+            n,
+            { __cudagraph_r2 },
+            { __cudagraph_r3 },
+            { __cudagraph_r4 },
+            { __cudagraph_w5 },
+        )
+        .launch(cfg);
+    #[allow(unused_braces)]
+    let __cudagraph_n5 = ::cudagraph::__private::copy(
+        { __cudagraph_r5 },
+        { __cudagraph_w6 },
+    );
     __cudagraph_cache
         .run(
             &__CUDAGRAPH_PLAN,

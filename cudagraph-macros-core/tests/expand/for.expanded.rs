@@ -351,21 +351,63 @@ fn expanded() -> ::cudagraph::Result<()> {
         __cudagraph_stream,
     );
     let __cudagraph_key: u64 = 0;
-    let __cudagraph_n0 = ::cudagraph::__private::copy(__cudagraph_r0, __cudagraph_w1);
-    let __cudagraph_n1 = ::cudagraph::__private::memset(__cudagraph_w2, 0u32);
-    let __cudagraph_n2 = k.scale(n, 0.5, __cudagraph_w1).launch(cfg);
-    let __cudagraph_n3 = ::cudagraph::__private::copy(__cudagraph_r3, __cudagraph_w4);
-    let __cudagraph_n4 = ::cudagraph::__private::memset(__cudagraph_w5, 0u32);
-    let __cudagraph_n5 = k.scale(n, 0.5, __cudagraph_w4).launch(cfg);
-    let __cudagraph_n6 = ::cudagraph::__private::copy(__cudagraph_r6, __cudagraph_w7);
-    let __cudagraph_n7 = ::cudagraph::__private::memset(__cudagraph_w8, 0u32);
-    let __cudagraph_n8 = k.scale(n, 0.5, __cudagraph_w7).launch(cfg);
-    let __cudagraph_n9 = ::cudagraph::__private::zero(__cudagraph_w9);
-    let __cudagraph_n10 = k.axpy(n, __cudagraph_r1, __cudagraph_w9).launch(cfg);
-    let __cudagraph_n11 = k.axpy(n, __cudagraph_r4, __cudagraph_w9).launch(cfg);
-    let __cudagraph_n12 = k.axpy(n, __cudagraph_r7, __cudagraph_w9).launch(cfg);
-    let __cudagraph_n13 = ::cudagraph::__private::copy(__cudagraph_r1, __cudagraph_w4);
-    let __cudagraph_n14 = ::cudagraph::__private::copy(__cudagraph_r1, __cudagraph_w7);
+    #[allow(unused_braces)]
+    let __cudagraph_n0 = ::cudagraph::__private::copy(
+        { __cudagraph_r0 },
+        { __cudagraph_w1 },
+    );
+    #[allow(unused_braces)]
+    let __cudagraph_n1 = ::cudagraph::__private::memset({ __cudagraph_w2 }, 0u32);
+    #[allow(unused_braces)]
+    let __cudagraph_n2 = ::cudagraph::__private::kernels(&k)
+        .scale(n, 0.5, { __cudagraph_w1 })
+        .launch(cfg);
+    #[allow(unused_braces)]
+    let __cudagraph_n3 = ::cudagraph::__private::copy(
+        { __cudagraph_r3 },
+        { __cudagraph_w4 },
+    );
+    #[allow(unused_braces)]
+    let __cudagraph_n4 = ::cudagraph::__private::memset({ __cudagraph_w5 }, 0u32);
+    #[allow(unused_braces)]
+    let __cudagraph_n5 = ::cudagraph::__private::kernels(&k)
+        .scale(n, 0.5, { __cudagraph_w4 })
+        .launch(cfg);
+    #[allow(unused_braces)]
+    let __cudagraph_n6 = ::cudagraph::__private::copy(
+        { __cudagraph_r6 },
+        { __cudagraph_w7 },
+    );
+    #[allow(unused_braces)]
+    let __cudagraph_n7 = ::cudagraph::__private::memset({ __cudagraph_w8 }, 0u32);
+    #[allow(unused_braces)]
+    let __cudagraph_n8 = ::cudagraph::__private::kernels(&k)
+        .scale(n, 0.5, { __cudagraph_w7 })
+        .launch(cfg);
+    #[allow(unused_braces)]
+    let __cudagraph_n9 = ::cudagraph::__private::zero({ __cudagraph_w9 });
+    #[allow(unused_braces)]
+    let __cudagraph_n10 = ::cudagraph::__private::kernels(&k)
+        .axpy(n, { __cudagraph_r1 }, { __cudagraph_w9 })
+        .launch(cfg);
+    #[allow(unused_braces)]
+    let __cudagraph_n11 = ::cudagraph::__private::kernels(&k)
+        .axpy(n, { __cudagraph_r4 }, { __cudagraph_w9 })
+        .launch(cfg);
+    #[allow(unused_braces)]
+    let __cudagraph_n12 = ::cudagraph::__private::kernels(&k)
+        .axpy(n, { __cudagraph_r7 }, { __cudagraph_w9 })
+        .launch(cfg);
+    #[allow(unused_braces)]
+    let __cudagraph_n13 = ::cudagraph::__private::copy(
+        { __cudagraph_r1 },
+        { __cudagraph_w4 },
+    );
+    #[allow(unused_braces)]
+    let __cudagraph_n14 = ::cudagraph::__private::copy(
+        { __cudagraph_r1 },
+        { __cudagraph_w7 },
+    );
     __cudagraph_cache
         .run(
             &__CUDAGRAPH_PLAN,

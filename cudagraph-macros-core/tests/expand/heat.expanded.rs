@@ -174,27 +174,36 @@ fn expanded() -> ::cudagraph::Result<()> {
     let mut __cudagraph_n4 = ::core::option::Option::None;
     let mut __cudagraph_n5 = ::core::option::Option::None;
     let mut __cudagraph_n6 = ::core::option::Option::None;
-    let __cudagraph_n0 = ::cudagraph::__private::memset(__cudagraph_w0, 0u32);
-    let __cudagraph_n1 = k
-        .stencil(n, n, alpha, __cudagraph_r1, __cudagraph_w2)
+    #[allow(unused_braces)]
+    let __cudagraph_n0 = ::cudagraph::__private::memset({ __cudagraph_w0 }, 0u32);
+    #[allow(unused_braces)]
+    let __cudagraph_n1 = ::cudagraph::__private::kernels(&k)
+        .stencil(n, n, alpha, { __cudagraph_r1 }, { __cudagraph_w2 })
         .launch(c.grid2d);
-    let __cudagraph_n2 = k.boundary(n, n, __cudagraph_w2).launch(c.edge);
-    let __cudagraph_n3 = k
-        .check_finite(cells, __cudagraph_r2, __cudagraph_w0)
+    #[allow(unused_braces)]
+    let __cudagraph_n2 = ::cudagraph::__private::kernels(&k)
+        .boundary(n, n, { __cudagraph_w2 })
+        .launch(c.edge);
+    #[allow(unused_braces)]
+    let __cudagraph_n3 = ::cudagraph::__private::kernels(&k)
+        .check_finite(cells, { __cudagraph_r2 }, { __cudagraph_w0 })
         .launch(c.cells);
     if residual {
         __cudagraph_key |= 1u64 << 0u32;
-        __cudagraph_n4 = ::core::option::Option::Some(
-            ::cudagraph::__private::zero(__cudagraph_w3),
+        #[allow(unused_braces)]
+        let __cudagraph_v = ::cudagraph::__private::zero({ __cudagraph_w3 });
+        __cudagraph_n4 = ::core::option::Option::Some(__cudagraph_v);
+        #[allow(unused_braces)]
+        let __cudagraph_v = ::cudagraph::__private::kernels(&k)
+            .residual(cells, { __cudagraph_r1 }, { __cudagraph_r2 }, { __cudagraph_w3 })
+            .launch(c.cells);
+        __cudagraph_n5 = ::core::option::Option::Some(__cudagraph_v);
+        #[allow(unused_braces)]
+        let __cudagraph_v = ::cudagraph::__private::copy(
+            { __cudagraph_r3 },
+            { __cudagraph_w4 },
         );
-        __cudagraph_n5 = ::core::option::Option::Some(
-            k
-                .residual(cells, __cudagraph_r1, __cudagraph_r2, __cudagraph_w3)
-                .launch(c.cells),
-        );
-        __cudagraph_n6 = ::core::option::Option::Some(
-            ::cudagraph::__private::copy(__cudagraph_r3, __cudagraph_w4),
-        );
+        __cudagraph_n6 = ::core::option::Option::Some(__cudagraph_v);
     } else {}
     __cudagraph_cache
         .run(
