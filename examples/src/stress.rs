@@ -134,6 +134,50 @@ fn eager_mix(
     Ok(())
 }
 
+/// Three calls of a chain of `nodes` `mix` kernels on `x` (seeds 1, 2, 2: build, every scalar
+/// changed, unchanged), each timed to completion and compared with the same launches made
+/// eagerly on `e`; prints the times and checks the stats.
+fn three_calls(
+    stream: &Arc<CudaStream>,
+    k: &S,
+    (x, e): (&mut CudaSlice<u32>, &mut CudaSlice<u32>),
+    nodes: u32,
+    f: &mut Vec<String>,
+    mut call: impl FnMut(&mut GraphCache, &mut CudaSlice<u32>, u32) -> Result<()>,
+) -> Result<()> {
+    let n = x.len() as u32;
+    let mut cache = GraphCache::new();
+    let mut times = Vec::new();
+    for seed in [1u32, 2, 2] {
+        let t = Instant::now();
+        call(&mut cache, x, seed)?;
+        stream.synchronize()?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        let mix = k.function("mix").expect("declared");
+        for i in 0..nodes {
+            eager_mix(stream, mix, n, seed + i, e)?;
+        }
+    }
+    println!(
+        "  first call (build + instantiate + launch) {:.1} ms; all {nodes} scalars changed {:.1} ms; unchanged {:.1} ms",
+        times[0], times[1], times[2]
+    );
+    let s = cache.stats();
+    println!("  stats: {s:?}");
+    check(
+        stream.clone_dtoh(x)? == stream.clone_dtoh(e)?,
+        "equal to the same launches made eagerly",
+        f,
+    );
+    let n = u64::from(nodes);
+    check(
+        s.builds == 1 && s.node_updates == n && s.nodes_unchanged == n,
+        "every node updated once, then none",
+        f,
+    );
+    Ok(())
+}
+
 fn big_graph(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, f: &mut Vec<String>) -> Result<()> {
     println!("2. a 1000-node graph: build, update every node, relaunch");
     // SAFETY: the declarations match the kernels, which stay within their buffers.
@@ -142,37 +186,15 @@ fn big_graph(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, f: &mut Vec<Strin
     let cfg = LaunchConfig::for_num_elems(n);
     let mut x = stream.alloc_zeros::<u32>(n as usize)?;
     let mut e = stream.alloc_zeros::<u32>(n as usize)?;
-    let mut cache = GraphCache::new();
-    let mut times = Vec::new();
-    for seed in [1u32, 2, 2] {
-        let t = Instant::now();
-        graph!(&mut cache, stream, {
+    three_calls(stream, &k, (&mut x, &mut e), 1000, f, |cache, x, seed| {
+        graph!(cache, stream, {
             for i in 0..10 {
                 for j in 0..100 {
-                    k.mix(n, seed + i * 100 + j, &mut x).launch(cfg);
+                    k.mix(n, seed + i * 100 + j, &mut *x).launch(cfg);
                 }
             }
-        })?;
-        stream.synchronize()?;
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-        let mix = k.function("mix").expect("declared");
-        for i in 0..1000u32 {
-            eager_mix(stream, mix, n, seed + i, &mut e)?;
-        }
-    }
-    println!(
-        "  first call (build + instantiate + launch) {:.1} ms; all 1000 scalars changed {:.1} ms; unchanged {:.1} ms",
-        times[0], times[1], times[2]
-    );
-    let s = cache.stats();
-    println!("  stats: {s:?}");
-    check(stream.clone_dtoh(&x)? == stream.clone_dtoh(&e)?, "equal to 3000 eager launches", f);
-    check(
-        s.builds == 1 && s.node_updates == 1000 && s.nodes_unchanged == 1000,
-        "1000 node updates, then none",
-        f,
-    );
-    Ok(())
+        })
+    })
 }
 
 /// 10 000 nodes in one graph. A `graph!` body of 10 000 statements takes minutes to compile
@@ -210,38 +232,12 @@ fn ten_thousand(
     }));
     let mut x = stream.alloc_zeros::<u32>(n as usize)?;
     let mut e = stream.alloc_zeros::<u32>(n as usize)?;
-    let mut cache = GraphCache::new();
-    let mut times = Vec::new();
-    for seed in [1u32, 2, 2] {
-        let t = Instant::now();
-        {
-            let (_r, w, _guard) = cudagraph::__private::acquire_mut(&mut x, stream);
-            let launches: Vec<_> = (0..NODES).map(|i| k.mix(n, seed + i, w).launch(cfg)).collect();
-            let params: Vec<_> = launches.iter().map(cudagraph::__private::node).collect();
-            cache.run(plan, 0, stream, &params)?;
-        }
-        stream.synchronize()?;
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-        let mix = k.function("mix").expect("declared");
-        for i in 0..NODES {
-            eager_mix(stream, mix, n, seed + i, &mut e)?;
-        }
-    }
-    println!(
-        "  first call (build + instantiate + launch) {:.1} ms; all {NODES} scalars changed {:.1} ms; unchanged {:.1} ms",
-        times[0], times[1], times[2]
-    );
-    let s = cache.stats();
-    println!("  stats: {s:?}");
-    check(stream.clone_dtoh(&x)? == stream.clone_dtoh(&e)?, "equal to 30 000 eager launches", f);
-    check(
-        s.builds == 1
-            && s.node_updates == u64::from(NODES)
-            && s.nodes_unchanged == u64::from(NODES),
-        "10 000 node updates, then none",
-        f,
-    );
-    Ok(())
+    three_calls(stream, &k, (&mut x, &mut e), NODES, f, |cache, x, seed| {
+        let (_r, w, _guard) = cudagraph::__private::acquire_mut(x, stream);
+        let launches: Vec<_> = (0..NODES).map(|i| k.mix(n, seed + i, w).launch(cfg)).collect();
+        let params: Vec<_> = launches.iter().map(cudagraph::__private::node).collect();
+        cache.run(plan, 0, stream, &params)
+    })
 }
 
 fn churn(ctx: &Arc<CudaContext>, calls: u32, f: &mut Vec<String>) -> Result<()> {
