@@ -69,7 +69,9 @@ impl fmt::Display for CudaError {
 impl std::error::Error for CudaError {}
 
 /// Everything that can go wrong in `cudagraph`. After any of these, nothing of the failing call
-/// was enqueued on the stream and the [`GraphCache`](crate::GraphCache) is still usable.
+/// was enqueued on the stream and the [`GraphCache`](crate::GraphCache) is still usable; the one
+/// exception is a driver error part way through a call in [`Mode::Eager`](crate::Mode::Eager),
+/// which leaves the statements before it enqueued, as eager launches do.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -796,7 +796,8 @@ impl<D: Driver> GraphCache<D> {
         }
     }
 
-    /// Destroys every variant (the driver finishes launches in flight first).
+    /// Destroys every variant (`cuGraphExecDestroy` and `cuGraphDestroy`; the driver frees an
+    /// exec still in flight once its launches complete). Dropping the cache does the same.
     pub fn clear(&mut self) {
         while !self.variants.is_empty() {
             self.remove(self.variants.len() - 1);

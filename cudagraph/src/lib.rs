@@ -78,10 +78,15 @@ pub use plan::{Access, NodeKind, Plan, PlanNode, infer_edges, plans};
 ///   `zero(&mut dst)` for any element type.
 /// - `let name = statement;` names a node; `statement.after(a, b)` adds edges from earlier nodes.
 /// - `if cond { … } else { … }`: evaluated on the host at each call; each combination of taken
-///   branches is its own cached graph.
+///   branches is its own cached graph (`if let` is rejected).
+/// - `for i in 0..N { … }` with integer literal bounds: unrolled at compile time.
+///
+/// Every place of the body is borrowed (and synchronized with cudarc's events) once per call,
+/// including places used only in branches not taken. Limits: 16 kernel parameters, 64 host `if`s,
+/// 4096 iterations per `for` and 16 384 unrolled statements per body, 384 levels of nesting.
 ///
 /// Errors: those of [`GraphCache`]'s driver calls, each naming the node and its source location;
-/// after an error nothing was enqueued.
+/// after an error nothing was enqueued (except part way through a call in [`Mode::Eager`]).
 pub use cudagraph_macros::graph;
 
 /// Declares typed kernel signatures and a struct that loads them from one module.
