@@ -106,6 +106,27 @@ enum NodeState {
     Memset { handle: CUgraphNode, params: MemsetParams },
 }
 
+impl NodeState {
+    /// The node's handle in its graph (`None` when absent from this variant).
+    fn handle_mut(&mut self) -> Option<&mut CUgraphNode> {
+        match self {
+            NodeState::Kernel { handle, .. }
+            | NodeState::Memcpy { handle, .. }
+            | NodeState::Memset { handle, .. } => Some(handle),
+            NodeState::Absent => None,
+        }
+    }
+
+    fn handle(&self) -> Option<CUgraphNode> {
+        match self {
+            NodeState::Kernel { handle, .. }
+            | NodeState::Memcpy { handle, .. }
+            | NodeState::Memset { handle, .. } => Some(*handle),
+            NodeState::Absent => None,
+        }
+    }
+}
+
 /// A kernel node's last parameters: the argument bytes live in `args`, each argument at an
 /// 8-byte-aligned offset, so `kernelParams` can point into it.
 struct KernelState {
@@ -734,15 +755,7 @@ impl<D: Driver> GraphCache<D> {
         // SAFETY: both live, same context, same topology (same variant key).
         let updated = unsafe { self.driver.exec_update(exec, graph) };
         if let Err((error, info)) = updated {
-            let j = states
-                .iter()
-                .position(|s| match s {
-                    NodeState::Kernel { handle, .. }
-                    | NodeState::Memcpy { handle, .. }
-                    | NodeState::Memset { handle, .. } => *handle == info.errorNode,
-                    NodeState::Absent => false,
-                })
-                .unwrap_or(0);
+            let j = states.iter().position(|s| s.handle() == Some(info.errorNode)).unwrap_or(0);
             self.last_refusal = Some(Error::UpdateRefused {
                 site: NodeSite::of(plan, &plan.nodes[j]),
                 result: info.result,
@@ -753,19 +766,11 @@ impl<D: Driver> GraphCache<D> {
             self.stats.exec_updates += 1;
             // The exec keeps its node identities from the graph it was instantiated from; keep
             // that graph and its handles, with the new parameters recorded.
-            for (old, new) in self.variants[i].nodes.iter_mut().zip(states) {
-                *old = match (core::mem::replace(old, NodeState::Absent), new) {
-                    (NodeState::Kernel { handle, .. }, NodeState::Kernel { params, .. }) => {
-                        NodeState::Kernel { handle, params }
-                    }
-                    (NodeState::Memcpy { handle, .. }, NodeState::Memcpy { params, .. }) => {
-                        NodeState::Memcpy { handle, params }
-                    }
-                    (NodeState::Memset { handle, .. }, NodeState::Memset { params, .. }) => {
-                        NodeState::Memset { handle, params }
-                    }
-                    _ => NodeState::Absent,
-                };
+            for (old, mut new) in self.variants[i].nodes.iter_mut().zip(states) {
+                if let (Some(h), Some(slot)) = (old.handle(), new.handle_mut()) {
+                    *slot = h;
+                }
+                *old = new;
             }
             // SAFETY: the temporary graph is ours and no exec refers to it.
             unsafe { self.driver.graph_destroy(graph) };
@@ -861,11 +866,8 @@ fn build(
         };
         match added {
             Ok(s) => {
-                if let NodeState::Kernel { handle, .. }
-                | NodeState::Memcpy { handle, .. }
-                | NodeState::Memset { handle, .. } = &s
-                {
-                    handles[j] = *handle;
+                if let Some(h) = s.handle() {
+                    handles[j] = h;
                 }
                 states.push(s);
             }
