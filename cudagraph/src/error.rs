@@ -22,7 +22,7 @@ pub struct NodeSite {
 }
 
 impl NodeSite {
-    pub(crate) fn of(plan: &'static Plan, node: &'static PlanNode) -> Self {
+    pub(crate) fn of(plan: &Plan, node: &PlanNode) -> Self {
         NodeSite {
             label: node.label,
             text: node.text,
@@ -134,6 +134,16 @@ pub enum Error {
         /// The failing node.
         site: NodeSite,
         /// Which limit, with the values.
+        why: String,
+    },
+    /// A [`GraphBuilder`](crate::GraphBuilder) node that cannot be part of the graph: a buffer
+    /// handle or node of another builder, an `after` node that is not earlier, or one buffer
+    /// passed twice to one node with a write.
+    #[error("{site}: {why}")]
+    InvalidNode {
+        /// The failing node.
+        site: NodeSite,
+        /// What is wrong.
         why: String,
     },
     /// A buffer or stream that belongs to another CUDA context than the graph's stream.

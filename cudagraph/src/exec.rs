@@ -17,6 +17,54 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 use crate::error::{Call, CudaError, Error, NodeSite, Result};
 use crate::node::{LaunchDims, MemcpyParams, Memory, MemsetParams, NodeParams};
 use crate::plan::{Plan, infer_edges};
+
+/// What the cache needs of a call besides its node parameters: where each node comes from
+/// (for errors) and the edges among the present nodes. A `graph!` [`Plan`] or a
+/// [`GraphBuilder`](crate::GraphBuilder)'s recording.
+pub(crate) trait Shape {
+    /// Where the graph is made: the `graph!` call, or the builder's `launch` call.
+    fn location(&self) -> (&'static str, u32);
+    /// The error of a driver call on the graph as a whole.
+    fn graph_error(&self, source: CudaError) -> Error {
+        let (file, line) = self.location();
+        Error::Graph { file, line, source }
+    }
+    /// Node `i`'s label and source location.
+    fn site(&self, i: usize) -> NodeSite;
+    /// Edges `(from, to)` among the `present` nodes, sorted by `(to, from)`.
+    fn edges(&self, present: &[bool]) -> Vec<(u32, u32)>;
+}
+
+impl Shape for Plan {
+    fn location(&self) -> (&'static str, u32) {
+        (self.file, self.line)
+    }
+    fn site(&self, i: usize) -> NodeSite {
+        NodeSite::of(self, &self.nodes[i])
+    }
+    fn edges(&self, present: &[bool]) -> Vec<(u32, u32)> {
+        infer_edges(self.nodes, present)
+    }
+}
+
+/// Which call site a cache's variants belong to.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Site {
+    /// One `graph!` invocation.
+    Plan(&'static Plan),
+    /// Graphs of [`GraphBuilder`](crate::GraphBuilder)s, told apart by their topology.
+    Builder,
+}
+
+impl Site {
+    fn same(self, other: Site) -> bool {
+        match (self, other) {
+            (Site::Plan(a), Site::Plan(b)) => ptr::eq(a, b),
+            (Site::Builder, Site::Builder) => true,
+            _ => false,
+        }
+    }
+}
 use crate::raw::{self, Cuda, Driver};
 
 /// Most kernel parameters one kernel node may have.
@@ -75,7 +123,9 @@ pub struct GraphCache<D: Driver = Cuda> {
     mode: Mode,
     last_refusal: Option<Error>,
     limits: Option<Limits>,
-    plan: Option<&'static Plan>,
+    site: Option<Site>,
+    /// `Error::Graph` of the last call site, for `upload`.
+    location: (&'static str, u32),
     variants: Vec<Variant>,
     max_variants: usize,
     clock: u64,
@@ -89,6 +139,8 @@ unsafe impl<D: Driver + Send> Send for GraphCache<D> {}
 
 struct Variant {
     key: u64,
+    /// A builder variant's topology ([`crate::builder`]), compared in full; empty for `graph!`.
+    signature: Box<[u32]>,
     ctx: CUcontext,
     /// Keeps `ctx` alive while the exec exists (`None` only under the test driver).
     _ctx_owner: Option<Arc<CudaContext>>,
@@ -263,6 +315,16 @@ fn memset_params(p: &MemsetParams) -> CUDA_MEMSET_NODE_PARAMS {
     }
 }
 
+/// One call of [`GraphCache::run_call`]: its nodes' shape, call site and variant.
+pub(crate) struct GraphCall<'s> {
+    pub(crate) shape: &'s dyn Shape,
+    pub(crate) site: Site,
+    /// The variant: `graph!`'s if-bits, or a hash of a builder's `signature`.
+    pub(crate) key: u64,
+    /// A builder variant's topology, compared in full (empty for `graph!`).
+    pub(crate) signature: &'s [u32],
+}
+
 /// Launch limits of a device, read once per cache and context (`cuDeviceGetAttribute`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Limits {
@@ -324,13 +386,13 @@ impl Limits {
 /// error leaves nothing enqueued: zero or over-limit launch dimensions, copy lengths, empty
 /// buffers, buffers of another context.
 fn validate(
-    plan: &'static Plan,
+    shape: &dyn Shape,
     nodes: &[Option<NodeParams<'_>>],
     ctx: CUcontext,
     limits: Option<&Limits>,
 ) -> Result<()> {
     for (i, n) in nodes.iter().enumerate() {
-        let site = || NodeSite::of(plan, &plan.nodes[i]);
+        let site = || shape.site(i);
         match n {
             None => {}
             Some(NodeParams::Kernel(k)) => {
@@ -415,16 +477,28 @@ impl GraphCache {
         stream: &CudaStream,
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
-        let graph_err = |source| Error::Graph { file: plan.file, line: plan.line, source };
+        let call = GraphCall { shape: plan, site: Site::Plan(plan), key, signature: &[] };
+        self.run_call(call, stream, nodes)
+    }
+
+    /// Binds the stream's context, reads the device's launch limits once per context, then runs
+    /// the call eagerly ([`Mode::Eager`]) or as a graph.
+    pub(crate) fn run_call(
+        &mut self,
+        call: GraphCall<'_>,
+        stream: &CudaStream,
+        nodes: &[Option<NodeParams<'_>>],
+    ) -> Result<()> {
+        let graph_err = |source| call.shape.graph_error(source);
         stream.context().bind_to_thread().call("cuCtxSetCurrent").map_err(graph_err)?;
         let ctx = stream.context().cu_ctx();
         if self.limits.is_none_or(|l| l.ctx != ctx) {
             self.limits = Some(Limits::of(stream).map_err(graph_err)?);
         }
         if self.mode == Mode::Eager {
-            return self.run_eager(plan, stream, nodes);
+            return self.run_eager(call.shape, stream, nodes);
         }
-        self.run_raw(plan, key, (ctx, Some(stream.context())), stream.cu_stream(), nodes)
+        self.run_shape(call, (ctx, Some(stream.context())), stream.cu_stream(), nodes)
     }
 
     /// The eager oracle (see [`Mode::Eager`]). Validates everything first, so an invalid call
@@ -432,14 +506,14 @@ impl GraphCache {
     /// statements enqueued, as eager launches do.
     fn run_eager(
         &mut self,
-        plan: &'static Plan,
+        shape: &dyn Shape,
         stream: &CudaStream,
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
-        validate(plan, nodes, stream.context().cu_ctx(), self.limits.as_ref())?;
+        validate(shape, nodes, stream.context().cu_ctx(), self.limits.as_ref())?;
         let s = stream.cu_stream();
         for (i, n) in nodes.iter().enumerate() {
-            let site = || NodeSite::of(plan, &plan.nodes[i]);
+            let site = || shape.site(i);
             // SAFETY: parameters validated; pointers come from places the caller keeps
             // borrowed until after this call, with guards recording these uses on `stream`.
             let r = match n {
@@ -472,12 +546,12 @@ impl GraphCache {
         let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
             return Ok(());
         };
-        let plan = self.plan.expect("a cache with variants has a plan");
+        let (file, line) = self.location;
         stream.context().bind_to_thread().call("cuCtxSetCurrent")?;
         // SAFETY: exec and stream are live and of the same context (checked when built).
         unsafe { self.driver.upload(v.exec, stream.cu_stream()) }
             .call("cuGraphUpload")
-            .map_err(|source| Error::Graph { file: plan.file, line: plan.line, source })
+            .map_err(|source| Error::Graph { file, line, source })
     }
 
     /// Writes the driver's own Graphviz DOT (`cuGraphDebugDotPrint`, verbose) of the most recently
@@ -519,7 +593,8 @@ impl<D: Driver> GraphCache<D> {
             mode: Mode::Graph,
             last_refusal: None,
             limits: None,
-            plan: None,
+            site: None,
+            location: ("", 0),
             variants: Vec::new(),
             max_variants: max.max(1),
             clock: 0,
@@ -534,7 +609,10 @@ impl<D: Driver> GraphCache<D> {
 
     /// The static plan of the `graph!` call site this cache last ran, if any.
     pub fn plan(&self) -> Option<&'static Plan> {
-        self.plan
+        match self.site {
+            Some(Site::Plan(p)) => Some(p),
+            _ => None,
+        }
     }
 
     /// Number of instantiated variants held.
@@ -555,31 +633,49 @@ impl<D: Driver> GraphCache<D> {
         v.into_iter().map(|(_, k, h)| (k, h)).collect()
     }
 
-    /// [`GraphCache::run`] with the context already current.
+    /// [`GraphCache::run`] of a `graph!` plan with the context already current.
+    #[cfg(test)]
     pub(crate) fn run_raw(
         &mut self,
         plan: &'static Plan,
         key: u64,
+        ctx: (CUcontext, Option<&Arc<CudaContext>>),
+        stream: CUstream,
+        nodes: &[Option<NodeParams<'_>>],
+    ) -> Result<()> {
+        let call = GraphCall { shape: plan, site: Site::Plan(plan), key, signature: &[] };
+        self.run_shape(call, ctx, stream, nodes)
+    }
+
+    /// Validates, builds or updates, and launches one call, with the context already current.
+    pub(crate) fn run_shape(
+        &mut self,
+        call: GraphCall<'_>,
         (ctx, owner): (CUcontext, Option<&Arc<CudaContext>>),
         stream: CUstream,
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
-        debug_assert_eq!(nodes.len(), plan.nodes.len());
-        validate(plan, nodes, ctx, self.limits.as_ref())?;
-        if self.plan.is_some_and(|p| !ptr::eq(p, plan)) {
+        let GraphCall { shape, site, key, signature } = call;
+        validate(shape, nodes, ctx, self.limits.as_ref())?;
+        if self.site.is_some_and(|s| !s.same(site)) {
             // Another call site: its graphs have nothing in common with ours.
             self.clear();
         }
-        self.plan = Some(plan);
+        self.site = Some(site);
+        self.location = shape.location();
         self.clock += 1;
-        let idx = match self.variants.iter().position(|v| v.key == key && v.ctx == ctx) {
+        let found = self
+            .variants
+            .iter()
+            .position(|v| v.key == key && v.ctx == ctx && *v.signature == *signature);
+        let idx = match found {
             Some(i) => {
                 self.stats.hits += 1;
                 self.variants[i].hits += 1;
-                self.update(i, plan, nodes)?;
+                self.update(i, shape, nodes)?;
                 i
             }
-            None => self.insert(plan, key, (ctx, owner), nodes)?,
+            None => self.insert(shape, (key, signature), (ctx, owner), nodes)?,
         };
         let v = &mut self.variants[idx];
         v.last_use = self.clock;
@@ -588,21 +684,21 @@ impl<D: Driver> GraphCache<D> {
         // guard that records the launch on the buffer's events.
         unsafe { self.driver.launch(v.exec, stream) }
             .call("cuGraphLaunch")
-            .map_err(|source| Error::Graph { file: plan.file, line: plan.line, source })?;
+            .map_err(|source| shape.graph_error(source))?;
         self.stats.launches += 1;
         Ok(())
     }
 
     fn insert(
         &mut self,
-        plan: &'static Plan,
-        key: u64,
+        shape: &dyn Shape,
+        (key, signature): (u64, &[u32]),
         (ctx, owner): (CUcontext, Option<&Arc<CudaContext>>),
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<usize> {
-        let (graph, states) = build(&mut self.driver, plan, nodes, ctx)?;
+        let (graph, states) = build(&mut self.driver, shape, nodes, ctx)?;
         self.stats.builds += 1;
-        let exec = match self.instantiate(plan, graph) {
+        let exec = match self.instantiate(shape, graph) {
             Ok(e) => e,
             Err(e) => {
                 // SAFETY: graph is ours and unused.
@@ -619,6 +715,7 @@ impl<D: Driver> GraphCache<D> {
         }
         let v = Variant {
             key,
+            signature: signature.into(),
             ctx,
             _ctx_owner: owner.cloned(),
             graph,
@@ -631,11 +728,11 @@ impl<D: Driver> GraphCache<D> {
         Ok(self.variants.len() - 1)
     }
 
-    fn instantiate(&mut self, plan: &'static Plan, graph: CUgraph) -> Result<CUgraphExec> {
+    fn instantiate(&mut self, shape: &dyn Shape, graph: CUgraph) -> Result<CUgraphExec> {
         // SAFETY: graph is live and its context current.
         let exec = unsafe { self.driver.instantiate(graph) }
             .call("cuGraphInstantiateWithFlags")
-            .map_err(|source| Error::Graph { file: plan.file, line: plan.line, source })?;
+            .map_err(|source| shape.graph_error(source))?;
         self.stats.instantiations += 1;
         Ok(exec)
     }
@@ -657,7 +754,7 @@ impl<D: Driver> GraphCache<D> {
     fn update(
         &mut self,
         i: usize,
-        plan: &'static Plan,
+        shape: &dyn Shape,
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
         let v = &mut self.variants[i];
@@ -725,11 +822,11 @@ impl<D: Driver> GraphCache<D> {
             }
         }
         if let Some((j, call, error)) = refusal {
-            let site = NodeSite::of(plan, &plan.nodes[j]);
+            let site = shape.site(j);
             self.last_refusal = Some(Error::Node { site, source: CudaError { call, error } });
         }
         if refused {
-            self.rebuild(i, plan, nodes)?;
+            self.rebuild(i, shape, nodes)?;
         }
         Ok(())
     }
@@ -740,11 +837,11 @@ impl<D: Driver> GraphCache<D> {
     fn rebuild(
         &mut self,
         i: usize,
-        plan: &'static Plan,
+        shape: &dyn Shape,
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
         let ctx = self.variants[i].ctx;
-        let (graph, states) = match build(&mut self.driver, plan, nodes, ctx) {
+        let (graph, states) = match build(&mut self.driver, shape, nodes, ctx) {
             Ok(b) => b,
             Err(e) => {
                 self.remove(i);
@@ -757,7 +854,7 @@ impl<D: Driver> GraphCache<D> {
         if let Err((error, info)) = updated {
             let j = states.iter().position(|s| s.handle() == Some(info.errorNode)).unwrap_or(0);
             self.last_refusal = Some(Error::UpdateRefused {
-                site: NodeSite::of(plan, &plan.nodes[j]),
+                site: shape.site(j),
                 result: info.result,
                 source: CudaError { call: "cuGraphExecUpdate_v2", error },
             });
@@ -776,7 +873,7 @@ impl<D: Driver> GraphCache<D> {
             unsafe { self.driver.graph_destroy(graph) };
             return Ok(());
         }
-        match self.instantiate(plan, graph) {
+        match self.instantiate(shape, graph) {
             Ok(exec) => {
                 self.stats.reinstantiations += 1;
                 let v = &mut self.variants[i];
@@ -807,7 +904,7 @@ impl<D: Driver> GraphCache<D> {
         while !self.variants.is_empty() {
             self.remove(self.variants.len() - 1);
         }
-        self.plan = None;
+        self.site = None;
     }
 }
 
@@ -821,16 +918,16 @@ impl<D: Driver> Drop for GraphCache<D> {
 /// with the plan's edges. On error the partial graph is destroyed.
 fn build(
     driver: &mut impl Driver,
-    plan: &'static Plan,
+    shape: &dyn Shape,
     nodes: &[Option<NodeParams<'_>>],
     ctx: CUcontext,
 ) -> Result<(CUgraph, Vec<NodeState>)> {
     let present: Vec<bool> = nodes.iter().map(Option::is_some).collect();
-    let edges = infer_edges(plan.nodes, &present);
+    let edges = shape.edges(&present);
     // SAFETY: the context is current (bound by `run`).
     let graph = unsafe { driver.graph_create() }
         .call("cuGraphCreate")
-        .map_err(|source| Error::Graph { file: plan.file, line: plan.line, source })?;
+        .map_err(|source| shape.graph_error(source))?;
     let mut states: Vec<NodeState> = Vec::with_capacity(nodes.len());
     let mut handles: Vec<CUgraphNode> = vec![ptr::null_mut(); nodes.len()];
     let mut deps: Vec<CUgraphNode> = Vec::new();
@@ -874,7 +971,7 @@ fn build(
             Err(source) => {
                 // SAFETY: the graph is ours and unused.
                 unsafe { driver.graph_destroy(graph) };
-                return Err(Error::Node { site: NodeSite::of(plan, &plan.nodes[j]), source });
+                return Err(Error::Node { site: shape.site(j), source });
             }
         }
     }
@@ -882,7 +979,7 @@ fn build(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! The ladder's decisions against a mock driver: which driver calls each change causes.
     use super::*;
     use crate::node::{KernelNode, Memory};
@@ -893,7 +990,7 @@ mod tests {
     use std::rc::Rc;
 
     #[derive(Default)]
-    struct Log {
+    pub(crate) struct Log {
         calls: Vec<String>,
         next: usize,
         live_graphs: Vec<usize>,
@@ -905,7 +1002,7 @@ mod tests {
     }
 
     #[derive(Clone, Default)]
-    struct Mock(Rc<RefCell<Log>>);
+    pub(crate) struct Mock(Rc<RefCell<Log>>);
 
     const REFUSED: DriverError = DriverError(CUresult::CUDA_ERROR_INVALID_VALUE);
 
@@ -918,7 +1015,7 @@ mod tests {
         fn log(&self, s: impl Into<String>) {
             self.0.borrow_mut().calls.push(s.into());
         }
-        fn calls(&self) -> Vec<String> {
+        pub(crate) fn calls(&self) -> Vec<String> {
             std::mem::take(&mut self.0.borrow_mut().calls)
         }
     }
@@ -1066,8 +1163,8 @@ mod tests {
         }
     }
 
-    const CTX: CUcontext = 0x1000 as CUcontext;
-    const STREAM: CUstream = 0x2000 as CUstream;
+    pub(crate) const CTX: CUcontext = 0x1000 as CUcontext;
+    pub(crate) const STREAM: CUstream = 0x2000 as CUstream;
 
     fn k(scalar: u32, ptr: u64) -> K {
         K { func: 0x10, grid: 4, scalar, ptr, ctx: CTX }

@@ -48,18 +48,20 @@
 
 #![warn(missing_docs)]
 
+mod builder;
 mod error;
 mod exec;
 mod node;
 mod plan;
 pub mod raw;
 
+pub use builder::{GraphBuilder, Node};
 pub use cudarc;
 pub use error::{CudaError, Error, NodeSite, Result};
 pub use exec::{GraphCache, MAX_KERNEL_PARAMS, Mode, Stats};
 pub use node::{
-    DevRead, DevWrite, HostRead, HostWrite, KernelCall, KernelLaunch, LaunchDims, MemcpyParams,
-    Memory, MemsetParams, Place, PlaceMut,
+    CopyTo, DevRead, DevWrite, Handle, HostRead, HostWrite, KernelArg, KernelArgs, KernelCall,
+    KernelLaunch, LaunchDims, MemcpyParams, Memory, MemsetParams, MemsetValue, Place, PlaceMut,
 };
 pub use plan::{Access, NodeKind, Plan, PlanNode, infer_edges, plans};
 

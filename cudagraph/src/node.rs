@@ -22,6 +22,8 @@ macro_rules! pointer_type {
             pub(crate) ptr: $ptr,
             pub(crate) len: usize,
             pub(crate) ctx: CUcontext,
+            /// Which [`GraphBuilder`](crate::GraphBuilder) place this is (0 inside `graph!`).
+            pub(crate) tag: u64,
             _borrow: PhantomData<(&'a (), fn() -> T)>,
         }
         impl<T> Clone for $name<'_, T> {
@@ -30,9 +32,19 @@ macro_rules! pointer_type {
             }
         }
         impl<T> Copy for $name<'_, T> {}
+        impl<T> sealed::Sealed for $name<'_, T> {}
+        impl<T> Handle for $name<'_, T> {
+            fn tag(&self) -> u64 {
+                self.tag
+            }
+            fn with_tag(mut self, tag: u64) -> Self {
+                self.tag = tag;
+                self
+            }
+        }
         impl<T> $name<'_, T> {
             pub(crate) fn new(ptr: $ptr, len: usize, ctx: CUcontext) -> Self {
-                $name { ptr, len, ctx, _borrow: PhantomData }
+                $name { ptr, len, ctx, tag: 0, _borrow: PhantomData }
             }
             /// Length in elements.
             pub fn len(&self) -> usize {
@@ -63,8 +75,38 @@ pointer_type!(
     HostWrite, *mut c_void
 );
 
+impl<'a, T> DevWrite<'a, T> {
+    /// The same buffer, read: for a [`GraphBuilder`](crate::GraphBuilder) node that reads a
+    /// buffer registered with [`GraphBuilder::write`](crate::GraphBuilder::write).
+    pub fn read(self) -> DevRead<'a, T> {
+        DevRead { ptr: self.ptr, len: self.len, ctx: self.ctx, tag: self.tag, _borrow: PhantomData }
+    }
+}
+
+impl<'a, T> HostWrite<'a, T> {
+    /// The same pinned host buffer, read (see [`DevWrite::read`]).
+    pub fn read(self) -> HostRead<'a, T> {
+        HostRead {
+            ptr: self.ptr.cast_const(),
+            len: self.len,
+            ctx: self.ctx,
+            tag: self.tag,
+            _borrow: PhantomData,
+        }
+    }
+}
+
 mod sealed {
     pub trait Sealed {}
+}
+
+/// A buffer handle ([`DevRead`], [`DevWrite`], [`HostRead`], [`HostWrite`]); not public API.
+#[doc(hidden)]
+pub trait Handle: sealed::Sealed + Copy {
+    /// The [`GraphBuilder`](crate::GraphBuilder) place it names, 0 when made by `graph!`.
+    fn tag(&self) -> u64;
+    /// The handle naming builder place `tag`.
+    fn with_tag(self, tag: u64) -> Self;
 }
 
 /// A buffer that can be a graph operand: device memory (`CudaSlice`, `CudaView`, `CudaViewMut`)
@@ -91,7 +133,7 @@ pub trait PlaceMut: Place + AcquireMut {}
 #[doc(hidden)]
 pub trait Acquire {
     /// The read handle.
-    type Read<'a>: Copy
+    type Read<'a>: Handle
     where
         Self: 'a;
     /// Makes `stream` wait for earlier writers (cudarc's events) and returns the read handle and
@@ -104,7 +146,7 @@ pub trait Acquire {
 #[doc(hidden)]
 pub trait AcquireMut: Acquire {
     /// The write handle.
-    type Write<'a>: Copy
+    type Write<'a>: Handle
     where
         Self: 'a;
     /// Makes `stream` wait for earlier readers and writers and returns both handles and a guard
@@ -260,6 +302,12 @@ pub trait KernelArg {
     fn context(&self) -> Option<CUcontext> {
         None
     }
+    /// For buffers: the [`GraphBuilder`](crate::GraphBuilder) place (see [`Handle`]) and
+    /// whether the kernel writes it.
+    #[doc(hidden)]
+    fn access(&self) -> Option<(u64, bool)> {
+        None
+    }
 }
 
 /// Scalars: any `DeviceRepr` without padding bytes (`bytemuck::NoUninit`: every primitive, and
@@ -278,6 +326,9 @@ impl<T> KernelArg for DevRead<'_, T> {
     fn context(&self) -> Option<CUcontext> {
         Some(self.ctx)
     }
+    fn access(&self) -> Option<(u64, bool)> {
+        Some((self.tag, false))
+    }
 }
 
 impl<T> KernelArg for DevWrite<'_, T> {
@@ -286,6 +337,9 @@ impl<T> KernelArg for DevWrite<'_, T> {
     }
     fn context(&self) -> Option<CUcontext> {
         Some(self.ctx)
+    }
+    fn access(&self) -> Option<(u64, bool)> {
+        Some((self.tag, true))
     }
 }
 
@@ -329,6 +383,9 @@ pub trait KernelArgs {
     fn for_each(&self, f: &mut dyn FnMut(&[u8]));
     /// Calls `f` with the context of each buffer argument.
     fn for_each_context(&self, f: &mut dyn FnMut(CUcontext));
+    /// Calls `f` with each buffer argument's [`KernelArg::access`].
+    #[doc(hidden)]
+    fn for_each_access(&self, f: &mut dyn FnMut((u64, bool)));
 }
 
 macro_rules! kernel_args {
@@ -342,6 +399,10 @@ macro_rules! kernel_args {
             #[allow(unused_variables)]
             fn for_each_context(&self, f: &mut dyn FnMut(CUcontext)) {
                 $(if let Some(c) = self.$i.context() { f(c) })*
+            }
+            #[allow(unused_variables)]
+            fn for_each_access(&self, f: &mut dyn FnMut((u64, bool))) {
+                $(if let Some(a) = self.$i.access() { f(a) })*
             }
         }
     };
@@ -432,7 +493,11 @@ pub struct KernelLaunch<'f, A> {
     dims: LaunchDims,
 }
 
-impl<A: KernelArgs> KernelLaunch<'_, A> {
+impl<'f, A: KernelArgs> KernelLaunch<'f, A> {
+    pub(crate) fn parts(&self) -> (&'f CudaFunction, &A) {
+        (self.call.function, &self.call.args)
+    }
+
     /// The kernel's name.
     pub fn name(&self) -> &'static str {
         self.call.name

@@ -157,10 +157,17 @@ fn escape(s: &str) -> String {
 /// Cost: O(n·a) to find hazards and O(n·e·n/64) for the reduction, with n nodes, a accesses per
 /// node and e candidate edges per node.
 pub fn infer_edges(nodes: &[PlanNode], present: &[bool]) -> Vec<(u32, u32)> {
-    let n = nodes.len();
-    let places = nodes
-        .iter()
-        .flat_map(|x| x.accesses.iter().map(|a| a.place as usize + 1))
+    infer_edges_by(nodes.len(), |j| (nodes[j].accesses, nodes[j].after), present)
+}
+
+/// [`infer_edges`] over `n` nodes given as `node(j) = (accesses, after)`.
+pub(crate) fn infer_edges_by<'n>(
+    n: usize,
+    node: impl Fn(usize) -> (&'n [Access], &'n [u32]),
+    present: &[bool],
+) -> Vec<(u32, u32)> {
+    let places = (0..n)
+        .flat_map(|j| node(j).0.iter().map(|a| a.place as usize + 1))
         .max()
         .unwrap_or(0);
     // Per place: the last writer and the readers since it. Edges to these imply (transitively)
@@ -172,20 +179,21 @@ pub fn infer_edges(nodes: &[PlanNode], present: &[bool]) -> Vec<(u32, u32)> {
     let mut reach = vec![0u64; n * words];
     let mut edges = Vec::new();
     let mut cand: Vec<u32> = Vec::new();
-    for (j, node) in nodes.iter().enumerate() {
+    for j in 0..n {
         if !present[j] {
             continue;
         }
+        let (accesses, after) = node(j);
         cand.clear();
-        cand.extend(node.after.iter().copied().filter(|&a| present[a as usize]));
-        for a in node.accesses {
+        cand.extend(after.iter().copied().filter(|&a| present[a as usize]));
+        for a in accesses {
             let p = a.place as usize;
             cand.extend(last_write[p]);
             if a.write {
                 cand.extend(readers[p].iter().copied());
             }
         }
-        for a in node.accesses {
+        for a in accesses {
             let p = a.place as usize;
             if a.write {
                 last_write[p] = Some(j as u32);

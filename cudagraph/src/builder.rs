@@ -1,0 +1,661 @@
+//! Graphs assembled at run time: [`GraphBuilder`], the safe API below `graph!` for graphs whose
+//! shape is only known when the program runs (generated workloads, graphs of thousands of nodes,
+//! randomized tests).
+
+use core::ops::Range;
+use core::panic::Location;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use cudarc::driver::sys::{CUcontext, CUfunction};
+use cudarc::driver::{CudaFunction, CudaStream, SyncOnDrop};
+
+use crate::error::{Error, NodeSite, Result};
+use crate::exec::{GraphCache, GraphCall, Shape, Site};
+use crate::node::{
+    CopyTo, DevWrite, Handle, KernelArgs, KernelLaunch, KernelNode, LaunchDims, MemcpyParams,
+    Memory, MemsetParams, MemsetValue, NodeParams, Place, PlaceMut,
+};
+use crate::plan::{Access, infer_edges_by};
+
+/// Bits of a handle's tag that number its place within one builder; the bits above number the
+/// builder.
+const PLACE_BITS: u32 = 24;
+
+/// Builder numbers, unique for the life of the process (2^40 of them).
+static NEXT_BUILDER: AtomicU64 = AtomicU64::new(1);
+
+/// A node added to a [`GraphBuilder`], for [`GraphBuilder::after`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Node {
+    builder: u64,
+    index: u32,
+}
+
+impl Node {
+    /// Position of the node in its builder (0-based, in the order nodes were added).
+    pub fn index(self) -> usize {
+        self.index as usize
+    }
+}
+
+/// Builds one call's graph at run time, node by node, with the same meaning, checks, caching and
+/// update ladder as [`graph!`](crate::graph): edges are the transitive reduction of the data
+/// hazards between nodes in the order they were added (read after write, write after read,
+/// write after write on the same buffer) plus [`after`](Self::after) edges, so the graph computes
+/// what the nodes compute in order on one stream.
+///
+/// ```no_run
+/// # use cudagraph::cudarc::driver::LaunchConfig;
+/// # use cudagraph::{kernels, GraphCache};
+/// # kernels! { pub struct Heat { fn stencil(n: u32, src: &[f32], dst: &mut [f32]); } }
+/// # fn main() -> cudagraph::Result<()> {
+/// # let ctx = cudagraph::context(0)?; let stream = ctx.default_stream();
+/// # let k: Heat = todo!();
+/// let (mut u, mut v) = (stream.alloc_zeros::<f32>(1024)?, stream.alloc_zeros::<f32>(1024)?);
+/// let mut cache = GraphCache::new();
+/// for step in 0..100 {
+///     let mut g = cache.builder(&stream);
+///     let (ur, vw) = (g.read(&u), g.write(&mut v)); // borrows u and v until `launch`
+///     for _ in 0..step % 3 {
+///         g.kernel(k.stencil(1024, ur, vw).launch(LaunchConfig::for_num_elems(1024)));
+///     }
+///     g.memset(vw, 0.0f32); // after the stencils: it writes what they write
+///     g.launch()?;          // 3 cached variants, one per number of stencils
+///     std::mem::swap(&mut u, &mut v);
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// Buffers are registered once per builder with [`read`](Self::read) or [`write`](Self::write),
+/// which borrow them until the builder is launched or dropped (so nothing can free or touch them
+/// while the graph may run) and make the stream wait for earlier work on them (cudarc's events);
+/// the returned handles ([`DevRead`](crate::DevRead), [`DevWrite`], …) are the node operands.
+/// A kernel launch takes them through the typed methods of a [`kernels!`](crate::kernels) struct.
+///
+/// [`launch`](Self::launch) checks everything, then builds, updates or reuses the cache's graph
+/// for this topology and launches it with `cuGraphLaunch`. A [`GraphCache`] holds the graphs of
+/// one kind of call: builder graphs are variants told apart by their topology (node kinds and
+/// operands), compared in full, so any two calls with the same topology share one exec and the
+/// second only updates changed parameters. A cache used by `graph!` and then by a builder (or the
+/// reverse) drops its graphs first.
+///
+/// Errors (from `launch`, with nothing enqueued): [`Error::InvalidNode`] for a handle or node of
+/// another builder, an `after` node that is not earlier, or one buffer passed twice to a node
+/// with a write; then every error of [`graph!`](crate::graph). Each names the node by its label
+/// (the kernel's name, `copy`, `memset`, `zero`) and the source location of the call that added
+/// it.
+///
+/// Thread safety: not `Send`; it holds the cache and the buffers' borrows for one call.
+pub struct GraphBuilder<'a> {
+    cache: &'a mut GraphCache,
+    stream: &'a CudaStream,
+    rec: Recording,
+    /// Record each buffer's use on the stream when dropped, after the launch.
+    guards: Vec<SyncOnDrop<'a>>,
+}
+
+impl GraphCache {
+    /// A [`GraphBuilder`] for one graph launched on `stream`, cached in this cache.
+    pub fn builder<'a>(&'a mut self, stream: &'a CudaStream) -> GraphBuilder<'a> {
+        let id = NEXT_BUILDER.fetch_add(1, Ordering::Relaxed);
+        GraphBuilder { cache: self, stream, rec: Recording::new(id), guards: Vec::new() }
+    }
+}
+
+impl<'a> GraphBuilder<'a> {
+    /// Registers a buffer the graph reads: device memory (`CudaSlice`, `CudaView`,
+    /// `CudaViewMut`) or pinned host memory, borrowed until the builder is launched or dropped.
+    /// The stream waits for the buffer's earlier writers (cudarc's events; `cuStreamWaitEvent`).
+    pub fn read<P: Place + ?Sized>(&mut self, place: &'a P) -> P::Read<'a> {
+        let (handle, guard) = place.acquire(self.stream);
+        self.guards.push(guard);
+        handle.with_tag(self.rec.new_place())
+    }
+
+    /// Registers a buffer the graph writes (and may read, through
+    /// [`DevWrite::read`](crate::DevWrite::read)), borrowed exclusively until the builder is
+    /// launched or dropped. The stream waits for the buffer's earlier readers and writers.
+    pub fn write<P: PlaceMut + ?Sized>(&mut self, place: &'a mut P) -> P::Write<'a> {
+        let (_, handle, guard) = place.acquire_mut(self.stream);
+        self.guards.push(guard);
+        handle.with_tag(self.rec.new_place())
+    }
+
+    /// Adds a kernel node (`cuGraphAddKernelNode`): a launch made by a
+    /// [`kernels!`](crate::kernels) method, `k.name(args…).launch(cfg)`, whose buffer arguments
+    /// are this builder's handles. Its label is the kernel's name.
+    #[track_caller]
+    pub fn kernel<A: KernelArgs>(&mut self, launch: KernelLaunch<'_, A>) -> Node {
+        let (function, args) = launch.parts();
+        let site = site(launch.name(), "GraphBuilder::kernel", Location::caller());
+        self.rec.kernel(site, (function.cu_function(), Some(function.clone())), launch.dims(), args)
+    }
+
+    /// Adds a memcpy node (`cuGraphAddMemcpyNode`) from `src` to `dst`: device to device, pinned
+    /// host to device, or device to pinned host, same element type; the lengths must match
+    /// (else [`Error::CopyLength`] at launch).
+    #[track_caller]
+    pub fn copy<S: CopyTo<D> + Handle, D: Handle>(&mut self, src: S, dst: D) -> Node {
+        let (s, d) = (src.tag(), dst.tag());
+        let site = site("copy", "GraphBuilder::copy", Location::caller());
+        self.rec.memcpy(site, src.memcpy(dst), s, d)
+    }
+
+    /// Adds a memset node (`cuGraphAddMemsetNode`): every element of `dst` set to `value`, a
+    /// 1, 2 or 4-byte value.
+    #[track_caller]
+    pub fn memset<T: MemsetValue>(&mut self, dst: DevWrite<'a, T>, value: T) -> Node {
+        let site = site("memset", "GraphBuilder::memset", Location::caller());
+        self.rec.memset(site, crate::node::memset(dst, value), dst.tag)
+    }
+
+    /// Adds a memset node setting every byte of `dst` to 0, whatever its element type.
+    #[track_caller]
+    pub fn zero<T>(&mut self, dst: DevWrite<'a, T>) -> Node {
+        let site = site("zero", "GraphBuilder::zero", Location::caller());
+        self.rec.memset(site, crate::node::zero(dst), dst.tag)
+    }
+
+    /// Adds edges from each of `earlier` to `node`, beyond those of data hazards: `node` then
+    /// runs after them. Each must be an earlier node of this builder (else
+    /// [`Error::InvalidNode`] at launch).
+    #[track_caller]
+    pub fn after(&mut self, node: Node, earlier: &[Node]) {
+        self.rec.after(node, earlier, Location::caller());
+    }
+
+    /// Number of nodes added so far.
+    pub fn len(&self) -> usize {
+        self.rec.nodes.len()
+    }
+
+    /// `true` when no node has been added.
+    pub fn is_empty(&self) -> bool {
+        self.rec.nodes.is_empty()
+    }
+
+    /// Edges `(from, to)` between node indices, as the graph will have them: the transitive
+    /// reduction of the data hazards plus [`after`](Self::after) edges. Needs no driver call.
+    pub fn edges(&self) -> Vec<(u32, u32)> {
+        self.rec.edges(&vec![true; self.rec.nodes.len()])
+    }
+
+    /// Checks every node, then builds and instantiates the graph of this topology
+    /// (`cuGraphCreate`, `cuGraphAdd*Node`, `cuGraphInstantiateWithFlags`) or updates the cached
+    /// one (`cuGraphExec*NodeSetParams`, the ladder of [`GraphCache`]), and launches it on the
+    /// stream (`cuGraphLaunch`); in [`Mode::Eager`](crate::Mode::Eager) the nodes are launched
+    /// one by one instead. Then releases the buffers, recording their use on the stream.
+    ///
+    /// On error nothing was enqueued (but the waits of `read`/`write`) and the cache is usable.
+    #[track_caller]
+    pub fn launch(mut self) -> Result<()> {
+        self.rec.location = Location::caller();
+        if let Some(e) = self.rec.error.take() {
+            return Err(e);
+        }
+        let (key, signature) = self.rec.signature();
+        let views: Vec<KernelView<'_>> = self.rec.kernel_views().collect();
+        let nodes = self.rec.params(&views);
+        let call = GraphCall { shape: &self.rec, site: Site::Builder, key, signature: &signature };
+        self.cache.run_call(call, self.stream, &nodes)
+        // `self.guards` drop here, after the launch was enqueued.
+    }
+}
+
+fn site(label: &'static str, text: &'static str, at: &'static Location<'static>) -> NodeSite {
+    NodeSite { label, text, file: at.file(), line: at.line(), column: at.column() }
+}
+
+/// What a builder recorded: plain data, so its checks and topology are testable without a GPU.
+pub(crate) struct Recording {
+    id: u64,
+    places: u32,
+    pub(crate) nodes: Vec<RecNode>,
+    /// Every node's accesses, `nodes[j].accesses` indexing into it.
+    accesses: Vec<Access>,
+    /// Explicit edges `(from, to)` of `after`.
+    after: Vec<(u32, u32)>,
+    /// Kernel argument bytes, each argument at an 8-byte-aligned offset.
+    bytes: Vec<u8>,
+    arg_lens: Vec<u32>,
+    ctxs: Vec<CUcontext>,
+    /// The first invalid node's error, returned by `launch`.
+    error: Option<Error>,
+    location: &'static Location<'static>,
+}
+
+pub(crate) struct RecNode {
+    site: NodeSite,
+    kind: RecKind,
+    accesses: Range<usize>,
+}
+
+enum RecKind {
+    Kernel(KernelRec),
+    Memcpy(MemcpyParams),
+    Memset(MemsetParams),
+}
+
+struct KernelRec {
+    func: CUfunction,
+    owner: Option<CudaFunction>,
+    dims: LaunchDims,
+    bytes: Range<usize>,
+    args: Range<usize>,
+    ctxs: Range<usize>,
+}
+
+/// A recorded kernel node as the cache reads it.
+struct KernelView<'r> {
+    k: &'r KernelRec,
+    bytes: &'r [u8],
+    lens: &'r [u32],
+    ctxs: &'r [CUcontext],
+}
+
+impl KernelNode for KernelView<'_> {
+    fn function(&self) -> CUfunction {
+        self.k.func
+    }
+    fn function_owner(&self) -> Option<&CudaFunction> {
+        self.k.owner.as_ref()
+    }
+    fn dims(&self) -> LaunchDims {
+        self.k.dims
+    }
+    fn arg_count(&self) -> usize {
+        self.lens.len()
+    }
+    fn for_each_arg(&self, f: &mut dyn FnMut(&[u8])) {
+        let mut off = 0;
+        for &len in self.lens {
+            f(&self.bytes[off..off + len as usize]);
+            off += (len as usize).next_multiple_of(8);
+        }
+    }
+    fn for_each_context(&self, f: &mut dyn FnMut(CUcontext)) {
+        self.ctxs.iter().for_each(|&c| f(c));
+    }
+}
+
+impl Recording {
+    pub(crate) fn new(id: u64) -> Self {
+        Recording {
+            id,
+            places: 0,
+            nodes: Vec::new(),
+            accesses: Vec::new(),
+            after: Vec::new(),
+            bytes: Vec::new(),
+            arg_lens: Vec::new(),
+            ctxs: Vec::new(),
+            error: None,
+            location: Location::caller(),
+        }
+    }
+
+    /// A new place's tag: the builder's number above [`PLACE_BITS`], the place's number (from
+    /// 1) below. Past 2^24 - 1 places every further tag is 0, which no node accepts.
+    pub(crate) fn new_place(&mut self) -> u64 {
+        if self.places + 1 >= 1 << PLACE_BITS {
+            return 0;
+        }
+        self.places += 1;
+        self.id << PLACE_BITS | u64::from(self.places)
+    }
+
+    fn fail(&mut self, site: NodeSite, why: String) {
+        if self.error.is_none() {
+            self.error = Some(Error::InvalidNode { site, why });
+        }
+    }
+
+    /// Appends node `kind` with its buffer accesses `(tag, write)`, checking that each is a
+    /// place of this builder and that no place is both written and used again by the node.
+    fn push(&mut self, site: NodeSite, kind: RecKind, operands: &[(u64, bool)]) -> Node {
+        let start = self.accesses.len();
+        for &(tag, write) in operands {
+            let place = (tag & ((1 << PLACE_BITS) - 1)) as u32;
+            if tag >> PLACE_BITS != self.id || place == 0 {
+                self.fail(
+                    site,
+                    "a buffer handle that was not registered with this GraphBuilder's `read` or \
+                     `write`"
+                        .into(),
+                );
+                continue;
+            }
+            let place = place - 1;
+            match self.accesses[start..].iter_mut().find(|a| a.place == place) {
+                Some(a) if a.write || write => self.fail(
+                    site,
+                    format!(
+                        "buffer #{place} of this builder is passed twice to one node, and written: \
+                         the operands would alias"
+                    ),
+                ),
+                Some(_) => {}
+                None => self.accesses.push(Access { place, write }),
+            }
+        }
+        self.nodes.push(RecNode { site, kind, accesses: start..self.accesses.len() });
+        Node { builder: self.id, index: self.nodes.len() as u32 - 1 }
+    }
+
+    pub(crate) fn kernel<A: KernelArgs>(
+        &mut self,
+        site: NodeSite,
+        (func, owner): (CUfunction, Option<CudaFunction>),
+        dims: LaunchDims,
+        args: &A,
+    ) -> Node {
+        let (b0, a0, c0) = (self.bytes.len(), self.arg_lens.len(), self.ctxs.len());
+        args.for_each(&mut |b| {
+            self.bytes.extend_from_slice(b);
+            self.bytes.resize(self.bytes.len().next_multiple_of(8), 0);
+            self.arg_lens.push(b.len() as u32);
+        });
+        args.for_each_context(&mut |c| self.ctxs.push(c));
+        let mut operands = Vec::new();
+        args.for_each_access(&mut |a| operands.push(a));
+        let k = KernelRec {
+            func,
+            owner,
+            dims,
+            bytes: b0..self.bytes.len(),
+            args: a0..self.arg_lens.len(),
+            ctxs: c0..self.ctxs.len(),
+        };
+        self.push(site, RecKind::Kernel(k), &operands)
+    }
+
+    pub(crate) fn memcpy(&mut self, site: NodeSite, p: MemcpyParams, src: u64, dst: u64) -> Node {
+        self.push(site, RecKind::Memcpy(p), &[(src, false), (dst, true)])
+    }
+
+    pub(crate) fn memset(&mut self, site: NodeSite, p: MemsetParams, dst: u64) -> Node {
+        self.push(site, RecKind::Memset(p), &[(dst, true)])
+    }
+
+    pub(crate) fn after(&mut self, node: Node, earlier: &[Node], at: &'static Location<'static>) {
+        if node.builder != self.id || node.index() >= self.nodes.len() {
+            let why = "`after` on a node of another GraphBuilder".to_string();
+            return self.fail(site("after", "GraphBuilder::after", at), why);
+        }
+        let site = self.nodes[node.index()].site;
+        for e in earlier {
+            if e.builder != self.id {
+                self.fail(site, "`after` names a node of another GraphBuilder".into());
+            } else if e.index >= node.index {
+                let why = format!(
+                    "`after` names node {} (`{}`), which is not earlier than this node ({})",
+                    e.index,
+                    self.nodes[e.index()].site.label,
+                    node.index
+                );
+                self.fail(site, why);
+            } else {
+                self.after.push((e.index, node.index));
+            }
+        }
+    }
+
+    /// The variant of this recording: a hash and, compared in full, its topology: per node its
+    /// kind (memcpy by direction), its accesses with places numbered by first use, and its
+    /// `after` nodes. Equal signatures give equal edges and node kinds, so one exec serves both.
+    pub(crate) fn signature(&self) -> (u64, Vec<u32>) {
+        let mut canon = vec![u32::MAX; self.places as usize];
+        let mut next = 0;
+        let mut after = self.after.clone();
+        after.sort_unstable_by_key(|&(from, to)| (to, from));
+        let mut e = 0;
+        let mut sig = Vec::with_capacity(self.nodes.len() * 4 + after.len());
+        for (j, n) in self.nodes.iter().enumerate() {
+            sig.push(match &n.kind {
+                RecKind::Kernel(_) => 0,
+                RecKind::Memcpy(c) => match (c.src, c.dst) {
+                    (Memory::Device(_), Memory::Device(_)) => 1,
+                    (Memory::Host(_), _) => 2,
+                    (_, Memory::Host(_)) => 3,
+                },
+                RecKind::Memset(_) => 4,
+            });
+            sig.push(n.accesses.len() as u32);
+            for a in &self.accesses[n.accesses.clone()] {
+                let c = &mut canon[a.place as usize];
+                if *c == u32::MAX {
+                    *c = next;
+                    next += 1;
+                }
+                sig.push(*c << 1 | u32::from(a.write));
+            }
+            let first = e;
+            while e < after.len() && after[e].1 as usize == j {
+                e += 1;
+            }
+            sig.push((e - first) as u32);
+            sig.extend(after[first..e].iter().map(|x| x.0));
+        }
+        // FNV-1a over the words: a quick filter before the full comparison.
+        let key = sig.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &w| {
+            (h ^ u64::from(w)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        (key, sig)
+    }
+
+    fn kernel_views(&self) -> impl Iterator<Item = KernelView<'_>> {
+        self.nodes.iter().filter_map(|n| match &n.kind {
+            RecKind::Kernel(k) => Some(KernelView {
+                k,
+                bytes: &self.bytes[k.bytes.clone()],
+                lens: &self.arg_lens[k.args.clone()],
+                ctxs: &self.ctxs[k.ctxs.clone()],
+            }),
+            _ => None,
+        })
+    }
+
+    /// Every node's parameters; `views` are [`Self::kernel_views`], in order.
+    fn params<'r>(&'r self, views: &'r [KernelView<'r>]) -> Vec<Option<NodeParams<'r>>> {
+        let mut views = views.iter();
+        let view = |v: Option<&'r KernelView<'r>>| -> &'r dyn KernelNode {
+            v.expect("one view per kernel node")
+        };
+        self.nodes
+            .iter()
+            .map(|n| {
+                Some(match &n.kind {
+                    RecKind::Kernel(_) => NodeParams::Kernel(view(views.next())),
+                    RecKind::Memcpy(c) => NodeParams::Memcpy(*c),
+                    RecKind::Memset(m) => NodeParams::Memset(*m),
+                })
+            })
+            .collect()
+    }
+}
+
+impl Shape for Recording {
+    fn location(&self) -> (&'static str, u32) {
+        (self.location.file(), self.location.line())
+    }
+    fn site(&self, i: usize) -> NodeSite {
+        self.nodes[i].site
+    }
+    fn edges(&self, present: &[bool]) -> Vec<(u32, u32)> {
+        let mut after = self.after.clone();
+        after.sort_unstable_by_key(|&(from, to)| (to, from));
+        let mut starts = vec![0usize; self.nodes.len() + 1];
+        for &(_, to) in &after {
+            starts[to as usize + 1] += 1;
+        }
+        for j in 0..self.nodes.len() {
+            starts[j + 1] += starts[j];
+        }
+        let from: Vec<u32> = after.iter().map(|x| x.0).collect();
+        infer_edges_by(
+            self.nodes.len(),
+            |j| (&self.accesses[self.nodes[j].accesses.clone()], &from[starts[j]..starts[j + 1]]),
+            present,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The builder's checks, topology and variants, without a GPU: recordings run on the mock
+    //! driver of `exec`'s tests.
+    use super::*;
+    use crate::exec::tests::{CTX, Mock, STREAM};
+    use crate::node::{DevRead, copy};
+
+    #[track_caller]
+    fn at() -> NodeSite {
+        site("k", "GraphBuilder::kernel", Location::caller())
+    }
+
+    /// A device buffer at `ptr` registered with `rec`, as `(read, write)` handles.
+    fn buf(rec: &mut Recording, ptr: u64) -> (DevRead<'static, u32>, DevWrite<'static, u32>) {
+        let w = DevWrite::new(ptr, 16, CTX).with_tag(rec.new_place());
+        (w.read(), w)
+    }
+
+    const F: (CUfunction, Option<CudaFunction>) = (0x10 as CUfunction, None);
+    const DIMS: LaunchDims = LaunchDims { grid: (4, 1, 1), block: (32, 1, 1), shared_bytes: 0 };
+
+    /// n0 writes a; n1 reads a, writes b; n2 copies b to c; n3 zeroes d, after n0.
+    fn chain(rec: &mut Recording, bufs: [u64; 4], scalar: u32) {
+        let [a, b, c, d] = bufs.map(|p| buf(rec, p));
+        let n0 = rec.kernel(at(), F, DIMS, &(scalar, a.1));
+        rec.kernel(at(), F, DIMS, &(scalar, a.0, b.1));
+        rec.memcpy(at(), copy(b.0, c.1), b.0.tag, c.1.tag);
+        let n3 = rec.memset(at(), crate::node::zero(d.1), d.1.tag);
+        rec.after(n3, &[n0], Location::caller());
+    }
+
+    #[test]
+    fn edges_are_hazards_and_after() {
+        let mut rec = Recording::new(1);
+        chain(&mut rec, [0x100, 0x200, 0x300, 0x400], 7);
+        assert!(rec.error.is_none());
+        assert_eq!(rec.edges(&[true; 4]), [(0, 1), (1, 2), (0, 3)]);
+    }
+
+    #[test]
+    fn signature_is_the_topology_not_the_registration_order_or_values() {
+        let sig = |order: [usize; 4], scalar: u32| {
+            let mut rec = Recording::new(9);
+            let mut ptrs = [0u64; 4];
+            // Register the places in another order: their numbers change, the topology not.
+            for (i, &o) in order.iter().enumerate() {
+                ptrs[o] = 0x100 * (i as u64 + 1);
+            }
+            let mut tags = [0u64; 4];
+            for o in order {
+                tags[o] = rec.new_place();
+            }
+            let h = |i: usize| DevWrite::<u32>::new(ptrs[i], 16, CTX).with_tag(tags[i]);
+            rec.kernel(at(), F, DIMS, &(scalar, h(0)));
+            rec.kernel(at(), F, DIMS, &(scalar, h(0).read(), h(1)));
+            rec.memcpy(at(), copy(h(1).read(), h(2)), tags[1], tags[2]);
+            rec.memset(at(), crate::node::zero(h(3)), tags[3]);
+            rec.signature()
+        };
+        assert_eq!(sig([0, 1, 2, 3], 1), sig([3, 1, 0, 2], 2));
+        let mut other = Recording::new(9);
+        chain(&mut other, [0x100, 0x200, 0x300, 0x400], 1);
+        // `chain` adds an `after` edge: another topology.
+        assert_ne!(sig([0, 1, 2, 3], 1), other.signature());
+    }
+
+    fn invalid(rec: &Recording) -> (String, u32) {
+        match &rec.error {
+            Some(Error::InvalidNode { site, why }) => (why.clone(), site.line),
+            e => panic!("expected InvalidNode, got {e:?}"),
+        }
+    }
+
+    #[test]
+    fn a_handle_of_another_builder_is_refused_with_the_node_site() {
+        let mut other = Recording::new(2);
+        let (r, _) = buf(&mut other, 0x100);
+        let mut rec = Recording::new(3);
+        let (_, w) = buf(&mut rec, 0x200);
+        let line = line!() + 1;
+        rec.kernel(at(), F, DIMS, &(1u32, r, w));
+        let (why, l) = invalid(&rec);
+        assert!(why.contains("not registered with this GraphBuilder"), "{why}");
+        assert_eq!(l, line);
+        // A `graph!` handle (tag 0) is refused too.
+        let mut rec = Recording::new(4);
+        rec.memset(at(), crate::node::zero(DevWrite::<u32>::new(0x300, 4, CTX)), 0);
+        assert!(invalid(&rec).0.contains("not registered"));
+    }
+
+    #[test]
+    fn one_buffer_written_twice_in_a_node_is_refused_but_read_twice_is_not() {
+        let mut rec = Recording::new(5);
+        let (r, w) = buf(&mut rec, 0x100);
+        rec.kernel(at(), F, DIMS, &(r, r));
+        assert!(rec.error.is_none());
+        assert_eq!(rec.accesses.len(), 1, "two reads of one place are one access");
+        rec.kernel(at(), F, DIMS, &(r, w));
+        assert!(invalid(&rec).0.contains("passed twice to one node, and written"));
+        let mut rec = Recording::new(6);
+        let (r, w) = buf(&mut rec, 0x100);
+        rec.memcpy(at(), copy(r, w), r.tag, w.tag);
+        assert!(invalid(&rec).0.contains("passed twice"));
+    }
+
+    #[test]
+    fn after_must_name_an_earlier_node_of_the_same_builder() {
+        let mut rec = Recording::new(7);
+        let (_, w) = buf(&mut rec, 0x100);
+        let n0 = rec.memset(at(), crate::node::zero(w), w.tag);
+        let n1 = rec.memset(at(), crate::node::zero(w), w.tag);
+        rec.after(n0, &[n1], Location::caller());
+        assert!(invalid(&rec).0.contains("not earlier"), "{:?}", rec.error);
+        let mut rec = Recording::new(8);
+        let (_, w) = buf(&mut rec, 0x100);
+        rec.memset(at(), crate::node::zero(w), w.tag);
+        rec.after(n1, &[], Location::caller());
+        assert!(invalid(&rec).0.contains("another GraphBuilder"));
+    }
+
+    fn run(cache: &mut GraphCache<Mock>, rec: &Recording) -> Result<()> {
+        let (key, signature) = rec.signature();
+        let views: Vec<KernelView<'_>> = rec.kernel_views().collect();
+        let nodes = rec.params(&views);
+        let call = GraphCall { shape: rec, site: Site::Builder, key, signature: &signature };
+        cache.run_shape(call, (CTX, None), STREAM, &nodes)
+    }
+
+    #[test]
+    fn one_topology_is_one_variant_updated_in_place() {
+        let mock = Mock::default();
+        let mut cache = GraphCache::with_driver(mock.clone(), 8);
+        let rec = |id, bufs, scalar| {
+            let mut r = Recording::new(id);
+            chain(&mut r, bufs, scalar);
+            r
+        };
+        run(&mut cache, &rec(10, [0x100, 0x200, 0x300, 0x400], 1)).unwrap();
+        let built = mock.calls();
+        assert_eq!(built.iter().filter(|c| c.starts_with("add_")).count(), 4, "{built:?}");
+        assert!(built.contains(&"add_memset deps=1".to_string()), "after edge: {built:?}");
+        // Same topology, new builder, a scalar changed and two buffers swapped: set-params only.
+        run(&mut cache, &rec(11, [0x200, 0x100, 0x300, 0x400], 1)).unwrap();
+        let c = mock.calls();
+        assert_eq!(c.iter().filter(|c| c.starts_with("set_kernel")).count(), 2, "{c:?}");
+        assert!(!c.iter().any(|c| c.starts_with("add_") || c == "instantiate"), "{c:?}");
+        run(&mut cache, &rec(12, [0x200, 0x100, 0x300, 0x400], 1)).unwrap();
+        assert_eq!(mock.calls(), ["launch"]);
+        // Another topology: a second variant; then the first is hit again.
+        let mut r = Recording::new(13);
+        let (_, w) = buf(&mut r, 0x100);
+        r.memset(at(), crate::node::zero(w), w.tag);
+        run(&mut cache, &r).unwrap();
+        run(&mut cache, &rec(14, [0x200, 0x100, 0x300, 0x400], 1)).unwrap();
+        let s = cache.stats();
+        assert_eq!((s.builds, s.hits, s.launches, cache.len()), (2, 3, 5, 2), "{s:?}");
+    }
+}
