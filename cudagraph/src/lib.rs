@@ -43,6 +43,10 @@
 //! on the same place plus `.after`, so the graph computes what the statements compute in order on
 //! one stream.
 //!
+//! For graphs whose shape is only known at run time, [`GraphBuilder`] (from
+//! [`GraphCache::builder`]) adds the same nodes one call at a time, with the same edges, checks,
+//! cache and update ladder.
+//!
 //! Without a GPU, [`plans`] lists every `graph!` of the program with its nodes and edges, and
 //! [`Plan::to_dot`] renders Graphviz DOT.
 

@@ -16,8 +16,9 @@ macro_rules! pointer_type {
     ($(#[$m:meta])* $name:ident, $ptr:ty) => {
         $(#[$m])*
         ///
-        /// Made only by `graph!` from a borrowed place; the lifetime `'a` is that borrow's, so a
-        /// handle cannot outlive its buffer or coexist with another borrow that conflicts with it.
+        /// Made by `graph!` or a [`GraphBuilder`](crate::GraphBuilder) from a borrowed place; the
+        /// lifetime `'a` is that borrow's, so a handle cannot outlive its buffer or coexist with
+        /// another borrow that conflicts with it.
         pub struct $name<'a, T> {
             pub(crate) ptr: $ptr,
             pub(crate) len: usize,
@@ -100,12 +101,15 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// A buffer handle ([`DevRead`], [`DevWrite`], [`HostRead`], [`HostWrite`]); not public API.
-#[doc(hidden)]
+/// A buffer handle: [`DevRead`], [`DevWrite`], [`HostRead`] or [`HostWrite`], made by
+/// [`GraphBuilder::read`](crate::GraphBuilder::read) / [`write`](crate::GraphBuilder::write)
+/// or inside `graph!`. Sealed.
 pub trait Handle: sealed::Sealed + Copy {
     /// The [`GraphBuilder`](crate::GraphBuilder) place it names, 0 when made by `graph!`.
+    #[doc(hidden)]
     fn tag(&self) -> u64;
     /// The handle naming builder place `tag`.
+    #[doc(hidden)]
     fn with_tag(self, tag: u64) -> Self;
 }
 
@@ -131,6 +135,10 @@ pub trait PlaceMut: Place + AcquireMut {}
 
 /// How `graph!` borrows a place for one call (not public API: used by generated code only).
 #[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a graph buffer",
+    label = "not device memory or pinned host memory"
+)]
 pub trait Acquire {
     /// The read handle.
     type Read<'a>: Handle

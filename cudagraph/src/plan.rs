@@ -166,10 +166,8 @@ pub(crate) fn infer_edges_by<'n>(
     node: impl Fn(usize) -> (&'n [Access], &'n [u32]),
     present: &[bool],
 ) -> Vec<(u32, u32)> {
-    let places = (0..n)
-        .flat_map(|j| node(j).0.iter().map(|a| a.place as usize + 1))
-        .max()
-        .unwrap_or(0);
+    let places =
+        (0..n).flat_map(|j| node(j).0.iter().map(|a| a.place as usize + 1)).max().unwrap_or(0);
     // Per place: the last writer and the readers since it. Edges to these imply (transitively)
     // every hazard with earlier accesses.
     let mut last_write: Vec<Option<u32>> = vec![None; places];

@@ -874,6 +874,8 @@ fn describe(id: &str) -> &'static str {
             "graph!: every pointer changed per step (alternating between two buffers, as std::mem::swap after each step would)"
         }
         "g" => "graph!: host if alternating between two cached variants every step",
+        "h" => "GraphBuilder: the same K nodes recorded and launched every step, nothing changed",
+        "hf" => "GraphBuilder: as h, every pointer changed per step (as f)",
         "a*" => "a with cudarc's event tracking on (buffers allocated while tracking)",
         "d*" => "d with cudarc's event tracking on (buffers allocated while tracking)",
         _ => "?",
@@ -894,7 +896,7 @@ struct Report {
 
 impl Report {
     fn json(&self) -> String {
-        let legend = ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "a*", "d*"]
+        let legend = ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "h", "hf", "a*", "d*"]
             .iter()
             .map(|id| Json::Obj(vec![("row", (*id).into()), ("what", describe(id).into())]))
             .collect();
@@ -1027,6 +1029,40 @@ fn graph_step(
     Ok(())
 }
 
+/// One step built with `GraphBuilder` (the run-time API): the same nodes as `graph_step`,
+/// recorded anew every step.
+fn builder_step(
+    env: &Env,
+    cache: &mut GraphCache,
+    shape: Shape,
+    k: usize,
+    b: &mut Bufs,
+    i: u64,
+    change: Change,
+) -> Res<()> {
+    let (s, w) = (scalar(i, change), slot(i, change));
+    let kern = &env.kern;
+    let mut g = cache.builder(&env.stream);
+    let x = g.write(&mut b.a[w]);
+    g.kernel(kern.add(ELEMS, s, x).launch(CFG));
+    match shape {
+        Shape::Chain => {
+            for _ in 1..k {
+                g.kernel(kern.add(ELEMS, 1, x).launch(CFG));
+            }
+        }
+        Shape::Fan => {
+            for m in b.mids.iter_mut() {
+                let m = g.write(m);
+                g.kernel(kern.acc(ELEMS, x.read(), m).launch(CFG));
+            }
+            g.kernel(kern.add(ELEMS, 1, x).launch(CFG));
+        }
+    }
+    g.launch()?;
+    Ok(())
+}
+
 /// Expected `Stats` of a graph! row: builds (variants), and no fallback rungs.
 fn check_stats(what: &str, s: &Stats, variants: u64, report: &mut Report) {
     if s.builds != variants || s.exec_updates != 0 || s.reinstantiations != 0 || s.evictions != 0 {
@@ -1141,6 +1177,16 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
         check_stats(&label(id), &stats, variants, report);
         push(report, "steady", id, t, Some(stats));
     }
+    // h, hf: GraphBuilder.
+    for (id, change) in [("h", Change::None), ("hf", Change::Pointer)] {
+        let mut cache = GraphCache::new();
+        let t = timed_row(env, &mut b, shape, k, change, steps, &label(id), &mut |b, i| {
+            builder_step(env, &mut cache, shape, k, b, i, change)
+        })?;
+        let stats = cache.stats();
+        check_stats(&label(id), &stats, 1, report);
+        push(report, "steady", id, t, Some(stats));
+    }
     env.stream.synchronize()?;
     drop(b);
 
@@ -1193,9 +1239,9 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
     for r in rows.iter_mut() {
         r.ratio_raw = c.map(|c| r.t.median / c);
         let floor = match r.id {
-            "d" | "g" | "d*" => Some(("c", c)),
+            "d" | "g" | "h" | "d*" => Some(("c", c)),
             "e" => Some(("c1", c1)),
-            "f" => Some(("cA", ca)),
+            "f" | "hf" => Some(("cA", ca)),
             _ => None,
         };
         if let Some((id, Some(v))) = floor {
@@ -1208,7 +1254,7 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
 }
 
 fn print_block(rows: &[Row]) {
-    let order = ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "a*", "d*"];
+    let order = ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "h", "hf", "a*", "d*"];
     for id in order {
         let Some(r) = rows.iter().find(|r| r.id == id) else { continue };
         let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.3}"));
@@ -1656,7 +1702,7 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
         "  (rows a and b issue the fan's launches on one stream, so they run one after another; b's captured graph is a chain.)"
     );
     println!("Rows:");
-    for id in ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "a*", "d*"] {
+    for id in ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "h", "hf", "a*", "d*"] {
         println!("  {id:<3} {}", describe(id));
     }
     println!("  Event tracking is off for every row but a* and d* (see the notes at the end).");

@@ -6,9 +6,10 @@
 //! 1. `S` steps of the heat step (pointers swap and `alpha` changes every step): host RSS and
 //!    device memory in use at step 1000 and at the end must match; no rebuild.
 //! 2. A 1000-node graph (an unrolled 10 × 100 `for`): build + instantiate, then a call that
-//!    changes every node's scalar (1000 node updates), then an unchanged relaunch; compared
-//!    with the same 1000 launches made eagerly. 2b. The same with 10 000 nodes, through the
-//!    runtime directly (a 10 000-statement `graph!` body compiles for minutes).
+//!    changes every node's scalar (1000 node updates), then an unchanged relaunch; each call's
+//!    stats checked, and the result compared with the same calls run by a cache in
+//!    `Mode::Eager`. 2b. The same with 10 000 nodes, assembled at run time by a `GraphBuilder`
+//!    (a 10 000-statement `graph!` body compiles for minutes).
 //! 3. Variant churn: four structural variants cycled through a cache bounded to 2, alternating
 //!    two streams, compared with eager launches after every call.
 //! 4. A cache dropped while its last launch is still running (a kernel spinning ~50 ms).
@@ -23,7 +24,7 @@ use cudagraph::cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
 };
 use cudagraph::cudarc::nvrtc::compile_ptx;
-use cudagraph::{GraphCache, Result, graph, kernels};
+use cudagraph::{GraphCache, Mode, Result, graph, kernels};
 
 kernels! {
     /// Kernels of `kernels/heat.cu`.
@@ -135,44 +136,67 @@ fn eager_mix(
 }
 
 /// Three calls of a chain of `nodes` `mix` kernels on `x` (seeds 1, 2, 2: build, every scalar
-/// changed, unchanged), each timed to completion and compared with the same launches made
-/// eagerly on `e`; prints the times and checks the stats.
+/// changed, unchanged), each timed to its return and to completion, checked call by call through the cache's
+/// stats, and compared with the same calls run on `e` by a second cache in [`Mode::Eager`] (the
+/// library's eager oracle: the same nodes launched one by one, in order) and with the host's
+/// arithmetic.
 fn three_calls(
     stream: &Arc<CudaStream>,
-    k: &S,
     (x, e): (&mut CudaSlice<u32>, &mut CudaSlice<u32>),
     nodes: u32,
     f: &mut Vec<String>,
     mut call: impl FnMut(&mut GraphCache, &mut CudaSlice<u32>, u32) -> Result<()>,
 ) -> Result<()> {
-    let n = x.len() as u32;
     let mut cache = GraphCache::new();
-    let mut times = Vec::new();
+    let mut eager = GraphCache::new();
+    eager.set_mode(Mode::Eager);
+    let (mut times, mut stats) = (Vec::new(), Vec::new());
     for seed in [1u32, 2, 2] {
         let t = Instant::now();
         call(&mut cache, x, seed)?;
+        let host = t.elapsed().as_secs_f64() * 1e3;
         stream.synchronize()?;
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-        let mix = k.function("mix").expect("declared");
-        for i in 0..nodes {
-            eager_mix(stream, mix, n, seed + i, e)?;
-        }
+        times.push((host, t.elapsed().as_secs_f64() * 1e3));
+        stats.push(cache.stats());
+        call(&mut eager, e, seed)?;
     }
+    let ms = |(host, done): (f64, f64)| format!("{done:.1} ms (host {host:.1} ms)");
     println!(
-        "  first call (build + instantiate + launch) {:.1} ms; all {nodes} scalars changed {:.1} ms; unchanged {:.1} ms",
-        times[0], times[1], times[2]
+        "  first call (build + instantiate + launch) {}; all {nodes} scalars changed {}; unchanged {}",
+        ms(times[0]),
+        ms(times[1]),
+        ms(times[2])
     );
-    let s = cache.stats();
-    println!("  stats: {s:?}");
-    check(
-        stream.clone_dtoh(x)? == stream.clone_dtoh(e)?,
-        "equal to the same launches made eagerly",
-        f,
-    );
+    let (s0, s1, s2) = (stats[0], stats[1], stats[2]);
+    println!("  stats: {s2:?}");
+    let got = stream.clone_dtoh(x)?;
+    check(got == stream.clone_dtoh(e)?, "equal to the same calls run eagerly (Mode::Eager)", f);
+    // Node i of a call computes x = x * 3 + seed + i (mod 2^32), in order.
+    let want = [1u32, 2, 2].iter().flat_map(|&seed| (0..nodes).map(move |i| seed + i));
+    let want = want.fold(0u32, |v, a| v.wrapping_mul(3).wrapping_add(a));
+    check(got.iter().all(|&v| v == want), "equal to the same arithmetic on the host", f);
     let n = u64::from(nodes);
     check(
-        s.builds == 1 && s.node_updates == n && s.nodes_unchanged == n,
-        "every node updated once, then none",
+        (s0.builds, s0.instantiations, s0.hits, s0.launches) == (1, 1, 0, 1),
+        "first call: 1 build + instantiation",
+        f,
+    );
+    check(
+        (s1.builds, s1.hits, s1.node_updates, s1.nodes_unchanged) == (1, 1, n, 0)
+            && (s1.exec_updates, s1.reinstantiations) == (0, 0),
+        &format!("second call: a hit, all {nodes} nodes updated in place"),
+        f,
+    );
+    check(
+        (s2.builds, s2.instantiations, s2.hits, s2.launches) == (1, 1, 2, 3)
+            && (s2.node_updates, s2.nodes_unchanged) == (n, n),
+        "third call: a hit, no node updated",
+        f,
+    );
+    let es = eager.stats();
+    check(
+        (es.eager_calls, es.builds, es.launches) == (3, 0, 0),
+        "the eager cache ran every call eagerly",
         f,
     );
     Ok(())
@@ -186,7 +210,7 @@ fn big_graph(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, f: &mut Vec<Strin
     let cfg = LaunchConfig::for_num_elems(n);
     let mut x = stream.alloc_zeros::<u32>(n as usize)?;
     let mut e = stream.alloc_zeros::<u32>(n as usize)?;
-    three_calls(stream, &k, (&mut x, &mut e), 1000, f, |cache, x, seed| {
+    three_calls(stream, (&mut x, &mut e), 1000, f, |cache, x, seed| {
         graph!(cache, stream, {
             for i in 0..10 {
                 for j in 0..100 {
@@ -198,45 +222,29 @@ fn big_graph(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, f: &mut Vec<Strin
 }
 
 /// 10 000 nodes in one graph. A `graph!` body of 10 000 statements takes minutes to compile
-/// (rustc and LLVM on one huge function), so this drives the runtime below the macro directly:
-/// the same `GraphCache::run` the macro calls, with a plan made at run time.
+/// (rustc and LLVM on one huge function), so this one is assembled at run time with
+/// [`GraphBuilder`](cudagraph::GraphBuilder): one cached variant, as its topology (a chain of
+/// writes to `x`) is the same on every call.
 fn ten_thousand(
     ctx: &Arc<CudaContext>,
     stream: &Arc<CudaStream>,
     f: &mut Vec<String>,
 ) -> Result<()> {
-    use cudagraph::{Access, NodeKind, Plan, PlanNode};
     const NODES: u32 = 10_000;
-    println!("2b. a {NODES}-node graph through the runtime: build, update every node, relaunch");
-    // SAFETY: stress.cu's kernels have these signatures and stay within n elements.
+    println!("2b. a {NODES}-node graph from a GraphBuilder: build, update every node, relaunch");
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
     let k = unsafe { S::load(ctx, compile_ptx(include_str!("../kernels/stress.cu"))?) }?;
     let n = 64u32;
     let cfg = LaunchConfig::for_num_elems(n);
-    let node = PlanNode {
-        label: "mix",
-        text: "k.mix(n, seed + i, &mut x).launch(cfg);",
-        kind: NodeKind::Kernel("mix"),
-        line: line!(),
-        column: 1,
-        accesses: &[Access { place: 0, write: true }],
-        after: &[],
-        condition: "",
-    };
-    let nodes: &'static [PlanNode] = vec![node; NODES as usize].leak();
-    let plan: &'static Plan = Box::leak(Box::new(Plan {
-        file: file!(),
-        line: line!(),
-        places: &["x"],
-        nodes,
-        conditions: 0,
-    }));
     let mut x = stream.alloc_zeros::<u32>(n as usize)?;
     let mut e = stream.alloc_zeros::<u32>(n as usize)?;
-    three_calls(stream, &k, (&mut x, &mut e), NODES, f, |cache, x, seed| {
-        let (_r, w, _guard) = cudagraph::__private::acquire_mut(x, stream);
-        let launches: Vec<_> = (0..NODES).map(|i| k.mix(n, seed + i, w).launch(cfg)).collect();
-        let params: Vec<_> = launches.iter().map(cudagraph::__private::node).collect();
-        cache.run(plan, 0, stream, &params)
+    three_calls(stream, (&mut x, &mut e), NODES, f, |cache, x, seed| {
+        let mut g = cache.builder(stream);
+        let w = g.write(x);
+        for i in 0..NODES {
+            g.kernel(k.mix(n, seed + i, w).launch(cfg));
+        }
+        g.launch()
     })
 }
 

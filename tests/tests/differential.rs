@@ -7,11 +7,18 @@
 //! host `if` on one bit of a random mask: every mask is a different DAG (2^24 of them), and each
 //! kernel slot takes its function from one of three modules chosen per call (a function swap).
 
+//!
+//! `builder_graphs_equal_the_eager_oracle_on_random_dags` does the same through `GraphBuilder`:
+//! each case draws 2 or 3 random programs (1 to 24 kernels, copies, memsets and zeros over the
+//! six buffers, with random `after` edges), and its calls pick one of them (so builder variants,
+//! keyed by topology, switch and repeat), with random modules, scalars, a buffer swap and a
+//! random registration order.
+
 use std::sync::Arc;
 
 use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
 use cudagraph::cudarc::nvrtc::compile_ptx;
-use cudagraph::{GraphCache, Mode, Result, graph, kernels};
+use cudagraph::{DevRead, DevWrite, GraphCache, Mode, Node, Result, graph, kernels};
 use proptest::prelude::*;
 
 const N: u32 = 256;
@@ -232,5 +239,231 @@ fn graphs_equal_the_eager_oracle_on_random_dags() {
     let s = cache.borrow().stats();
     let calls = calls.get();
     println!("{cases} cases, {calls} graph calls (shrinking included), stats {s:?}");
+    assert!(s.builds > 0 && s.hits > 0 && s.node_updates > 0 && s.evictions > 0, "{s:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The same through `GraphBuilder`: random programs instead of one fixed body.
+// ---------------------------------------------------------------------------------------------
+
+/// One instruction of a builder program, over buffers `0..6`.
+#[derive(Clone, Copy, Debug)]
+enum Instr {
+    /// `op(N, scalar, src, dst)` from the call's module for this slot.
+    Kernel { src: usize, dst: usize },
+    /// `copy(src, dst)`.
+    Copy { src: usize, dst: usize },
+    /// `memset(dst, scalar)`.
+    Memset { dst: usize },
+    /// `zero(dst)`.
+    Zero { dst: usize },
+}
+
+/// An instruction and its `after` edges: each index picks one of the earlier nodes.
+#[derive(Clone, Debug)]
+struct Slot {
+    instr: Instr,
+    after: Vec<proptest::sample::Index>,
+}
+
+fn instr() -> impl Strategy<Value = Instr> {
+    let pair = || (0usize..6, 1usize..6).prop_map(|(s, d)| (s, (s + d) % 6));
+    prop_oneof![
+        4 => pair().prop_map(|(src, dst)| Instr::Kernel { src, dst }),
+        1 => pair().prop_map(|(src, dst)| Instr::Copy { src, dst }),
+        1 => (0usize..6).prop_map(|dst| Instr::Memset { dst }),
+        1 => (0usize..6).prop_map(|dst| Instr::Zero { dst }),
+    ]
+}
+
+/// A program of 1 to 24 slots; about one slot in six has 1 or 2 `after` edges.
+fn program() -> impl Strategy<Value = Vec<Slot>> {
+    let after = prop_oneof![
+        5 => Just(Vec::new()),
+        1 => proptest::collection::vec(any::<proptest::sample::Index>(), 1..3),
+    ];
+    proptest::collection::vec(
+        (instr(), after).prop_map(|(instr, after)| Slot { instr, after }),
+        1..=24,
+    )
+}
+
+/// One builder call: which program, per slot its module and scalar, a buffer swap before it,
+/// the order in which the buffers are registered, and which buffers the program only reads are
+/// registered with `write` anyway.
+#[derive(Clone, Debug)]
+struct BuilderCall {
+    program: usize,
+    modules: [usize; 24],
+    scalars: [u32; 24],
+    swap: (usize, usize),
+    order: Vec<usize>,
+    register_write: [bool; 6],
+}
+
+fn builder_call(programs: usize) -> impl Strategy<Value = BuilderCall> {
+    (
+        0..programs,
+        proptest::array::uniform24(0usize..3),
+        proptest::array::uniform24(any::<u32>()),
+        (0usize..6, 0usize..6),
+        Just((0..6).collect::<Vec<usize>>()).prop_shuffle(),
+        proptest::array::uniform6(any::<bool>()),
+    )
+        .prop_map(|(program, modules, scalars, swap, order, register_write)| BuilderCall {
+            program,
+            modules,
+            scalars,
+            swap,
+            order,
+            register_write,
+        })
+}
+
+/// A builder case: a seed for the buffers' contents, 2 or 3 programs, and 2 to 7 calls.
+type BuilderCase = (u32, Vec<Vec<Slot>>, Vec<BuilderCall>);
+
+fn builder_case() -> impl Strategy<Value = BuilderCase> {
+    (any::<u32>(), proptest::collection::vec(program(), 2..4)).prop_flat_map(|(seed, programs)| {
+        let n = programs.len();
+        (Just(seed), Just(programs), proptest::collection::vec(builder_call(n), 2..8))
+    })
+}
+
+/// The six buffers of a builder case, with the contents of `Bufs::new`.
+fn buffers(stream: &Arc<CudaStream>, seed: u32) -> Result<[CudaSlice<u32>; 6]> {
+    let b = Bufs::new(stream, seed)?;
+    Ok([b.b0, b.b1, b.b2, b.b3, b.b4, b.b5])
+}
+
+/// A registered buffer: read only, or written (and read through `DevWrite::read`).
+#[derive(Clone, Copy)]
+enum Reg<'a> {
+    Read(DevRead<'a, u32>),
+    Write(DevWrite<'a, u32>),
+}
+
+impl<'a> Reg<'a> {
+    fn read(self) -> DevRead<'a, u32> {
+        match self {
+            Reg::Read(r) => r,
+            Reg::Write(w) => w.read(),
+        }
+    }
+
+    fn write(self) -> DevWrite<'a, u32> {
+        match self {
+            Reg::Write(w) => w,
+            Reg::Read(_) => {
+                unreachable!("every buffer a program writes is registered with `write`")
+            }
+        }
+    }
+}
+
+/// One call of `program` through a `GraphBuilder` on `cache` (graph or eager mode).
+fn builder_step(
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    mods: &[Op; 3],
+    bufs: &mut [CudaSlice<u32>; 6],
+    program: &[Slot],
+    c: &BuilderCall,
+) -> Result<()> {
+    let cfg = LaunchConfig::for_num_elems(N);
+    let (mut used, mut written) = ([false; 6], [false; 6]);
+    for s in program {
+        match s.instr {
+            Instr::Kernel { src, dst } | Instr::Copy { src, dst } => {
+                used[src] = true;
+                used[dst] = true;
+                written[dst] = true;
+            }
+            Instr::Memset { dst } | Instr::Zero { dst } => {
+                used[dst] = true;
+                written[dst] = true;
+            }
+        }
+    }
+    let mut g = cache.builder(stream);
+    let mut unregistered: Vec<Option<&mut CudaSlice<u32>>> = bufs.iter_mut().map(Some).collect();
+    let mut regs: [Option<Reg<'_>>; 6] = [None; 6];
+    for &i in &c.order {
+        let b = unregistered[i].take().expect("`order` is a permutation");
+        if used[i] {
+            regs[i] = Some(if written[i] || c.register_write[i] {
+                Reg::Write(g.write(b))
+            } else {
+                Reg::Read(g.read(b))
+            });
+        }
+    }
+    let reg = |i: usize| regs[i].expect("every buffer the program uses is registered");
+    let mut nodes: Vec<Node> = Vec::with_capacity(program.len());
+    for (j, s) in program.iter().enumerate() {
+        let node = match s.instr {
+            Instr::Kernel { src, dst } => {
+                let k = &mods[c.modules[j]];
+                g.kernel(k.op(N, c.scalars[j], reg(src).read(), reg(dst).write()).launch(cfg))
+            }
+            Instr::Copy { src, dst } => g.copy(reg(src).read(), reg(dst).write()),
+            Instr::Memset { dst } => g.memset(reg(dst).write(), c.scalars[j]),
+            Instr::Zero { dst } => g.zero(reg(dst).write()),
+        };
+        if j > 0 && !s.after.is_empty() {
+            let earlier: Vec<Node> = s.after.iter().map(|ix| nodes[ix.index(j)]).collect();
+            g.after(node, &earlier);
+        }
+        nodes.push(node);
+    }
+    g.launch()
+}
+
+fn run_builder_case(
+    g: &Gpu,
+    (seed, programs, calls): &BuilderCase,
+    graph_cache: &mut GraphCache,
+) -> Result<()> {
+    let mut eager = GraphCache::new();
+    eager.set_mode(Mode::Eager);
+    let (mut bg, mut be) = (buffers(&g.stream, *seed)?, buffers(&g.stream, *seed)?);
+    for (i, c) in calls.iter().enumerate() {
+        bg.swap(c.swap.0, c.swap.1);
+        be.swap(c.swap.0, c.swap.1);
+        let p = c.program % programs.len();
+        builder_step(graph_cache, &g.stream, &g.mods, &mut bg, &programs[p], c)?;
+        builder_step(&mut eager, &g.stream, &g.mods, &mut be, &programs[p], c)?;
+        for k in 0..6 {
+            let (got, want) = (g.stream.clone_dtoh(&bg[k])?, g.stream.clone_dtoh(&be[k])?);
+            assert_eq!(got, want, "call {i} (program {p}): buffer {k} differs");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn builder_graphs_equal_the_eager_oracle_on_random_dags() {
+    let g = gpu().expect("GPU setup");
+    // One cache across all cases: builder variants pile up and are evicted (bound 8).
+    let cache = std::cell::RefCell::new(GraphCache::new());
+    let cases =
+        std::env::var("DIFFERENTIAL_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let calls = std::cell::Cell::new(0u64);
+    runner
+        .run(&builder_case(), |case| {
+            calls.set(calls.get() + case.2.len() as u64);
+            run_builder_case(&g, &case, &mut cache.borrow_mut())
+                .map_err(|e| TestCaseError::fail(e.to_string()))
+        })
+        .unwrap();
+    let s = cache.borrow().stats();
+    let calls = calls.get();
+    println!("builder: {cases} cases, {calls} graph calls (shrinking included), stats {s:?}");
     assert!(s.builds > 0 && s.hits > 0 && s.node_updates > 0 && s.evictions > 0, "{s:?}");
 }

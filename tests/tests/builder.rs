@@ -1,0 +1,913 @@
+//! GPU tests of `GraphBuilder`, the run-time API below `graph!`.
+//!
+//! Every builder graph is compared with the same work launched eagerly: with cudarc's own API
+//! (`launch_builder`, `memcpy_*`) or with the library's eager oracle (`Mode::Eager`, the same
+//! builder code run node by node), and the integer ones also with a host model where one is
+//! short; integer data compares exactly. The kernels are `kernels/ops.cu`, compiled at run time
+//! by NVRTC.
+//!
+//! Each GPU test is `#[ignore = "needs a CUDA GPU"]`; on a GPU machine run
+//! `cargo test -p cudagraph-tests --test builder -- --ignored`. A GPU test never skips silently:
+//! without a CUDA driver it panics and says so.
+
+use std::sync::Arc;
+
+use cudagraph::cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
+};
+use cudagraph::cudarc::nvrtc::compile_ptx;
+use cudagraph::{Error, GraphCache, Mode, NodeSite, graph, kernels};
+
+const SOURCE: &str = include_str!("../kernels/ops.cu");
+
+kernels! {
+    /// Kernels of `kernels/ops.cu` (see the comments there).
+    pub struct Ops {
+        fn iota(n: u32, a: u32, b: u32, x: &mut [u32]);
+        fn affine(n: u32, a: u32, b: u32, x: &[u32], y: &mut [u32]);
+        fn affine_inplace(n: u32, a: u32, b: u32, x: &mut [u32]);
+        fn mix(n: u32, x: &[u32], y: &mut [u32]);
+        fn combine3(n: u32, a: &[u32], b: &[u32], c: &[u32], out: &mut [u32]);
+        fn slow_iota(n: u32, spins: u32, a: u32, b: u32, x: &mut [u32]);
+    }
+}
+
+type Result<T = ()> = cudagraph::Result<T>;
+
+/// The first step of every GPU test: asserts that a CUDA driver is present (a GPU test must not
+/// skip silently on a GPU machine), then creates the context of device 0, a new stream, and
+/// loads the kernels.
+fn gpu() -> Result<(Arc<CudaContext>, Arc<CudaStream>, Ops)> {
+    assert!(
+        cudagraph::driver_available(),
+        "no CUDA driver: libcuda could not be loaded. The GPU tests need an NVIDIA GPU and its \
+         driver; they are #[ignore]d so that machines without one skip them unless asked"
+    );
+    let ctx = CudaContext::new(0)?;
+    let stream = ctx.new_stream()?;
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let k = unsafe { Ops::load(&ctx, compile_ptx(SOURCE)?) }?;
+    Ok((ctx, stream, k))
+}
+
+/// Launches kernel `$name` of `$k` eagerly on `$stream` with cudarc's launch builder, with the
+/// arguments in order (`&scalar`, `&buffer`, `&mut buffer`).
+macro_rules! launch {
+    ($stream:expr, $k:expr, $name:literal, $cfg:expr; $($arg:expr),* $(,)?) => {{
+        let f = $k
+            .function($name)
+            .expect(concat!("`", $name, "` is declared in `kernels!`"));
+        // SAFETY: the arguments match the kernel's signature in kernels/ops.cu (the same one
+        // that `kernels!` declares), and every buffer holds at least `n` elements.
+        unsafe { $stream.launch_builder(f)$(.arg($arg))*.launch($cfg) }.map(drop)
+    }};
+}
+
+/// Asserts two slices are equal; on failure reports how many elements differ and the first
+/// one, instead of printing them all.
+#[track_caller]
+fn assert_same<T: PartialEq + std::fmt::Debug>(got: &[T], want: &[T], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
+    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
+        let bad = got.iter().zip(want).filter(|(a, b)| a != b).count();
+        panic!(
+            "{what}: {bad} of {} elements differ; first at index {i}: got {:?}, want {:?}",
+            got.len(),
+            got[i],
+            want[i]
+        );
+    }
+}
+
+/// A buffer of `len` elements with contents that depend on `k`, so that a swap, an in-place
+/// update or a node that did not run shows in the result.
+fn distinct(stream: &Arc<CudaStream>, len: usize, k: u32) -> Result<CudaSlice<u32>> {
+    let v: Vec<u32> = (0..len as u32).map(|i| i.wrapping_mul(0x9e37_79b9) ^ k).collect();
+    Ok(stream.clone_htod(&v)?)
+}
+
+/// Host models of the integer kernels of `ops.cu`.
+mod host {
+    pub fn iota(n: u32, a: u32, b: u32) -> Vec<u32> {
+        (0..n).map(|i| i.wrapping_mul(a).wrapping_add(b)).collect()
+    }
+
+    pub fn affine(x: &[u32], a: u32, b: u32) -> Vec<u32> {
+        x.iter().map(|&v| v.wrapping_mul(a).wrapping_add(b)).collect()
+    }
+
+    pub fn mix(x: &[u32]) -> Vec<u32> {
+        let n = x.len();
+        (0..n)
+            .map(|i| 3u32.wrapping_mul(x[i]).wrapping_add(x[n - 1 - i] ^ (x[(i + 1) % n] << 1)))
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. A fan-out / fan-in chain: one build, then hits with per-node updates.
+// ---------------------------------------------------------------------------------------------
+
+/// Buffers of the chain: `acc` accumulates across calls (read, then overwritten by a copy, then
+/// updated in place) and `spare` is outside the graph, swapped with `acc` between calls.
+struct Chain {
+    src: CudaSlice<u32>,
+    a: CudaSlice<u32>,
+    b: CudaSlice<u32>,
+    c: CudaSlice<u32>,
+    out: CudaSlice<u32>,
+    acc: CudaSlice<u32>,
+    d: CudaSlice<u32>,
+    spare: CudaSlice<u32>,
+}
+
+impl Chain {
+    fn new(stream: &Arc<CudaStream>, len: usize) -> Result<Chain> {
+        let f = |k| distinct(stream, len, k);
+        Ok(Chain {
+            src: f(1)?,
+            a: f(2)?,
+            b: f(3)?,
+            c: f(4)?,
+            out: f(5)?,
+            acc: f(6)?,
+            d: f(7)?,
+            spare: f(8)?,
+        })
+    }
+
+    fn host(&self, stream: &Arc<CudaStream>) -> Result<Vec<Vec<u32>>> {
+        [&self.src, &self.a, &self.b, &self.c, &self.out, &self.acc, &self.d, &self.spare]
+            .into_iter()
+            .map(|x| Ok(stream.clone_dtoh(x)?))
+            .collect()
+    }
+}
+
+/// The chain as a builder graph: a producer, three consumers, a fan-in, then `acc` read, copied
+/// over and updated in place. Returns the builder's edges.
+fn chain_graph(
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    k: &Ops,
+    n: u32,
+    seed: u32,
+    b: &mut Chain,
+) -> Result<Vec<(u32, u32)>> {
+    let cfg = LaunchConfig::for_num_elems(n);
+    let mut g = cache.builder(stream);
+    assert!(g.is_empty());
+    let (src, a, bb, c) =
+        (g.write(&mut b.src), g.write(&mut b.a), g.write(&mut b.b), g.write(&mut b.c));
+    let (out, acc, d) = (g.write(&mut b.out), g.write(&mut b.acc), g.write(&mut b.d));
+    g.kernel(k.iota(n, 7, seed, src).launch(cfg));
+    g.kernel(k.affine(n, 3, 1, src.read(), a).launch(cfg));
+    g.kernel(k.mix(n, src.read(), bb).launch(cfg));
+    g.kernel(k.affine(n, 0xdead_beef, 5, src.read(), c).launch(cfg));
+    g.kernel(k.combine3(n, a.read(), bb.read(), c.read(), out).launch(cfg));
+    g.kernel(k.combine3(n, out.read(), acc.read(), a.read(), d).launch(cfg));
+    g.copy(d.read(), acc);
+    g.kernel(k.affine_inplace(n, 5, seed, acc).launch(cfg));
+    assert_eq!(g.len(), 8);
+    let mut edges = g.edges();
+    edges.sort_unstable();
+    g.launch()?;
+    Ok(edges)
+}
+
+/// The same work launched eagerly with cudarc.
+fn chain_eager(stream: &Arc<CudaStream>, k: &Ops, n: u32, seed: u32, e: &mut Chain) -> Result {
+    let cfg = LaunchConfig::for_num_elems(n);
+    launch!(stream, k, "iota", cfg; &n, &7u32, &seed, &mut e.src)?;
+    launch!(stream, k, "affine", cfg; &n, &3u32, &1u32, &e.src, &mut e.a)?;
+    launch!(stream, k, "mix", cfg; &n, &e.src, &mut e.b)?;
+    launch!(stream, k, "affine", cfg; &n, &0xdead_beefu32, &5u32, &e.src, &mut e.c)?;
+    launch!(stream, k, "combine3", cfg; &n, &e.a, &e.b, &e.c, &mut e.out)?;
+    launch!(stream, k, "combine3", cfg; &n, &e.out, &e.acc, &e.a, &mut e.d)?;
+    stream.memcpy_dtod(&e.d, &mut e.acc)?;
+    launch!(stream, k, "affine_inplace", cfg; &n, &5u32, &seed, &mut e.acc)?;
+    Ok(())
+}
+
+/// Between calls: nothing, a scalar change, nothing, a pointer swap of `acc` with a buffer
+/// outside the graph, a pointer swap of two buffers inside it. One build; every later call a
+/// hit that sends exactly the changed nodes. All eight buffers equal the eager ones after every
+/// call.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn chain_and_fan_equal_eager_launches_and_update_in_place() -> Result {
+    let (_ctx, stream, k) = gpu()?;
+    let n: u32 = 300_007;
+    let mut g = Chain::new(&stream, n as usize)?;
+    let mut e = Chain::new(&stream, n as usize)?;
+    let mut cache = GraphCache::new();
+    #[derive(Clone, Copy, Debug)]
+    enum Swap {
+        None,
+        AccSpare,
+        AC,
+    }
+    // (seed, swap before the call, (builds, hits, node_updates, nodes_unchanged) after it)
+    let calls = [
+        (1u32, Swap::None, (1, 0, 0, 0)),
+        // iota's and affine_inplace's seed
+        (2, Swap::None, (1, 1, 2, 6)),
+        // nothing changed
+        (2, Swap::None, (1, 2, 2, 14)),
+        // acc's three users: the second combine3, the copy, affine_inplace
+        (2, Swap::AccSpare, (1, 3, 5, 19)),
+        // both affines, both combine3s (they read a)
+        (2, Swap::AC, (1, 4, 9, 23)),
+        // iota's seed, and acc's three users (affine_inplace's seed among them)
+        (9, Swap::AccSpare, (1, 5, 13, 27)),
+    ];
+    for (i, &(seed, swap, want)) in calls.iter().enumerate() {
+        match swap {
+            Swap::None => {}
+            Swap::AccSpare => {
+                std::mem::swap(&mut g.acc, &mut g.spare);
+                std::mem::swap(&mut e.acc, &mut e.spare);
+            }
+            Swap::AC => {
+                std::mem::swap(&mut g.a, &mut g.c);
+                std::mem::swap(&mut e.a, &mut e.c);
+            }
+        }
+        let edges = chain_graph(&mut cache, &stream, &k, n, seed, &mut g)?;
+        assert_eq!(edges, [(0, 1), (0, 2), (0, 3), (1, 4), (2, 4), (3, 4), (4, 5), (5, 6), (6, 7)]);
+        chain_eager(&stream, &k, n, seed, &mut e)?;
+        let (got, want_bufs) = (g.host(&stream)?, e.host(&stream)?);
+        let names = ["src", "a", "b", "c", "out", "acc", "d", "spare"];
+        for (j, name) in names.iter().enumerate() {
+            assert_same(&got[j], &want_bufs[j], &format!("call {i} ({swap:?}): {name}"));
+        }
+        assert_same(&got[0], &host::iota(n, 7, seed), &format!("call {i}: src vs host model"));
+        let s = cache.stats();
+        assert_eq!((s.builds, s.hits, s.node_updates, s.nodes_unchanged), want, "call {i}: {s:?}");
+        assert_eq!((s.instantiations, s.launches), (1, i as u64 + 1), "call {i}: {s:?}");
+        assert_eq!((s.exec_updates, s.reinstantiations), (0, 0), "call {i}: {s:?}");
+    }
+    assert_eq!(cache.len(), 1);
+    assert!(cache.plan().is_none(), "a builder graph has no static plan");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Variants: calls switching between three topologies.
+// ---------------------------------------------------------------------------------------------
+
+/// One call with topology `topo` (0, 1 or 2) over the four buffers, registering them in reverse
+/// order when `flip` (another numbering of the places, the same topology). In topology 1 the
+/// fourth node is `affine` or `mix` (`mix_fn`): another function with another parameter count
+/// in the same node.
+fn variant(
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    k: &Ops,
+    (topo, seed, flip, mix_fn): (usize, u32, bool, bool),
+    bufs: &mut [CudaSlice<u32>; 4],
+) -> Result {
+    let n = bufs[0].len() as u32;
+    let cfg = LaunchConfig::for_num_elems(n);
+    let [x, y, z, w] = bufs;
+    let mut g = cache.builder(stream);
+    let (x, y, z, w) = if flip {
+        let (w, z, y) = (g.write(w), g.write(z), g.write(y));
+        (g.write(x), y, z, w)
+    } else {
+        (g.write(x), g.write(y), g.write(z), g.write(w))
+    };
+    match topo {
+        0 => {
+            g.kernel(k.iota(n, 3, seed, x).launch(cfg));
+            g.kernel(k.affine(n, 5, seed, x.read(), y).launch(cfg));
+            g.kernel(k.mix(n, y.read(), z).launch(cfg));
+        }
+        1 => {
+            g.kernel(k.iota(n, 1, seed, x).launch(cfg));
+            g.copy(x.read(), y);
+            g.memset(w, seed ^ 0x5555_5555);
+            if mix_fn {
+                g.kernel(k.mix(n, y.read(), z).launch(cfg));
+            } else {
+                g.kernel(k.affine(n, 11, seed, y.read(), z).launch(cfg));
+            }
+            g.kernel(k.affine_inplace(n, 3, seed, z).launch(cfg));
+        }
+        _ => {
+            g.kernel(k.iota(n, 7, seed, x).launch((n.div_ceil(128), 128)));
+            g.kernel(k.affine(n, 3, seed, x.read(), y).launch(cfg));
+            g.kernel(k.mix(n, x.read(), z).launch(cfg));
+            g.kernel(k.combine3(n, x.read(), y.read(), z.read(), w).launch(cfg));
+            g.zero(x);
+        }
+    }
+    g.launch()
+}
+
+/// Twelve calls over three topologies in a mixed order, with pointer swaps, scalar changes,
+/// function changes and both registration orders: three builds, every other call a hit, and
+/// after every call all four buffers equal those of the eager oracle.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn variants_hit_their_cached_execs() -> Result {
+    let (_ctx, stream, k) = gpu()?;
+    let len = 40_000;
+    let bufs = |o: u32| -> Result<[CudaSlice<u32>; 4]> {
+        Ok([
+            distinct(&stream, len, o)?,
+            distinct(&stream, len, o + 1)?,
+            distinct(&stream, len, o + 2)?,
+            distinct(&stream, len, o + 3)?,
+        ])
+    };
+    let (mut gb, mut eb) = (bufs(10)?, bufs(10)?);
+    let mut cache = GraphCache::new();
+    let mut eager = GraphCache::new();
+    eager.set_mode(Mode::Eager);
+    let topos = [0usize, 1, 2, 0, 0, 1, 2, 2, 1, 0, 1, 2];
+    for (i, &topo) in topos.iter().enumerate() {
+        let (a, b) = (i % 4, (i * 3 + 1) % 4);
+        gb.swap(a, b);
+        eb.swap(a, b);
+        let call = (topo, 17 * i as u32 + 1, i % 2 == 1, i % 3 == 1);
+        variant(&mut cache, &stream, &k, call, &mut gb)?;
+        variant(&mut eager, &stream, &k, call, &mut eb)?;
+        for j in 0..4 {
+            assert_same(
+                &stream.clone_dtoh(&gb[j])?,
+                &stream.clone_dtoh(&eb[j])?,
+                &format!("call {i} {call:?}: buffer {j}"),
+            );
+        }
+    }
+    let s = cache.stats();
+    let calls = topos.len() as u64;
+    assert_eq!((s.builds, s.hits, s.launches, s.evictions), (3, calls - 3, calls, 0), "{s:?}");
+    assert!(s.node_updates > 0, "{s:?}");
+    assert_eq!(cache.len(), 3);
+    let hits: u64 = cache.variant_hits().iter().map(|v| v.1).sum();
+    assert_eq!(hits, calls - 3);
+    let es = eager.stats();
+    assert_eq!((es.eager_calls, es.builds, es.launches), (calls, 0, 0), "{es:?}");
+    assert!(eager.is_empty());
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Copies with pinned host memory.
+// ---------------------------------------------------------------------------------------------
+
+/// Buffers of the pinned copy test: pinned input and outputs, device intermediates.
+struct Pinned {
+    pin_in: PinnedHostSlice<u32>,
+    pin_out: PinnedHostSlice<u32>,
+    pin_out2: PinnedHostSlice<u32>,
+    slow: CudaSlice<u32>,
+    d_in: CudaSlice<u32>,
+    d_mid: CudaSlice<u32>,
+    d_out: CudaSlice<u32>,
+}
+
+impl Pinned {
+    fn new(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, len: usize) -> Result<Pinned> {
+        let pinned = || -> Result<PinnedHostSlice<u32>> {
+            // SAFETY: filled right away, before any read of it.
+            let mut p = unsafe { ctx.alloc_pinned::<u32>(len)? };
+            p.as_mut_slice()?.fill(0x0bad_f00d);
+            Ok(p)
+        };
+        let z = || stream.alloc_zeros::<u32>(len);
+        Ok(Pinned {
+            pin_in: pinned()?,
+            pin_out: pinned()?,
+            pin_out2: pinned()?,
+            slow: z()?,
+            d_in: z()?,
+            d_mid: z()?,
+            d_out: z()?,
+        })
+    }
+}
+
+/// Pinned host → device copy after a slow kernel (`after`), two kernels, device → pinned host
+/// copy. Returns the builder's edges.
+fn pinned_graph(
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    k: &Ops,
+    (n, spins, round): (u32, u32, u32),
+    p: &mut Pinned,
+) -> Result<Vec<(u32, u32)>> {
+    let cfg = LaunchConfig::for_num_elems(n);
+    let mut g = cache.builder(stream);
+    let input = g.read(&p.pin_in);
+    let (slow, d_in) = (g.write(&mut p.slow), g.write(&mut p.d_in));
+    let (d_mid, d_out) = (g.write(&mut p.d_mid), g.write(&mut p.d_out));
+    let output = g.write(&mut p.pin_out);
+    let s = g.kernel(k.slow_iota(n, spins, 1, round, slow).launch(cfg));
+    let c = g.copy(input, d_in);
+    g.after(c, &[s]);
+    g.kernel(k.affine(n, 3, round, d_in.read(), d_mid).launch(cfg));
+    g.kernel(k.mix(n, d_mid.read(), d_out).launch(cfg));
+    g.copy(d_out.read(), output);
+    let mut edges = g.edges();
+    edges.sort_unstable();
+    g.launch()?;
+    Ok(edges)
+}
+
+/// Host → device and device → host copies with pinned memory, compared with the eager oracle
+/// and a host model. The host overwrites the pinned input right after `launch` returns, while
+/// the graph's copy out of it waits behind a slow kernel: cudarc's event recorded by the launch
+/// must make that write wait, so the result is still that of the old input. The pinned output
+/// is swapped with another pinned buffer on odd rounds (a host pointer update).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn pinned_host_copies_both_ways() -> Result {
+    let (ctx, stream, k) = gpu()?;
+    let n: u32 = (1 << 16) + 3;
+    let spins = 1u32 << 16;
+    let (mut gp, mut ep) =
+        (Pinned::new(&ctx, &stream, n as usize)?, Pinned::new(&ctx, &stream, n as usize)?);
+    let mut cache = GraphCache::new();
+    let mut eager = GraphCache::new();
+    eager.set_mode(Mode::Eager);
+    for round in 0..4u32 {
+        if round % 2 == 1 {
+            std::mem::swap(&mut gp.pin_out, &mut gp.pin_out2);
+            std::mem::swap(&mut ep.pin_out, &mut ep.pin_out2);
+        }
+        let input: Vec<u32> =
+            (0..n).map(|i| i.wrapping_mul(2_654_435_761).wrapping_add(round)).collect();
+        gp.pin_in.as_mut_slice()?.copy_from_slice(&input);
+        ep.pin_in.as_mut_slice()?.copy_from_slice(&input);
+        let edges = pinned_graph(&mut cache, &stream, &k, (n, spins, round), &mut gp)?;
+        assert_eq!(edges, [(0, 1), (1, 2), (2, 3), (3, 4)], "the `after` edge, then data edges");
+        // Must wait for the graph's copy out of `pin_in`.
+        gp.pin_in.as_mut_slice()?.fill(0xdead_beef);
+        // Must wait for the graph's copy into `pin_out`.
+        let got = gp.pin_out.as_slice()?.to_vec();
+        pinned_graph(&mut eager, &stream, &k, (n, spins, round), &mut ep)?;
+        let want = ep.pin_out.as_slice()?.to_vec();
+        assert_same(&got, &want, &format!("round {round}: graph vs eager oracle"));
+        assert_same(
+            &got,
+            &host::mix(&host::affine(&input, 3, round)),
+            &format!("round {round}: graph vs host model"),
+        );
+        assert_same(&stream.clone_dtoh(&gp.d_in)?, &input, &format!("round {round}: d_in"));
+        assert_same(
+            &stream.clone_dtoh(&gp.slow)?,
+            &stream.clone_dtoh(&ep.slow)?,
+            &format!("round {round}: slow kernel"),
+        );
+        // The other pinned output is untouched by this round.
+        assert_same(gp.pin_out2.as_slice()?, ep.pin_out2.as_slice()?, "the other pinned output");
+    }
+    let s = cache.stats();
+    assert_eq!((s.builds, s.instantiations, s.hits, s.launches), (1, 1, 3, 4), "{s:?}");
+    // Per round: slow_iota's and affine's `round`, and on odd rounds the pinned output pointer.
+    assert_eq!(s.node_updates, 8, "{s:?}, last refusal {:?}", cache.last_refusal());
+    assert_eq!((s.exec_updates, s.reinstantiations), (0, 0), "{s:?}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. `after` edges.
+// ---------------------------------------------------------------------------------------------
+
+/// Four kernels over three buffers with and without `after` edges: `edges()` is the transitive
+/// reduction of the data hazards plus the `after` edges; `after` edges are part of the topology
+/// (two builds, then hits); results equal eager cudarc launches. An empty builder launches too.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn after_edges_and_edges_of_a_real_builder() -> Result {
+    let (_ctx, stream, k) = gpu()?;
+    let n: u32 = 100_003;
+    let cfg = LaunchConfig::for_num_elems(n);
+    let (mut x, mut y, mut z) = (
+        distinct(&stream, n as usize, 1)?,
+        distinct(&stream, n as usize, 2)?,
+        distinct(&stream, n as usize, 3)?,
+    );
+    let (mut ex, mut ey, mut ez) = (x.clone(), y.clone(), z.clone());
+    let mut cache = GraphCache::new();
+    for (call, with_after) in [false, true, true, false, true].into_iter().enumerate() {
+        let call = call as u32;
+        let mut g = cache.builder(&stream);
+        let (xw, yw, zw) = (g.write(&mut x), g.write(&mut y), g.write(&mut z));
+        let a = g.kernel(k.iota(n, 3, call, xw).launch(cfg));
+        let b = g.kernel(k.iota(n, 5, call, yw).launch(cfg));
+        let c = g.kernel(k.affine(n, 7, 1, yw.read(), zw).launch(cfg));
+        let d = g.kernel(k.affine_inplace(n, 1, 2, xw).launch(cfg));
+        assert_eq!([a.index(), b.index(), c.index(), d.index()], [0, 1, 2, 3]);
+        let mut edges = g.edges();
+        edges.sort_unstable();
+        assert_eq!(edges, [(0, 3), (1, 2)], "data hazards only");
+        if with_after {
+            g.after(c, &[a]);
+            g.after(d, &[b, c]);
+            let mut edges = g.edges();
+            edges.sort_unstable();
+            // (0, 3) and (1, 3) are implied by 0 → 2 → 3 and 1 → 2 → 3.
+            assert_eq!(edges, [(0, 2), (1, 2), (2, 3)], "with `after` edges");
+        }
+        g.launch()?;
+        launch!(stream, k, "iota", cfg; &n, &3u32, &call, &mut ex)?;
+        launch!(stream, k, "iota", cfg; &n, &5u32, &call, &mut ey)?;
+        launch!(stream, k, "affine", cfg; &n, &7u32, &1u32, &ey, &mut ez)?;
+        launch!(stream, k, "affine_inplace", cfg; &n, &1u32, &2u32, &mut ex)?;
+        for (name, got, want) in [("x", &x, &ex), ("y", &y, &ey), ("z", &z, &ez)] {
+            assert_same(
+                &stream.clone_dtoh(got)?,
+                &stream.clone_dtoh(want)?,
+                &format!("call {call} (after: {with_after}): {name}"),
+            );
+        }
+    }
+    let s = cache.stats();
+    assert_eq!((s.builds, s.hits, s.launches), (2, 3, 5), "{s:?}");
+    assert_eq!(cache.len(), 2);
+
+    // An empty builder is an empty graph: it builds, launches and changes nothing.
+    let before = stream.clone_dtoh(&x)?;
+    let mut empty = GraphCache::new();
+    let g = empty.builder(&stream);
+    assert!(g.is_empty() && g.edges().is_empty());
+    g.launch()?;
+    assert_same(&stream.clone_dtoh(&x)?, &before, "after an empty graph");
+    let s = empty.stats();
+    assert_eq!((s.builds, s.launches), (1, 1), "{s:?}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Bad input through the real API.
+// ---------------------------------------------------------------------------------------------
+
+const N: u32 = 4096;
+
+/// A cache with buffers `x` and `y` and their eager twins, for the bad-input tests.
+struct Fixture {
+    _ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    k: Ops,
+    x: CudaSlice<u32>,
+    y: CudaSlice<u32>,
+    ex: CudaSlice<u32>,
+    ey: CudaSlice<u32>,
+    cache: GraphCache,
+    good_calls: u64,
+}
+
+impl Fixture {
+    fn new() -> Result<Fixture> {
+        let (ctx, stream, k) = gpu()?;
+        let f = |i| distinct(&stream, N as usize, i);
+        let (x, y, ex, ey) = (f(1)?, f(2)?, f(1)?, f(2)?);
+        let cache = GraphCache::new();
+        Ok(Fixture { _ctx: ctx, stream, k, x, y, ex, ey, cache, good_calls: 0 })
+    }
+
+    /// A good call on the fixture's cache (x = iota(3, b), y = affine(x, 5, 1)), compared with
+    /// eager cudarc launches.
+    fn good(&mut self, b: u32) -> Result {
+        let cfg = LaunchConfig::for_num_elems(N);
+        let mut g = self.cache.builder(&self.stream);
+        let (x, y) = (g.write(&mut self.x), g.write(&mut self.y));
+        g.kernel(self.k.iota(N, 3, b, x).launch(cfg));
+        g.kernel(self.k.affine(N, 5, 1, x.read(), y).launch(cfg));
+        g.launch()?;
+        launch!(self.stream, self.k, "iota", cfg; &N, &3u32, &b, &mut self.ex)?;
+        launch!(self.stream, self.k, "affine", cfg; &N, &5u32, &1u32, &self.ex, &mut self.ey)?;
+        self.same(&format!("good call {b}"))?;
+        assert_same(&self.stream.clone_dtoh(&self.x)?, &host::iota(N, 3, b), "x vs host model");
+        self.good_calls += 1;
+        Ok(())
+    }
+
+    /// x and y equal their eager twins: after a refused call, what the last good call left.
+    fn same(&self, what: &str) -> Result {
+        assert_same(
+            &self.stream.clone_dtoh(&self.x)?,
+            &self.stream.clone_dtoh(&self.ex)?,
+            &format!("{what}: x"),
+        );
+        assert_same(
+            &self.stream.clone_dtoh(&self.y)?,
+            &self.stream.clone_dtoh(&self.ey)?,
+            &format!("{what}: y"),
+        );
+        Ok(())
+    }
+
+    /// Runs `bad` (which returns the refused call's result) in both modes, each between two
+    /// good calls: nothing of the bad call may run, and the cache must work afterwards.
+    fn refused(
+        &mut self,
+        mut bad: impl FnMut(&mut Fixture) -> (Result, u32),
+        check: impl Fn(&Error, u32),
+    ) -> Result {
+        for mode in [Mode::Graph, Mode::Eager] {
+            self.cache.set_mode(mode);
+            let before = self.cache.stats();
+            self.good(1)?;
+            let (r, line) = bad(self);
+            match r {
+                Ok(()) => panic!("{mode:?}: the bad call must be refused"),
+                Err(e) => check(&e, line),
+            }
+            self.same(&format!("{mode:?}: after the refused call"))?;
+            self.good(2)?;
+            let s = self.cache.stats();
+            match mode {
+                Mode::Graph => assert_eq!(s.launches - before.launches, 2, "{s:?}"),
+                _ => assert_eq!(s.eager_calls - before.eager_calls, 2, "{s:?}"),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The site of a node error.
+fn site(e: &Error) -> NodeSite {
+    match e {
+        Error::InvalidNode { site, .. }
+        | Error::CopyLength { site, .. }
+        | Error::ZeroDims { site, .. }
+        | Error::Node { site, .. } => *site,
+        other => panic!("expected a node error, got {other:?}"),
+    }
+}
+
+/// Asserts `e` names node `label` at `line` of this file.
+#[track_caller]
+fn names(e: &Error, label: &str, line: u32) {
+    let s = site(e);
+    assert_eq!((s.label, s.line), (label, line), "{e}");
+    assert!(s.file.ends_with("builder.rs"), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!("node `{label}`")) && msg.contains(&format!("builder.rs:{line}:")),
+        "{msg}"
+    );
+}
+
+/// Asserts `e` is `Error::InvalidNode` naming `label` at `line`, saying `why`.
+#[track_caller]
+fn invalid(e: &Error, label: &str, line: u32, why: &str) {
+    match e {
+        Error::InvalidNode { why: w, .. } => assert!(w.contains(why), "{e}"),
+        other => panic!("expected Error::InvalidNode, got {other:?}"),
+    }
+    names(e, label, line);
+}
+
+/// A buffer handle of another builder (two builders over two caches alive at once) is refused;
+/// the other builder is unaffected and launches.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn handle_of_another_builder_is_refused() -> Result {
+    let mut f = Fixture::new()?;
+    let mut other = GraphCache::new();
+    let mut spare = f.stream.alloc_zeros::<u32>(N as usize)?;
+    let mut e_spare = f.stream.alloc_zeros::<u32>(N as usize)?;
+    let cfg = LaunchConfig::for_num_elems(N);
+    let mut round = 0u32;
+    f.refused(
+        |f| {
+            round += 1;
+            let mut g1 = other.builder(&f.stream);
+            let mut g2 = f.cache.builder(&f.stream);
+            let foreign = g1.write(&mut spare);
+            let y = g2.write(&mut f.y);
+            g2.kernel(f.k.iota(N, 3, 99, y).launch(cfg)); // would change y
+            let line = line!() + 1;
+            g2.kernel(f.k.affine(N, 1, 2, foreign.read(), y).launch(cfg));
+            let r = g2.launch();
+            g1.kernel(f.k.iota(N, 1, round, foreign).launch(cfg));
+            g1.launch().expect("the other builder is unaffected");
+            (r, line)
+        },
+        |e, line| invalid(e, "affine", line, "not registered with this GraphBuilder"),
+    )?;
+    launch!(f.stream, f.k, "iota", cfg; &N, &1u32, &round, &mut e_spare)?;
+    assert_same(&f.stream.clone_dtoh(&spare)?, &f.stream.clone_dtoh(&e_spare)?, "other builder");
+    assert_eq!(other.stats().launches, 2, "the other builder launched in both rounds");
+    Ok(())
+}
+
+/// One buffer passed twice to one node with a write (`w.read()` and `w` to a kernel; a copy
+/// onto itself) is refused; read twice is allowed.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn one_buffer_twice_in_one_node_with_a_write_is_refused() -> Result {
+    let mut f = Fixture::new()?;
+    let cfg = LaunchConfig::for_num_elems(N);
+    let why = "passed twice to one node, and written";
+    f.refused(
+        |f| {
+            let mut g = f.cache.builder(&f.stream);
+            let (x, y) = (g.write(&mut f.x), g.write(&mut f.y));
+            g.kernel(f.k.iota(N, 3, 99, x).launch(cfg)); // would change x
+            let line = line!() + 1;
+            g.kernel(f.k.affine(N, 1, 2, y.read(), y).launch(cfg));
+            (g.launch(), line)
+        },
+        |e, line| invalid(e, "affine", line, why),
+    )?;
+    f.refused(
+        |f| {
+            let mut g = f.cache.builder(&f.stream);
+            let y = g.write(&mut f.y);
+            g.kernel(f.k.iota(N, 3, 99, y).launch(cfg));
+            let line = line!() + 1;
+            g.copy(y.read(), y);
+            (g.launch(), line)
+        },
+        |e, line| invalid(e, "copy", line, why),
+    )?;
+    // One buffer read twice by one node is fine: out = x + 2 x[rev] + (x ^ c).
+    let mut out = f.stream.alloc_zeros::<u32>(N as usize)?;
+    let mut e_out = f.stream.alloc_zeros::<u32>(N as usize)?;
+    let mut g = f.cache.builder(&f.stream);
+    let (x, o) = (g.read(&f.x), g.write(&mut out));
+    g.kernel(f.k.combine3(N, x, x, x, o).launch(cfg));
+    g.launch()?;
+    launch!(f.stream, f.k, "combine3", cfg; &N, &f.ex, &f.ex, &f.ex, &mut e_out)?;
+    assert_same(&f.stream.clone_dtoh(&out)?, &f.stream.clone_dtoh(&e_out)?, "x read three times");
+    Ok(())
+}
+
+/// `after` naming a later node, the node itself, or a node of another builder, and `after` on a
+/// node of another builder, are refused.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn after_that_is_not_an_earlier_node_of_this_builder_is_refused() -> Result {
+    let mut f = Fixture::new()?;
+    let cfg = LaunchConfig::for_num_elems(N);
+    // A later node: the error names the node given first, where it was added.
+    f.refused(
+        |f| {
+            let mut g = f.cache.builder(&f.stream);
+            let (x, y) = (g.write(&mut f.x), g.write(&mut f.y));
+            let line = line!() + 1;
+            let n0 = g.kernel(f.k.iota(N, 3, 99, x).launch(cfg));
+            let n1 = g.kernel(f.k.affine(N, 1, 2, x.read(), y).launch(cfg));
+            g.after(n0, &[n1]);
+            (g.launch(), line)
+        },
+        |e, line| invalid(e, "iota", line, "which is not earlier than this node"),
+    )?;
+    // The node itself.
+    f.refused(
+        |f| {
+            let mut g = f.cache.builder(&f.stream);
+            let (x, y) = (g.write(&mut f.x), g.write(&mut f.y));
+            g.kernel(f.k.iota(N, 3, 99, x).launch(cfg));
+            let line = line!() + 1;
+            let n1 = g.kernel(f.k.affine(N, 1, 2, x.read(), y).launch(cfg));
+            g.after(n1, &[n1]);
+            (g.launch(), line)
+        },
+        |e, line| invalid(e, "affine", line, "not earlier"),
+    )?;
+    // Nodes of another builder, in either place.
+    let mut other = GraphCache::new();
+    let mut spare = f.stream.alloc_zeros::<u32>(N as usize)?;
+    f.refused(
+        |f| {
+            let mut g1 = other.builder(&f.stream);
+            let s = g1.write(&mut spare);
+            let foreign = g1.zero(s);
+            let mut g = f.cache.builder(&f.stream);
+            let x = g.write(&mut f.x);
+            let line = line!() + 1;
+            let n0 = g.kernel(f.k.iota(N, 3, 99, x).launch(cfg));
+            g.after(n0, &[foreign]);
+            (g.launch(), line)
+        },
+        |e, line| invalid(e, "iota", line, "names a node of another GraphBuilder"),
+    )?;
+    f.refused(
+        |f| {
+            let mut g1 = other.builder(&f.stream);
+            let s = g1.write(&mut spare);
+            let foreign = g1.zero(s);
+            let mut g = f.cache.builder(&f.stream);
+            let x = g.write(&mut f.x);
+            let n0 = g.kernel(f.k.iota(N, 3, 99, x).launch(cfg));
+            let line = line!() + 1;
+            g.after(foreign, &[n0]);
+            (g.launch(), line)
+        },
+        |e, line| invalid(e, "after", line, "`after` on a node of another GraphBuilder"),
+    )?;
+    assert!(other.stats().launches == 0 && other.stats().eager_calls == 0);
+    Ok(())
+}
+
+/// A copy between buffers of different lengths is `Error::CopyLength`, naming the copy.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn copy_length_mismatch_is_refused() -> Result {
+    let mut f = Fixture::new()?;
+    let mut short = f.stream.alloc_zeros::<u32>(N as usize / 2)?;
+    let cfg = LaunchConfig::for_num_elems(N);
+    f.refused(
+        |f| {
+            let mut g = f.cache.builder(&f.stream);
+            let (x, s) = (g.write(&mut f.x), g.write(&mut short));
+            g.kernel(f.k.iota(N, 3, 99, x).launch(cfg));
+            let line = line!() + 1;
+            g.copy(x.read(), s);
+            (g.launch(), line)
+        },
+        |e, line| {
+            assert!(
+                matches!(e, Error::CopyLength { src, dst, .. } if (*src, *dst) == (N as usize, N as usize / 2)),
+                "{e}"
+            );
+            names(e, "copy", line);
+        },
+    )?;
+    assert!(f.stream.clone_dtoh(&short)?.iter().all(|&v| v == 0), "nothing was copied");
+    Ok(())
+}
+
+/// A launch with a zero grid is `Error::ZeroDims`, naming the kernel.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn zero_grid_is_refused() -> Result {
+    let mut f = Fixture::new()?;
+    let cfg = LaunchConfig::for_num_elems(N);
+    f.refused(
+        |f| {
+            let mut g = f.cache.builder(&f.stream);
+            let (x, y) = (g.write(&mut f.x), g.write(&mut f.y));
+            g.kernel(f.k.iota(N, 3, 99, x).launch(cfg));
+            let line = line!() + 1;
+            g.kernel(f.k.affine(N, 1, 2, x.read(), y).launch((0, 256)));
+            (g.launch(), line)
+        },
+        |e, line| {
+            assert!(
+                matches!(e, Error::ZeroDims { grid: (0, 1, 1), block: (256, 1, 1), .. }),
+                "{e}"
+            );
+            names(e, "affine", line);
+        },
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. One cache used by `graph!` and by builders.
+// ---------------------------------------------------------------------------------------------
+
+/// `graph!` and a builder making the same work, on one cache in turns: each switch drops the
+/// other's graphs and builds anew, repeats hit, and every result equals eager cudarc launches.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn graph_macro_and_builder_share_a_cache() -> Result {
+    let (_ctx, stream, k) = gpu()?;
+    let n: u32 = 65_537;
+    let cfg = LaunchConfig::for_num_elems(n);
+    let z = || stream.alloc_zeros::<u32>(n as usize);
+    let (mut x, mut y, mut ex, mut ey) = (z()?, z()?, z()?, z()?);
+    let mut cache = GraphCache::new();
+    // (use the builder, (builds, hits) after the call)
+    let calls = [
+        (false, (1, 0)),
+        (true, (2, 0)),
+        (true, (2, 1)),
+        (false, (3, 1)),
+        (false, (3, 2)),
+        (true, (4, 2)),
+    ];
+    for (i, &(builder, want)) in calls.iter().enumerate() {
+        let seed = 11 * i as u32 + 1;
+        if builder {
+            let mut g = cache.builder(&stream);
+            let (xw, yw) = (g.write(&mut x), g.write(&mut y));
+            g.kernel(k.iota(n, 3, seed, xw).launch(cfg));
+            g.kernel(k.mix(n, xw.read(), yw).launch(cfg));
+            g.launch()?;
+        } else {
+            graph!(&mut cache, &stream, {
+                k.iota(n, 3, seed, &mut x).launch(cfg);
+                k.mix(n, &x, &mut y).launch(cfg);
+            })?;
+        }
+        launch!(stream, k, "iota", cfg; &n, &3u32, &seed, &mut ex)?;
+        launch!(stream, k, "mix", cfg; &n, &ex, &mut ey)?;
+        let got = stream.clone_dtoh(&y)?;
+        assert_same(&got, &stream.clone_dtoh(&ey)?, &format!("call {i} (builder: {builder})"));
+        assert_same(&got, &host::mix(&host::iota(n, 3, seed)), &format!("call {i}: host model"));
+        let s = cache.stats();
+        assert_eq!((s.builds, s.hits), want, "call {i} (builder: {builder}): {s:?}");
+        assert_eq!(cache.len(), 1, "call {i}: the other call site's graphs were dropped");
+        assert_eq!(cache.plan().is_some(), !builder, "call {i}");
+    }
+    Ok(())
+}
