@@ -89,7 +89,7 @@ impl Node {
 pub struct GraphBuilder<'a> {
     cache: &'a mut GraphCache,
     stream: &'a CudaStream,
-    rec: Recording,
+    rec: Box<Recording>,
     /// Record each buffer's use on the stream when dropped, after the launch.
     guards: Vec<SyncOnDrop<'a>>,
 }
@@ -98,7 +98,10 @@ impl GraphCache {
     /// A [`GraphBuilder`] for one graph launched on `stream`, cached in this cache.
     pub fn builder<'a>(&'a mut self, stream: &'a CudaStream) -> GraphBuilder<'a> {
         let id = NEXT_BUILDER.fetch_add(1, Ordering::Relaxed);
-        GraphBuilder { cache: self, stream, rec: Recording::new(id), guards: Vec::new() }
+        // The last builder's vectors, emptied, so that steady calls reuse their capacity.
+        let mut rec = self.recording.take().unwrap_or_else(|| Box::new(Recording::new(0)));
+        rec.id = id;
+        GraphBuilder { cache: self, stream, rec, guards: Vec::new() }
     }
 }
 
@@ -193,12 +196,21 @@ impl<'a> GraphBuilder<'a> {
         if let Some(e) = self.rec.error.take() {
             return Err(e);
         }
-        let (key, signature) = self.rec.signature();
-        let views: Vec<KernelView<'_>> = self.rec.kernel_views().collect();
-        let nodes = self.rec.params(&views);
-        let call = GraphCall { shape: &self.rec, site: Site::Builder, key, signature: &signature };
+        let key = self.rec.signature();
+        let rec = &*self.rec;
+        let views: Vec<KernelView<'_>> = rec.kernel_views().collect();
+        let nodes = rec.params(&views);
+        let call = GraphCall { shape: rec, site: Site::Builder, key, signature: &rec.sig };
         self.cache.run_call(call, self.stream, &nodes)
-        // `self.guards` drop here, after the launch was enqueued.
+        // `self` drops here: the guards record the buffers' use after the launch was enqueued.
+    }
+}
+
+impl Drop for GraphBuilder<'_> {
+    fn drop(&mut self) {
+        let mut rec = core::mem::replace(&mut self.rec, Box::new(Recording::new(0)));
+        rec.clear();
+        self.cache.recording = Some(rec);
     }
 }
 
@@ -209,6 +221,10 @@ fn site(label: &'static str, text: &'static str, at: &'static Location<'static>)
 /// What a builder recorded: plain data, so its checks and topology are testable without a GPU.
 pub(crate) struct Recording {
     id: u64,
+    /// The topology of [`Self::signature`].
+    sig: Vec<u32>,
+    /// Scratch of [`Self::signature`]: each place's number by first use.
+    canon: Vec<u32>,
     places: u32,
     pub(crate) nodes: Vec<RecNode>,
     /// Every node's accesses, `nodes[j].accesses` indexing into it.
@@ -282,6 +298,8 @@ impl Recording {
     pub(crate) fn new(id: u64) -> Self {
         Recording {
             id,
+            sig: Vec::new(),
+            canon: Vec::new(),
             places: 0,
             nodes: Vec::new(),
             accesses: Vec::new(),
@@ -292,6 +310,19 @@ impl Recording {
             error: None,
             location: Location::caller(),
         }
+    }
+
+    /// Empties every vector, keeping its capacity, and drops the kernels' functions.
+    fn clear(&mut self) {
+        self.places = 0;
+        self.nodes.clear();
+        self.accesses.clear();
+        self.after.clear();
+        self.bytes.clear();
+        self.arg_lens.clear();
+        self.ctxs.clear();
+        self.sig.clear();
+        self.error = None;
     }
 
     /// A new place's tag: the builder's number above [`PLACE_BITS`], the place's number (from
@@ -356,8 +387,13 @@ impl Recording {
             self.arg_lens.push(b.len() as u32);
         });
         args.for_each_context(&mut |c| self.ctxs.push(c));
-        let mut operands = Vec::new();
-        args.for_each_access(&mut |a| operands.push(a));
+        // At most 16 parameters (`KernelArgs` is implemented up to 16-tuples).
+        let mut operands = [(0u64, false); 16];
+        let mut len = 0;
+        args.for_each_access(&mut |a| {
+            operands[len] = a;
+            len += 1;
+        });
         let k = KernelRec {
             func,
             owner,
@@ -366,7 +402,7 @@ impl Recording {
             args: a0..self.arg_lens.len(),
             ctxs: c0..self.ctxs.len(),
         };
-        self.push(site, RecKind::Kernel(k), &operands)
+        self.push(site, RecKind::Kernel(k), &operands[..len])
     }
 
     pub(crate) fn memcpy(&mut self, site: NodeSite, p: MemcpyParams, src: u64, dst: u64) -> Node {
@@ -403,13 +439,17 @@ impl Recording {
     /// The variant of this recording: a hash and, compared in full, its topology: per node its
     /// kind (memcpy by direction), its accesses with places numbered by first use, and its
     /// `after` nodes. Equal signatures give equal edges and node kinds, so one exec serves both.
-    pub(crate) fn signature(&self) -> (u64, Vec<u32>) {
-        let mut canon = vec![u32::MAX; self.places as usize];
+    /// Fills `self.sig` and returns its hash.
+    pub(crate) fn signature(&mut self) -> u64 {
+        let mut canon = core::mem::take(&mut self.canon);
+        canon.clear();
+        canon.resize(self.places as usize, u32::MAX);
         let mut next = 0;
-        let mut after = self.after.clone();
-        after.sort_unstable_by_key(|&(from, to)| (to, from));
+        self.after.sort_unstable_by_key(|&(from, to)| (to, from));
+        let after = &self.after;
         let mut e = 0;
-        let mut sig = Vec::with_capacity(self.nodes.len() * 4 + after.len());
+        let mut sig = core::mem::take(&mut self.sig);
+        sig.clear();
         for (j, n) in self.nodes.iter().enumerate() {
             sig.push(match &n.kind {
                 RecKind::Kernel(_) => 0,
@@ -440,7 +480,9 @@ impl Recording {
         let key = sig.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &w| {
             (h ^ u64::from(w)).wrapping_mul(0x0000_0100_0000_01b3)
         });
-        (key, sig)
+        self.sig = sig;
+        self.canon = canon;
+        key
     }
 
     fn kernel_views(&self) -> impl Iterator<Item = KernelView<'_>> {
@@ -558,13 +600,14 @@ mod tests {
             rec.kernel(at(), F, DIMS, &(scalar, h(0).read(), h(1)));
             rec.memcpy(at(), copy(h(1).read(), h(2)), tags[1], tags[2]);
             rec.memset(at(), crate::node::zero(h(3)), tags[3]);
-            rec.signature()
+            (rec.signature(), rec.sig)
         };
         assert_eq!(sig([0, 1, 2, 3], 1), sig([3, 1, 0, 2], 2));
         let mut other = Recording::new(9);
         chain(&mut other, [0x100, 0x200, 0x300, 0x400], 1);
         // `chain` adds an `after` edge: another topology.
-        assert_ne!(sig([0, 1, 2, 3], 1), other.signature());
+        let key = other.signature();
+        assert_ne!(sig([0, 1, 2, 3], 1), (key, other.sig));
     }
 
     fn invalid(rec: &Recording) -> (String, u32) {
@@ -621,11 +664,12 @@ mod tests {
         assert!(invalid(&rec).0.contains("another GraphBuilder"));
     }
 
-    fn run(cache: &mut GraphCache<Mock>, rec: &Recording) -> Result<()> {
-        let (key, signature) = rec.signature();
+    fn run(cache: &mut GraphCache<Mock>, mut rec: Recording) -> Result<()> {
+        let key = rec.signature();
+        let rec = &rec;
         let views: Vec<KernelView<'_>> = rec.kernel_views().collect();
         let nodes = rec.params(&views);
-        let call = GraphCall { shape: rec, site: Site::Builder, key, signature: &signature };
+        let call = GraphCall { shape: rec, site: Site::Builder, key, signature: &rec.sig };
         cache.run_shape(call, (CTX, None), STREAM, &nodes)
     }
 
@@ -638,23 +682,23 @@ mod tests {
             chain(&mut r, bufs, scalar);
             r
         };
-        run(&mut cache, &rec(10, [0x100, 0x200, 0x300, 0x400], 1)).unwrap();
+        run(&mut cache, rec(10, [0x100, 0x200, 0x300, 0x400], 1)).unwrap();
         let built = mock.calls();
         assert_eq!(built.iter().filter(|c| c.starts_with("add_")).count(), 4, "{built:?}");
         assert!(built.contains(&"add_memset deps=1".to_string()), "after edge: {built:?}");
         // Same topology, new builder, a scalar changed and two buffers swapped: set-params only.
-        run(&mut cache, &rec(11, [0x200, 0x100, 0x300, 0x400], 1)).unwrap();
+        run(&mut cache, rec(11, [0x200, 0x100, 0x300, 0x400], 1)).unwrap();
         let c = mock.calls();
         assert_eq!(c.iter().filter(|c| c.starts_with("set_kernel")).count(), 2, "{c:?}");
         assert!(!c.iter().any(|c| c.starts_with("add_") || c == "instantiate"), "{c:?}");
-        run(&mut cache, &rec(12, [0x200, 0x100, 0x300, 0x400], 1)).unwrap();
+        run(&mut cache, rec(12, [0x200, 0x100, 0x300, 0x400], 1)).unwrap();
         assert_eq!(mock.calls(), ["launch"]);
         // Another topology: a second variant; then the first is hit again.
         let mut r = Recording::new(13);
         let (_, w) = buf(&mut r, 0x100);
         r.memset(at(), crate::node::zero(w), w.tag);
-        run(&mut cache, &r).unwrap();
-        run(&mut cache, &rec(14, [0x200, 0x100, 0x300, 0x400], 1)).unwrap();
+        run(&mut cache, r).unwrap();
+        run(&mut cache, rec(14, [0x200, 0x100, 0x300, 0x400], 1)).unwrap();
         let s = cache.stats();
         assert_eq!((s.builds, s.hits, s.launches, cache.len()), (2, 3, 5, 2), "{s:?}");
     }
