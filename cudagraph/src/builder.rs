@@ -66,6 +66,9 @@ impl Node {
 /// # Ok(()) }
 /// ```
 ///
+/// Past [`MAX_REDUCED_NODES`](crate::MAX_REDUCED_NODES) nodes the edges are every direct
+/// hazard, not reduced (the reduction's memory grows with the square of the node count).
+///
 /// Buffers are registered once per builder with [`read`](Self::read) or [`write`](Self::write),
 /// which borrow them until the builder is launched or dropped (so nothing can free or touch them
 /// while the graph may run) and make the stream wait for earlier work on them (cudarc's events);
@@ -89,7 +92,7 @@ impl Node {
 pub struct GraphBuilder<'a> {
     cache: &'a mut GraphCache,
     stream: &'a CudaStream,
-    rec: Box<Recording>,
+    rec: Recording,
     /// Record each buffer's use on the stream when dropped, after the launch.
     guards: Vec<SyncOnDrop<'a>>,
 }
@@ -99,7 +102,7 @@ impl GraphCache {
     pub fn builder<'a>(&'a mut self, stream: &'a CudaStream) -> GraphBuilder<'a> {
         let id = NEXT_BUILDER.fetch_add(1, Ordering::Relaxed);
         // The last builder's vectors, emptied, so that steady calls reuse their capacity.
-        let mut rec = self.recording.take().unwrap_or_else(|| Box::new(Recording::new(0)));
+        let mut rec = core::mem::replace(&mut self.recording, Recording::new(0));
         rec.id = id;
         GraphBuilder { cache: self, stream, rec, guards: Vec::new() }
     }
@@ -197,7 +200,7 @@ impl<'a> GraphBuilder<'a> {
             return Err(e);
         }
         let key = self.rec.signature();
-        let rec = &*self.rec;
+        let rec = &self.rec;
         let views: Vec<KernelView<'_>> = rec.kernel_views().collect();
         let nodes = rec.params(&views);
         let call = GraphCall { shape: rec, site: Site::Builder, key, signature: &rec.sig };
@@ -208,9 +211,9 @@ impl<'a> GraphBuilder<'a> {
 
 impl Drop for GraphBuilder<'_> {
     fn drop(&mut self) {
-        let mut rec = core::mem::replace(&mut self.rec, Box::new(Recording::new(0)));
-        rec.clear();
-        self.cache.recording = Some(rec);
+        // Hands the vectors back for the next builder; allocates nothing.
+        self.rec.clear();
+        core::mem::swap(&mut self.rec, &mut self.cache.recording);
     }
 }
 

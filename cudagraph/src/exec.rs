@@ -131,7 +131,7 @@ pub struct GraphCache<D: Driver = Cuda> {
     clock: u64,
     stats: Stats,
     /// The last [`GraphBuilder`](crate::GraphBuilder)'s emptied vectors, reused by the next.
-    pub(crate) recording: Option<Box<crate::builder::Recording>>,
+    pub(crate) recording: crate::builder::Recording,
 }
 
 // SAFETY: the raw driver handles inside are only used through `&mut self` (or `Drop`), so
@@ -601,7 +601,7 @@ impl<D: Driver> GraphCache<D> {
             max_variants: max.max(1),
             clock: 0,
             stats: Stats::default(),
-            recording: None,
+            recording: crate::builder::Recording::new(0),
         }
     }
 

@@ -67,7 +67,7 @@ pub use node::{
     CopyTo, DevRead, DevWrite, Handle, HostRead, HostWrite, KernelArg, KernelArgs, KernelCall,
     KernelLaunch, LaunchDims, MemcpyParams, Memory, MemsetParams, MemsetValue, Place, PlaceMut,
 };
-pub use plan::{Access, NodeKind, Plan, PlanNode, infer_edges, plans};
+pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges, plans};
 
 /// Builds, caches, updates and launches a CUDA graph from a block of statements.
 ///

@@ -136,10 +136,10 @@ fn eager_mix(
 }
 
 /// Three calls of a chain of `nodes` `mix` kernels on `x` (seeds 1, 2, 2: build, every scalar
-/// changed, unchanged), each timed to its return and to completion, checked call by call through the cache's
-/// stats, and compared with the same calls run on `e` by a second cache in [`Mode::Eager`] (the
-/// library's eager oracle: the same nodes launched one by one, in order) and with the host's
-/// arithmetic.
+/// changed, unchanged), each timed to its return and to completion, checked call by call
+/// through the cache's stats, and compared with the same calls run on `e` by a second cache in
+/// [`Mode::Eager`] (the library's eager oracle: the same nodes launched one by one, in order)
+/// and with the host's arithmetic.
 fn three_calls(
     stream: &Arc<CudaStream>,
     (x, e): (&mut CudaSlice<u32>, &mut CudaSlice<u32>),
