@@ -140,7 +140,9 @@ pub fn expand(input: KernelsInput) -> TokenStream {
                 &'__cudagraph_k self,
                 #(#params),*
             ) -> ::cudagraph::KernelCall<'__cudagraph_k, (#(#types,)*)> {
-                ::cudagraph::KernelCall::new(&self.#field, #kstr, (#(#values,)*))
+                // SAFETY: the function was resolved by `load`, whose caller vouched that the
+                // kernel takes exactly these parameter types and stays within its buffers.
+                unsafe { ::cudagraph::KernelCall::new(&self.#field, #kstr, (#(#values,)*)) }
             }
         });
         names.push((kstr, field));

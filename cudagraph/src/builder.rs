@@ -13,7 +13,7 @@ use crate::error::{Error, NodeSite, Result};
 use crate::exec::{GraphCache, GraphCall, Shape, Site};
 use crate::node::{
     CopyTo, DevWrite, Handle, KernelArgs, KernelLaunch, KernelNode, LaunchDims, MemcpyParams,
-    Memory, MemsetParams, MemsetValue, NodeParams, Place, PlaceMut,
+    Memory, MemsetParams, MemsetValue, NodeParams, Place, PlaceMut, sealed::Token,
 };
 use crate::plan::{Access, infer_edges_by};
 
@@ -115,7 +115,7 @@ impl<'a> GraphBuilder<'a> {
     pub fn read<P: Place + ?Sized>(&mut self, place: &'a P) -> P::Read<'a> {
         let (handle, guard) = place.acquire(self.stream);
         self.guards.push(guard);
-        handle.with_tag(self.rec.new_place())
+        handle.with_tag(self.rec.new_place(), Token(()))
     }
 
     /// Registers a buffer the graph writes (and may read, through
@@ -124,14 +124,14 @@ impl<'a> GraphBuilder<'a> {
     pub fn write<P: PlaceMut + ?Sized>(&mut self, place: &'a mut P) -> P::Write<'a> {
         let (_, handle, guard) = place.acquire_mut(self.stream);
         self.guards.push(guard);
-        handle.with_tag(self.rec.new_place())
+        handle.with_tag(self.rec.new_place(), Token(()))
     }
 
     /// Adds a kernel node (`cuGraphAddKernelNode`): a launch made by a
     /// [`kernels!`](crate::kernels) method, `k.name(args…).launch(cfg)`, whose buffer arguments
     /// are this builder's handles. Its label is the kernel's name.
     #[track_caller]
-    pub fn kernel<A: KernelArgs>(&mut self, launch: KernelLaunch<'_, A>) -> Node {
+    pub fn kernel<A: KernelArgs + 'a>(&mut self, launch: KernelLaunch<'_, A>) -> Node {
         let (function, args) = launch.parts();
         let site = site(launch.name(), "GraphBuilder::kernel", Location::caller());
         self.rec.kernel(site, (function.cu_function(), Some(function.clone())), launch.dims(), args)
@@ -141,7 +141,7 @@ impl<'a> GraphBuilder<'a> {
     /// host to device, or device to pinned host, same element type; the lengths must match
     /// (else [`Error::CopyLength`] at launch).
     #[track_caller]
-    pub fn copy<S: CopyTo<D> + Handle, D: Handle>(&mut self, src: S, dst: D) -> Node {
+    pub fn copy<S: CopyTo<D> + Handle + 'a, D: Handle + 'a>(&mut self, src: S, dst: D) -> Node {
         let (s, d) = (src.tag(), dst.tag());
         let site = site("copy", "GraphBuilder::copy", Location::caller());
         self.rec.memcpy(site, src.memcpy(dst), s, d)
@@ -164,7 +164,7 @@ impl<'a> GraphBuilder<'a> {
 
     /// Adds edges from each of `earlier` to `node`, beyond those of data hazards: `node` then
     /// runs after them. Each must be an earlier node of this builder (else
-    /// [`Error::InvalidNode`] at launch).
+    /// [`Error::InvalidNode`] at launch, naming `node`'s label and this call's location).
     #[track_caller]
     pub fn after(&mut self, node: Node, earlier: &[Node]) {
         self.rec.after(node, earlier, Location::caller());
@@ -421,7 +421,8 @@ impl Recording {
             let why = "`after` on a node of another GraphBuilder".to_string();
             return self.fail(site("after", "GraphBuilder::after", at), why);
         }
-        let site = self.nodes[node.index()].site;
+        // Errors name the node and the `after` call.
+        let site = site(self.nodes[node.index()].site.label, "GraphBuilder::after", at);
         for e in earlier {
             if e.builder != self.id {
                 self.fail(site, "`after` names a node of another GraphBuilder".into());
@@ -454,15 +455,22 @@ impl Recording {
         let mut sig = core::mem::take(&mut self.sig);
         sig.clear();
         for (j, n) in self.nodes.iter().enumerate() {
-            sig.push(match &n.kind {
-                RecKind::Kernel(_) => 0,
+            let kind = match &n.kind {
+                RecKind::Kernel(k) => {
+                    // The parameter sizes: a node of another parameter list is another variant.
+                    let lens = &self.arg_lens[k.args.clone()];
+                    sig.push(lens.len() as u32);
+                    sig.extend_from_slice(lens);
+                    0
+                }
                 RecKind::Memcpy(c) => match (c.src, c.dst) {
                     (Memory::Device(_), Memory::Device(_)) => 1,
                     (Memory::Host(_), _) => 2,
                     (_, Memory::Host(_)) => 3,
                 },
                 RecKind::Memset(_) => 4,
-            });
+            };
+            sig.push(kind);
             sig.push(n.accesses.len() as u32);
             for a in &self.accesses[n.accesses.clone()] {
                 let c = &mut canon[a.place as usize];
@@ -560,7 +568,7 @@ mod tests {
 
     /// A device buffer at `ptr` registered with `rec`, as `(read, write)` handles.
     fn buf(rec: &mut Recording, ptr: u64) -> (DevRead<'static, u32>, DevWrite<'static, u32>) {
-        let w = DevWrite::new(ptr, 16, CTX).with_tag(rec.new_place());
+        let w = DevWrite::new(ptr, 16, CTX).with_tag(rec.new_place(), Token(()));
         (w.read(), w)
     }
 
@@ -598,7 +606,7 @@ mod tests {
             for o in order {
                 tags[o] = rec.new_place();
             }
-            let h = |i: usize| DevWrite::<u32>::new(ptrs[i], 16, CTX).with_tag(tags[i]);
+            let h = |i: usize| DevWrite::<u32>::new(ptrs[i], 16, CTX).with_tag(tags[i], Token(()));
             rec.kernel(at(), F, DIMS, &(scalar, h(0)));
             rec.kernel(at(), F, DIMS, &(scalar, h(0).read(), h(1)));
             rec.memcpy(at(), copy(h(1).read(), h(2)), tags[1], tags[2]);
@@ -611,6 +619,22 @@ mod tests {
         // `chain` adds an `after` edge: another topology.
         let key = other.signature();
         assert_ne!(sig([0, 1, 2, 3], 1), (key, other.sig));
+    }
+
+    #[test]
+    fn another_parameter_list_is_another_variant() {
+        let sig = |wide: bool| {
+            let mut rec = Recording::new(20);
+            let (_, w) = buf(&mut rec, 0x100);
+            if wide {
+                rec.kernel(at(), F, DIMS, &(1u64, w));
+            } else {
+                rec.kernel(at(), F, DIMS, &(1u32, w));
+            }
+            (rec.signature(), rec.sig)
+        };
+        assert_eq!(sig(true), sig(true));
+        assert_ne!(sig(true), sig(false));
     }
 
     fn invalid(rec: &Recording) -> (String, u32) {

@@ -137,6 +137,7 @@ pub struct GraphCache<D: Driver = Cuda> {
 // SAFETY: the raw driver handles inside are only used through `&mut self` (or `Drop`), so
 // every driver call on them is serialized, which is all CUDA asks of graph objects; the driver
 // accepts calls on them from any thread once the context is current, which `run` ensures.
+// `recording` holds no pointer between calls (a builder empties it before handing it back).
 unsafe impl<D: Driver + Send> Send for GraphCache<D> {}
 
 struct Variant {
@@ -217,7 +218,19 @@ impl KernelState {
         unsafe { core::slice::from_raw_parts_mut(self.args.as_mut_ptr().cast::<u8>(), len) }
     }
 
-    /// Copies `k`'s argument bytes in; returns whether any byte changed.
+    /// Whether `k`'s arguments have the sizes these were stored with.
+    fn same_layout(&self, k: &dyn crate::node::KernelNode) -> bool {
+        let mut same = k.arg_count() == self.offsets.len();
+        let mut i = 0;
+        k.for_each_arg(&mut |b| {
+            same &= self.offsets.get(i).is_some_and(|o| o.1 as usize == b.len());
+            i += 1;
+        });
+        same
+    }
+
+    /// Copies `k`'s argument bytes in (same layout: [`Self::same_layout`]); returns whether any
+    /// byte changed.
     fn store_args(&mut self, k: &dyn crate::node::KernelNode) -> bool {
         let offsets = core::mem::take(&mut self.offsets);
         let bytes = self.arg_bytes_mut();
@@ -773,7 +786,13 @@ impl<D: Driver> GraphCache<D> {
             let sent = match (state, new) {
                 (NodeState::Absent, None) => continue,
                 (NodeState::Kernel { handle, params }, Some(NodeParams::Kernel(k))) => {
-                    let mut changed = params.store_args(*k);
+                    // Another parameter list (a builder node of another kernel): new storage.
+                    let mut changed = if params.same_layout(*k) {
+                        params.store_args(*k)
+                    } else {
+                        *params = KernelState::new(*k);
+                        true
+                    };
                     if params.func != k.function() {
                         params.func = k.function();
                         params.owner = k.function_owner().cloned();

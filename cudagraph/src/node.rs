@@ -38,7 +38,7 @@ macro_rules! pointer_type {
             fn tag(&self) -> u64 {
                 self.tag
             }
-            fn with_tag(mut self, tag: u64) -> Self {
+            fn with_tag(mut self, tag: u64, _: sealed::Token) -> Self {
                 self.tag = tag;
                 self
             }
@@ -97,8 +97,10 @@ impl<'a, T> HostWrite<'a, T> {
     }
 }
 
-mod sealed {
+pub(crate) mod sealed {
     pub trait Sealed {}
+    /// Proof of being inside this crate: only it can make one, so only it can retag a handle.
+    pub struct Token(pub(crate) ());
 }
 
 /// A buffer handle: [`DevRead`], [`DevWrite`], [`HostRead`] or [`HostWrite`], made by
@@ -108,9 +110,9 @@ pub trait Handle: sealed::Sealed + Copy {
     /// The [`GraphBuilder`](crate::GraphBuilder) place it names, 0 when made by `graph!`.
     #[doc(hidden)]
     fn tag(&self) -> u64;
-    /// The handle naming builder place `tag`.
+    /// The handle naming builder place `tag` (only this crate can make the token).
     #[doc(hidden)]
-    fn with_tag(self, tag: u64) -> Self;
+    fn with_tag(self, tag: u64, _: sealed::Token) -> Self;
 }
 
 /// A buffer that can be a graph operand: device memory (`CudaSlice`, `CudaView`, `CudaViewMut`)
@@ -483,8 +485,14 @@ pub struct KernelCall<'f, A> {
 }
 
 impl<'f, A: KernelArgs> KernelCall<'f, A> {
+    /// Made by the methods of a [`kernels!`](crate::kernels) struct.
+    ///
+    /// # Safety
+    /// `function` takes exactly the parameters `A` passes (their types, in order), and reads
+    /// only the buffers passed as [`DevRead`] and writes only those passed as [`DevWrite`],
+    /// within their lengths: the contract of `kernels!`'s `load`.
     #[doc(hidden)]
-    pub fn new(function: &'f CudaFunction, name: &'static str, args: A) -> Self {
+    pub unsafe fn new(function: &'f CudaFunction, name: &'static str, args: A) -> Self {
         KernelCall { function, name, args }
     }
 

@@ -799,6 +799,8 @@ struct Env {
     kern: Bench,
     reps: usize,
     quick: bool,
+    /// `--steps`: steps per repetition of every steady row, instead of [`steps_per_rep`].
+    steps: Option<usize>,
 }
 
 impl Env {
@@ -1078,7 +1080,7 @@ fn check_stats(what: &str, s: &Stats, variants: u64, report: &mut Report) {
 /// Every steady-state row of one shape and K.
 fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
     eprintln!("bench: measuring {} K={k} …", shape.name());
-    let steps = steps_per_rep(k);
+    let steps = env.steps.unwrap_or_else(|| steps_per_rep(k));
     let first = report.rows.len();
     let push = |report: &mut Report, section, id, t, stats| {
         report.rows.push(Row {
@@ -1665,7 +1667,7 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
     unsafe { sys::cuDriverGetVersion(&mut version) }.result()?;
     let device = ctx.name().unwrap_or_default();
     let reps = args.reps.unwrap_or(if args.quick { 20 } else { 200 });
-    let env = Env { ctx, stream, kern, reps, quick: args.quick };
+    let env = Env { ctx, stream, kern, reps, quick: args.quick, steps: args.steps };
     let ks: Vec<usize> = STEADY_K.iter().copied().filter(|&k| !args.quick || k <= 100).collect();
     let build_sizes: Vec<usize> =
         BUILD_SIZES.iter().copied().filter(|&n| !args.quick || n <= 100).collect();
@@ -1693,7 +1695,10 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
     );
     println!(
         "µs per step = wall time of N steps enqueued back-to-back, then one cuStreamSynchronize, divided by N (N = steps/rep: {})",
-        ks.iter().map(|&k| format!("K={k}: {}", steps_per_rep(k))).collect::<Vec<_>>().join(", ")
+        ks.iter()
+            .map(|&k| format!("K={k}: {}", args.steps.unwrap_or_else(|| steps_per_rep(k))))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     println!(
         "Shapes: chain = K dependent kernels on one buffer; fan = 1 producer add(p) -> K-2 independent acc(p -> own buffer) -> 1 consumer add(p)."
@@ -1740,12 +1745,13 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
 
 struct Cli {
     reps: Option<usize>,
+    steps: Option<usize>,
     quick: bool,
     json: String,
 }
 
 fn parse_args() -> Result<Cli, String> {
-    let mut a = Cli { reps: None, quick: false, json: "bench.json".into() };
+    let mut a = Cli { reps: None, steps: None, quick: false, json: "bench.json".into() };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
@@ -1758,10 +1764,16 @@ fn parse_args() -> Result<Cli, String> {
                 }
                 a.reps = Some(n);
             }
+            "--steps" => {
+                let v = it.next().ok_or("--steps needs a value")?;
+                let n: usize =
+                    v.parse().map_err(|_| format!("--steps: `{v}` is not a positive integer"))?;
+                a.steps = Some(n.max(1));
+            }
             "--quick" => a.quick = true,
             "--json" => a.json = it.next().ok_or("--json needs a path")?,
             "-h" | "--help" => {
-                return Err("usage: bench [--reps N (default 200, 20 with --quick)] [--quick (K <= 100)] [--json PATH (default bench.json)]".into());
+                return Err("usage: bench [--reps N (default 200, 20 with --quick)] [--steps S (steps per repetition; default 2000/K within 10..1000)] [--quick (K <= 100)] [--json PATH (default bench.json)]".into());
             }
             other => return Err(format!("unknown argument `{other}` (try --help)")),
         }

@@ -12,7 +12,7 @@
 //! each case draws 2 or 3 random programs (1 to 24 kernels, copies, memsets and zeros over the
 //! six buffers, with random `after` edges), and its calls pick one of them (so builder variants,
 //! keyed by topology, switch and repeat), with random modules, scalars, a buffer swap and a
-//! random registration order.
+//! random registration order. A host model of the kernels checks the oracle too.
 
 use std::sync::Arc;
 
@@ -419,6 +419,30 @@ fn builder_step(
     g.launch()
 }
 
+/// Host model of one builder call (the three kernels of `differential.cu`, in program order),
+/// which checks the eager oracle itself: a wrong pointer or scalar in what the builder records
+/// would go to the graph and to the oracle alike.
+fn model(bufs: &mut [Vec<u32>; 6], program: &[Slot], c: &BuilderCall) {
+    for (j, s) in program.iter().enumerate() {
+        let a = c.scalars[j];
+        match s.instr {
+            Instr::Kernel { src, dst } => {
+                let x = bufs[src].clone();
+                for (y, x) in bufs[dst].iter_mut().zip(x) {
+                    *y = match c.modules[j] {
+                        0 => x.wrapping_add(a),
+                        1 => x.wrapping_mul(3) ^ a,
+                        _ => y.wrapping_add(x.wrapping_mul(a | 1)),
+                    };
+                }
+            }
+            Instr::Copy { src, dst } => bufs[dst] = bufs[src].clone(),
+            Instr::Memset { dst } => bufs[dst].fill(a),
+            Instr::Zero { dst } => bufs[dst].fill(0),
+        }
+    }
+}
+
 fn run_builder_case(
     g: &Gpu,
     (seed, programs, calls): &BuilderCase,
@@ -427,15 +451,20 @@ fn run_builder_case(
     let mut eager = GraphCache::new();
     eager.set_mode(Mode::Eager);
     let (mut bg, mut be) = (buffers(&g.stream, *seed)?, buffers(&g.stream, *seed)?);
+    let mut host: [Vec<u32>; 6] =
+        Bufs::new(&g.stream, *seed)?.host(&g.stream)?.try_into().expect("six buffers");
     for (i, c) in calls.iter().enumerate() {
         bg.swap(c.swap.0, c.swap.1);
         be.swap(c.swap.0, c.swap.1);
+        host.swap(c.swap.0, c.swap.1);
         let p = c.program % programs.len();
         builder_step(graph_cache, &g.stream, &g.mods, &mut bg, &programs[p], c)?;
         builder_step(&mut eager, &g.stream, &g.mods, &mut be, &programs[p], c)?;
+        model(&mut host, &programs[p], c);
         for k in 0..6 {
             let (got, want) = (g.stream.clone_dtoh(&bg[k])?, g.stream.clone_dtoh(&be[k])?);
-            assert_eq!(got, want, "call {i} (program {p}): buffer {k} differs");
+            assert_eq!(got, want, "call {i} (program {p}): buffer {k}: graph and eager differ");
+            assert_eq!(want, host[k], "call {i} (program {p}): buffer {k}: eager and host differ");
         }
     }
     Ok(())
