@@ -1668,7 +1668,11 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
     let device = ctx.name().unwrap_or_default();
     let reps = args.reps.unwrap_or(if args.quick { 20 } else { 200 });
     let env = Env { ctx, stream, kern, reps, quick: args.quick, steps: args.steps };
-    let ks: Vec<usize> = STEADY_K.iter().copied().filter(|&k| !args.quick || k <= 100).collect();
+    let ks: Vec<usize> = STEADY_K
+        .iter()
+        .copied()
+        .filter(|&k| (!args.quick || k <= 100) && args.max_k.is_none_or(|m| k <= m))
+        .collect();
     let build_sizes: Vec<usize> =
         BUILD_SIZES.iter().copied().filter(|&n| !args.quick || n <= 100).collect();
     let upload_sizes: Vec<usize> =
@@ -1746,12 +1750,14 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
 struct Cli {
     reps: Option<usize>,
     steps: Option<usize>,
+    max_k: Option<usize>,
     quick: bool,
     json: String,
 }
 
 fn parse_args() -> Result<Cli, String> {
-    let mut a = Cli { reps: None, steps: None, quick: false, json: "bench.json".into() };
+    let mut a =
+        Cli { reps: None, steps: None, max_k: None, quick: false, json: "bench.json".into() };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
@@ -1770,10 +1776,14 @@ fn parse_args() -> Result<Cli, String> {
                     v.parse().map_err(|_| format!("--steps: `{v}` is not a positive integer"))?;
                 a.steps = Some(n.max(1));
             }
+            "--max-k" => {
+                let v = it.next().ok_or("--max-k needs a value")?;
+                a.max_k = Some(v.parse().map_err(|_| format!("--max-k: `{v}` is not an integer"))?);
+            }
             "--quick" => a.quick = true,
             "--json" => a.json = it.next().ok_or("--json needs a path")?,
             "-h" | "--help" => {
-                return Err("usage: bench [--reps N (default 200, 20 with --quick)] [--steps S (steps per repetition; default 2000/K within 10..1000)] [--quick (K <= 100)] [--json PATH (default bench.json)]".into());
+                return Err("usage: bench [--reps N (default 200, 20 with --quick)] [--steps S (steps per repetition; default 2000/K within 10..1000)] [--max-k K (steady rows up to K)] [--quick (K <= 100)] [--json PATH (default bench.json)]".into());
             }
             other => return Err(format!("unknown argument `{other}` (try --help)")),
         }
