@@ -10,14 +10,8 @@ use cudagraph::cudarc::driver::{CudaContext, LaunchConfig};
 use cudagraph::cudarc::nvrtc::{Ptx, compile_ptx};
 use cudagraph::{Error, GraphCache, graph, kernels};
 
-const SOURCE: &str = include_str!("../kernels/ops.cu");
-
-kernels! {
-    /// `ops.cu`'s `iota`.
-    pub struct Ops {
-        fn iota(n: u32, a: u32, b: u32, x: &mut [u32]);
-    }
-}
+mod common;
+use common::{Ops, SOURCE};
 
 const N: u32 = 1024;
 

@@ -15,93 +15,16 @@ use std::sync::Arc;
 use cudagraph::cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
-use cudagraph::cudarc::nvrtc::compile_ptx;
-use cudagraph::{Error, GraphCache, Mode, NodeSite, graph, kernels};
+use cudagraph::{Error, GraphCache, Mode, NodeSite, graph};
 
-const SOURCE: &str = include_str!("../kernels/ops.cu");
-
-kernels! {
-    /// Kernels of `kernels/ops.cu` (see the comments there).
-    pub struct Ops {
-        fn iota(n: u32, a: u32, b: u32, x: &mut [u32]);
-        fn affine(n: u32, a: u32, b: u32, x: &[u32], y: &mut [u32]);
-        fn affine_inplace(n: u32, a: u32, b: u32, x: &mut [u32]);
-        fn mix(n: u32, x: &[u32], y: &mut [u32]);
-        fn combine3(n: u32, a: &[u32], b: &[u32], c: &[u32], out: &mut [u32]);
-        fn slow_iota(n: u32, spins: u32, a: u32, b: u32, x: &mut [u32]);
-    }
-}
-
-type Result<T = ()> = cudagraph::Result<T>;
-
-/// The first step of every GPU test: asserts that a CUDA driver is present (a GPU test must not
-/// skip silently on a GPU machine), then creates the context of device 0, a new stream, and
-/// loads the kernels.
-fn gpu() -> Result<(Arc<CudaContext>, Arc<CudaStream>, Ops)> {
-    assert!(
-        cudagraph::driver_available(),
-        "no CUDA driver: libcuda could not be loaded. The GPU tests need an NVIDIA GPU and its \
-         driver; they are #[ignore]d so that machines without one skip them unless asked"
-    );
-    let ctx = CudaContext::new(0)?;
-    let stream = ctx.new_stream()?;
-    // SAFETY: the declarations match the kernels, which stay within their buffers.
-    let k = unsafe { Ops::load(&ctx, compile_ptx(SOURCE)?) }?;
-    Ok((ctx, stream, k))
-}
-
-/// Launches kernel `$name` of `$k` eagerly on `$stream` with cudarc's launch builder, with the
-/// arguments in order (`&scalar`, `&buffer`, `&mut buffer`).
-macro_rules! launch {
-    ($stream:expr, $k:expr, $name:literal, $cfg:expr; $($arg:expr),* $(,)?) => {{
-        let f = $k
-            .function($name)
-            .expect(concat!("`", $name, "` is declared in `kernels!`"));
-        // SAFETY: the arguments match the kernel's signature in kernels/ops.cu (the same one
-        // that `kernels!` declares), and every buffer holds at least `n` elements.
-        unsafe { $stream.launch_builder(f)$(.arg($arg))*.launch($cfg) }.map(drop)
-    }};
-}
-
-/// Asserts two slices are equal; on failure reports how many elements differ and the first
-/// one, instead of printing them all.
-#[track_caller]
-fn assert_same<T: PartialEq + std::fmt::Debug>(got: &[T], want: &[T], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
-    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
-        let bad = got.iter().zip(want).filter(|(a, b)| a != b).count();
-        panic!(
-            "{what}: {bad} of {} elements differ; first at index {i}: got {:?}, want {:?}",
-            got.len(),
-            got[i],
-            want[i]
-        );
-    }
-}
+mod common;
+use common::{Ops, Result, assert_same, gpu, host, launch};
 
 /// A buffer of `len` elements with contents that depend on `k`, so that a swap, an in-place
 /// update or a node that did not run shows in the result.
 fn distinct(stream: &Arc<CudaStream>, len: usize, k: u32) -> Result<CudaSlice<u32>> {
     let v: Vec<u32> = (0..len as u32).map(|i| i.wrapping_mul(0x9e37_79b9) ^ k).collect();
     Ok(stream.clone_htod(&v)?)
-}
-
-/// Host models of the integer kernels of `ops.cu`.
-mod host {
-    pub fn iota(n: u32, a: u32, b: u32) -> Vec<u32> {
-        (0..n).map(|i| i.wrapping_mul(a).wrapping_add(b)).collect()
-    }
-
-    pub fn affine(x: &[u32], a: u32, b: u32) -> Vec<u32> {
-        x.iter().map(|&v| v.wrapping_mul(a).wrapping_add(b)).collect()
-    }
-
-    pub fn mix(x: &[u32]) -> Vec<u32> {
-        let n = x.len();
-        (0..n)
-            .map(|i| 3u32.wrapping_mul(x[i]).wrapping_add(x[n - 1 - i] ^ (x[(i + 1) % n] << 1)))
-            .collect()
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

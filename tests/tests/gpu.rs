@@ -12,83 +12,18 @@
 
 use std::sync::Arc;
 
-use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use cudagraph::cudarc::nvrtc::compile_ptx;
-use cudagraph::{Error, GraphCache, LaunchDims, NodeKind, graph, kernels};
+use cudagraph::cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudagraph::{Error, GraphCache, LaunchDims, NodeKind, graph};
 
-const SOURCE: &str = include_str!("../kernels/ops.cu");
+mod common;
+use common::{Ops, Result, assert_same, gpu, host, launch};
 
 /// This file, to find the line and column of a statement an error names.
 const THIS_FILE: &str = include_str!("gpu.rs");
 
-kernels! {
-    /// Kernels of `kernels/ops.cu` (see the comments there).
-    pub struct Ops {
-        fn iota(n: u32, a: u32, b: u32, x: &mut [u32]);
-        fn affine(n: u32, a: u32, b: u32, x: &[u32], y: &mut [u32]);
-        fn affine_inplace(n: u32, a: u32, b: u32, x: &mut [u32]);
-        fn mix(n: u32, x: &[u32], y: &mut [u32]);
-        fn combine3(n: u32, a: &[u32], b: &[u32], c: &[u32], out: &mut [u32]);
-        fn slow_iota(n: u32, spins: u32, a: u32, b: u32, x: &mut [u32]);
-        fn widen_u8(n: u32, x: &[u8], y: &mut [u32]);
-        fn widen_u16(n: u32, x: &[u16], y: &mut [u32]);
-        fn scale_sub_i32(n: u32, s: i32, x: &[i32], y: &mut [i32]);
-        fn fill_f32(n: u32, a: f32, b: f32, x: &mut [f32]);
-        fn axpy_f32(n: u32, a: f32, x: &[f32], y: &mut [f32]);
-        fn smooth_f32(n: u32, x: &[f32], y: &mut [f32]);
-    }
-}
-
-type Result<T = ()> = cudagraph::Result<T>;
-
-/// The first step of every GPU test: asserts that a CUDA driver is present (a GPU test must not
-/// skip silently on a GPU machine), then creates the context of device 0, a new stream, and
-/// loads the kernels.
-fn gpu() -> Result<(Arc<CudaContext>, Arc<CudaStream>, Ops)> {
-    assert!(
-        cudagraph::driver_available(),
-        "no CUDA driver: libcuda could not be loaded. The GPU tests need an NVIDIA GPU and its \
-         driver; they are #[ignore]d so that machines without one skip them unless asked"
-    );
-    let ctx = CudaContext::new(0)?;
-    let stream = ctx.new_stream()?;
-    // SAFETY: the declarations match the kernels, which stay within their buffers.
-    let k = unsafe { Ops::load(&ctx, compile_ptx(SOURCE)?) }?;
-    Ok((ctx, stream, k))
-}
-
-/// Launches kernel `$name` of `$k` eagerly on `$stream` with cudarc's launch builder, with the
-/// arguments in order (`&scalar`, `&buffer`, `&mut buffer`).
-macro_rules! launch {
-    ($stream:expr, $k:expr, $name:literal, $cfg:expr; $($arg:expr),* $(,)?) => {{
-        let f = $k
-            .function($name)
-            .expect(concat!("`", $name, "` is declared in `kernels!`"));
-        // SAFETY: the arguments match the kernel's signature in kernels/ops.cu (the same one
-        // that `kernels!` declares), and every buffer holds at least `n` elements.
-        unsafe { $stream.launch_builder(f)$(.arg($arg))*.launch($cfg) }.map(drop)
-    }};
-}
-
 /// 1-D launch configuration of `grid` blocks of `block` threads.
 fn dims(grid: u32, block: u32) -> LaunchConfig {
     LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 }
-}
-
-/// Asserts two slices are equal; on failure reports how many elements differ and the first
-/// one, instead of printing a million elements.
-#[track_caller]
-fn assert_same<T: PartialEq + std::fmt::Debug>(got: &[T], want: &[T], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
-    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
-        let bad = got.iter().zip(want).filter(|(a, b)| a != b).count();
-        panic!(
-            "{what}: {bad} of {} elements differ; first at index {i}: got {:?}, want {:?}",
-            got.len(),
-            got[i],
-            want[i]
-        );
-    }
 }
 
 /// The bit patterns of f32 values, for bit-exact comparisons.
@@ -104,52 +39,6 @@ fn statement_position(stmt: &str) -> (u32, u32) {
     let (i, l) = hits[0];
     let column = l.len() - l.trim_start().len() + 1;
     (i as u32 + 1, column as u32)
-}
-
-/// Host models of the integer kernels of `ops.cu`.
-mod host {
-    pub fn iota(n: u32, a: u32, b: u32) -> Vec<u32> {
-        (0..n).map(|i| i.wrapping_mul(a).wrapping_add(b)).collect()
-    }
-
-    pub fn affine(x: &[u32], a: u32, b: u32) -> Vec<u32> {
-        x.iter().map(|&v| v.wrapping_mul(a).wrapping_add(b)).collect()
-    }
-
-    pub fn affine_inplace(x: &mut [u32], a: u32, b: u32) {
-        for (i, v) in x.iter_mut().enumerate() {
-            *v = v.wrapping_mul(a).wrapping_add(b).wrapping_add(i as u32);
-        }
-    }
-
-    pub fn mix(x: &[u32]) -> Vec<u32> {
-        let n = x.len();
-        (0..n)
-            .map(|i| 3u32.wrapping_mul(x[i]).wrapping_add(x[n - 1 - i] ^ (x[(i + 1) % n] << 1)))
-            .collect()
-    }
-
-    pub fn combine3(a: &[u32], b: &[u32], c: &[u32]) -> Vec<u32> {
-        let n = a.len();
-        (0..n)
-            .map(|i| {
-                a[i].wrapping_add(2u32.wrapping_mul(b[n - 1 - i])).wrapping_add(c[i] ^ 0x9e37_79b9)
-            })
-            .collect()
-    }
-
-    pub fn widen_u8(x: &[u8]) -> Vec<u32> {
-        x.iter().enumerate().map(|(i, &v)| (u32::from(v) * 0x0101_0101) ^ i as u32).collect()
-    }
-
-    pub fn widen_u16(x: &[u16]) -> Vec<u32> {
-        x.iter().enumerate().map(|(i, &v)| (u32::from(v) * 0x0001_0001) ^ i as u32).collect()
-    }
-
-    pub fn scale_sub_i32(x: &[i32], s: i32) -> Vec<i32> {
-        let n = x.len();
-        (0..n).map(|i| x[n - 1 - i] * s - (i % 1024) as i32).collect()
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
