@@ -7,7 +7,7 @@ use core::panic::Location;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::sys::{CUcontext, CUfunction};
-use cudarc::driver::{CudaFunction, CudaStream, SyncOnDrop};
+use cudarc::driver::{CudaFunction, CudaStream, SyncOnDrop, ValidAsZeroBits};
 
 use crate::error::{Error, NodeSite, Result};
 use crate::exec::{GraphCache, GraphCall, Shape, Site};
@@ -77,12 +77,13 @@ impl Node {
 ///
 /// [`launch`](Self::launch) checks everything, then builds, updates or reuses the cache's graph
 /// for this topology and launches it with `cuGraphLaunch`. A [`GraphCache`] holds the graphs of
-/// one kind of call: builder graphs are variants told apart by their topology (node kinds and
-/// operands), compared in full, so any two calls with the same topology share one exec and the
+/// one kind of call: builder graphs are variants told apart by their topology (node kinds,
+/// kernels' parameter sizes, operands, `after` edges), compared in full, so any two calls with the same topology share one exec and the
 /// second only updates changed parameters. A cache used by `graph!` and then by a builder (or the
 /// reverse) drops its graphs first.
 ///
-/// Errors (from `launch`, with nothing enqueued): [`Error::InvalidNode`] for a handle or node of
+/// Errors (from `launch`; nothing was enqueued, except in [`Mode::Eager`](crate::Mode::Eager)
+/// the nodes before a driver error): [`Error::InvalidNode`] for a handle or node of
 /// another builder, an `after` node that is not earlier, or one buffer passed twice to a node
 /// with a write; then every error of [`graph!`](crate::graph). Each names the node by its label
 /// (the kernel's name, `copy`, `memset`, `zero`) and the source location of the call that added
@@ -157,7 +158,7 @@ impl<'a> GraphBuilder<'a> {
 
     /// Adds a memset node setting every byte of `dst` to 0, whatever its element type.
     #[track_caller]
-    pub fn zero<T>(&mut self, dst: DevWrite<'a, T>) -> Node {
+    pub fn zero<T: ValidAsZeroBits>(&mut self, dst: DevWrite<'a, T>) -> Node {
         let site = site("zero", "GraphBuilder::zero", Location::caller());
         self.rec.memset(site, crate::node::zero(dst), dst.tag)
     }
@@ -192,7 +193,9 @@ impl<'a> GraphBuilder<'a> {
     /// stream (`cuGraphLaunch`); in [`Mode::Eager`](crate::Mode::Eager) the nodes are launched
     /// one by one instead. Then releases the buffers, recording their use on the stream.
     ///
-    /// On error nothing was enqueued (but the waits of `read`/`write`) and the cache is usable.
+    /// On error nothing was enqueued (but the waits of `read`/`write`; in
+    /// [`Mode::Eager`](crate::Mode::Eager), the nodes before a driver error) and the cache is
+    /// usable.
     #[track_caller]
     pub fn launch(mut self) -> Result<()> {
         self.rec.location = Location::caller();
@@ -351,12 +354,13 @@ impl Recording {
         for &(tag, write) in operands {
             let place = (tag & ((1 << PLACE_BITS) - 1)) as u32;
             if tag >> PLACE_BITS != self.id || place == 0 {
-                self.fail(
-                    site,
+                let why = if tag >> PLACE_BITS == self.id || self.places + 1 >= 1 << PLACE_BITS {
+                    "more than 2^24 - 1 buffers registered with one GraphBuilder"
+                } else {
                     "a buffer handle that was not registered with this GraphBuilder's `read` or \
                      `write`"
-                        .into(),
-                );
+                };
+                self.fail(site, why.into());
                 continue;
             }
             let place = place - 1;
@@ -455,22 +459,23 @@ impl Recording {
         let mut sig = core::mem::take(&mut self.sig);
         sig.clear();
         for (j, n) in self.nodes.iter().enumerate() {
-            let kind = match &n.kind {
-                RecKind::Kernel(k) => {
-                    // The parameter sizes: a node of another parameter list is another variant.
-                    let lens = &self.arg_lens[k.args.clone()];
-                    sig.push(lens.len() as u32);
-                    sig.extend_from_slice(lens);
-                    0
-                }
+            // Kind first, then (kernels) the parameter sizes: an unambiguous encoding, so equal
+            // signatures mean equal recordings' topologies.
+            sig.push(match &n.kind {
+                RecKind::Kernel(_) => 0,
                 RecKind::Memcpy(c) => match (c.src, c.dst) {
                     (Memory::Device(_), Memory::Device(_)) => 1,
                     (Memory::Host(_), _) => 2,
                     (_, Memory::Host(_)) => 3,
                 },
                 RecKind::Memset(_) => 4,
-            };
-            sig.push(kind);
+            });
+            if let RecKind::Kernel(k) = &n.kind {
+                // The parameter sizes: a node of another parameter list is another variant.
+                let lens = &self.arg_lens[k.args.clone()];
+                sig.push(lens.len() as u32);
+                sig.extend_from_slice(lens);
+            }
             sig.push(n.accesses.len() as u32);
             for a in &self.accesses[n.accesses.clone()] {
                 let c = &mut canon[a.place as usize];
@@ -619,6 +624,29 @@ mod tests {
         // `chain` adds an `after` edge: another topology.
         let key = other.signature();
         assert_ne!(sig([0, 1, 2, 3], 1), (key, other.sig));
+    }
+
+    #[test]
+    fn signatures_are_unambiguous() {
+        // Found by review: with the parameter count before the kind word, these two encoded the
+        // same (a count of 1..=4 reads as a memcpy/memset kind).
+        let mut a = Recording::new(30);
+        let [p0, p1] = [0x100, 0x200].map(|p| buf(&mut a, p).1);
+        a.memset(at(), crate::node::zero(p0), p0.tag);
+        let n1 = a.memset(at(), crate::node::zero(p1), p1.tag);
+        let n2 = a.memset(at(), crate::node::zero(p0), p0.tag);
+        a.after(n2, &[n1], Location::caller());
+        let n3 = a.kernel(at(), F, DIMS, &());
+        a.after(n3, &[n2], Location::caller());
+        a.memset(at(), crate::node::zero(p0), p0.tag);
+        let mut b = Recording::new(31);
+        let [q0, q1, q2] = [0x100, 0x200, 0x300].map(|p| buf(&mut b, p));
+        let m0 = b.memset(at(), crate::node::zero(q0.1), q0.1.tag);
+        b.memset(at(), crate::node::zero(q1.1), q1.1.tag);
+        b.kernel(at(), F, DIMS, &(1u8, 1u8, 1u8, 1u8));
+        let m3 = b.memcpy(at(), copy(q2.0, q0.1), q2.0.tag, q0.1.tag);
+        b.after(m3, &[m0], Location::caller());
+        assert_ne!((a.signature(), a.sig), (b.signature(), b.sig));
     }
 
     #[test]

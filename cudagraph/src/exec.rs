@@ -73,7 +73,8 @@ pub const MAX_KERNEL_PARAMS: usize = 16;
 /// Counters of a [`GraphCache`]: what each call cost in driver work.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Calls of `graph!` on this cache that launched.
+    /// Calls (of `graph!` or [`GraphBuilder::launch`](crate::GraphBuilder::launch)) that
+    /// launched a graph.
     pub launches: u64,
     /// `CUgraph`s built node by node for a new variant (`cuGraphCreate` + `cuGraphAdd*Node`).
     pub builds: u64,
@@ -152,6 +153,22 @@ struct Variant {
     nodes: Vec<NodeState>,
     last_use: u64,
     hits: u64,
+}
+
+impl Variant {
+    /// Whether `nodes` has this variant's node kinds at its present nodes.
+    fn fits(&self, nodes: &[Option<NodeParams<'_>>]) -> bool {
+        self.nodes.len() == nodes.len()
+            && self.nodes.iter().zip(nodes).all(|(s, n)| {
+                matches!(
+                    (s, n),
+                    (NodeState::Absent, None)
+                        | (NodeState::Kernel { .. }, Some(NodeParams::Kernel(_)))
+                        | (NodeState::Memcpy { .. }, Some(NodeParams::Memcpy(_)))
+                        | (NodeState::Memset { .. }, Some(NodeParams::Memset(_)))
+                )
+            })
+    }
 }
 
 enum NodeState {
@@ -492,6 +509,11 @@ impl GraphCache {
         stream: &CudaStream,
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
+        if nodes.len() != plan.nodes.len() {
+            let error = cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE);
+            let source = CudaError { call: "GraphCache::run (node list of another plan)", error };
+            return Err(plan.graph_error(source));
+        }
         let call = GraphCall { shape: plan, site: Site::Plan(plan), key, signature: &[] };
         self.run_call(call, stream, nodes)
     }
@@ -575,7 +597,10 @@ impl GraphCache {
         let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
             return Ok(false);
         };
-        let c = CString::new(path.to_string_lossy().as_bytes()).expect("path without NUL");
+        let c = CString::new(path.to_string_lossy().as_bytes()).map_err(|_| {
+            let error = cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE);
+            CudaError { call: "cuGraphDebugDotPrint (path contains NUL)", error }
+        })?;
         // SAFETY: the graph is live while `self` is.
         unsafe { raw::debug_dot_print(v.graph, c.as_ptr()) }.call("cuGraphDebugDotPrint")?;
         Ok(true)
@@ -641,8 +666,9 @@ impl<D: Driver> GraphCache<D> {
         self.variants.is_empty()
     }
 
-    /// Hits per cached variant, as `(variant key, hits)`, most recently used first. The key has
-    /// bit `i` set when the `i`-th host `if` of the body took its `then` branch.
+    /// Hits per cached variant, as `(variant key, hits)`, most recently used first. For `graph!`
+    /// the key has bit `i` set when the `i`-th host `if` of the body took its `then` branch; for
+    /// a [`GraphBuilder`](crate::GraphBuilder) it is a hash of the variant's topology.
     pub fn variant_hits(&self) -> Vec<(u64, u64)> {
         let mut v: Vec<_> = self.variants.iter().map(|v| (v.last_use, v.key, v.hits)).collect();
         v.sort_unstable_by_key(|x| core::cmp::Reverse(x.0));
@@ -680,10 +706,16 @@ impl<D: Driver> GraphCache<D> {
         self.site = Some(site);
         self.location = shape.location();
         self.clock += 1;
-        let found = self
+        let mut found = self
             .variants
             .iter()
             .position(|v| v.key == key && v.ctx == ctx && *v.signature == *signature);
+        if let Some(i) = found.filter(|&i| !self.variants[i].fits(nodes)) {
+            // Only a misused hidden `GraphCache::run` (a key that does not fix the nodes'
+            // presence and kinds) gets here: drop that variant and build anew.
+            self.remove(i);
+            found = None;
+        }
         let idx = match found {
             Some(i) => {
                 self.stats.hits += 1;
@@ -834,7 +866,7 @@ impl<D: Driver> GraphCache<D> {
                             .is_err()
                     })
                 }
-                _ => unreachable!("the variant key fixes which nodes are present and their kinds"),
+                _ => unreachable!("`run_shape` checked that the variant has these nodes' kinds"),
             };
             // `sent`: None = unchanged; Some(false) = updated; Some(true) = refused or not sent.
             match sent {
@@ -1263,6 +1295,24 @@ pub(crate) mod tests {
         let mock = Mock::default();
         let cache = GraphCache::with_driver(mock.clone(), 8);
         (mock, cache, plan())
+    }
+
+    #[test]
+    fn a_key_that_does_not_fix_the_nodes_builds_anew_instead_of_panicking() {
+        let (_mock, mut cache, plan) = setup();
+        run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+        // Key 0 again (as a misused hidden `GraphCache::run` could pass), with node 4 present.
+        let (k0, k1, k4) = (k(1, 0xa0), k(2, 0xb0), k(3, 0xc0));
+        let nodes = [
+            Some(NodeParams::Kernel(&k0 as &dyn KernelNode)),
+            Some(NodeParams::Kernel(&k1)),
+            Some(NodeParams::Memcpy(copy(4))),
+            Some(NodeParams::Memset(memset(0))),
+            Some(NodeParams::Kernel(&k4)),
+        ];
+        cache.run_raw(plan, 0, (CTX, None), STREAM, &nodes).unwrap();
+        let s = cache.stats();
+        assert_eq!((s.builds, s.launches, cache.len()), (2, 2, 1), "{s:?}");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use bytemuck::NoUninit;
 use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUfunction};
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
-    DeviceRepr, DeviceSlice, HostSlice, LaunchConfig, PinnedHostSlice, SyncOnDrop,
+    DeviceRepr, DeviceSlice, HostSlice, LaunchConfig, PinnedHostSlice, SyncOnDrop, ValidAsZeroBits,
 };
 
 macro_rules! pointer_type {
@@ -208,6 +208,22 @@ fn no_sync<'a>() -> SyncOnDrop<'a> {
     SyncOnDrop::Sync(None)
 }
 
+/// The guard of a pinned host buffer. cudarc records a pinned buffer's event (which its
+/// `as_slice`, `as_mut_slice` and `drop` wait for) only while it manages synchronization
+/// (event tracking on and more than one stream); with event tracking on but a single stream,
+/// nothing would make host access wait for the graph's copy, so the guard synchronizes the
+/// stream instead, once the graph is launched. With event tracking turned off (cudarc's
+/// `unsafe` `disable_event_tracking`) the caller orders host access, as cudarc documents.
+fn pinned_guard<'a>(stream: &'a CudaStream, recorded: SyncOnDrop<'a>) -> SyncOnDrop<'a> {
+    let ctx = stream.context();
+    if ctx.is_event_tracking() && !ctx.is_managing_stream_synchronization() {
+        drop(recorded); // records nothing in this mode
+        SyncOnDrop::sync_stream(stream)
+    } else {
+        recorded
+    }
+}
+
 macro_rules! device_place {
     ($ty:ty) => {
         impl<T> sealed::Sealed for $ty {}
@@ -273,7 +289,7 @@ impl<T> Acquire for PinnedHostSlice<T> {
         // SAFETY: the slice is used only by the graph launched on `stream` before `guard` drops;
         // the guard then records the slice's event on `stream`, so later host access waits.
         let (s, guard) = unsafe { self.stream_synced_slice(stream) };
-        (HostRead::new(s.as_ptr().cast(), s.len(), ctx), guard)
+        (HostRead::new(s.as_ptr().cast(), s.len(), ctx), pinned_guard(stream, guard))
     }
 }
 
@@ -299,13 +315,19 @@ impl<T> AcquireMut for PinnedHostSlice<T> {
         (
             HostRead::new(ptr.cast_const().cast(), len, ctx),
             HostWrite::new(ptr.cast(), len, ctx),
-            guard,
+            pinned_guard(stream, guard),
         )
     }
 }
 
 /// A value passed to a kernel parameter: its bytes, as the kernel receives them.
-pub trait KernelArg {
+///
+/// # Safety
+/// `bytes` is the kernel parameter exactly as the kernel reads it, of the same length on every
+/// call, with no uninitialized bytes; a value that carries a device address reports it through
+/// the (hidden) `context` and `access`, so that the graph orders, checks and synchronizes it.
+/// `cudagraph` implements it for scalars (`DeviceRepr + NoUninit`) and buffer handles.
+pub unsafe trait KernelArg {
     /// The argument's bytes (`size_of` of the parameter type).
     fn bytes(&self) -> &[u8];
     /// The context of the memory it points to, for buffers.
@@ -323,13 +345,15 @@ pub trait KernelArg {
 /// Scalars: any `DeviceRepr` without padding bytes (`bytemuck::NoUninit`: every primitive, and
 /// `#[derive(NoUninit)]` `#[repr(C)]` structs), since the cache compares argument bytes between
 /// calls and padding bytes are uninitialized.
-impl<T: DeviceRepr + NoUninit> KernelArg for T {
+// SAFETY: `NoUninit` types have no padding; the bytes are the value's own.
+unsafe impl<T: DeviceRepr + NoUninit> KernelArg for T {
     fn bytes(&self) -> &[u8] {
         bytemuck::bytes_of(self)
     }
 }
 
-impl<T> KernelArg for DevRead<'_, T> {
+// SAFETY: the pointer's 8 bytes, with its context and place reported.
+unsafe impl<T> KernelArg for DevRead<'_, T> {
     fn bytes(&self) -> &[u8] {
         self.ptr.bytes()
     }
@@ -341,7 +365,8 @@ impl<T> KernelArg for DevRead<'_, T> {
     }
 }
 
-impl<T> KernelArg for DevWrite<'_, T> {
+// SAFETY: as for `DevRead`.
+unsafe impl<T> KernelArg for DevWrite<'_, T> {
     fn bytes(&self) -> &[u8] {
         self.ptr.bytes()
     }
@@ -732,7 +757,7 @@ pub fn memset<'a, T: MemsetValue>(dst: impl WriteArg<'a, T>, value: T) -> Memset
 }
 
 /// `zero(&mut dst)`: every byte of `dst` set to 0, whatever its element type.
-pub fn zero<'a, T>(dst: impl WriteArg<'a, T>) -> MemsetParams {
+pub fn zero<'a, T: ValidAsZeroBits>(dst: impl WriteArg<'a, T>) -> MemsetParams {
     let dst = dst.into_write();
     let bytes = dst.len * size_of::<T>();
     let elem_size = [4u32, 2, 1]

@@ -875,3 +875,46 @@ fn graph_macro_and_builder_share_a_cache() -> Result {
     }
     Ok(())
 }
+
+/// With cudarc's event tracking on but a single stream (no `new_stream()`), cudarc records no
+/// event for a pinned buffer, so nothing would make `as_slice` wait for the graph's copy; the
+/// builder's guard then synchronizes the stream after the launch. The pinned output, read right
+/// after each call with no explicit synchronization, must hold the slow kernel's result (the
+/// same as an eager cudarc launch and the host model), never the stale fill.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn pinned_output_is_ready_after_the_call_on_a_single_stream() -> Result {
+    assert!(cudagraph::driver_available(), "this GPU test needs a CUDA driver; none was found");
+    let ctx = CudaContext::new(0)?;
+    let stream = ctx.default_stream();
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let k = unsafe { Ops::load(&ctx, cudagraph::cudarc::nvrtc::compile_ptx(common::SOURCE)?) }?;
+    assert!(ctx.is_event_tracking() && !ctx.is_managing_stream_synchronization());
+    let (n, spins) = (1u32 << 16, 20_000u32);
+    let cfg = LaunchConfig::for_num_elems(n);
+    let mut x = stream.alloc_zeros::<u32>(n as usize)?;
+    let mut e = stream.alloc_zeros::<u32>(n as usize)?;
+    // SAFETY: filled before any read.
+    let mut out = unsafe { ctx.alloc_pinned::<u32>(n as usize)? };
+    let mut cache = GraphCache::new();
+    for round in 0..3u32 {
+        out.as_mut_slice()?.fill(0x0bad_f00d);
+        let (a, b) = (3 + round, 7 * round);
+        let mut g = cache.builder(&stream);
+        let (xw, ow) = (g.write(&mut x), g.write(&mut out));
+        g.kernel(k.slow_iota(n, spins, a, b, xw).launch(cfg));
+        g.copy(xw.read(), ow);
+        g.launch()?;
+        let got = out.as_slice()?.to_vec(); // no synchronize: the guard's job
+        launch!(stream, k, "slow_iota", cfg; &n, &spins, &a, &b, &mut e)?;
+        let want = stream.clone_dtoh(&e)?;
+        assert_same(&got, &want, &format!("round {round}: pinned output vs eager launch"));
+        let model: Vec<u32> = host::iota(n, a, b)
+            .into_iter()
+            .map(|v| (0..spins).fold(v, |v, _| v.wrapping_mul(1664525).wrapping_add(1013904223)))
+            .collect();
+        assert_same(&got, &model, &format!("round {round}: pinned output vs host model"));
+    }
+    assert_eq!(cache.stats().builds, 1);
+    Ok(())
+}
