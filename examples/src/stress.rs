@@ -59,6 +59,8 @@ fn rss_kib() -> u64 {
 }
 
 /// Device memory in use, MiB (`cuMemGetInfo`: total − free).
+/// Device memory in use, MiB (`cuMemGetInfo`): device-wide, so other processes on the same GPU
+/// (e.g. several sanitizer runs at once) change it; run `stress` alone for its flat-memory check.
 fn device_mib(ctx: &CudaContext) -> Result<u64> {
     let (free, total) = ctx.mem_get_info()?;
     Ok(((total - free) >> 20) as u64)
