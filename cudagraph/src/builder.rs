@@ -7,7 +7,7 @@ use core::panic::Location;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::sys::{CUcontext, CUfunction};
-use cudarc::driver::{CudaFunction, CudaStream, SyncOnDrop, ValidAsZeroBits};
+use cudarc::driver::{CudaFunction, CudaStream, ValidAsZeroBits};
 
 use crate::error::{Error, NodeSite, Result};
 use crate::exec::{GraphCache, GraphCall, Shape, Site};
@@ -95,7 +95,7 @@ pub struct GraphBuilder<'a> {
     stream: &'a CudaStream,
     rec: Recording,
     /// Record each buffer's use on the stream when dropped, after the launch.
-    guards: Vec<SyncOnDrop<'a>>,
+    guards: Vec<crate::node::Guard<'a>>,
 }
 
 impl GraphCache {

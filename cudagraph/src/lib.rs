@@ -154,11 +154,12 @@ pub fn driver_available() -> bool {
 
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::node::Guard;
     pub use crate::node::{
         IntoNode, KernelArgs, NodeParams, ReadArg, WriteArg, copy, memset, zero,
     };
     pub use crate::plan::Registered;
-    pub use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, SyncOnDrop};
+    pub use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
     pub use cudarc::nvrtc::Ptx;
     pub use inventory;
 
@@ -173,7 +174,7 @@ pub mod __private {
     pub fn acquire<'a, P: Place + ?Sized>(
         place: &'a P,
         stream: &'a CudaStream,
-    ) -> (P::Read<'a>, SyncOnDrop<'a>) {
+    ) -> (P::Read<'a>, Guard<'a>) {
         place.acquire(stream)
     }
 
@@ -182,7 +183,7 @@ pub mod __private {
     pub fn acquire_mut<'a, P: PlaceMut + ?Sized>(
         place: &'a mut P,
         stream: &'a CudaStream,
-    ) -> (P::Read<'a>, P::Write<'a>, SyncOnDrop<'a>) {
+    ) -> (P::Read<'a>, P::Write<'a>, Guard<'a>) {
         place.acquire_mut(stream)
     }
 

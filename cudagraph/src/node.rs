@@ -8,7 +8,7 @@ use core::marker::PhantomData;
 use bytemuck::NoUninit;
 use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUfunction};
 use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
+    CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
     DeviceRepr, DeviceSlice, HostSlice, LaunchConfig, PinnedHostSlice, SyncOnDrop, ValidAsZeroBits,
 };
 
@@ -149,7 +149,7 @@ pub trait Acquire {
     /// Makes `stream` wait for earlier writers (cudarc's events) and returns the read handle and
     /// a guard that records this use on `stream` when dropped, after the graph launch. A buffer
     /// of another context than the stream's is not touched (the call then fails validation).
-    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (Self::Read<'a>, SyncOnDrop<'a>);
+    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (Self::Read<'a>, Guard<'a>);
 }
 
 /// [`Acquire`] for writing (not public API).
@@ -164,7 +164,7 @@ pub trait AcquireMut: Acquire {
     fn acquire_mut<'a>(
         &'a mut self,
         stream: &'a CudaStream,
-    ) -> (Self::Read<'a>, Self::Write<'a>, SyncOnDrop<'a>);
+    ) -> (Self::Read<'a>, Self::Write<'a>, Guard<'a>);
 }
 
 impl<P: Place + ?Sized> sealed::Sealed for &P {}
@@ -174,7 +174,7 @@ impl<P: Place + ?Sized> Acquire for &P {
         = P::Read<'a>
     where
         Self: 'a;
-    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (Self::Read<'a>, SyncOnDrop<'a>) {
+    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (Self::Read<'a>, Guard<'a>) {
         (**self).acquire(stream)
     }
 }
@@ -185,7 +185,7 @@ impl<P: Place + ?Sized> Acquire for &mut P {
         = P::Read<'a>
     where
         Self: 'a;
-    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (Self::Read<'a>, SyncOnDrop<'a>) {
+    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (Self::Read<'a>, Guard<'a>) {
         (**self).acquire(stream)
     }
 }
@@ -198,29 +198,56 @@ impl<P: PlaceMut + ?Sized> AcquireMut for &mut P {
     fn acquire_mut<'a>(
         &'a mut self,
         stream: &'a CudaStream,
-    ) -> (Self::Read<'a>, Self::Write<'a>, SyncOnDrop<'a>) {
+    ) -> (Self::Read<'a>, Self::Write<'a>, Guard<'a>) {
         (**self).acquire_mut(stream)
     }
 }
 
-/// No synchronization: for a buffer of another context, which validation then refuses.
-fn no_sync<'a>() -> SyncOnDrop<'a> {
-    SyncOnDrop::Sync(None)
+/// Records one buffer's use on the stream when dropped, after the graph launch (not public API).
+#[doc(hidden)]
+pub struct Guard<'a>(GuardKind<'a>);
+
+enum GuardKind<'a> {
+    /// Device memory: cudarc's own guard (records the buffer's event while cudarc manages
+    /// synchronization between streams).
+    Cudarc(#[allow(dead_code)] SyncOnDrop<'a>),
+    /// A pinned host buffer: its event, which its `as_slice`, `as_mut_slice` and `drop` wait
+    /// for, recorded on drop whatever cudarc's mode is then. cudarc records it only while it
+    /// manages synchronization (event tracking on and more than one stream), a mode that can
+    /// change between the acquire and the drop (a stream dropped); recording it always keeps
+    /// host access ordered after the graph's copy.
+    Pinned(&'a CudaEvent, &'a CudaStream),
 }
 
-/// The guard of a pinned host buffer. cudarc records a pinned buffer's event (which its
-/// `as_slice`, `as_mut_slice` and `drop` wait for) only while it manages synchronization
-/// (event tracking on and more than one stream); with event tracking on but a single stream,
-/// nothing would make host access wait for the graph's copy, so the guard synchronizes the
-/// stream instead, once the graph is launched. With event tracking turned off (cudarc's
-/// `unsafe` `disable_event_tracking`) the caller orders host access, as cudarc documents.
-fn pinned_guard<'a>(stream: &'a CudaStream, recorded: SyncOnDrop<'a>) -> SyncOnDrop<'a> {
-    let ctx = stream.context();
-    if ctx.is_event_tracking() && !ctx.is_managing_stream_synchronization() {
-        drop(recorded); // records nothing in this mode
-        SyncOnDrop::sync_stream(stream)
-    } else {
-        recorded
+impl<'a> From<SyncOnDrop<'a>> for Guard<'a> {
+    fn from(g: SyncOnDrop<'a>) -> Self {
+        Guard(GuardKind::Cudarc(g))
+    }
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        if let GuardKind::Pinned(event, stream) = self.0 {
+            stream.context().record_err(event.record(stream));
+        }
+    }
+}
+
+/// No synchronization: for a buffer of another context, which validation then refuses.
+fn no_sync<'a>() -> Guard<'a> {
+    SyncOnDrop::Sync(None).into()
+}
+
+/// The guard of a pinned host buffer from cudarc's: takes its event out (cudarc's guard then
+/// does nothing) and records it unconditionally (see [`GuardKind::Pinned`]).
+fn pinned_guard<'a>(stream: &'a CudaStream, mut cudarc: SyncOnDrop<'a>) -> Guard<'a> {
+    match &mut cudarc {
+        SyncOnDrop::Record(target) => match target.take() {
+            Some((event, s)) => Guard(GuardKind::Pinned(event, s)),
+            None => SyncOnDrop::sync_stream(stream).into(),
+        },
+        // Not what cudarc returns for pinned memory; synchronizing is always safe.
+        SyncOnDrop::Sync(_) => SyncOnDrop::sync_stream(stream).into(),
     }
 }
 
@@ -233,14 +260,14 @@ macro_rules! device_place {
                 = DevRead<'a, T>
             where
                 Self: 'a;
-            fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (DevRead<'a, T>, SyncOnDrop<'a>) {
+            fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (DevRead<'a, T>, Guard<'a>) {
                 let ctx = DeviceSlice::stream(self).context().cu_ctx();
                 let len = DeviceSlice::len(self);
                 if ctx != stream.context().cu_ctx() {
                     return (DevRead::new(0, len, ctx), no_sync());
                 }
                 let (ptr, guard) = DevicePtr::device_ptr(self, stream);
-                (DevRead::new(ptr, len, ctx), guard)
+                (DevRead::new(ptr, len, ctx), guard.into())
             }
         }
     };
@@ -256,14 +283,14 @@ macro_rules! device_place_mut {
             fn acquire_mut<'a>(
                 &'a mut self,
                 stream: &'a CudaStream,
-            ) -> (DevRead<'a, T>, DevWrite<'a, T>, SyncOnDrop<'a>) {
+            ) -> (DevRead<'a, T>, DevWrite<'a, T>, Guard<'a>) {
                 let ctx = DeviceSlice::stream(self).context().cu_ctx();
                 let len = DeviceSlice::len(self);
                 if ctx != stream.context().cu_ctx() {
                     return (DevRead::new(0, len, ctx), DevWrite::new(0, len, ctx), no_sync());
                 }
                 let (ptr, guard) = DevicePtrMut::device_ptr_mut(self, stream);
-                (DevRead::new(ptr, len, ctx), DevWrite::new(ptr, len, ctx), guard)
+                (DevRead::new(ptr, len, ctx), DevWrite::new(ptr, len, ctx), guard.into())
             }
         }
     };
@@ -281,7 +308,7 @@ impl<T> Acquire for PinnedHostSlice<T> {
         = HostRead<'a, T>
     where
         Self: 'a;
-    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (HostRead<'a, T>, SyncOnDrop<'a>) {
+    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (HostRead<'a, T>, Guard<'a>) {
         let ctx = self.context().cu_ctx();
         if ctx != stream.context().cu_ctx() {
             return (HostRead::new(core::ptr::null(), self.len(), ctx), no_sync());
@@ -302,7 +329,7 @@ impl<T> AcquireMut for PinnedHostSlice<T> {
     fn acquire_mut<'a>(
         &'a mut self,
         stream: &'a CudaStream,
-    ) -> (HostRead<'a, T>, HostWrite<'a, T>, SyncOnDrop<'a>) {
+    ) -> (HostRead<'a, T>, HostWrite<'a, T>, Guard<'a>) {
         let ctx = self.context().cu_ctx();
         let len = self.len();
         if ctx != stream.context().cu_ctx() {
@@ -692,12 +719,13 @@ copy_to!(DevRead => HostWrite, Device, Host);
     label = "not a 1, 2 or 4-byte value",
     note = "memset values are u8, i8, u16, i16, u32, i32 or f32 (the driver sets 1, 2 or 4-byte elements); use `zero(&mut buf)` to clear any type"
 )]
-pub trait MemsetValue: Copy {
+pub trait MemsetValue: sealed::Sealed + Copy {
     /// The value's bits, zero-extended to 32 bits.
     fn bits(self) -> u32;
 }
 macro_rules! memset_value {
     ($($t:ty => $u:ty),*) => {$(
+        impl sealed::Sealed for $t {}
         impl MemsetValue for $t {
             fn bits(self) -> u32 {
                 <$u>::from_ne_bytes(self.to_ne_bytes()) as u32

@@ -103,7 +103,7 @@ impl Plan {
                 .accesses
                 .iter()
                 .map(|a| {
-                    let p = self.places[a.place as usize];
+                    let p = self.places.get(a.place as usize).copied().unwrap_or("?");
                     if a.write { format!("&mut {p}") } else { format!("&{p}") }
                 })
                 .collect();
@@ -152,7 +152,8 @@ fn escape(s: &str) -> String {
 /// Edges among the `present` nodes: the transitive reduction of their data hazards on the same
 /// place (read after write, write after read, write after write) and their explicit `after`
 /// edges (to present nodes). Node order is program order, so every edge goes from a lower to a
-/// higher index. Sorted by `(to, from)`.
+/// higher index: an `after` entry that is not an earlier node is ignored (`graph!` never makes
+/// one), and a node beyond `present` counts as absent. Sorted by `(to, from)`.
 ///
 /// Cost: O(n·a) to find hazards and O(n·e·n/64) time and n²/8 bytes for the reduction, with n
 /// nodes, a accesses per node and e candidate edges per node. Over [`MAX_REDUCED_NODES`] nodes
@@ -186,13 +187,14 @@ pub(crate) fn infer_edges_by<'n>(
     let mut reach = vec![0u64; n * words];
     let mut edges = Vec::new();
     let mut cand: Vec<u32> = Vec::new();
+    let present = |j: usize| present.get(j).copied().unwrap_or(false);
     for j in 0..n {
-        if !present[j] {
+        if !present(j) {
             continue;
         }
         let (accesses, after) = node(j);
         cand.clear();
-        cand.extend(after.iter().copied().filter(|&a| present[a as usize]));
+        cand.extend(after.iter().copied().filter(|&a| (a as usize) < j && present(a as usize)));
         for a in accesses {
             let p = a.place as usize;
             cand.extend(last_write[p]);
@@ -269,6 +271,22 @@ mod tests {
         let mut big = head.to_vec();
         big.extend((0..MAX_REDUCED_NODES as u32).map(|p| node(&[w(p + 2)], &[])));
         assert_eq!(all(&big), [(0, 1), (1, 2), (0, 2)]);
+    }
+
+    #[test]
+    fn hand_made_plans_with_bad_indices_do_not_panic() {
+        // `after` naming a later node and a node itself, and a short `present`.
+        let nodes = [node(&[w(0)], &[7, 1]), node(&[r(0)], &[1])];
+        assert_eq!(infer_edges(&nodes, &[true, true]), [(0, 1)]);
+        assert_eq!(infer_edges(&nodes, &[true]), []);
+        let plan = Plan {
+            file: "f",
+            line: 1,
+            places: &[],
+            nodes: Box::leak(Box::new(nodes)),
+            conditions: 0,
+        };
+        assert!(plan.to_dot().contains("&mut ?"));
     }
 
     #[test]

@@ -878,7 +878,7 @@ fn graph_macro_and_builder_share_a_cache() -> Result {
 
 /// With cudarc's event tracking on but a single stream (no `new_stream()`), cudarc records no
 /// event for a pinned buffer, so nothing would make `as_slice` wait for the graph's copy; the
-/// builder's guard then synchronizes the stream after the launch. The pinned output, read right
+/// builder's guard records it itself after the launch. The pinned output, read right
 /// after each call with no explicit synchronization, must hold the slow kernel's result (the
 /// same as an eager cudarc launch and the host model), never the stale fill.
 #[test]
