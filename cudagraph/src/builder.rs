@@ -444,10 +444,11 @@ impl Recording {
         }
     }
 
-    /// The variant of this recording: a hash and, compared in full, its topology: per node its
-    /// kind (memcpy by direction), its accesses with places numbered by first use, and its
-    /// `after` nodes. Equal signatures give equal edges and node kinds, so one exec serves both.
-    /// Fills `self.sig` and returns its hash.
+    /// The variant of this recording: fills `self.sig` with its topology, per node its kind
+    /// (memcpy by direction), a kernel's parameter sizes, its accesses with places numbered by
+    /// first use, and its `after` nodes; returns the hash of that, a quick filter before the
+    /// full comparison. Equal signatures give equal edges, node kinds and parameter layouts, so
+    /// one exec serves both.
     pub(crate) fn signature(&mut self) -> u64 {
         let mut canon = core::mem::take(&mut self.canon);
         canon.clear();

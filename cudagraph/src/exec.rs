@@ -17,6 +17,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 use crate::error::{Call, CudaError, Error, NodeSite, Result};
 use crate::node::{LaunchDims, MemcpyParams, Memory, MemsetParams, NodeParams};
 use crate::plan::{Plan, infer_edges};
+use crate::raw::{self, Cuda, Driver};
 
 /// What the cache needs of a call besides its node parameters: where each node comes from
 /// (for errors) and the edges among the present nodes. A `graph!` [`Plan`] or a
@@ -65,7 +66,6 @@ impl Site {
         }
     }
 }
-use crate::raw::{self, Cuda, Driver};
 
 /// Most kernel parameters one kernel node may have.
 pub const MAX_KERNEL_PARAMS: usize = 16;
@@ -155,22 +155,6 @@ struct Variant {
     hits: u64,
 }
 
-impl Variant {
-    /// Whether `nodes` has this variant's node kinds at its present nodes.
-    fn fits(&self, nodes: &[Option<NodeParams<'_>>]) -> bool {
-        self.nodes.len() == nodes.len()
-            && self.nodes.iter().zip(nodes).all(|(s, n)| {
-                matches!(
-                    (s, n),
-                    (NodeState::Absent, None)
-                        | (NodeState::Kernel { .. }, Some(NodeParams::Kernel(_)))
-                        | (NodeState::Memcpy { .. }, Some(NodeParams::Memcpy(_)))
-                        | (NodeState::Memset { .. }, Some(NodeParams::Memset(_)))
-                )
-            })
-    }
-}
-
 enum NodeState {
     Absent,
     Kernel { handle: CUgraphNode, params: KernelState },
@@ -225,7 +209,8 @@ impl KernelState {
             args: vec![0u64; words as usize].into_boxed_slice(),
             offsets: offsets.into_boxed_slice(),
         };
-        s.store_args(k);
+        let stored = s.store_args(k);
+        debug_assert!(stored.is_some(), "storage laid out from `k` itself");
         s
     }
 
@@ -235,35 +220,32 @@ impl KernelState {
         unsafe { core::slice::from_raw_parts_mut(self.args.as_mut_ptr().cast::<u8>(), len) }
     }
 
-    /// Whether `k`'s arguments have the sizes these were stored with.
-    fn same_layout(&self, k: &dyn crate::node::KernelNode) -> bool {
-        let mut same = k.arg_count() == self.offsets.len();
-        let mut i = 0;
-        k.for_each_arg(&mut |b| {
-            same &= self.offsets.get(i).is_some_and(|o| o.1 as usize == b.len());
-            i += 1;
-        });
-        same
-    }
-
-    /// Copies `k`'s argument bytes in (same layout: [`Self::same_layout`]); returns whether any
-    /// byte changed.
-    fn store_args(&mut self, k: &dyn crate::node::KernelNode) -> bool {
+    /// Copies `k`'s argument bytes in; returns whether any byte changed, or `None` when `k`'s
+    /// arguments have other sizes than these were stored with (a builder node of another
+    /// kernel), after which these hold no usable arguments and need [`Self::new`].
+    fn store_args(&mut self, k: &dyn crate::node::KernelNode) -> Option<bool> {
+        if k.arg_count() != self.offsets.len() {
+            return None;
+        }
         let offsets = core::mem::take(&mut self.offsets);
         let bytes = self.arg_bytes_mut();
-        let mut changed = false;
+        let (mut changed, mut same_layout) = (false, true);
         let mut i = 0;
         k.for_each_arg(&mut |b| {
-            let (off, len) = offsets[i];
-            let slot = &mut bytes[off as usize..(off + len) as usize];
-            if slot != b {
-                slot.copy_from_slice(b);
-                changed = true;
+            match offsets.get(i) {
+                Some(&(off, len)) if len as usize == b.len() => {
+                    let slot = &mut bytes[off as usize..(off + len) as usize];
+                    if slot != b {
+                        slot.copy_from_slice(b);
+                        changed = true;
+                    }
+                }
+                _ => same_layout = false,
             }
             i += 1;
         });
         self.offsets = offsets;
-        changed
+        same_layout.then_some(changed)
     }
 
     /// Calls `f` with the driver's view of these parameters. `kernelParams` points into
@@ -706,22 +688,23 @@ impl<D: Driver> GraphCache<D> {
         self.site = Some(site);
         self.location = shape.location();
         self.clock += 1;
-        let mut found = self
+        let found = self
             .variants
             .iter()
             .position(|v| v.key == key && v.ctx == ctx && *v.signature == *signature);
-        if let Some(i) = found.filter(|&i| !self.variants[i].fits(nodes)) {
-            // Only a misused hidden `GraphCache::run` (a key that does not fix the nodes'
-            // presence and kinds) gets here: drop that variant and build anew.
-            self.remove(i);
-            found = None;
-        }
         let idx = match found {
             Some(i) => {
                 self.stats.hits += 1;
                 self.variants[i].hits += 1;
-                self.update(i, shape, nodes)?;
-                i
+                if self.update(i, shape, nodes)? {
+                    i
+                } else {
+                    // Only a misused hidden `GraphCache::run` (a key that does not fix the
+                    // nodes' presence and kinds) gets here: drop that variant, build anew.
+                    self.stats.hits -= 1;
+                    self.remove(i);
+                    self.insert(shape, (key, signature), (ctx, owner), nodes)?
+                }
             }
             None => self.insert(shape, (key, signature), (ctx, owner), nodes)?,
         };
@@ -798,13 +781,17 @@ impl<D: Driver> GraphCache<D> {
 
     /// The update ladder: unchanged nodes send nothing; changed nodes get per-node set-params;
     /// if the driver refuses one, `cuGraphExecUpdate` from a rebuilt graph; if that is refused,
-    /// a new instantiation.
+    /// a new instantiation. Returns `false`, part way, when `nodes` does not have the variant's
+    /// node kinds (the variant must then be dropped).
     fn update(
         &mut self,
         i: usize,
         shape: &dyn Shape,
         nodes: &[Option<NodeParams<'_>>],
-    ) -> Result<()> {
+    ) -> Result<bool> {
+        if self.variants[i].nodes.len() != nodes.len() {
+            return Ok(false);
+        }
         let v = &mut self.variants[i];
         let driver = &mut self.driver;
         // Set once the driver refuses a node; later changed nodes are recorded but not sent,
@@ -818,12 +805,13 @@ impl<D: Driver> GraphCache<D> {
             let sent = match (state, new) {
                 (NodeState::Absent, None) => continue,
                 (NodeState::Kernel { handle, params }, Some(NodeParams::Kernel(k))) => {
-                    // Another parameter list (a builder node of another kernel): new storage.
-                    let mut changed = if params.same_layout(*k) {
-                        params.store_args(*k)
-                    } else {
-                        *params = KernelState::new(*k);
-                        true
+                    let mut changed = match params.store_args(*k) {
+                        Some(changed) => changed,
+                        // Another parameter list (a builder node of another kernel).
+                        None => {
+                            *params = KernelState::new(*k);
+                            true
+                        }
                     };
                     if params.func != k.function() {
                         params.func = k.function();
@@ -866,7 +854,7 @@ impl<D: Driver> GraphCache<D> {
                             .is_err()
                     })
                 }
-                _ => unreachable!("`run_shape` checked that the variant has these nodes' kinds"),
+                _ => return Ok(false),
             };
             // `sent`: None = unchanged; Some(false) = updated; Some(true) = refused or not sent.
             match sent {
@@ -882,7 +870,7 @@ impl<D: Driver> GraphCache<D> {
         if refused {
             self.rebuild(i, shape, nodes)?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Second and third rungs: whole-exec update from a rebuilt graph, else re-instantiate.
