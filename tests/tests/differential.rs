@@ -215,11 +215,15 @@ fn run_case(g: &Gpu, seed: u32, calls: &[Call], graph_cache: &mut GraphCache) ->
     Ok(())
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn graphs_equal_the_eager_oracle_on_random_dags() {
-    let g = gpu().expect("GPU setup");
-    // One cache across all cases: variants pile up and are evicted (bound 8) as cases go.
+/// Runs `DIFFERENTIAL_CASES` (default 1000) cases of `strategy` with shrinking, each through
+/// `run` on one graph cache shared by all cases (variants pile up and are evicted, bound 8);
+/// `calls` counts a case's calls. Returns the number of cases, of calls (shrinking included)
+/// and the cache's stats.
+fn run_cases<S: Strategy>(
+    strategy: S,
+    calls: impl Fn(&S::Value) -> usize,
+    run: impl Fn(&S::Value, &mut GraphCache) -> Result<()>,
+) -> (u32, u64, cudagraph::Stats) {
     let cache = std::cell::RefCell::new(GraphCache::new());
     let cases =
         std::env::var("DIFFERENTIAL_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
@@ -228,16 +232,23 @@ fn graphs_equal_the_eager_oracle_on_random_dags() {
         failure_persistence: None,
         ..ProptestConfig::default()
     });
-    let calls = std::cell::Cell::new(0u64);
+    let total = std::cell::Cell::new(0u64);
     runner
-        .run(&case(), |(seed, c)| {
-            calls.set(calls.get() + c.len() as u64);
-            run_case(&g, seed, &c, &mut cache.borrow_mut())
-                .map_err(|e| TestCaseError::fail(e.to_string()))
+        .run(&strategy, |case| {
+            total.set(total.get() + calls(&case) as u64);
+            run(&case, &mut cache.borrow_mut()).map_err(|e| TestCaseError::fail(e.to_string()))
         })
         .unwrap();
     let s = cache.borrow().stats();
-    let calls = calls.get();
+    (cases, total.get(), s)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn graphs_equal_the_eager_oracle_on_random_dags() {
+    let g = gpu().expect("GPU setup");
+    let (cases, calls, s) =
+        run_cases(case(), |(_, c)| c.len(), |(seed, c), cache| run_case(&g, *seed, c, cache));
     println!("{cases} cases, {calls} graph calls (shrinking included), stats {s:?}");
     assert!(s.builds > 0 && s.hits > 0 && s.node_updates > 0 && s.evictions > 0, "{s:?}");
 }
@@ -474,25 +485,11 @@ fn run_builder_case(
 #[ignore = "needs a CUDA GPU"]
 fn builder_graphs_equal_the_eager_oracle_on_random_dags() {
     let g = gpu().expect("GPU setup");
-    // One cache across all cases: builder variants pile up and are evicted (bound 8).
-    let cache = std::cell::RefCell::new(GraphCache::new());
-    let cases =
-        std::env::var("DIFFERENTIAL_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    });
-    let calls = std::cell::Cell::new(0u64);
-    runner
-        .run(&builder_case(), |case| {
-            calls.set(calls.get() + case.2.len() as u64);
-            run_builder_case(&g, &case, &mut cache.borrow_mut())
-                .map_err(|e| TestCaseError::fail(e.to_string()))
-        })
-        .unwrap();
-    let s = cache.borrow().stats();
-    let calls = calls.get();
+    let (cases, calls, s) = run_cases(
+        builder_case(),
+        |case| case.2.len(),
+        |case, cache| run_builder_case(&g, case, cache),
+    );
     println!("builder: {cases} cases, {calls} graph calls (shrinking included), stats {s:?}");
     assert!(s.builds > 0 && s.hits > 0 && s.node_updates > 0 && s.evictions > 0, "{s:?}");
 }
