@@ -73,7 +73,10 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         #key_decl
         #decls
         #body
-        #cache_var.run(&__CUDAGRAPH_PLAN, #key, #stream, &[#(#entries),*])
+        // SAFETY: the plan was generated from this body: its accesses name every place each
+        // node reads or writes, and the handles in the entries borrow those places until `run`
+        // returns.
+        unsafe { #cache_var.run(&__CUDAGRAPH_PLAN, #key, #stream, &[#(#entries),*]) }
     }}
 }
 

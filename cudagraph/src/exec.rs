@@ -483,8 +483,14 @@ impl GraphCache {
     ///
     /// `nodes[i]` is `Some` for each node of `plan.nodes` present in variant `key`.
     /// On error nothing is enqueued, and the cache stays usable.
+    ///
+    /// # Safety
+    /// `plan` must be the plan `graph!` generated for these nodes: each node's
+    /// [`Access`](crate::Access)es name every buffer its parameters read or write, so that
+    /// the inferred edges order every hazard, and the handles behind `nodes` stay borrowed until
+    /// this returns. A wrong plan drops edges, and the graph's nodes then race on device memory.
     #[doc(hidden)]
-    pub fn run(
+    pub unsafe fn run(
         &mut self,
         plan: &'static Plan,
         key: u64,

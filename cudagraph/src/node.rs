@@ -629,33 +629,30 @@ pub enum Memory {
 }
 
 /// A 1-D copy of `len` elements of `elem_size` bytes.
+///
+/// Built only from handles ([`CopyTo::memcpy`]), and its fields are private, so safe code cannot
+/// point a copy at an address that no handle vouches for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemcpyParams {
-    /// Source.
-    pub src: Memory,
-    /// Destination.
-    pub dst: Memory,
-    /// Source length, elements.
-    pub src_len: usize,
-    /// Destination length, elements.
-    pub dst_len: usize,
-    /// Element size, bytes.
-    pub elem_size: usize,
+    pub(crate) src: Memory,
+    pub(crate) dst: Memory,
+    pub(crate) src_len: usize,
+    pub(crate) dst_len: usize,
+    pub(crate) elem_size: usize,
     pub(crate) src_ctx: CUcontext,
     pub(crate) dst_ctx: CUcontext,
 }
 
 /// A 1-D memset of `len` elements of `elem_size` (1, 2 or 4) bytes to `value`.
+///
+/// Built only from a write handle; its fields are private for the same reason as
+/// [`MemcpyParams`]'.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemsetParams {
-    /// Destination.
-    pub dst: CUdeviceptr,
-    /// Length, elements of `elem_size`.
-    pub len: usize,
-    /// Element size, bytes: 1, 2 or 4.
-    pub elem_size: u32,
-    /// The element's bits, zero-extended.
-    pub value: u32,
+    pub(crate) dst: CUdeviceptr,
+    pub(crate) len: usize,
+    pub(crate) elem_size: u32,
+    pub(crate) value: u32,
     pub(crate) ctx: CUcontext,
 }
 

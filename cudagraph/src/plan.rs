@@ -5,6 +5,7 @@
 //! after read, write after write on the same place) plus the explicit `.after` edges. The same
 //! function ([`infer_edges`]) gives the edges of the plan and of every graph the cache builds.
 
+use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 
 /// What a node does.
@@ -107,17 +108,19 @@ impl Plan {
                     if a.write { format!("&mut {p}") } else { format!("&{p}") }
                 })
                 .collect();
-            let mut label = format!("n{i} {}\\n{what} (line {})", n.label, n.line);
+            // Each piece escaped on its own: the `\n` between them are DOT line breaks.
+            let mut label =
+                format!("n{i} {}\\n{} (line {})", escape(n.label), escape(&what), n.line);
             if !accesses.is_empty() {
-                let _ = write!(label, "\\n{}", accesses.join(", "));
+                let _ = write!(label, "\\n{}", escape(&accesses.join(", ")));
             }
             let style = if n.condition.is_empty() {
                 String::new()
             } else {
-                let _ = write!(label, "\\nif {}", n.condition);
+                let _ = write!(label, "\\nif {}", escape(n.condition));
                 ", style=dashed".to_string()
             };
-            let _ = writeln!(s, "  n{i} [shape={shape}{style}, label=\"{}\"];", escape(&label));
+            let _ = writeln!(s, "  n{i} [shape={shape}{style}, label=\"{label}\"];");
         }
         for (a, b) in self.edges() {
             let _ = writeln!(s, "  n{a} -> n{b};");
@@ -145,8 +148,9 @@ impl fmt::Display for Plan {
     }
 }
 
+/// A DOT string's body: backslashes and quotes escaped.
 fn escape(s: &str) -> String {
-    s.replace('"', "\\\"")
+    s.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
 /// Edges among the `present` nodes: the transitive reduction of their data hazards on the same
@@ -173,8 +177,21 @@ pub(crate) fn infer_edges_by<'n>(
     node: impl Fn(usize) -> (&'n [Access], &'n [u32]),
     present: &[bool],
 ) -> Vec<(u32, u32)> {
-    let places =
-        (0..n).flat_map(|j| node(j).0.iter().map(|a| a.place as usize + 1)).max().unwrap_or(0);
+    // Per-place state is indexed by place. `graph!` and the builder number places densely from
+    // 0; a hand-made plan may use any `u32`, so sparse indices are renumbered first (one slot
+    // per distinct place, never more than the number of accesses).
+    let accesses: usize = (0..n).map(|j| node(j).0.len()).sum();
+    let max = (0..n).flat_map(|j| node(j).0.iter().map(|a| a.place as usize + 1)).max();
+    let dense: Option<HashMap<u32, usize>> = (max.unwrap_or(0) > accesses).then(|| {
+        let mut m = HashMap::new();
+        for a in (0..n).flat_map(|j| node(j).0) {
+            let k = m.len();
+            m.entry(a.place).or_insert(k);
+        }
+        m
+    });
+    let places = dense.as_ref().map_or(max.unwrap_or(0), HashMap::len);
+    let slot = |p: u32| dense.as_ref().map_or(p as usize, |m| m[&p]);
     // Per place: the last writer and the readers since it. Edges to these imply (transitively)
     // every hazard with earlier accesses.
     let mut last_write: Vec<Option<u32>> = vec![None; places];
@@ -196,14 +213,14 @@ pub(crate) fn infer_edges_by<'n>(
         cand.clear();
         cand.extend(after.iter().copied().filter(|&a| (a as usize) < j && present(a as usize)));
         for a in accesses {
-            let p = a.place as usize;
+            let p = slot(a.place);
             cand.extend(last_write[p]);
             if a.write {
                 cand.extend(readers[p].iter().copied());
             }
         }
         for a in accesses {
-            let p = a.place as usize;
+            let p = slot(a.place);
             if a.write {
                 last_write[p] = Some(j as u32);
                 readers[p].clear();
@@ -287,6 +304,42 @@ mod tests {
             conditions: 0,
         };
         assert!(plan.to_dot().contains("&mut ?"));
+    }
+
+    #[test]
+    fn sparse_place_indices_are_renumbered_not_allocated() {
+        // Places u32::MAX and 5 behave as two places (a dense plan's edges), with no 2³²-entry
+        // tables.
+        let sparse = [
+            node(&[w(u32::MAX)], &[]),
+            node(&[r(u32::MAX), w(5)], &[]),
+            node(&[r(5)], &[]),
+            node(&[w(u32::MAX)], &[]),
+        ];
+        let dense =
+            [node(&[w(0)], &[]), node(&[r(0), w(1)], &[]), node(&[r(1)], &[]), node(&[w(0)], &[])];
+        assert_eq!(all(&sparse), all(&dense));
+        assert_eq!(all(&sparse), [(0, 1), (1, 2), (1, 3)]);
+    }
+
+    #[test]
+    fn dot_escapes_quotes_and_backslashes_in_each_label_piece() {
+        let mut n = node(&[w(0)], &[]);
+        n.label = "a\\b";
+        n.condition = "s == \"x\\\"y\"";
+        let plan = Plan {
+            file: "f",
+            line: 1,
+            places: &["p\"q"],
+            nodes: Box::leak(Box::new([n])),
+            conditions: 1,
+        };
+        let dot = plan.to_dot();
+        let line = dot.lines().find(|l| l.starts_with("  n0 [")).unwrap();
+        assert_eq!(
+            line,
+            r#"  n0 [shape=parallelogram, style=dashed, label="n0 a\\b\nmemcpy (line 1)\n&mut p\"q\nif s == \"x\\\"y\""];"#
+        );
     }
 
     #[test]

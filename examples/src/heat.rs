@@ -305,8 +305,12 @@ fn main() -> ExitCode {
     }
     if !cudagraph::driver_available() {
         eprintln!(
-            "heat: no CUDA driver found (libcuda could not be loaded); run `heat --plan` to print the graph without a GPU"
+            "heat: no CUDA GPU here (the CUDA driver, libcuda, could not be loaded), so nothing ran.\n\
+             heat: the step's graph plan follows; `--plan` prints it as Graphviz DOT"
         );
+        for p in cudagraph::plans().filter(|p| p.file.ends_with("heat.rs")) {
+            print!("{p}");
+        }
         return ExitCode::from(2);
     }
     match run(&args) {

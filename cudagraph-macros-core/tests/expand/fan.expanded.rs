@@ -197,18 +197,20 @@ fn expanded() -> ::cudagraph::Result<()> {
         { __cudagraph_r5 },
         { __cudagraph_w6 },
     );
-    __cudagraph_cache
-        .run(
-            &__CUDAGRAPH_PLAN,
-            __cudagraph_key,
-            __cudagraph_stream,
-            &[
-                ::cudagraph::__private::node(&__cudagraph_n0),
-                ::cudagraph::__private::node(&__cudagraph_n1),
-                ::cudagraph::__private::node(&__cudagraph_n2),
-                ::cudagraph::__private::node(&__cudagraph_n3),
-                ::cudagraph::__private::node(&__cudagraph_n4),
-                ::cudagraph::__private::node(&__cudagraph_n5),
-            ],
-        )
+    unsafe {
+        __cudagraph_cache
+            .run(
+                &__CUDAGRAPH_PLAN,
+                __cudagraph_key,
+                __cudagraph_stream,
+                &[
+                    ::cudagraph::__private::node(&__cudagraph_n0),
+                    ::cudagraph::__private::node(&__cudagraph_n1),
+                    ::cudagraph::__private::node(&__cudagraph_n2),
+                    ::cudagraph::__private::node(&__cudagraph_n3),
+                    ::cudagraph::__private::node(&__cudagraph_n4),
+                    ::cudagraph::__private::node(&__cudagraph_n5),
+                ],
+            )
+    }
 }

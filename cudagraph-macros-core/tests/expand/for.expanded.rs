@@ -408,27 +408,29 @@ fn expanded() -> ::cudagraph::Result<()> {
         { __cudagraph_r1 },
         { __cudagraph_w7 },
     );
-    __cudagraph_cache
-        .run(
-            &__CUDAGRAPH_PLAN,
-            __cudagraph_key,
-            __cudagraph_stream,
-            &[
-                ::cudagraph::__private::node(&__cudagraph_n0),
-                ::cudagraph::__private::node(&__cudagraph_n1),
-                ::cudagraph::__private::node(&__cudagraph_n2),
-                ::cudagraph::__private::node(&__cudagraph_n3),
-                ::cudagraph::__private::node(&__cudagraph_n4),
-                ::cudagraph::__private::node(&__cudagraph_n5),
-                ::cudagraph::__private::node(&__cudagraph_n6),
-                ::cudagraph::__private::node(&__cudagraph_n7),
-                ::cudagraph::__private::node(&__cudagraph_n8),
-                ::cudagraph::__private::node(&__cudagraph_n9),
-                ::cudagraph::__private::node(&__cudagraph_n10),
-                ::cudagraph::__private::node(&__cudagraph_n11),
-                ::cudagraph::__private::node(&__cudagraph_n12),
-                ::cudagraph::__private::node(&__cudagraph_n13),
-                ::cudagraph::__private::node(&__cudagraph_n14),
-            ],
-        )
+    unsafe {
+        __cudagraph_cache
+            .run(
+                &__CUDAGRAPH_PLAN,
+                __cudagraph_key,
+                __cudagraph_stream,
+                &[
+                    ::cudagraph::__private::node(&__cudagraph_n0),
+                    ::cudagraph::__private::node(&__cudagraph_n1),
+                    ::cudagraph::__private::node(&__cudagraph_n2),
+                    ::cudagraph::__private::node(&__cudagraph_n3),
+                    ::cudagraph::__private::node(&__cudagraph_n4),
+                    ::cudagraph::__private::node(&__cudagraph_n5),
+                    ::cudagraph::__private::node(&__cudagraph_n6),
+                    ::cudagraph::__private::node(&__cudagraph_n7),
+                    ::cudagraph::__private::node(&__cudagraph_n8),
+                    ::cudagraph::__private::node(&__cudagraph_n9),
+                    ::cudagraph::__private::node(&__cudagraph_n10),
+                    ::cudagraph::__private::node(&__cudagraph_n11),
+                    ::cudagraph::__private::node(&__cudagraph_n12),
+                    ::cudagraph::__private::node(&__cudagraph_n13),
+                    ::cudagraph::__private::node(&__cudagraph_n14),
+                ],
+            )
+    }
 }

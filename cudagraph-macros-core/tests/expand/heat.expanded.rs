@@ -205,19 +205,21 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         __cudagraph_n6 = ::core::option::Option::Some(__cudagraph_v);
     } else {}
-    __cudagraph_cache
-        .run(
-            &__CUDAGRAPH_PLAN,
-            __cudagraph_key,
-            __cudagraph_stream,
-            &[
-                ::cudagraph::__private::node(&__cudagraph_n0),
-                ::cudagraph::__private::node(&__cudagraph_n1),
-                ::cudagraph::__private::node(&__cudagraph_n2),
-                ::cudagraph::__private::node(&__cudagraph_n3),
-                ::cudagraph::__private::node_if(&__cudagraph_n4),
-                ::cudagraph::__private::node_if(&__cudagraph_n5),
-                ::cudagraph::__private::node_if(&__cudagraph_n6),
-            ],
-        )
+    unsafe {
+        __cudagraph_cache
+            .run(
+                &__CUDAGRAPH_PLAN,
+                __cudagraph_key,
+                __cudagraph_stream,
+                &[
+                    ::cudagraph::__private::node(&__cudagraph_n0),
+                    ::cudagraph::__private::node(&__cudagraph_n1),
+                    ::cudagraph::__private::node(&__cudagraph_n2),
+                    ::cudagraph::__private::node(&__cudagraph_n3),
+                    ::cudagraph::__private::node_if(&__cudagraph_n4),
+                    ::cudagraph::__private::node_if(&__cudagraph_n5),
+                    ::cudagraph::__private::node_if(&__cudagraph_n6),
+                ],
+            )
+    }
 }
