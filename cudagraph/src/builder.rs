@@ -334,11 +334,16 @@ impl Recording {
     /// A new place's tag: the builder's number above [`PLACE_BITS`], the place's number (from
     /// 1) below. Past 2^24 - 1 places every further tag is 0, which no node accepts.
     pub(crate) fn new_place(&mut self) -> u64 {
-        if self.places + 1 >= 1 << PLACE_BITS {
+        if self.places_full() {
             return 0;
         }
         self.places += 1;
         self.id << PLACE_BITS | u64::from(self.places)
+    }
+
+    /// Whether every place number (1 to 2^24 - 1) is taken.
+    fn places_full(&self) -> bool {
+        self.places + 1 >= 1 << PLACE_BITS
     }
 
     fn fail(&mut self, site: NodeSite, why: String) {
@@ -354,7 +359,7 @@ impl Recording {
         for &(tag, write) in operands {
             let place = (tag & ((1 << PLACE_BITS) - 1)) as u32;
             if tag >> PLACE_BITS != self.id || place == 0 {
-                let why = if tag >> PLACE_BITS == self.id || self.places + 1 >= 1 << PLACE_BITS {
+                let why = if tag >> PLACE_BITS == self.id || self.places_full() {
                     "more than 2^24 - 1 buffers registered with one GraphBuilder"
                 } else {
                     "a buffer handle that was not registered with this GraphBuilder's `read` or \

@@ -241,14 +241,13 @@ fn no_sync<'a>() -> Guard<'a> {
 /// The guard of a pinned host buffer from cudarc's: takes its event out (cudarc's guard then
 /// does nothing) and records it unconditionally (see [`GuardKind::Pinned`]).
 fn pinned_guard<'a>(stream: &'a CudaStream, mut cudarc: SyncOnDrop<'a>) -> Guard<'a> {
-    match &mut cudarc {
-        SyncOnDrop::Record(target) => match target.take() {
-            Some((event, s)) => Guard(GuardKind::Pinned(event, s)),
-            None => SyncOnDrop::sync_stream(stream).into(),
-        },
-        // Not what cudarc returns for pinned memory; synchronizing is always safe.
-        SyncOnDrop::Sync(_) => SyncOnDrop::sync_stream(stream).into(),
+    if let SyncOnDrop::Record(target) = &mut cudarc
+        && let Some((event, s)) = target.take()
+    {
+        return Guard(GuardKind::Pinned(event, s));
     }
+    // Not what cudarc returns for pinned memory; synchronizing is always safe.
+    SyncOnDrop::sync_stream(stream).into()
 }
 
 macro_rules! device_place {

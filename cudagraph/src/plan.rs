@@ -180,9 +180,10 @@ pub(crate) fn infer_edges_by<'n>(
     // Per-place state is indexed by place. `graph!` and the builder number places densely from
     // 0; a hand-made plan may use any `u32`, so sparse indices are renumbered first (one slot
     // per distinct place, never more than the number of accesses).
-    let accesses: usize = (0..n).map(|j| node(j).0.len()).sum();
-    let max = (0..n).flat_map(|j| node(j).0.iter().map(|a| a.place as usize + 1)).max();
-    let dense: Option<HashMap<u32, usize>> = (max.unwrap_or(0) > accesses).then(|| {
+    let (accesses, max) = (0..n)
+        .flat_map(|j| node(j).0)
+        .fold((0usize, 0usize), |(count, max), a| (count + 1, max.max(a.place as usize + 1)));
+    let dense: Option<HashMap<u32, usize>> = (max > accesses).then(|| {
         let mut m = HashMap::new();
         for a in (0..n).flat_map(|j| node(j).0) {
             let k = m.len();
@@ -190,7 +191,7 @@ pub(crate) fn infer_edges_by<'n>(
         }
         m
     });
-    let places = dense.as_ref().map_or(max.unwrap_or(0), HashMap::len);
+    let places = dense.as_ref().map_or(max, HashMap::len);
     let slot = |p: u32| dense.as_ref().map_or(p as usize, |m| m[&p]);
     // Per place: the last writer and the readers since it. Edges to these imply (transitively)
     // every hazard with earlier accesses.

@@ -737,37 +737,34 @@ fn after_that_is_not_an_earlier_node_of_this_builder_is_refused() -> Result {
         },
         |e, line| invalid(e, "affine", line, "not earlier"),
     )?;
-    // Nodes of another builder, in either place.
+    // Nodes of another builder, in either place: named in `after` (the error names this
+    // builder's node), or given as the node (the error can only name the `after` call).
     let mut other = GraphCache::new();
     let mut spare = f.stream.alloc_zeros::<u32>(N as usize)?;
-    f.refused(
-        |f| {
-            let mut g1 = other.builder(&f.stream);
-            let s = g1.write(&mut spare);
-            let foreign = g1.zero(s);
-            let mut g = f.cache.builder(&f.stream);
-            let x = g.write(&mut f.x);
-            let n0 = g.kernel(f.k.iota(N, 3, 99, x).launch(cfg));
-            let line = line!() + 1;
-            g.after(n0, &[foreign]);
-            (g.launch(), line)
-        },
-        |e, line| invalid(e, "iota", line, "names a node of another GraphBuilder"),
-    )?;
-    f.refused(
-        |f| {
-            let mut g1 = other.builder(&f.stream);
-            let s = g1.write(&mut spare);
-            let foreign = g1.zero(s);
-            let mut g = f.cache.builder(&f.stream);
-            let x = g.write(&mut f.x);
-            let n0 = g.kernel(f.k.iota(N, 3, 99, x).launch(cfg));
-            let line = line!() + 1;
-            g.after(foreign, &[n0]);
-            (g.launch(), line)
-        },
-        |e, line| invalid(e, "after", line, "`after` on a node of another GraphBuilder"),
-    )?;
+    for foreign_is_the_node in [false, true] {
+        f.refused(
+            |f| {
+                let mut g1 = other.builder(&f.stream);
+                let s = g1.write(&mut spare);
+                let foreign = g1.zero(s);
+                let mut g = f.cache.builder(&f.stream);
+                let x = g.write(&mut f.x);
+                let n0 = g.kernel(f.k.iota(N, 3, 99, x).launch(cfg));
+                let (node, earlier) =
+                    if foreign_is_the_node { (foreign, n0) } else { (n0, foreign) };
+                let line = line!() + 1;
+                g.after(node, &[earlier]);
+                (g.launch(), line)
+            },
+            |e, line| {
+                if foreign_is_the_node {
+                    invalid(e, "after", line, "`after` on a node of another GraphBuilder")
+                } else {
+                    invalid(e, "iota", line, "names a node of another GraphBuilder")
+                }
+            },
+        )?;
+    }
     assert!(other.stats().launches == 0 && other.stats().eager_calls == 0);
     Ok(())
 }
