@@ -42,8 +42,10 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
     let stream = local("__cudagraph_stream");
     let cache_var = local("__cudagraph_cache");
     let key = local("__cudagraph_key");
+    let call = local("__cudagraph_call");
 
-    let acquisitions = acquisitions(&order, &places, &stream.to_token_stream());
+    let acquisitions = acquisitions(&order, &places, &stream.to_token_stream(), &call);
+    let guards = (0..order.len()).map(|i| handles(i).2);
 
     let mut counter = NodeCounter { next: 0, ifs: 0 };
     let mut decls = TokenStream::new();
@@ -69,14 +71,16 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         let #cache_var: &mut ::cudagraph::GraphCache = #cache;
         let #stream: &::cudagraph::__private::CudaStream = #stream_expr;
         #plan
+        let #call = ::cudagraph::__private::begin_call();
         #acquisitions
         #key_decl
         #decls
         #body
-        // SAFETY: the plan was generated from this body: its accesses name every place each
-        // node reads or writes, and the handles in the entries borrow those places until `run`
-        // returns.
-        unsafe { #cache_var.run(&__CUDAGRAPH_PLAN, #key, #stream, &[#(#entries),*]) }
+        // SAFETY: the plan was generated from this body (`run` checks each node's handles
+        // against its accesses), and the guards are its places' borrows, in place order.
+        unsafe {
+            #cache_var.run(&__CUDAGRAPH_PLAN, &#call, #key, #stream, &[#(#entries),*], &[#(#guards),*])
+        }
     }}
 }
 
@@ -87,6 +91,7 @@ fn acquisitions(
     order: &[String],
     places: &HashMap<String, PlaceInfo<'_>>,
     stream: &TokenStream,
+    call: &syn::Ident,
 ) -> TokenStream {
     // Indexed places grouped by the key of their base, in order of first use.
     let mut groups: Vec<(String, &Expr, Vec<&PlaceInfo<'_>>)> = Vec::new();
@@ -162,8 +167,11 @@ fn acquisitions(
         // The call's parentheses get the span of the place's last token, so that the
         // `Place`/`PlaceMut` bound error is reported once, on the user's place.
         let last = p.first.place.to_token_stream().into_iter().last().map(|t| t.span());
-        let mut args =
-            proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#place, #stream));
+        let index = p.index as u32;
+        let mut args = proc_macro2::Group::new(
+            proc_macro2::Delimiter::Parenthesis,
+            quote!(#place, #stream, &#call, #index),
+        );
         args.set_span(last.unwrap_or(p.first.span));
         out.extend(if p.written {
             quote_spanned! {p.first.span=>
@@ -260,8 +268,9 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
     };
     match &node.op {
         Op::Launch { receiver, kernel, args, parens, launch, cfg } => {
+            // Scalars pass through `scalar`, which takes plain values only (never a handle).
             let args = args.iter().map(|a| match a {
-                Arg::Scalar(e) => quote!(#e),
+                Arg::Scalar(e) => quote_spanned!(e.span()=> ::cudagraph::__private::scalar(#e)),
                 Arg::Buffer(o) => operand(o),
             });
             // The user's parentheses and `launch` word, so arity and configuration errors
@@ -271,7 +280,8 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
             call.set_span(*parens);
             let receiver =
                 quote_spanned!(receiver.span()=> ::cudagraph::__private::kernels(&#receiver));
-            quote!(#receiver.#kernel #call.#launch(#cfg))
+            let launch = quote!(#receiver.#kernel #call.#launch(#cfg));
+            quote_spanned!(kernel.span()=> ::cudagraph::__private::kernel_node(#launch))
         }
         Op::Copy { func, src, dst } => {
             let (s, d) = (operand(src), operand(dst));

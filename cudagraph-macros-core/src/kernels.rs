@@ -63,8 +63,6 @@ pub fn expand(input: KernelsInput) -> TokenStream {
     let mut errors = Errors::default();
     let KernelsInput { attrs, vis, name, fns } = input;
     let name_str = name.to_string();
-    let mut fields = Vec::new();
-    let mut loads = Vec::new();
     let mut methods = Vec::new();
     let mut names = Vec::new();
     for f in &fns {
@@ -87,8 +85,9 @@ pub fn expand(input: KernelsInput) -> TokenStream {
             errors.push(kname, format!("kernel `{kstr}` is declared twice"));
             continue;
         }
-        let field = format_ident!("__cudagraph_{}", kname);
+        let index = names.len();
         let mut params = Vec::new();
+        let mut scalars = Vec::new();
         let mut types = Vec::new();
         let mut values = Vec::new();
         for (i, arg) in sig.inputs.iter().enumerate() {
@@ -109,6 +108,7 @@ pub fn expand(input: KernelsInput) -> TokenStream {
                 }
                 Param::Scalar(t) => {
                     params.push(quote_spanned!(pt.span()=> #pname: #t));
+                    scalars.push(quote_spanned!(t.span()=> #t: ::cudagraph::__private::Scalar));
                     types.push(quote!(#t));
                     values.push(quote!(#pname));
                 }
@@ -129,8 +129,6 @@ pub fn expand(input: KernelsInput) -> TokenStream {
             " Kernel `{kstr}`: `{}`. Use inside `graph!` as `.{kstr}(…).launch(cfg)`.",
             crate::ast::normalize(sig)
         );
-        fields.push(quote!(#field: ::cudagraph::__private::CudaFunction));
-        loads.push(quote!(#field: ::cudagraph::__private::load_function(&module, #kstr)?));
         methods.push(quote! {
             #(#docs)*
             #[doc = ""]
@@ -139,15 +137,18 @@ pub fn expand(input: KernelsInput) -> TokenStream {
             #vis fn #kname<'__cudagraph_k, '__cudagraph_b>(
                 &'__cudagraph_k self,
                 #(#params),*
-            ) -> ::cudagraph::KernelCall<'__cudagraph_k, (#(#types,)*)> {
-                // SAFETY: the function was resolved by `load`, whose caller vouched that the
+            ) -> ::cudagraph::KernelCall<'__cudagraph_k, (#(#types,)*)>
+            where
+                #(#scalars,)*
+            {
+                // SAFETY: function #index was resolved by `load`, whose caller vouched that the
                 // kernel takes exactly these parameter types and stays within its buffers.
-                unsafe { ::cudagraph::KernelCall::new(&self.#field, #kstr, (#(#values,)*)) }
+                unsafe { ::cudagraph::KernelCall::new(self.__cudagraph.get(#index), #kstr, (#(#values,)*)) }
             }
         });
-        names.push((kstr, field));
+        names.push((kstr, index));
     }
-    let (name_strs, name_fields): (Vec<_>, Vec<_>) = names.into_iter().unzip();
+    let (name_strs, name_indices): (Vec<_>, Vec<_>) = names.into_iter().unzip();
     let load_doc = format!(
         " Loads the module (`cuModuleLoadData`) and resolves every kernel of `{name_str}` once (`cuModuleGetFunction`).\n\n # Errors\n [`cudagraph::Error::Module`] if the module does not load; [`cudagraph::Error::MissingFunction`] naming the first kernel the module lacks.\n\n # Safety\n The declarations are trusted, as cudarc's `launch` trusts its caller: each kernel of the module has exactly the declared parameter types, and for every launch `graph!` makes it reads only its `&[T]` buffers and writes only its `&mut [T]` buffers, within their lengths. Everything else about a launch (lifetimes, ordering, aliasing, copies) is then checked by `graph!`."
     );
@@ -156,8 +157,8 @@ pub fn expand(input: KernelsInput) -> TokenStream {
         #errors
         #(#attrs)*
         #vis struct #name {
-            __cudagraph_module: ::std::sync::Arc<::cudagraph::__private::CudaModule>,
-            #(#fields,)*
+            /// The loaded functions: made only by `load`.
+            __cudagraph: ::cudagraph::__private::Functions<#name>,
         }
 
         impl ::cudagraph::__private::Kernels for #name {}
@@ -171,24 +172,24 @@ pub fn expand(input: KernelsInput) -> TokenStream {
                 ctx: &::std::sync::Arc<::cudagraph::__private::CudaContext>,
                 ptx: ::cudagraph::__private::Ptx,
             ) -> ::cudagraph::Result<Self> {
-                let module = ::cudagraph::__private::load_module(ctx, ptx, #name_str)?;
-                ::core::result::Result::Ok(#name {
-                    #(#loads,)*
-                    __cudagraph_module: module,
-                })
+                // SAFETY: the caller of this `unsafe fn` vouches for the declarations (above).
+                let functions = unsafe {
+                    ::cudagraph::__private::Functions::load(ctx, ptx, #name_str, Self::NAMES)
+                }?;
+                ::core::result::Result::Ok(#name { __cudagraph: functions })
             }
 
             /// The CUDA function of kernel `name`, e.g. for launching it eagerly with cudarc.
             #vis fn function(&self, name: &str) -> ::core::option::Option<&::cudagraph::__private::CudaFunction> {
                 match name {
-                    #(#name_strs => ::core::option::Option::Some(&self.#name_fields),)*
+                    #(#name_strs => ::core::option::Option::Some(self.__cudagraph.get(#name_indices)),)*
                     _ => ::core::option::Option::None,
                 }
             }
 
             /// The loaded module.
             #vis fn module(&self) -> &::std::sync::Arc<::cudagraph::__private::CudaModule> {
-                &self.__cudagraph_module
+                self.__cudagraph.module()
             }
 
             #(#methods)*

@@ -12,8 +12,8 @@ use cudarc::driver::{CudaFunction, CudaStream, ValidAsZeroBits};
 use crate::error::{Error, NodeSite, Result};
 use crate::exec::{GraphCache, GraphCall, Shape, Site};
 use crate::node::{
-    CopyTo, DevWrite, Handle, KernelArgs, KernelLaunch, KernelNode, LaunchDims, MemcpyParams,
-    Memory, MemsetParams, MemsetValue, NodeParams, Place, PlaceMut, sealed::Token,
+    CopyTo, DevWrite, Handle, KernelArgs, KernelLaunch, KernelNode, LaunchDims, Memcpy, Memory,
+    MemcpyParams, Memset, MemsetParams, MemsetValue, NodeParams, Place, PlaceMut, sealed::Token,
 };
 use crate::plan::{Access, infer_edges_by};
 
@@ -21,8 +21,28 @@ use crate::plan::{Access, infer_edges_by};
 /// builder.
 const PLACE_BITS: u32 = 24;
 
-/// Builder numbers, unique for the life of the process (2^40 of them).
-static NEXT_BUILDER: AtomicU64 = AtomicU64::new(1);
+/// Builder and `graph!` call numbers, unique for the life of the process (2^40 of them).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A new builder or `graph!` call number.
+#[inline]
+pub(crate) fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The tag of place `index` (0-based) of builder or call `id`: the id above [`PLACE_BITS`], the
+/// place's number from 1 below. Past 2^24 - 1 places the tag is 0, which no node accepts.
+#[inline]
+pub(crate) fn tag(id: u64, index: u32) -> u64 {
+    if index + 1 >= 1 << PLACE_BITS { 0 } else { id << PLACE_BITS | u64::from(index + 1) }
+}
+
+/// The place index (0-based) a tag of call or builder `id` names, if it is one of `id`'s.
+#[inline]
+pub(crate) fn place_of(tag: u64, id: u64) -> Option<u32> {
+    let place = (tag & ((1 << PLACE_BITS) - 1)) as u32;
+    (tag >> PLACE_BITS == id && place != 0).then(|| place - 1)
+}
 
 /// A node added to a [`GraphBuilder`], for [`GraphBuilder::after`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -101,7 +121,7 @@ pub struct GraphBuilder<'a> {
 impl GraphCache {
     /// A [`GraphBuilder`] for one graph launched on `stream`, cached in this cache.
     pub fn builder<'a>(&'a mut self, stream: &'a CudaStream) -> GraphBuilder<'a> {
-        let id = NEXT_BUILDER.fetch_add(1, Ordering::Relaxed);
+        let id = next_id();
         // The last builder's vectors, emptied, so that steady calls reuse their capacity.
         let mut rec = core::mem::replace(&mut self.recording, Recording::new(0));
         rec.id = id;
@@ -145,7 +165,7 @@ impl<'a> GraphBuilder<'a> {
     pub fn copy<S: CopyTo<D> + Handle + 'a, D: Handle + 'a>(&mut self, src: S, dst: D) -> Node {
         let (s, d) = (src.tag(), dst.tag());
         let site = site("copy", "GraphBuilder::copy", Location::caller());
-        self.rec.memcpy(site, src.memcpy(dst), s, d)
+        self.rec.memcpy(site, src.memcpy(dst).raw, s, d)
     }
 
     /// Adds a memset node (`cuGraphAddMemsetNode`): every element of `dst` set to `value`, a
@@ -153,14 +173,14 @@ impl<'a> GraphBuilder<'a> {
     #[track_caller]
     pub fn memset<T: MemsetValue>(&mut self, dst: DevWrite<'a, T>, value: T) -> Node {
         let site = site("memset", "GraphBuilder::memset", Location::caller());
-        self.rec.memset(site, crate::node::memset(dst, value), dst.tag)
+        self.rec.memset(site, crate::node::memset(dst, value).raw, dst.tag)
     }
 
     /// Adds a memset node setting every byte of `dst` to 0, whatever its element type.
     #[track_caller]
     pub fn zero<T: ValidAsZeroBits>(&mut self, dst: DevWrite<'a, T>) -> Node {
         let site = site("zero", "GraphBuilder::zero", Location::caller());
-        self.rec.memset(site, crate::node::zero(dst), dst.tag)
+        self.rec.memset(site, crate::node::zero(dst).raw, dst.tag)
     }
 
     /// Adds edges from each of `earlier` to `node`, beyond those of data hazards: `node` then
@@ -207,7 +227,7 @@ impl<'a> GraphBuilder<'a> {
         let views: Vec<KernelView<'_>> = rec.kernel_views().collect();
         let nodes = rec.params(&views);
         let call = GraphCall { shape: rec, site: Site::Builder, key, signature: &rec.sig };
-        self.cache.run_call(call, self.stream, &nodes)
+        self.cache.run_call(call, self.stream, &nodes, &self.guards)
         // `self` drops here: the guards record the buffers' use after the launch was enqueued.
     }
 }
@@ -254,8 +274,8 @@ pub(crate) struct RecNode {
 
 enum RecKind {
     Kernel(KernelRec),
-    Memcpy(MemcpyParams),
-    Memset(MemsetParams),
+    Memcpy(Memcpy),
+    Memset(Memset),
 }
 
 struct KernelRec {
@@ -275,6 +295,7 @@ struct KernelView<'r> {
     ctxs: &'r [CUcontext],
 }
 
+impl crate::node::sealed::Sealed for KernelView<'_> {}
 impl KernelNode for KernelView<'_> {
     fn function(&self) -> CUfunction {
         self.k.func
@@ -298,6 +319,8 @@ impl KernelNode for KernelView<'_> {
     fn for_each_context(&self, f: &mut dyn FnMut(CUcontext)) {
         self.ctxs.iter().for_each(|&c| f(c));
     }
+    /// The recording holds the accesses (checked when the node was added).
+    fn for_each_access(&self, _: &mut dyn FnMut((u64, bool))) {}
 }
 
 impl Recording {
@@ -338,7 +361,7 @@ impl Recording {
             return 0;
         }
         self.places += 1;
-        self.id << PLACE_BITS | u64::from(self.places)
+        tag(self.id, self.places - 1)
     }
 
     /// Whether every place number (1 to 2^24 - 1) is taken.
@@ -356,10 +379,9 @@ impl Recording {
     /// place of this builder and that no place is both written and used again by the node.
     fn push(&mut self, site: NodeSite, kind: RecKind, operands: &[(u64, bool)]) -> Node {
         let start = self.accesses.len();
-        for &(tag, write) in operands {
-            let place = (tag & ((1 << PLACE_BITS) - 1)) as u32;
-            if tag >> PLACE_BITS != self.id || place == 0 {
-                let why = if tag >> PLACE_BITS == self.id || self.places_full() {
+        for &(t, write) in operands {
+            let Some(place) = place_of(t, self.id) else {
+                let why = if t >> PLACE_BITS == self.id || self.places_full() {
                     "more than 2^24 - 1 buffers registered with one GraphBuilder"
                 } else {
                     "a buffer handle that was not registered with this GraphBuilder's `read` or \
@@ -367,8 +389,7 @@ impl Recording {
                 };
                 self.fail(site, why.into());
                 continue;
-            }
-            let place = place - 1;
+            };
             match self.accesses[start..].iter_mut().find(|a| a.place == place) {
                 Some(a) if a.write || write => self.fail(
                     site,
@@ -417,11 +438,11 @@ impl Recording {
         self.push(site, RecKind::Kernel(k), &operands[..len])
     }
 
-    pub(crate) fn memcpy(&mut self, site: NodeSite, p: MemcpyParams, src: u64, dst: u64) -> Node {
+    pub(crate) fn memcpy(&mut self, site: NodeSite, p: Memcpy, src: u64, dst: u64) -> Node {
         self.push(site, RecKind::Memcpy(p), &[(src, false), (dst, true)])
     }
 
-    pub(crate) fn memset(&mut self, site: NodeSite, p: MemsetParams, dst: u64) -> Node {
+    pub(crate) fn memset(&mut self, site: NodeSite, p: Memset, dst: u64) -> Node {
         self.push(site, RecKind::Memset(p), &[(dst, true)])
     }
 
@@ -530,8 +551,8 @@ impl Recording {
             .map(|n| {
                 Some(match &n.kind {
                     RecKind::Kernel(_) => NodeParams::Kernel(view(views.next())),
-                    RecKind::Memcpy(c) => NodeParams::Memcpy(*c),
-                    RecKind::Memset(m) => NodeParams::Memset(*m),
+                    RecKind::Memcpy(c) => NodeParams::Memcpy(MemcpyParams::recorded(*c)),
+                    RecKind::Memset(m) => NodeParams::Memset(MemsetParams::recorded(*m)),
                 })
             })
             .collect()
@@ -544,6 +565,13 @@ impl Shape for Recording {
     }
     fn site(&self, i: usize) -> NodeSite {
         self.nodes[i].site
+    }
+    fn place_site(&self, place: usize) -> NodeSite {
+        let uses = |n: &&RecNode| self.accesses[n.accesses.clone()].iter().any(|a| a.place as usize == place);
+        match self.nodes.iter().find(uses) {
+            Some(n) => n.site,
+            None => site("read/write", "GraphBuilder::read/write", self.location),
+        }
     }
     fn edges(&self, present: &[bool]) -> Vec<(u32, u32)> {
         let mut after = self.after.clone();
@@ -591,8 +619,8 @@ mod tests {
         let [a, b, c, d] = bufs.map(|p| buf(rec, p));
         let n0 = rec.kernel(at(), F, DIMS, &(scalar, a.1));
         rec.kernel(at(), F, DIMS, &(scalar, a.0, b.1));
-        rec.memcpy(at(), copy(b.0, c.1), b.0.tag, c.1.tag);
-        let n3 = rec.memset(at(), crate::node::zero(d.1), d.1.tag);
+        rec.memcpy(at(), copy(b.0, c.1).raw, b.0.tag, c.1.tag);
+        let n3 = rec.memset(at(), crate::node::zero(d.1).raw, d.1.tag);
         rec.after(n3, &[n0], Location::caller());
     }
 
@@ -620,8 +648,8 @@ mod tests {
             let h = |i: usize| DevWrite::<u32>::new(ptrs[i], 16, CTX).with_tag(tags[i], Token(()));
             rec.kernel(at(), F, DIMS, &(scalar, h(0)));
             rec.kernel(at(), F, DIMS, &(scalar, h(0).read(), h(1)));
-            rec.memcpy(at(), copy(h(1).read(), h(2)), tags[1], tags[2]);
-            rec.memset(at(), crate::node::zero(h(3)), tags[3]);
+            rec.memcpy(at(), copy(h(1).read(), h(2)).raw, tags[1], tags[2]);
+            rec.memset(at(), crate::node::zero(h(3)).raw, tags[3]);
             (rec.signature(), rec.sig)
         };
         assert_eq!(sig([0, 1, 2, 3], 1), sig([3, 1, 0, 2], 2));
@@ -638,19 +666,19 @@ mod tests {
         // same (a count of 1..=4 reads as a memcpy/memset kind).
         let mut a = Recording::new(30);
         let [p0, p1] = [0x100, 0x200].map(|p| buf(&mut a, p).1);
-        a.memset(at(), crate::node::zero(p0), p0.tag);
-        let n1 = a.memset(at(), crate::node::zero(p1), p1.tag);
-        let n2 = a.memset(at(), crate::node::zero(p0), p0.tag);
+        a.memset(at(), crate::node::zero(p0).raw, p0.tag);
+        let n1 = a.memset(at(), crate::node::zero(p1).raw, p1.tag);
+        let n2 = a.memset(at(), crate::node::zero(p0).raw, p0.tag);
         a.after(n2, &[n1], Location::caller());
         let n3 = a.kernel(at(), F, DIMS, &());
         a.after(n3, &[n2], Location::caller());
-        a.memset(at(), crate::node::zero(p0), p0.tag);
+        a.memset(at(), crate::node::zero(p0).raw, p0.tag);
         let mut b = Recording::new(31);
         let [q0, q1, q2] = [0x100, 0x200, 0x300].map(|p| buf(&mut b, p));
-        let m0 = b.memset(at(), crate::node::zero(q0.1), q0.1.tag);
-        b.memset(at(), crate::node::zero(q1.1), q1.1.tag);
+        let m0 = b.memset(at(), crate::node::zero(q0.1).raw, q0.1.tag);
+        b.memset(at(), crate::node::zero(q1.1).raw, q1.1.tag);
         b.kernel(at(), F, DIMS, &(1u8, 1u8, 1u8, 1u8));
-        let m3 = b.memcpy(at(), copy(q2.0, q0.1), q2.0.tag, q0.1.tag);
+        let m3 = b.memcpy(at(), copy(q2.0, q0.1).raw, q2.0.tag, q0.1.tag);
         b.after(m3, &[m0], Location::caller());
         assert_ne!((a.signature(), a.sig), (b.signature(), b.sig));
     }
@@ -691,7 +719,7 @@ mod tests {
         assert_eq!(l, line);
         // A `graph!` handle (tag 0) is refused too.
         let mut rec = Recording::new(4);
-        rec.memset(at(), crate::node::zero(DevWrite::<u32>::new(0x300, 4, CTX)), 0);
+        rec.memset(at(), crate::node::zero(DevWrite::<u32>::new(0x300, 4, CTX)).raw, 0);
         assert!(invalid(&rec).0.contains("not registered"));
     }
 
@@ -706,7 +734,7 @@ mod tests {
         assert!(invalid(&rec).0.contains("passed twice to one node, and written"));
         let mut rec = Recording::new(6);
         let (r, w) = buf(&mut rec, 0x100);
-        rec.memcpy(at(), copy(r, w), r.tag, w.tag);
+        rec.memcpy(at(), copy(r, w).raw, r.tag, w.tag);
         assert!(invalid(&rec).0.contains("passed twice"));
     }
 
@@ -714,13 +742,13 @@ mod tests {
     fn after_must_name_an_earlier_node_of_the_same_builder() {
         let mut rec = Recording::new(7);
         let (_, w) = buf(&mut rec, 0x100);
-        let n0 = rec.memset(at(), crate::node::zero(w), w.tag);
-        let n1 = rec.memset(at(), crate::node::zero(w), w.tag);
+        let n0 = rec.memset(at(), crate::node::zero(w).raw, w.tag);
+        let n1 = rec.memset(at(), crate::node::zero(w).raw, w.tag);
         rec.after(n0, &[n1], Location::caller());
         assert!(invalid(&rec).0.contains("not earlier"), "{:?}", rec.error);
         let mut rec = Recording::new(8);
         let (_, w) = buf(&mut rec, 0x100);
-        rec.memset(at(), crate::node::zero(w), w.tag);
+        rec.memset(at(), crate::node::zero(w).raw, w.tag);
         rec.after(n1, &[], Location::caller());
         assert!(invalid(&rec).0.contains("another GraphBuilder"));
     }
@@ -757,7 +785,7 @@ mod tests {
         // Another topology: a second variant; then the first is hit again.
         let mut r = Recording::new(13);
         let (_, w) = buf(&mut r, 0x100);
-        r.memset(at(), crate::node::zero(w), w.tag);
+        r.memset(at(), crate::node::zero(w).raw, w.tag);
         run(&mut cache, r).unwrap();
         run(&mut cache, rec(14, [0x200, 0x100, 0x300, 0x400], 1)).unwrap();
         let s = cache.stats();

@@ -136,15 +136,26 @@ pub enum Error {
         /// Which limit, with the values.
         why: String,
     },
-    /// A [`GraphBuilder`](crate::GraphBuilder) node that cannot be part of the graph: a buffer
-    /// handle or node of another builder, an `after` node that is not earlier, or one buffer
-    /// passed twice to one node with a write.
+    /// A node that cannot be part of the graph: in a [`GraphBuilder`](crate::GraphBuilder), a
+    /// buffer handle or node of another builder, an `after` node that is not earlier, or one
+    /// buffer passed twice to one node with a write; in `graph!`, a buffer handle that the
+    /// statement's own operands did not borrow in this call.
     #[error("{site}: {why}")]
     InvalidNode {
         /// The failing node.
         site: NodeSite,
         /// What is wrong.
         why: String,
+    },
+    /// Two buffers of one call overlap in memory and one of them is written (views of one
+    /// allocation made more than once): the graph would have no edge between their nodes.
+    /// Nothing was enqueued.
+    #[error("{first} and {second}: their buffers overlap in memory and one is written")]
+    Aliasing {
+        /// The first statement (or builder node) using one of the buffers.
+        first: NodeSite,
+        /// The first statement (or builder node) using the other.
+        second: NodeSite,
     },
     /// A buffer or stream that belongs to another CUDA context than the graph's stream.
     #[error("{site}: buffer belongs to another CUDA context than the stream")]

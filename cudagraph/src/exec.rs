@@ -12,10 +12,10 @@ use cudarc::driver::sys::{
     self, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUfunction,
     CUgraph, CUgraphExec, CUgraphNode, CUmemorytype, CUstream,
 };
-use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaStream};
 
 use crate::error::{Call, CudaError, Error, NodeSite, Result};
-use crate::node::{LaunchDims, MemcpyParams, Memory, MemsetParams, NodeParams};
+use crate::node::{Guard, LaunchDims, Memcpy, Memory, Memset, NodeParams};
 use crate::plan::{Plan, infer_edges};
 use crate::raw::{self, Cuda, Driver};
 
@@ -34,6 +34,8 @@ pub(crate) trait Shape {
     fn site(&self, i: usize) -> NodeSite;
     /// Edges `(from, to)` among the `present` nodes, sorted by `(to, from)`.
     fn edges(&self, present: &[bool]) -> Vec<(u32, u32)>;
+    /// The first node that accesses place `place` (for errors about that place).
+    fn place_site(&self, place: usize) -> NodeSite;
 }
 
 impl Shape for Plan {
@@ -45,6 +47,13 @@ impl Shape for Plan {
     }
     fn edges(&self, present: &[bool]) -> Vec<(u32, u32)> {
         infer_edges(self.nodes, present)
+    }
+    fn place_site(&self, place: usize) -> NodeSite {
+        let first = self.nodes.iter().find(|n| n.accesses.iter().any(|a| a.place as usize == place));
+        match first {
+            Some(n) => NodeSite::of(self, n),
+            None => NodeSite { label: "graph", text: "graph!", file: self.file, line: self.line, column: 0 },
+        }
     }
 }
 
@@ -94,6 +103,13 @@ pub struct Stats {
     pub evictions: u64,
     /// Calls run eagerly, statement by statement ([`Mode::Eager`]).
     pub eager_calls: u64,
+    /// `cuStreamWaitEvent` calls that ordered a buffer's own stream (the one it was allocated
+    /// on, which frees it) with the graph's stream, before and after a launch; 0 while every
+    /// buffer lives on the graph's stream.
+    pub stream_waits: u64,
+    /// Aliasing checks of the call's buffer address ranges (made when a pointer or length
+    /// changed since the last checked call).
+    pub alias_checks: u64,
 }
 
 /// How a [`GraphCache`] runs each `graph!` call.
@@ -133,6 +149,11 @@ pub struct GraphCache<D: Driver = Cuda> {
     stats: Stats,
     /// The last [`GraphBuilder`](crate::GraphBuilder)'s emptied vectors, reused by the next.
     pub(crate) recording: crate::builder::Recording,
+    /// Buffer ranges `(start, bytes, written)` of the last call whose aliasing was checked.
+    checked: Vec<(u64, u64, bool)>,
+    /// Events of the stream ledger ([`GraphCache::order_before`]), of context `events_ctx`.
+    events: Vec<CudaEvent>,
+    events_ctx: CUcontext,
 }
 
 // SAFETY: the raw driver handles inside are only used through `&mut self` (or `Drop`), so
@@ -158,8 +179,8 @@ struct Variant {
 enum NodeState {
     Absent,
     Kernel { handle: CUgraphNode, params: KernelState },
-    Memcpy { handle: CUgraphNode, params: MemcpyParams },
-    Memset { handle: CUgraphNode, params: MemsetParams },
+    Memcpy { handle: CUgraphNode, params: Memcpy },
+    Memset { handle: CUgraphNode, params: Memset },
 }
 
 impl NodeState {
@@ -189,6 +210,9 @@ struct KernelState {
     func: CUfunction,
     /// Keeps `func`'s module loaded while this node may run or be updated.
     owner: Option<CudaFunction>,
+    /// The function the variant's template graph names for this node (the one it was built
+    /// with; per-node updates change only the exec), kept loaded while the template lives.
+    template: Option<CudaFunction>,
     dims: LaunchDims,
     args: Box<[u64]>,
     offsets: Box<[(u32, u32)]>,
@@ -205,6 +229,7 @@ impl KernelState {
         let mut s = KernelState {
             func: k.function(),
             owner: k.function_owner().cloned(),
+            template: k.function_owner().cloned(),
             dims: k.dims(),
             args: vec![0u64; words as usize].into_boxed_slice(),
             offsets: offsets.into_boxed_slice(),
@@ -285,7 +310,7 @@ fn memory_fields(m: Memory) -> (CUmemorytype, *const c_void, sys::CUdeviceptr) {
 
 /// A 1-D `CUDA_MEMCPY3D`, built field by field (`mem::zeroed` is invalid for it: its memory
 /// type enum has no zero value).
-fn memcpy3d(p: &MemcpyParams) -> CUDA_MEMCPY3D {
+fn memcpy3d(p: &Memcpy) -> CUDA_MEMCPY3D {
     let bytes = p.src_len * p.elem_size;
     let (src_type, src_host, src_dev) = memory_fields(p.src);
     let (dst_type, dst_host, dst_dev) = memory_fields(p.dst);
@@ -318,7 +343,7 @@ fn memcpy3d(p: &MemcpyParams) -> CUDA_MEMCPY3D {
     }
 }
 
-fn memset_params(p: &MemsetParams) -> CUDA_MEMSET_NODE_PARAMS {
+fn memset_params(p: &Memset) -> CUDA_MEMSET_NODE_PARAMS {
     CUDA_MEMSET_NODE_PARAMS {
         dst: p.dst,
         pitch: p.len * p.elem_size as usize,
@@ -436,6 +461,7 @@ fn validate(
                 }
             }
             Some(NodeParams::Memcpy(c)) => {
+                let c = &c.raw;
                 if c.src_len != c.dst_len {
                     return Err(Error::CopyLength { site: site(), src: c.src_len, dst: c.dst_len });
                 }
@@ -447,6 +473,7 @@ fn validate(
                 }
             }
             Some(NodeParams::Memset(m)) => {
+                let m = &m.raw;
                 if m.len == 0 {
                     return Err(Error::Empty { site: site(), what: "memset" });
                 }
@@ -454,6 +481,31 @@ fn validate(
                     return Err(Error::WrongContext { site: site() });
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// Every buffer handle of every present node must be one that `graph!` call `call` made for a
+/// place the plan lists among that node's accesses, written only where the plan says so: so
+/// the plan's edges, made from those accesses, order every buffer the nodes touch. A handle of
+/// another call or of a builder (kept from elsewhere, or passed through a method of the user's)
+/// is refused, naming the node.
+fn check_accesses(plan: &Plan, call: u64, nodes: &[Option<NodeParams<'_>>]) -> Result<()> {
+    for (i, n) in nodes.iter().enumerate() {
+        let Some(n) = n else { continue };
+        let listed = plan.nodes[i].accesses;
+        let mut bad = false;
+        n.for_each_access(&mut |(tag, write)| {
+            let ok = crate::builder::place_of(tag, call).is_some_and(|p| {
+                listed.iter().any(|a| a.place == p && (a.write || !write))
+            });
+            bad |= !ok;
+        });
+        if bad {
+            let why = "a buffer handle that this statement's own `&`/`&mut` operands did not \
+                       borrow in this call (a handle kept from another call or builder)";
+            return Err(Error::InvalidNode { site: NodeSite::of(plan, &plan.nodes[i]), why: why.into() });
         }
     }
     Ok(())
@@ -481,38 +533,44 @@ impl GraphCache {
 
     /// Builds, updates and launches the graph of one `graph!` call. Called by generated code.
     ///
-    /// `nodes[i]` is `Some` for each node of `plan.nodes` present in variant `key`.
+    /// `nodes[i]` is `Some` for each node of `plan.nodes` present in variant `key`; `guards[p]`
+    /// is place `p`'s borrow. Every buffer handle a node carries must be one that `call` made
+    /// for a place the plan lists among that node's accesses (else [`Error::InvalidNode`]).
     /// On error nothing is enqueued, and the cache stays usable.
     ///
     /// # Safety
-    /// `plan` must be the plan `graph!` generated for these nodes: each node's
-    /// [`Access`](crate::Access)es name every buffer its parameters read or write, so that
-    /// the inferred edges order every hazard, and the handles behind `nodes` stay borrowed until
-    /// this returns. A wrong plan drops edges, and the graph's nodes then race on device memory.
+    /// `plan` must be the plan `graph!` generated for these nodes and `guards` the borrows of
+    /// its places, in place order, held until this returns. (The handles are checked against the
+    /// plan; the plan's edges are trusted to follow from its accesses.)
     #[doc(hidden)]
     pub unsafe fn run(
         &mut self,
         plan: &'static Plan,
+        call: &crate::__private::CallId,
         key: u64,
         stream: &CudaStream,
         nodes: &[Option<NodeParams<'_>>],
+        guards: &[Guard<'_>],
     ) -> Result<()> {
-        if nodes.len() != plan.nodes.len() {
+        if nodes.len() != plan.nodes.len() || guards.len() != plan.places.len() {
             let error = cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE);
             let source = CudaError { call: "GraphCache::run (node list of another plan)", error };
             return Err(plan.graph_error(source));
         }
+        check_accesses(plan, call.0, nodes)?;
         let call = GraphCall { shape: plan, site: Site::Plan(plan), key, signature: &[] };
-        self.run_call(call, stream, nodes)
+        self.run_call(call, stream, nodes, guards)
     }
 
-    /// Binds the stream's context, reads the device's launch limits once per context, then runs
-    /// the call eagerly ([`Mode::Eager`]) or as a graph.
+    /// Binds the stream's context, reads the device's launch limits once per context,
+    /// validates the call and checks its buffers for aliasing, then runs it eagerly
+    /// ([`Mode::Eager`]) or as a graph, ordered with its buffers' own streams.
     pub(crate) fn run_call(
         &mut self,
         call: GraphCall<'_>,
         stream: &CudaStream,
         nodes: &[Option<NodeParams<'_>>],
+        guards: &[Guard<'_>],
     ) -> Result<()> {
         let graph_err = |source| call.shape.graph_error(source);
         stream.context().bind_to_thread().call("cuCtxSetCurrent").map_err(graph_err)?;
@@ -520,22 +578,135 @@ impl GraphCache {
         if self.limits.is_none_or(|l| l.ctx != ctx) {
             self.limits = Some(Limits::of(stream).map_err(graph_err)?);
         }
-        if self.mode == Mode::Eager {
-            return self.run_eager(call.shape, stream, nodes);
+        validate(call.shape, nodes, ctx, self.limits.as_ref())?;
+        self.check_aliasing(call.shape, guards)?;
+        self.order_before(stream, guards).map_err(graph_err)?;
+        let r = if self.mode == Mode::Eager {
+            self.run_eager(call.shape, stream, nodes)
+        } else {
+            self.run_validated(call, (ctx, Some(stream.context())), stream.cu_stream(), nodes)
+        };
+        // After an error part way through an eager call, its earlier nodes are enqueued.
+        if r.is_ok() || self.mode == Mode::Eager {
+            self.order_after(stream, guards).map_err(graph_err)?;
         }
-        self.run_shape(call, (ctx, Some(stream.context())), stream.cu_stream(), nodes)
+        r
     }
 
-    /// The eager oracle (see [`Mode::Eager`]). Validates everything first, so an invalid call
-    /// enqueues nothing; a driver error part way names the node and leaves the earlier
-    /// statements enqueued, as eager launches do.
+    /// Errors when two places of the call overlap in memory and one of them is written: the
+    /// graph would have no edge between their nodes. Borrows prove places distinct for buffers
+    /// made by safe code; this catches views of one allocation that cudarc hands out more than
+    /// once. Checked only when an address or length changed since the last checked call.
+    fn check_aliasing(&mut self, shape: &dyn Shape, guards: &[Guard<'_>]) -> Result<()> {
+        let same = self.checked.len() == guards.len()
+            && self.checked.iter().zip(guards).all(|(c, g)| *c == (g.start, g.bytes, g.write));
+        if same {
+            return Ok(());
+        }
+        self.stats.alias_checks += 1;
+        let mut order: Vec<(u64, u64, bool, usize)> = guards
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.bytes > 0)
+            .map(|(p, g)| (g.start, g.start.saturating_add(g.bytes), g.write, p))
+            .collect();
+        order.sort_unstable();
+        for (i, a) in order.iter().enumerate() {
+            for b in order[i + 1..].iter().take_while(|b| b.0 < a.1) {
+                if a.2 || b.2 {
+                    let (first, second) = (a.3.min(b.3), a.3.max(b.3));
+                    self.checked.clear();
+                    return Err(Error::Aliasing {
+                        first: shape.place_site(first),
+                        second: shape.place_site(second),
+                    });
+                }
+            }
+        }
+        self.checked.clear();
+        self.checked.extend(guards.iter().map(|g| (g.start, g.bytes, g.write)));
+        Ok(())
+    }
+
+    /// The streams other than `stream` that own a buffer of the call, each once.
+    fn own_streams(stream: &CudaStream, guards: &[Guard<'_>]) -> Vec<CUstream> {
+        let mut own: Vec<CUstream> = Vec::new();
+        for g in guards {
+            if let Some(o) = g.own
+                && o != stream.cu_stream()
+                && !own.contains(&o)
+            {
+                own.push(o);
+            }
+        }
+        own
+    }
+
+    /// `n` reusable events of `stream`'s context.
+    fn ledger_events(&mut self, stream: &CudaStream, n: usize) -> Result<(), CudaError> {
+        let ctx = stream.context();
+        if self.events_ctx != ctx.cu_ctx() {
+            self.events.clear();
+            self.events_ctx = ctx.cu_ctx();
+        }
+        while self.events.len() < n {
+            let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
+            self.events.push(ctx.new_event(Some(flags)).call("cuEventCreate")?);
+        }
+        Ok(())
+    }
+
+    /// The ledger, before the launch: `stream` waits for the work already on each buffer's own
+    /// stream (`cuEventRecord` there, `cuStreamWaitEvent` here). Every graph use of a buffer
+    /// leaves its completion on the buffer's own stream ([`Self::order_after`]), so a graph
+    /// waits for every earlier graph use of its buffers, readers included, on any stream and
+    /// whatever cudarc's event mode. Nothing to do while every buffer lives on `stream`.
+    fn order_before(&mut self, stream: &CudaStream, guards: &[Guard<'_>]) -> Result<(), CudaError> {
+        let own = Self::own_streams(stream, guards);
+        if own.is_empty() {
+            return Ok(());
+        }
+        self.ledger_events(stream, own.len() + 1)?;
+        for (&o, e) in own.iter().zip(&self.events[1..]) {
+            // SAFETY: `o` is alive (the borrowed buffer holds it) and of the context of
+            // `stream`, which is current (`run_call`), as is the event.
+            unsafe { raw::record_event(e.cu_event(), o) }.call("cuEventRecord")?;
+            unsafe { raw::wait_event(stream.cu_stream(), e.cu_event()) }
+                .call("cuStreamWaitEvent")?;
+            self.stats.stream_waits += 1;
+        }
+        Ok(())
+    }
+
+    /// The ledger, after the launch: each buffer's own stream waits for the graph
+    /// (`cuEventRecord` on `stream`, `cuStreamWaitEvent` there). cudarc frees a buffer on its
+    /// own stream (`cuMemFreeAsync`, or after synchronizing it), so a buffer dropped right
+    /// after the call is freed after the graph, whichever context object allocated it and
+    /// whatever cudarc's stream mode is by then; later work on the own stream waits too.
+    fn order_after(&mut self, stream: &CudaStream, guards: &[Guard<'_>]) -> Result<(), CudaError> {
+        let own = Self::own_streams(stream, guards);
+        if own.is_empty() {
+            return Ok(());
+        }
+        self.ledger_events(stream, own.len() + 1)?;
+        let done = self.events[0].cu_event();
+        // SAFETY: as in `order_before`.
+        unsafe { raw::record_event(done, stream.cu_stream()) }.call("cuEventRecord")?;
+        for o in own {
+            unsafe { raw::wait_event(o, done) }.call("cuStreamWaitEvent")?;
+            self.stats.stream_waits += 1;
+        }
+        Ok(())
+    }
+
+    /// The eager oracle (see [`Mode::Eager`]), on a validated call: a driver error part way
+    /// names the node and leaves the earlier statements enqueued, as eager launches do.
     fn run_eager(
         &mut self,
         shape: &dyn Shape,
         stream: &CudaStream,
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
-        validate(shape, nodes, stream.context().cu_ctx(), self.limits.as_ref())?;
         let s = stream.cu_stream();
         for (i, n) in nodes.iter().enumerate() {
             let site = || shape.site(i);
@@ -547,6 +718,7 @@ impl GraphCache {
                     .with_params(|p| unsafe { raw::launch_kernel(p, s) })
                     .call("cuLaunchKernel"),
                 Some(NodeParams::Memcpy(c)) => {
+                    let c = &c.raw;
                     let addr = |m: Memory| match m {
                         Memory::Device(p) => p,
                         Memory::Host(p) => p as sys::CUdeviceptr,
@@ -556,7 +728,8 @@ impl GraphCache {
                         .call("cuMemcpyAsync")
                 }
                 Some(NodeParams::Memset(m)) => {
-                    unsafe { raw::memset_async(&memset_params(m), s) }.call("cuMemsetD32Async")
+                    unsafe { raw::memset_async(&memset_params(&m.raw), s) }
+                        .call("cuMemsetD32Async")
                 }
             };
             r.map_err(|source| Error::Node { site: site(), source })?;
@@ -572,6 +745,11 @@ impl GraphCache {
             return Ok(());
         };
         let (file, line) = self.location;
+        if stream.context().cu_ctx() != v.ctx {
+            let error = cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_INVALID_CONTEXT);
+            let source = CudaError { call: "cuGraphUpload (stream of another context)", error };
+            return Err(Error::Graph { file, line, source });
+        }
         stream.context().bind_to_thread().call("cuCtxSetCurrent")?;
         // SAFETY: exec and stream are live and of the same context (checked when built).
         unsafe { self.driver.upload(v.exec, stream.cu_stream()) }
@@ -585,10 +763,19 @@ impl GraphCache {
         let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
             return Ok(false);
         };
-        let c = CString::new(path.to_string_lossy().as_bytes()).map_err(|_| {
+        let refuse = |why| {
             let error = cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE);
-            CudaError { call: "cuGraphDebugDotPrint (path contains NUL)", error }
-        })?;
+            CudaError { call: why, error }
+        };
+        // The path's own bytes: a lossy conversion would write another file.
+        #[cfg(unix)]
+        let bytes = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str());
+        #[cfg(not(unix))]
+        let bytes = path
+            .to_str()
+            .ok_or_else(|| refuse("cuGraphDebugDotPrint (path is not UTF-8)"))?
+            .as_bytes();
+        let c = CString::new(bytes).map_err(|_| refuse("cuGraphDebugDotPrint (path contains NUL)"))?;
         // SAFETY: the graph is live while `self` is.
         unsafe { raw::debug_dot_print(v.graph, c.as_ptr()) }.call("cuGraphDebugDotPrint")?;
         Ok(true)
@@ -628,6 +815,9 @@ impl<D: Driver> GraphCache<D> {
             clock: 0,
             stats: Stats::default(),
             recording: crate::builder::Recording::new(0),
+            checked: Vec::new(),
+            events: Vec::new(),
+            events_ctx: ptr::null_mut(),
         }
     }
 
@@ -677,8 +867,22 @@ impl<D: Driver> GraphCache<D> {
         self.run_shape(call, ctx, stream, nodes)
     }
 
-    /// Validates, builds or updates, and launches one call, with the context already current.
+    /// Validates, builds or updates, and launches one call, with the context already current
+    /// (the mock driver's entry: no stream ledger, no aliasing check).
+    #[cfg(test)]
     pub(crate) fn run_shape(
+        &mut self,
+        call: GraphCall<'_>,
+        ctx: (CUcontext, Option<&Arc<CudaContext>>),
+        stream: CUstream,
+        nodes: &[Option<NodeParams<'_>>],
+    ) -> Result<()> {
+        validate(call.shape, nodes, ctx.0, self.limits.as_ref())?;
+        self.run_validated(call, ctx, stream, nodes)
+    }
+
+    /// Builds or updates, and launches, one validated call, with the context already current.
+    fn run_validated(
         &mut self,
         call: GraphCall<'_>,
         (ctx, owner): (CUcontext, Option<&Arc<CudaContext>>),
@@ -686,7 +890,6 @@ impl<D: Driver> GraphCache<D> {
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
         let GraphCall { shape, site, key, signature } = call;
-        validate(shape, nodes, ctx, self.limits.as_ref())?;
         if self.site.is_some_and(|s| !s.same(site)) {
             // Another call site: its graphs have nothing in common with ours.
             self.clear();
@@ -815,7 +1018,9 @@ impl<D: Driver> GraphCache<D> {
                         Some(changed) => changed,
                         // Another parameter list (a builder node of another kernel).
                         None => {
+                            let template = params.template.take();
                             *params = KernelState::new(*k);
+                            params.template = template;
                             true
                         }
                     };
@@ -837,6 +1042,7 @@ impl<D: Driver> GraphCache<D> {
                     })
                 }
                 (NodeState::Memcpy { handle, params }, Some(NodeParams::Memcpy(c))) => {
+                    let c = &c.raw;
                     let changed = params != c;
                     *params = *c;
                     changed.then(|| {
@@ -849,6 +1055,7 @@ impl<D: Driver> GraphCache<D> {
                     })
                 }
                 (NodeState::Memset { handle, params }, Some(NodeParams::Memset(m))) => {
+                    let m = &m.raw;
                     let changed = params != m;
                     *params = *m;
                     changed.then(|| {
@@ -914,6 +1121,12 @@ impl<D: Driver> GraphCache<D> {
             for (old, mut new) in self.variants[i].nodes.iter_mut().zip(states) {
                 if let (Some(h), Some(slot)) = (old.handle(), new.handle_mut()) {
                     *slot = h;
+                }
+                // The kept graph still names the functions it was built with.
+                if let (NodeState::Kernel { params: o, .. }, NodeState::Kernel { params: n, .. }) =
+                    (&mut *old, &mut new)
+                {
+                    n.template = o.template.take();
                 }
                 *old = new;
             }
@@ -997,12 +1210,14 @@ fn build(
                     .call("cuGraphAddKernelNode_v2")
             }
             Some(NodeParams::Memcpy(c)) => {
+                let c = &c.raw;
                 // SAFETY: graph live, deps are its nodes; pointers checked by `validate`.
                 unsafe { driver.add_memcpy(graph, &deps, &memcpy3d(c), ctx) }
                     .map(|handle| NodeState::Memcpy { handle, params: *c })
                     .call("cuGraphAddMemcpyNode")
             }
             Some(NodeParams::Memset(m)) => {
+                let m = &m.raw;
                 // SAFETY: as above.
                 unsafe { driver.add_memset(graph, &deps, &memset_params(m), ctx) }
                     .map(|handle| NodeState::Memset { handle, params: *m })
@@ -1030,7 +1245,7 @@ fn build(
 pub(crate) mod tests {
     //! The ladder's decisions against a mock driver: which driver calls each change causes.
     use super::*;
-    use crate::node::{KernelNode, Memory};
+    use crate::node::{KernelNode, MemcpyParams, Memory, MemsetParams};
     use crate::plan::{Access, NodeKind, PlanNode};
     use cudarc::driver::DriverError;
     use cudarc::driver::sys::CUresult;
@@ -1190,6 +1405,8 @@ pub(crate) mod tests {
         scalar: u32,
         ptr: u64,
         ctx: CUcontext,
+        /// The pointer's handle tag (see `check_accesses`).
+        tag: u64,
     }
 
     impl KernelNode for K {
@@ -1209,17 +1426,21 @@ pub(crate) mod tests {
         fn for_each_context(&self, f: &mut dyn FnMut(CUcontext)) {
             f(self.ctx)
         }
+        fn for_each_access(&self, f: &mut dyn FnMut((u64, bool))) {
+            f((self.tag, true))
+        }
     }
+    impl crate::node::sealed::Sealed for K {}
 
     pub(crate) const CTX: CUcontext = 0x1000 as CUcontext;
     pub(crate) const STREAM: CUstream = 0x2000 as CUstream;
 
     fn k(scalar: u32, ptr: u64) -> K {
-        K { func: 0x10, grid: 4, scalar, ptr, ctx: CTX }
+        K { func: 0x10, grid: 4, scalar, ptr, ctx: CTX, tag: 0 }
     }
 
-    fn copy(len: usize) -> MemcpyParams {
-        MemcpyParams {
+    fn copy(len: usize) -> MemcpyParams<'static> {
+        MemcpyParams::recorded(Memcpy {
             src: Memory::Device(0x100),
             dst: Memory::Device(0x200),
             src_len: len,
@@ -1227,11 +1448,11 @@ pub(crate) mod tests {
             elem_size: 4,
             src_ctx: CTX,
             dst_ctx: CTX,
-        }
+        })
     }
 
-    fn memset(value: u32) -> MemsetParams {
-        MemsetParams { dst: 0x300, len: 8, elem_size: 4, value, ctx: CTX }
+    fn memset(value: u32) -> MemsetParams<'static> {
+        MemsetParams::recorded(Memset { dst: 0x300, len: 8, elem_size: 4, value, ctx: CTX })
     }
 
     /// Plan: n0 kernel writes place 0; n1 kernel reads 0 writes 1; n2 copy reads 1 writes 2;
@@ -1271,8 +1492,8 @@ pub(crate) mod tests {
         plan: &'static Plan,
         k0: &K,
         k1: &K,
-        c: MemcpyParams,
-        m: MemsetParams,
+        c: MemcpyParams<'static>,
+        m: MemsetParams<'static>,
         k4: Option<&K>,
     ) -> Result<()> {
         let nodes = [
@@ -1466,7 +1687,7 @@ pub(crate) mod tests {
     fn invalid_input_is_refused_before_any_driver_call_and_cache_stays_usable() {
         let (mock, mut cache, plan) = setup();
         let mut bad = copy(4);
-        bad.dst_len = 3;
+        bad.raw.dst_len = 3;
         let e = run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), bad, memset(0), None).unwrap_err();
         assert!(matches!(e, Error::CopyLength { src: 4, dst: 3, .. }));
         assert_eq!(
@@ -1503,7 +1724,7 @@ pub(crate) mod tests {
         let e = run(&mut cache, plan, &k(1, 0xa0), &foreign, copy(4), memset(0), None).unwrap_err();
         assert!(matches!(e, Error::WrongContext { .. }), "{e}");
         let mut c = copy(4);
-        c.dst_ctx = 0x9999 as CUcontext;
+        c.raw.dst_ctx = 0x9999 as CUcontext;
         let e = run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), c, memset(0), None).unwrap_err();
         assert!(matches!(e, Error::WrongContext { .. }), "{e}");
         assert!(mock.calls().is_empty());

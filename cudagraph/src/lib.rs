@@ -163,28 +163,99 @@ pub mod __private {
     pub use cudarc::nvrtc::Ptx;
     pub use inventory;
 
-    pub use crate::node::{Acquire, AcquireMut};
+    pub use crate::node::{Acquire, AcquireMut, LaunchNode, Scalar};
 
     use crate::error::{Call, Error};
-    use crate::node::{Place, PlaceMut};
+    use crate::node::{Handle, Place, PlaceMut, sealed::Token};
     use std::sync::Arc;
 
-    /// `&place`: one shared borrow for the whole `graph!` call.
+    /// One `graph!` call: a number unique in the process (shared with
+    /// [`GraphBuilder`](crate::GraphBuilder)s), which tags every handle the call makes, so the
+    /// cache can check that each node's buffers are the places this call borrowed for it.
+    /// Only [`begin_call`] makes one.
+    pub struct CallId(pub(crate) u64);
+
+    /// A new [`CallId`].
+    #[inline]
+    pub fn begin_call() -> CallId {
+        CallId(crate::builder::next_id())
+    }
+
+    /// `&place`, place number `index` of `call`: one shared borrow for the whole `graph!` call.
     #[inline]
     pub fn acquire<'a, P: Place + ?Sized>(
         place: &'a P,
         stream: &'a CudaStream,
+        call: &CallId,
+        index: u32,
     ) -> (P::Read<'a>, Guard<'a>) {
-        place.acquire(stream)
+        let (r, g) = place.acquire(stream);
+        (r.with_tag(crate::builder::tag(call.0, index), Token(())), g)
     }
 
-    /// `&mut place`: one exclusive borrow for the whole `graph!` call.
+    /// `&mut place`, place number `index` of `call`: one exclusive borrow for the whole call.
     #[inline]
     pub fn acquire_mut<'a, P: PlaceMut + ?Sized>(
         place: &'a mut P,
         stream: &'a CudaStream,
+        call: &CallId,
+        index: u32,
     ) -> (P::Read<'a>, P::Write<'a>, Guard<'a>) {
-        place.acquire_mut(stream)
+        let (r, w, g) = place.acquire_mut(stream);
+        let t = crate::builder::tag(call.0, index);
+        (r.with_tag(t, Token(())), w.with_tag(t, Token(())), g)
+    }
+
+    /// A scalar kernel argument of `graph!`: any argument not written `&place`/`&mut place`.
+    #[inline(always)]
+    pub fn scalar<T: Scalar>(value: T) -> T {
+        value
+    }
+
+    /// A kernel statement of `graph!`: only a launch made by a `kernels!` method.
+    #[inline(always)]
+    pub fn kernel_node<L: LaunchNode>(launch: L) -> L {
+        launch
+    }
+
+    /// The functions of a `kernels!` struct `K`, loaded from one module: the struct's only
+    /// field. Private fields and an `unsafe` constructor, branded by `K`: safe code can neither
+    /// make one nor move one into a struct with other signatures.
+    pub struct Functions<K: ?Sized> {
+        module: Arc<CudaModule>,
+        functions: Box<[CudaFunction]>,
+        _kernels: core::marker::PhantomData<fn() -> K>,
+    }
+
+    impl<K: ?Sized> Functions<K> {
+        /// Loads the module (`cuModuleLoadData`) and resolves `names` in it
+        /// (`cuModuleGetFunction`).
+        ///
+        /// # Safety
+        /// The contract of `kernels!`'s `load`: each kernel `names[i]` of the module has exactly
+        /// the parameter types that `K`'s `i`-th kernel method declares, and stays within its
+        /// buffers.
+        pub unsafe fn load(
+            ctx: &Arc<CudaContext>,
+            ptx: Ptx,
+            kernels: &'static str,
+            names: &[&'static str],
+        ) -> Result<Self, Error> {
+            let module = load_module(ctx, ptx, kernels)?;
+            let functions = names.iter().map(|n| load_function(&module, n)).collect::<Result<_, _>>()?;
+            Ok(Functions { module, functions, _kernels: core::marker::PhantomData })
+        }
+
+        /// Kernel `i`, in declaration order.
+        #[inline]
+        pub fn get(&self, i: usize) -> &CudaFunction {
+            &self.functions[i]
+        }
+
+        /// The loaded module.
+        pub fn module(&self) -> &Arc<CudaModule> {
+            &self.module
+        }
     }
 
     /// Implemented by `kernels!` structs (and references to them): the only receivers `graph!`
@@ -272,7 +343,7 @@ pub mod __private {
     }
 
     /// Loads a module for `kernels!`.
-    pub fn load_module(
+    fn load_module(
         ctx: &Arc<CudaContext>,
         ptx: Ptx,
         kernels: &'static str,
@@ -283,7 +354,7 @@ pub mod __private {
     }
 
     /// Resolves one function for `kernels!`.
-    pub fn load_function(
+    fn load_function(
         module: &Arc<CudaModule>,
         name: &'static str,
     ) -> Result<CudaFunction, Error> {

@@ -6,7 +6,7 @@ use core::ffi::c_void;
 use core::marker::PhantomData;
 
 use bytemuck::NoUninit;
-use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUfunction};
+use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUfunction, CUstream};
 use cudarc::driver::{
     CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
     DeviceRepr, DeviceSlice, HostSlice, LaunchConfig, PinnedHostSlice, SyncOnDrop, ValidAsZeroBits,
@@ -203,9 +203,21 @@ impl<P: PlaceMut + ?Sized> AcquireMut for &mut P {
     }
 }
 
-/// Records one buffer's use on the stream when dropped, after the graph launch (not public API).
+/// One place's borrow for one call (not public API): records the buffer's use on the stream when
+/// dropped, after the graph launch, and tells the cache the buffer's own stream and its address
+/// range (for the ordering of [`crate::exec`]'s ledger and the aliasing check).
 #[doc(hidden)]
-pub struct Guard<'a>(GuardKind<'a>);
+pub struct Guard<'a> {
+    kind: GuardKind<'a>,
+    /// The stream the buffer was allocated on, which frees it (device memory of the stream's
+    /// context only). Alive for `'a`: the borrowed buffer holds it.
+    pub(crate) own: Option<CUstream>,
+    /// Address range, bytes.
+    pub(crate) start: u64,
+    pub(crate) bytes: u64,
+    /// Borrowed for writing.
+    pub(crate) write: bool,
+}
 
 enum GuardKind<'a> {
     /// Device memory: cudarc's own guard (records the buffer's event while cudarc manages
@@ -219,15 +231,15 @@ enum GuardKind<'a> {
     Pinned(&'a CudaEvent, &'a CudaStream),
 }
 
-impl<'a> From<SyncOnDrop<'a>> for Guard<'a> {
-    fn from(g: SyncOnDrop<'a>) -> Self {
-        Guard(GuardKind::Cudarc(g))
+impl<'a> Guard<'a> {
+    fn new(kind: GuardKind<'a>, own: Option<CUstream>, range: (u64, u64), write: bool) -> Self {
+        Guard { kind, own, start: range.0, bytes: range.1, write }
     }
 }
 
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
-        if let GuardKind::Pinned(event, stream) = self.0 {
+        if let GuardKind::Pinned(event, stream) = self.kind {
             stream.context().record_err(event.record(stream));
         }
     }
@@ -235,19 +247,24 @@ impl Drop for Guard<'_> {
 
 /// No synchronization: for a buffer of another context, which validation then refuses.
 fn no_sync<'a>() -> Guard<'a> {
-    SyncOnDrop::Sync(None).into()
+    Guard::new(GuardKind::Cudarc(SyncOnDrop::Sync(None)), None, (0, 0), false)
 }
 
 /// The guard of a pinned host buffer from cudarc's: takes its event out (cudarc's guard then
 /// does nothing) and records it unconditionally (see [`GuardKind::Pinned`]).
-fn pinned_guard<'a>(stream: &'a CudaStream, mut cudarc: SyncOnDrop<'a>) -> Guard<'a> {
+fn pinned_guard<'a>(stream: &'a CudaStream, mut cudarc: SyncOnDrop<'a>) -> GuardKind<'a> {
     if let SyncOnDrop::Record(target) = &mut cudarc
         && let Some((event, s)) = target.take()
     {
-        return Guard(GuardKind::Pinned(event, s));
+        return GuardKind::Pinned(event, s);
     }
     // Not what cudarc returns for pinned memory; synchronizing is always safe.
-    SyncOnDrop::sync_stream(stream).into()
+    GuardKind::Cudarc(SyncOnDrop::sync_stream(stream))
+}
+
+/// Bytes of `len` elements of `T`.
+fn bytes_of<T>(len: usize) -> u64 {
+    (len as u64).saturating_mul(size_of::<T>() as u64)
 }
 
 macro_rules! device_place {
@@ -265,8 +282,10 @@ macro_rules! device_place {
                 if ctx != stream.context().cu_ctx() {
                     return (DevRead::new(0, len, ctx), no_sync());
                 }
+                let own = Some(DeviceSlice::stream(self).cu_stream());
                 let (ptr, guard) = DevicePtr::device_ptr(self, stream);
-                (DevRead::new(ptr, len, ctx), guard.into())
+                let range = (ptr, bytes_of::<T>(len));
+                (DevRead::new(ptr, len, ctx), Guard::new(GuardKind::Cudarc(guard), own, range, false))
             }
         }
     };
@@ -288,8 +307,10 @@ macro_rules! device_place_mut {
                 if ctx != stream.context().cu_ctx() {
                     return (DevRead::new(0, len, ctx), DevWrite::new(0, len, ctx), no_sync());
                 }
+                let own = Some(DeviceSlice::stream(self).cu_stream());
                 let (ptr, guard) = DevicePtrMut::device_ptr_mut(self, stream);
-                (DevRead::new(ptr, len, ctx), DevWrite::new(ptr, len, ctx), guard.into())
+                let guard = Guard::new(GuardKind::Cudarc(guard), own, (ptr, bytes_of::<T>(len)), true);
+                (DevRead::new(ptr, len, ctx), DevWrite::new(ptr, len, ctx), guard)
             }
         }
     };
@@ -315,7 +336,9 @@ impl<T> Acquire for PinnedHostSlice<T> {
         // SAFETY: the slice is used only by the graph launched on `stream` before `guard` drops;
         // the guard then records the slice's event on `stream`, so later host access waits.
         let (s, guard) = unsafe { self.stream_synced_slice(stream) };
-        (HostRead::new(s.as_ptr().cast(), s.len(), ctx), pinned_guard(stream, guard))
+        let range = (s.as_ptr() as u64, bytes_of::<T>(s.len()));
+        let guard = Guard::new(pinned_guard(stream, guard), None, range, false);
+        (HostRead::new(s.as_ptr().cast(), s.len(), ctx), guard)
     }
 }
 
@@ -338,11 +361,8 @@ impl<T> AcquireMut for PinnedHostSlice<T> {
         // SAFETY: as in `acquire`.
         let (s, guard) = unsafe { self.stream_synced_mut_slice(stream) };
         let ptr = s.as_mut_ptr();
-        (
-            HostRead::new(ptr.cast_const().cast(), len, ctx),
-            HostWrite::new(ptr.cast(), len, ctx),
-            pinned_guard(stream, guard),
-        )
+        let guard = Guard::new(pinned_guard(stream, guard), None, (ptr as u64, bytes_of::<T>(len)), true);
+        (HostRead::new(ptr.cast_const().cast(), len, ctx), HostWrite::new(ptr.cast(), len, ctx), guard)
     }
 }
 
@@ -377,6 +397,19 @@ unsafe impl<T: DeviceRepr + NoUninit> KernelArg for T {
         bytemuck::bytes_of(self)
     }
 }
+
+/// A value a scalar kernel parameter takes: a plain value, `DeviceRepr` without padding bytes
+/// (`bytemuck::NoUninit`), never a buffer handle, guard or view. `graph!` passes every argument
+/// that is not written `&place` or `&mut place` through this bound, and `kernels!` requires it
+/// of every declared scalar parameter type, so that no pointer reaches a kernel without the
+/// graph knowing which buffer it names.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a scalar kernel argument",
+    label = "not a plain value",
+    note = "scalar kernel parameters take plain values (`DeviceRepr` + `bytemuck::NoUninit`: numbers, `#[derive(NoUninit)]` structs); buffers are passed as `&buf` (read) or `&mut buf` (written) so that the graph orders and checks them"
+)]
+pub trait Scalar: KernelArg {}
+impl<T: DeviceRepr + NoUninit> Scalar for T {}
 
 // SAFETY: the pointer's 8 bytes, with its context and place reported.
 unsafe impl<T> KernelArg for DevRead<'_, T> {
@@ -579,8 +612,8 @@ impl<'f, A: KernelArgs> KernelLaunch<'f, A> {
     }
 }
 
-/// Object-safe view of a [`KernelLaunch`], used by the cache.
-pub trait KernelNode {
+/// Object-safe view of a [`KernelLaunch`], used by the cache (sealed).
+pub trait KernelNode: sealed::Sealed {
     /// The CUDA function's handle.
     fn function(&self) -> CUfunction;
     /// The function itself, which keeps its module loaded while a graph holds it.
@@ -595,6 +628,9 @@ pub trait KernelNode {
     fn for_each_arg(&self, f: &mut dyn FnMut(&[u8]));
     /// Calls `f` with the context of each buffer argument.
     fn for_each_context(&self, f: &mut dyn FnMut(CUcontext));
+    /// Calls `f` with each buffer argument's `(tag, written)` (see [`Handle`]).
+    #[doc(hidden)]
+    fn for_each_access(&self, f: &mut dyn FnMut((u64, bool)));
 }
 
 impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
@@ -616,6 +652,9 @@ impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
     fn for_each_context(&self, f: &mut dyn FnMut(CUcontext)) {
         self.call.args.for_each_context(f)
     }
+    fn for_each_access(&self, f: &mut dyn FnMut((u64, bool))) {
+        self.call.args.for_each_access(f)
+    }
 }
 
 /// One side of a copy.
@@ -627,12 +666,9 @@ pub enum Memory {
     Host(*const c_void),
 }
 
-/// A 1-D copy of `len` elements of `elem_size` bytes.
-///
-/// Built only from handles ([`CopyTo::memcpy`]), and its fields are private, so safe code cannot
-/// point a copy at an address that no handle vouches for.
+/// A 1-D copy of `len` elements of `elem_size` bytes: what the cache stores and compares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MemcpyParams {
+pub(crate) struct Memcpy {
     pub(crate) src: Memory,
     pub(crate) dst: Memory,
     pub(crate) src_len: usize,
@@ -643,16 +679,51 @@ pub struct MemcpyParams {
 }
 
 /// A 1-D memset of `len` elements of `elem_size` (1, 2 or 4) bytes to `value`.
-///
-/// Built only from a write handle; its fields are private for the same reason as
-/// [`MemcpyParams`]'.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MemsetParams {
+pub(crate) struct Memset {
     pub(crate) dst: CUdeviceptr,
     pub(crate) len: usize,
     pub(crate) elem_size: u32,
     pub(crate) value: u32,
     pub(crate) ctx: CUcontext,
+}
+
+/// A memcpy node's parameters, made by `copy(&src, &mut dst)` in `graph!` ([`CopyTo::memcpy`]
+/// of two handles).
+///
+/// Built only from handles, with private fields, and it borrows them (`'a`): it cannot outlive
+/// the buffers it points into, and safe code cannot aim it at an address no handle vouches for.
+#[derive(Clone, Copy, Debug)]
+pub struct MemcpyParams<'a> {
+    pub(crate) raw: Memcpy,
+    /// The handles' tags ([`Handle`]): which place of which call each side is.
+    pub(crate) src_tag: u64,
+    pub(crate) dst_tag: u64,
+    _borrow: PhantomData<&'a ()>,
+}
+
+impl MemcpyParams<'_> {
+    /// Parameters recorded earlier (by a [`GraphBuilder`](crate::GraphBuilder)), whose
+    /// accesses the recording already holds.
+    pub(crate) fn recorded(raw: Memcpy) -> Self {
+        MemcpyParams { raw, src_tag: 0, dst_tag: 0, _borrow: PhantomData }
+    }
+}
+
+/// A memset node's parameters, made by `memset(&mut dst, value)` or `zero(&mut dst)` in
+/// `graph!`; borrows its buffer like [`MemcpyParams`].
+#[derive(Clone, Copy, Debug)]
+pub struct MemsetParams<'a> {
+    pub(crate) raw: Memset,
+    pub(crate) dst_tag: u64,
+    _borrow: PhantomData<&'a ()>,
+}
+
+impl MemsetParams<'_> {
+    /// See [`MemcpyParams::recorded`].
+    pub(crate) fn recorded(raw: Memset) -> Self {
+        MemsetParams { raw, dst_tag: 0, _borrow: PhantomData }
+    }
 }
 
 /// A copy direction the DSL allows: device→device, pinned host→device, device→pinned host,
@@ -663,15 +734,22 @@ pub struct MemsetParams {
     note = "`copy(&src, &mut dst)` needs the same element type on both sides and one of: device to device, pinned host to device, device to pinned host"
 )]
 pub trait CopyTo<D> {
-    /// The memcpy parameters.
-    fn memcpy(self, dst: D) -> MemcpyParams;
+    /// The memcpy parameters, borrowing both sides.
+    fn memcpy<'x>(self, dst: D) -> MemcpyParams<'x>
+    where
+        Self: 'x,
+        D: 'x;
 }
 
 macro_rules! copy_to {
     ($src:ident => $dst:ident, $s:ident, $d:ident) => {
         impl<'a, 'b, T> CopyTo<$dst<'b, T>> for $src<'a, T> {
-            fn memcpy(self, dst: $dst<'b, T>) -> MemcpyParams {
-                MemcpyParams {
+            fn memcpy<'x>(self, dst: $dst<'b, T>) -> MemcpyParams<'x>
+            where
+                Self: 'x,
+                $dst<'b, T>: 'x,
+            {
+                let raw = Memcpy {
                     src: Memory::$s(self.ptr as _),
                     dst: Memory::$d(dst.ptr as _),
                     src_len: self.len,
@@ -679,7 +757,8 @@ macro_rules! copy_to {
                     elem_size: size_of::<T>(),
                     src_ctx: self.ctx,
                     dst_ctx: dst.ctx,
-                }
+                };
+                MemcpyParams { raw, src_tag: self.tag, dst_tag: dst.tag, _borrow: PhantomData }
             }
         }
     };
@@ -695,7 +774,11 @@ macro_rules! no_copy {
     ($($src:ident),*) => {$(
         #[diagnostic::do_not_recommend]
         impl<T> CopyTo<NoCopy<T>> for $src<'_, T> {
-            fn memcpy(self, dst: NoCopy<T>) -> MemcpyParams {
+            fn memcpy<'x>(self, dst: NoCopy<T>) -> MemcpyParams<'x>
+            where
+                Self: 'x,
+                NoCopy<T>: 'x,
+            {
                 match dst {
                     NoCopy::_Never(never, _) => match never {},
                 }
@@ -737,62 +820,86 @@ pub enum NodeParams<'a> {
     /// Kernel node.
     Kernel(&'a dyn KernelNode),
     /// Memcpy node.
-    Memcpy(MemcpyParams),
+    Memcpy(MemcpyParams<'a>),
     /// Memset node.
-    Memset(MemsetParams),
+    Memset(MemsetParams<'a>),
 }
 
-/// What a statement evaluates to inside `graph!`.
-pub trait IntoNode {
+impl NodeParams<'_> {
+    /// Calls `f` with each buffer operand's `(tag, written)` (see [`Handle`]).
+    pub(crate) fn for_each_access(&self, f: &mut dyn FnMut((u64, bool))) {
+        match self {
+            NodeParams::Kernel(k) => k.for_each_access(f),
+            NodeParams::Memcpy(c) => {
+                f((c.src_tag, false));
+                f((c.dst_tag, true));
+            }
+            NodeParams::Memset(m) => f((m.dst_tag, true)),
+        }
+    }
+}
+
+/// What a statement evaluates to inside `graph!` (sealed: a kernel launch made by a
+/// `kernels!` method, or the parameters of `copy`, `memset` and `zero`).
+pub trait IntoNode: sealed::Sealed {
     /// The node parameters.
     fn node(&self) -> NodeParams<'_>;
 }
+impl<A: KernelArgs> sealed::Sealed for KernelLaunch<'_, A> {}
 impl<A: KernelArgs> IntoNode for KernelLaunch<'_, A> {
     fn node(&self) -> NodeParams<'_> {
         NodeParams::Kernel(self)
     }
 }
-impl IntoNode for MemcpyParams {
+impl sealed::Sealed for MemcpyParams<'_> {}
+impl IntoNode for MemcpyParams<'_> {
     fn node(&self) -> NodeParams<'_> {
         NodeParams::Memcpy(*self)
     }
 }
-impl IntoNode for MemsetParams {
+impl sealed::Sealed for MemsetParams<'_> {}
+impl IntoNode for MemsetParams<'_> {
     fn node(&self) -> NodeParams<'_> {
         NodeParams::Memset(*self)
     }
 }
 
+/// A kernel statement's value in `graph!`: only a [`KernelLaunch`], made by a
+/// [`kernels!`](crate::kernels) method and `.launch(cfg)` (sealed).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a kernel launch made by a `kernels!` method",
+    label = "a kernel statement must be `KERNELS.name(args…).launch(cfg)` with a kernel declared in `kernels!`",
+    note = "methods of your own on a `kernels!` struct cannot be graph statements: the graph could not see which buffers they use"
+)]
+pub trait LaunchNode: IntoNode {}
+impl<A: KernelArgs> LaunchNode for KernelLaunch<'_, A> {}
+
 /// `copy(&src, &mut dst)`.
-pub fn copy<S: CopyTo<D>, D>(src: S, dst: D) -> MemcpyParams {
+pub fn copy<'x, S: CopyTo<D> + 'x, D: 'x>(src: S, dst: D) -> MemcpyParams<'x> {
     src.memcpy(dst)
 }
 
 /// `memset(&mut dst, value)`: every element of `dst` set to `value`.
-pub fn memset<'a, T: MemsetValue>(dst: impl WriteArg<'a, T>, value: T) -> MemsetParams {
+pub fn memset<'a, T: MemsetValue>(dst: impl WriteArg<'a, T>, value: T) -> MemsetParams<'a> {
     let dst = dst.into_write();
-    MemsetParams {
+    let raw = Memset {
         dst: dst.ptr,
         len: dst.len,
         elem_size: size_of::<T>() as u32,
         value: value.bits(),
         ctx: dst.ctx,
-    }
+    };
+    MemsetParams { raw, dst_tag: dst.tag, _borrow: PhantomData }
 }
 
 /// `zero(&mut dst)`: every byte of `dst` set to 0, whatever its element type.
-pub fn zero<'a, T: ValidAsZeroBits>(dst: impl WriteArg<'a, T>) -> MemsetParams {
+pub fn zero<'a, T: ValidAsZeroBits>(dst: impl WriteArg<'a, T>) -> MemsetParams<'a> {
     let dst = dst.into_write();
     let bytes = dst.len * size_of::<T>();
     let elem_size = [4u32, 2, 1]
         .into_iter()
         .find(|&w| bytes.is_multiple_of(w as usize) && dst.ptr.is_multiple_of(u64::from(w)))
         .unwrap_or(1);
-    MemsetParams {
-        dst: dst.ptr,
-        len: bytes / elem_size as usize,
-        elem_size,
-        value: 0,
-        ctx: dst.ctx,
-    }
+    let raw = Memset { dst: dst.ptr, len: bytes / elem_size as usize, elem_size, value: 0, ctx: dst.ctx };
+    MemsetParams { raw, dst_tag: dst.tag, _borrow: PhantomData }
 }

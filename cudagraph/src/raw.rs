@@ -245,6 +245,23 @@ pub unsafe fn memset_async(
     }
 }
 
+/// `cuEventRecord`: `event` completes when the work enqueued on `stream` so far has.
+///
+/// # Safety
+/// `event` and `stream` live, of the current context.
+pub unsafe fn record_event(event: sys::CUevent, stream: CUstream) -> Result<(), DriverError> {
+    unsafe { sys::cuEventRecord(event, stream) }.result()
+}
+
+/// `cuStreamWaitEvent`: later work on `stream` waits for the last record of `event`.
+///
+/// # Safety
+/// `event` and `stream` live, of the current context.
+pub unsafe fn wait_event(stream: CUstream, event: sys::CUevent) -> Result<(), DriverError> {
+    let flags = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT as u32;
+    unsafe { sys::cuStreamWaitEvent(stream, event, flags) }.result()
+}
+
 /// A null `void*`, for the unused `extra` field of kernel parameters.
 pub(crate) const NO_EXTRA: *mut *mut c_void = ptr::null_mut();
 
