@@ -593,41 +593,6 @@ impl GraphCache {
         r
     }
 
-    /// Errors when two places of the call overlap in memory and one of them is written: the
-    /// graph would have no edge between their nodes. Borrows prove places distinct for buffers
-    /// made by safe code; this catches views of one allocation that cudarc hands out more than
-    /// once. Checked only when an address or length changed since the last checked call.
-    fn check_aliasing(&mut self, shape: &dyn Shape, guards: &[Guard<'_>]) -> Result<()> {
-        let same = self.checked.len() == guards.len()
-            && self.checked.iter().zip(guards).all(|(c, g)| *c == (g.start, g.bytes, g.write));
-        if same {
-            return Ok(());
-        }
-        self.stats.alias_checks += 1;
-        let mut order: Vec<(u64, u64, bool, usize)> = guards
-            .iter()
-            .enumerate()
-            .filter(|(_, g)| g.bytes > 0)
-            .map(|(p, g)| (g.start, g.start.saturating_add(g.bytes), g.write, p))
-            .collect();
-        order.sort_unstable();
-        for (i, a) in order.iter().enumerate() {
-            for b in order[i + 1..].iter().take_while(|b| b.0 < a.1) {
-                if a.2 || b.2 {
-                    let (first, second) = (a.3.min(b.3), a.3.max(b.3));
-                    self.checked.clear();
-                    return Err(Error::Aliasing {
-                        first: shape.place_site(first),
-                        second: shape.place_site(second),
-                    });
-                }
-            }
-        }
-        self.checked.clear();
-        self.checked.extend(guards.iter().map(|g| (g.start, g.bytes, g.write)));
-        Ok(())
-    }
-
     /// The streams other than `stream` that own a buffer of the call, each once.
     fn own_streams(stream: &CudaStream, guards: &[Guard<'_>]) -> Vec<CUstream> {
         let mut own: Vec<CUstream> = Vec::new();
@@ -783,6 +748,41 @@ impl GraphCache {
 }
 
 impl<D: Driver> GraphCache<D> {
+    /// Errors when two places of the call overlap in memory and one of them is written: the
+    /// graph would have no edge between their nodes. Borrows prove places distinct for buffers
+    /// made by safe code; this catches views of one allocation that cudarc hands out more than
+    /// once. Checked only when an address or length changed since the last checked call.
+    pub(crate) fn check_aliasing(&mut self, shape: &dyn Shape, guards: &[Guard<'_>]) -> Result<()> {
+        let same = self.checked.len() == guards.len()
+            && self.checked.iter().zip(guards).all(|(c, g)| *c == (g.start, g.bytes, g.write));
+        if same {
+            return Ok(());
+        }
+        self.stats.alias_checks += 1;
+        let mut order: Vec<(u64, u64, bool, usize)> = guards
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.bytes > 0)
+            .map(|(p, g)| (g.start, g.start.saturating_add(g.bytes), g.write, p))
+            .collect();
+        order.sort_unstable();
+        for (i, a) in order.iter().enumerate() {
+            for b in order[i + 1..].iter().take_while(|b| b.0 < a.1) {
+                if a.2 || b.2 {
+                    let (first, second) = (a.3.min(b.3), a.3.max(b.3));
+                    self.checked.clear();
+                    return Err(Error::Aliasing {
+                        first: shape.place_site(first),
+                        second: shape.place_site(second),
+                    });
+                }
+            }
+        }
+        self.checked.clear();
+        self.checked.extend(guards.iter().map(|g| (g.start, g.bytes, g.write)));
+        Ok(())
+    }
+
     /// How later calls run: [`Mode::Graph`] (default) or the eager oracle [`Mode::Eager`].
     /// Switching keeps the cached graphs.
     pub fn set_mode(&mut self, mode: Mode) {
@@ -1730,6 +1730,81 @@ pub(crate) mod tests {
         assert!(mock.calls().is_empty());
         run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
         assert_eq!(cache.stats().launches, 1);
+    }
+
+
+    #[test]
+    fn handles_must_be_this_calls_places_that_the_plan_lists_for_the_node() {
+        let plan = plan();
+        let call = 5;
+        // A kernel writing the place `place` (the mock kernel's pointer is written).
+        let tagged = |place| {
+            let mut x = k(1, 0xa0);
+            x.tag = crate::builder::tag(call, place);
+            x
+        };
+        let mut c = copy(4);
+        (c.src_tag, c.dst_tag) = (crate::builder::tag(call, 1), crate::builder::tag(call, 2));
+        let mut m = memset(0);
+        m.dst_tag = crate::builder::tag(call, 3);
+        let check = |k0: &K, k1: &K, c: MemcpyParams<'_>| {
+            let nodes = [
+                Some(NodeParams::Kernel(k0)),
+                Some(NodeParams::Kernel(k1)),
+                Some(NodeParams::Memcpy(c)),
+                Some(NodeParams::Memset(m)),
+                None,
+            ];
+            check_accesses(plan, call, &nodes)
+        };
+        // n0 writes place 0, n1 writes place 1 (and reads 0), the copy reads 1 and writes 2.
+        check(&tagged(0), &tagged(1), c).unwrap();
+        let refused = |e: Error, line_label: &str| match e {
+            Error::InvalidNode { site, why } => {
+                assert_eq!(site.label, line_label);
+                assert!(why.contains("did not borrow in this call"), "{why}");
+            }
+            e => panic!("expected InvalidNode, got {e:?}"),
+        };
+        // A place the node does not list; a write where the node only reads place 0.
+        refused(check(&tagged(1), &tagged(1), c).unwrap_err(), "n");
+        refused(check(&tagged(0), &tagged(0), c).unwrap_err(), "n");
+        // A handle of another call, of a builder-numbered id, and an untagged one.
+        let mut other = tagged(0);
+        other.tag = crate::builder::tag(call + 1, 0);
+        refused(check(&other, &tagged(1), c).unwrap_err(), "n");
+        other.tag = 0;
+        refused(check(&other, &tagged(1), c).unwrap_err(), "n");
+        // The copy's sides swapped: it would write place 1, which it only reads.
+        let mut swapped = c;
+        (swapped.src_tag, swapped.dst_tag) = (c.dst_tag, c.src_tag);
+        refused(check(&tagged(0), &tagged(1), swapped).unwrap_err(), "n");
+    }
+
+    #[test]
+    fn overlapping_places_with_a_write_are_refused_naming_both_statements() {
+        let (_, mut cache, plan) = setup();
+        let g = |start, bytes, write| Guard::for_test(start, bytes, write);
+        // Four places: disjoint; then place 3 inside place 1, read-only both: allowed.
+        let ok = [g(0x100, 64, true), g(0x200, 64, false), g(0x300, 64, true), g(0x210, 8, false)];
+        cache.check_aliasing(plan, &ok).unwrap();
+        assert_eq!(cache.stats().alias_checks, 1);
+        cache.check_aliasing(plan, &ok).unwrap();
+        assert_eq!(cache.stats().alias_checks, 1, "unchanged ranges are not checked again");
+        // Place 3 overlaps written place 2 by one byte.
+        let bad = [g(0x100, 64, true), g(0x200, 64, false), g(0x300, 64, true), g(0x33f, 8, false)];
+        match cache.check_aliasing(plan, &bad).unwrap_err() {
+            Error::Aliasing { first, second } => {
+                // The first statements using places 2 and 3: the copy (node 2), the memset (node 3).
+                assert_eq!((first.label, second.label), ("n", "n"));
+                assert_eq!(first.text, "stmt");
+            }
+            e => panic!("expected Aliasing, got {e:?}"),
+        }
+        // A refused call is checked again next time, and empty buffers never overlap.
+        assert!(cache.check_aliasing(plan, &bad).is_err());
+        let empty = [g(0x100, 0, true), g(0x100, 64, true), g(0x300, 64, true), g(0x400, 8, false)];
+        cache.check_aliasing(plan, &empty).unwrap();
     }
 
     #[test]

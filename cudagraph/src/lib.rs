@@ -208,14 +208,14 @@ pub mod __private {
 
     /// A scalar kernel argument of `graph!`: any argument not written `&place`/`&mut place`.
     #[inline(always)]
-    pub fn scalar<T: Scalar>(value: T) -> T {
-        value
+    pub fn scalar<T: Scalar>(value: T) -> T::Value {
+        value.value()
     }
 
     /// A kernel statement of `graph!`: only a launch made by a `kernels!` method.
     #[inline(always)]
-    pub fn kernel_node<L: LaunchNode>(launch: L) -> L {
-        launch
+    pub fn kernel_node<L: LaunchNode>(launch: L) -> L::Launch {
+        launch.launch_node()
     }
 
     /// The functions of a `kernels!` struct `K`, loaded from one module: the struct's only

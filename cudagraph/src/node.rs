@@ -237,6 +237,14 @@ impl<'a> Guard<'a> {
     }
 }
 
+#[cfg(test)]
+impl Guard<'static> {
+    /// A guard of no buffer, with this address range.
+    pub(crate) fn for_test(start: u64, bytes: u64, write: bool) -> Self {
+        Guard::new(GuardKind::Cudarc(SyncOnDrop::Sync(None)), None, (start, bytes), write)
+    }
+}
+
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
         if let GuardKind::Pinned(event, stream) = self.kind {
@@ -408,8 +416,19 @@ unsafe impl<T: DeviceRepr + NoUninit> KernelArg for T {
     label = "not a plain value",
     note = "scalar kernel parameters take plain values (`DeviceRepr` + `bytemuck::NoUninit`: numbers, `#[derive(NoUninit)]` structs); buffers are passed as `&buf` (read) or `&mut buf` (written) so that the graph orders and checks them"
 )]
-pub trait Scalar: KernelArg {}
-impl<T: DeviceRepr + NoUninit> Scalar for T {}
+pub trait Scalar {
+    /// The value itself (an associated type, so that a refused argument reports one error).
+    type Value;
+    /// The value itself.
+    fn value(self) -> Self::Value;
+}
+impl<T: NoUninit> Scalar for T {
+    type Value = T;
+    #[inline(always)]
+    fn value(self) -> T {
+        self
+    }
+}
 
 // SAFETY: the pointer's 8 bytes, with its context and place reported.
 unsafe impl<T> KernelArg for DevRead<'_, T> {
@@ -871,8 +890,19 @@ impl IntoNode for MemsetParams<'_> {
     label = "a kernel statement must be `KERNELS.name(args…).launch(cfg)` with a kernel declared in `kernels!`",
     note = "methods of your own on a `kernels!` struct cannot be graph statements: the graph could not see which buffers they use"
 )]
-pub trait LaunchNode: IntoNode {}
-impl<A: KernelArgs> LaunchNode for KernelLaunch<'_, A> {}
+pub trait LaunchNode {
+    /// The launch itself (an associated type, so that a refused statement reports one error).
+    type Launch: IntoNode;
+    /// The launch itself.
+    fn launch_node(self) -> Self::Launch;
+}
+impl<'f, A: KernelArgs> LaunchNode for KernelLaunch<'f, A> {
+    type Launch = Self;
+    #[inline(always)]
+    fn launch_node(self) -> Self {
+        self
+    }
+}
 
 /// `copy(&src, &mut dst)`.
 pub fn copy<'x, S: CopyTo<D> + 'x, D: 'x>(src: S, dst: D) -> MemcpyParams<'x> {

@@ -136,33 +136,48 @@ fn expanded() -> ::cudagraph::Result<()> {
     ::cudagraph::__private::inventory::submit! {
         ::cudagraph::__private::Registered(& __CUDAGRAPH_PLAN)
     }
+    let __cudagraph_call = ::cudagraph::__private::begin_call();
     let (__cudagraph_r0, __cudagraph_g0) = ::cudagraph::__private::acquire(
         &host_in,
         __cudagraph_stream,
+        &__cudagraph_call,
+        0u32,
     );
     let (__cudagraph_r1, __cudagraph_w1, __cudagraph_g1) = ::cudagraph::__private::acquire_mut(
         &mut x,
         __cudagraph_stream,
+        &__cudagraph_call,
+        1u32,
     );
     let (__cudagraph_r2, __cudagraph_w2, __cudagraph_g2) = ::cudagraph::__private::acquire_mut(
         &mut a,
         __cudagraph_stream,
+        &__cudagraph_call,
+        2u32,
     );
     let (__cudagraph_r3, __cudagraph_w3, __cudagraph_g3) = ::cudagraph::__private::acquire_mut(
         &mut b,
         __cudagraph_stream,
+        &__cudagraph_call,
+        3u32,
     );
     let (__cudagraph_r4, __cudagraph_w4, __cudagraph_g4) = ::cudagraph::__private::acquire_mut(
         &mut c,
         __cudagraph_stream,
+        &__cudagraph_call,
+        4u32,
     );
     let (__cudagraph_r5, __cudagraph_w5, __cudagraph_g5) = ::cudagraph::__private::acquire_mut(
         &mut y,
         __cudagraph_stream,
+        &__cudagraph_call,
+        5u32,
     );
     let (__cudagraph_r6, __cudagraph_w6, __cudagraph_g6) = ::cudagraph::__private::acquire_mut(
         &mut host_out,
         __cudagraph_stream,
+        &__cudagraph_call,
+        6u32,
     );
     let __cudagraph_key: u64 = 0;
     #[allow(unused_braces)]
@@ -171,27 +186,47 @@ fn expanded() -> ::cudagraph::Result<()> {
         { __cudagraph_w1 },
     );
     #[allow(unused_braces)]
-    let __cudagraph_n1 = ::cudagraph::__private::kernels(&k)
-        .scale(n, 2.0, { __cudagraph_w2 })
-        .launch(cfg);
+    let __cudagraph_n1 = ::cudagraph::__private::kernel_node(
+        ::cudagraph::__private::kernels(&k)
+            .scale(
+                ::cudagraph::__private::scalar(n),
+                ::cudagraph::__private::scalar(2.0),
+                { __cudagraph_w2 },
+            )
+            .launch(cfg),
+    );
     #[allow(unused_braces)]
-    let __cudagraph_n2 = ::cudagraph::__private::kernels(&k)
-        .scale(n, 3.0, { __cudagraph_w3 })
-        .launch(cfg);
+    let __cudagraph_n2 = ::cudagraph::__private::kernel_node(
+        ::cudagraph::__private::kernels(&k)
+            .scale(
+                ::cudagraph::__private::scalar(n),
+                ::cudagraph::__private::scalar(3.0),
+                { __cudagraph_w3 },
+            )
+            .launch(cfg),
+    );
     #[allow(unused_braces)]
-    let __cudagraph_n3 = ::cudagraph::__private::kernels(&k)
-        .axpy(n, { __cudagraph_r1 }, { __cudagraph_w4 })
-        .launch(cfg);
+    let __cudagraph_n3 = ::cudagraph::__private::kernel_node(
+        ::cudagraph::__private::kernels(&k)
+            .axpy(
+                ::cudagraph::__private::scalar(n),
+                { __cudagraph_r1 },
+                { __cudagraph_w4 },
+            )
+            .launch(cfg),
+    );
     #[allow(unused_braces)]
-    let __cudagraph_n4 = ::cudagraph::__private::kernels(&k)
-        .sum3(
-            n,
-            { __cudagraph_r2 },
-            { __cudagraph_r3 },
-            { __cudagraph_r4 },
-            { __cudagraph_w5 },
-        )
-        .launch(cfg);
+    let __cudagraph_n4 = ::cudagraph::__private::kernel_node(
+        ::cudagraph::__private::kernels(&k)
+            .sum3(
+                ::cudagraph::__private::scalar(n),
+                { __cudagraph_r2 },
+                { __cudagraph_r3 },
+                { __cudagraph_r4 },
+                { __cudagraph_w5 },
+            )
+            .launch(cfg),
+    );
     #[allow(unused_braces)]
     let __cudagraph_n5 = ::cudagraph::__private::copy(
         { __cudagraph_r5 },
@@ -201,6 +236,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         __cudagraph_cache
             .run(
                 &__CUDAGRAPH_PLAN,
+                &__cudagraph_call,
                 __cudagraph_key,
                 __cudagraph_stream,
                 &[
@@ -210,6 +246,15 @@ fn expanded() -> ::cudagraph::Result<()> {
                     ::cudagraph::__private::node(&__cudagraph_n3),
                     ::cudagraph::__private::node(&__cudagraph_n4),
                     ::cudagraph::__private::node(&__cudagraph_n5),
+                ],
+                &[
+                    __cudagraph_g0,
+                    __cudagraph_g1,
+                    __cudagraph_g2,
+                    __cudagraph_g3,
+                    __cudagraph_g4,
+                    __cudagraph_g5,
+                    __cudagraph_g6,
                 ],
             )
     }

@@ -296,6 +296,7 @@ fn expanded() -> ::cudagraph::Result<()> {
     ::cudagraph::__private::inventory::submit! {
         ::cudagraph::__private::Registered(& __CUDAGRAPH_PLAN)
     }
+    let __cudagraph_call = ::cudagraph::__private::begin_call();
     const __CUDAGRAPH_IDX0: ::cudagraph::__private::DistinctIndices<3usize> = ::cudagraph::__private::DistinctIndices::new([
         0, 1, 2,
     ]);
@@ -313,42 +314,62 @@ fn expanded() -> ::cudagraph::Result<()> {
     let (__cudagraph_r0, __cudagraph_g0) = ::cudagraph::__private::acquire(
         &host[0],
         __cudagraph_stream,
+        &__cudagraph_call,
+        0u32,
     );
     let (__cudagraph_r1, __cudagraph_w1, __cudagraph_g1) = ::cudagraph::__private::acquire_mut(
         __cudagraph_e0_0,
         __cudagraph_stream,
+        &__cudagraph_call,
+        1u32,
     );
     let (__cudagraph_r2, __cudagraph_w2, __cudagraph_g2) = ::cudagraph::__private::acquire_mut(
         __cudagraph_e1_0,
         __cudagraph_stream,
+        &__cudagraph_call,
+        2u32,
     );
     let (__cudagraph_r3, __cudagraph_g3) = ::cudagraph::__private::acquire(
         &host[1],
         __cudagraph_stream,
+        &__cudagraph_call,
+        3u32,
     );
     let (__cudagraph_r4, __cudagraph_w4, __cudagraph_g4) = ::cudagraph::__private::acquire_mut(
         __cudagraph_e0_1,
         __cudagraph_stream,
+        &__cudagraph_call,
+        4u32,
     );
     let (__cudagraph_r5, __cudagraph_w5, __cudagraph_g5) = ::cudagraph::__private::acquire_mut(
         __cudagraph_e1_1,
         __cudagraph_stream,
+        &__cudagraph_call,
+        5u32,
     );
     let (__cudagraph_r6, __cudagraph_g6) = ::cudagraph::__private::acquire(
         &host[2],
         __cudagraph_stream,
+        &__cudagraph_call,
+        6u32,
     );
     let (__cudagraph_r7, __cudagraph_w7, __cudagraph_g7) = ::cudagraph::__private::acquire_mut(
         __cudagraph_e0_2,
         __cudagraph_stream,
+        &__cudagraph_call,
+        7u32,
     );
     let (__cudagraph_r8, __cudagraph_w8, __cudagraph_g8) = ::cudagraph::__private::acquire_mut(
         __cudagraph_e1_2,
         __cudagraph_stream,
+        &__cudagraph_call,
+        8u32,
     );
     let (__cudagraph_r9, __cudagraph_w9, __cudagraph_g9) = ::cudagraph::__private::acquire_mut(
         &mut acc,
         __cudagraph_stream,
+        &__cudagraph_call,
+        9u32,
     );
     let __cudagraph_key: u64 = 0;
     #[allow(unused_braces)]
@@ -359,9 +380,15 @@ fn expanded() -> ::cudagraph::Result<()> {
     #[allow(unused_braces)]
     let __cudagraph_n1 = ::cudagraph::__private::memset({ __cudagraph_w2 }, 0u32);
     #[allow(unused_braces)]
-    let __cudagraph_n2 = ::cudagraph::__private::kernels(&k)
-        .scale(n, 0.5, { __cudagraph_w1 })
-        .launch(cfg);
+    let __cudagraph_n2 = ::cudagraph::__private::kernel_node(
+        ::cudagraph::__private::kernels(&k)
+            .scale(
+                ::cudagraph::__private::scalar(n),
+                ::cudagraph::__private::scalar(0.5),
+                { __cudagraph_w1 },
+            )
+            .launch(cfg),
+    );
     #[allow(unused_braces)]
     let __cudagraph_n3 = ::cudagraph::__private::copy(
         { __cudagraph_r3 },
@@ -370,9 +397,15 @@ fn expanded() -> ::cudagraph::Result<()> {
     #[allow(unused_braces)]
     let __cudagraph_n4 = ::cudagraph::__private::memset({ __cudagraph_w5 }, 0u32);
     #[allow(unused_braces)]
-    let __cudagraph_n5 = ::cudagraph::__private::kernels(&k)
-        .scale(n, 0.5, { __cudagraph_w4 })
-        .launch(cfg);
+    let __cudagraph_n5 = ::cudagraph::__private::kernel_node(
+        ::cudagraph::__private::kernels(&k)
+            .scale(
+                ::cudagraph::__private::scalar(n),
+                ::cudagraph::__private::scalar(0.5),
+                { __cudagraph_w4 },
+            )
+            .launch(cfg),
+    );
     #[allow(unused_braces)]
     let __cudagraph_n6 = ::cudagraph::__private::copy(
         { __cudagraph_r6 },
@@ -381,23 +414,47 @@ fn expanded() -> ::cudagraph::Result<()> {
     #[allow(unused_braces)]
     let __cudagraph_n7 = ::cudagraph::__private::memset({ __cudagraph_w8 }, 0u32);
     #[allow(unused_braces)]
-    let __cudagraph_n8 = ::cudagraph::__private::kernels(&k)
-        .scale(n, 0.5, { __cudagraph_w7 })
-        .launch(cfg);
+    let __cudagraph_n8 = ::cudagraph::__private::kernel_node(
+        ::cudagraph::__private::kernels(&k)
+            .scale(
+                ::cudagraph::__private::scalar(n),
+                ::cudagraph::__private::scalar(0.5),
+                { __cudagraph_w7 },
+            )
+            .launch(cfg),
+    );
     #[allow(unused_braces)]
     let __cudagraph_n9 = ::cudagraph::__private::zero({ __cudagraph_w9 });
     #[allow(unused_braces)]
-    let __cudagraph_n10 = ::cudagraph::__private::kernels(&k)
-        .axpy(n, { __cudagraph_r1 }, { __cudagraph_w9 })
-        .launch(cfg);
+    let __cudagraph_n10 = ::cudagraph::__private::kernel_node(
+        ::cudagraph::__private::kernels(&k)
+            .axpy(
+                ::cudagraph::__private::scalar(n),
+                { __cudagraph_r1 },
+                { __cudagraph_w9 },
+            )
+            .launch(cfg),
+    );
     #[allow(unused_braces)]
-    let __cudagraph_n11 = ::cudagraph::__private::kernels(&k)
-        .axpy(n, { __cudagraph_r4 }, { __cudagraph_w9 })
-        .launch(cfg);
+    let __cudagraph_n11 = ::cudagraph::__private::kernel_node(
+        ::cudagraph::__private::kernels(&k)
+            .axpy(
+                ::cudagraph::__private::scalar(n),
+                { __cudagraph_r4 },
+                { __cudagraph_w9 },
+            )
+            .launch(cfg),
+    );
     #[allow(unused_braces)]
-    let __cudagraph_n12 = ::cudagraph::__private::kernels(&k)
-        .axpy(n, { __cudagraph_r7 }, { __cudagraph_w9 })
-        .launch(cfg);
+    let __cudagraph_n12 = ::cudagraph::__private::kernel_node(
+        ::cudagraph::__private::kernels(&k)
+            .axpy(
+                ::cudagraph::__private::scalar(n),
+                { __cudagraph_r7 },
+                { __cudagraph_w9 },
+            )
+            .launch(cfg),
+    );
     #[allow(unused_braces)]
     let __cudagraph_n13 = ::cudagraph::__private::copy(
         { __cudagraph_r1 },
@@ -412,6 +469,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         __cudagraph_cache
             .run(
                 &__CUDAGRAPH_PLAN,
+                &__cudagraph_call,
                 __cudagraph_key,
                 __cudagraph_stream,
                 &[
@@ -430,6 +488,18 @@ fn expanded() -> ::cudagraph::Result<()> {
                     ::cudagraph::__private::node(&__cudagraph_n12),
                     ::cudagraph::__private::node(&__cudagraph_n13),
                     ::cudagraph::__private::node(&__cudagraph_n14),
+                ],
+                &[
+                    __cudagraph_g0,
+                    __cudagraph_g1,
+                    __cudagraph_g2,
+                    __cudagraph_g3,
+                    __cudagraph_g4,
+                    __cudagraph_g5,
+                    __cudagraph_g6,
+                    __cudagraph_g7,
+                    __cudagraph_g8,
+                    __cudagraph_g9,
                 ],
             )
     }

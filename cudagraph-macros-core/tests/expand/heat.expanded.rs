@@ -150,25 +150,36 @@ fn expanded() -> ::cudagraph::Result<()> {
     ::cudagraph::__private::inventory::submit! {
         ::cudagraph::__private::Registered(& __CUDAGRAPH_PLAN)
     }
+    let __cudagraph_call = ::cudagraph::__private::begin_call();
     let (__cudagraph_r0, __cudagraph_w0, __cudagraph_g0) = ::cudagraph::__private::acquire_mut(
         &mut f.flags,
         __cudagraph_stream,
+        &__cudagraph_call,
+        0u32,
     );
     let (__cudagraph_r1, __cudagraph_g1) = ::cudagraph::__private::acquire(
         &f.u,
         __cudagraph_stream,
+        &__cudagraph_call,
+        1u32,
     );
     let (__cudagraph_r2, __cudagraph_w2, __cudagraph_g2) = ::cudagraph::__private::acquire_mut(
         &mut f.v,
         __cudagraph_stream,
+        &__cudagraph_call,
+        2u32,
     );
     let (__cudagraph_r3, __cudagraph_w3, __cudagraph_g3) = ::cudagraph::__private::acquire_mut(
         &mut f.r,
         __cudagraph_stream,
+        &__cudagraph_call,
+        3u32,
     );
     let (__cudagraph_r4, __cudagraph_w4, __cudagraph_g4) = ::cudagraph::__private::acquire_mut(
         &mut f.host_r,
         __cudagraph_stream,
+        &__cudagraph_call,
+        4u32,
     );
     let mut __cudagraph_key: u64 = 0;
     let mut __cudagraph_n4 = ::core::option::Option::None;
@@ -177,26 +188,53 @@ fn expanded() -> ::cudagraph::Result<()> {
     #[allow(unused_braces)]
     let __cudagraph_n0 = ::cudagraph::__private::memset({ __cudagraph_w0 }, 0u32);
     #[allow(unused_braces)]
-    let __cudagraph_n1 = ::cudagraph::__private::kernels(&k)
-        .stencil(n, n, alpha, { __cudagraph_r1 }, { __cudagraph_w2 })
-        .launch(c.grid2d);
+    let __cudagraph_n1 = ::cudagraph::__private::kernel_node(
+        ::cudagraph::__private::kernels(&k)
+            .stencil(
+                ::cudagraph::__private::scalar(n),
+                ::cudagraph::__private::scalar(n),
+                ::cudagraph::__private::scalar(alpha),
+                { __cudagraph_r1 },
+                { __cudagraph_w2 },
+            )
+            .launch(c.grid2d),
+    );
     #[allow(unused_braces)]
-    let __cudagraph_n2 = ::cudagraph::__private::kernels(&k)
-        .boundary(n, n, { __cudagraph_w2 })
-        .launch(c.edge);
+    let __cudagraph_n2 = ::cudagraph::__private::kernel_node(
+        ::cudagraph::__private::kernels(&k)
+            .boundary(
+                ::cudagraph::__private::scalar(n),
+                ::cudagraph::__private::scalar(n),
+                { __cudagraph_w2 },
+            )
+            .launch(c.edge),
+    );
     #[allow(unused_braces)]
-    let __cudagraph_n3 = ::cudagraph::__private::kernels(&k)
-        .check_finite(cells, { __cudagraph_r2 }, { __cudagraph_w0 })
-        .launch(c.cells);
+    let __cudagraph_n3 = ::cudagraph::__private::kernel_node(
+        ::cudagraph::__private::kernels(&k)
+            .check_finite(
+                ::cudagraph::__private::scalar(cells),
+                { __cudagraph_r2 },
+                { __cudagraph_w0 },
+            )
+            .launch(c.cells),
+    );
     if residual {
         __cudagraph_key |= 1u64 << 0u32;
         #[allow(unused_braces)]
         let __cudagraph_v = ::cudagraph::__private::zero({ __cudagraph_w3 });
         __cudagraph_n4 = ::core::option::Option::Some(__cudagraph_v);
         #[allow(unused_braces)]
-        let __cudagraph_v = ::cudagraph::__private::kernels(&k)
-            .residual(cells, { __cudagraph_r1 }, { __cudagraph_r2 }, { __cudagraph_w3 })
-            .launch(c.cells);
+        let __cudagraph_v = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .residual(
+                    ::cudagraph::__private::scalar(cells),
+                    { __cudagraph_r1 },
+                    { __cudagraph_r2 },
+                    { __cudagraph_w3 },
+                )
+                .launch(c.cells),
+        );
         __cudagraph_n5 = ::core::option::Option::Some(__cudagraph_v);
         #[allow(unused_braces)]
         let __cudagraph_v = ::cudagraph::__private::copy(
@@ -209,6 +247,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         __cudagraph_cache
             .run(
                 &__CUDAGRAPH_PLAN,
+                &__cudagraph_call,
                 __cudagraph_key,
                 __cudagraph_stream,
                 &[
@@ -219,6 +258,13 @@ fn expanded() -> ::cudagraph::Result<()> {
                     ::cudagraph::__private::node_if(&__cudagraph_n4),
                     ::cudagraph::__private::node_if(&__cudagraph_n5),
                     ::cudagraph::__private::node_if(&__cudagraph_n6),
+                ],
+                &[
+                    __cudagraph_g0,
+                    __cudagraph_g1,
+                    __cudagraph_g2,
+                    __cudagraph_g3,
+                    __cudagraph_g4,
                 ],
             )
     }

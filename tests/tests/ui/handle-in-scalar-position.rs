@@ -1,0 +1,33 @@
+use cudagraph::cudarc::driver::{CudaContext, LaunchConfig};
+use cudagraph::cudarc::nvrtc::Ptx;
+use cudagraph::{GraphCache, graph, kernels};
+
+kernels! {
+    struct K {
+        fn fill(n: u32, x: &mut [u32]);
+        fn scale(n: u32, a: u32, x: &[u32], y: &mut [u32]);
+    }
+}
+
+// Only `&place` / `&mut place` operands are buffers; every other argument position takes plain
+// values, never a handle, view or guard (the graph would not know the buffer).
+fn main() -> cudagraph::Result<()> {
+    let ctx = CudaContext::new(0)?;
+    let stream = ctx.default_stream();
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let k = unsafe { K::load(&ctx, Ptx::from_src("")) }?;
+    let cfg = LaunchConfig::for_num_elems(1024);
+    let mut cache = GraphCache::new();
+    let mut other = GraphCache::new();
+    let mut x = stream.alloc_zeros::<u32>(1024)?;
+    let mut y = stream.alloc_zeros::<u32>(1024)?;
+    let z = stream.alloc_zeros::<u32>(1024)?;
+    let mut g = other.builder(&stream);
+    let xw = g.write(&mut x);
+    let view = z.as_view();
+    graph!(&mut cache, &stream, {
+        k.fill(1024, xw).launch(cfg);
+        k.scale(1024, 1, view, &mut y).launch(cfg);
+    })?;
+    g.launch()
+}
