@@ -12,8 +12,9 @@ use cudarc::driver::{CudaFunction, CudaStream, ValidAsZeroBits};
 use crate::error::{Error, NodeSite, Result};
 use crate::exec::{GraphCache, GraphCall, Shape, Site};
 use crate::node::{
-    CopyTo, DevWrite, Handle, KernelArgs, KernelLaunch, KernelNode, LaunchDims, Memcpy, Memory,
-    MemcpyParams, Memset, MemsetParams, MemsetValue, NodeParams, Place, PlaceMut, sealed::Token,
+    CopyTo, DevWrite, Handle, KernelArgs, KernelLaunch, KernelNode, LaunchDims, Memcpy,
+    MemcpyParams, Memory, Memset, MemsetParams, MemsetValue, NodeParams, Place, PlaceMut,
+    sealed::Token,
 };
 use crate::plan::{Access, infer_edges_by};
 
@@ -567,7 +568,9 @@ impl Shape for Recording {
         self.nodes[i].site
     }
     fn place_site(&self, place: usize) -> NodeSite {
-        let uses = |n: &&RecNode| self.accesses[n.accesses.clone()].iter().any(|a| a.place as usize == place);
+        let uses = |n: &&RecNode| {
+            self.accesses[n.accesses.clone()].iter().any(|a| a.place as usize == place)
+        };
         match self.nodes.iter().find(uses) {
             Some(n) => n.site,
             None => site("read/write", "GraphBuilder::read/write", self.location),

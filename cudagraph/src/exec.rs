@@ -49,10 +49,17 @@ impl Shape for Plan {
         infer_edges(self.nodes, present)
     }
     fn place_site(&self, place: usize) -> NodeSite {
-        let first = self.nodes.iter().find(|n| n.accesses.iter().any(|a| a.place as usize == place));
+        let first =
+            self.nodes.iter().find(|n| n.accesses.iter().any(|a| a.place as usize == place));
         match first {
             Some(n) => NodeSite::of(self, n),
-            None => NodeSite { label: "graph", text: "graph!", file: self.file, line: self.line, column: 0 },
+            None => NodeSite {
+                label: "graph",
+                text: "graph!",
+                file: self.file,
+                line: self.line,
+                column: 0,
+            },
         }
     }
 }
@@ -497,15 +504,17 @@ fn check_accesses(plan: &Plan, call: u64, nodes: &[Option<NodeParams<'_>>]) -> R
         let listed = plan.nodes[i].accesses;
         let mut bad = false;
         n.for_each_access(&mut |(tag, write)| {
-            let ok = crate::builder::place_of(tag, call).is_some_and(|p| {
-                listed.iter().any(|a| a.place == p && (a.write || !write))
-            });
+            let ok = crate::builder::place_of(tag, call)
+                .is_some_and(|p| listed.iter().any(|a| a.place == p && (a.write || !write)));
             bad |= !ok;
         });
         if bad {
             let why = "a buffer handle that this statement's own `&`/`&mut` operands did not \
                        borrow in this call (a handle kept from another call or builder)";
-            return Err(Error::InvalidNode { site: NodeSite::of(plan, &plan.nodes[i]), why: why.into() });
+            return Err(Error::InvalidNode {
+                site: NodeSite::of(plan, &plan.nodes[i]),
+                why: why.into(),
+            });
         }
     }
     Ok(())
@@ -693,8 +702,7 @@ impl GraphCache {
                         .call("cuMemcpyAsync")
                 }
                 Some(NodeParams::Memset(m)) => {
-                    unsafe { raw::memset_async(&memset_params(&m.raw), s) }
-                        .call("cuMemsetD32Async")
+                    unsafe { raw::memset_async(&memset_params(&m.raw), s) }.call("cuMemsetD32Async")
                 }
             };
             r.map_err(|source| Error::Node { site: site(), source })?;
@@ -740,7 +748,8 @@ impl GraphCache {
             .to_str()
             .ok_or_else(|| refuse("cuGraphDebugDotPrint (path is not UTF-8)"))?
             .as_bytes();
-        let c = CString::new(bytes).map_err(|_| refuse("cuGraphDebugDotPrint (path contains NUL)"))?;
+        let c =
+            CString::new(bytes).map_err(|_| refuse("cuGraphDebugDotPrint (path contains NUL)"))?;
         // SAFETY: the graph is live while `self` is.
         unsafe { raw::debug_dot_print(v.graph, c.as_ptr()) }.call("cuGraphDebugDotPrint")?;
         Ok(true)
@@ -1731,7 +1740,6 @@ pub(crate) mod tests {
         run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
         assert_eq!(cache.stats().launches, 1);
     }
-
 
     #[test]
     fn handles_must_be_this_calls_places_that_the_plan_lists_for_the_node() {

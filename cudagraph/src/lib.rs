@@ -242,7 +242,8 @@ pub mod __private {
             names: &[&'static str],
         ) -> Result<Self, Error> {
             let module = load_module(ctx, ptx, kernels)?;
-            let functions = names.iter().map(|n| load_function(&module, n)).collect::<Result<_, _>>()?;
+            let functions =
+                names.iter().map(|n| load_function(&module, n)).collect::<Result<_, _>>()?;
             Ok(Functions { module, functions, _kernels: core::marker::PhantomData })
         }
 
@@ -354,10 +355,7 @@ pub mod __private {
     }
 
     /// Resolves one function for `kernels!`.
-    fn load_function(
-        module: &Arc<CudaModule>,
-        name: &'static str,
-    ) -> Result<CudaFunction, Error> {
+    fn load_function(module: &Arc<CudaModule>, name: &'static str) -> Result<CudaFunction, Error> {
         module
             .load_function(name)
             .call("cuModuleGetFunction")

@@ -293,7 +293,10 @@ macro_rules! device_place {
                 let own = Some(DeviceSlice::stream(self).cu_stream());
                 let (ptr, guard) = DevicePtr::device_ptr(self, stream);
                 let range = (ptr, bytes_of::<T>(len));
-                (DevRead::new(ptr, len, ctx), Guard::new(GuardKind::Cudarc(guard), own, range, false))
+                (
+                    DevRead::new(ptr, len, ctx),
+                    Guard::new(GuardKind::Cudarc(guard), own, range, false),
+                )
             }
         }
     };
@@ -317,7 +320,8 @@ macro_rules! device_place_mut {
                 }
                 let own = Some(DeviceSlice::stream(self).cu_stream());
                 let (ptr, guard) = DevicePtrMut::device_ptr_mut(self, stream);
-                let guard = Guard::new(GuardKind::Cudarc(guard), own, (ptr, bytes_of::<T>(len)), true);
+                let guard =
+                    Guard::new(GuardKind::Cudarc(guard), own, (ptr, bytes_of::<T>(len)), true);
                 (DevRead::new(ptr, len, ctx), DevWrite::new(ptr, len, ctx), guard)
             }
         }
@@ -369,8 +373,13 @@ impl<T> AcquireMut for PinnedHostSlice<T> {
         // SAFETY: as in `acquire`.
         let (s, guard) = unsafe { self.stream_synced_mut_slice(stream) };
         let ptr = s.as_mut_ptr();
-        let guard = Guard::new(pinned_guard(stream, guard), None, (ptr as u64, bytes_of::<T>(len)), true);
-        (HostRead::new(ptr.cast_const().cast(), len, ctx), HostWrite::new(ptr.cast(), len, ctx), guard)
+        let guard =
+            Guard::new(pinned_guard(stream, guard), None, (ptr as u64, bytes_of::<T>(len)), true);
+        (
+            HostRead::new(ptr.cast_const().cast(), len, ctx),
+            HostWrite::new(ptr.cast(), len, ctx),
+            guard,
+        )
     }
 }
 
@@ -930,6 +939,7 @@ pub fn zero<'a, T: ValidAsZeroBits>(dst: impl WriteArg<'a, T>) -> MemsetParams<'
         .into_iter()
         .find(|&w| bytes.is_multiple_of(w as usize) && dst.ptr.is_multiple_of(u64::from(w)))
         .unwrap_or(1);
-    let raw = Memset { dst: dst.ptr, len: bytes / elem_size as usize, elem_size, value: 0, ctx: dst.ctx };
+    let raw =
+        Memset { dst: dst.ptr, len: bytes / elem_size as usize, elem_size, value: 0, ctx: dst.ctx };
     MemsetParams { raw, dst_tag: dst.tag, _borrow: PhantomData }
 }

@@ -55,6 +55,20 @@ extern "C" __global__ void slow_iota(unsigned n, unsigned spins, unsigned a, uns
     x[i] = v;
 }
 
+// y[i] = x[i] * a + b, read only after `spins` dependent steps: a slow *reader* of x, for the
+// cross-stream ordering tests (a later writer of x that does not wait shows up in y). The index
+// it reads is always i, through a value the compiler cannot fold, so the load waits for the loop.
+extern "C" __global__ void slow_affine(unsigned n, unsigned spins, unsigned a, unsigned b,
+                                       const unsigned *x, unsigned *y) {
+    unsigned i = gid();
+    if (i >= n) return;
+    unsigned v = i;
+    for (unsigned s = 0; s < spins; ++s) v = v * 1664525u + 1013904223u;
+    unsigned j = i + (v >> 31) * n;
+    if (j >= n) j -= n;
+    y[i] = x[j] * a + b;
+}
+
 // y[i] = x[i] * 0x01010101 ^ i: reads bytes (for 1-byte memsets).
 extern "C" __global__ void widen_u8(unsigned n, const unsigned char *x, unsigned *y) {
     unsigned i = gid();

@@ -23,6 +23,7 @@ kernels! {
         fn mix(n: u32, x: &[u32], y: &mut [u32]);
         fn combine3(n: u32, a: &[u32], b: &[u32], c: &[u32], out: &mut [u32]);
         fn slow_iota(n: u32, spins: u32, a: u32, b: u32, x: &mut [u32]);
+        fn slow_affine(n: u32, spins: u32, a: u32, b: u32, x: &[u32], y: &mut [u32]);
         fn widen_u8(n: u32, x: &[u8], y: &mut [u32]);
         fn widen_u16(n: u32, x: &[u16], y: &mut [u32]);
         fn scale_sub_i32(n: u32, s: i32, x: &[i32], y: &mut [i32]);
@@ -88,6 +89,12 @@ pub fn assert_same<T: PartialEq + std::fmt::Debug>(got: &[T], want: &[T], what: 
 pub mod host {
     pub fn iota(n: u32, a: u32, b: u32) -> Vec<u32> {
         (0..n).map(|i| i.wrapping_mul(a).wrapping_add(b)).collect()
+    }
+
+    /// `slow_iota`'s values: `spins` steps of the generator from `i * a + b`.
+    pub fn slow_iota(n: u32, spins: u32, a: u32, b: u32) -> Vec<u32> {
+        let step = |v: u32| v.wrapping_mul(1664525).wrapping_add(1013904223);
+        iota(n, a, b).into_iter().map(|v| (0..spins).fold(v, |v, _| step(v))).collect()
     }
 
     pub fn affine(x: &[u32], a: u32, b: u32) -> Vec<u32> {
