@@ -156,8 +156,12 @@ pub struct GraphCache<D: Driver = Cuda> {
     stats: Stats,
     /// The last [`GraphBuilder`](crate::GraphBuilder)'s emptied vectors, reused by the next.
     pub(crate) recording: crate::builder::Recording,
-    /// Buffer ranges `(start, bytes, written)` of the last call whose aliasing was checked.
-    checked: Vec<(u64, u64, bool)>,
+    /// Buffer ranges `(start, bytes, written)` of the last two calls whose aliasing was checked
+    /// (two: buffers swapped between calls alternate between two sets), the older first.
+    checked: [Vec<(u64, u64, bool)>; 2],
+    /// Scratch of the aliasing check and of the ledger, kept so that calls allocate nothing.
+    scratch: Vec<(u64, u64, bool, usize)>,
+    own: Vec<CUstream>,
     /// Events of the stream ledger ([`GraphCache::order_before`]), of context `events_ctx`.
     events: Vec<CudaEvent>,
     events_ctx: CUcontext,
@@ -602,18 +606,18 @@ impl GraphCache {
         r
     }
 
-    /// The streams other than `stream` that own a buffer of the call, each once.
-    fn own_streams(stream: &CudaStream, guards: &[Guard<'_>]) -> Vec<CUstream> {
-        let mut own: Vec<CUstream> = Vec::new();
+    /// Fills `self.own` with the streams other than `stream` that own a buffer of the call,
+    /// each once.
+    fn own_streams(&mut self, stream: &CudaStream, guards: &[Guard<'_>]) {
+        self.own.clear();
         for g in guards {
             if let Some(o) = g.own
                 && o != stream.cu_stream()
-                && !own.contains(&o)
+                && !self.own.contains(&o)
             {
-                own.push(o);
+                self.own.push(o);
             }
         }
-        own
     }
 
     /// `n` reusable events of `stream`'s context.
@@ -636,12 +640,12 @@ impl GraphCache {
     /// waits for every earlier graph use of its buffers, readers included, on any stream and
     /// whatever cudarc's event mode. Nothing to do while every buffer lives on `stream`.
     fn order_before(&mut self, stream: &CudaStream, guards: &[Guard<'_>]) -> Result<(), CudaError> {
-        let own = Self::own_streams(stream, guards);
-        if own.is_empty() {
+        self.own_streams(stream, guards);
+        if self.own.is_empty() {
             return Ok(());
         }
-        self.ledger_events(stream, own.len() + 1)?;
-        for (&o, e) in own.iter().zip(&self.events[1..]) {
+        self.ledger_events(stream, self.own.len() + 1)?;
+        for (&o, e) in self.own.iter().zip(&self.events[1..]) {
             // SAFETY: `o` is alive (the borrowed buffer holds it) and of the context of
             // `stream`, which is current (`run_call`), as is the event.
             unsafe { raw::record_event(e.cu_event(), o) }.call("cuEventRecord")?;
@@ -658,15 +662,15 @@ impl GraphCache {
     /// after the call is freed after the graph, whichever context object allocated it and
     /// whatever cudarc's stream mode is by then; later work on the own stream waits too.
     fn order_after(&mut self, stream: &CudaStream, guards: &[Guard<'_>]) -> Result<(), CudaError> {
-        let own = Self::own_streams(stream, guards);
-        if own.is_empty() {
+        self.own_streams(stream, guards);
+        if self.own.is_empty() {
             return Ok(());
         }
-        self.ledger_events(stream, own.len() + 1)?;
+        self.ledger_events(stream, self.own.len() + 1)?;
         let done = self.events[0].cu_event();
         // SAFETY: as in `order_before`.
         unsafe { raw::record_event(done, stream.cu_stream()) }.call("cuEventRecord")?;
-        for o in own {
+        for &o in &self.own {
             unsafe { raw::wait_event(o, done) }.call("cuStreamWaitEvent")?;
             self.stats.stream_waits += 1;
         }
@@ -760,35 +764,39 @@ impl<D: Driver> GraphCache<D> {
     /// Errors when two places of the call overlap in memory and one of them is written: the
     /// graph would have no edge between their nodes. Borrows prove places distinct for buffers
     /// made by safe code; this catches views of one allocation that cudarc hands out more than
-    /// once. Checked only when an address or length changed since the last checked call.
+    /// once. Checked only when the ranges differ from both of the last two checked calls'.
     pub(crate) fn check_aliasing(&mut self, shape: &dyn Shape, guards: &[Guard<'_>]) -> Result<()> {
-        let same = self.checked.len() == guards.len()
-            && self.checked.iter().zip(guards).all(|(c, g)| *c == (g.start, g.bytes, g.write));
-        if same {
+        let same = |c: &Vec<(u64, u64, bool)>| {
+            c.len() == guards.len()
+                && c.iter().zip(guards).all(|(c, g)| *c == (g.start, g.bytes, g.write))
+        };
+        if self.checked.iter().any(same) {
             return Ok(());
         }
         self.stats.alias_checks += 1;
-        let mut order: Vec<(u64, u64, bool, usize)> = guards
-            .iter()
-            .enumerate()
-            .filter(|(_, g)| g.bytes > 0)
-            .map(|(p, g)| (g.start, g.start.saturating_add(g.bytes), g.write, p))
-            .collect();
+        let mut order = core::mem::take(&mut self.scratch);
+        order.clear();
+        order.extend(
+            guards
+                .iter()
+                .enumerate()
+                .filter(|(_, g)| g.bytes > 0)
+                .map(|(p, g)| (g.start, g.start.saturating_add(g.bytes), g.write, p)),
+        );
         order.sort_unstable();
-        for (i, a) in order.iter().enumerate() {
-            for b in order[i + 1..].iter().take_while(|b| b.0 < a.1) {
-                if a.2 || b.2 {
-                    let (first, second) = (a.3.min(b.3), a.3.max(b.3));
-                    self.checked.clear();
-                    return Err(Error::Aliasing {
-                        first: shape.place_site(first),
-                        second: shape.place_site(second),
-                    });
-                }
-            }
+        let overlap = order.iter().enumerate().find_map(|(i, a)| {
+            let mut later = order[i + 1..].iter().take_while(|b| b.0 < a.1);
+            later.find(|b| a.2 || b.2).map(|b| (a.3.min(b.3), a.3.max(b.3)))
+        });
+        self.scratch = order;
+        if let Some((first, second)) = overlap {
+            let (first, second) = (shape.place_site(first), shape.place_site(second));
+            return Err(Error::Aliasing { first, second });
         }
-        self.checked.clear();
-        self.checked.extend(guards.iter().map(|g| (g.start, g.bytes, g.write)));
+        // The new set replaces the older one.
+        self.checked.swap(0, 1);
+        self.checked[1].clear();
+        self.checked[1].extend(guards.iter().map(|g| (g.start, g.bytes, g.write)));
         Ok(())
     }
 
@@ -824,7 +832,9 @@ impl<D: Driver> GraphCache<D> {
             clock: 0,
             stats: Stats::default(),
             recording: crate::builder::Recording::new(0),
-            checked: Vec::new(),
+            checked: [Vec::new(), Vec::new()],
+            scratch: Vec::new(),
+            own: Vec::new(),
             events: Vec::new(),
             events_ctx: ptr::null_mut(),
         }
@@ -1811,6 +1821,15 @@ pub(crate) mod tests {
         }
         // A refused call is checked again next time, and empty buffers never overlap.
         assert!(cache.check_aliasing(plan, &bad).is_err());
+        assert_eq!(cache.stats().alias_checks, 3);
+        // Two sets alternating (buffers swapped between calls) are checked once each.
+        let swapped =
+            [g(0x200, 64, true), g(0x100, 64, false), g(0x300, 64, true), g(0x110, 8, false)];
+        for _ in 0..3 {
+            cache.check_aliasing(plan, &ok).unwrap();
+            cache.check_aliasing(plan, &swapped).unwrap();
+        }
+        assert_eq!(cache.stats().alias_checks, 4);
         let empty = [g(0x100, 0, true), g(0x100, 64, true), g(0x300, 64, true), g(0x400, 8, false)];
         cache.check_aliasing(plan, &empty).unwrap();
     }

@@ -796,6 +796,8 @@ impl From<Stats> for Json {
 struct Env {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// Another stream, which owns the buffers of row `do`.
+    other: Arc<CudaStream>,
     kern: Bench,
     reps: usize,
     quick: bool,
@@ -876,6 +878,9 @@ fn describe(id: &str) -> &'static str {
             "graph!: every pointer changed per step (alternating between two buffers, as std::mem::swap after each step would)"
         }
         "g" => "graph!: host if alternating between two cached variants every step",
+        "do" => {
+            "graph!: as d, with the buffers allocated on another stream (ordered through it: cuEventRecord + cuStreamWaitEvent before and after each launch)"
+        }
         "h" => "GraphBuilder: the same K nodes recorded and launched every step, nothing changed",
         "hf" => "GraphBuilder: as h, every pointer changed per step (as f)",
         "a*" => "a with cudarc's event tracking on (buffers allocated while tracking)",
@@ -1189,6 +1194,29 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
         check_stats(&label(id), &stats, 1, report);
         push(report, "steady", id, t, Some(stats));
     }
+    // do: d with every buffer owned by another stream, which the cache orders with the graph.
+    if graph_compiled(shape, k, false) {
+        let mut own = Bufs::new(&env.other, shape, k)?;
+        env.other.synchronize()?;
+        let mut cache = GraphCache::new();
+        let t =
+            timed_row(env, &mut own, shape, k, Change::None, steps, &label("do"), &mut |b, i| {
+                graph_step(env, &mut cache, shape, k, b, i, Change::None)
+            })?;
+        let stats = cache.stats();
+        check_stats(&label("do"), &stats, 1, report);
+        if stats.stream_waits != 2 * stats.launches {
+            return Err(format!(
+                "{}: {} stream waits for {} launches",
+                label("do"),
+                stats.stream_waits,
+                stats.launches
+            )
+            .into());
+        }
+        push(report, "steady", "do", t, Some(stats));
+        env.stream.synchronize()?;
+    }
     env.stream.synchronize()?;
     drop(b);
 
@@ -1241,7 +1269,7 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
     for r in rows.iter_mut() {
         r.ratio_raw = c.map(|c| r.t.median / c);
         let floor = match r.id {
-            "d" | "g" | "h" | "d*" => Some(("c", c)),
+            "d" | "g" | "h" | "d*" | "do" => Some(("c", c)),
             "e" => Some(("c1", c1)),
             "f" | "hf" => Some(("cA", ca)),
             _ => None,
@@ -1256,7 +1284,7 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
 }
 
 fn print_block(rows: &[Row]) {
-    let order = ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "h", "hf", "a*", "d*"];
+    let order = ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "do", "h", "hf", "a*", "d*"];
     for id in order {
         let Some(r) = rows.iter().find(|r| r.id == id) else { continue };
         let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.3}"));
@@ -1660,6 +1688,7 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
     // SAFETY: every buffer is used on the one stream made below only.
     unsafe { ctx.disable_event_tracking() };
     let stream = ctx.new_stream()?;
+    let other = ctx.new_stream()?;
     // SAFETY: the declarations match the kernels, which stay within their buffers.
     let kern = unsafe { Bench::load(&ctx, compile_ptx(SOURCE)?) }?;
     let mut version = 0i32;
@@ -1667,7 +1696,7 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
     unsafe { sys::cuDriverGetVersion(&mut version) }.result()?;
     let device = ctx.name().unwrap_or_default();
     let reps = args.reps.unwrap_or(if args.quick { 20 } else { 200 });
-    let env = Env { ctx, stream, kern, reps, quick: args.quick, steps: args.steps };
+    let env = Env { ctx, stream, other, kern, reps, quick: args.quick, steps: args.steps };
     let ks: Vec<usize> = STEADY_K
         .iter()
         .copied()
