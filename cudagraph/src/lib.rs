@@ -92,7 +92,12 @@ pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges,
 /// 4096 iterations per `for` and 16 384 unrolled statements per body, 384 levels of nesting.
 ///
 /// Errors: those of [`GraphCache`]'s driver calls, each naming the node and its source location;
-/// after an error nothing was enqueued (except part way through a call in [`Mode::Eager`]).
+/// [`Error::Aliasing`] when two places overlap in memory and one is written (views of one
+/// allocation); [`Error::InvalidNode`] when a statement's node carries a buffer handle that its own
+/// operands did not borrow in this call (a handle kept elsewhere, passed through a method of
+/// yours). After an error nothing was enqueued (except part way through a call in
+/// [`Mode::Eager`]). See `SAFETY.md` for what is checked and how buffers are ordered with their
+/// own streams.
 pub use cudagraph_macros::graph;
 
 /// Declares typed kernel signatures and a struct that loads them from one module.
