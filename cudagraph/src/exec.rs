@@ -506,15 +506,31 @@ fn check_accesses(plan: &Plan, call: u64, nodes: &[Option<NodeParams<'_>>]) -> R
     for (i, n) in nodes.iter().enumerate() {
         let Some(n) = n else { continue };
         let listed = plan.nodes[i].accesses;
-        let mut bad = false;
+        // The node's operands so far, `(place, written)`: at most 16 (kernel parameters).
+        let mut seen = [(0u32, false); MAX_KERNEL_PARAMS];
+        let (mut len, mut bad, mut twice) = (0, false, false);
         n.for_each_access(&mut |(tag, write)| {
-            let ok = crate::builder::place_of(tag, call)
-                .is_some_and(|p| listed.iter().any(|a| a.place == p && (a.write || !write)));
-            bad |= !ok;
+            let Some(p) = crate::builder::place_of(tag, call) else {
+                bad = true;
+                return;
+            };
+            bad |= !listed.iter().any(|a| a.place == p && (a.write || !write));
+            match seen[..len].iter().find(|s| s.0 == p) {
+                Some(s) => twice |= s.1 || write,
+                None if len < MAX_KERNEL_PARAMS => {
+                    seen[len] = (p, write);
+                    len += 1;
+                }
+                None => bad = true,
+            }
         });
-        if bad {
-            let why = "a buffer handle that this statement's own `&`/`&mut` operands did not \
-                       borrow in this call (a handle kept from another call or builder)";
+        if bad || twice {
+            let why = if bad {
+                "a buffer handle that this statement's own `&`/`&mut` operands did not borrow in \
+                 this call (a handle kept from another call or builder)"
+            } else {
+                "one buffer passed twice to one node, and written: the operands would alias"
+            };
             return Err(Error::InvalidNode {
                 site: NodeSite::of(plan, &plan.nodes[i]),
                 why: why.into(),
@@ -1793,6 +1809,13 @@ pub(crate) mod tests {
         refused(check(&other, &tagged(1), c).unwrap_err(), "n");
         other.tag = 0;
         refused(check(&other, &tagged(1), c).unwrap_err(), "n");
+        // One written place passed twice to a node (through a method of the user's).
+        let mut both = copy(4);
+        (both.src_tag, both.dst_tag) = (crate::builder::tag(call, 2), crate::builder::tag(call, 2));
+        match check(&tagged(0), &tagged(1), both).unwrap_err() {
+            Error::InvalidNode { why, .. } => assert!(why.contains("passed twice"), "{why}"),
+            e => panic!("expected InvalidNode, got {e:?}"),
+        }
         // The copy's sides swapped: it would write place 1, which it only reads.
         let mut swapped = c;
         (swapped.src_tag, swapped.dst_tag) = (c.dst_tag, c.src_tag);

@@ -220,15 +220,18 @@ pub struct Guard<'a> {
 }
 
 enum GuardKind<'a> {
-    /// Device memory: cudarc's own guard (records the buffer's event while cudarc manages
-    /// synchronization between streams).
+    /// Nothing to record (a buffer without events: cudarc's event tracking was off when it was
+    /// allocated), or cudarc's fallback guard.
     Cudarc(#[allow(dead_code)] SyncOnDrop<'a>),
-    /// A pinned host buffer: its event, which its `as_slice`, `as_mut_slice` and `drop` wait
-    /// for, recorded on drop whatever cudarc's mode is then. cudarc records it only while it
-    /// manages synchronization (event tracking on and more than one stream), a mode that can
-    /// change between the acquire and the drop (a stream dropped); recording it always keeps
-    /// host access ordered after the graph's copy.
-    Pinned(&'a CudaEvent, &'a CudaStream),
+    /// The buffer's event that cudarc's guard would record (a device buffer's read or write
+    /// event; a pinned buffer's one event, which its `as_slice`, `as_mut_slice` and `drop` wait
+    /// for), recorded on drop whatever cudarc's mode is then. cudarc records it only while the
+    /// *stream's* context object manages synchronization (event tracking on and more than one
+    /// stream), while later users wait on it according to the *buffer's* context object: the two
+    /// differ with two `Arc<CudaContext>` of one device, and the mode can change between the
+    /// acquire and the drop (a stream dropped). Recording it always keeps every later user that
+    /// waits on the event ordered after the graph.
+    Event(&'a CudaEvent, &'a CudaStream),
 }
 
 impl<'a> Guard<'a> {
@@ -247,7 +250,7 @@ impl Guard<'static> {
 
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
-        if let GuardKind::Pinned(event, stream) = self.kind {
+        if let GuardKind::Event(event, stream) = self.kind {
             stream.context().record_err(event.record(stream));
         }
     }
@@ -258,16 +261,25 @@ fn no_sync<'a>() -> Guard<'a> {
     Guard::new(GuardKind::Cudarc(SyncOnDrop::Sync(None)), None, (0, 0), false)
 }
 
-/// The guard of a pinned host buffer from cudarc's: takes its event out (cudarc's guard then
-/// does nothing) and records it unconditionally (see [`GuardKind::Pinned`]).
-fn pinned_guard<'a>(stream: &'a CudaStream, mut cudarc: SyncOnDrop<'a>) -> GuardKind<'a> {
-    if let SyncOnDrop::Record(target) = &mut cudarc
-        && let Some((event, s)) = target.take()
-    {
-        return GuardKind::Pinned(event, s);
+/// The event cudarc's guard would record, taken out (cudarc's guard then does nothing) to be
+/// recorded unconditionally (see [`GuardKind::Event`]).
+fn take_event<'a>(cudarc: &mut SyncOnDrop<'a>) -> Option<GuardKind<'a>> {
+    match cudarc {
+        SyncOnDrop::Record(target) => target.take().map(|(event, s)| GuardKind::Event(event, s)),
+        SyncOnDrop::Sync(_) => None,
     }
+}
+
+/// The guard of a pinned host buffer from cudarc's.
+fn pinned_guard<'a>(stream: &'a CudaStream, mut cudarc: SyncOnDrop<'a>) -> GuardKind<'a> {
     // Not what cudarc returns for pinned memory; synchronizing is always safe.
-    GuardKind::Cudarc(SyncOnDrop::sync_stream(stream))
+    take_event(&mut cudarc).unwrap_or(GuardKind::Cudarc(SyncOnDrop::sync_stream(stream)))
+}
+
+/// The guard of a device buffer from cudarc's: its event if it has one, else nothing (cudarc's
+/// guard records nothing either: the buffer was allocated with event tracking off).
+fn device_guard(mut cudarc: SyncOnDrop<'_>) -> GuardKind<'_> {
+    take_event(&mut cudarc).unwrap_or(GuardKind::Cudarc(cudarc))
 }
 
 /// Bytes of `len` elements of `T`.
@@ -293,10 +305,7 @@ macro_rules! device_place {
                 let own = Some(DeviceSlice::stream(self).cu_stream());
                 let (ptr, guard) = DevicePtr::device_ptr(self, stream);
                 let range = (ptr, bytes_of::<T>(len));
-                (
-                    DevRead::new(ptr, len, ctx),
-                    Guard::new(GuardKind::Cudarc(guard), own, range, false),
-                )
+                (DevRead::new(ptr, len, ctx), Guard::new(device_guard(guard), own, range, false))
             }
         }
     };
@@ -320,8 +329,7 @@ macro_rules! device_place_mut {
                 }
                 let own = Some(DeviceSlice::stream(self).cu_stream());
                 let (ptr, guard) = DevicePtrMut::device_ptr_mut(self, stream);
-                let guard =
-                    Guard::new(GuardKind::Cudarc(guard), own, (ptr, bytes_of::<T>(len)), true);
+                let guard = Guard::new(device_guard(guard), own, (ptr, bytes_of::<T>(len)), true);
                 (DevRead::new(ptr, len, ctx), DevWrite::new(ptr, len, ctx), guard)
             }
         }

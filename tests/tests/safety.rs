@@ -13,7 +13,7 @@ use common::{Ops, Result, assert_same, gpu, host, launch};
 use cudagraph::cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
-use cudagraph::{DevWrite, Error, GraphCache, KernelCall, graph};
+use cudagraph::{DevRead, DevWrite, Error, GraphCache, KernelCall, graph};
 
 const N: u32 = 1 << 16;
 /// Steps of `slow_affine` / `slow_iota`: a few milliseconds on an H200, so that a later
@@ -399,5 +399,125 @@ fn a_function_swapped_to_another_module_keeps_the_template_graph_valid() -> Resu
     std::fs::remove_file(&path).ok();
     assert!(dot.contains("iota"), "{dot}");
     assert_eq!(cache.stats().node_updates, 2, "{:?}", cache.stats());
+    Ok(())
+}
+
+// A user method on the `kernels!` struct forwards one `&mut place` handle to two buffer
+// parameters. `graph!` rejects `k.mix(N, &x, &mut x)` at compile time and the builder rejects it
+// at run time, but through a method every handle carries the same (call, place) tag and the plan
+// lists the place as written, so `check_accesses` accepts it.
+impl Ops {
+    fn mix_in_place<'k, 'b>(
+        &'k self,
+        n: u32,
+        x: DevWrite<'b, u32>,
+    ) -> KernelCall<'k, (u32, DevRead<'b, u32>, DevWrite<'b, u32>)> {
+        self.mix(n, x.read(), x)
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_user_method_cannot_pass_one_written_place_twice() -> Result {
+    let (_ctx, s, k) = gpu()?;
+    let mut x = s.clone_htod(&host::iota(N, 3, 1))?;
+    let mut cache = GraphCache::new();
+    let cfg = cfg();
+    let r = graph!(&mut cache, &s, {
+        k.mix_in_place(N, &mut x).launch(cfg);
+    });
+    // InvalidNode, nothing enqueued: else `mix` would run with x == y (its cross-block reads of
+    // x would race with its writes).
+    assert!(
+        matches!(r, Err(Error::InvalidNode { .. })),
+        "aliased &[u32]/&mut [u32] accepted: {r:?}"
+    );
+    // The builder refuses the same thing:
+    let mut g = cache.builder(&s);
+    let w = g.write(&mut x);
+    g.kernel(k.mix_in_place(N, w).launch(cfg));
+    assert!(matches!(g.launch(), Err(Error::InvalidNode { .. })));
+    Ok(())
+}
+
+// Two `Arc<CudaContext>` objects of one device. `x` belongs to `a` (multi-stream mode:
+// streams `own` and `s3`); the graph runs on `b`'s default stream (`b` has no stream of its own,
+// so cudarc's `SyncOnDrop::Record` checks `b.is_managing_stream_synchronization()` == false and
+// records NOTHING). The ledger makes `own` wait for the graph, but a cudarc reader/writer on
+// `s3` waits only for x's read/write events, which the graph never recorded.
+fn two_ctx(graph_writes: bool) -> Result<(Vec<u32>, Vec<u32>)> {
+    let (_, _, k) = gpu()?;
+    let a = CudaContext::new(0)?;
+    let b = CudaContext::new(0)?;
+    let (own, s3) = (a.new_stream()?, a.new_stream()?);
+    let gs = b.default_stream();
+    let len = N as usize;
+    let mut x = own.clone_htod(&host::iota(N, 3, 1))?;
+    let mut y = own.alloc_zeros::<u32>(len)?;
+    own.synchronize()?;
+    let mut cache = GraphCache::new();
+    let cfg = cfg();
+    if graph_writes {
+        // slow graph write of x, then a cudarc read of x on s3 (copied into y).
+        graph!(&mut cache, &gs, {
+            k.slow_iota(N, SPINS, 1, 2, &mut x).launch(cfg);
+        })?;
+        launch!(s3, k, "affine", cfg; &N, &1u32, &0u32, &x, &mut y)?;
+    } else {
+        // slow graph read of x into y, then a cudarc overwrite of x on s3.
+        graph!(&mut cache, &gs, {
+            k.slow_affine(N, SPINS, 5, 7, &x, &mut y).launch(cfg);
+        })?;
+        launch!(s3, k, "iota", cfg; &N, &11u32, &13u32, &mut x)?;
+    }
+    a.synchronize()?;
+    Ok((own.clone_dtoh(&x)?, own.clone_dtoh(&y)?))
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn graph_uses_are_recorded_whatever_the_graph_streams_context_object() -> Result {
+    let want_x = host::slow_iota(N, SPINS, 1, 2);
+    let (x, y) = two_ctx(true)?;
+    assert_same(&x, &want_x, "graph write");
+    assert_same(&y, &want_x, "cudarc read on a third stream after a graph write ");
+    let (x, y) = two_ctx(false)?;
+    assert_same(
+        &y,
+        &host::affine(&host::iota(N, 3, 1), 5, 7),
+        "slow graph read overtaken by writer on s3",
+    );
+    assert_same(&x, &host::iota(N, 11, 13), "writer");
+    Ok(())
+}
+
+// The module of a kernel still in flight unloaded. Call 2 swaps the node's function to
+// k2's (per-node update); call 3 swaps it to k3's, so the cache drops its clone of k2's
+// function; dropping k2 then runs cuModuleUnload while call 2's slow kernel may still run.
+// (Plain cudarc allows the same: launch, then drop the module.) Correct results, no error from
+// the context, and compute-sanitizer clean.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_function_swapped_away_while_in_flight_keeps_its_module() -> Result {
+    let (ctx, s, k1) = gpu()?;
+    let load = || -> Result<Ops> {
+        // SAFETY: the declarations match the kernels.
+        unsafe { Ops::load(&ctx, cudagraph::cudarc::nvrtc::compile_ptx(common::SOURCE)?) }
+    };
+    let (k2, k3) = (load()?, load()?);
+    let mut x = s.alloc_zeros::<u32>(N as usize)?;
+    let mut cache = GraphCache::new();
+    let cfg = cfg();
+    for (i, k) in [&k1, &k2, &k3].into_iter().enumerate() {
+        graph!(&mut cache, &s, {
+            k.slow_iota(N, SPINS, i as u32, 2, &mut x).launch(cfg);
+        })?;
+        if i == 2 {
+            break;
+        }
+    }
+    drop(k2); // call 2 may still run k2's function
+    ctx.synchronize()?;
+    assert_same(&s.clone_dtoh(&x)?, &host::slow_iota(N, SPINS, 2, 2), "last call");
     Ok(())
 }

@@ -22,12 +22,20 @@ fn main() -> cudagraph::Result<()> {
     let mut x = stream.alloc_zeros::<u32>(1024)?;
     let mut y = stream.alloc_zeros::<u32>(1024)?;
     let z = stream.alloc_zeros::<u32>(1024)?;
+    // SAFETY: only its address is used (never read).
+    let pinned = unsafe { ctx.alloc_pinned::<u32>(1024) }?;
+    let (_, guard) = cudagraph::__private::acquire(&z, &stream, &cudagraph::__private::begin_call(), 0);
     let mut g = other.builder(&stream);
     let xw = g.write(&mut x);
+    let hr = g.read(&pinned);
     let view = z.as_view();
+    let launch = k.fill(1024, xw).launch(cfg);
     graph!(&mut cache, &stream, {
         k.fill(1024, xw).launch(cfg);
         k.scale(1024, 1, view, &mut y).launch(cfg);
+        k.scale(hr, 1, &z, &mut y).launch(cfg);
+        k.scale(1024, guard, &z, &mut y).launch(cfg);
+        k.scale(1024, launch, &z, &mut y).launch(cfg);
     })?;
     g.launch()
 }
