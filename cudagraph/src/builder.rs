@@ -321,7 +321,9 @@ impl KernelNode for KernelView<'_> {
         self.ctxs.iter().for_each(|&c| f(c));
     }
     /// The recording holds the accesses (checked when the node was added).
-    fn for_each_access(&self, _: &mut dyn FnMut((u64, bool))) {}
+    fn accesses(&self, _: &mut crate::node::Accesses) -> usize {
+        0
+    }
 }
 
 impl Recording {
@@ -423,11 +425,7 @@ impl Recording {
         args.for_each_context(&mut |c| self.ctxs.push(c));
         // At most 16 parameters (`KernelArgs` is implemented up to 16-tuples).
         let mut operands = [(0u64, false); 16];
-        let mut len = 0;
-        args.for_each_access(&mut |a| {
-            operands[len] = a;
-            len += 1;
-        });
+        let len = args.accesses(&mut operands);
         let k = KernelRec {
             func,
             owner,

@@ -503,27 +503,29 @@ fn validate(
 /// another call or of a builder (kept from elsewhere, or passed through a method of the user's)
 /// is refused, naming the node.
 fn check_accesses(plan: &Plan, call: u64, nodes: &[Option<NodeParams<'_>>]) -> Result<()> {
+    let mut ops: crate::node::Accesses = [(0, false); MAX_KERNEL_PARAMS];
     for (i, n) in nodes.iter().enumerate() {
         let Some(n) = n else { continue };
         let listed = plan.nodes[i].accesses;
-        // The node's operands so far, `(place, written)`: at most 16 (kernel parameters).
-        let mut seen = [(0u32, false); MAX_KERNEL_PARAMS];
-        let (mut len, mut bad, mut twice) = (0, false, false);
-        n.for_each_access(&mut |(tag, write)| {
-            let Some(p) = crate::builder::place_of(tag, call) else {
-                bad = true;
-                return;
-            };
-            bad |= !listed.iter().any(|a| a.place == p && (a.write || !write));
-            match seen[..len].iter().find(|s| s.0 == p) {
-                Some(s) => twice |= s.1 || write,
-                None if len < MAX_KERNEL_PARAMS => {
-                    seen[len] = (p, write);
-                    len += 1;
+        let len = n.accesses(&mut ops);
+        let ops = &mut ops[..len];
+        let mut bad = false;
+        for (tag, write) in ops.iter_mut() {
+            match crate::builder::place_of(*tag, call) {
+                Some(p) => {
+                    bad |= !listed.iter().any(|a| a.place == p && (a.write || !*write));
+                    *tag = u64::from(p);
                 }
                 None => bad = true,
             }
-        });
+        }
+        // No written place twice in one node (only a method of the user's can do that).
+        let twice = !bad
+            && ops.len() > 1
+            && ops
+                .iter()
+                .enumerate()
+                .any(|(j, a)| ops[..j].iter().any(|b| b.0 == a.0 && (a.1 || b.1)));
         if bad || twice {
             let why = if bad {
                 "a buffer handle that this statement's own `&`/`&mut` operands did not borrow in \
@@ -1461,8 +1463,9 @@ pub(crate) mod tests {
         fn for_each_context(&self, f: &mut dyn FnMut(CUcontext)) {
             f(self.ctx)
         }
-        fn for_each_access(&self, f: &mut dyn FnMut((u64, bool))) {
-            f((self.tag, true))
+        fn accesses(&self, out: &mut crate::node::Accesses) -> usize {
+            out[0] = (self.tag, true);
+            1
         }
     }
     impl crate::node::sealed::Sealed for K {}

@@ -513,10 +513,14 @@ pub trait KernelArgs {
     fn for_each(&self, f: &mut dyn FnMut(&[u8]));
     /// Calls `f` with the context of each buffer argument.
     fn for_each_context(&self, f: &mut dyn FnMut(CUcontext));
-    /// Calls `f` with each buffer argument's [`KernelArg::access`].
+    /// Each buffer argument's [`KernelArg::access`], in order, into `out`; returns how many.
     #[doc(hidden)]
-    fn for_each_access(&self, f: &mut dyn FnMut((u64, bool)));
+    fn accesses(&self, out: &mut Accesses) -> usize;
 }
+
+/// A node's buffer operands `(tag, written)` (see [`Handle`]): at most one per kernel parameter.
+#[doc(hidden)]
+pub type Accesses = [(u64, bool); 16];
 
 macro_rules! kernel_args {
     ($($t:ident $i:tt),*) => {
@@ -530,9 +534,12 @@ macro_rules! kernel_args {
             fn for_each_context(&self, f: &mut dyn FnMut(CUcontext)) {
                 $(if let Some(c) = self.$i.context() { f(c) })*
             }
-            #[allow(unused_variables)]
-            fn for_each_access(&self, f: &mut dyn FnMut((u64, bool))) {
-                $(if let Some(a) = self.$i.access() { f(a) })*
+            #[allow(unused_variables, unused_mut)]
+            #[inline]
+            fn accesses(&self, out: &mut Accesses) -> usize {
+                let mut n = 0;
+                $(if let Some(a) = self.$i.access() { out[n] = a; n += 1; })*
+                n
             }
         }
     };
@@ -664,9 +671,9 @@ pub trait KernelNode: sealed::Sealed {
     fn for_each_arg(&self, f: &mut dyn FnMut(&[u8]));
     /// Calls `f` with the context of each buffer argument.
     fn for_each_context(&self, f: &mut dyn FnMut(CUcontext));
-    /// Calls `f` with each buffer argument's `(tag, written)` (see [`Handle`]).
+    /// Each buffer argument's `(tag, written)` (see [`Handle`]) into `out`; returns how many.
     #[doc(hidden)]
-    fn for_each_access(&self, f: &mut dyn FnMut((u64, bool)));
+    fn accesses(&self, out: &mut Accesses) -> usize;
 }
 
 impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
@@ -688,8 +695,8 @@ impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
     fn for_each_context(&self, f: &mut dyn FnMut(CUcontext)) {
         self.call.args.for_each_context(f)
     }
-    fn for_each_access(&self, f: &mut dyn FnMut((u64, bool))) {
-        self.call.args.for_each_access(f)
+    fn accesses(&self, out: &mut Accesses) -> usize {
+        self.call.args.accesses(out)
     }
 }
 
@@ -862,15 +869,19 @@ pub enum NodeParams<'a> {
 }
 
 impl NodeParams<'_> {
-    /// Calls `f` with each buffer operand's `(tag, written)` (see [`Handle`]).
-    pub(crate) fn for_each_access(&self, f: &mut dyn FnMut((u64, bool))) {
+    /// Each buffer operand's `(tag, written)` (see [`Handle`]) into `out`; returns how many.
+    pub(crate) fn accesses(&self, out: &mut Accesses) -> usize {
         match self {
-            NodeParams::Kernel(k) => k.for_each_access(f),
+            NodeParams::Kernel(k) => k.accesses(out),
             NodeParams::Memcpy(c) => {
-                f((c.src_tag, false));
-                f((c.dst_tag, true));
+                out[0] = (c.src_tag, false);
+                out[1] = (c.dst_tag, true);
+                2
             }
-            NodeParams::Memset(m) => f((m.dst_tag, true)),
+            NodeParams::Memset(m) => {
+                out[0] = (m.dst_tag, true);
+                1
+            }
         }
     }
 }
