@@ -272,8 +272,9 @@ fn take_event<'a>(cudarc: &mut SyncOnDrop<'a>) -> Option<GuardKind<'a>> {
 
 /// The guard of a pinned host buffer from cudarc's.
 fn pinned_guard<'a>(stream: &'a CudaStream, mut cudarc: SyncOnDrop<'a>) -> GuardKind<'a> {
-    // Not what cudarc returns for pinned memory; synchronizing is always safe.
-    take_event(&mut cudarc).unwrap_or(GuardKind::Cudarc(SyncOnDrop::sync_stream(stream)))
+    // Not what cudarc returns for pinned memory; synchronizing is always safe. (Made lazily:
+    // a `SyncOnDrop::Sync` synchronizes the stream when dropped, even unused.)
+    take_event(&mut cudarc).unwrap_or_else(|| GuardKind::Cudarc(SyncOnDrop::sync_stream(stream)))
 }
 
 /// The guard of a device buffer from cudarc's: its event if it has one, else nothing (cudarc's

@@ -243,14 +243,16 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
         r = a.residual_every
     );
     println!(
-        "stats: builds {} instantiations {} launches {} node updates {} unchanged nodes {} exec updates {} reinstantiations {}",
+        "stats: builds {} instantiations {} launches {} node updates {} unchanged nodes {} exec updates {} reinstantiations {} stream waits {} aliasing checks {}",
         s.builds,
         s.instantiations,
         s.launches,
         s.node_updates,
         s.nodes_unchanged,
         s.exec_updates,
-        s.reinstantiations
+        s.reinstantiations,
+        s.stream_waits,
+        s.alias_checks
     );
     println!("variants (hits): {:?}", cache.variant_hits());
     println!(
