@@ -228,7 +228,7 @@ impl<'a> GraphBuilder<'a> {
         let views: Vec<KernelView<'_>> = rec.kernel_views().collect();
         let nodes = rec.params(&views);
         let call = GraphCall { shape: rec, site: Site::Builder, key, signature: &rec.sig };
-        self.cache.run_call(call, self.stream, &nodes, &self.guards)
+        self.cache.run_call(call, self.stream, &nodes, &self.guards, None)
         // `self` drops here: the guards record the buffers' use after the launch was enqueued.
     }
 }
@@ -317,12 +317,12 @@ impl KernelNode for KernelView<'_> {
             off += (len as usize).next_multiple_of(8);
         }
     }
-    fn for_each_context(&self, f: &mut dyn FnMut(CUcontext)) {
-        self.ctxs.iter().for_each(|&c| f(c));
-    }
-    /// The recording holds the accesses (checked when the node was added).
-    fn accesses(&self, _: &mut crate::node::Accesses) -> usize {
-        0
+    /// The contexts; the recording holds the places (checked when the node was added).
+    fn accesses(&self, out: &mut crate::node::Accesses) -> usize {
+        for (o, &c) in out.iter_mut().zip(self.ctxs) {
+            *o = (0, false, c);
+        }
+        self.ctxs.len()
     }
 }
 
@@ -424,8 +424,12 @@ impl Recording {
         });
         args.for_each_context(&mut |c| self.ctxs.push(c));
         // At most 16 parameters (`KernelArgs` is implemented up to 16-tuples).
+        let mut all = crate::node::NO_ACCESSES;
+        let len = args.accesses(&mut all);
         let mut operands = [(0u64, false); 16];
-        let len = args.accesses(&mut operands);
+        for (o, a) in operands.iter_mut().zip(&all[..len]) {
+            *o = (a.0, a.1);
+        }
         let k = KernelRec {
             func,
             owner,

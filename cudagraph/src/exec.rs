@@ -434,18 +434,22 @@ impl Limits {
 
 /// Checks everything the driver would refuse or get wrong, before any driver call, so that an
 /// error leaves nothing enqueued: zero or over-limit launch dimensions, copy lengths, empty
-/// buffers, buffers of another context.
+/// buffers, buffers of another context; and for a `graph!` call (`handles`: its plan and
+/// [`CallId`](crate::__private::CallId)), that every node's buffer handles are its own
+/// ([`check_handles`]).
 fn validate(
     shape: &dyn Shape,
     nodes: &[Option<NodeParams<'_>>],
     ctx: CUcontext,
     limits: Option<&Limits>,
+    handles: Option<(&Plan, u64)>,
 ) -> Result<()> {
+    let mut ops = crate::node::NO_ACCESSES;
     for (i, n) in nodes.iter().enumerate() {
         let site = || shape.site(i);
+        let Some(n) = n else { continue };
         match n {
-            None => {}
-            Some(NodeParams::Kernel(k)) => {
+            NodeParams::Kernel(k) => {
                 let d = k.dims();
                 let (g, b) = (d.grid, d.block);
                 if [g.0, g.1, g.2, b.0, b.1, b.2].contains(&0) {
@@ -453,11 +457,6 @@ fn validate(
                 }
                 if let Some(why) = limits.and_then(|l| l.exceeded(&d)) {
                     return Err(Error::LaunchLimit { site: site(), why });
-                }
-                let mut foreign = false;
-                k.for_each_context(&mut |c| foreign |= c != ctx);
-                if foreign {
-                    return Err(Error::WrongContext { site: site() });
                 }
                 if k.arg_count() > MAX_KERNEL_PARAMS {
                     return Err(Error::Node {
@@ -471,7 +470,7 @@ fn validate(
                     });
                 }
             }
-            Some(NodeParams::Memcpy(c)) => {
+            NodeParams::Memcpy(c) => {
                 let c = &c.raw;
                 if c.src_len != c.dst_len {
                     return Err(Error::CopyLength { site: site(), src: c.src_len, dst: c.dst_len });
@@ -479,67 +478,61 @@ fn validate(
                 if c.src_len == 0 || c.elem_size == 0 {
                     return Err(Error::Empty { site: site(), what: "memcpy" });
                 }
-                if c.src_ctx != ctx || c.dst_ctx != ctx {
-                    return Err(Error::WrongContext { site: site() });
-                }
             }
-            Some(NodeParams::Memset(m)) => {
-                let m = &m.raw;
-                if m.len == 0 {
+            NodeParams::Memset(m) => {
+                if m.raw.len == 0 {
                     return Err(Error::Empty { site: site(), what: "memset" });
                 }
-                if m.ctx != ctx {
-                    return Err(Error::WrongContext { site: site() });
-                }
             }
+        }
+        let len = n.accesses(&mut ops);
+        let ops = &mut ops[..len];
+        if ops.iter().any(|o| o.2 != ctx) {
+            return Err(Error::WrongContext { site: site() });
+        }
+        if let Some((plan, call)) = handles {
+            check_handles(plan, i, call, ops)?;
         }
     }
     Ok(())
 }
 
-/// Every buffer handle of every present node must be one that `graph!` call `call` made for a
-/// place the plan lists among that node's accesses, written only where the plan says so: so
-/// the plan's edges, made from those accesses, order every buffer the nodes touch. A handle of
-/// another call or of a builder (kept from elsewhere, or passed through a method of the user's)
-/// is refused, naming the node.
-fn check_accesses(plan: &Plan, call: u64, nodes: &[Option<NodeParams<'_>>]) -> Result<()> {
-    let mut ops: crate::node::Accesses = [(0, false); MAX_KERNEL_PARAMS];
-    for (i, n) in nodes.iter().enumerate() {
-        let Some(n) = n else { continue };
-        let listed = plan.nodes[i].accesses;
-        let len = n.accesses(&mut ops);
-        let ops = &mut ops[..len];
-        let mut bad = false;
-        for (tag, write) in ops.iter_mut() {
-            match crate::builder::place_of(*tag, call) {
-                Some(p) => {
-                    bad |= !listed.iter().any(|a| a.place == p && (a.write || !*write));
-                    *tag = u64::from(p);
-                }
-                None => bad = true,
+/// Every buffer handle `ops` of node `i` must be one that `graph!` call `call` made for a
+/// place the plan lists among that node's accesses, written only where the plan says so, and no
+/// written place may appear twice: so the plan's edges, made from those accesses, order every
+/// buffer the node touches. A handle of another call or of a builder (kept from elsewhere, or
+/// passed through a method of the user's) is refused, naming the node.
+fn check_handles(
+    plan: &Plan,
+    i: usize,
+    call: u64,
+    ops: &mut [(u64, bool, CUcontext)],
+) -> Result<()> {
+    let listed = plan.nodes[i].accesses;
+    let mut bad = false;
+    for (tag, write, _) in ops.iter_mut() {
+        match crate::builder::place_of(*tag, call) {
+            Some(p) => {
+                bad |= !listed.iter().any(|a| a.place == p && (a.write || !*write));
+                *tag = u64::from(p);
             }
-        }
-        // No written place twice in one node (only a method of the user's can do that).
-        let twice = !bad
-            && ops.len() > 1
-            && ops
-                .iter()
-                .enumerate()
-                .any(|(j, a)| ops[..j].iter().any(|b| b.0 == a.0 && (a.1 || b.1)));
-        if bad || twice {
-            let why = if bad {
-                "a buffer handle that this statement's own `&`/`&mut` operands did not borrow in \
-                 this call (a handle kept from another call or builder)"
-            } else {
-                "one buffer passed twice to one node, and written: the operands would alias"
-            };
-            return Err(Error::InvalidNode {
-                site: NodeSite::of(plan, &plan.nodes[i]),
-                why: why.into(),
-            });
+            None => bad = true,
         }
     }
-    Ok(())
+    // No written place twice in one node (only a method of the user's can do that).
+    let twice = !bad
+        && ops.len() > 1
+        && ops.iter().enumerate().any(|(j, a)| ops[..j].iter().any(|b| b.0 == a.0 && (a.1 || b.1)));
+    if !(bad || twice) {
+        return Ok(());
+    }
+    let why = if bad {
+        "a buffer handle that this statement's own `&`/`&mut` operands did not borrow in this \
+         call (a handle kept from another call or builder)"
+    } else {
+        "one buffer passed twice to one node, and written: the operands would alias"
+    };
+    Err(Error::InvalidNode { site: NodeSite::of(plan, &plan.nodes[i]), why: why.into() })
 }
 
 impl Default for GraphCache {
@@ -577,7 +570,7 @@ impl GraphCache {
     pub unsafe fn run(
         &mut self,
         plan: &'static Plan,
-        call: &crate::__private::CallId,
+        call_id: &crate::__private::CallId,
         key: u64,
         stream: &CudaStream,
         nodes: &[Option<NodeParams<'_>>],
@@ -588,9 +581,8 @@ impl GraphCache {
             let source = CudaError { call: "GraphCache::run (node list of another plan)", error };
             return Err(plan.graph_error(source));
         }
-        check_accesses(plan, call.0, nodes)?;
         let call = GraphCall { shape: plan, site: Site::Plan(plan), key, signature: &[] };
-        self.run_call(call, stream, nodes, guards)
+        self.run_call(call, stream, nodes, guards, Some(call_id.0))
     }
 
     /// Binds the stream's context, reads the device's launch limits once per context,
@@ -602,6 +594,7 @@ impl GraphCache {
         stream: &CudaStream,
         nodes: &[Option<NodeParams<'_>>],
         guards: &[Guard<'_>],
+        call_id: Option<u64>,
     ) -> Result<()> {
         let graph_err = |source| call.shape.graph_error(source);
         stream.context().bind_to_thread().call("cuCtxSetCurrent").map_err(graph_err)?;
@@ -609,7 +602,11 @@ impl GraphCache {
         if self.limits.is_none_or(|l| l.ctx != ctx) {
             self.limits = Some(Limits::of(stream).map_err(graph_err)?);
         }
-        validate(call.shape, nodes, ctx, self.limits.as_ref())?;
+        let handles = match (call.site, call_id) {
+            (Site::Plan(plan), Some(id)) => Some((plan, id)),
+            _ => None,
+        };
+        validate(call.shape, nodes, ctx, self.limits.as_ref(), handles)?;
         self.check_aliasing(call.shape, guards)?;
         self.order_before(stream, guards).map_err(graph_err)?;
         let r = if self.mode == Mode::Eager {
@@ -914,7 +911,7 @@ impl<D: Driver> GraphCache<D> {
         stream: CUstream,
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
-        validate(call.shape, nodes, ctx.0, self.limits.as_ref())?;
+        validate(call.shape, nodes, ctx.0, self.limits.as_ref(), None)?;
         self.run_validated(call, ctx, stream, nodes)
     }
 
@@ -1460,11 +1457,8 @@ pub(crate) mod tests {
             f(&self.scalar.to_ne_bytes());
             f(&self.ptr.to_ne_bytes());
         }
-        fn for_each_context(&self, f: &mut dyn FnMut(CUcontext)) {
-            f(self.ctx)
-        }
         fn accesses(&self, out: &mut crate::node::Accesses) -> usize {
-            out[0] = (self.tag, true);
+            out[0] = (self.tag, true, self.ctx);
             1
         }
     }
@@ -1768,6 +1762,18 @@ pub(crate) mod tests {
         assert!(mock.calls().is_empty());
         run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
         assert_eq!(cache.stats().launches, 1);
+    }
+
+    /// `check_handles` of every present node.
+    fn check_accesses(plan: &Plan, call: u64, nodes: &[Option<NodeParams<'_>>]) -> Result<()> {
+        let mut ops = crate::node::NO_ACCESSES;
+        for (i, n) in nodes.iter().enumerate() {
+            if let Some(n) = n {
+                let len = n.accesses(&mut ops);
+                check_handles(plan, i, call, &mut ops[..len])?;
+            }
+        }
+        Ok(())
     }
 
     #[test]

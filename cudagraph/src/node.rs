@@ -514,14 +514,19 @@ pub trait KernelArgs {
     fn for_each(&self, f: &mut dyn FnMut(&[u8]));
     /// Calls `f` with the context of each buffer argument.
     fn for_each_context(&self, f: &mut dyn FnMut(CUcontext));
-    /// Each buffer argument's [`KernelArg::access`], in order, into `out`; returns how many.
+    /// Each buffer argument's [`KernelArg::access`] and context, in order, into `out`; returns
+    /// how many.
     #[doc(hidden)]
     fn accesses(&self, out: &mut Accesses) -> usize;
 }
 
-/// A node's buffer operands `(tag, written)` (see [`Handle`]): at most one per kernel parameter.
+/// A node's buffer operands `(tag, written, context)` (see [`Handle`]): at most one per kernel
+/// parameter.
 #[doc(hidden)]
-pub type Accesses = [(u64, bool); 16];
+pub type Accesses = [(u64, bool, CUcontext); 16];
+
+/// An empty [`Accesses`].
+pub(crate) const NO_ACCESSES: Accesses = [(0, false, core::ptr::null_mut()); 16];
 
 macro_rules! kernel_args {
     ($($t:ident $i:tt),*) => {
@@ -539,7 +544,10 @@ macro_rules! kernel_args {
             #[inline]
             fn accesses(&self, out: &mut Accesses) -> usize {
                 let mut n = 0;
-                $(if let Some(a) = self.$i.access() { out[n] = a; n += 1; })*
+                $(if let (Some((t, w)), Some(c)) = (self.$i.access(), self.$i.context()) {
+                    out[n] = (t, w, c);
+                    n += 1;
+                })*
                 n
             }
         }
@@ -670,9 +678,8 @@ pub trait KernelNode: sealed::Sealed {
     fn arg_count(&self) -> usize;
     /// Calls `f` with each argument's bytes, in order.
     fn for_each_arg(&self, f: &mut dyn FnMut(&[u8]));
-    /// Calls `f` with the context of each buffer argument.
-    fn for_each_context(&self, f: &mut dyn FnMut(CUcontext));
-    /// Each buffer argument's `(tag, written)` (see [`Handle`]) into `out`; returns how many.
+    /// Each buffer argument's `(tag, written, context)` (see [`Handle`]) into `out`; returns how
+    /// many.
     #[doc(hidden)]
     fn accesses(&self, out: &mut Accesses) -> usize;
 }
@@ -692,9 +699,6 @@ impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
     }
     fn for_each_arg(&self, f: &mut dyn FnMut(&[u8])) {
         self.call.args.for_each(f)
-    }
-    fn for_each_context(&self, f: &mut dyn FnMut(CUcontext)) {
-        self.call.args.for_each_context(f)
     }
     fn accesses(&self, out: &mut Accesses) -> usize {
         self.call.args.accesses(out)
@@ -870,17 +874,18 @@ pub enum NodeParams<'a> {
 }
 
 impl NodeParams<'_> {
-    /// Each buffer operand's `(tag, written)` (see [`Handle`]) into `out`; returns how many.
+    /// Each buffer operand's `(tag, written, context)` (see [`Handle`]) into `out`; returns
+    /// how many.
     pub(crate) fn accesses(&self, out: &mut Accesses) -> usize {
         match self {
             NodeParams::Kernel(k) => k.accesses(out),
             NodeParams::Memcpy(c) => {
-                out[0] = (c.src_tag, false);
-                out[1] = (c.dst_tag, true);
+                out[0] = (c.src_tag, false, c.raw.src_ctx);
+                out[1] = (c.dst_tag, true, c.raw.dst_ctx);
                 2
             }
             NodeParams::Memset(m) => {
-                out[0] = (m.dst_tag, true);
+                out[0] = (m.dst_tag, true, m.raw.ctx);
                 1
             }
         }
