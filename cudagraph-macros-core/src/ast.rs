@@ -23,6 +23,8 @@ pub enum Item {
     Node(Node),
     /// A host-evaluated `if`/`else`.
     If(If),
+    /// One iteration of an unrolled graph `for`: names bound in it are in scope only inside it.
+    Scope(Vec<Item>),
 }
 
 /// `if COND { THEN } else { ELSE }`, evaluated on the host at every call.
@@ -153,31 +155,52 @@ pub struct Flat<'a> {
     pub node: &'a Node,
     /// Host condition under which it is present (`""` when always).
     pub condition: String,
+    /// The scopes enclosing it, outermost first: each `if` branch and each iteration of a graph
+    /// `for` is one, `(number, what)`. A name is in scope where its binding's path is a prefix.
+    pub scope: Vec<(u32, &'static str)>,
 }
 
 /// The nodes of `items` in source order (then-branch before else-branch), with their conditions,
 /// and the number of `if`s.
 pub fn flatten(items: &[Item]) -> (Vec<Flat<'_>>, u32) {
-    fn walk<'a>(items: &'a [Item], cond: &str, out: &mut Vec<Flat<'a>>, ifs: &mut u32) {
-        for item in items {
-            match item {
-                Item::Node(node) => out.push(Flat { node, condition: cond.to_string() }),
-                Item::If(i) => {
-                    *ifs += 1;
-                    let c = normalize(&i.cond);
-                    let join = |c: String| {
-                        if cond.is_empty() { c } else { format!("{cond} && {c}") }
-                    };
-                    walk(&i.then, &join(c.clone()), out, ifs);
-                    walk(&i.els, &join(format!("!({c})")), out, ifs);
+    struct Walk<'a> {
+        out: Vec<Flat<'a>>,
+        ifs: u32,
+        scopes: u32,
+        path: Vec<(u32, &'static str)>,
+    }
+    impl<'a> Walk<'a> {
+        fn scope(&mut self, what: &'static str, items: &'a [Item], cond: &str) {
+            self.scopes += 1;
+            self.path.push((self.scopes, what));
+            self.items(items, cond);
+            self.path.pop();
+        }
+        fn items(&mut self, items: &'a [Item], cond: &str) {
+            for item in items {
+                match item {
+                    Item::Node(node) => self.out.push(Flat {
+                        node,
+                        condition: cond.to_string(),
+                        scope: self.path.clone(),
+                    }),
+                    Item::If(i) => {
+                        self.ifs += 1;
+                        let c = normalize(&i.cond);
+                        let join = |c: String| {
+                            if cond.is_empty() { c } else { format!("{cond} && {c}") }
+                        };
+                        self.scope("an `if` branch", &i.then, &join(c.clone()));
+                        self.scope("an `else` branch", &i.els, &join(format!("!({c})")));
+                    }
+                    Item::Scope(body) => self.scope("a graph `for` body", body, cond),
                 }
             }
         }
     }
-    let mut out = Vec::new();
-    let mut ifs = 0;
-    walk(items, "", &mut out, &mut ifs);
-    (out, ifs)
+    let mut w = Walk { out: Vec::new(), ifs: 0, scopes: 0, path: Vec::new() };
+    w.items(items, "");
+    (w.out, w.ifs)
 }
 
 /// Tokens as text with rustc-like spacing removed around punctuation, for keys and labels.

@@ -89,6 +89,23 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
         for a in &f.node.after {
             let s = a.to_string();
             match names.get(&s) {
+                Some(&j) if j < i && !in_scope(&nodes[j].scope, &f.scope) => {
+                    let bound = nodes[j].node.name.as_ref().expect("named");
+                    let (line, column) = line_column(bound.span());
+                    // The outermost scope of the binding that does not enclose this statement.
+                    let what = nodes[j].scope.iter().find(|s| !f.scope.contains(s)).map_or("", |s| s.1);
+                    let why = if what.contains("for") {
+                        "every iteration binds its own node"
+                    } else {
+                        "when that branch is not taken the node does not exist"
+                    };
+                    errors.push(
+                        a,
+                        format!(
+                            "node `{s}` is not in scope here: it is bound at line {line}:{column} inside {what}, and a name is in scope only inside the branch or loop body that binds it and the statements nested there ({why})"
+                        ),
+                    );
+                }
                 Some(&j) if j < i => deps.push(j as u32),
                 Some(&j) if j == i => errors.push(a, format!("node `{s}` cannot depend on itself")),
                 Some(_) => errors.push(
@@ -102,6 +119,12 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
         after.push(deps);
     }
     Checked { nodes, after, conditions }
+}
+
+/// Whether a name bound in scope path `bound` is visible from a statement in scope path `at`:
+/// the binding's scopes all enclose the statement.
+fn in_scope(bound: &[(u32, &'static str)], at: &[(u32, &'static str)]) -> bool {
+    at.starts_with(bound)
 }
 
 /// The same place twice in one statement where one use writes: the node would race with itself.

@@ -233,6 +233,7 @@ fn emit_items(
                     out.extend(quote!(#[allow(unused_braces)] let #n = #value;));
                 }
             }
+            Item::Scope(body) => out.extend(emit_items(body, places, counter, conditional, decls)),
             Item::If(i) => {
                 let bit = counter.ifs;
                 let key_var = local("__cudagraph_key");

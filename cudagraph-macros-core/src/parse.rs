@@ -191,7 +191,7 @@ fn unroll(f: &syn::ExprForLoop, errors: &mut Errors) -> Vec<Item> {
             Ok(block) => {
                 let lowered = lower_block(&block.stmts, errors);
                 errors.1 += lowered.len();
-                items.extend(lowered);
+                items.push(Item::Scope(lowered));
             }
             Err(e) => {
                 errors.add(e);

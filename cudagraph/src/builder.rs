@@ -95,6 +95,8 @@ impl Node {
 /// while the graph may run) and make the stream wait for earlier work on them (cudarc's events);
 /// the returned handles ([`DevRead`](crate::DevRead), [`DevWrite`], …) are the node operands.
 /// A kernel launch takes them through the typed methods of a [`kernels!`](crate::kernels) struct.
+/// Handles belong to their builder: to use a buffer in the next builder, register it again
+/// (`g2.read(&buf)`); a handle of another builder is refused.
 ///
 /// [`launch`](Self::launch) checks everything, then builds, updates or reuses the cache's graph
 /// for this topology and launches it with `cuGraphLaunch`. A [`GraphCache`] holds the graphs of
@@ -186,7 +188,10 @@ impl<'a> GraphBuilder<'a> {
 
     /// Adds edges from each of `earlier` to `node`, beyond those of data hazards: `node` then
     /// runs after them. Each must be an earlier node of this builder (else
-    /// [`Error::InvalidNode`] at launch, naming `node`'s label and this call's location).
+    /// [`Error::InvalidNode`] at launch, naming `node`'s label and this call's location). The
+    /// scope rule of `graph!`'s `.after` holds trivially here: every node added to a builder is
+    /// present in its graph, and a [`Node`] of another builder is refused, so no `after` edge is
+    /// ever dropped.
     #[track_caller]
     pub fn after(&mut self, node: Node, earlier: &[Node]) {
         self.rec.after(node, earlier, Location::caller());

@@ -83,6 +83,12 @@ pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges,
 /// - `memset(&mut dst, value)` with a 1, 2 or 4-byte value of `dst`'s element type;
 ///   `zero(&mut dst)` for any element type.
 /// - `let name = statement;` names a node; `statement.after(a, b)` adds edges from earlier nodes.
+///   A name is in scope as in Rust: after its `let`, in the block that binds it and the blocks
+///   nested there; a name bound inside an `if`/`else` branch or a `for` body cannot be named after
+///   that branch or loop (a compile error: when the branch is not taken the node does not exist).
+///   So every `.after` of a present node names a present node, and each variant's edges are the
+///   transitive reduction of the hazards and `.after` edges among its present nodes: no ordering
+///   that the body writes is lost in any variant.
 /// - `if cond { … } else { … }`: evaluated on the host at each call; each combination of taken
 ///   branches is its own cached graph (`if let` is rejected).
 /// - `for i in 0..N { … }` with integer literal bounds: unrolled at compile time.
@@ -220,7 +226,7 @@ pub mod __private {
     /// A kernel statement of `graph!`: only a launch made by a `kernels!` method.
     #[inline(always)]
     pub fn kernel_node<L: LaunchNode>(launch: L) -> L::Launch {
-        launch.launch_node()
+        launch.into_statement()
     }
 
     /// The functions of a `kernels!` struct `K`, loaded from one module: the struct's only

@@ -928,12 +928,12 @@ pub trait LaunchNode {
     /// The launch itself (an associated type, so that a refused statement reports one error).
     type Launch: IntoNode;
     /// The launch itself.
-    fn launch_node(self) -> Self::Launch;
+    fn into_statement(self) -> Self::Launch;
 }
 impl<'f, A: KernelArgs> LaunchNode for KernelLaunch<'f, A> {
     type Launch = Self;
     #[inline(always)]
-    fn launch_node(self) -> Self {
+    fn into_statement(self) -> Self {
         self
     }
 }

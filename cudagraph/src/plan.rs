@@ -541,6 +541,91 @@ mod properties {
         })
     }
 
+    /// A random `graph!` body with nested host `if`/`else` branches, as the checker admits it:
+    /// `.after` names only earlier nodes bound in a scope that encloses the statement. Returns the
+    /// plan's nodes and which are present for random taken branches.
+    fn arb_scoped() -> impl Strategy<Value = (Vec<PlanNode>, Vec<bool>)> {
+        let step =
+            (0u8..10, (0u32..5, any::<bool>()), proptest::collection::vec(any::<u32>(), 0..3));
+        (proptest::collection::vec(step, 0..40), proptest::collection::vec(any::<bool>(), 16))
+            .prop_map(|(steps, taken)| {
+                // Open scopes: (path of scope ids, present, is the then-branch of if number k).
+                let mut stack: Vec<(Vec<u32>, bool, Option<usize>)> = vec![(vec![], true, None)];
+                let (mut scopes, mut ifs) = (0u32, 0usize);
+                let mut nodes = Vec::new();
+                let (mut present, mut paths): (Vec<bool>, Vec<Vec<u32>>) = (vec![], vec![]);
+                for (op, (place, write), after) in steps {
+                    let (path, here, then) = stack.last().cloned().expect("root");
+                    match op {
+                        8 if stack.len() < 5 => {
+                            scopes += 1;
+                            let mut p = path.clone();
+                            p.push(scopes);
+                            stack.push((p, here && taken[ifs % taken.len()], Some(ifs)));
+                            ifs += 1;
+                        }
+                        9 if stack.len() > 1 => {
+                            stack.pop();
+                            if let Some(k) = then {
+                                // Close the then-branch, open the else-branch of the same if.
+                                let (parent, up, _) = stack.last().cloned().expect("parent");
+                                scopes += 1;
+                                let mut p = parent;
+                                p.push(scopes);
+                                stack.push((p, up && !taken[k % taken.len()], None));
+                            }
+                        }
+                        _ => {
+                            let j = nodes.len();
+                            let visible: Vec<u32> = (0..j)
+                                .filter(|&i| path.starts_with(&paths[i]))
+                                .map(|i| i as u32)
+                                .collect();
+                            let after: Vec<u32> = if visible.is_empty() {
+                                vec![]
+                            } else {
+                                after
+                                    .into_iter()
+                                    .map(|a| visible[a as usize % visible.len()])
+                                    .collect()
+                            };
+                            nodes.push(PlanNode {
+                                label: "n",
+                                text: "",
+                                kind: NodeKind::Memcpy,
+                                line: 1,
+                                column: 1,
+                                accesses: Box::leak(
+                                    vec![Access { place, write }].into_boxed_slice(),
+                                ),
+                                after: Box::leak(after.into_boxed_slice()),
+                                condition: "",
+                            });
+                            present.push(here);
+                            paths.push(path);
+                        }
+                    }
+                }
+                (nodes, present)
+            })
+    }
+
+    /// Whether `to` is reachable from `from` over `edges`.
+    fn reaches(edges: &[(u32, u32)], from: u32, to: u32) -> bool {
+        let mut seen = vec![from];
+        let mut i = 0;
+        while i < seen.len() {
+            let at = seen[i];
+            for &(a, b) in edges {
+                if a == at && !seen.contains(&b) {
+                    seen.push(b);
+                }
+            }
+            i += 1;
+        }
+        seen.contains(&to)
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
 
@@ -548,6 +633,26 @@ mod properties {
         fn edges_are_the_transitive_reduction_of_the_hazards((nodes, present) in arb_nodes()) {
             let mut got = infer_edges(&nodes, &present);
             let mut want = reference(&nodes, &present);
+            got.sort_unstable();
+            want.sort_unstable();
+            prop_assert_eq!(got, want);
+        }
+
+        /// Scoped `.after` is never lost: a present node's `.after` targets are present, and every
+        /// one of them reaches it over the variant's edges, which equal the reference reduction.
+        #[test]
+        fn scoped_after_is_kept_in_every_variant((nodes, present) in arb_scoped()) {
+            let got = infer_edges(&nodes, &present);
+            for (j, n) in nodes.iter().enumerate() {
+                if !present[j] {
+                    continue;
+                }
+                for &i in n.after {
+                    prop_assert!(present[i as usize], "node {j} names absent node {i}");
+                    prop_assert!(reaches(&got, i, j as u32), "edge {i} -> {j} lost: {got:?}");
+                }
+            }
+            let (mut got, mut want) = (got, reference(&nodes, &present));
             got.sort_unstable();
             want.sort_unstable();
             prop_assert_eq!(got, want);

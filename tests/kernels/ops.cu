@@ -107,3 +107,22 @@ extern "C" __global__ void smooth_f32(unsigned n, const float *x, float *y) {
     unsigned next = (i + 1 == n) ? 0u : i + 1;
     y[i] = 0.25f * x[prev] + 0.5f * x[i] + 0.25f * x[next];
 }
+
+// The GPU's global timer (ns) into t[0] after `spins` dependent steps of one thread: when a slow
+// node finished (ordering tests).
+extern "C" __global__ void slow_stamp(unsigned spins, unsigned long long *t) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    unsigned v = 1;
+    for (unsigned s = 0; s < spins; ++s) v = v * 1664525u + 1013904223u;
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    t[0] = now + (v == 0x7fffffffu ? 1ull : 0ull);
+}
+
+// The GPU's global timer (ns) into t[0] when the node started (ordering tests).
+extern "C" __global__ void stamp(unsigned long long *t) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    t[0] = now;
+}

@@ -1150,3 +1150,52 @@ fn plans_of_this_file() {
     assert_eq!(fan.nodes[4].after, [0]);
     assert_eq!(fan.nodes[4].kind, NodeKind::Kernel("combine3"));
 }
+
+/// Issue 12's example made legal: `middle` is named inside its branch only, and `last` is after
+/// `first`, which it shares no buffer with. With `flag` false the variant has no `middle`, and
+/// the `.after(first)` edge must still order `last` after the slow `first`: `last` stamps the
+/// GPU's timer when it starts, `first` when it ends. Compared with eager mode (one stream, in
+/// order) for the same flags; `middle`'s output compared exactly.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn after_an_outer_node_holds_in_every_variant() -> Result {
+    let (_ctx, stream, k) = gpu()?;
+    let n: u32 = 4096;
+    let cfg = LaunchConfig::for_num_elems(n);
+    let one = (1u32, 32u32);
+    let spins = 1u32 << 20;
+    let step = |cache: &mut GraphCache, flag: bool, round: u32| -> Result<(u64, u64, Vec<u32>)> {
+        let (mut a, mut b, mut c) = (
+            stream.alloc_zeros::<u64>(1)?,
+            stream.alloc_zeros::<u32>(n as usize)?,
+            stream.alloc_zeros::<u64>(1)?,
+        );
+        graph!(cache, &stream, {
+            let first = k.slow_stamp(spins, &mut a).launch(one);
+            if flag {
+                let middle = k.iota(n, 3, round, &mut b).launch(cfg).after(first);
+                k.affine_inplace(n, 1, 1, &mut b).launch(cfg).after(middle);
+            }
+            k.stamp(&mut c).launch(one).after(first);
+        })?;
+        Ok((stream.clone_dtoh(&a)?[0], stream.clone_dtoh(&c)?[0], stream.clone_dtoh(&b)?))
+    };
+    let mut cache = GraphCache::new();
+    let mut eager = GraphCache::new();
+    eager.set_mode(cudagraph::Mode::Eager);
+    for round in 0..6u32 {
+        let flag = round % 2 == 1;
+        let (first_end, last_start, b) = step(&mut cache, flag, round)?;
+        let (e_end, e_start, eb) = step(&mut eager, flag, round)?;
+        assert!(e_start >= e_end, "eager: last started at {e_start} before first ended at {e_end}");
+        assert!(
+            last_start >= first_end,
+            "round {round}, flag {flag}: last started at {last_start} ns, before first ended at {first_end} ns"
+        );
+        assert_same(&b, &eb, &format!("round {round}: middle's output, graph vs eager"));
+    }
+    let edges = cache.plan().expect("ran").edges();
+    assert!(edges.contains(&(0, 3)), "{edges:?}");
+    assert_eq!(cache.len(), 2, "two variants");
+    Ok(())
+}

@@ -24,6 +24,8 @@ kernels! {
         fn combine3(n: u32, a: &[u32], b: &[u32], c: &[u32], out: &mut [u32]);
         fn slow_iota(n: u32, spins: u32, a: u32, b: u32, x: &mut [u32]);
         fn slow_affine(n: u32, spins: u32, a: u32, b: u32, x: &[u32], y: &mut [u32]);
+        fn slow_stamp(spins: u32, t: &mut [u64]);
+        fn stamp(t: &mut [u64]);
         fn widen_u8(n: u32, x: &[u8], y: &mut [u32]);
         fn widen_u16(n: u32, x: &[u16], y: &mut [u32]);
         fn scale_sub_i32(n: u32, s: i32, x: &[i32], y: &mut [i32]);

@@ -1,0 +1,30 @@
+use cudagraph::cudarc::driver::{CudaContext, LaunchConfig};
+use cudagraph::cudarc::nvrtc::Ptx;
+use cudagraph::{GraphCache, graph, kernels};
+
+// A node of the `then` branch is not in scope in the `else` branch (they never run together).
+kernels! {
+    struct K {
+        fn scale(n: u32, a: f32, x: &mut [f32]);
+        fn axpy(n: u32, x: &[f32], y: &mut [f32]);
+    }
+}
+
+fn main() -> cudagraph::Result<()> {
+    let flag = std::env::args().count() > 1;
+    let ctx = CudaContext::new(0)?;
+    let stream = ctx.default_stream();
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let k = unsafe { K::load(&ctx, Ptx::from_src("")) }?;
+    let cfg = LaunchConfig::for_num_elems(1024);
+    let mut cache = GraphCache::new();
+    let mut x = stream.alloc_zeros::<f32>(1024)?;
+    let mut y = stream.alloc_zeros::<f32>(1024)?;
+    graph!(&mut cache, &stream, {
+        if flag {
+            let a = k.scale(1024, 2.0, &mut x).launch(cfg);
+        } else {
+            k.axpy(1024, &x, &mut y).launch(cfg).after(a);
+        }
+    })
+}
