@@ -424,11 +424,12 @@ unsafe impl<T: DeviceRepr + NoUninit> KernelArg for T {
     }
 }
 
-/// A value a scalar kernel parameter takes: a plain value, `DeviceRepr` without padding bytes
+/// A value a scalar kernel parameter takes: a plain value without padding bytes
 /// (`bytemuck::NoUninit`), never a buffer handle, guard or view. `graph!` passes every argument
 /// that is not written `&place` or `&mut place` through this bound, and `kernels!` requires it
-/// of every declared scalar parameter type, so that no pointer reaches a kernel without the
-/// graph knowing which buffer it names.
+/// of every declared scalar parameter type, so that no buffer the crate hands out reaches a
+/// kernel without the graph knowing it. (A raw address is a plain value too: a kernel declared
+/// with an address parameter is covered by `load`'s contract, like any declaration.)
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a scalar kernel argument",
     label = "not a plain value",
@@ -924,7 +925,7 @@ impl IntoNode for MemsetParams<'_> {
     label = "a kernel statement must be `KERNELS.name(args…).launch(cfg)` with a kernel declared in `kernels!`",
     note = "methods of your own on a `kernels!` struct cannot be graph statements: the graph could not see which buffers they use"
 )]
-pub trait LaunchNode {
+pub trait LaunchNode: sealed::Sealed {
     /// The launch itself (an associated type, so that a refused statement reports one error).
     type Launch: IntoNode;
     /// The launch itself.
