@@ -510,6 +510,20 @@ mod properties {
         edges
     }
 
+    /// A test node with these accesses and `after` nodes.
+    fn test_node(accesses: Vec<Access>, after: Vec<u32>) -> PlanNode {
+        PlanNode {
+            label: "n",
+            text: "",
+            kind: NodeKind::Memcpy,
+            line: 1,
+            column: 1,
+            accesses: Box::leak(accesses.into_boxed_slice()),
+            after: Box::leak(after.into_boxed_slice()),
+            condition: "",
+        }
+    }
+
     fn arb_nodes() -> impl Strategy<Value = (Vec<PlanNode>, Vec<bool>)> {
         let access = (0u32..5, any::<bool>()).prop_map(|(place, write)| Access { place, write });
         let node = (
@@ -525,16 +539,7 @@ mod properties {
                 acc.dedup_by_key(|a| a.place);
                 let after: Vec<u32> =
                     if j == 0 { vec![] } else { after.into_iter().map(|a| a % j as u32).collect() };
-                nodes.push(PlanNode {
-                    label: "n",
-                    text: "",
-                    kind: NodeKind::Memcpy,
-                    line: 1,
-                    column: 1,
-                    accesses: Box::leak(acc.into_boxed_slice()),
-                    after: Box::leak(after.into_boxed_slice()),
-                    condition: "",
-                });
+                nodes.push(test_node(acc, after));
                 present.push(p || j % 3 == 0);
             }
             (nodes, present)
@@ -589,18 +594,7 @@ mod properties {
                                     .map(|a| visible[a as usize % visible.len()])
                                     .collect()
                             };
-                            nodes.push(PlanNode {
-                                label: "n",
-                                text: "",
-                                kind: NodeKind::Memcpy,
-                                line: 1,
-                                column: 1,
-                                accesses: Box::leak(
-                                    vec![Access { place, write }].into_boxed_slice(),
-                                ),
-                                after: Box::leak(after.into_boxed_slice()),
-                                condition: "",
-                            });
+                            nodes.push(test_node(vec![Access { place, write }], after));
                             present.push(here);
                             paths.push(path);
                         }
