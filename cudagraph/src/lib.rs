@@ -258,8 +258,10 @@ pub mod __private {
             Ok(Functions { module, functions, _kernels: core::marker::PhantomData })
         }
 
-        /// Kernel `i`, in declaration order.
-        #[inline]
+        /// Kernel `i`, in declaration order. Not inlined: its bounds check would otherwise be
+        /// copied into every statement of a `graph!` body, which made a 1000-statement body take
+        /// ten times longer to build in release (`examples/build_cost.rs`).
+        #[inline(never)]
         pub fn get(&self, i: usize) -> &CudaFunction {
             &self.functions[i]
         }
