@@ -616,7 +616,7 @@ impl GraphCache {
         };
         // After an error part way through an eager call, its earlier nodes are enqueued.
         if r.is_ok() || self.mode == Mode::Eager {
-            self.order_after(stream, guards).map_err(graph_err)?;
+            self.order_after(stream).map_err(graph_err)?;
         }
         r
     }
@@ -675,13 +675,12 @@ impl GraphCache {
     /// (`cuEventRecord` on `stream`, `cuStreamWaitEvent` there). cudarc frees a buffer on its
     /// own stream (`cuMemFreeAsync`, or after synchronizing it), so a buffer dropped right
     /// after the call is freed after the graph, whichever context object allocated it and
-    /// whatever cudarc's stream mode is by then; later work on the own stream waits too.
-    fn order_after(&mut self, stream: &CudaStream, guards: &[Guard<'_>]) -> Result<(), CudaError> {
-        self.own_streams(stream, guards);
+    /// whatever cudarc's stream mode is by then; later work on the own stream waits too. Uses the
+    /// own streams and events that [`Self::order_before`] found and made for this call.
+    fn order_after(&mut self, stream: &CudaStream) -> Result<(), CudaError> {
         if self.own.is_empty() {
             return Ok(());
         }
-        self.ledger_events(stream, self.own.len() + 1)?;
         let done = self.events[0].cu_event();
         // SAFETY: as in `order_before`.
         unsafe { raw::record_event(done, stream.cu_stream()) }.call("cuEventRecord")?;
