@@ -9,13 +9,15 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use cudarc::driver::sys::{CUcontext, CUfunction};
 use cudarc::driver::{CudaFunction, CudaStream, ValidAsZeroBits};
 
+use crate::cache::{GraphCache, GraphCall, Shape, Site};
 use crate::error::{Error, NodeSite, Result};
-use crate::exec::{GraphCache, GraphCall, Shape, Site};
-use crate::node::{
-    CopyTo, DevWrite, Handle, KernelArgs, KernelLaunch, KernelNode, LaunchDims, Memcpy,
-    MemcpyParams, Memory, Memset, MemsetParams, MemsetValue, NodeParams, Place, PlaceMut,
-    sealed::Token,
+use crate::kind::memcpy::Copy1d;
+use crate::kind::memset::Set1d;
+use crate::kind::{
+    CopyTo, KernelArgs, KernelLaunch, KernelNode, LaunchDims, MemcpyParams, Memory, MemsetParams,
+    MemsetValue, NodeParams,
 };
+use crate::operand::{DevWrite, Handle, Place, PlaceMut, sealed::Token};
 use crate::plan::{Access, infer_edges_by};
 
 /// Bits of a handle's tag that number its place within one builder; the bits above number the
@@ -118,7 +120,7 @@ pub struct GraphBuilder<'a> {
     stream: &'a CudaStream,
     rec: Recording,
     /// Record each buffer's use on the stream when dropped, after the launch.
-    guards: Vec<crate::node::Guard<'a>>,
+    guards: Vec<crate::operand::Guard<'a>>,
 }
 
 impl GraphCache {
@@ -151,7 +153,7 @@ impl<'a> GraphBuilder<'a> {
         handle.with_tag(self.rec.new_place(), Token(()))
     }
 
-    /// Adds a kernel node (`cuGraphAddKernelNode`): a launch made by a
+    /// Adds a kernel node (`cuGraphAddNode_v2`, kernel): a launch made by a
     /// [`kernels!`](crate::kernels) method, `k.name(args…).launch(cfg)`, whose buffer arguments
     /// are this builder's handles. Its label is the kernel's name.
     #[track_caller]
@@ -161,7 +163,7 @@ impl<'a> GraphBuilder<'a> {
         self.rec.kernel(site, (function.cu_function(), Some(function.clone())), launch.dims(), args)
     }
 
-    /// Adds a memcpy node (`cuGraphAddMemcpyNode`) from `src` to `dst`: device to device, pinned
+    /// Adds a memcpy node (`cuGraphAddNode_v2`, memcpy) from `src` to `dst`: device to device, pinned
     /// host to device, or device to pinned host, same element type; the lengths must match
     /// (else [`Error::CopyLength`] at launch).
     #[track_caller]
@@ -171,19 +173,19 @@ impl<'a> GraphBuilder<'a> {
         self.rec.memcpy(site, src.memcpy(dst).raw, s, d)
     }
 
-    /// Adds a memset node (`cuGraphAddMemsetNode`): every element of `dst` set to `value`, a
+    /// Adds a memset node (`cuGraphAddNode_v2`, memset): every element of `dst` set to `value`, a
     /// 1, 2 or 4-byte value.
     #[track_caller]
     pub fn memset<T: MemsetValue>(&mut self, dst: DevWrite<'a, T>, value: T) -> Node {
         let site = site("memset", "GraphBuilder::memset", Location::caller());
-        self.rec.memset(site, crate::node::memset(dst, value).raw, dst.tag)
+        self.rec.memset(site, crate::kind::memset(dst, value).raw, dst.tag)
     }
 
     /// Adds a memset node setting every byte of `dst` to 0, whatever its element type.
     #[track_caller]
     pub fn zero<T: ValidAsZeroBits>(&mut self, dst: DevWrite<'a, T>) -> Node {
         let site = site("zero", "GraphBuilder::zero", Location::caller());
-        self.rec.memset(site, crate::node::zero(dst).raw, dst.tag)
+        self.rec.memset(site, crate::kind::zero(dst).raw, dst.tag)
     }
 
     /// Adds edges from each of `earlier` to `node`, beyond those of data hazards: `node` then
@@ -280,8 +282,8 @@ pub(crate) struct RecNode {
 
 enum RecKind {
     Kernel(KernelRec),
-    Memcpy(Memcpy),
-    Memset(Memset),
+    Memcpy(Copy1d),
+    Memset(Set1d),
 }
 
 struct KernelRec {
@@ -301,7 +303,7 @@ struct KernelView<'r> {
     ctxs: &'r [CUcontext],
 }
 
-impl crate::node::sealed::Sealed for KernelView<'_> {}
+impl crate::operand::sealed::Sealed for KernelView<'_> {}
 impl KernelNode for KernelView<'_> {
     fn function(&self) -> CUfunction {
         self.k.func
@@ -323,7 +325,7 @@ impl KernelNode for KernelView<'_> {
         }
     }
     /// The contexts; the recording holds the places (checked when the node was added).
-    fn accesses(&self, out: &mut crate::node::Accesses) -> usize {
+    fn accesses(&self, out: &mut crate::operand::Accesses) -> usize {
         for (o, &c) in out.iter_mut().zip(self.ctxs) {
             *o = (0, false, c);
         }
@@ -429,7 +431,7 @@ impl Recording {
         });
         args.for_each_context(&mut |c| self.ctxs.push(c));
         // At most 16 parameters (`KernelArgs` is implemented up to 16-tuples).
-        let mut all = crate::node::NO_ACCESSES;
+        let mut all = crate::operand::NO_ACCESSES;
         let len = args.accesses(&mut all);
         let mut operands = [(0u64, false); 16];
         for (o, a) in operands.iter_mut().zip(&all[..len]) {
@@ -446,11 +448,11 @@ impl Recording {
         self.push(site, RecKind::Kernel(k), &operands[..len])
     }
 
-    pub(crate) fn memcpy(&mut self, site: NodeSite, p: Memcpy, src: u64, dst: u64) -> Node {
+    pub(crate) fn memcpy(&mut self, site: NodeSite, p: Copy1d, src: u64, dst: u64) -> Node {
         self.push(site, RecKind::Memcpy(p), &[(src, false), (dst, true)])
     }
 
-    pub(crate) fn memset(&mut self, site: NodeSite, p: Memset, dst: u64) -> Node {
+    pub(crate) fn memset(&mut self, site: NodeSite, p: Set1d, dst: u64) -> Node {
         self.push(site, RecKind::Memset(p), &[(dst, true)])
     }
 
@@ -607,8 +609,9 @@ mod tests {
     //! The builder's checks, topology and variants, without a GPU: recordings run on the mock
     //! driver of `exec`'s tests.
     use super::*;
-    use crate::exec::tests::{CTX, Mock, STREAM};
-    use crate::node::{DevRead, copy};
+    use crate::cache::tests::{CTX, Mock, STREAM};
+    use crate::kind::copy;
+    use crate::operand::DevRead;
 
     #[track_caller]
     fn at() -> NodeSite {
@@ -630,7 +633,7 @@ mod tests {
         let n0 = rec.kernel(at(), F, DIMS, &(scalar, a.1));
         rec.kernel(at(), F, DIMS, &(scalar, a.0, b.1));
         rec.memcpy(at(), copy(b.0, c.1).raw, b.0.tag, c.1.tag);
-        let n3 = rec.memset(at(), crate::node::zero(d.1).raw, d.1.tag);
+        let n3 = rec.memset(at(), crate::kind::zero(d.1).raw, d.1.tag);
         rec.after(n3, &[n0], Location::caller());
     }
 
@@ -659,7 +662,7 @@ mod tests {
             rec.kernel(at(), F, DIMS, &(scalar, h(0)));
             rec.kernel(at(), F, DIMS, &(scalar, h(0).read(), h(1)));
             rec.memcpy(at(), copy(h(1).read(), h(2)).raw, tags[1], tags[2]);
-            rec.memset(at(), crate::node::zero(h(3)).raw, tags[3]);
+            rec.memset(at(), crate::kind::zero(h(3)).raw, tags[3]);
             (rec.signature(), rec.sig)
         };
         assert_eq!(sig([0, 1, 2, 3], 1), sig([3, 1, 0, 2], 2));
@@ -676,17 +679,17 @@ mod tests {
         // same (a count of 1..=4 reads as a memcpy/memset kind).
         let mut a = Recording::new(30);
         let [p0, p1] = [0x100, 0x200].map(|p| buf(&mut a, p).1);
-        a.memset(at(), crate::node::zero(p0).raw, p0.tag);
-        let n1 = a.memset(at(), crate::node::zero(p1).raw, p1.tag);
-        let n2 = a.memset(at(), crate::node::zero(p0).raw, p0.tag);
+        a.memset(at(), crate::kind::zero(p0).raw, p0.tag);
+        let n1 = a.memset(at(), crate::kind::zero(p1).raw, p1.tag);
+        let n2 = a.memset(at(), crate::kind::zero(p0).raw, p0.tag);
         a.after(n2, &[n1], Location::caller());
         let n3 = a.kernel(at(), F, DIMS, &());
         a.after(n3, &[n2], Location::caller());
-        a.memset(at(), crate::node::zero(p0).raw, p0.tag);
+        a.memset(at(), crate::kind::zero(p0).raw, p0.tag);
         let mut b = Recording::new(31);
         let [q0, q1, q2] = [0x100, 0x200, 0x300].map(|p| buf(&mut b, p));
-        let m0 = b.memset(at(), crate::node::zero(q0.1).raw, q0.1.tag);
-        b.memset(at(), crate::node::zero(q1.1).raw, q1.1.tag);
+        let m0 = b.memset(at(), crate::kind::zero(q0.1).raw, q0.1.tag);
+        b.memset(at(), crate::kind::zero(q1.1).raw, q1.1.tag);
         b.kernel(at(), F, DIMS, &(1u8, 1u8, 1u8, 1u8));
         let m3 = b.memcpy(at(), copy(q2.0, q0.1).raw, q2.0.tag, q0.1.tag);
         b.after(m3, &[m0], Location::caller());
@@ -729,7 +732,7 @@ mod tests {
         assert_eq!(l, line);
         // A `graph!` handle (tag 0) is refused too.
         let mut rec = Recording::new(4);
-        rec.memset(at(), crate::node::zero(DevWrite::<u32>::new(0x300, 4, CTX)).raw, 0);
+        rec.memset(at(), crate::kind::zero(DevWrite::<u32>::new(0x300, 4, CTX)).raw, 0);
         assert!(invalid(&rec).0.contains("not registered"));
     }
 
@@ -752,13 +755,13 @@ mod tests {
     fn after_must_name_an_earlier_node_of_the_same_builder() {
         let mut rec = Recording::new(7);
         let (_, w) = buf(&mut rec, 0x100);
-        let n0 = rec.memset(at(), crate::node::zero(w).raw, w.tag);
-        let n1 = rec.memset(at(), crate::node::zero(w).raw, w.tag);
+        let n0 = rec.memset(at(), crate::kind::zero(w).raw, w.tag);
+        let n1 = rec.memset(at(), crate::kind::zero(w).raw, w.tag);
         rec.after(n0, &[n1], Location::caller());
         assert!(invalid(&rec).0.contains("not earlier"), "{:?}", rec.error);
         let mut rec = Recording::new(8);
         let (_, w) = buf(&mut rec, 0x100);
-        rec.memset(at(), crate::node::zero(w).raw, w.tag);
+        rec.memset(at(), crate::kind::zero(w).raw, w.tag);
         rec.after(n1, &[], Location::caller());
         assert!(invalid(&rec).0.contains("another GraphBuilder"));
     }
@@ -795,7 +798,7 @@ mod tests {
         // Another topology: a second variant; then the first is hit again.
         let mut r = Recording::new(13);
         let (_, w) = buf(&mut r, 0x100);
-        r.memset(at(), crate::node::zero(w).raw, w.tag);
+        r.memset(at(), crate::kind::zero(w).raw, w.tag);
         run(&mut cache, r).unwrap();
         run(&mut cache, rec(14, [0x200, 0x100, 0x300, 0x400], 1)).unwrap();
         let s = cache.stats();

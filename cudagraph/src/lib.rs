@@ -53,20 +53,23 @@
 #![warn(missing_docs)]
 
 mod builder;
+mod cache;
 mod error;
-mod exec;
-mod node;
+mod kind;
+mod operand;
 mod plan;
 pub mod raw;
 
 pub use builder::{GraphBuilder, Node};
+pub use cache::{GraphCache, Mode, Stats};
 pub use cudarc;
 pub use error::{CudaError, Error, NodeSite, Result};
-pub use exec::{GraphCache, MAX_KERNEL_PARAMS, Mode, Stats};
-pub use node::{
-    CopyTo, DevRead, DevWrite, Handle, HostRead, HostWrite, KernelArg, KernelArgs, KernelCall,
-    KernelLaunch, LaunchDims, MemcpyParams, Memory, MemsetParams, MemsetValue, Place, PlaceMut,
+pub use kind::kernel::MAX_KERNEL_PARAMS;
+pub use kind::{
+    CopyTo, KernelArgs, KernelCall, KernelLaunch, LaunchDims, MemcpyParams, Memory, MemsetParams,
+    MemsetValue,
 };
+pub use operand::{DevRead, DevWrite, Handle, HostRead, HostWrite, KernelArg, Place, PlaceMut};
 pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges, plans};
 
 /// Builds, caches, updates and launches a CUDA graph from a block of statements.
@@ -165,19 +168,18 @@ pub fn driver_available() -> bool {
 
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::node::Guard;
-    pub use crate::node::{
-        IntoNode, KernelArgs, NodeParams, ReadArg, WriteArg, copy, memset, zero,
-    };
+    pub use crate::kind::{IntoNode, KernelArgs, LaunchNode, NodeParams, copy, memset, zero};
+    pub use crate::operand::Guard;
+    pub use crate::operand::{ReadArg, WriteArg};
     pub use crate::plan::Registered;
     pub use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
     pub use cudarc::nvrtc::Ptx;
     pub use inventory;
 
-    pub use crate::node::{Acquire, AcquireMut, LaunchNode, Scalar};
+    pub use crate::operand::{Acquire, AcquireMut, Scalar};
 
     use crate::error::{Call, Error};
-    use crate::node::{Handle, Place, PlaceMut, sealed::Token};
+    use crate::operand::{Handle, Place, PlaceMut, sealed::Token};
     use std::sync::Arc;
 
     /// One `graph!` call: a number unique in the process (shared with

@@ -11,11 +11,11 @@ use std::fmt::{self, Write as _};
 /// What a node does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NodeKind {
-    /// A kernel launch (`cuGraphAddKernelNode`); the kernel's name.
+    /// A kernel launch (`cuGraphAddNode_v2`, kernel); the kernel's name.
     Kernel(&'static str),
-    /// A memory copy (`cuGraphAddMemcpyNode`).
+    /// A memory copy (`cuGraphAddNode_v2`, memcpy).
     Memcpy,
-    /// A memory set (`cuGraphAddMemsetNode`), also used by `zero`.
+    /// A memory set (`cuGraphAddNode_v2`, memset), also used by `zero`.
     Memset,
 }
 

@@ -11,8 +11,8 @@ use core::ptr;
 
 use cudarc::driver::DriverError;
 use cudarc::driver::sys::{
-    self, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUgraph,
-    CUgraphExec, CUgraphNode, CUstream,
+    self, CUDA_KERNEL_NODE_PARAMS_v3, CUgraph, CUgraphExec, CUgraphNode, CUgraphNodeParams,
+    CUstream,
 };
 
 /// `cuGraphCreate`: a new, empty graph.
@@ -34,53 +34,20 @@ pub unsafe fn graph_destroy(graph: CUgraph) -> Result<(), DriverError> {
     unsafe { sys::cuGraphDestroy(graph) }.result()
 }
 
-/// `cuGraphAddKernelNode_v2`: adds a kernel node after `deps`.
+/// `cuGraphAddNode_v2`: adds a node of any kind after `deps` (plain edges).
 ///
 /// # Safety
-/// `graph` is live; every node of `deps` belongs to it; `params.kernelParams` points to one
-/// valid pointer per kernel parameter, each pointing to a value of the parameter's size. The driver
-/// copies the values during the call.
-pub unsafe fn add_kernel_node(
+/// `graph` is live; every node of `deps` belongs to it; `params` is a valid description of a
+/// node of type `params.type_` whose pointers are valid for the call (kernel arguments are copied
+/// during the call) and, for the memory it names, whenever the node runs.
+pub unsafe fn add_node(
     graph: CUgraph,
     deps: &[CUgraphNode],
-    params: &CUDA_KERNEL_NODE_PARAMS,
+    params: &mut CUgraphNodeParams,
 ) -> Result<CUgraphNode, DriverError> {
     let mut node = ptr::null_mut();
-    unsafe { sys::cuGraphAddKernelNode_v2(&mut node, graph, deps.as_ptr(), deps.len(), params) }
-        .result()?;
-    Ok(node)
-}
-
-/// `cuGraphAddMemcpyNode`: adds a memcpy node after `deps`.
-///
-/// # Safety
-/// `graph` is live; `deps` belong to it; the pointers in `params` are valid for
-/// `params.WidthInBytes` bytes of their memory type in context `ctx` whenever the node runs.
-pub unsafe fn add_memcpy_node(
-    graph: CUgraph,
-    deps: &[CUgraphNode],
-    params: &CUDA_MEMCPY3D,
-    ctx: CUcontext,
-) -> Result<CUgraphNode, DriverError> {
-    let mut node = ptr::null_mut();
-    unsafe { sys::cuGraphAddMemcpyNode(&mut node, graph, deps.as_ptr(), deps.len(), params, ctx) }
-        .result()?;
-    Ok(node)
-}
-
-/// `cuGraphAddMemsetNode`: adds a memset node after `deps`.
-///
-/// # Safety
-/// `graph` is live; `deps` belong to it; `params.dst` is device memory of context `ctx` with
-/// room for `width * elementSize` bytes whenever the node runs.
-pub unsafe fn add_memset_node(
-    graph: CUgraph,
-    deps: &[CUgraphNode],
-    params: &CUDA_MEMSET_NODE_PARAMS,
-    ctx: CUcontext,
-) -> Result<CUgraphNode, DriverError> {
-    let mut node = ptr::null_mut();
-    unsafe { sys::cuGraphAddMemsetNode(&mut node, graph, deps.as_ptr(), deps.len(), params, ctx) }
+    let edges = ptr::null();
+    unsafe { sys::cuGraphAddNode_v2(&mut node, graph, deps.as_ptr(), edges, deps.len(), params) }
         .result()?;
     Ok(node)
 }
@@ -121,46 +88,19 @@ pub unsafe fn upload(exec: CUgraphExec, stream: CUstream) -> Result<(), DriverEr
     unsafe { sys::cuGraphUpload(exec, stream) }.result()
 }
 
-/// `cuGraphExecKernelNodeSetParams_v2`: new launch parameters for one kernel node of an exec.
-/// The argument values are copied during the call.
+/// `cuGraphExecNodeSetParams`: new parameters for one node of an exec (kernel, memcpy,
+/// memset, child graph, …; the driver's rules per kind apply). Values are copied during the
+/// call.
 ///
 /// # Safety
-/// `node` is a kernel node of the graph `exec` was instantiated from; `params` as in
-/// [`add_kernel_node`].
-pub unsafe fn exec_kernel_set_params(
+/// `node` is a node of type `params.type_` of the graph `exec` was instantiated from; `params`
+/// as in [`add_node`].
+pub unsafe fn exec_node_set_params(
     exec: CUgraphExec,
     node: CUgraphNode,
-    params: &CUDA_KERNEL_NODE_PARAMS,
+    params: &mut CUgraphNodeParams,
 ) -> Result<(), DriverError> {
-    unsafe { sys::cuGraphExecKernelNodeSetParams_v2(exec, node, params) }.result()
-}
-
-/// `cuGraphExecMemcpyNodeSetParams`.
-///
-/// # Safety
-/// `node` is a memcpy node of the graph `exec` was instantiated from; `params` as in
-/// [`add_memcpy_node`].
-pub unsafe fn exec_memcpy_set_params(
-    exec: CUgraphExec,
-    node: CUgraphNode,
-    params: &CUDA_MEMCPY3D,
-    ctx: CUcontext,
-) -> Result<(), DriverError> {
-    unsafe { sys::cuGraphExecMemcpyNodeSetParams(exec, node, params, ctx) }.result()
-}
-
-/// `cuGraphExecMemsetNodeSetParams`.
-///
-/// # Safety
-/// `node` is a memset node of the graph `exec` was instantiated from; `params` as in
-/// [`add_memset_node`].
-pub unsafe fn exec_memset_set_params(
-    exec: CUgraphExec,
-    node: CUgraphNode,
-    params: &CUDA_MEMSET_NODE_PARAMS,
-    ctx: CUcontext,
-) -> Result<(), DriverError> {
-    unsafe { sys::cuGraphExecMemsetNodeSetParams(exec, node, params, ctx) }.result()
+    unsafe { sys::cuGraphExecNodeSetParams(exec, node, params) }.result()
 }
 
 /// `cuGraphExecUpdate_v2`: updates every node of `exec` from `graph`, which must have the
@@ -192,9 +132,9 @@ pub unsafe fn debug_dot_print(graph: CUgraph, path: *const c_char) -> Result<(),
 /// `cuLaunchKernel`: one eager kernel launch on `stream` (the eager oracle's path).
 ///
 /// # Safety
-/// As [`add_kernel_node`], with `stream` live in the current context.
+/// `params` as for a kernel node in [`add_node`], with `stream` live in the current context.
 pub unsafe fn launch_kernel(
-    params: &CUDA_KERNEL_NODE_PARAMS,
+    params: &CUDA_KERNEL_NODE_PARAMS_v3,
     stream: CUstream,
 ) -> Result<(), DriverError> {
     let p = params;
@@ -229,16 +169,19 @@ pub unsafe fn memcpy_async(
     unsafe { sys::cuMemcpyAsync(dst, src, bytes, stream) }.result()
 }
 
-/// `cuMemsetD8Async` / `cuMemsetD16Async` / `cuMemsetD32Async` by `params.elementSize`.
+/// `cuMemsetD8Async` / `cuMemsetD16Async` / `cuMemsetD32Async` of `n` elements of
+/// `element_size` bytes at `d` to `v`.
 ///
 /// # Safety
-/// `params.dst` is valid for `width * elementSize` bytes until the memset ran; `stream` live.
+/// `d` is valid for `n * element_size` bytes until the memset ran; `stream` live.
 pub unsafe fn memset_async(
-    params: &CUDA_MEMSET_NODE_PARAMS,
+    d: sys::CUdeviceptr,
+    v: u32,
+    element_size: u32,
+    n: usize,
     stream: CUstream,
 ) -> Result<(), DriverError> {
-    let (d, v, n) = (params.dst, params.value, params.width);
-    match params.elementSize {
+    match element_size {
         1 => unsafe { sys::cuMemsetD8Async(d, v as u8, n, stream) }.result(),
         2 => unsafe { sys::cuMemsetD16Async(d, v as u16, n, stream) }.result(),
         _ => unsafe { sys::cuMemsetD32Async(d, v, n, stream) }.result(),
@@ -279,55 +222,23 @@ pub trait Driver {
     unsafe fn graph_create(&mut self) -> Result<CUgraph, DriverError>;
     /// [`graph_destroy`]; errors are ignored (nothing can be done about them).
     unsafe fn graph_destroy(&mut self, graph: CUgraph);
-    /// [`add_kernel_node`].
-    unsafe fn add_kernel(
+    /// [`add_node`].
+    unsafe fn add_node(
         &mut self,
         graph: CUgraph,
         deps: &[CUgraphNode],
-        params: &CUDA_KERNEL_NODE_PARAMS,
-    ) -> Result<CUgraphNode, DriverError>;
-    /// [`add_memcpy_node`].
-    unsafe fn add_memcpy(
-        &mut self,
-        graph: CUgraph,
-        deps: &[CUgraphNode],
-        params: &CUDA_MEMCPY3D,
-        ctx: CUcontext,
-    ) -> Result<CUgraphNode, DriverError>;
-    /// [`add_memset_node`].
-    unsafe fn add_memset(
-        &mut self,
-        graph: CUgraph,
-        deps: &[CUgraphNode],
-        params: &CUDA_MEMSET_NODE_PARAMS,
-        ctx: CUcontext,
+        params: &mut CUgraphNodeParams,
     ) -> Result<CUgraphNode, DriverError>;
     /// [`instantiate`].
     unsafe fn instantiate(&mut self, graph: CUgraph) -> Result<CUgraphExec, DriverError>;
     /// [`exec_destroy`]; errors are ignored.
     unsafe fn exec_destroy(&mut self, exec: CUgraphExec);
-    /// [`exec_kernel_set_params`].
-    unsafe fn set_kernel(
+    /// [`exec_node_set_params`].
+    unsafe fn set_node(
         &mut self,
         exec: CUgraphExec,
         node: CUgraphNode,
-        params: &CUDA_KERNEL_NODE_PARAMS,
-    ) -> Result<(), DriverError>;
-    /// [`exec_memcpy_set_params`].
-    unsafe fn set_memcpy(
-        &mut self,
-        exec: CUgraphExec,
-        node: CUgraphNode,
-        params: &CUDA_MEMCPY3D,
-        ctx: CUcontext,
-    ) -> Result<(), DriverError>;
-    /// [`exec_memset_set_params`].
-    unsafe fn set_memset(
-        &mut self,
-        exec: CUgraphExec,
-        node: CUgraphNode,
-        params: &CUDA_MEMSET_NODE_PARAMS,
-        ctx: CUcontext,
+        params: &mut CUgraphNodeParams,
     ) -> Result<(), DriverError>;
     /// [`exec_update`]; on refusal the driver's result info.
     unsafe fn exec_update(
@@ -353,31 +264,13 @@ impl Driver for Cuda {
     unsafe fn graph_destroy(&mut self, graph: CUgraph) {
         let _ = unsafe { graph_destroy(graph) };
     }
-    unsafe fn add_kernel(
+    unsafe fn add_node(
         &mut self,
         graph: CUgraph,
         deps: &[CUgraphNode],
-        params: &CUDA_KERNEL_NODE_PARAMS,
+        params: &mut CUgraphNodeParams,
     ) -> Result<CUgraphNode, DriverError> {
-        unsafe { add_kernel_node(graph, deps, params) }
-    }
-    unsafe fn add_memcpy(
-        &mut self,
-        graph: CUgraph,
-        deps: &[CUgraphNode],
-        params: &CUDA_MEMCPY3D,
-        ctx: CUcontext,
-    ) -> Result<CUgraphNode, DriverError> {
-        unsafe { add_memcpy_node(graph, deps, params, ctx) }
-    }
-    unsafe fn add_memset(
-        &mut self,
-        graph: CUgraph,
-        deps: &[CUgraphNode],
-        params: &CUDA_MEMSET_NODE_PARAMS,
-        ctx: CUcontext,
-    ) -> Result<CUgraphNode, DriverError> {
-        unsafe { add_memset_node(graph, deps, params, ctx) }
+        unsafe { add_node(graph, deps, params) }
     }
     unsafe fn instantiate(&mut self, graph: CUgraph) -> Result<CUgraphExec, DriverError> {
         unsafe { instantiate(graph) }
@@ -385,31 +278,13 @@ impl Driver for Cuda {
     unsafe fn exec_destroy(&mut self, exec: CUgraphExec) {
         let _ = unsafe { exec_destroy(exec) };
     }
-    unsafe fn set_kernel(
+    unsafe fn set_node(
         &mut self,
         exec: CUgraphExec,
         node: CUgraphNode,
-        params: &CUDA_KERNEL_NODE_PARAMS,
+        params: &mut CUgraphNodeParams,
     ) -> Result<(), DriverError> {
-        unsafe { exec_kernel_set_params(exec, node, params) }
-    }
-    unsafe fn set_memcpy(
-        &mut self,
-        exec: CUgraphExec,
-        node: CUgraphNode,
-        params: &CUDA_MEMCPY3D,
-        ctx: CUcontext,
-    ) -> Result<(), DriverError> {
-        unsafe { exec_memcpy_set_params(exec, node, params, ctx) }
-    }
-    unsafe fn set_memset(
-        &mut self,
-        exec: CUgraphExec,
-        node: CUgraphNode,
-        params: &CUDA_MEMSET_NODE_PARAMS,
-        ctx: CUcontext,
-    ) -> Result<(), DriverError> {
-        unsafe { exec_memset_set_params(exec, node, params, ctx) }
+        unsafe { exec_node_set_params(exec, node, params) }
     }
     unsafe fn exec_update(
         &mut self,

@@ -1,0 +1,182 @@
+//! The update ladder: building a variant's `CUgraph`, and bringing its exec up to date with a
+//! call's parameters by the cheapest rung the driver accepts.
+
+use core::ptr;
+
+use cudarc::driver::sys::{CUcontext, CUgraph, CUgraphExec, CUgraphNode};
+
+use super::{GraphCache, Shape};
+use crate::error::{Call, CudaError, Error, Result};
+use crate::kind::{NodeParams, NodeState, Update};
+use crate::raw::Driver;
+
+impl<D: Driver> GraphCache<D> {
+    pub(super) fn instantiate(&mut self, shape: &dyn Shape, graph: CUgraph) -> Result<CUgraphExec> {
+        // SAFETY: graph is live and its context current.
+        let exec = unsafe { self.driver.instantiate(graph) }
+            .call("cuGraphInstantiateWithFlags")
+            .map_err(|source| shape.graph_error(source))?;
+        self.stats.instantiations += 1;
+        Ok(exec)
+    }
+
+    /// The update ladder: unchanged nodes send nothing; changed nodes get per-node set-params
+    /// (`cuGraphExecNodeSetParams`) where the kind's rule allows; if the driver refuses one, or
+    /// the rule forbids it, `cuGraphExecUpdate` from a rebuilt graph; if that is refused, a new
+    /// instantiation. Returns `false`, part way, when `nodes` does not have the variant's node
+    /// kinds (the variant must then be dropped).
+    pub(super) fn update(
+        &mut self,
+        i: usize,
+        shape: &dyn Shape,
+        nodes: &[Option<NodeParams<'_>>],
+    ) -> Result<bool> {
+        if self.variants[i].nodes.len() != nodes.len() {
+            return Ok(false);
+        }
+        let v = &mut self.variants[i];
+        // Set once a node is not sent; later changed nodes are recorded but not sent, since
+        // the rebuild below sends everything.
+        let mut rebuild = false;
+        let mut refusal: Option<(usize, &'static str, cudarc::driver::DriverError)> = None;
+        for (j, (state, new)) in v.nodes.iter_mut().zip(nodes).enumerate() {
+            // SAFETY: the state's node belongs to the graph v.exec was instantiated from, in
+            // context v.ctx (current); `new` was validated.
+            let sent =
+                unsafe { state.update(new.as_ref(), &mut self.driver, v.exec, v.ctx, !rebuild) };
+            match sent {
+                Update::Absent => {}
+                Update::Unchanged => self.stats.nodes_unchanged += 1,
+                Update::Sent => self.stats.node_updates += 1,
+                Update::NotSent => rebuild = true,
+                Update::Refused(call, error) => {
+                    refusal = Some((j, call, error));
+                    rebuild = true;
+                }
+                Update::Mismatch => return Ok(false),
+            }
+        }
+        if let Some((j, call, error)) = refusal {
+            let site = shape.site(j);
+            self.last_refusal = Some(Error::Node { site, source: CudaError { call, error } });
+        }
+        if rebuild {
+            self.rebuild(i, shape, nodes)?;
+        }
+        Ok(true)
+    }
+
+    /// Second and third rungs: whole-exec update from a rebuilt graph, else re-instantiate.
+    /// If both fail the variant is dropped (its exec may hold a mix of old and new parameters)
+    /// and the next call builds it anew.
+    fn rebuild(
+        &mut self,
+        i: usize,
+        shape: &dyn Shape,
+        nodes: &[Option<NodeParams<'_>>],
+    ) -> Result<()> {
+        let ctx = self.variants[i].ctx;
+        let (graph, states) = match build(&mut self.driver, shape, nodes, ctx) {
+            Ok(b) => b,
+            Err(e) => {
+                self.remove(i);
+                return Err(e);
+            }
+        };
+        let exec = self.variants[i].exec;
+        // SAFETY: both live, same context, same topology (same variant key).
+        let updated = unsafe { self.driver.exec_update(exec, graph) };
+        if let Err((error, info)) = updated {
+            let j = states.iter().position(|s| s.handle() == Some(info.errorNode)).unwrap_or(0);
+            self.last_refusal = Some(Error::UpdateRefused {
+                site: shape.site(j),
+                result: info.result,
+                source: CudaError { call: "cuGraphExecUpdate_v2", error },
+            });
+        }
+        if updated.is_ok() {
+            self.stats.exec_updates += 1;
+            // The exec keeps its node identities from the graph it was instantiated from; keep
+            // that graph and its handles, with the new parameters recorded.
+            for (old, mut new) in self.variants[i].nodes.iter_mut().zip(states) {
+                if let Some(h) = old.handle() {
+                    new.set_handle(h);
+                }
+                NodeState::carry(old, &mut new);
+                *old = new;
+            }
+            // SAFETY: the temporary graph is ours and no exec refers to it.
+            unsafe { self.driver.graph_destroy(graph) };
+            return Ok(());
+        }
+        match self.instantiate(shape, graph) {
+            Ok(exec) => {
+                self.stats.reinstantiations += 1;
+                let v = &mut self.variants[i];
+                let (old_exec, old_graph) = (v.exec, v.graph);
+                v.exec = exec;
+                v.graph = graph;
+                v.nodes = states;
+                // SAFETY: the old exec and graph are ours and replaced; an exec in flight is
+                // freed by the driver once its launches complete.
+                unsafe {
+                    self.driver.exec_destroy(old_exec);
+                    self.driver.graph_destroy(old_graph);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                // SAFETY: graph is ours and unused.
+                unsafe { self.driver.graph_destroy(graph) };
+                self.remove(i);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Builds a `CUgraph` of the present nodes with explicit `cuGraphAddNode_v2` calls in plan
+/// order, with the plan's edges. On error the partial graph is destroyed.
+pub(super) fn build(
+    driver: &mut impl Driver,
+    shape: &dyn Shape,
+    nodes: &[Option<NodeParams<'_>>],
+    ctx: CUcontext,
+) -> Result<(CUgraph, Vec<NodeState>)> {
+    let present: Vec<bool> = nodes.iter().map(Option::is_some).collect();
+    let edges = shape.edges(&present);
+    // SAFETY: the context is current (bound by `run`).
+    let graph = unsafe { driver.graph_create() }
+        .call("cuGraphCreate")
+        .map_err(|source| shape.graph_error(source))?;
+    let mut states: Vec<NodeState> = Vec::with_capacity(nodes.len());
+    let mut handles: Vec<CUgraphNode> = vec![ptr::null_mut(); nodes.len()];
+    let mut deps: Vec<CUgraphNode> = Vec::new();
+    let mut e = 0;
+    for (j, n) in nodes.iter().enumerate() {
+        deps.clear();
+        while e < edges.len() && edges[e].1 as usize == j {
+            deps.push(handles[edges[e].0 as usize]);
+            e += 1;
+        }
+        let added = match n {
+            None => Ok(NodeState::Absent),
+            // SAFETY: graph live, deps are its nodes, ctx current, parameters validated.
+            Some(n) => unsafe { n.add(driver, graph, &deps, ctx) },
+        };
+        match added {
+            Ok(s) => {
+                if let Some(h) = s.handle() {
+                    handles[j] = h;
+                }
+                states.push(s);
+            }
+            Err(source) => {
+                // SAFETY: the graph is ours and unused.
+                unsafe { driver.graph_destroy(graph) };
+                return Err(Error::Node { site: shape.site(j), source });
+            }
+        }
+    }
+    Ok((graph, states))
+}

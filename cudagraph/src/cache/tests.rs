@@ -1,0 +1,614 @@
+//! The ladder's decisions against a mock driver: which driver calls each change causes.
+use super::validate::check_handles;
+use super::*;
+use crate::kind::memcpy::Copy1d;
+use crate::kind::memset::Set1d;
+use crate::kind::{KernelNode, LaunchDims, MemcpyParams, Memory, MemsetParams};
+use crate::plan::{Access, NodeKind, PlanNode};
+use cudarc::driver::DriverError;
+use cudarc::driver::sys::{
+    CUDA_KERNEL_NODE_PARAMS_v3, CUfunction, CUgraphNode, CUgraphNodeParams, CUgraphNodeType,
+    CUresult,
+};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+#[derive(Default)]
+pub(crate) struct Log {
+    calls: Vec<String>,
+    next: usize,
+    live_graphs: Vec<usize>,
+    live_execs: Vec<usize>,
+    refuse_set: bool,
+    refuse_update: bool,
+    /// Argument bytes the driver read through `kernelParams` in each set-params call.
+    set_args: Vec<Vec<Vec<u8>>>,
+}
+
+#[derive(Clone, Default)]
+pub(crate) struct Mock(Rc<RefCell<Log>>);
+
+const REFUSED: DriverError = DriverError(CUresult::CUDA_ERROR_INVALID_VALUE);
+
+impl Mock {
+    fn handle<T>(&self) -> *mut T {
+        let mut l = self.0.borrow_mut();
+        l.next += 1;
+        (l.next * 16) as *mut T
+    }
+    fn log(&self, s: impl Into<String>) {
+        self.0.borrow_mut().calls.push(s.into());
+    }
+    pub(crate) fn calls(&self) -> Vec<String> {
+        std::mem::take(&mut self.0.borrow_mut().calls)
+    }
+}
+
+fn read_args(p: &CUDA_KERNEL_NODE_PARAMS_v3, sizes: &[usize]) -> Vec<Vec<u8>> {
+    sizes
+        .iter()
+        .enumerate()
+        // SAFETY: the cache passes one valid pointer per argument, each to `size` bytes.
+        .map(|(i, &n)| unsafe {
+            core::slice::from_raw_parts((*p.kernelParams.add(i)).cast::<u8>(), n).to_vec()
+        })
+        .collect()
+}
+
+impl Driver for Mock {
+    unsafe fn graph_create(&mut self) -> Result<CUgraph, DriverError> {
+        let g: CUgraph = self.handle();
+        self.0.borrow_mut().live_graphs.push(g as usize);
+        self.log("graph_create");
+        Ok(g)
+    }
+    unsafe fn graph_destroy(&mut self, graph: CUgraph) {
+        self.0.borrow_mut().live_graphs.retain(|&g| g != graph as usize);
+        self.log("graph_destroy");
+    }
+    unsafe fn add_node(
+        &mut self,
+        _: CUgraph,
+        deps: &[CUgraphNode],
+        p: &mut CUgraphNodeParams,
+    ) -> Result<CUgraphNode, DriverError> {
+        let kind = match p.type_ {
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => "kernel",
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => "memcpy",
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => "memset",
+            _ => "other",
+        };
+        self.log(format!("add_{kind} deps={}", deps.len()));
+        Ok(self.handle())
+    }
+    unsafe fn instantiate(&mut self, _: CUgraph) -> Result<CUgraphExec, DriverError> {
+        let e: CUgraphExec = self.handle();
+        self.0.borrow_mut().live_execs.push(e as usize);
+        self.log("instantiate");
+        Ok(e)
+    }
+    unsafe fn exec_destroy(&mut self, exec: CUgraphExec) {
+        self.0.borrow_mut().live_execs.retain(|&e| e != exec as usize);
+        self.log("exec_destroy");
+    }
+    unsafe fn set_node(
+        &mut self,
+        _: CUgraphExec,
+        _: CUgraphNode,
+        p: &mut CUgraphNodeParams,
+    ) -> Result<(), DriverError> {
+        // SAFETY: the cache fills the union member of the node's type.
+        match p.type_ {
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => {
+                let k = unsafe { &p.__bindgen_anon_1.kernel };
+                self.log(format!("set_kernel grid={}", k.gridDimX));
+                let args = read_args(k, &[4, 8]);
+                self.0.borrow_mut().set_args.push(args);
+                if self.0.borrow().refuse_set { Err(REFUSED) } else { Ok(()) }
+            }
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => {
+                let c = unsafe { &p.__bindgen_anon_1.memcpy };
+                self.log(format!("set_memcpy bytes={}", c.copyParams.WidthInBytes));
+                Ok(())
+            }
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => {
+                let m = unsafe { &p.__bindgen_anon_1.memset };
+                self.log(format!("set_memset value={}", m.value));
+                Ok(())
+            }
+            _ => Err(REFUSED),
+        }
+    }
+    unsafe fn exec_update(
+        &mut self,
+        _: CUgraphExec,
+        _: CUgraph,
+    ) -> Result<(), (DriverError, sys::CUgraphExecUpdateResultInfo)> {
+        self.log("exec_update");
+        let info = sys::CUgraphExecUpdateResultInfo {
+            result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED,
+            errorNode: ptr::null_mut(),
+            errorFromNode: ptr::null_mut(),
+        };
+        if self.0.borrow().refuse_update { Err((REFUSED, info)) } else { Ok(()) }
+    }
+    unsafe fn launch(&mut self, _: CUgraphExec, _: CUstream) -> Result<(), DriverError> {
+        self.log("launch");
+        Ok(())
+    }
+    unsafe fn upload(&mut self, _: CUgraphExec, _: CUstream) -> Result<(), DriverError> {
+        self.log("upload");
+        Ok(())
+    }
+}
+
+/// A kernel node with a `u32` scalar and a `u64` pointer argument.
+struct K {
+    func: usize,
+    grid: u32,
+    scalar: u32,
+    ptr: u64,
+    ctx: CUcontext,
+    /// The pointer's handle tag (see `check_accesses`).
+    tag: u64,
+}
+
+impl KernelNode for K {
+    fn function(&self) -> CUfunction {
+        self.func as CUfunction
+    }
+    fn dims(&self) -> LaunchDims {
+        LaunchDims { grid: (self.grid, 1, 1), block: (32, 1, 1), shared_bytes: 0 }
+    }
+    fn arg_count(&self) -> usize {
+        2
+    }
+    fn for_each_arg(&self, f: &mut dyn FnMut(&[u8])) {
+        f(&self.scalar.to_ne_bytes());
+        f(&self.ptr.to_ne_bytes());
+    }
+    fn accesses(&self, out: &mut crate::operand::Accesses) -> usize {
+        out[0] = (self.tag, true, self.ctx);
+        1
+    }
+}
+impl crate::operand::sealed::Sealed for K {}
+
+pub(crate) const CTX: CUcontext = 0x1000 as CUcontext;
+pub(crate) const STREAM: CUstream = 0x2000 as CUstream;
+
+fn k(scalar: u32, ptr: u64) -> K {
+    K { func: 0x10, grid: 4, scalar, ptr, ctx: CTX, tag: 0 }
+}
+
+fn copy(len: usize) -> MemcpyParams<'static> {
+    MemcpyParams::recorded(Copy1d {
+        src: Memory::Device(0x100),
+        dst: Memory::Device(0x200),
+        src_len: len,
+        dst_len: len,
+        elem_size: 4,
+        src_ctx: CTX,
+        dst_ctx: CTX,
+    })
+}
+
+fn memset(value: u32) -> MemsetParams<'static> {
+    MemsetParams::recorded(Set1d { dst: 0x300, len: 8, elem_size: 4, value, ctx: CTX })
+}
+
+/// Plan: n0 kernel writes place 0; n1 kernel reads 0 writes 1; n2 copy reads 1 writes 2;
+/// n3 memset writes 3 (independent); n4 (conditional) kernel writes 2.
+fn plan() -> &'static Plan {
+    fn node(kind: NodeKind, accesses: Vec<Access>, condition: &'static str) -> PlanNode {
+        PlanNode {
+            label: "n",
+            text: "stmt",
+            kind,
+            line: 7,
+            column: 9,
+            accesses: Box::leak(accesses.into_boxed_slice()),
+            after: &[],
+            condition,
+        }
+    }
+    let (r, w) = (|p| Access { place: p, write: false }, |p| Access { place: p, write: true });
+    let nodes = vec![
+        node(NodeKind::Kernel("a"), vec![w(0)], ""),
+        node(NodeKind::Kernel("b"), vec![r(0), w(1)], ""),
+        node(NodeKind::Memcpy, vec![r(1), w(2)], ""),
+        node(NodeKind::Memset, vec![w(3)], ""),
+        node(NodeKind::Kernel("c"), vec![w(2)], "flag"),
+    ];
+    Box::leak(Box::new(Plan {
+        file: "mock.rs",
+        line: 5,
+        places: &["a", "b", "c", "d"],
+        nodes: Box::leak(nodes.into_boxed_slice()),
+        conditions: 1,
+    }))
+}
+
+fn run(
+    cache: &mut GraphCache<Mock>,
+    plan: &'static Plan,
+    k0: &K,
+    k1: &K,
+    c: MemcpyParams<'static>,
+    m: MemsetParams<'static>,
+    k4: Option<&K>,
+) -> Result<()> {
+    let nodes = [
+        Some(NodeParams::Kernel(k0)),
+        Some(NodeParams::Kernel(k1)),
+        Some(NodeParams::Memcpy(c)),
+        Some(NodeParams::Memset(m)),
+        k4.map(|k| NodeParams::Kernel(k as &dyn KernelNode)),
+    ];
+    cache.run_raw(plan, u64::from(k4.is_some()), (CTX, None), STREAM, &nodes)
+}
+
+fn setup() -> (Mock, GraphCache<Mock>, &'static Plan) {
+    let mock = Mock::default();
+    let cache = GraphCache::with_driver(mock.clone(), 8);
+    (mock, cache, plan())
+}
+
+#[test]
+fn a_key_that_does_not_fix_the_nodes_builds_anew_instead_of_panicking() {
+    let (_mock, mut cache, plan) = setup();
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    // Key 0 again (as a misused hidden `GraphCache::run` could pass), with node 4 present.
+    let (k0, k1, k4) = (k(1, 0xa0), k(2, 0xb0), k(3, 0xc0));
+    let nodes = [
+        Some(NodeParams::Kernel(&k0 as &dyn KernelNode)),
+        Some(NodeParams::Kernel(&k1)),
+        Some(NodeParams::Memcpy(copy(4))),
+        Some(NodeParams::Memset(memset(0))),
+        Some(NodeParams::Kernel(&k4)),
+    ];
+    cache.run_raw(plan, 0, (CTX, None), STREAM, &nodes).unwrap();
+    let s = cache.stats();
+    assert_eq!((s.builds, s.launches, cache.len()), (2, 2, 1), "{s:?}");
+}
+
+#[test]
+fn first_call_builds_with_inferred_edges_then_launches() {
+    let (mock, mut cache, plan) = setup();
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    assert_eq!(
+        mock.calls(),
+        [
+            "graph_create",
+            "add_kernel deps=0",
+            "add_kernel deps=1",
+            "add_memcpy deps=1",
+            "add_memset deps=0",
+            "instantiate",
+            "launch"
+        ]
+    );
+    let s = cache.stats();
+    assert_eq!((s.builds, s.instantiations, s.launches, s.hits), (1, 1, 1, 0));
+}
+
+#[test]
+fn unchanged_call_sends_nothing_but_the_launch() {
+    let (mock, mut cache, plan) = setup();
+    for _ in 0..3 {
+        run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    }
+    let calls = mock.calls();
+    assert_eq!(calls[calls.len() - 2..], ["launch", "launch"]);
+    assert_eq!(calls.iter().filter(|c| c.starts_with("set_")).count(), 0);
+    let s = cache.stats();
+    assert_eq!((s.hits, s.nodes_unchanged, s.node_updates), (2, 8, 0));
+}
+
+#[test]
+fn each_change_class_sends_one_set_params_for_its_node_only() {
+    let (mock, mut cache, plan) = setup();
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    mock.calls();
+    // scalar of node 1
+    run(&mut cache, plan, &k(1, 0xa0), &k(3, 0xb0), copy(4), memset(0), None).unwrap();
+    assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"]);
+    // pointer of node 0
+    run(&mut cache, plan, &k(1, 0xc0), &k(3, 0xb0), copy(4), memset(0), None).unwrap();
+    assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"]);
+    // grid of node 0
+    let mut g = k(1, 0xc0);
+    g.grid = 8;
+    run(&mut cache, plan, &g, &k(3, 0xb0), copy(4), memset(0), None).unwrap();
+    assert_eq!(mock.calls(), ["set_kernel grid=8", "launch"]);
+    // function of node 0
+    let mut f = k(1, 0xc0);
+    f.func = 0x20;
+    run(&mut cache, plan, &f, &k(3, 0xb0), copy(4), memset(0), None).unwrap();
+    assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"]);
+    // copy length, memset value
+    run(&mut cache, plan, &f, &k(3, 0xb0), copy(2), memset(9), None).unwrap();
+    assert_eq!(mock.calls(), ["set_memcpy bytes=8", "set_memset value=9", "launch"]);
+    let s = cache.stats();
+    assert_eq!((s.builds, s.instantiations, s.node_updates), (1, 1, 6));
+    assert_eq!((s.exec_updates, s.reinstantiations), (0, 0));
+}
+
+#[test]
+fn set_params_sends_the_values_of_this_call() {
+    let (mock, mut cache, plan) = setup();
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    run(&mut cache, plan, &k(1, 0xa0), &k(77, 0xdead), copy(4), memset(0), None).unwrap();
+    let args = mock.0.borrow().set_args.clone();
+    assert_eq!(args, [vec![77u32.to_ne_bytes().to_vec(), 0xdeadu64.to_ne_bytes().to_vec()]]);
+}
+
+#[test]
+fn refused_set_params_falls_back_to_exec_update() {
+    let (mock, mut cache, plan) = setup();
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    mock.calls();
+    mock.0.borrow_mut().refuse_set = true;
+    run(&mut cache, plan, &k(5, 0xa0), &k(6, 0xb0), copy(4), memset(0), None).unwrap();
+    let calls = mock.calls();
+    // one refused set, no second set, a rebuilt graph, one exec update, the temporary destroyed
+    assert_eq!(calls.iter().filter(|c| c.starts_with("set_kernel")).count(), 1);
+    assert!(calls.contains(&"exec_update".to_string()), "{calls:?}");
+    assert!(!calls.contains(&"instantiate".to_string()), "{calls:?}");
+    assert_eq!(calls.last().unwrap(), "launch");
+    let s = cache.stats();
+    assert_eq!((s.exec_updates, s.reinstantiations, s.instantiations), (1, 0, 1));
+    assert_eq!(mock.0.borrow().live_graphs.len(), 1);
+    let refusal = cache.last_refusal().expect("recorded").to_string();
+    assert!(
+        refusal.starts_with(
+            "node `n` (`stmt`) at mock.rs:7:9: cuGraphExecNodeSetParams (kernel) returned"
+        ),
+        "{refusal}"
+    );
+    // the recorded parameters are the new ones: the same call again changes nothing
+    mock.0.borrow_mut().refuse_set = false;
+    run(&mut cache, plan, &k(5, 0xa0), &k(6, 0xb0), copy(4), memset(0), None).unwrap();
+    assert_eq!(mock.calls(), ["launch"]);
+}
+
+#[test]
+fn refused_exec_update_reinstantiates() {
+    let (mock, mut cache, plan) = setup();
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    {
+        let mut l = mock.0.borrow_mut();
+        l.refuse_set = true;
+        l.refuse_update = true;
+    }
+    mock.calls();
+    run(&mut cache, plan, &k(5, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    let calls = mock.calls();
+    let tail: Vec<&str> = calls.iter().rev().take(4).rev().map(String::as_str).collect();
+    assert_eq!(tail, ["instantiate", "exec_destroy", "graph_destroy", "launch"]);
+    let s = cache.stats();
+    assert_eq!((s.exec_updates, s.reinstantiations, s.instantiations), (0, 1, 2));
+    let refusal = cache.last_refusal().expect("recorded");
+    assert!(matches!(refusal, Error::UpdateRefused { .. }), "{refusal}");
+    assert!(refusal.to_string().contains("PARAMETERS_CHANGED"), "{refusal}");
+    let l = mock.0.borrow();
+    assert_eq!((l.live_graphs.len(), l.live_execs.len()), (1, 1));
+}
+
+#[test]
+fn two_variants_alternating_build_twice_then_hit() {
+    let (mock, mut cache, plan) = setup();
+    let k4 = k(4, 0xe0);
+    for i in 0..1000 {
+        let c = (i % 2 == 0).then_some(&k4);
+        run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), c).unwrap();
+    }
+    let s = cache.stats();
+    assert_eq!((s.builds, s.instantiations, s.hits, s.launches), (2, 2, 998, 1000));
+    assert_eq!(s.node_updates, 0);
+    let mut hits = cache.variant_hits();
+    hits.sort_unstable();
+    assert_eq!(hits, [(0, 499), (1, 499)]);
+    assert!(mock.calls().iter().filter(|c| c.starts_with("add_kernel")).count() == 5);
+}
+
+#[test]
+fn least_recently_used_variant_is_evicted_at_the_bound() {
+    let mock = Mock::default();
+    let mut cache = GraphCache::with_driver(mock.clone(), 1);
+    let plan = plan();
+    let k4 = k(4, 0xe0);
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), Some(&k4)).unwrap();
+    assert_eq!(cache.len(), 1);
+    assert_eq!(cache.stats().evictions, 1);
+    assert_eq!(mock.0.borrow().live_execs.len(), 1);
+}
+
+#[test]
+fn invalid_input_is_refused_before_any_driver_call_and_cache_stays_usable() {
+    let (mock, mut cache, plan) = setup();
+    let mut bad = copy(4);
+    bad.raw.dst_len = 3;
+    let e = run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), bad, memset(0), None).unwrap_err();
+    assert!(matches!(e, Error::CopyLength { src: 4, dst: 3, .. }));
+    assert_eq!(
+        e.to_string(),
+        "node `n` (`stmt`) at mock.rs:7:9: copy length mismatch: source has 4 elements, destination has 3"
+    );
+    assert!(mock.calls().is_empty());
+    let mut zero = k(1, 0xa0);
+    zero.grid = 0;
+    let e = run(&mut cache, plan, &zero, &k(2, 0xb0), copy(4), memset(0), None).unwrap_err();
+    assert!(matches!(e, Error::ZeroDims { grid: (0, 1, 1), .. }), "{e}");
+    assert!(mock.calls().is_empty());
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    assert_eq!(cache.stats().launches, 1);
+}
+
+#[test]
+fn over_limit_dims_and_foreign_buffers_are_refused_before_any_driver_call() {
+    let (mock, mut cache, plan) = setup();
+    cache.limits = Some(Limits {
+        ctx: CTX,
+        threads_per_block: 1024,
+        block: (1024, 1024, 64),
+        grid: (i32::MAX as u32, 65535, 65535),
+        shared_bytes: 232_448,
+    });
+    let mut big = k(1, 0xa0);
+    big.grid = u32::MAX;
+    let e = run(&mut cache, plan, &big, &k(2, 0xb0), copy(4), memset(0), None).unwrap_err();
+    assert!(matches!(e, Error::LaunchLimit { .. }), "{e}");
+    assert!(e.to_string().contains("exceeds the device's maximum grid"), "{e}");
+    let mut foreign = k(1, 0xa0);
+    foreign.ctx = 0x9999 as CUcontext;
+    let e = run(&mut cache, plan, &k(1, 0xa0), &foreign, copy(4), memset(0), None).unwrap_err();
+    assert!(matches!(e, Error::WrongContext { .. }), "{e}");
+    let mut c = copy(4);
+    c.raw.dst_ctx = 0x9999 as CUcontext;
+    let e = run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), c, memset(0), None).unwrap_err();
+    assert!(matches!(e, Error::WrongContext { .. }), "{e}");
+    assert!(mock.calls().is_empty());
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    assert_eq!(cache.stats().launches, 1);
+}
+
+/// `check_handles` of every present node.
+fn check_accesses(plan: &Plan, call: u64, nodes: &[Option<NodeParams<'_>>]) -> Result<()> {
+    let mut ops = crate::operand::NO_ACCESSES;
+    for (i, n) in nodes.iter().enumerate() {
+        if let Some(n) = n {
+            let len = n.accesses(&mut ops);
+            check_handles(plan, i, call, &mut ops[..len])?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn handles_must_be_this_calls_places_that_the_plan_lists_for_the_node() {
+    let plan = plan();
+    let call = 5;
+    // A kernel writing the place `place` (the mock kernel's pointer is written).
+    let tagged = |place| {
+        let mut x = k(1, 0xa0);
+        x.tag = crate::builder::tag(call, place);
+        x
+    };
+    let mut c = copy(4);
+    (c.src_tag, c.dst_tag) = (crate::builder::tag(call, 1), crate::builder::tag(call, 2));
+    let mut m = memset(0);
+    m.dst_tag = crate::builder::tag(call, 3);
+    let check = |k0: &K, k1: &K, c: MemcpyParams<'_>| {
+        let nodes = [
+            Some(NodeParams::Kernel(k0)),
+            Some(NodeParams::Kernel(k1)),
+            Some(NodeParams::Memcpy(c)),
+            Some(NodeParams::Memset(m)),
+            None,
+        ];
+        check_accesses(plan, call, &nodes)
+    };
+    // n0 writes place 0, n1 writes place 1 (and reads 0), the copy reads 1 and writes 2.
+    check(&tagged(0), &tagged(1), c).unwrap();
+    let refused = |e: Error, line_label: &str| match e {
+        Error::InvalidNode { site, why } => {
+            assert_eq!(site.label, line_label);
+            assert!(why.contains("did not borrow in this call"), "{why}");
+        }
+        e => panic!("expected InvalidNode, got {e:?}"),
+    };
+    // A place the node does not list; a write where the node only reads place 0.
+    refused(check(&tagged(1), &tagged(1), c).unwrap_err(), "n");
+    refused(check(&tagged(0), &tagged(0), c).unwrap_err(), "n");
+    // A handle of another call, of a builder-numbered id, and an untagged one.
+    let mut other = tagged(0);
+    other.tag = crate::builder::tag(call + 1, 0);
+    refused(check(&other, &tagged(1), c).unwrap_err(), "n");
+    other.tag = 0;
+    refused(check(&other, &tagged(1), c).unwrap_err(), "n");
+    // One written place passed twice to a node (through a method of the user's).
+    let mut both = copy(4);
+    (both.src_tag, both.dst_tag) = (crate::builder::tag(call, 2), crate::builder::tag(call, 2));
+    match check(&tagged(0), &tagged(1), both).unwrap_err() {
+        Error::InvalidNode { why, .. } => assert!(why.contains("passed twice"), "{why}"),
+        e => panic!("expected InvalidNode, got {e:?}"),
+    }
+    // The copy's sides swapped: it would write place 1, which it only reads.
+    let mut swapped = c;
+    (swapped.src_tag, swapped.dst_tag) = (c.dst_tag, c.src_tag);
+    refused(check(&tagged(0), &tagged(1), swapped).unwrap_err(), "n");
+}
+
+#[test]
+fn overlapping_places_with_a_write_are_refused_naming_both_statements() {
+    let (_, mut cache, plan) = setup();
+    let g = |start, bytes, write| Guard::for_test(start, bytes, write);
+    // Four places: disjoint; then place 3 inside place 1, read-only both: allowed.
+    let ok = [g(0x100, 64, true), g(0x200, 64, false), g(0x300, 64, true), g(0x210, 8, false)];
+    cache.check_aliasing(plan, &ok).unwrap();
+    assert_eq!(cache.stats().alias_checks, 1);
+    cache.check_aliasing(plan, &ok).unwrap();
+    assert_eq!(cache.stats().alias_checks, 1, "unchanged ranges are not checked again");
+    // Place 3 overlaps written place 2 by one byte.
+    let bad = [g(0x100, 64, true), g(0x200, 64, false), g(0x300, 64, true), g(0x33f, 8, false)];
+    match cache.check_aliasing(plan, &bad).unwrap_err() {
+        Error::Aliasing { first, second } => {
+            // The first statements using places 2 and 3: the copy (node 2), the memset (node 3).
+            assert_eq!((first.label, second.label), ("n", "n"));
+            assert_eq!(first.text, "stmt");
+        }
+        e => panic!("expected Aliasing, got {e:?}"),
+    }
+    // A refused call is checked again next time, and empty buffers never overlap.
+    assert!(cache.check_aliasing(plan, &bad).is_err());
+    assert_eq!(cache.stats().alias_checks, 3);
+    // Two sets alternating (buffers swapped between calls) are checked once each.
+    let swapped = [g(0x200, 64, true), g(0x100, 64, false), g(0x300, 64, true), g(0x110, 8, false)];
+    for _ in 0..3 {
+        cache.check_aliasing(plan, &ok).unwrap();
+        cache.check_aliasing(plan, &swapped).unwrap();
+    }
+    assert_eq!(cache.stats().alias_checks, 4);
+    let empty = [g(0x100, 0, true), g(0x100, 64, true), g(0x300, 64, true), g(0x400, 8, false)];
+    cache.check_aliasing(plan, &empty).unwrap();
+}
+
+#[test]
+fn block_and_shared_memory_limits() {
+    let l = Limits {
+        ctx: CTX,
+        threads_per_block: 1024,
+        block: (1024, 1024, 64),
+        grid: (i32::MAX as u32, 65535, 65535),
+        shared_bytes: 232_448,
+    };
+    let d = |block, shared_bytes| LaunchDims { grid: (1, 1, 1), block, shared_bytes };
+    assert_eq!(l.exceeded(&d((1024, 1, 1), 0)), None);
+    assert_eq!(l.exceeded(&d((32, 32, 1), 232_448)), None);
+    let e = l.exceeded(&d((64, 32, 1), 0)).unwrap();
+    assert_eq!(e, "block (64, 32, 1) has 2048 threads; the device allows 1024");
+    assert!(l.exceeded(&d((1, 1, 128), 0)).unwrap().contains("maximum block"));
+    let e = l.exceeded(&d((32, 1, 1), 300_000)).unwrap();
+    assert_eq!(e, "300000 bytes of dynamic shared memory; the device allows 232448 per block");
+}
+
+#[test]
+fn cache_is_send() {
+    fn send<T: Send>() {}
+    send::<GraphCache>();
+    // Not `Sync`: tests/tests/ui/cache-is-not-sync.rs
+}
+
+#[test]
+fn dropping_the_cache_destroys_every_exec_and_graph() {
+    let (mock, mut cache, plan) = setup();
+    let k4 = k(4, 0xe0);
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), Some(&k4)).unwrap();
+    assert_eq!(mock.0.borrow().live_execs.len(), 2);
+    drop(cache);
+    let l = mock.0.borrow();
+    assert!(l.live_execs.is_empty() && l.live_graphs.is_empty());
+}

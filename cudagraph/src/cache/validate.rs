@@ -1,0 +1,76 @@
+//! What every call is checked for before any driver call.
+
+use cudarc::driver::sys::CUcontext;
+
+use super::Shape;
+use crate::error::{Error, NodeSite, Result};
+use crate::kind::{Limits, NodeParams};
+use crate::plan::Plan;
+
+/// Checks everything the driver would refuse or get wrong, before any driver call, so that an
+/// error leaves nothing enqueued: zero or over-limit launch dimensions, copy lengths, empty
+/// buffers (each kind's [`NodeKind::validate`](crate::kind::NodeKind::validate)), buffers of
+/// another context; and for a `graph!` call (`handles`: its plan and
+/// [`CallId`](crate::__private::CallId)), that every node's buffer handles are its own
+/// ([`check_handles`]).
+pub(super) fn validate(
+    shape: &dyn Shape,
+    nodes: &[Option<NodeParams<'_>>],
+    ctx: CUcontext,
+    limits: Option<&Limits>,
+    handles: Option<(&Plan, u64)>,
+) -> Result<()> {
+    let mut ops = crate::operand::NO_ACCESSES;
+    for (i, n) in nodes.iter().enumerate() {
+        let site = || shape.site(i);
+        let Some(n) = n else { continue };
+        n.validate(limits, &site)?;
+        let len = n.accesses(&mut ops);
+        let ops = &mut ops[..len];
+        if ops.iter().any(|o| o.2 != ctx) {
+            return Err(Error::WrongContext { site: site() });
+        }
+        if let Some((plan, call)) = handles {
+            check_handles(plan, i, call, ops)?;
+        }
+    }
+    Ok(())
+}
+
+/// Every buffer handle `ops` of node `i` must be one that `graph!` call `call` made for a
+/// place the plan lists among that node's accesses, written only where the plan says so, and no
+/// written place may appear twice: so the plan's edges, made from those accesses, order every
+/// buffer the node touches. A handle of another call or of a builder (kept from elsewhere, or
+/// passed through a method of the user's) is refused, naming the node.
+pub(super) fn check_handles(
+    plan: &Plan,
+    i: usize,
+    call: u64,
+    ops: &mut [(u64, bool, CUcontext)],
+) -> Result<()> {
+    let listed = plan.nodes[i].accesses;
+    let mut bad = false;
+    for (tag, write, _) in ops.iter_mut() {
+        match crate::builder::place_of(*tag, call) {
+            Some(p) => {
+                bad |= !listed.iter().any(|a| a.place == p && (a.write || !*write));
+                *tag = u64::from(p);
+            }
+            None => bad = true,
+        }
+    }
+    // No written place twice in one node (only a method of the user's can do that).
+    let twice = !bad
+        && ops.len() > 1
+        && ops.iter().enumerate().any(|(j, a)| ops[..j].iter().any(|b| b.0 == a.0 && (a.1 || b.1)));
+    if !(bad || twice) {
+        return Ok(());
+    }
+    let why = if bad {
+        "a buffer handle that this statement's own `&`/`&mut` operands did not borrow in this \
+         call (a handle kept from another call or builder)"
+    } else {
+        "one buffer passed twice to one node, and written: the operands would alias"
+    };
+    Err(Error::InvalidNode { site: NodeSite::of(plan, &plan.nodes[i]), why: why.into() })
+}

@@ -1,0 +1,469 @@
+//! Kernel nodes (`cuGraphAddNode_v2` with `CU_GRAPH_NODE_TYPE_KERNEL`): typed calls made by
+//! `kernels!` methods, their launch dimensions, and how an exec stores and updates them.
+
+use core::ffi::c_void;
+use core::ptr;
+
+use cudarc::driver::sys::{
+    self, CUDA_KERNEL_NODE_PARAMS_v3, CUcontext, CUfunction, CUgraphNodeParams, CUgraphNodeType,
+};
+use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig};
+
+use super::NodeKind;
+use crate::error::{Call, CudaError, Error, NodeSite};
+use crate::operand::{Accesses, KernelArg, sealed};
+use crate::raw;
+
+/// Most kernel parameters one kernel node may have.
+pub const MAX_KERNEL_PARAMS: usize = 16;
+
+/// The argument tuple of a kernel call.
+pub trait KernelArgs {
+    /// Number of arguments.
+    const LEN: usize;
+    /// Calls `f` with each argument's bytes, in parameter order.
+    fn for_each(&self, f: &mut dyn FnMut(&[u8]));
+    /// Calls `f` with the context of each buffer argument.
+    fn for_each_context(&self, f: &mut dyn FnMut(CUcontext));
+    /// Each buffer argument's [`KernelArg::access`] and context, in order, into `out`; returns
+    /// how many.
+    #[doc(hidden)]
+    fn accesses(&self, out: &mut Accesses) -> usize;
+}
+
+macro_rules! kernel_args {
+    ($($t:ident $i:tt),*) => {
+        impl<$($t: KernelArg),*> KernelArgs for ($($t,)*) {
+            const LEN: usize = 0 $(+ { let _ = $i; 1 })*;
+            #[allow(unused_variables)]
+            fn for_each(&self, f: &mut dyn FnMut(&[u8])) {
+                $(f(self.$i.bytes());)*
+            }
+            #[allow(unused_variables)]
+            fn for_each_context(&self, f: &mut dyn FnMut(CUcontext)) {
+                $(if let Some(c) = self.$i.context() { f(c) })*
+            }
+            #[allow(unused_variables, unused_mut)]
+            #[inline]
+            fn accesses(&self, out: &mut Accesses) -> usize {
+                let mut n = 0;
+                $(if let (Some((t, w)), Some(c)) = (self.$i.access(), self.$i.context()) {
+                    out[n] = (t, w, c);
+                    n += 1;
+                })*
+                n
+            }
+        }
+    };
+}
+kernel_args!();
+kernel_args!(A 0);
+kernel_args!(A 0, B 1);
+kernel_args!(A 0, B 1, C 2);
+kernel_args!(A 0, B 1, C 2, D 3);
+kernel_args!(A 0, B 1, C 2, D 3, E 4);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14);
+kernel_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14, P 15);
+
+/// Grid, block and dynamic shared memory of a kernel launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LaunchDims {
+    /// Grid dimensions, blocks.
+    pub grid: (u32, u32, u32),
+    /// Block dimensions, threads.
+    pub block: (u32, u32, u32),
+    /// Dynamic shared memory, bytes.
+    pub shared_bytes: u32,
+}
+
+impl From<LaunchConfig> for LaunchDims {
+    fn from(c: LaunchConfig) -> Self {
+        LaunchDims { grid: c.grid_dim, block: c.block_dim, shared_bytes: c.shared_mem_bytes }
+    }
+}
+impl From<(u32, u32)> for LaunchDims {
+    /// `(grid, block)`, 1-D.
+    fn from((g, b): (u32, u32)) -> Self {
+        LaunchDims { grid: (g, 1, 1), block: (b, 1, 1), shared_bytes: 0 }
+    }
+}
+impl From<(u32, u32, u32)> for LaunchDims {
+    /// `(grid, block, shared_bytes)`, 1-D.
+    fn from((g, b, s): (u32, u32, u32)) -> Self {
+        LaunchDims { grid: (g, 1, 1), block: (b, 1, 1), shared_bytes: s }
+    }
+}
+impl From<((u32, u32, u32), (u32, u32, u32))> for LaunchDims {
+    /// `(grid, block)`, 3-D.
+    fn from((grid, block): ((u32, u32, u32), (u32, u32, u32))) -> Self {
+        LaunchDims { grid, block, shared_bytes: 0 }
+    }
+}
+impl From<((u32, u32, u32), (u32, u32, u32), u32)> for LaunchDims {
+    /// `(grid, block, shared_bytes)`, 3-D.
+    fn from((grid, block, shared_bytes): ((u32, u32, u32), (u32, u32, u32), u32)) -> Self {
+        LaunchDims { grid, block, shared_bytes }
+    }
+}
+
+/// A typed kernel call made by a `kernels!` method, waiting for `.launch(cfg)`.
+#[must_use = "a kernel call does nothing until `.launch(cfg)` inside `graph!`"]
+pub struct KernelCall<'f, A> {
+    function: &'f CudaFunction,
+    name: &'static str,
+    args: A,
+}
+
+impl<'f, A: KernelArgs> KernelCall<'f, A> {
+    /// Made by the methods of a [`kernels!`](crate::kernels) struct.
+    ///
+    /// # Safety
+    /// `function` takes exactly the parameters `A` passes (their types, in order), and reads
+    /// only the buffers passed as [`DevRead`] and writes only those passed as [`DevWrite`],
+    /// within their lengths: the contract of `kernels!`'s `load`.
+    #[doc(hidden)]
+    pub unsafe fn new(function: &'f CudaFunction, name: &'static str, args: A) -> Self {
+        KernelCall { function, name, args }
+    }
+
+    /// Launch configuration: a cudarc `LaunchConfig`, `(grid, block)` or
+    /// `(grid, block, shared_bytes)` with `u32` or `(u32, u32, u32)` dimensions.
+    pub fn launch(self, cfg: impl Into<LaunchDims>) -> KernelLaunch<'f, A> {
+        KernelLaunch { call: self, dims: cfg.into() }
+    }
+}
+
+/// A kernel launch: function, arguments and launch dimensions of one kernel node.
+pub struct KernelLaunch<'f, A> {
+    call: KernelCall<'f, A>,
+    dims: LaunchDims,
+}
+
+impl<'f, A: KernelArgs> KernelLaunch<'f, A> {
+    pub(crate) fn parts(&self) -> (&'f CudaFunction, &A) {
+        (self.call.function, &self.call.args)
+    }
+
+    /// The kernel's name.
+    pub fn name(&self) -> &'static str {
+        self.call.name
+    }
+    /// The CUDA function.
+    pub fn function(&self) -> &CudaFunction {
+        self.call.function
+    }
+    /// Grid, block and shared memory.
+    pub fn dims(&self) -> LaunchDims {
+        self.dims
+    }
+}
+
+/// Object-safe view of a [`KernelLaunch`], used by the cache (sealed).
+pub trait KernelNode: sealed::Sealed {
+    /// The CUDA function's handle.
+    fn function(&self) -> CUfunction;
+    /// The function itself, which keeps its module loaded while a graph holds it.
+    fn function_owner(&self) -> Option<&CudaFunction> {
+        None
+    }
+    /// Grid, block and shared memory.
+    fn dims(&self) -> LaunchDims;
+    /// Number of arguments.
+    fn arg_count(&self) -> usize;
+    /// Calls `f` with each argument's bytes, in order.
+    fn for_each_arg(&self, f: &mut dyn FnMut(&[u8]));
+    /// Each buffer argument's `(tag, written, context)` (see [`Handle`]) into `out`; returns how
+    /// many.
+    #[doc(hidden)]
+    fn accesses(&self, out: &mut Accesses) -> usize;
+}
+
+impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
+    fn function(&self) -> CUfunction {
+        self.call.function.cu_function()
+    }
+    fn function_owner(&self) -> Option<&CudaFunction> {
+        Some(self.call.function)
+    }
+    fn dims(&self) -> LaunchDims {
+        self.dims
+    }
+    fn arg_count(&self) -> usize {
+        A::LEN
+    }
+    fn for_each_arg(&self, f: &mut dyn FnMut(&[u8])) {
+        self.call.args.for_each(f)
+    }
+    fn accesses(&self, out: &mut Accesses) -> usize {
+        self.call.args.accesses(out)
+    }
+}
+
+/// A kernel statement's value in `graph!`: only a [`KernelLaunch`], made by a
+/// [`kernels!`](crate::kernels) method and `.launch(cfg)` (sealed).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a kernel launch made by a `kernels!` method",
+    label = "a kernel statement must be `KERNELS.name(args…).launch(cfg)` with a kernel declared in `kernels!`",
+    note = "methods of your own on a `kernels!` struct cannot be graph statements: the graph could not see which buffers they use"
+)]
+pub trait LaunchNode: sealed::Sealed {
+    /// The launch itself (an associated type, so that a refused statement reports one error).
+    type Launch: super::IntoNode;
+    /// The launch itself.
+    fn into_statement(self) -> Self::Launch;
+}
+impl<'f, A: KernelArgs> LaunchNode for KernelLaunch<'f, A> {
+    type Launch = Self;
+    #[inline(always)]
+    fn into_statement(self) -> Self {
+        self
+    }
+}
+
+/// A kernel node's last parameters: the argument bytes live in `args`, each argument at an
+/// 8-byte-aligned offset, so `kernelParams` can point into it.
+pub(crate) struct KernelState {
+    func: CUfunction,
+    /// Keeps `func`'s module loaded while this node may run or be updated.
+    owner: Option<CudaFunction>,
+    /// The function the variant's template graph names for this node (the one it was built
+    /// with; per-node updates change only the exec), kept loaded while the template lives.
+    template: Option<CudaFunction>,
+    dims: LaunchDims,
+    args: Box<[u64]>,
+    offsets: Box<[(u32, u32)]>,
+}
+
+impl KernelState {
+    fn new(k: &dyn KernelNode) -> Self {
+        let mut offsets = Vec::with_capacity(k.arg_count());
+        let mut words = 0u32;
+        k.for_each_arg(&mut |b| {
+            offsets.push((words * 8, b.len() as u32));
+            words += (b.len() as u32).div_ceil(8);
+        });
+        let mut s = KernelState {
+            func: k.function(),
+            owner: k.function_owner().cloned(),
+            template: k.function_owner().cloned(),
+            dims: k.dims(),
+            args: vec![0u64; words as usize].into_boxed_slice(),
+            offsets: offsets.into_boxed_slice(),
+        };
+        let stored = s.store_args(k);
+        debug_assert!(stored.is_some(), "storage laid out from `k` itself");
+        s
+    }
+
+    fn arg_bytes_mut(&mut self) -> &mut [u8] {
+        let len = self.args.len() * 8;
+        // SAFETY: `args` is `len` initialized bytes; u8 has no alignment or validity invariant.
+        unsafe { core::slice::from_raw_parts_mut(self.args.as_mut_ptr().cast::<u8>(), len) }
+    }
+
+    /// Copies `k`'s argument bytes in; returns whether any byte changed, or `None` when `k`'s
+    /// arguments have other sizes than these were stored with (a builder node of another
+    /// kernel), after which these hold no usable arguments and need [`Self::new`].
+    fn store_args(&mut self, k: &dyn KernelNode) -> Option<bool> {
+        if k.arg_count() != self.offsets.len() {
+            return None;
+        }
+        let offsets = core::mem::take(&mut self.offsets);
+        let bytes = self.arg_bytes_mut();
+        let (mut changed, mut same_layout) = (false, true);
+        let mut i = 0;
+        k.for_each_arg(&mut |b| {
+            match offsets.get(i) {
+                Some(&(off, len)) if len as usize == b.len() => {
+                    let slot = &mut bytes[off as usize..(off + len) as usize];
+                    if slot != b {
+                        slot.copy_from_slice(b);
+                        changed = true;
+                    }
+                }
+                _ => same_layout = false,
+            }
+            i += 1;
+        });
+        self.offsets = offsets;
+        same_layout.then_some(changed)
+    }
+
+    /// Calls `f` with the driver's view of these parameters. `kernelParams` points into
+    /// `self.args` and is only valid during `f`.
+    fn with_params<R>(&mut self, f: impl FnOnce(&CUDA_KERNEL_NODE_PARAMS_v3) -> R) -> R {
+        let mut ptrs = [ptr::null_mut::<c_void>(); MAX_KERNEL_PARAMS];
+        let base = self.args.as_mut_ptr().cast::<u8>();
+        for (p, &(off, _)) in ptrs.iter_mut().zip(self.offsets.iter()) {
+            // SAFETY: `off` is within `args` by construction in `new`.
+            *p = unsafe { base.add(off as usize) }.cast();
+        }
+        let d = self.dims;
+        let params = CUDA_KERNEL_NODE_PARAMS_v3 {
+            func: self.func,
+            gridDimX: d.grid.0,
+            gridDimY: d.grid.1,
+            gridDimZ: d.grid.2,
+            blockDimX: d.block.0,
+            blockDimY: d.block.1,
+            blockDimZ: d.block.2,
+            sharedMemBytes: d.shared_bytes,
+            kernelParams: ptrs.as_mut_ptr(),
+            extra: raw::NO_EXTRA,
+            kern: ptr::null_mut(),
+            ctx: ptr::null_mut(),
+        };
+        f(&params)
+    }
+}
+
+/// Launch limits of a device, read once per cache and context (`cuDeviceGetAttribute`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limits {
+    pub(crate) ctx: CUcontext,
+    pub(crate) threads_per_block: u64,
+    pub(crate) block: (u32, u32, u32),
+    pub(crate) grid: (u32, u32, u32),
+    pub(crate) shared_bytes: u32,
+}
+
+impl Limits {
+    pub(crate) fn of(stream: &CudaStream) -> Result<Limits, CudaError> {
+        use sys::CUdevice_attribute as A;
+        let c = stream.context();
+        let a = |attr| c.attribute(attr).map(|v| v as u32).call("cuDeviceGetAttribute");
+        Ok(Limits {
+            ctx: c.cu_ctx(),
+            threads_per_block: u64::from(a(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?),
+            block: (
+                a(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?,
+                a(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?,
+                a(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?,
+            ),
+            grid: (
+                a(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
+                a(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
+                a(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
+            ),
+            shared_bytes: a(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+        })
+    }
+
+    /// Why `d` exceeds these limits, if it does.
+    pub(crate) fn exceeded(&self, d: &LaunchDims) -> Option<String> {
+        let (b, g) = (d.block, d.grid);
+        let threads = u64::from(b.0) * u64::from(b.1) * u64::from(b.2);
+        let over = |v: (u32, u32, u32), m: (u32, u32, u32)| v.0 > m.0 || v.1 > m.1 || v.2 > m.2;
+        if threads > self.threads_per_block {
+            Some(format!(
+                "block {b:?} has {threads} threads; the device allows {}",
+                self.threads_per_block
+            ))
+        } else if over(b, self.block) {
+            Some(format!("block {b:?} exceeds the device's maximum block {:?}", self.block))
+        } else if over(g, self.grid) {
+            Some(format!("grid {g:?} exceeds the device's maximum grid {:?}", self.grid))
+        } else if d.shared_bytes > self.shared_bytes {
+            Some(format!(
+                "{} bytes of dynamic shared memory; the device allows {} per block",
+                d.shared_bytes, self.shared_bytes
+            ))
+        } else {
+            None
+        }
+    }
+}
+
+/// The kernel node kind.
+pub(crate) struct Kernel;
+
+impl NodeKind for Kernel {
+    type Params<'a> = &'a dyn KernelNode;
+    type State = KernelState;
+    const ADD: &'static str = "cuGraphAddNode_v2 (kernel)";
+    const SET: &'static str = "cuGraphExecNodeSetParams (kernel)";
+    const EAGER: &'static str = "cuLaunchKernel";
+
+    fn validate(
+        k: &&dyn KernelNode,
+        limits: Option<&Limits>,
+        site: &dyn Fn() -> NodeSite,
+    ) -> Result<(), Error> {
+        let d = k.dims();
+        let (g, b) = (d.grid, d.block);
+        if [g.0, g.1, g.2, b.0, b.1, b.2].contains(&0) {
+            return Err(Error::ZeroDims { site: site(), grid: g, block: b });
+        }
+        if let Some(why) = limits.and_then(|l| l.exceeded(&d)) {
+            return Err(Error::LaunchLimit { site: site(), why });
+        }
+        if k.arg_count() > MAX_KERNEL_PARAMS {
+            let error = cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE);
+            return Err(Error::Node { site: site(), source: CudaError { call: Self::ADD, error } });
+        }
+        Ok(())
+    }
+
+    fn accesses(k: &&dyn KernelNode, out: &mut Accesses) -> usize {
+        k.accesses(out)
+    }
+
+    fn state(k: &&dyn KernelNode) -> KernelState {
+        KernelState::new(*k)
+    }
+
+    fn record(s: &mut KernelState, k: &&dyn KernelNode) -> bool {
+        let k = *k;
+        let mut changed = match s.store_args(k) {
+            Some(changed) => changed,
+            // Another parameter list (a builder node of another kernel).
+            None => {
+                let template = s.template.take();
+                *s = KernelState::new(k);
+                s.template = template;
+                true
+            }
+        };
+        if s.func != k.function() {
+            s.func = k.function();
+            s.owner = k.function_owner().cloned();
+            changed = true;
+        }
+        changed |= s.dims != k.dims();
+        s.dims = k.dims();
+        changed
+    }
+
+    fn with_params<R>(
+        s: &mut KernelState,
+        _ctx: CUcontext,
+        f: impl FnOnce(&mut CUgraphNodeParams) -> R,
+    ) -> R {
+        s.with_params(|k| {
+            let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL);
+            p.__bindgen_anon_1.kernel = *k;
+            f(&mut p)
+        })
+    }
+
+    fn carry(old: &mut KernelState, new: &mut KernelState) {
+        // The kept graph still names the functions it was built with.
+        new.template = old.template.take();
+    }
+
+    unsafe fn eager(k: &&dyn KernelNode, stream: &CudaStream) -> Result<(), CudaError> {
+        // SAFETY: the caller's contract; `kernelParams` points into the state during the call.
+        KernelState::new(*k)
+            .with_params(|p| unsafe { raw::launch_kernel(p, stream.cu_stream()) })
+            .call(Self::EAGER)
+    }
+}

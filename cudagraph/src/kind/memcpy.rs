@@ -1,0 +1,247 @@
+//! Memcpy nodes (`cuGraphAddNode_v2` with `CU_GRAPH_NODE_TYPE_MEMCPY`): 1-D copies between
+//! device memory and pinned host memory, made by `copy(&src, &mut dst)`.
+
+use core::ffi::c_void;
+use core::marker::PhantomData;
+use core::ptr;
+
+use cudarc::driver::CudaStream;
+use cudarc::driver::sys::{
+    self, CUDA_MEMCPY3D, CUcontext, CUdeviceptr, CUgraphNodeParams, CUgraphNodeType, CUmemorytype,
+};
+
+use super::NodeKind;
+use crate::error::{Call, CudaError, Error, NodeSite};
+use crate::operand::{Accesses, DevRead, DevWrite, HostRead, HostWrite};
+use crate::raw;
+
+/// One side of a copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Memory {
+    /// Device memory at this address.
+    Device(CUdeviceptr),
+    /// Pinned host memory at this address.
+    Host(*const c_void),
+}
+
+/// A 1-D copy of `len` elements of `elem_size` bytes: what the cache stores and compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Copy1d {
+    pub(crate) src: Memory,
+    pub(crate) dst: Memory,
+    pub(crate) src_len: usize,
+    pub(crate) dst_len: usize,
+    pub(crate) elem_size: usize,
+    pub(crate) src_ctx: CUcontext,
+    pub(crate) dst_ctx: CUcontext,
+}
+
+/// A memcpy node's parameters, made by `copy(&src, &mut dst)` in `graph!` ([`CopyTo::memcpy`]
+/// of two handles).
+///
+/// Built only from handles, with private fields, and it borrows them (`'a`): it cannot outlive
+/// the buffers it points into, and safe code cannot aim it at an address no handle vouches for.
+#[derive(Clone, Copy, Debug)]
+pub struct MemcpyParams<'a> {
+    pub(crate) raw: Copy1d,
+    /// The handles' tags ([`Handle`]): which place of which call each side is.
+    pub(crate) src_tag: u64,
+    pub(crate) dst_tag: u64,
+    _borrow: PhantomData<&'a ()>,
+}
+
+impl MemcpyParams<'_> {
+    /// Parameters recorded earlier (by a [`GraphBuilder`](crate::GraphBuilder)), whose
+    /// accesses the recording already holds.
+    pub(crate) fn recorded(raw: Copy1d) -> Self {
+        MemcpyParams { raw, src_tag: 0, dst_tag: 0, _borrow: PhantomData }
+    }
+}
+
+/// A copy direction the DSL allows: device→device, pinned host→device, device→pinned host,
+/// with the same element type on both sides.
+#[diagnostic::on_unimplemented(
+    message = "cannot copy from `{Self}` to `{D}`",
+    label = "not a valid copy",
+    note = "`copy(&src, &mut dst)` needs the same element type on both sides and one of: device to device, pinned host to device, device to pinned host"
+)]
+pub trait CopyTo<D> {
+    /// The memcpy parameters, borrowing both sides.
+    fn memcpy<'x>(self, dst: D) -> MemcpyParams<'x>
+    where
+        Self: 'x,
+        D: 'x;
+}
+
+macro_rules! copy_to {
+    ($src:ident => $dst:ident, $s:ident, $d:ident) => {
+        impl<'a, 'b, T> CopyTo<$dst<'b, T>> for $src<'a, T> {
+            fn memcpy<'x>(self, dst: $dst<'b, T>) -> MemcpyParams<'x>
+            where
+                Self: 'x,
+                $dst<'b, T>: 'x,
+            {
+                let raw = Copy1d {
+                    src: Memory::$s(self.ptr as _),
+                    dst: Memory::$d(dst.ptr as _),
+                    src_len: self.len,
+                    dst_len: dst.len,
+                    elem_size: size_of::<T>(),
+                    src_ctx: self.ctx,
+                    dst_ctx: dst.ctx,
+                };
+                MemcpyParams { raw, src_tag: self.tag, dst_tag: dst.tag, _borrow: PhantomData }
+            }
+        }
+    };
+}
+/// Never constructed: a second `CopyTo` impl for each source type, so rustc reports an invalid
+/// copy as "cannot copy from … to …" instead of guessing the one valid destination type.
+#[doc(hidden)]
+pub enum NoCopy<T> {
+    #[doc(hidden)]
+    _Never(core::convert::Infallible, PhantomData<T>),
+}
+macro_rules! no_copy {
+    ($($src:ident),*) => {$(
+        #[diagnostic::do_not_recommend]
+        impl<T> CopyTo<NoCopy<T>> for $src<'_, T> {
+            fn memcpy<'x>(self, dst: NoCopy<T>) -> MemcpyParams<'x>
+            where
+                Self: 'x,
+                NoCopy<T>: 'x,
+            {
+                match dst {
+                    NoCopy::_Never(never, _) => match never {},
+                }
+            }
+        }
+    )*};
+}
+no_copy!(DevRead, HostRead);
+
+copy_to!(DevRead => DevWrite, Device, Device);
+copy_to!(HostRead => DevWrite, Host, Device);
+copy_to!(DevRead => HostWrite, Device, Host);
+
+/// `copy(&src, &mut dst)`.
+pub fn copy<'x, S: CopyTo<D> + 'x, D: 'x>(src: S, dst: D) -> MemcpyParams<'x> {
+    src.memcpy(dst)
+}
+
+fn memory_fields(m: Memory) -> (CUmemorytype, *const c_void, CUdeviceptr) {
+    match m {
+        Memory::Device(p) => (CUmemorytype::CU_MEMORYTYPE_DEVICE, ptr::null(), p),
+        Memory::Host(p) => (CUmemorytype::CU_MEMORYTYPE_HOST, p, 0),
+    }
+}
+
+/// A 1-D `CUDA_MEMCPY3D`, built field by field (`mem::zeroed` is invalid for it: its memory
+/// type enum has no zero value).
+fn memcpy3d(p: &Copy1d) -> CUDA_MEMCPY3D {
+    let bytes = p.src_len * p.elem_size;
+    let (src_type, src_host, src_dev) = memory_fields(p.src);
+    let (dst_type, dst_host, dst_dev) = memory_fields(p.dst);
+    CUDA_MEMCPY3D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcZ: 0,
+        srcLOD: 0,
+        srcMemoryType: src_type,
+        srcHost: src_host,
+        srcDevice: src_dev,
+        srcArray: ptr::null_mut(),
+        reserved0: ptr::null_mut(),
+        srcPitch: bytes,
+        srcHeight: 1,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstZ: 0,
+        dstLOD: 0,
+        dstMemoryType: dst_type,
+        dstHost: dst_host.cast_mut(),
+        dstDevice: dst_dev,
+        dstArray: ptr::null_mut(),
+        reserved1: ptr::null_mut(),
+        dstPitch: bytes,
+        dstHeight: 1,
+        WidthInBytes: bytes,
+        Height: 1,
+        Depth: 1,
+    }
+}
+
+/// The memcpy node kind.
+pub(crate) struct Memcpy;
+
+impl NodeKind for Memcpy {
+    type Params<'a> = MemcpyParams<'a>;
+    type State = Copy1d;
+    const ADD: &'static str = "cuGraphAddNode_v2 (memcpy)";
+    const SET: &'static str = "cuGraphExecNodeSetParams (memcpy)";
+    const EAGER: &'static str = "cuMemcpyAsync";
+
+    fn validate(
+        c: &MemcpyParams<'_>,
+        _: Option<&super::Limits>,
+        site: &dyn Fn() -> NodeSite,
+    ) -> Result<(), Error> {
+        let c = &c.raw;
+        if c.src_len != c.dst_len {
+            return Err(Error::CopyLength { site: site(), src: c.src_len, dst: c.dst_len });
+        }
+        if c.src_len == 0 || c.elem_size == 0 {
+            return Err(Error::Empty { site: site(), what: "memcpy" });
+        }
+        Ok(())
+    }
+
+    fn accesses(c: &MemcpyParams<'_>, out: &mut Accesses) -> usize {
+        out[0] = (c.src_tag, false, c.raw.src_ctx);
+        out[1] = (c.dst_tag, true, c.raw.dst_ctx);
+        2
+    }
+
+    fn state(c: &MemcpyParams<'_>) -> Copy1d {
+        c.raw
+    }
+
+    fn record(s: &mut Copy1d, c: &MemcpyParams<'_>) -> bool {
+        let changed = *s != c.raw;
+        *s = c.raw;
+        changed
+    }
+
+    /// The driver refuses to turn a copy's memory types (device↔host) by set-params.
+    fn settable(old: &Copy1d, new: &MemcpyParams<'_>) -> bool {
+        let kind = |m: Memory| matches!(m, Memory::Device(_));
+        kind(old.src) == kind(new.raw.src) && kind(old.dst) == kind(new.raw.dst)
+    }
+
+    fn with_params<R>(
+        s: &mut Copy1d,
+        ctx: CUcontext,
+        f: impl FnOnce(&mut CUgraphNodeParams) -> R,
+    ) -> R {
+        let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY);
+        p.__bindgen_anon_1.memcpy = sys::CUDA_MEMCPY_NODE_PARAMS {
+            flags: 0,
+            reserved: 0,
+            copyCtx: ctx,
+            copyParams: memcpy3d(s),
+        };
+        f(&mut p)
+    }
+
+    unsafe fn eager(c: &MemcpyParams<'_>, stream: &CudaStream) -> Result<(), CudaError> {
+        let c = &c.raw;
+        let addr = |m: Memory| match m {
+            Memory::Device(p) => p,
+            Memory::Host(p) => p as CUdeviceptr,
+        };
+        let bytes = c.src_len * c.elem_size;
+        // SAFETY: the caller's contract: both sides valid for `bytes` until the copy ran.
+        unsafe { raw::memcpy_async(addr(c.dst), addr(c.src), bytes, stream.cu_stream()) }
+            .call(Self::EAGER)
+    }
+}

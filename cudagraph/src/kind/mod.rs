@@ -1,0 +1,282 @@
+//! Node kinds: one module per kind of graph node, each behind [`NodeKind`].
+//!
+//! A kind says everything the rest of the runtime needs of its nodes: the parameters a call
+//! gives ([`NodeKind::Params`]), what an exec keeps of a node between calls
+//! ([`NodeKind::State`]), how the node is validated before any driver call, which buffers it
+//! touches, how it is added to a `CUgraph` and updated in an exec (both through the driver's
+//! generic `cuGraphAddNode_v2` / `cuGraphExecNodeSetParams` with a `CUgraphNodeParams`), when
+//! the driver allows that update, and how it runs eagerly. The cache ([`crate::cache`]) and the
+//! update ladder loop over nodes through [`NodeParams`] and [`NodeState`], which [`node_kinds!`]
+//! generates from the list at the bottom of this file; they never match on kinds.
+//!
+//! Adding a kind: a new module here implementing [`NodeKind`], one line in that list, and its
+//! [`NodeKind`](crate::plan::NodeKind) entry in the plan (for the static plan and DOT).
+
+use cudarc::driver::CudaStream;
+use cudarc::driver::sys::{CUcontext, CUgraph, CUgraphExec, CUgraphNode, CUgraphNodeParams};
+
+use crate::error::{CudaError, Error, NodeSite};
+use crate::operand::Accesses;
+use crate::raw::Driver;
+
+pub(crate) mod kernel;
+pub(crate) mod memcpy;
+pub(crate) mod memset;
+
+pub(crate) use kernel::Limits;
+pub use kernel::{KernelArgs, KernelCall, KernelLaunch, KernelNode, LaunchDims, LaunchNode};
+pub use memcpy::{CopyTo, MemcpyParams, Memory, copy};
+pub use memset::{MemsetParams, MemsetValue, memset, zero};
+
+/// What one node kind needs to say about its nodes. Implemented by a unit type per kind.
+pub(crate) trait NodeKind {
+    /// The parameters a call gives for one node; they borrow the node's buffers (`'a`).
+    type Params<'a>: Copy;
+    /// What an exec keeps of a node between calls: its last parameters, laid out so the driver
+    /// can read them.
+    type State;
+    /// The driver calls behind adding, updating and running a node eagerly, named in errors.
+    const ADD: &'static str;
+    const SET: &'static str;
+    const EAGER: &'static str;
+
+    /// Checks what the driver would refuse or get wrong, before any driver call of the call.
+    /// `limits`: the device's launch limits.
+    fn validate(
+        p: &Self::Params<'_>,
+        limits: Option<&Limits>,
+        site: &dyn Fn() -> NodeSite,
+    ) -> Result<(), Error>;
+    /// Each buffer operand's `(tag, written, context)` into `out`; returns how many.
+    fn accesses(p: &Self::Params<'_>, out: &mut Accesses) -> usize;
+    /// The state of a node made from `p`.
+    fn state(p: &Self::Params<'_>) -> Self::State;
+    /// Records `p` in `state`; returns whether anything the exec holds changed.
+    fn record(state: &mut Self::State, p: &Self::Params<'_>) -> bool;
+    /// The driver's rule for a per-node update: `false` when the driver would refuse
+    /// `cuGraphExecNodeSetParams` from `old` to `new` (measured on the H200, see DESIGN.md), so
+    /// the ladder goes straight to a whole-exec update. Called before [`Self::record`].
+    fn settable(_old: &Self::State, _new: &Self::Params<'_>) -> bool {
+        true
+    }
+    /// Calls `f` with the driver's view of `state` (`ctx`: the exec's context). Pointers in it
+    /// are valid only during `f`.
+    fn with_params<R>(
+        state: &mut Self::State,
+        ctx: CUcontext,
+        f: impl FnOnce(&mut CUgraphNodeParams) -> R,
+    ) -> R;
+    /// After a whole-exec update, the exec keeps its old graph: what the new state must take
+    /// over from the old one for that graph (e.g. the functions it names).
+    fn carry(_old: &mut Self::State, _new: &mut Self::State) {}
+    /// Runs the node eagerly on `stream` (the oracle of [`Mode::Eager`](crate::Mode::Eager)).
+    ///
+    /// # Safety
+    /// `p` was validated; its buffers stay borrowed until the work completed or was ordered
+    /// before any later use (the call's guards).
+    unsafe fn eager(p: &Self::Params<'_>, stream: &CudaStream) -> Result<(), CudaError>;
+}
+
+/// How [`NodeState::update`] went for one node.
+pub(crate) enum Update {
+    /// Not in this variant.
+    Absent,
+    /// Parameters unchanged: nothing sent.
+    Unchanged,
+    /// Changed, and `cuGraphExecNodeSetParams` accepted.
+    Sent,
+    /// Changed and recorded, but not sent: an earlier node was not sent (a rebuild follows),
+    /// or the driver's rule forbids a per-node update ([`NodeKind::settable`]).
+    NotSent,
+    /// The driver refused the per-node update.
+    Refused(&'static str, cudarc::driver::DriverError),
+    /// Not a node of this state's kind (a misused key): the variant must be rebuilt.
+    Mismatch,
+}
+
+/// A zeroed `CUgraphNodeParams` of node type `t`: the union's fields are then filled in by the
+/// kind. (All-zero bytes are valid: `type_` has a zero variant and the rest is a union of
+/// plain data and reserved words.)
+pub(crate) fn node_params(t: cudarc::driver::sys::CUgraphNodeType) -> CUgraphNodeParams {
+    // SAFETY: see above; every field of every union member is an integer, a pointer, or an enum
+    // that the kind overwrites before the driver reads it.
+    let mut p: CUgraphNodeParams = unsafe { core::mem::zeroed() };
+    p.type_ = t;
+    p
+}
+
+/// Generates [`NodeParams`] (a call's parameters of one node, one variant per kind) and
+/// [`NodeState`] (an exec's node, one variant per kind) with their dispatch to [`NodeKind`].
+macro_rules! node_kinds {
+    ($($(#[$doc:meta])* $variant:ident($params:ty) => $kind:ty,)*) => {
+        /// A statement's node parameters, as handed to the cache: one variant per node kind.
+        #[derive(Clone, Copy)]
+        pub enum NodeParams<'a> {
+            $($(#[$doc])* $variant($params),)*
+        }
+
+        /// A node of an exec: its handle in the graph and its last parameters.
+        pub(crate) enum NodeState {
+            /// Not in this variant.
+            Absent,
+            $($variant(CUgraphNode, <$kind as NodeKind>::State),)*
+        }
+
+        impl NodeParams<'_> {
+            /// See [`NodeKind::validate`].
+            pub(crate) fn validate(
+                &self,
+                limits: Option<&Limits>,
+                site: &dyn Fn() -> NodeSite,
+            ) -> Result<(), Error> {
+                match self {
+                    $(NodeParams::$variant(p) => <$kind>::validate(p, limits, site),)*
+                }
+            }
+
+            /// Each buffer operand's `(tag, written, context)` (see
+            /// [`Handle`](crate::Handle)) into `out`; returns how many.
+            pub(crate) fn accesses(&self, out: &mut Accesses) -> usize {
+                match self {
+                    $(NodeParams::$variant(p) => <$kind>::accesses(p, out),)*
+                }
+            }
+
+            /// Adds the node to `graph` after `deps` (`cuGraphAddNode_v2`).
+            ///
+            /// # Safety
+            /// `graph` is live, `deps` are its nodes, `ctx` is current; the parameters were
+            /// validated.
+            pub(crate) unsafe fn add(
+                &self,
+                driver: &mut impl Driver,
+                graph: CUgraph,
+                deps: &[CUgraphNode],
+                ctx: CUcontext,
+            ) -> Result<NodeState, CudaError> {
+                match self {
+                    $(NodeParams::$variant(p) => {
+                        let mut state = <$kind>::state(p);
+                        // SAFETY: the caller's contract; the parameters point into `state`.
+                        let node = <$kind>::with_params(&mut state, ctx, |params| unsafe {
+                            driver.add_node(graph, deps, params)
+                        })
+                        .map_err(|error| CudaError { call: <$kind>::ADD, error })?;
+                        Ok(NodeState::$variant(node, state))
+                    })*
+                }
+            }
+
+            /// Runs the node eagerly (see [`NodeKind::eager`]).
+            ///
+            /// # Safety
+            /// See [`NodeKind::eager`].
+            pub(crate) unsafe fn eager(&self, stream: &CudaStream) -> Result<(), CudaError> {
+                match self {
+                    // SAFETY: the caller's contract.
+                    $(NodeParams::$variant(p) => unsafe { <$kind>::eager(p, stream) },)*
+                }
+            }
+        }
+
+        impl NodeState {
+            /// The node's handle in its graph (`None` when absent from this variant).
+            pub(crate) fn handle(&self) -> Option<CUgraphNode> {
+                match self {
+                    NodeState::Absent => None,
+                    $(NodeState::$variant(h, _) => Some(*h),)*
+                }
+            }
+
+            /// Sets the node's handle (after a whole-exec update, to the kept graph's).
+            pub(crate) fn set_handle(&mut self, handle: CUgraphNode) {
+                match self {
+                    NodeState::Absent => {}
+                    $(NodeState::$variant(h, _) => *h = handle,)*
+                }
+            }
+
+            /// Records `new` and, when it changed and `send` holds, sends it to `exec`
+            /// (`cuGraphExecNodeSetParams`), if the kind's rule allows.
+            ///
+            /// # Safety
+            /// `exec` was instantiated from the graph holding this node, in context `ctx`,
+            /// which is current; `new` was validated.
+            pub(crate) unsafe fn update(
+                &mut self,
+                new: Option<&NodeParams<'_>>,
+                driver: &mut impl Driver,
+                exec: CUgraphExec,
+                ctx: CUcontext,
+                send: bool,
+            ) -> Update {
+                match (self, new) {
+                    (NodeState::Absent, None) => Update::Absent,
+                    $((NodeState::$variant(handle, state), Some(NodeParams::$variant(p))) => {
+                        let settable = <$kind>::settable(state, p);
+                        if !<$kind>::record(state, p) {
+                            return Update::Unchanged;
+                        }
+                        if !send || !settable {
+                            return Update::NotSent;
+                        }
+                        let handle = *handle;
+                        // SAFETY: the caller's contract; the parameters point into `state`.
+                        let r = <$kind>::with_params(state, ctx, |params| unsafe {
+                            driver.set_node(exec, handle, params)
+                        });
+                        match r {
+                            Ok(()) => Update::Sent,
+                            Err(e) => Update::Refused(<$kind>::SET, e),
+                        }
+                    })*
+                    _ => Update::Mismatch,
+                }
+            }
+
+            /// See [`NodeKind::carry`].
+            pub(crate) fn carry(old: &mut NodeState, new: &mut NodeState) {
+                match (old, new) {
+                    $((NodeState::$variant(_, o), NodeState::$variant(_, n)) => {
+                        <$kind>::carry(o, n)
+                    })*
+                    _ => {}
+                }
+            }
+        }
+    };
+}
+
+node_kinds! {
+    /// Kernel node.
+    Kernel(&'a dyn KernelNode) => kernel::Kernel,
+    /// Memcpy node.
+    Memcpy(MemcpyParams<'a>) => memcpy::Memcpy,
+    /// Memset node.
+    Memset(MemsetParams<'a>) => memset::Memset,
+}
+
+/// What a statement evaluates to inside `graph!` (sealed: a kernel launch made by a
+/// `kernels!` method, or the parameters of `copy`, `memset` and `zero`).
+pub trait IntoNode: crate::operand::sealed::Sealed {
+    /// The node parameters.
+    fn node(&self) -> NodeParams<'_>;
+}
+impl<A: KernelArgs> crate::operand::sealed::Sealed for KernelLaunch<'_, A> {}
+impl<A: KernelArgs> IntoNode for KernelLaunch<'_, A> {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::Kernel(self)
+    }
+}
+impl crate::operand::sealed::Sealed for MemcpyParams<'_> {}
+impl IntoNode for MemcpyParams<'_> {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::Memcpy(*self)
+    }
+}
+impl crate::operand::sealed::Sealed for MemsetParams<'_> {}
+impl IntoNode for MemsetParams<'_> {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::Memset(*self)
+    }
+}
