@@ -93,6 +93,15 @@ pub enum Op {
         /// Destination.
         dst: Operand,
     },
+    /// `capture(&A, &mut B, …, CLOSURE)`: stream work recorded into a child graph.
+    Capture {
+        /// The `capture` word.
+        func: Ident,
+        /// The buffers the captured work uses, in order.
+        operands: Vec<Operand>,
+        /// The closure doing the stream work: `|s, (a, b, …)| { … }`.
+        closure: Expr,
+    },
 }
 
 /// A kernel argument.
@@ -123,6 +132,7 @@ impl Op {
             Op::Copy { .. } => "copy".into(),
             Op::Memset { .. } => "memset".into(),
             Op::Zero { .. } => "zero".into(),
+            Op::Capture { .. } => "capture".into(),
         }
     }
 
@@ -138,6 +148,7 @@ impl Op {
                 .collect(),
             Op::Copy { src, dst, .. } => vec![src, dst],
             Op::Memset { dst, .. } | Op::Zero { dst, .. } => vec![dst],
+            Op::Capture { operands, .. } => operands.iter().collect(),
         }
     }
 }

@@ -67,9 +67,20 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
     } else {
         quote!(let #key: u64 = 0;)
     };
+    // A body with captured work needs the stream's `Arc` (cudarc's stream calls take one).
+    let captures = checked.nodes.iter().any(|f| matches!(f.node.op, Op::Capture { .. }));
+    let stream_decl = if captures {
+        let arc = local("__cudagraph_stream_arc");
+        quote! {
+            let #arc: &::std::sync::Arc<::cudagraph::__private::CudaStream> = #stream_expr;
+            let #stream: &::cudagraph::__private::CudaStream = #arc;
+        }
+    } else {
+        quote!(let #stream: &::cudagraph::__private::CudaStream = #stream_expr;)
+    };
     quote! {{
         let #cache_var: &mut ::cudagraph::GraphCache = #cache;
-        let #stream: &::cudagraph::__private::CudaStream = #stream_expr;
+        #stream_decl
         #plan
         let #call = ::cudagraph::__private::begin_call();
         #acquisitions
@@ -296,6 +307,11 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
             let d = operand(dst);
             quote_spanned!(func.span()=> ::cudagraph::__private::zero(#d))
         }
+        Op::Capture { func, operands, closure } => {
+            let ops = operands.iter().map(|o| operand(o));
+            let stream = local("__cudagraph_stream_arc");
+            quote_spanned!(func.span()=> ::cudagraph::__private::capture(#stream, (#(#ops,)*), #closure))
+        }
     }
 }
 
@@ -318,6 +334,7 @@ fn plan(
             }
             Op::Copy { .. } => quote!(::cudagraph::NodeKind::Memcpy),
             Op::Memset { .. } | Op::Zero { .. } => quote!(::cudagraph::NodeKind::Memset),
+            Op::Capture { .. } => quote!(::cudagraph::NodeKind::Captured),
         };
         let mut accesses: Vec<(usize, bool)> = Vec::new();
         for o in node.op.operands() {

@@ -18,7 +18,7 @@ pub const MAX_UNROLL: u64 = 4096;
 pub const MAX_UNROLLED_STATEMENTS: usize = 16384;
 
 const ALLOWED: &str = "allowed statements: `KERNELS.name(args).launch(cfg)`, `copy(&src, &mut dst)`, \
-`memset(&mut dst, value)`, `zero(&mut dst)`, each optionally `let name = …` and `.after(names)`; \
+`memset(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, each optionally `let name = …` and `.after(names)`; \
 `if cond { … } else { … }`; `for i in 0..N { … }` with integer literal bounds";
 
 /// The raw input before lowering.
@@ -391,6 +391,38 @@ fn lower_call(c: &syn::ExprCall, errors: &mut Errors) -> Option<Op> {
             }
             let dst = lower_operand(args[0], Some(true), errors)?;
             Some(Op::Zero { func, dst })
+        }
+        "capture" => {
+            const USAGE: &str = "capture(&a, &mut b, |s, (a, b)| { … })";
+            let closure = match args.last() {
+                Some(Expr::Closure(_)) => args[args.len() - 1].clone(),
+                _ => {
+                    errors.push(
+                        c,
+                        format!(
+                            "`capture` takes the buffers the captured work reads (`&x`) and \
+                             writes (`&mut y`), then a closure that does the work on their views: \
+                             `{USAGE}`"
+                        ),
+                    );
+                    return None;
+                }
+            };
+            let listed = &args[..args.len() - 1];
+            if listed.is_empty() {
+                errors.push(
+                    c,
+                    format!(
+                        "`capture` needs the list of buffers the captured work uses, before the \
+                         closure, so the graph can order it: `{USAGE}`"
+                    ),
+                );
+                return None;
+            }
+            let operands: Vec<Option<Operand>> =
+                listed.iter().map(|e| lower_operand(e, None, errors)).collect();
+            let operands = operands.into_iter().collect::<Option<Vec<_>>>()?;
+            Some(Op::Capture { func, operands, closure })
         }
         _ => {
             errors.push(&func, format!("`{word}` is not a graph statement; {ALLOWED}"));

@@ -41,6 +41,7 @@ fn summary(c: &Checked<'_>) -> Vec<String> {
                 Op::Copy { .. } => "copy".into(),
                 Op::Memset { .. } => "memset".into(),
                 Op::Zero { .. } => "zero".into(),
+                Op::Capture { .. } => "capture".into(),
             };
             let mut line = format!("{}: {kind}", node.label());
             for o in node.op.operands() {

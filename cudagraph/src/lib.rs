@@ -225,6 +225,22 @@ pub mod __private {
         value.value()
     }
 
+    /// A `capture(&a, &mut b, |s, (a, b)| …)` statement of `graph!`: the call's stream, the
+    /// operands' handles and the closure.
+    #[inline]
+    pub fn capture<'a, H, F, E>(
+        stream: &'a Arc<CudaStream>,
+        handles: H,
+        f: F,
+    ) -> crate::kind::CaptureParams<'a, H, F>
+    where
+        H: crate::kind::CaptureOperands,
+        F: for<'s> FnOnce(&'s crate::capture::Capture, H::Views<'s>) -> Result<(), E>,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        crate::kind::CaptureParams::new(stream, handles, f)
+    }
+
     /// A kernel statement of `graph!`: only a launch made by a `kernels!` method.
     #[inline(always)]
     pub fn kernel_node<L: LaunchNode>(launch: L) -> L::Launch {

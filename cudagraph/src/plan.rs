@@ -17,6 +17,9 @@ pub enum NodeKind {
     Memcpy,
     /// A memory set (`cuGraphAddNode_v2`, memset), also used by `zero`.
     Memset,
+    /// Stream work recorded by a `capture` statement, as a child graph (`cuGraphAddNode_v2`,
+    /// child graph).
+    Captured,
 }
 
 /// One buffer access of a node: an index into [`Plan::places`], and whether it writes.
@@ -99,6 +102,7 @@ impl Plan {
                 NodeKind::Kernel(k) => ("box", format!("kernel {k}")),
                 NodeKind::Memcpy => ("parallelogram", "memcpy".to_string()),
                 NodeKind::Memset => ("hexagon", "memset".to_string()),
+                NodeKind::Captured => ("component", "captured".to_string()),
             };
             let accesses: Vec<String> = n
                 .accesses

@@ -275,6 +275,13 @@ impl GraphCache {
         };
         validate(call.shape, nodes, ctx, self.limits.as_ref(), handles)?;
         self.check_aliasing(call.shape, guards)?;
+        if self.mode == Mode::Graph {
+            for (i, n) in nodes.iter().enumerate() {
+                if let Some(n) = n {
+                    n.prepare(&|| call.shape.site(i))?;
+                }
+            }
+        }
         self.order_before(stream, guards).map_err(graph_err)?;
         let r = if self.mode == Mode::Eager {
             self.run_eager(call.shape, stream, nodes)
@@ -300,8 +307,7 @@ impl GraphCache {
             let Some(n) = n else { continue };
             // SAFETY: parameters validated; pointers come from places the caller keeps
             // borrowed until after this call, with guards recording these uses on `stream`.
-            unsafe { n.eager(stream) }
-                .map_err(|source| Error::Node { site: shape.site(i), source })?;
+            unsafe { n.eager(stream, &|| shape.site(i)) }?;
         }
         self.stats.eager_calls += 1;
         Ok(())

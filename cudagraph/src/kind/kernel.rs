@@ -460,10 +460,15 @@ impl NodeKind for Kernel {
         new.template = old.template.take();
     }
 
-    unsafe fn eager(k: &&dyn KernelNode, stream: &CudaStream) -> Result<(), CudaError> {
+    unsafe fn eager(
+        k: &&dyn KernelNode,
+        stream: &CudaStream,
+        site: &dyn Fn() -> NodeSite,
+    ) -> Result<(), Error> {
         // SAFETY: the caller's contract; `kernelParams` points into the state during the call.
         KernelState::new(*k)
             .with_params(|p| unsafe { raw::launch_kernel(p, stream.cu_stream()) })
             .call(Self::EAGER)
+            .map_err(|source| Error::Node { site: site(), source })
     }
 }

@@ -11,7 +11,7 @@ use cudarc::driver::sys::{
 };
 
 use super::NodeKind;
-use crate::error::{Call, CudaError, Error, NodeSite};
+use crate::error::{Call, Error, NodeSite};
 use crate::operand::{Accesses, DevRead, DevWrite, HostRead, HostWrite};
 use crate::raw;
 
@@ -233,7 +233,11 @@ impl NodeKind for Memcpy {
         f(&mut p)
     }
 
-    unsafe fn eager(c: &MemcpyParams<'_>, stream: &CudaStream) -> Result<(), CudaError> {
+    unsafe fn eager(
+        c: &MemcpyParams<'_>,
+        stream: &CudaStream,
+        site: &dyn Fn() -> NodeSite,
+    ) -> Result<(), Error> {
         let c = &c.raw;
         let addr = |m: Memory| match m {
             Memory::Device(p) => p,
@@ -243,5 +247,6 @@ impl NodeKind for Memcpy {
         // SAFETY: the caller's contract: both sides valid for `bytes` until the copy ran.
         unsafe { raw::memcpy_async(addr(c.dst), addr(c.src), bytes, stream.cu_stream()) }
             .call(Self::EAGER)
+            .map_err(|source| Error::Node { site: site(), source })
     }
 }

@@ -7,7 +7,7 @@ use cudarc::driver::sys::{self, CUcontext, CUdeviceptr, CUgraphNodeParams, CUgra
 use cudarc::driver::{CudaStream, ValidAsZeroBits};
 
 use super::NodeKind;
-use crate::error::{Call, CudaError, Error, NodeSite};
+use crate::error::{Call, Error, NodeSite};
 use crate::operand::{Accesses, WriteArg, sealed};
 use crate::raw;
 
@@ -139,10 +139,15 @@ impl NodeKind for Memset {
         f(&mut p)
     }
 
-    unsafe fn eager(m: &MemsetParams<'_>, stream: &CudaStream) -> Result<(), CudaError> {
+    unsafe fn eager(
+        m: &MemsetParams<'_>,
+        stream: &CudaStream,
+        site: &dyn Fn() -> NodeSite,
+    ) -> Result<(), Error> {
         let m = &m.raw;
         // SAFETY: the caller's contract: `dst` valid for the set until it ran.
         unsafe { raw::memset_async(m.dst, m.value, m.elem_size, m.len, stream.cu_stream()) }
             .call(Self::EAGER)
+            .map_err(|source| Error::Node { site: site(), source })
     }
 }

@@ -19,11 +19,13 @@ use crate::error::{CudaError, Error, NodeSite};
 use crate::operand::Accesses;
 use crate::raw::Driver;
 
+pub(crate) mod captured;
 pub(crate) mod kernel;
 pub(crate) mod memcpy;
 pub(crate) mod memset;
 
 pub(crate) use kernel::Limits;
+pub use captured::{CaptureOperand, CaptureOperands, CaptureParams, CapturedWork};
 pub use kernel::{KernelArgs, KernelCall, KernelLaunch, KernelNode, LaunchDims, LaunchNode};
 pub use memcpy::{CopyTo, MemcpyParams, Memory, copy};
 pub use memset::{MemsetParams, MemsetValue, memset, zero};
@@ -69,12 +71,21 @@ pub(crate) trait NodeKind {
     /// After a whole-exec update, the exec keeps its old graph: what the new state must take
     /// over from the old one for that graph (e.g. the functions it names).
     fn carry(_old: &mut Self::State, _new: &mut Self::State) {}
+    /// Work done on the host before anything of a graph call is enqueued, after validation:
+    /// a captured statement records its stream work here. Errors leave nothing enqueued.
+    fn prepare(_p: &Self::Params<'_>, _site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
+        Ok(())
+    }
     /// Runs the node eagerly on `stream` (the oracle of [`Mode::Eager`](crate::Mode::Eager)).
     ///
     /// # Safety
     /// `p` was validated; its buffers stay borrowed until the work completed or was ordered
     /// before any later use (the call's guards).
-    unsafe fn eager(p: &Self::Params<'_>, stream: &CudaStream) -> Result<(), CudaError>;
+    unsafe fn eager(
+        p: &Self::Params<'_>,
+        stream: &CudaStream,
+        site: &dyn Fn() -> NodeSite,
+    ) -> Result<(), Error>;
 }
 
 /// How [`NodeState::update`] went for one node.
@@ -167,14 +178,25 @@ macro_rules! node_kinds {
                 }
             }
 
+            /// See [`NodeKind::prepare`].
+            pub(crate) fn prepare(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
+                match self {
+                    $(NodeParams::$variant(p) => <$kind>::prepare(p, site),)*
+                }
+            }
+
             /// Runs the node eagerly (see [`NodeKind::eager`]).
             ///
             /// # Safety
             /// See [`NodeKind::eager`].
-            pub(crate) unsafe fn eager(&self, stream: &CudaStream) -> Result<(), CudaError> {
+            pub(crate) unsafe fn eager(
+                &self,
+                stream: &CudaStream,
+                site: &dyn Fn() -> NodeSite,
+            ) -> Result<(), Error> {
                 match self {
                     // SAFETY: the caller's contract.
-                    $(NodeParams::$variant(p) => unsafe { <$kind>::eager(p, stream) },)*
+                    $(NodeParams::$variant(p) => unsafe { <$kind>::eager(p, stream, site) },)*
                 }
             }
         }
@@ -254,6 +276,8 @@ node_kinds! {
     Memcpy(MemcpyParams<'a>) => memcpy::Memcpy,
     /// Memset node.
     Memset(MemsetParams<'a>) => memset::Memset,
+    /// Child-graph node of stream work recorded by a `capture` statement.
+    Captured(&'a dyn CapturedWork) => captured::Captured,
 }
 
 /// What a statement evaluates to inside `graph!` (sealed: a kernel launch made by a
@@ -278,5 +302,16 @@ impl crate::operand::sealed::Sealed for MemsetParams<'_> {}
 impl IntoNode for MemsetParams<'_> {
     fn node(&self) -> NodeParams<'_> {
         NodeParams::Memset(*self)
+    }
+}
+impl<H, F> crate::operand::sealed::Sealed for CaptureParams<'_, H, F> {}
+impl<H, F, E> IntoNode for CaptureParams<'_, H, F>
+where
+    H: CaptureOperands,
+    F: for<'s> FnOnce(&'s crate::capture::Capture, H::Views<'s>) -> Result<(), E>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::Captured(self)
     }
 }

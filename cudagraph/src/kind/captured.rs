@@ -1,0 +1,337 @@
+//! Captured nodes: the stream work of a `capture(&a, &mut b, |s, (a, b)| { … })` statement of
+//! `graph!`, recorded by stream capture into a graph that becomes a child-graph node
+//! (`cuGraphAddNode_v2` with `CU_GRAPH_NODE_TYPE_GRAPH`).
+//!
+//! When it is recorded: on every graph call, before anything is enqueued ([`NodeKind::prepare`]).
+//! The closure's work depends on values the graph cannot see (a cuBLAS handle's settings, scalars
+//! it captured, which function it calls), so replaying an older recording could be stale; a
+//! recording needs no GPU work, only host time. The new recording is sent to the exec with
+//! `cuGraphExecNodeSetParams` (the child graph's parameters updated in place, which the driver
+//! accepts when the recording has the same topology); a recording of another topology is refused
+//! there and the ladder falls to a whole-exec update or a new instantiation. In
+//! [`Mode::Eager`](crate::Mode::Eager) the closure runs directly on the stream, not captured.
+
+use core::cell::{Cell, RefCell};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUcontext, CUgraph, CUgraphNodeParams, CUgraphNodeType};
+use cudarc::driver::{CudaStream, CudaView, CudaViewMut, DriverError};
+
+use super::NodeKind;
+use crate::capture::Capture;
+use crate::capture::imp::Alias;
+use crate::error::{CudaError, Error, NodeSite};
+use crate::operand::{Accesses, DevRead, DevWrite, sealed};
+use crate::raw;
+
+/// A `CUgraph` this crate owns (destroyed on drop): one recording of a captured statement.
+pub(crate) struct OwnedGraph {
+    raw: CUgraph,
+    ctx: Arc<cudarc::driver::CudaContext>,
+}
+
+// SAFETY: the graph is only read (as the child graph of a node being added or set, which the
+// driver copies) while the cache, which is not `Sync`, holds it behind `&mut self`.
+unsafe impl Send for OwnedGraph {}
+unsafe impl Sync for OwnedGraph {}
+
+impl Drop for OwnedGraph {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: made by a capture of this crate, owned here, used by nothing after this.
+        self.ctx.record_err(unsafe { raw::graph_destroy(self.raw) });
+    }
+}
+
+/// One operand of a `capture` statement: a `&place` ([`DevRead`], the closure gets a
+/// `CudaView`) or `&mut place` ([`DevWrite`], a `CudaViewMut`) handle. Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be an operand of `capture`",
+    label = "not `&buffer` or `&mut buffer` of device memory",
+    note = "`capture` operands are device buffers marked `&` (read) or `&mut` (written)"
+)]
+pub trait CaptureOperand: sealed::Sealed {
+    /// The element type.
+    type Elem;
+    /// What the closure gets for it.
+    type View<'s>;
+    /// `(pointer, length, context, tag, written)`.
+    #[doc(hidden)]
+    fn parts(&self) -> (sys::CUdeviceptr, usize, CUcontext, u64, bool);
+    /// The closure's view of the operand's alias.
+    #[doc(hidden)]
+    fn view<'s>(alias: &'s mut Alias<Self::Elem>) -> Self::View<'s>;
+}
+
+impl<T> CaptureOperand for DevRead<'_, T> {
+    type Elem = T;
+    type View<'s> = CudaView<'s, T>;
+    fn parts(&self) -> (sys::CUdeviceptr, usize, CUcontext, u64, bool) {
+        (self.ptr, self.len, self.ctx, self.tag, false)
+    }
+    fn view<'s>(alias: &'s mut Alias<T>) -> CudaView<'s, T> {
+        alias.slice().as_view()
+    }
+}
+
+impl<T> CaptureOperand for DevWrite<'_, T> {
+    type Elem = T;
+    type View<'s> = CudaViewMut<'s, T>;
+    fn parts(&self) -> (sys::CUdeviceptr, usize, CUcontext, u64, bool) {
+        (self.ptr, self.len, self.ctx, self.tag, true)
+    }
+    fn view<'s>(alias: &'s mut Alias<T>) -> CudaViewMut<'s, T> {
+        alias.slice().as_view_mut()
+    }
+}
+
+/// The operands of a `capture` statement: a tuple of 1 to 6 [`CaptureOperand`]s. Sealed.
+pub trait CaptureOperands: sealed::Sealed {
+    /// The closure's views, in order.
+    type Views<'s>;
+    /// One alias per operand.
+    #[doc(hidden)]
+    type Aliases;
+    /// Each operand's `(tag, written, context)` into `out`; returns how many.
+    #[doc(hidden)]
+    fn accesses(&self, out: &mut Accesses) -> usize;
+    /// One alias per operand, over its memory, on `stream`.
+    ///
+    /// # Safety
+    /// The handles' memory stays borrowed (allocated) while the aliases live, and is of
+    /// `stream`'s context.
+    #[doc(hidden)]
+    unsafe fn aliases(&self, stream: &Arc<CudaStream>) -> Self::Aliases;
+    /// The closure's views of the aliases.
+    #[doc(hidden)]
+    fn views<'s>(aliases: &'s mut Self::Aliases) -> Self::Views<'s>;
+}
+
+macro_rules! capture_operands {
+    ($($o:ident $i:tt),*) => {
+        impl<$($o: CaptureOperand),*> sealed::Sealed for ($($o,)*) {}
+        impl<$($o: CaptureOperand),*> CaptureOperands for ($($o,)*) {
+            type Views<'s> = ($($o::View<'s>,)*);
+            type Aliases = ($(Alias<$o::Elem>,)*);
+            fn accesses(&self, out: &mut Accesses) -> usize {
+                let mut n = 0;
+                $(let (_, _, ctx, tag, write) = self.$i.parts();
+                out[n] = (tag, write, ctx);
+                n += 1;)*
+                n
+            }
+            unsafe fn aliases(&self, stream: &Arc<CudaStream>) -> Self::Aliases {
+                // SAFETY: the caller's contract, operand by operand.
+                ($({
+                    let (ptr, len, ..) = self.$i.parts();
+                    unsafe { Alias::new(stream, ptr, len) }
+                },)*)
+            }
+            fn views<'s>(aliases: &'s mut Self::Aliases) -> Self::Views<'s> {
+                ($($o::view(&mut aliases.$i),)*)
+            }
+        }
+    };
+}
+capture_operands!(A 0);
+capture_operands!(A 0, B 1);
+capture_operands!(A 0, B 1, C 2);
+capture_operands!(A 0, B 1, C 2, D 3);
+capture_operands!(A 0, B 1, C 2, D 3, E 4);
+capture_operands!(A 0, B 1, C 2, D 3, E 4, F 5);
+
+/// Object-safe view of a `capture` statement's value, used by the cache (sealed).
+pub trait CapturedWork: sealed::Sealed {
+    /// Each operand's `(tag, written, context)` into `out`; returns how many.
+    #[doc(hidden)]
+    fn accesses(&self, out: &mut Accesses) -> usize;
+    /// Runs the closure under stream capture and keeps the recording, or the error.
+    #[doc(hidden)]
+    fn record(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error>;
+    /// The last recording.
+    #[doc(hidden)]
+    fn recorded(&self) -> Option<Arc<OwnedGraph>>;
+    /// Runs the closure directly on the stream (not captured).
+    #[doc(hidden)]
+    fn run_eager(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error>;
+}
+
+/// What a `capture(&a, &mut b, |s, (a, b)| …)` statement of `graph!` evaluates to: the graph
+/// call's stream, the operands' handles (borrowing the buffers for the call) and the closure,
+/// run once per call. Made only by `graph!`.
+pub struct CaptureParams<'a, H, F> {
+    stream: &'a Arc<CudaStream>,
+    handles: H,
+    f: Cell<Option<F>>,
+    recorded: RefCell<Option<Arc<OwnedGraph>>>,
+}
+
+impl<'a, H: CaptureOperands, F> CaptureParams<'a, H, F> {
+    pub(crate) fn new(stream: &'a Arc<CudaStream>, handles: H, f: F) -> Self {
+        CaptureParams { stream, handles, f: Cell::new(Some(f)), recorded: RefCell::new(None) }
+    }
+
+    /// Runs the closure (once) on aliases of the operands, with the stream capturing or not.
+    /// Returns the closure's result, or the panic.
+    fn call<E>(&self, capturing: bool) -> std::thread::Result<Result<(), E>>
+    where
+        F: for<'s> FnOnce(&'s Capture, H::Views<'s>) -> Result<(), E>,
+    {
+        // SAFETY: the handles borrow their buffers for the whole graph call, which outlives
+        // the aliases (dropped at the end of this function); `validate` checked that they are
+        // of the stream's context. An alias is never freed (its drop leaks it), and the closure
+        // gets only views of it, for a lifetime it must accept for any `'s`: they cannot
+        // escape the closure.
+        let mut aliases = unsafe { self.handles.aliases(self.stream) };
+        let cap = Capture::new(self.stream.clone(), capturing);
+        let f = self.f.take();
+        catch_unwind(AssertUnwindSafe(|| match f {
+            Some(f) => f(&cap, H::views(&mut aliases)),
+            // Only a second recording in one call gets here; the cache records once.
+            None => Ok(()),
+        }))
+        // `aliases` dropped here: still capturing when `capturing`, so their `leak` waits
+        // only on events recorded inside this capture.
+    }
+}
+
+impl<H, F, E> CapturedWork for CaptureParams<'_, H, F>
+where
+    H: CaptureOperands,
+    F: for<'s> FnOnce(&'s Capture, H::Views<'s>) -> Result<(), E>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn accesses(&self, out: &mut Accesses) -> usize {
+        self.handles.accesses(out)
+    }
+
+    fn record(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
+        let s = self.stream.cu_stream();
+        let at = site();
+        let graph_err = |call, error| Error::Node { site: site(), source: CudaError { call, error } };
+        // SAFETY: the stream is alive (borrowed by the call) and its context current (bound by
+        // `run_call`).
+        let status =
+            unsafe { raw::stream_capture_status(s) }.map_err(|e| graph_err("cuStreamIsCapturing", e))?;
+        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            let error = DriverError(sys::CUresult::CUDA_ERROR_ILLEGAL_STATE);
+            return Err(graph_err("cuStreamBeginCapture (the stream is already capturing)", error));
+        }
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        // SAFETY: as above; the stream is not capturing.
+        unsafe { raw::stream_begin_capture(s, mode) }
+            .map_err(|e| graph_err("cuStreamBeginCapture", e))?;
+        let result = self.call(true);
+        let ctx = self.stream.context();
+        let _ = ctx.bind_to_thread();
+        // SAFETY: this thread began the capture on `s`, which is alive; it ends whatever the
+        // closure did.
+        let end = unsafe { raw::stream_end_capture(s) };
+        let end = end.map(|raw| OwnedGraph { raw, ctx: ctx.clone() });
+        let (file, line) = (at.file, at.line);
+        match result {
+            Err(panic) => {
+                drop(end);
+                resume_unwind(panic)
+            }
+            Ok(Err(e)) => {
+                let source = e.into();
+                Err(match end {
+                    Ok(_) => Error::Capture { file, line, source },
+                    Err(error) => {
+                        let source = CudaError { call: "cuStreamEndCapture", error };
+                        Error::CaptureInvalidated { file, line, source }
+                    }
+                })
+            }
+            Ok(Ok(())) => match end {
+                Ok(graph) => {
+                    *self.recorded.borrow_mut() = Some(Arc::new(graph));
+                    Ok(())
+                }
+                Err(error) => {
+                    let source = CudaError { call: "cuStreamEndCapture", error };
+                    Err(Error::CaptureInvalidated { file, line, source })
+                }
+            },
+        }
+    }
+
+    fn recorded(&self) -> Option<Arc<OwnedGraph>> {
+        self.recorded.borrow().clone()
+    }
+
+    fn run_eager(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
+        match self.call(false) {
+            Err(panic) => resume_unwind(panic),
+            Ok(Err(e)) => {
+                let at = site();
+                Err(Error::Capture { file: at.file, line: at.line, source: e.into() })
+            }
+            Ok(Ok(())) => Ok(()),
+        }
+    }
+}
+
+/// The captured node kind: a child-graph node holding one recording.
+pub(crate) struct Captured;
+
+/// A captured node's last recording.
+pub(crate) struct ChildState {
+    graph: Option<Arc<OwnedGraph>>,
+}
+
+impl NodeKind for Captured {
+    type Params<'a> = &'a dyn CapturedWork;
+    type State = ChildState;
+    const ADD: &'static str = "cuGraphAddNode_v2 (child graph)";
+    const SET: &'static str = "cuGraphExecNodeSetParams (child graph)";
+    const EAGER: &'static str = "captured work, run eagerly";
+
+    fn validate(
+        _: &&dyn CapturedWork,
+        _: Option<&super::Limits>,
+        _: &dyn Fn() -> NodeSite,
+    ) -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn prepare(p: &&dyn CapturedWork, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
+        p.record(site)
+    }
+
+    fn accesses(p: &&dyn CapturedWork, out: &mut Accesses) -> usize {
+        p.accesses(out)
+    }
+
+    fn state(p: &&dyn CapturedWork) -> ChildState {
+        ChildState { graph: p.recorded() }
+    }
+
+    /// A new recording every call: always changed.
+    fn record(s: &mut ChildState, p: &&dyn CapturedWork) -> bool {
+        s.graph = p.recorded();
+        true
+    }
+
+    fn with_params<R>(
+        s: &mut ChildState,
+        _ctx: CUcontext,
+        f: impl FnOnce(&mut CUgraphNodeParams) -> R,
+    ) -> R {
+        let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH);
+        // A null graph (no recording: never, since `prepare` records first) is refused by the
+        // driver with an error, not used.
+        p.__bindgen_anon_1.graph.graph = s.graph.as_ref().map_or(core::ptr::null_mut(), |g| g.raw);
+        f(&mut p)
+    }
+
+    unsafe fn eager(
+        p: &&dyn CapturedWork,
+        _: &CudaStream,
+        site: &dyn Fn() -> NodeSite,
+    ) -> Result<(), Error> {
+        p.run_eager(site)
+    }
+}
