@@ -47,12 +47,18 @@
 //! [`GraphCache::builder`]) adds the same nodes one call at a time, with the same edges, checks,
 //! cache and update ladder.
 //!
+//! For stream work that is not a `graph!` statement (cudarc launches and copies, cuBLAS, cuFFT),
+//! [`capture`] records a closure's work on listed device buffers into a [`Graph`] that borrows
+//! them, which instantiates into an [`Exec`] that launches ordered with every other use of those
+//! buffers and can be updated from another capture.
+//!
 //! Without a GPU, [`plans`] lists every `graph!` of the program with its nodes and edges, and
 //! [`Plan::to_dot`] renders Graphviz DOT.
 
 #![warn(missing_docs)]
 
 mod builder;
+mod capture;
 mod error;
 mod exec;
 mod node;
@@ -60,6 +66,10 @@ mod plan;
 pub mod raw;
 
 pub use builder::{GraphBuilder, Node};
+pub use capture::{
+    Capture, DeviceBuffer, DeviceBufferMut, Exec, Graph, Operand, Operands, Released,
+    UpdateRefused, capture,
+};
 pub use cudarc;
 pub use error::{CudaError, Error, NodeSite, Result};
 pub use exec::{GraphCache, MAX_KERNEL_PARAMS, Mode, Stats};
