@@ -308,7 +308,7 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
             quote_spanned!(func.span()=> ::cudagraph::__private::zero(#d))
         }
         Op::Capture { func, operands, closure } => {
-            let ops = operands.iter().map(|o| operand(o));
+            let ops = operands.iter().map(operand);
             let stream = local("__cudagraph_stream_arc");
             quote_spanned!(func.span()=> ::cudagraph::__private::capture(#stream, (#(#ops,)*), #closure))
         }

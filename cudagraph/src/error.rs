@@ -196,6 +196,43 @@ pub enum Error {
     /// Any other driver call.
     #[error(transparent)]
     Cuda(#[from] CudaError),
+    /// The closure of a [`capture`](crate::capture) returned this error. The capture was ended
+    /// and its graph destroyed; the stream is usable.
+    #[error("capture at {file}:{line}: the closure returned an error: {source}")]
+    Capture {
+        /// Source file of the `capture` call.
+        file: &'static str,
+        /// Line of the `capture` call.
+        line: u32,
+        /// The closure's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A [`capture`](crate::capture) was invalidated by the driver: a call inside the closure
+    /// that a capture cannot record (`synchronize`, a wait on an event recorded outside the
+    /// capture, a copy to pageable host memory, …) or a stream forked from the capture and not
+    /// joined back. The capture was ended and nothing was kept; the stream is usable.
+    #[error("capture at {file}:{line} was invalidated: {source}")]
+    CaptureInvalidated {
+        /// Source file of the `capture` call.
+        file: &'static str,
+        /// Line of the `capture` call.
+        line: u32,
+        /// `cuStreamEndCapture`'s result, or the closure's driver error that invalidated it.
+        source: CudaError,
+    },
+    /// `cuGraphExecUpdate` refused to update a captured [`Exec`](crate::Exec) from a graph
+    /// ([`Exec::update`](crate::Exec::update)); the exec is unchanged.
+    #[error("graph update at {file}:{line}: cuGraphExecUpdate refused ({result:?}, {source})")]
+    GraphUpdateRefused {
+        /// Source file of the `update` call.
+        file: &'static str,
+        /// Line of the `update` call.
+        line: u32,
+        /// The driver's reason (`CUgraphExecUpdateResultInfo::result`).
+        result: cudarc::driver::sys::CUgraphExecUpdateResult,
+        /// The driver call's result.
+        source: CudaError,
+    },
 }
 
 impl From<DriverError> for Error {

@@ -47,6 +47,11 @@
 //! [`GraphCache::builder`]) adds the same nodes one call at a time, with the same edges, checks,
 //! cache and update ladder.
 //!
+//! For stream work that is not a `graph!` statement (cudarc launches and copies, cuBLAS, cuFFT),
+//! [`capture`] records a closure's work on listed device buffers into a [`Graph`] that borrows
+//! them, which instantiates into an [`Exec`] that launches ordered with every other use of those
+//! buffers and can be updated from another capture.
+//!
 //! Without a GPU, [`plans`] lists every `graph!` of the program with its nodes and edges, and
 //! [`Plan::to_dot`] renders Graphviz DOT.
 
@@ -54,6 +59,7 @@
 
 mod builder;
 mod cache;
+mod capture;
 mod error;
 mod kind;
 mod operand;
@@ -62,12 +68,16 @@ pub mod raw;
 
 pub use builder::{GraphBuilder, Node};
 pub use cache::{GraphCache, Mode, Stats};
+pub use capture::{
+    Capture, DeviceBuffer, DeviceBufferMut, Exec, Graph, Operand, Operands, Released,
+    UpdateRefused, capture,
+};
 pub use cudarc;
 pub use error::{CudaError, Error, NodeSite, Result};
 pub use kind::kernel::MAX_KERNEL_PARAMS;
 pub use kind::{
-    CopyTo, KernelArgs, KernelCall, KernelLaunch, LaunchDims, MemcpyParams, Memory, MemsetParams,
-    MemsetValue,
+    CaptureOperand, CaptureOperands, CopyTo, KernelArgs, KernelCall, KernelLaunch, LaunchDims,
+    MemcpyParams, Memory, MemsetParams, MemsetValue,
 };
 pub use operand::{DevRead, DevWrite, Handle, HostRead, HostWrite, KernelArg, Place, PlaceMut};
 pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges, plans};

@@ -300,3 +300,89 @@ impl Driver for Cuda {
         unsafe { upload(exec, stream) }
     }
 }
+
+/// `cuStreamIsCapturing`: whether `stream` is capturing (`ACTIVE`), capturing an invalidated
+/// sequence (`INVALIDATED`) or not (`NONE`).
+///
+/// # Safety
+/// `stream` is live.
+pub unsafe fn stream_capture_status(
+    stream: CUstream,
+) -> Result<sys::CUstreamCaptureStatus, DriverError> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    unsafe { sys::cuStreamIsCapturing(stream, &mut status) }.result()?;
+    Ok(status)
+}
+
+/// `cuStreamBeginCapture_v2`: from now on, work enqueued on `stream` is recorded into a graph
+/// instead of run.
+///
+/// # Safety
+/// `stream` is live and not capturing; its context is current.
+pub unsafe fn stream_begin_capture(
+    stream: CUstream,
+    mode: sys::CUstreamCaptureMode,
+) -> Result<(), DriverError> {
+    unsafe { sys::cuStreamBeginCapture_v2(stream, mode) }.result()
+}
+
+/// `cuStreamEndCapture`: ends the capture begun on `stream` and returns the captured graph,
+/// which the caller then owns. The capture ends also when this fails (for instance with
+/// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`): no graph is returned then.
+///
+/// # Safety
+/// `stream` is live and capturing, begun by this thread (or in relaxed mode).
+pub unsafe fn stream_end_capture(stream: CUstream) -> Result<CUgraph, DriverError> {
+    let mut graph = ptr::null_mut();
+    unsafe { sys::cuStreamEndCapture(stream, &mut graph) }.result()?;
+    if graph.is_null() {
+        return Err(DriverError(sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED));
+    }
+    Ok(graph)
+}
+
+/// `cuGraphGetNodes`: the graph's nodes (first the count, then the handles).
+///
+/// # Safety
+/// `graph` is live.
+pub unsafe fn graph_nodes(graph: CUgraph) -> Result<Vec<CUgraphNode>, DriverError> {
+    let mut n = 0;
+    unsafe { sys::cuGraphGetNodes(graph, ptr::null_mut(), &mut n) }.result()?;
+    if n == 0 {
+        return Ok(Vec::new()); // the driver refuses a second call with 0 (measured: CUDA 13.0)
+    }
+    let mut nodes = vec![ptr::null_mut(); n];
+    unsafe { sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n) }.result()?;
+    nodes.truncate(n);
+    Ok(nodes)
+}
+
+/// `cuGraphGetEdges_v2`: the graph's edges as `(from, to)` node pairs (first the count, then
+/// the edges; the edge data, ports and types, is fetched so that the query is never lossy, and
+/// dropped).
+///
+/// # Safety
+/// `graph` is live.
+pub unsafe fn graph_edges(graph: CUgraph) -> Result<Vec<(CUgraphNode, CUgraphNode)>, DriverError> {
+    let null = ptr::null_mut();
+    let mut n = 0;
+    unsafe { sys::cuGraphGetEdges_v2(graph, null, null, ptr::null_mut(), &mut n) }.result()?;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let mut from = vec![ptr::null_mut(); n];
+    let mut to = vec![ptr::null_mut(); n];
+    let none = sys::CUgraphEdgeData { from_port: 0, to_port: 0, type_: 0, reserved: [0; 5] };
+    let mut data = vec![none; n];
+    unsafe {
+        sys::cuGraphGetEdges_v2(
+            graph,
+            from.as_mut_ptr(),
+            to.as_mut_ptr(),
+            data.as_mut_ptr(),
+            &mut n,
+        )
+    }
+    .result()?;
+    Ok(from.into_iter().zip(to).take(n).collect())
+}

@@ -122,6 +122,9 @@ pub struct Stats {
     /// Aliasing checks of the call's buffer address ranges (made when a pointer or length
     /// changed since the last checked call).
     pub alias_checks: u64,
+    /// Recordings of `capture` statements (stream capture of their closures: one per captured
+    /// statement per graph call).
+    pub captures: u64,
 }
 
 /// How a [`GraphCache`] runs each `graph!` call.
@@ -277,8 +280,10 @@ impl GraphCache {
         self.check_aliasing(call.shape, guards)?;
         if self.mode == Mode::Graph {
             for (i, n) in nodes.iter().enumerate() {
-                if let Some(n) = n {
-                    n.prepare(&|| call.shape.site(i))?;
+                if let Some(n) = n
+                    && n.prepare(&|| call.shape.site(i))?
+                {
+                    self.stats.captures += 1;
                 }
             }
         }

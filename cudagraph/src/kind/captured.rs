@@ -26,7 +26,8 @@ use crate::operand::{Accesses, DevRead, DevWrite, sealed};
 use crate::raw;
 
 /// A `CUgraph` this crate owns (destroyed on drop): one recording of a captured statement.
-pub(crate) struct OwnedGraph {
+#[doc(hidden)]
+pub struct OwnedGraph {
     raw: CUgraph,
     ctx: Arc<cudarc::driver::CudaContext>,
 }
@@ -53,7 +54,7 @@ impl Drop for OwnedGraph {
 )]
 pub trait CaptureOperand: sealed::Sealed {
     /// The element type.
-    type Elem;
+    type Elem: 'static;
     /// What the closure gets for it.
     type View<'s>;
     /// `(pointer, length, context, tag, written)`.
@@ -64,7 +65,7 @@ pub trait CaptureOperand: sealed::Sealed {
     fn view<'s>(alias: &'s mut Alias<Self::Elem>) -> Self::View<'s>;
 }
 
-impl<T> CaptureOperand for DevRead<'_, T> {
+impl<T: 'static> CaptureOperand for DevRead<'_, T> {
     type Elem = T;
     type View<'s> = CudaView<'s, T>;
     fn parts(&self) -> (sys::CUdeviceptr, usize, CUcontext, u64, bool) {
@@ -75,7 +76,7 @@ impl<T> CaptureOperand for DevRead<'_, T> {
     }
 }
 
-impl<T> CaptureOperand for DevWrite<'_, T> {
+impl<T: 'static> CaptureOperand for DevWrite<'_, T> {
     type Elem = T;
     type View<'s> = CudaViewMut<'s, T>;
     fn parts(&self) -> (sys::CUdeviceptr, usize, CUcontext, u64, bool) {
@@ -209,11 +210,12 @@ where
     fn record(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
         let s = self.stream.cu_stream();
         let at = site();
-        let graph_err = |call, error| Error::Node { site: site(), source: CudaError { call, error } };
+        let graph_err =
+            |call, error| Error::Node { site: site(), source: CudaError { call, error } };
         // SAFETY: the stream is alive (borrowed by the call) and its context current (bound by
         // `run_call`).
-        let status =
-            unsafe { raw::stream_capture_status(s) }.map_err(|e| graph_err("cuStreamIsCapturing", e))?;
+        let status = unsafe { raw::stream_capture_status(s) }
+            .map_err(|e| graph_err("cuStreamIsCapturing", e))?;
         if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
             let error = DriverError(sys::CUresult::CUDA_ERROR_ILLEGAL_STATE);
             return Err(graph_err("cuStreamBeginCapture (the stream is already capturing)", error));
@@ -297,8 +299,8 @@ impl NodeKind for Captured {
         Ok(())
     }
 
-    fn prepare(p: &&dyn CapturedWork, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
-        p.record(site)
+    fn prepare(p: &&dyn CapturedWork, site: &dyn Fn() -> NodeSite) -> Result<bool, Error> {
+        p.record(site).map(|()| true)
     }
 
     fn accesses(p: &&dyn CapturedWork, out: &mut Accesses) -> usize {

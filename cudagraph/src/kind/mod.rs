@@ -24,8 +24,8 @@ pub(crate) mod kernel;
 pub(crate) mod memcpy;
 pub(crate) mod memset;
 
-pub(crate) use kernel::Limits;
 pub use captured::{CaptureOperand, CaptureOperands, CaptureParams, CapturedWork};
+pub(crate) use kernel::Limits;
 pub use kernel::{KernelArgs, KernelCall, KernelLaunch, KernelNode, LaunchDims, LaunchNode};
 pub use memcpy::{CopyTo, MemcpyParams, Memory, copy};
 pub use memset::{MemsetParams, MemsetValue, memset, zero};
@@ -72,9 +72,10 @@ pub(crate) trait NodeKind {
     /// over from the old one for that graph (e.g. the functions it names).
     fn carry(_old: &mut Self::State, _new: &mut Self::State) {}
     /// Work done on the host before anything of a graph call is enqueued, after validation:
-    /// a captured statement records its stream work here. Errors leave nothing enqueued.
-    fn prepare(_p: &Self::Params<'_>, _site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
-        Ok(())
+    /// a captured statement records its stream work here. Returns whether it recorded (counted
+    /// in [`Stats::captures`](crate::Stats::captures)). Errors leave nothing enqueued.
+    fn prepare(_p: &Self::Params<'_>, _site: &dyn Fn() -> NodeSite) -> Result<bool, Error> {
+        Ok(false)
     }
     /// Runs the node eagerly on `stream` (the oracle of [`Mode::Eager`](crate::Mode::Eager)).
     ///
@@ -179,7 +180,7 @@ macro_rules! node_kinds {
             }
 
             /// See [`NodeKind::prepare`].
-            pub(crate) fn prepare(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
+            pub(crate) fn prepare(&self, site: &dyn Fn() -> NodeSite) -> Result<bool, Error> {
                 match self {
                     $(NodeParams::$variant(p) => <$kind>::prepare(p, site),)*
                 }

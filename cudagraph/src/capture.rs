@@ -1,0 +1,1018 @@
+//! Stream capture (issue 13): a closure's stream work on listed device buffers, recorded into a
+//! [`Graph`] that borrows those buffers, then instantiated ([`Exec`]), launched and updated.
+//!
+//! # Keeping cudarc's events out of the capture
+//!
+//! With cudarc's defaults (event tracking on, more than one stream in the context: cudarc then
+//! "manages stream synchronization"), every cudarc call on a buffer makes the stream wait for
+//! the buffer's last write (and read) event. Inside a capture, a wait on an event recorded
+//! *outside* the capture fails with `CUDA_ERROR_STREAM_CAPTURE_ISOLATION` and invalidates the
+//! capture. So [`capture`]:
+//! 1. acquires each listed operand on the stream *before* `cuStreamBeginCapture` (the waits
+//!    happen outside the capture), keeping the [`Guard`]s, which record the buffers' events when
+//!    dropped, until after the capture ended;
+//! 2. makes for each operand an *alias*: a `CudaSlice<T>` over the same memory
+//!    (`CudaStream::upgrade_device_ptr`), with fresh events that nothing outside recorded, which
+//!    is never freed (its drop calls `CudaSlice::leak`);
+//! 3. hands the closure views of the aliases, so that cudarc's waits and records inside the
+//!    capture concern only the aliases' events;
+//! 4. after the closure returned (or panicked), drops the aliases *while still capturing*
+//!    (`leak` waits on their events, which are then capture-internal), then ends the capture.
+//!
+//! Driver answers this relies on, measured on an H200 (CUDA 13.0, driver 580.159, cudarc
+//! 0.19.10): inside a capture, `cuStreamWaitEvent` on a never-recorded event is accepted (a
+//! no-op); on an event recorded before the capture, even on the capturing stream itself, or
+//! recorded on another stream during the capture, it fails with
+//! `CUDA_ERROR_STREAM_CAPTURE_ISOLATION`; after the capture ended, a wait on an event recorded
+//! inside it fails with `CUDA_ERROR_INVALID_VALUE`. Hence fresh aliases, and their leak before
+//! the capture ends. `cuGraphGetNodes` with a zero count and a non-null array fails with
+//! `CUDA_ERROR_INVALID_VALUE` (an empty capture); the raw queries return early instead.
+//!
+//! # What is checked, and what is not
+//!
+//! The [`Graph`] and its [`Exec`] hold the borrows of the listed operands (`&` or `&mut`), so
+//! those buffers outlive them and are not written (or, for `&mut`, used at all) elsewhere while
+//! they exist. Each [`Exec::launch`] orders the graph with every other use of these buffers, on
+//! any stream, as `graph!` does (cudarc's events, and the buffers' own streams as a ledger).
+//!
+//! Only the listed operands are borrowed. A buffer the closure reaches otherwise (captured from
+//! its environment) is recorded into the graph without any borrow: in multi-stream mode, a
+//! buffer with a recorded event invalidates the capture (an error), but otherwise nothing ties
+//! its lifetime to the graph. The same is true of cudarc's own `begin_capture`/`end_capture`
+//! (safe in cudarc, holding no borrows) which the closure can also reach through
+//! [`Capture::stream`]. List every buffer the work uses.
+//!
+//! The views are meant for the capturing stream. A view used on another stream that is not part
+//! of the capture runs at once, ordered only by the alias's events: not after the buffer's
+//! earlier users still in flight (their events are the buffer's, waited for by the capturing
+//! stream only). In cudarc's multi-stream mode that use always invalidates the capture (the
+//! alias's leak then waits on an event recorded outside it), and `capture` then synchronizes the
+//! context before returning the error, so nothing the closure started outlives the borrows; the
+//! overlap with the earlier users remains possible. A host synchronization before every capture
+//! would close it, at the cost of the overlap of capture and GPU work.
+
+use core::fmt;
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::panic::{AssertUnwindSafe, Location, catch_unwind, resume_unwind};
+use std::path::Path;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUcontext, CUdeviceptr, CUgraph, CUgraphExec, CUresult, CUstream};
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaSlice, CudaStream, CudaView, CudaViewMut, DriverError,
+};
+
+use crate::error::{Call, CudaError, Error, Result};
+use crate::operand::{Acquire, AcquireMut, Guard};
+use crate::raw;
+
+/// The capture in progress, handed to the closure of [`capture`].
+pub struct Capture {
+    stream: Arc<CudaStream>,
+    capturing: bool,
+}
+
+impl Capture {
+    pub(crate) fn new(stream: Arc<CudaStream>, capturing: bool) -> Self {
+        Capture { stream, capturing }
+    }
+
+    /// The capturing stream: the closure enqueues the work to record on it (cudarc's
+    /// `launch_builder`, `memcpy_dtod`, `memset_zeros`, a cuBLAS handle set to this stream, …).
+    /// Work on other streams is not recorded (it runs at once), unless such a stream first
+    /// waits on an event recorded on this one (the driver's cross-stream capture).
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// `false` when the closure runs eagerly instead of being recorded (a `capture` statement
+    /// of a `graph!` call in [`Mode::Eager`](crate::Mode::Eager)): its work then runs at once.
+    pub fn is_capturing(&self) -> bool {
+        self.capturing
+    }
+}
+
+impl fmt::Debug for Capture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Capture").field("stream", &self.stream.cu_stream()).finish()
+    }
+}
+
+/// Crate-private parts of the public traits below (nameable only inside the crate).
+pub(crate) mod imp {
+    use super::*;
+
+    pub trait Sealed {}
+
+    /// One operand acquired on a stream for one use (a capture or a launch): its device
+    /// pointer, length in elements and context, and the guard that records the buffer's events
+    /// on the stream when dropped (after the capture ended or the graph was launched).
+    pub struct Acquired<'b> {
+        pub(crate) ptr: CUdeviceptr,
+        pub(crate) len: usize,
+        pub(crate) ctx: CUcontext,
+        pub(crate) guard: Guard<'b>,
+    }
+
+    /// A listed operand as a [`Graph`] holds it: the `&'a P` or `&'a mut P` borrow itself, so
+    /// that each launch can acquire it again.
+    pub trait Held: Send {
+        /// Makes `stream` wait for the buffer's earlier users (for a written operand: readers
+        /// and writers; else writers) and returns its pointer and guard.
+        fn acquire<'b>(&'b mut self, stream: &'b CudaStream) -> Acquired<'b>;
+        /// Borrowed `&mut` (the graph may write it).
+        fn written(&self) -> bool;
+    }
+
+    /// A `CudaSlice<T>` over memory that an operand owns: never freed (its drop leaks it).
+    pub struct Alias<T>(Option<CudaSlice<T>>);
+
+    impl<T> Alias<T> {
+        /// The alias of `len` elements at `ptr`.
+        ///
+        /// # Safety
+        /// `ptr` is device memory of `stream`'s context with room for `len` elements of `T`,
+        /// and stays borrowed (so allocated) for as long as the alias lives.
+        pub(crate) unsafe fn new(stream: &Arc<CudaStream>, ptr: CUdeviceptr, len: usize) -> Self {
+            // SAFETY: the caller's contract; the memory is never freed through the alias (drop
+            // leaks it), and holds valid `T`s: it is the operand's own memory.
+            Alias(Some(unsafe { stream.upgrade_device_ptr(ptr, len) }))
+        }
+
+        pub(crate) fn slice(&mut self) -> &mut CudaSlice<T> {
+            self.0.as_mut().expect("an alias is emptied only by its drop")
+        }
+    }
+
+    impl<T> Drop for Alias<T> {
+        fn drop(&mut self) {
+            if let Some(alias) = self.0.take() {
+                // Waits on the alias's events (in multi-stream mode), frees nothing.
+                let _ = alias.leak();
+            }
+        }
+    }
+}
+
+use imp::{Acquired, Alias, Held};
+
+/// Device memory that can be a [`capture`] operand: `CudaSlice<T>`, `CudaView<'_, T>` or
+/// `CudaViewMut<'_, T>`. Device memory only: pinned or pageable host memory cannot be listed,
+/// and a captured copy from or to host memory would not be borrowed by the graph; copy host
+/// data to a listed device buffer between launches instead ([`Exec::release`], cudarc's
+/// `memcpy_htod`, [`Released::bind`]). Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a capture operand",
+    label = "not device memory",
+    note = "capture operands are `&` or `&mut` borrows of `CudaSlice<T>`, `CudaView<'_, T>` or `CudaViewMut<'_, T>`"
+)]
+pub trait DeviceBuffer: imp::Sealed {
+    /// The element type.
+    type Elem: 'static;
+    /// [`Held::acquire`] for reading.
+    #[doc(hidden)]
+    fn acquire_read<'b>(&'b self, stream: &'b CudaStream) -> Acquired<'b>;
+}
+
+/// A [`DeviceBuffer`] that a capture may write: `CudaSlice<T>` or `CudaViewMut<'_, T>`. Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be written by a capture",
+    label = "not writable device memory",
+    note = "operands borrowed `&mut` are `CudaSlice<T>` or `CudaViewMut<'_, T>`"
+)]
+pub trait DeviceBufferMut: DeviceBuffer {
+    /// [`Held::acquire`] for writing.
+    #[doc(hidden)]
+    fn acquire_write<'b>(&'b mut self, stream: &'b CudaStream) -> Acquired<'b>;
+}
+
+macro_rules! device_buffer {
+    ($ty:ty) => {
+        impl<T: 'static> imp::Sealed for $ty {}
+        impl<T: 'static> DeviceBuffer for $ty {
+            type Elem = T;
+            fn acquire_read<'b>(&'b self, stream: &'b CudaStream) -> Acquired<'b> {
+                let (r, guard) = Acquire::acquire(self, stream);
+                Acquired { ptr: r.ptr, len: r.len, ctx: r.ctx, guard }
+            }
+        }
+    };
+}
+macro_rules! device_buffer_mut {
+    ($ty:ty) => {
+        impl<T: 'static> DeviceBufferMut for $ty {
+            fn acquire_write<'b>(&'b mut self, stream: &'b CudaStream) -> Acquired<'b> {
+                let (r, _, guard) = AcquireMut::acquire_mut(self, stream);
+                Acquired { ptr: r.ptr, len: r.len, ctx: r.ctx, guard }
+            }
+        }
+    };
+}
+device_buffer!(CudaSlice<T>);
+device_buffer!(CudaView<'_, T>);
+device_buffer!(CudaViewMut<'_, T>);
+device_buffer_mut!(CudaSlice<T>);
+device_buffer_mut!(CudaViewMut<'_, T>);
+
+impl<P: DeviceBuffer + Sync + ?Sized> Held for &P {
+    fn acquire<'b>(&'b mut self, stream: &'b CudaStream) -> Acquired<'b> {
+        (**self).acquire_read(stream)
+    }
+    fn written(&self) -> bool {
+        false
+    }
+}
+
+impl<P: DeviceBufferMut + Send + ?Sized> Held for &mut P {
+    fn acquire<'b>(&'b mut self, stream: &'b CudaStream) -> Acquired<'b> {
+        (**self).acquire_write(stream)
+    }
+    fn written(&self) -> bool {
+        true
+    }
+}
+
+/// One operand of [`capture`]: `&buffer` (the closure gets a `CudaView`) or `&mut buffer`
+/// (a `CudaViewMut`) of a [`DeviceBuffer`], borrowed for `'a`, the lifetime of the [`Graph`].
+/// Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a capture operand",
+    label = "not `&buffer` or `&mut buffer` of device memory",
+    note = "capture operands are `&` or `&mut` borrows of `CudaSlice<T>`, `CudaView<'_, T>` or `CudaViewMut<'_, T>`"
+)]
+pub trait Operand<'a>: imp::Sealed {
+    /// The element type.
+    type Elem: 'static;
+    /// What the closure gets for it: `CudaView<'s, Elem>` or `CudaViewMut<'s, Elem>`.
+    type View<'s>;
+    /// The borrow, as the graph holds it.
+    #[doc(hidden)]
+    fn into_held(self) -> Box<dyn Held + 'a>;
+    /// The closure's view of the operand's alias.
+    #[doc(hidden)]
+    fn view<'s>(alias: &'s mut Alias<Self::Elem>) -> Self::View<'s>;
+}
+
+impl<P: DeviceBuffer + Sync + ?Sized> imp::Sealed for &P {}
+impl<'a, P: DeviceBuffer + Sync + ?Sized + 'a> Operand<'a> for &'a P {
+    type Elem = P::Elem;
+    type View<'s> = CudaView<'s, P::Elem>;
+    fn into_held(self) -> Box<dyn Held + 'a> {
+        Box::new(self)
+    }
+    fn view<'s>(alias: &'s mut Alias<P::Elem>) -> CudaView<'s, P::Elem> {
+        alias.slice().as_view()
+    }
+}
+
+impl<P: DeviceBufferMut + Send + ?Sized> imp::Sealed for &mut P {}
+impl<'a, P: DeviceBufferMut + Send + ?Sized + 'a> Operand<'a> for &'a mut P {
+    type Elem = P::Elem;
+    type View<'s> = CudaViewMut<'s, P::Elem>;
+    fn into_held(self) -> Box<dyn Held + 'a> {
+        Box::new(self)
+    }
+    fn view<'s>(alias: &'s mut Alias<P::Elem>) -> CudaViewMut<'s, P::Elem> {
+        alias.slice().as_view_mut()
+    }
+}
+
+/// The operands of [`capture`]: a tuple of 0 to 6 [`Operand`]s (`()`, `(&a,)`,
+/// `(&a, &mut b)`, …). Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a tuple of capture operands",
+    label = "expected a tuple of 0 to 6 `&buffer` / `&mut buffer` of device memory",
+    note = "write one operand as `(&x,)`, with the comma"
+)]
+pub trait Operands<'a>: imp::Sealed {
+    /// The closure's views, one per operand, in order: `CudaView<'s, T>` for `&` operands,
+    /// `CudaViewMut<'s, T>` for `&mut` operands.
+    type Views<'s>;
+    /// The aliases, one per operand.
+    #[doc(hidden)]
+    type Aliases;
+    /// The borrows, as the graph holds them, in order.
+    #[doc(hidden)]
+    fn into_held(self) -> Vec<Box<dyn Held + 'a>>;
+    /// One alias per acquired operand, in order.
+    ///
+    /// # Safety
+    /// `acquired` are the operands of this tuple, in order, acquired on `stream`, of its
+    /// context, and stay borrowed for as long as the aliases live.
+    #[doc(hidden)]
+    unsafe fn aliases(stream: &Arc<CudaStream>, acquired: &[Acquired<'_>]) -> Self::Aliases;
+    /// The closure's views of the aliases.
+    #[doc(hidden)]
+    fn views<'s>(aliases: &'s mut Self::Aliases) -> Self::Views<'s>;
+}
+
+macro_rules! operands {
+    ($($o:ident $i:tt),*) => {
+        impl<$($o),*> imp::Sealed for ($($o,)*) {}
+        impl<'a, $($o: Operand<'a>),*> Operands<'a> for ($($o,)*) {
+            type Views<'s> = ($($o::View<'s>,)*);
+            type Aliases = ($(Alias<$o::Elem>,)*);
+            fn into_held(self) -> Vec<Box<dyn Held + 'a>> {
+                vec![$(self.$i.into_held()),*]
+            }
+            #[allow(unused_variables, clippy::unused_unit)]
+            unsafe fn aliases(stream: &Arc<CudaStream>, acquired: &[Acquired<'_>]) -> Self::Aliases {
+                // SAFETY: the caller's contract, operand by operand.
+                ($(unsafe { Alias::new(stream, acquired[$i].ptr, acquired[$i].len) },)*)
+            }
+            #[allow(unused_variables, clippy::unused_unit)]
+            fn views<'s>(aliases: &'s mut Self::Aliases) -> Self::Views<'s> {
+                ($($o::view(&mut aliases.$i),)*)
+            }
+        }
+    };
+}
+operands!();
+operands!(A 0);
+operands!(A 0, B 1);
+operands!(A 0, B 1, C 2);
+operands!(A 0, B 1, C 2, D 3);
+operands!(A 0, B 1, C 2, D 3, E 4);
+operands!(A 0, B 1, C 2, D 3, E 4, F 5);
+
+/// A driver error of a graph as a whole, at `file:line`.
+fn graph_error(file: &'static str, line: u32, call: &'static str, error: DriverError) -> Error {
+    Error::Graph { file, line, source: CudaError { call, error } }
+}
+
+/// Records `f`'s stream work on `operands` into a [`Graph`], by stream capture
+/// (`cuStreamBeginCapture_v2` in `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`, `cuStreamEndCapture`).
+///
+/// `operands` is a tuple of 0 to 6 borrows of device buffers (`CudaSlice<T>`, `CudaView<'_, T>`,
+/// `CudaViewMut<'_, T>`; device memory only): `&x` for buffers the work only reads, `&mut x`
+/// for buffers it writes. `f` gets the [`Capture`] (its [`stream`](Capture::stream) is the
+/// capturing stream) and, in the same order, a `CudaView` of each `&` operand and a
+/// `CudaViewMut` of each `&mut` operand, by value: they cannot leave the closure. Work that `f`
+/// enqueues on the capturing stream is recorded, not run. The returned graph holds the borrows
+/// of `operands` (so they outlive it, and its [`Exec`]), and is run by
+/// [`instantiate`](Graph::instantiate) and [`Exec::launch`].
+///
+/// The views are views of aliases of the operands' memory with events of their own, so cudarc's
+/// stream synchronization (its events, in multi-stream mode) works inside the capture: before
+/// the capture begins, `stream` waits for the operands' earlier users, outside the capture;
+/// inside, cudarc's waits concern only the aliases (see the module docs in `capture.rs`).
+///
+/// Use only the listed operands inside `f`: another buffer is not borrowed by the graph (nothing
+/// keeps it alive for the graph's launches), and in multi-stream mode one with a recorded event
+/// invalidates the capture.
+///
+/// # Errors
+/// All name this call's source location, and after each the capture has ended, no graph is
+/// kept and `stream` is usable:
+/// - [`Error::Capture`]: `f` returned an error, and the capture was not invalidated or, if it
+///   was, neither cudarc nor `f` reported a driver error (`f`'s own error is then kept);
+/// - [`Error::CaptureInvalidated`]: the driver invalidated the capture (a call inside `f` that
+///   cannot be captured, such as `stream.synchronize()`, a wait on an event recorded outside the
+///   capture, a view used on a stream outside the capture, a stream forked and not joined
+///   back). Its source is the first that exists of: the error cudarc recorded in the context
+///   instead of returning it during `f` or the aliases' drop (its waits on buffer events; e.g.
+///   `CUDA_ERROR_STREAM_CAPTURE_ISOLATION`, taken out of the context), the
+///   driver error `f` returned (a `DriverError`, [`CudaError`] or [`Error::Cuda`]), and
+///   `cuStreamEndCapture`'s error;
+/// - [`Error::Graph`]: `stream` is already capturing, is a stream that cannot capture (the
+///   legacy default stream), an operand belongs to another context than `stream`, or a driver
+///   call failed (`cuStreamIsCapturing`, `cuStreamBeginCapture`).
+///
+/// After an invalidated capture, `capture` synchronizes the context (`cuCtxSynchronize`), so
+/// that nothing `f` enqueued outside the capture still runs on the operands when their borrows
+/// end.
+///
+/// # Panics
+/// A panic in `f` ends the capture, destroys what was recorded and continues unwinding; the
+/// stream and the buffers are then usable.
+///
+/// # Example
+/// ```no_run
+/// use cudagraph::cudarc::driver::{LaunchConfig, PushKernelArg};
+///
+/// # fn main() -> cudagraph::Result<()> {
+/// # let src = "";
+/// let ctx = cudagraph::context(0)?;
+/// let stream = ctx.new_stream()?;
+/// let module = ctx.load_module(cudagraph::cudarc::nvrtc::compile_ptx(src)?)?;
+/// let scale = module.load_function("scale")?;
+/// let n = 1024u32;
+/// let x = stream.clone_htod(&vec![1.0f32; n as usize])?;
+/// let mut y = stream.alloc_zeros::<f32>(n as usize)?;
+/// let graph = cudagraph::capture(&stream, (&x, &mut y), |s, (x, mut y)| {
+///     s.stream().memset_zeros(&mut y)?;
+///     let mut launch = s.stream().launch_builder(&scale);
+///     launch.arg(&n).arg(&x).arg(&mut y);
+///     // SAFETY: `scale(n, x, y)` reads n elements of x and writes n of y.
+///     unsafe { launch.launch(LaunchConfig::for_num_elems(n)) }?;
+///     Ok::<(), cudagraph::cudarc::driver::DriverError>(())
+/// })?;
+/// let mut exec = graph.instantiate()?;
+/// for _ in 0..10 {
+///     exec.launch(&stream)?; // waits for earlier writers of x and y; later users wait for it
+/// }
+/// drop(exec); // ends the borrows of x and y
+/// let y = stream.clone_dtoh(&y)?;
+/// # Ok(()) }
+/// ```
+#[track_caller]
+pub fn capture<'a, Ops, F, E>(stream: &Arc<CudaStream>, operands: Ops, f: F) -> Result<Graph<'a>>
+where
+    Ops: Operands<'a>,
+    F: for<'s> FnOnce(&'s Capture, Ops::Views<'s>) -> Result<(), E>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let at = Location::caller();
+    let (file, line) = (at.file(), at.line());
+    let err = |call, error| graph_error(file, line, call, error);
+    let ctx = stream.context();
+    ctx.bind_to_thread().map_err(|e| err("cuCtxSetCurrent", e))?;
+    let s = stream.cu_stream();
+    // SAFETY: the stream is alive (borrowed) and its context current.
+    let status =
+        unsafe { raw::stream_capture_status(s) }.map_err(|e| err("cuStreamIsCapturing", e))?;
+    if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        let error = DriverError(CUresult::CUDA_ERROR_ILLEGAL_STATE);
+        return Err(err("cuStreamBeginCapture (the stream is already capturing)", error));
+    }
+    let mut held = operands.into_held();
+    let (result, end, accesses, recorded) = {
+        // Outside the capture: `stream` waits for the operands' earlier users. The guards record
+        // the operands' events when dropped, after the capture ended (harmless then: nothing ran).
+        let acquired: Vec<Acquired<'_>> = held.iter_mut().map(|h| h.acquire(stream)).collect();
+        if acquired.iter().any(|a| a.ctx != ctx.cu_ctx()) {
+            let error = DriverError(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+            let call =
+                "cuStreamBeginCapture (an operand belongs to another context than the stream)";
+            return Err(err(call, error));
+        }
+        // Made before the capture begins: `upgrade_device_ptr` creates events and panics if it
+        // cannot, and a panic here leaves no capture behind.
+        // SAFETY: each alias covers exactly the memory of its operand (pointer and length as
+        // acquired, of `stream`'s context: checked above), which `held` keeps borrowed for as
+        // long as `acquired` lives, and so for longer than `aliases` (dropped below, before
+        // `acquired`). An alias is never freed (its drop leaks it), and never outlives the
+        // borrow. The closure gets only views of the aliases, by value, for a lifetime `'s` it
+        // must accept for any `'s` (`for<'s>`): they cannot be kept past the closure, nor can the
+        // aliases be swapped out.
+        let mut aliases = unsafe { Ops::aliases(stream, &acquired) };
+        // SAFETY: the stream is alive and not capturing (checked above); its context current.
+        let begin = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        unsafe { raw::stream_begin_capture(s, begin) }
+            .map_err(|e| err("cuStreamBeginCapture", e))?;
+        let cap = Capture::new(stream.clone(), true);
+        let result = catch_unwind(AssertUnwindSafe(|| f(&cap, Ops::views(&mut aliases))));
+        // What cudarc recorded instead of returning it (its waits on buffer events) during the
+        // closure: a wait that invalidated the capture, say. Taken out here (cudarc's next call
+        // would return it) and put back below unless it explains an invalidated capture.
+        let recorded = ctx.check_err().err();
+        // Still capturing: the aliases' `leak` waits on their events, recorded (if at all)
+        // inside this capture. The wait on an alias event recorded outside the capture (a view
+        // used on another stream) fails with the cause; in a capture invalidated before, these
+        // waits fail with `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`, a consequence: dropped.
+        drop(aliases);
+        let invalidated = CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        let recorded = recorded.or(ctx.check_err().err().filter(|e| e.0 != invalidated));
+        let _ = ctx.bind_to_thread();
+        // SAFETY: this thread began the capture on `stream`, which is alive. The capture ends
+        // whatever the result.
+        let end = unsafe { raw::stream_end_capture(s) };
+        let accesses = acquired.iter().map(Access::of).collect::<Vec<_>>();
+        drop(acquired);
+        (result, end, accesses, recorded)
+    };
+    let destroy = |graph| {
+        // SAFETY: `graph` came from this capture and is not used afterwards.
+        ctx.record_err(unsafe { raw::graph_destroy(graph) })
+    };
+    // The cause of an invalidated capture: what cudarc recorded during the closure.
+    let recorded_cause = |recorded: Option<DriverError>| {
+        let call = "a cudarc call inside the capture (recorded by cudarc)";
+        recorded.map(|error| CudaError { call, error })
+    };
+    if end.is_err() {
+        // Work the closure enqueued on streams outside the capture (a view used on another
+        // stream, which invalidates the capture in multi-stream mode) finishes before the
+        // borrows end.
+        ctx.record_err(ctx.synchronize());
+    }
+    match (result, end) {
+        (Err(panic), end) => {
+            end.map(destroy).ok();
+            ctx.record_err(recorded.map_or(Ok(()), Err));
+            resume_unwind(panic)
+        }
+        (Ok(Err(e)), Ok(graph)) => {
+            destroy(graph);
+            ctx.record_err(recorded.map_or(Ok(()), Err));
+            Err(Error::Capture { file, line, source: e.into() })
+        }
+        (Ok(Err(e)), Err(_)) => Err(match recorded_cause(recorded).ok_or(e.into()) {
+            Ok(source) => Error::CaptureInvalidated { file, line, source },
+            Err(e) => match driver_error(e) {
+                Ok(source) => Error::CaptureInvalidated { file, line, source },
+                Err(source) => Error::Capture { file, line, source },
+            },
+        }),
+        (Ok(Ok(())), Ok(raw)) => {
+            ctx.record_err(recorded.map_or(Ok(()), Err));
+            let handle = GraphHandle { raw, ctx: ctx.clone(), accesses, file, line };
+            Ok(Graph { handle, operands: held })
+        }
+        (Ok(Ok(())), Err(error)) => {
+            let source =
+                recorded_cause(recorded).unwrap_or(CudaError { call: "cuStreamEndCapture", error });
+            Err(Error::CaptureInvalidated { file, line, source })
+        }
+    }
+}
+
+/// The driver error that the closure of an invalidated capture returned, if its error is one
+/// (a `DriverError`, a [`CudaError`] or an [`Error::Cuda`]); else its own error back.
+fn driver_error(
+    source: Box<dyn std::error::Error + Send + Sync>,
+) -> Result<CudaError, Box<dyn std::error::Error + Send + Sync>> {
+    let source = match source.downcast::<DriverError>() {
+        Ok(error) => {
+            return Ok(CudaError { call: "a driver call inside the capture", error: *error });
+        }
+        Err(other) => other,
+    };
+    let source = match source.downcast::<CudaError>() {
+        Ok(source) => return Ok(*source),
+        Err(other) => other,
+    };
+    match source.downcast::<Error>() {
+        Ok(e) => match *e {
+            Error::Cuda(source) => Ok(source),
+            e => Err(Box::new(e)),
+        },
+        Err(source) => Err(source),
+    }
+}
+
+/// The memory one operand was captured with: device address and size in bytes, and whether it
+/// was borrowed `&mut`. A launch checks its operands against these (see [`Released::bind`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Access {
+    pub(crate) start: u64,
+    pub(crate) bytes: u64,
+    pub(crate) write: bool,
+}
+
+impl Access {
+    fn of(a: &Acquired<'_>) -> Self {
+        Access { start: a.guard.start, bytes: a.guard.bytes, write: a.guard.write }
+    }
+}
+
+/// The owned `CUgraph` (destroyed on drop), its context, the memory of its operands and where
+/// it was captured.
+struct GraphHandle {
+    raw: CUgraph,
+    ctx: Arc<CudaContext>,
+    accesses: Vec<Access>,
+    /// Where the `capture` call is.
+    file: &'static str,
+    line: u32,
+}
+
+// SAFETY: the graph handle is owned (no other copy) and every driver call on it goes through
+// this value, so moving it to another thread moves all access with it. Not `Sync` (the raw
+// handle is not): CUDA graph objects are not internally synchronized, even for queries.
+unsafe impl Send for GraphHandle {}
+
+impl Drop for GraphHandle {
+    fn drop(&mut self) {
+        // SAFETY: owned, alive, not used afterwards; execs instantiated from it stay valid.
+        self.ctx.record_err(unsafe { raw::graph_destroy(self.raw) });
+    }
+}
+
+impl GraphHandle {
+    fn error(&self, call: &'static str, error: DriverError) -> Error {
+        graph_error(self.file, self.line, call, error)
+    }
+}
+
+/// The owned `CUgraphExec` (destroyed on drop: the driver lets launches already enqueued
+/// finish) and its context.
+struct ExecHandle {
+    raw: CUgraphExec,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: as for `GraphHandle`.
+unsafe impl Send for ExecHandle {}
+
+impl Drop for ExecHandle {
+    fn drop(&mut self) {
+        // SAFETY: owned, alive, not used afterwards.
+        self.ctx.record_err(unsafe { raw::exec_destroy(self.raw) });
+    }
+}
+
+/// A captured `CUgraph`, made by [`capture`]; it owns the graph (`cuGraphDestroy` on drop) and
+/// holds the borrows of the capture's operands for `'a`, so those buffers outlive it and are not
+/// written elsewhere while it exists (nor used at all, for `&mut` operands).
+///
+/// `Send`, not `Sync`: CUDA graph objects are not internally synchronized, and even its queries
+/// must not run on two threads at once.
+pub struct Graph<'a> {
+    handle: GraphHandle,
+    operands: Vec<Box<dyn Held + 'a>>,
+}
+
+impl fmt::Debug for Graph<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let h = &self.handle;
+        f.debug_struct("Graph")
+            .field("raw", &h.raw)
+            .field("operands", &h.accesses)
+            .field("captured_at", &format_args!("{}:{}", h.file, h.line))
+            .finish()
+    }
+}
+
+impl<'a> Graph<'a> {
+    /// The number of nodes the capture recorded (`cuGraphGetNodes`).
+    ///
+    /// # Errors
+    /// [`Error::Graph`] (naming the `capture` call) if the driver call fails.
+    pub fn nodes(&self) -> Result<usize> {
+        let h = &self.handle;
+        // SAFETY: the graph is alive while `self` is.
+        let nodes =
+            unsafe { raw::graph_nodes(h.raw) }.map_err(|e| h.error("cuGraphGetNodes", e))?;
+        Ok(nodes.len())
+    }
+
+    /// The edges between the nodes, as `(from, to)` indices into the driver's node list (the
+    /// order of `cuGraphGetNodes`, stable for an unchanged graph), from `cuGraphGetEdges_v2`.
+    ///
+    /// # Errors
+    /// [`Error::Graph`] (naming the `capture` call) if a driver call fails.
+    pub fn edges(&self) -> Result<Vec<(usize, usize)>> {
+        let h = &self.handle;
+        // SAFETY: the graph is alive while `self` is.
+        let nodes =
+            unsafe { raw::graph_nodes(h.raw) }.map_err(|e| h.error("cuGraphGetNodes", e))?;
+        let edges =
+            unsafe { raw::graph_edges(h.raw) }.map_err(|e| h.error("cuGraphGetEdges_v2", e))?;
+        let index: HashMap<_, _> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        let find = |n| {
+            index.get(&n).copied().ok_or_else(|| {
+                let call = "cuGraphGetEdges_v2 (an edge's node is not in the node list)";
+                h.error(call, DriverError(CUresult::CUDA_ERROR_UNKNOWN))
+            })
+        };
+        edges.into_iter().map(|(from, to)| Ok((find(from)?, find(to)?))).collect()
+    }
+
+    /// Writes the driver's Graphviz DOT of the graph (`cuGraphDebugDotPrint`, verbose) to
+    /// `path`, given as the path's own bytes (a non-UTF-8 path is written as given on Unix).
+    ///
+    /// # Errors
+    /// [`Error::Graph`] (naming the `capture` call) if the path contains a NUL byte (or, outside
+    /// Unix, is not UTF-8) or the driver cannot write the file.
+    pub fn debug_dot_print(&self, path: &Path) -> Result<()> {
+        let h = &self.handle;
+        let refuse = |why| h.error(why, DriverError(CUresult::CUDA_ERROR_INVALID_VALUE));
+        // The path's own bytes: a lossy conversion would write another file.
+        #[cfg(unix)]
+        let bytes = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str());
+        #[cfg(not(unix))]
+        let bytes = path
+            .to_str()
+            .ok_or_else(|| refuse("cuGraphDebugDotPrint (path is not UTF-8)"))?
+            .as_bytes();
+        let c =
+            CString::new(bytes).map_err(|_| refuse("cuGraphDebugDotPrint (path contains NUL)"))?;
+        // SAFETY: the graph is alive while `self` is; `c` is NUL-terminated.
+        unsafe { raw::debug_dot_print(h.raw, c.as_ptr()) }
+            .map_err(|e| h.error("cuGraphDebugDotPrint", e))
+    }
+
+    /// Instantiates the graph (`cuGraphInstantiateWithFlags`, no flags) into an [`Exec`], which
+    /// takes over the graph and its borrows.
+    ///
+    /// # Errors
+    /// [`Error::Graph`] (naming the `capture` call) if the driver refuses (the graph is
+    /// dropped).
+    pub fn instantiate(self) -> Result<Exec<'a>> {
+        let h = &self.handle;
+        h.ctx.bind_to_thread().map_err(|e| h.error("cuCtxSetCurrent", e))?;
+        // SAFETY: the graph is alive and its context current.
+        let raw = unsafe { raw::instantiate(h.raw) }
+            .map_err(|e| h.error("cuGraphInstantiateWithFlags", e))?;
+        let exec = ExecHandle { raw, ctx: h.ctx.clone() };
+        Ok(Exec { exec, graph: self, ledger: Ledger::default() })
+    }
+
+    /// The raw graph, owned by `self` (for embedding as a child graph): do not destroy it.
+    #[allow(dead_code)] // for child-graph nodes (issue 13)
+    pub(crate) fn raw(&self) -> CUgraph {
+        self.handle.raw
+    }
+
+    /// The context the graph was captured in.
+    #[allow(dead_code)] // for child-graph nodes (issue 13)
+    pub(crate) fn context(&self) -> &Arc<CudaContext> {
+        &self.handle.ctx
+    }
+
+    /// The operands' memory and accesses, in `capture`'s order.
+    #[allow(dead_code)] // for child-graph nodes (issue 13)
+    pub(crate) fn accesses(&self) -> &[Access] {
+        &self.handle.accesses
+    }
+
+    /// Acquires every operand on `stream` (see [`Exec::launch`]) and checks that each is the
+    /// memory the graph was captured with, borrowed at least as the capture borrowed it. The
+    /// guards must be dropped after the work that uses the graph is enqueued on `stream`.
+    pub(crate) fn acquire<'b>(
+        &'b mut self,
+        stream: &'b CudaStream,
+        refused: &'static str,
+    ) -> Result<Vec<Acquired<'b>>> {
+        let h = &self.handle;
+        let acquired: Vec<_> = self.operands.iter_mut().map(|o| o.acquire(stream)).collect();
+        let same = acquired.len() == h.accesses.len()
+            && acquired.iter().zip(&h.accesses).all(|(a, c)| {
+                let now = Access::of(a);
+                a.ctx == h.ctx.cu_ctx()
+                    && (now.start, now.bytes) == (c.start, c.bytes)
+                    && (now.write || !c.write)
+            });
+        if !same {
+            return Err(h.error(refused, DriverError(CUresult::CUDA_ERROR_INVALID_VALUE)));
+        }
+        Ok(acquired)
+    }
+}
+
+/// An instantiated captured graph (`CUgraphExec`), made by [`Graph::instantiate`]; it owns the
+/// exec (`cuGraphExecDestroy` on drop; launches already enqueued still run) and the [`Graph`]
+/// with its borrows, so the buffers it uses outlive it. [`release`](Self::release) ends the
+/// borrows for a while (to write an input from the host between launches, say) and
+/// [`Released::bind`] takes them again.
+///
+/// `Send`, not `Sync` (CUDA's rule for graph objects; every call takes `&mut self`).
+pub struct Exec<'a> {
+    // Dropped first: the exec, then the graph.
+    exec: ExecHandle,
+    graph: Graph<'a>,
+    ledger: Ledger,
+}
+
+impl fmt::Debug for Exec<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Exec").field("exec", &self.exec.raw).field("graph", &self.graph).finish()
+    }
+}
+
+/// A refused [`Exec::update`]: the error ([`Error::GraphUpdateRefused`], or [`Error::Graph`] for
+/// a graph of another context) and the graph, given back with its borrows.
+#[derive(Debug)]
+pub struct UpdateRefused<'a> {
+    /// Why.
+    pub error: Error,
+    /// The graph that was not taken.
+    pub graph: Graph<'a>,
+}
+
+impl From<UpdateRefused<'_>> for Error {
+    /// The error alone (the graph is dropped), so that `?` works in functions returning
+    /// [`Result`].
+    fn from(refused: UpdateRefused<'_>) -> Self {
+        refused.error
+    }
+}
+
+impl<'a> Exec<'a> {
+    /// Checks that `stream` can take this exec's work: of the exec's context (else `calls[0]`,
+    /// `CUDA_ERROR_INVALID_CONTEXT`) and not capturing (else `calls[1]`: a captured launch would
+    /// record this exec's buffers into another graph, which would not borrow them); binds the
+    /// context.
+    fn check_stream(&self, stream: &CudaStream, calls: [&'static str; 2]) -> Result<()> {
+        let h = &self.graph.handle;
+        if stream.context().cu_ctx() != h.ctx.cu_ctx() {
+            return Err(h.error(calls[0], DriverError(CUresult::CUDA_ERROR_INVALID_CONTEXT)));
+        }
+        stream.context().bind_to_thread().map_err(|e| h.error("cuCtxSetCurrent", e))?;
+        // SAFETY: the stream is alive (borrowed) and its context current.
+        let status = unsafe { raw::stream_capture_status(stream.cu_stream()) }
+            .map_err(|e| h.error("cuStreamIsCapturing", e))?;
+        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return Err(h.error(calls[1], DriverError(CUresult::CUDA_ERROR_ILLEGAL_STATE)));
+        }
+        Ok(())
+    }
+
+    /// Launches the graph on `stream` (`cuGraphLaunch`).
+    ///
+    /// Before the launch, `stream` waits for the earlier users of every operand (cudarc's
+    /// events: for `&mut` operands readers and writers, for `&` operands writers) and for the
+    /// work on each operand's own stream (the stream it was allocated on); after it, the
+    /// operands' events are recorded and their own streams wait for the graph. So the graph is
+    /// ordered with every other use of its buffers, on any stream, and a buffer dropped after
+    /// the exec is freed after the graph ran, as for `graph!`.
+    ///
+    /// # Errors
+    /// [`Error::Graph`] naming the `capture` call, nothing enqueued: `stream` belongs to another
+    /// context or is capturing; after [`Released::bind`], an operand is not the memory the graph
+    /// was captured with (`CUDA_ERROR_INVALID_VALUE`); or a driver call failed
+    /// (`cuGraphLaunch`; `cuEventRecord`, `cuStreamWaitEvent` for operands of other streams).
+    pub fn launch(&mut self, stream: &CudaStream) -> Result<()> {
+        self.check_stream(
+            stream,
+            [
+                "cuGraphLaunch (stream of another context)",
+                "cuGraphLaunch (the stream is capturing)",
+            ],
+        )?;
+        let (file, line) = (self.graph.handle.file, self.graph.handle.line);
+        let err = |source| Error::Graph { file, line, source };
+        let exec = self.exec.raw;
+        let refused = "cuGraphLaunch (an operand is not the memory the graph was captured with)";
+        let acquired = self.graph.acquire(stream, refused)?;
+        self.ledger.before(stream, &acquired).map_err(err)?;
+        // SAFETY: exec and stream are alive and of one context (checked), which is current;
+        // every pointer the exec uses is in an operand borrowed by `self.graph` (checked above to
+        // be the captured memory), ordered with its other users by the guards and the ledger.
+        unsafe { raw::launch(exec, stream.cu_stream()) }.call("cuGraphLaunch").map_err(err)?;
+        self.ledger.after(stream).map_err(err)?;
+        drop(acquired); // records the operands' events after the launch
+        Ok(())
+    }
+
+    /// Uploads the exec's work to the device ahead of its next launch on `stream`
+    /// (`cuGraphUpload`), so that launch does not pay for it.
+    ///
+    /// # Errors
+    /// [`Error::Graph`] naming the `capture` call: `stream` belongs to another context, is
+    /// capturing, or the driver call failed.
+    pub fn upload(&mut self, stream: &CudaStream) -> Result<()> {
+        self.check_stream(
+            stream,
+            [
+                "cuGraphUpload (stream of another context)",
+                "cuGraphUpload (the stream is capturing)",
+            ],
+        )?;
+        // SAFETY: exec and stream are alive and of one context (checked), which is current.
+        unsafe { raw::upload(self.exec.raw, stream.cu_stream()) }
+            .map_err(|e| self.graph.handle.error("cuGraphUpload", e))
+    }
+
+    /// Updates the whole exec from `graph` (`cuGraphExecUpdate_v2`): a graph of the same
+    /// topology whose nodes differ only in what the driver can update in place (kernel
+    /// arguments and pointers, copy and memset addresses, …), typically a capture of the same
+    /// work on other buffers. The next launch runs `graph`'s parameters.
+    ///
+    /// It takes `graph` by value because from then on the exec uses *that* graph's buffers, so
+    /// it must hold their borrows: on success the exec holds `graph` (and its borrows) instead of
+    /// the old one, which is dropped (its borrows end; launches already enqueued are ordered
+    /// with later users of those buffers by [`launch`](Self::launch)'s events and ledger).
+    ///
+    /// # Errors
+    /// On refusal the exec is unchanged (the driver performs no part of a refused update) and
+    /// `graph` is given back in [`UpdateRefused`], with [`Error::GraphUpdateRefused`] carrying
+    /// the driver's `CUgraphExecUpdateResult` (for instance
+    /// `CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED`) and naming this call's location;
+    /// [`Error::Graph`] for a graph of another context.
+    #[track_caller]
+    #[allow(clippy::result_large_err)] // rare, and the graph must come back
+    pub fn update(&mut self, graph: Graph<'a>) -> Result<(), UpdateRefused<'a>> {
+        let at = Location::caller();
+        let (file, line) = (at.file(), at.line());
+        let ctx = &graph.handle.ctx;
+        if ctx.cu_ctx() != self.exec.ctx.cu_ctx() {
+            let error = DriverError(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+            let call = "cuGraphExecUpdate (graph of another context)";
+            return Err(UpdateRefused { error: graph_error(file, line, call, error), graph });
+        }
+        if let Err(error) = ctx.bind_to_thread() {
+            let error = graph_error(file, line, "cuCtxSetCurrent", error);
+            return Err(UpdateRefused { error, graph });
+        }
+        // SAFETY: both are alive and of the current context.
+        match unsafe { raw::exec_update(self.exec.raw, graph.handle.raw) } {
+            Ok(()) => {
+                self.graph = graph;
+                Ok(())
+            }
+            Err((error, info)) => {
+                let source = CudaError { call: "cuGraphExecUpdate_v2", error };
+                let error = Error::GraphUpdateRefused { file, line, result: info.result, source };
+                Err(UpdateRefused { error, graph })
+            }
+        }
+    }
+
+    /// The graph the exec runs (the captured one, or the last one [`update`](Self::update)
+    /// took), for [`Graph::nodes`], [`Graph::edges`] and [`Graph::debug_dot_print`].
+    pub fn graph(&self) -> &Graph<'a> {
+        &self.graph
+    }
+
+    /// Ends the exec's borrows of its buffers, keeping the instantiated exec: until
+    /// [`Released::bind`] takes them again, the buffers can be used as any others (written from
+    /// the host with cudarc's `memcpy_htod` between launches, say; cudarc's events order that
+    /// with the launches before and after). Launches already enqueued are ordered with those
+    /// uses as after a `graph!` call.
+    pub fn release(self) -> Released {
+        let Exec { exec, graph, ledger } = self;
+        Released { exec, graph: graph.handle, ledger }
+    }
+}
+
+/// An [`Exec`] without its borrows ([`Exec::release`]): it cannot launch until
+/// [`bind`](Self::bind) gives it its buffers again. `Send`, not `Sync`.
+pub struct Released {
+    // Dropped first: the exec, then the graph.
+    exec: ExecHandle,
+    graph: GraphHandle,
+    ledger: Ledger,
+}
+
+impl fmt::Debug for Released {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Released")
+            .field("exec", &self.exec.raw)
+            .field("operands", &self.graph.accesses)
+            .finish()
+    }
+}
+
+impl Released {
+    /// Borrows `operands` for the exec again: the same buffers as the capture's (or the last
+    /// [`Exec::update`]'s) operands, in the same order, `&mut` where those were. Each
+    /// [`Exec::launch`] checks that every operand is exactly the memory the graph was captured
+    /// with (device address, size in bytes, context) and borrowed at least as the capture did;
+    /// if not, that launch is an error and enqueues nothing.
+    pub fn bind<'b, Ops: Operands<'b>>(self, operands: Ops) -> Exec<'b> {
+        let Released { exec, graph, ledger } = self;
+        Exec { exec, graph: Graph { handle: graph, operands: operands.into_held() }, ledger }
+    }
+}
+
+/// The stream ledger of [`Exec::launch`] (as `GraphCache`'s): before the launch, the launch
+/// stream waits for the work on each operand's own stream; after it, each own stream waits for
+/// the launch. cudarc frees a buffer on its own stream, so a buffer dropped after the exec is
+/// freed after the graph ran, whatever cudarc's event mode. Nothing to do while every operand
+/// lives on the launch stream.
+#[derive(Default)]
+struct Ledger {
+    /// The own streams other than the launch stream, each once (the current launch's scratch).
+    own: Vec<CUstream>,
+    /// `events[0]` marks the launch; `events[1..]` the own streams' work. Of the exec's context.
+    events: Vec<CudaEvent>,
+}
+
+// SAFETY: `own` is scratch of one `Exec::launch` call (filled by `before`, used by `after` in
+// the same call, while the operands that hold those streams are borrowed); the events are Send.
+unsafe impl Send for Ledger {}
+
+impl Ledger {
+    fn before(&mut self, stream: &CudaStream, acquired: &[Acquired<'_>]) -> Result<(), CudaError> {
+        self.own.clear();
+        for a in acquired {
+            if let Some(o) = a.guard.own
+                && o != stream.cu_stream()
+                && !self.own.contains(&o)
+            {
+                self.own.push(o);
+            }
+        }
+        if self.own.is_empty() {
+            return Ok(());
+        }
+        while self.events.len() < self.own.len() + 1 {
+            let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
+            self.events.push(stream.context().new_event(Some(flags)).call("cuEventCreate")?);
+        }
+        for (&o, e) in self.own.iter().zip(&self.events[1..]) {
+            // SAFETY: `o` is alive (the borrowed operand holds it) and of the context of
+            // `stream` (checked by `launch`), which is current, as is the event.
+            unsafe { raw::record_event(e.cu_event(), o) }.call("cuEventRecord")?;
+            unsafe { raw::wait_event(stream.cu_stream(), e.cu_event()) }
+                .call("cuStreamWaitEvent")?;
+        }
+        Ok(())
+    }
+
+    fn after(&mut self, stream: &CudaStream) -> Result<(), CudaError> {
+        if self.own.is_empty() {
+            return Ok(());
+        }
+        let done = self.events[0].cu_event();
+        // SAFETY: as in `before`.
+        unsafe { raw::record_event(done, stream.cu_stream()) }.call("cuEventRecord")?;
+        for &o in &self.own {
+            unsafe { raw::wait_event(o, done) }.call("cuStreamWaitEvent")?;
+        }
+        Ok(())
+    }
+}

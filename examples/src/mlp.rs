@@ -1,0 +1,246 @@
+//! A small multi-layer perceptron, one `graph!` call per step: each layer a cuBLAS GEMM
+//! recorded by a `capture` statement plus this crate's own bias + ReLU kernel.
+//!
+//! ```text
+//! mlp [--steps S] [--batch B,B…] [--width W,W…] [--plan]
+//! ```
+//! For each batch size `B` (default 1,8,64) and width `W` (default 256,1024), runs `S` steps
+//! (default 200) of a 4-layer MLP (`h[l+1] = relu(W_l · h[l] + b_l)`, f32, column-major) whose
+//! input changes every step (step `i` reads input `i` of a device buffer of `S` inputs, so the
+//! graph's copy node and the first GEMM get a new pointer every step), once as a CUDA graph
+//! and once eagerly ([`Mode::Eager`]: the same statements, cuBLAS called directly on the stream),
+//! checks that every step's output is bit-identical, and prints the per-step time of both.
+//! `--plan` prints the step's graph as Graphviz DOT without touching CUDA. Without a CUDA driver
+//! the run exits with status 2 and one line saying so.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudagraph::cudarc::cublas::{CudaBlas, Gemm, GemmConfig, sys::cublasOperation_t};
+use cudagraph::cudarc::driver::{CudaSlice, CudaStream};
+use cudagraph::cudarc::nvrtc::compile_ptx;
+use cudagraph::{GraphCache, Mode, graph, kernels};
+
+const SOURCE: &str = include_str!("../kernels/mlp.cu");
+const LAYERS: usize = 4;
+
+kernels! {
+    /// Kernels of `kernels/mlp.cu`.
+    pub struct Mlp {
+        /// `y[r + c * rows] = max(y[r + c * rows] + bias[r], 0)`.
+        fn bias_relu(rows: u32, cols: u32, bias: &[f32], y: &mut [f32]);
+    }
+}
+
+struct Args {
+    steps: usize,
+    batches: Vec<usize>,
+    widths: Vec<usize>,
+    plan: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args { steps: 200, batches: vec![1, 8, 64], widths: vec![256, 1024], plan: false };
+    let mut it = std::env::args().skip(1);
+    let list = |v: Option<String>, name: &str| -> Result<Vec<usize>, String> {
+        let v = v.ok_or(format!("{name} needs a value"))?;
+        v.split(',')
+            .map(|x| x.parse().map_err(|_| format!("{name}: `{x}` is not a positive integer")))
+            .collect()
+    };
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--steps" => a.steps = list(it.next(), "--steps")?[0],
+            "--batch" => a.batches = list(it.next(), "--batch")?,
+            "--width" => a.widths = list(it.next(), "--width")?,
+            "--plan" => a.plan = true,
+            _ => {
+                return Err("usage: mlp [--steps S (default 200)] [--batch B,B… (default 1,8,64)] [--width W,W… (default 256,1024)] [--plan]".into());
+            }
+        }
+    }
+    if a.steps == 0 || a.batches.contains(&0) || a.widths.contains(&0) {
+        return Err("sizes must be positive".into());
+    }
+    Ok(a)
+}
+
+/// Deterministic values in [-scale, scale].
+fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+/// The network's buffers for one size.
+struct Net {
+    w: Vec<CudaSlice<f32>>,
+    b: Vec<CudaSlice<f32>>,
+    h: Vec<CudaSlice<f32>>,
+    inputs: CudaSlice<f32>,
+}
+
+/// Runs `steps` steps in `mode`, each step's output copied into `outputs`; returns seconds.
+#[allow(clippy::too_many_arguments)]
+fn run_steps(
+    stream: &Arc<CudaStream>,
+    blas: &CudaBlas,
+    k: &Mlp,
+    net: &mut Net,
+    outputs: &mut CudaSlice<f32>,
+    (batch, width, steps): (usize, usize, usize),
+    cache: &mut GraphCache,
+) -> cudagraph::Result<f64> {
+    let n = batch * width;
+    let gemm = GemmConfig {
+        transa: cublasOperation_t::CUBLAS_OP_N,
+        transb: cublasOperation_t::CUBLAS_OP_N,
+        m: width as i32,
+        n: batch as i32,
+        k: width as i32,
+        alpha: 1.0f32,
+        lda: width as i32,
+        ldb: width as i32,
+        beta: 0.0f32,
+        ldc: width as i32,
+    };
+    let (rows, cols) = (width as u32, batch as u32);
+    let cfg = ((n as u32).div_ceil(256), 256u32);
+    let Net { w, b, h, inputs } = net;
+    stream.synchronize()?;
+    let t = Instant::now();
+    for i in 0..steps {
+        let x = inputs.slice(i * n..(i + 1) * n);
+        let mut out = outputs.slice_mut(i * n..(i + 1) * n);
+        graph!(cache, stream, {
+            copy(&x, &mut h[0]);
+            for l in 0..4 {
+                // SAFETY (of the GEMM): `gemm` describes W (width×width), h[l] and h[l + 1]
+                // (width×batch), the sizes these buffers were allocated with.
+                capture(&w[l], &h[l], &mut h[l + 1], |_, (w, x, mut y)| unsafe {
+                    blas.gemm(gemm, &w, &x, &mut y)
+                });
+                k.bias_relu(rows, cols, &b[l], &mut h[l + 1]).launch(cfg);
+            }
+            copy(&h[4], &mut out);
+        })?;
+    }
+    stream.synchronize()?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
+    let ctx = cudagraph::context(0)?;
+    let stream = ctx.default_stream();
+    let blas = CudaBlas::new(stream.clone())?;
+    // SAFETY: `Mlp`'s declaration matches `kernels/mlp.cu`.
+    let k = unsafe { Mlp::load(&ctx, compile_ptx(SOURCE)?)? };
+    println!("device: {}", ctx.name()?);
+    println!(
+        "{LAYERS} layers, each a captured cuBLAS SGEMM + bias_relu kernel; {} steps; input changes every step",
+        args.steps
+    );
+    println!(
+        "{:>6} {:>6} | {:>12} {:>12} {:>8} | {:>8} | stats (graph)",
+        "batch", "width", "graph µs", "eager µs", "speed-up", "outputs"
+    );
+    let mut all_ok = true;
+    for &width in &args.widths {
+        for &batch in &args.batches {
+            let n = batch * width;
+            let mut net = Net {
+                w: (0..LAYERS)
+                    .map(|l| {
+                        stream.clone_htod(&values(width * width, l as u64, 1.0 / width as f32))
+                    })
+                    .collect::<Result<_, _>>()?,
+                b: (0..LAYERS)
+                    .map(|l| stream.clone_htod(&values(width, 100 + l as u64, 0.1)))
+                    .collect::<Result<_, _>>()?,
+                h: (0..=LAYERS).map(|_| stream.alloc_zeros::<f32>(n)).collect::<Result<_, _>>()?,
+                inputs: stream.clone_htod(&values(n * args.steps, 7, 1.0))?,
+            };
+            let mut out_graph = stream.alloc_zeros::<f32>(n * args.steps)?;
+            let mut out_eager = stream.alloc_zeros::<f32>(n * args.steps)?;
+            let sizes = (batch, width, args.steps);
+            // Warm-up of both paths (cuBLAS heuristics, module load, first instantiation).
+            let mut cache = GraphCache::new();
+            let mut eager = GraphCache::new();
+            eager.set_mode(Mode::Eager);
+            let warm = (batch, width, 2.min(args.steps));
+            run_steps(&stream, &blas, &k, &mut net, &mut out_graph, warm, &mut cache)?;
+            run_steps(&stream, &blas, &k, &mut net, &mut out_eager, warm, &mut eager)?;
+            let tg = run_steps(&stream, &blas, &k, &mut net, &mut out_graph, sizes, &mut cache)?;
+            let te = run_steps(&stream, &blas, &k, &mut net, &mut out_eager, sizes, &mut eager)?;
+            let g = stream.clone_dtoh(&out_graph)?;
+            let e = stream.clone_dtoh(&out_eager)?;
+            let same = g.iter().zip(&e).all(|(a, b)| a.to_bits() == b.to_bits());
+            let finite = g.iter().all(|v| v.is_finite()) && g.iter().any(|&v| v != 0.0);
+            all_ok &= same && finite;
+            let s = cache.stats();
+            let per = |t: f64| t / args.steps as f64 * 1e6;
+            println!(
+                "{batch:>6} {width:>6} | {:>12.2} {:>12.2} {:>7.2}x | {:>8} | launches {} builds {} node updates {} exec updates {} reinstantiations {}",
+                per(tg),
+                per(te),
+                te / tg,
+                if !finite {
+                    "ZERO/NaN"
+                } else if same {
+                    "bit-exact"
+                } else {
+                    "DIFFER"
+                },
+                s.launches,
+                s.builds,
+                s.node_updates,
+                s.exec_updates,
+                s.reinstantiations,
+            );
+        }
+    }
+    if !all_ok {
+        eprintln!("mlp: FAILED (graph and eager outputs differ, or are all zero / not finite)");
+    }
+    Ok(all_ok)
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("mlp: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let plans = || cudagraph::plans().filter(|p| p.file.ends_with("mlp.rs"));
+    if args.plan {
+        for p in plans() {
+            print!("{}", p.to_dot());
+        }
+        return ExitCode::SUCCESS;
+    }
+    if !cudagraph::driver_available() {
+        eprintln!(
+            "mlp: no CUDA GPU here (the CUDA driver, libcuda, could not be loaded), so nothing ran.\n\
+             mlp: the step's graph plan follows; `--plan` prints it as Graphviz DOT"
+        );
+        for p in plans() {
+            print!("{p}");
+        }
+        return ExitCode::from(2);
+    }
+    match run(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("mlp: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,16 @@
+// A captured graph holds its operands' borrows: a buffer it writes cannot be freed (or used)
+// while the graph exists.
+use std::sync::Arc;
+
+use cudagraph::cudarc::driver::{CudaSlice, CudaStream, DriverError};
+
+fn freed(s: &Arc<CudaStream>, mut y: CudaSlice<f32>) -> cudagraph::Result<()> {
+    let graph = cudagraph::capture(s, (&mut y,), |s, (mut y,)| {
+        s.stream().memset_zeros(&mut y)?;
+        Ok::<(), DriverError>(())
+    })?;
+    drop(y);
+    graph.instantiate()?.launch(s)
+}
+
+fn main() {}
