@@ -136,7 +136,8 @@ fn run_steps(
 
 fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     let ctx = cudagraph::context(0)?;
-    let stream = ctx.default_stream();
+    // A stream of its own: the legacy default stream cannot be captured.
+    let stream = ctx.new_stream()?;
     let blas = CudaBlas::new(stream.clone())?;
     // SAFETY: `Mlp`'s declaration matches `kernels/mlp.cu`.
     let k = unsafe { Mlp::load(&ctx, compile_ptx(SOURCE)?)? };

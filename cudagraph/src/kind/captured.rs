@@ -222,8 +222,15 @@ where
         }
         let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
         // SAFETY: as above; the stream is not capturing.
-        unsafe { raw::stream_begin_capture(s, mode) }
-            .map_err(|e| graph_err("cuStreamBeginCapture", e))?;
+        unsafe { raw::stream_begin_capture(s, mode) }.map_err(|e| {
+            let call = if s.is_null() {
+                "cuStreamBeginCapture (the legacy default stream cannot capture: use a stream from \
+                 `ctx.new_stream()`)"
+            } else {
+                "cuStreamBeginCapture"
+            };
+            graph_err(call, e)
+        })?;
         let result = self.call(true);
         let ctx = self.stream.context();
         let _ = ctx.bind_to_thread();
