@@ -1,0 +1,16 @@
+use cudagraph::cudarc::driver::{CudaContext, DriverError};
+use cudagraph::{GraphCache, graph};
+
+fn main() -> cudagraph::Result<()> {
+    let ctx = CudaContext::new(0)?;
+    let stream = ctx.new_stream()?;
+    let mut cache = GraphCache::new();
+    let x = stream.alloc_zeros::<f32>(1024)?;
+    let mut y = stream.alloc_zeros::<f32>(1024)?;
+    // `x` is listed `&x`: the closure gets a read-only `CudaView`, which cudarc cannot write.
+    graph!(&mut cache, &stream, {
+        capture(&x, &mut y, |s, (mut x, y)| -> Result<(), DriverError> {
+            s.stream().memcpy_dtod(&y, &mut x)
+        });
+    })
+}
