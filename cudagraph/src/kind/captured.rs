@@ -173,9 +173,9 @@ impl<'a, H: CaptureOperands, F> CaptureParams<'a, H, F> {
         CaptureParams { stream, handles, f: Cell::new(Some(f)), recorded: RefCell::new(None) }
     }
 
-    /// Runs the closure (once) on aliases of the operands, with the stream capturing or not.
-    /// Returns the closure's result, or the panic.
-    fn call<E>(&self, capturing: bool) -> std::thread::Result<Result<(), E>>
+    /// Runs `f` on aliases of the operands, with the stream capturing or not. Returns the
+    /// closure's result, or the panic.
+    fn call<E>(&self, f: F, capturing: bool) -> std::thread::Result<Result<(), E>>
     where
         F: for<'s> FnOnce(&'s Capture, H::Views<'s>) -> Result<(), E>,
     {
@@ -186,14 +186,19 @@ impl<'a, H: CaptureOperands, F> CaptureParams<'a, H, F> {
         // escape the closure.
         let mut aliases = unsafe { self.handles.aliases(self.stream) };
         let cap = Capture::new(self.stream.clone(), capturing);
-        let f = self.f.take();
-        catch_unwind(AssertUnwindSafe(|| match f {
-            Some(f) => f(&cap, H::views(&mut aliases)),
-            // Only a second recording in one call gets here; the cache records once.
-            None => Ok(()),
-        }))
+        catch_unwind(AssertUnwindSafe(|| f(&cap, H::views(&mut aliases))))
         // `aliases` dropped here: still capturing when `capturing`, so their `leak` waits
         // only on events recorded inside this capture.
+    }
+
+    /// The closure, taken: each statement value runs it once (the cache records or runs it
+    /// once per call); a second run is an error rather than an empty recording.
+    fn take(&self, site: &dyn Fn() -> NodeSite) -> Result<F, Error> {
+        self.f.take().ok_or_else(|| {
+            let at = site();
+            let source = "the closure of this capture statement already ran in this call".into();
+            Error::Capture { file: at.file, line: at.line, source }
+        })
     }
 }
 
@@ -220,6 +225,7 @@ where
             let error = DriverError(sys::CUresult::CUDA_ERROR_ILLEGAL_STATE);
             return Err(graph_err("cuStreamBeginCapture (the stream is already capturing)", error));
         }
+        let f = self.take(site)?;
         let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
         // SAFETY: as above; the stream is not capturing.
         unsafe { raw::stream_begin_capture(s, mode) }.map_err(|e| {
@@ -231,7 +237,7 @@ where
             };
             graph_err(call, e)
         })?;
-        let result = self.call(true);
+        let result = self.call(f, true);
         let ctx = self.stream.context();
         let _ = ctx.bind_to_thread();
         // SAFETY: this thread began the capture on `s`, which is alive; it ends whatever the
@@ -272,7 +278,8 @@ where
     }
 
     fn run_eager(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
-        match self.call(false) {
+        let f = self.take(site)?;
+        match self.call(f, false) {
             Err(panic) => resume_unwind(panic),
             Ok(Err(e)) => {
                 let at = site();
