@@ -52,8 +52,24 @@
 //! them, which instantiates into an [`Exec`] that launches ordered with every other use of those
 //! buffers and can be updated from another capture.
 //!
+//! Inside `graph!`, `capture(&a, &mut b, |s, (a, b)| { … })` makes such work one child-graph node
+//! of the step, ordered by its listed buffers and recorded again on every call.
+//!
 //! Without a GPU, [`plans`] lists every `graph!` of the program with its nodes and edges, and
 //! [`Plan::to_dot`] renders Graphviz DOT.
+//!
+//! # Coming from another graph API
+//!
+//! | PyCUDA (graph pull request) | cuda.core | cudarc | cudagraph |
+//! |---|---|---|---|
+//! | `stream.begin_capture()` … `stream.end_capture()` | `stream.create_graph_builder().begin_building()` … `end_building()` | `stream.begin_capture(mode)` … `stream.end_capture(flags)` | [`capture`]`(&stream, (&x, &mut y), \|s, (x, y)\| …)` → [`Graph`]; or `capture(…)` inside `graph!` |
+//! | `graph.add_kernel_node(args…, func=, dependencies=)` + `stream.update_capture_dependencies` | builder `launch(…)` | — | inside a capture: [`Capture::kernel`] (typed by the `kernels!` signature); outside: a `graph!` statement or [`GraphBuilder::kernel`] |
+//! | `graph.instantiate()` | `builder.complete()` | part of `end_capture` | [`Graph::instantiate`] → [`Exec`]; `graph!` instantiates and caches by itself |
+//! | `instance.kernel_node_set_params(…, kernel_node=)` | — | — | [`Exec::set_kernel`]; in `graph!`, changed arguments are sent by themselves (per-node update ladder) |
+//! | `instance.launch()` | `graph.launch(stream)` | `graph.launch()` | [`Exec::launch`]`(&stream)`; `graph!(…)` launches on every call |
+//! | `graph.debug_dot_print(path)` | `graph.debug_dot_print(path)` | — | [`Graph::debug_dot_print`], [`GraphCache::debug_dot_print`]; [`Plan::to_dot`] without a GPU |
+//! | `cuGraphExecUpdate` (via the driver) | `graph.update(builder)` | — | [`Exec::update`]`(graph)` (the refusal's reason and the graph come back) |
+//! | explicit `Graph()` + `add_*_node` | `Graph` nodes | — | [`GraphBuilder`] (run-time shape) or `graph!` (compile-time shape) |
 
 #![warn(missing_docs)]
 
