@@ -93,6 +93,13 @@ pub enum Op {
         /// Destination.
         dst: Operand,
     },
+    /// `child(&mut G)`: a captured `Graph` embedded as a child graph.
+    Child {
+        /// The `child` word.
+        func: Ident,
+        /// The graph (written: its operands are acquired as the graph borrows them).
+        graph: Operand,
+    },
     /// `capture(&A, &mut B, …, CLOSURE)`: stream work recorded into a child graph.
     Capture {
         /// The `capture` word.
@@ -133,6 +140,7 @@ impl Op {
             Op::Memset { .. } => "memset".into(),
             Op::Zero { .. } => "zero".into(),
             Op::Capture { .. } => "capture".into(),
+            Op::Child { .. } => "child".into(),
         }
     }
 
@@ -149,6 +157,7 @@ impl Op {
             Op::Copy { src, dst, .. } => vec![src, dst],
             Op::Memset { dst, .. } | Op::Zero { dst, .. } => vec![dst],
             Op::Capture { operands, .. } => operands.iter().collect(),
+            Op::Child { graph, .. } => vec![graph],
         }
     }
 }

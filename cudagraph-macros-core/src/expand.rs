@@ -307,6 +307,10 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
             let d = operand(dst);
             quote_spanned!(func.span()=> ::cudagraph::__private::zero(#d))
         }
+        Op::Child { func, graph } => {
+            let g = operand(graph);
+            quote_spanned!(func.span()=> ::cudagraph::__private::child(#g))
+        }
         Op::Capture { func, operands, closure } => {
             let ops = operands.iter().map(operand);
             let stream = local("__cudagraph_stream_arc");
@@ -335,6 +339,7 @@ fn plan(
             Op::Copy { .. } => quote!(::cudagraph::NodeKind::Memcpy),
             Op::Memset { .. } | Op::Zero { .. } => quote!(::cudagraph::NodeKind::Memset),
             Op::Capture { .. } => quote!(::cudagraph::NodeKind::Captured),
+            Op::Child { .. } => quote!(::cudagraph::NodeKind::Child),
         };
         let mut accesses: Vec<(usize, bool)> = Vec::new();
         for o in node.op.operands() {

@@ -18,7 +18,7 @@ pub const MAX_UNROLL: u64 = 4096;
 pub const MAX_UNROLLED_STATEMENTS: usize = 16384;
 
 const ALLOWED: &str = "allowed statements: `KERNELS.name(args).launch(cfg)`, `copy(&src, &mut dst)`, \
-`memset(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, each optionally `let name = …` and `.after(names)`; \
+`memset(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, `child(&mut graph)`, each optionally `let name = …` and `.after(names)`; \
 `if cond { … } else { … }`; `for i in 0..N { … }` with integer literal bounds";
 
 /// The raw input before lowering.
@@ -391,6 +391,13 @@ fn lower_call(c: &syn::ExprCall, errors: &mut Errors) -> Option<Op> {
             }
             let dst = lower_operand(args[0], Some(true), errors)?;
             Some(Op::Zero { func, dst })
+        }
+        "child" => {
+            if !arity(1, "child(&mut graph)", errors) {
+                return None;
+            }
+            let graph = lower_operand(args[0], Some(true), errors)?;
+            Some(Op::Child { func, graph })
         }
         "capture" => {
             const USAGE: &str = "capture(&a, &mut b, |s, (a, b)| { … })";

@@ -42,6 +42,7 @@ fn summary(c: &Checked<'_>) -> Vec<String> {
                 Op::Memset { .. } => "memset".into(),
                 Op::Zero { .. } => "zero".into(),
                 Op::Capture { .. } => "capture".into(),
+                Op::Child { .. } => "child".into(),
             };
             let mut line = format!("{}: {kind}", node.label());
             for o in node.op.operands() {

@@ -731,7 +731,7 @@ impl<'a> Graph<'a> {
     /// Acquires every operand on `stream` (see [`Exec::launch`]) and checks that each is the
     /// memory the graph was captured with, borrowed at least as the capture borrowed it. The
     /// guards must be dropped after the work that uses the graph is enqueued on `stream`.
-    pub(crate) fn acquire<'b>(
+    pub(crate) fn acquire_operands<'b>(
         &'b mut self,
         stream: &'b CudaStream,
         refused: &'static str,
@@ -836,7 +836,7 @@ impl<'a> Exec<'a> {
         let err = |source| Error::Graph { file, line, source };
         let exec = self.exec.raw;
         let refused = "cuGraphLaunch (an operand is not the memory the graph was captured with)";
-        let acquired = self.graph.acquire(stream, refused)?;
+        let acquired = self.graph.acquire_operands(stream, refused)?;
         self.ledger.before(stream, &acquired).map_err(err)?;
         // SAFETY: exec and stream are alive and of one context (checked), which is current;
         // every pointer the exec uses is in an operand borrowed by `self.graph` (checked above to
@@ -1014,5 +1014,42 @@ impl Ledger {
             unsafe { raw::wait_event(o, done) }.call("cuStreamWaitEvent")?;
         }
         Ok(())
+    }
+}
+
+// A captured graph as a `graph!` operand: `child(&mut g)` embeds it as a child-graph node. Its
+// acquisition acquires every operand it holds on the call's stream (waits for earlier users; the
+// guards record the call's use after the launch), as `Exec::launch` does.
+impl crate::operand::sealed::Sealed for Graph<'_> {}
+impl crate::operand::Place for Graph<'_> {}
+impl crate::operand::Acquire for Graph<'_> {
+    type Read<'b>
+        = crate::kind::NoGraphRead<'b>
+    where
+        Self: 'b;
+    /// A graph is never only read: nothing is acquired, and the handle makes no node.
+    fn acquire<'b>(&'b self, _: &'b CudaStream) -> (Self::Read<'b>, Guard<'b>) {
+        let read = crate::kind::NoGraphRead { tag: 0, _borrow: core::marker::PhantomData };
+        (read, Guard::of_parts(Vec::new(), false))
+    }
+}
+impl crate::operand::PlaceMut for Graph<'_> {}
+impl crate::operand::AcquireMut for Graph<'_> {
+    type Write<'b>
+        = crate::kind::GraphRef<'b>
+    where
+        Self: 'b;
+    fn acquire_mut<'b>(
+        &'b mut self,
+        stream: &'b CudaStream,
+    ) -> (Self::Read<'b>, Self::Write<'b>, Guard<'b>) {
+        let (raw, ctx) = (self.handle.raw, self.handle.ctx.cu_ctx());
+        let read = crate::kind::NoGraphRead { tag: 0, _borrow: core::marker::PhantomData };
+        let (ok, guards) = match self.acquire_operands(stream, "child") {
+            Ok(acquired) => (true, acquired.into_iter().map(|a| a.guard).collect()),
+            Err(_) => (false, Vec::new()),
+        };
+        let g = crate::kind::GraphRef { raw, ctx, ok, tag: 0, _borrow: core::marker::PhantomData };
+        (read, g, Guard::of_parts(guards, true))
     }
 }

@@ -267,6 +267,12 @@ pub mod __private {
         crate::kind::CaptureParams::new(stream, handles, f)
     }
 
+    /// A `child(&mut g)` statement of `graph!`: the captured graph's handle.
+    #[inline]
+    pub fn child(g: crate::kind::GraphRef<'_>) -> crate::kind::GraphRef<'_> {
+        g
+    }
+
     /// A kernel statement of `graph!`: only a launch made by a `kernels!` method.
     #[inline(always)]
     pub fn kernel_node<L: LaunchNode>(launch: L) -> L::Launch {

@@ -218,6 +218,9 @@ pub struct Guard<'a> {
     pub(crate) bytes: u64,
     /// Borrowed for writing.
     pub(crate) write: bool,
+    /// A place made of several buffers (a captured [`Graph`](crate::Graph) embedded with
+    /// `child`): their guards; this guard itself then covers no range.
+    pub(crate) children: Vec<Guard<'a>>,
 }
 
 enum GuardKind<'a> {
@@ -237,7 +240,22 @@ enum GuardKind<'a> {
 
 impl<'a> Guard<'a> {
     fn new(kind: GuardKind<'a>, own: Option<CUstream>, range: (u64, u64), write: bool) -> Self {
-        Guard { kind, own, start: range.0, bytes: range.1, write }
+        Guard { kind, own, start: range.0, bytes: range.1, write, children: Vec::new() }
+    }
+
+    /// The guard of a place made of several buffers: `children`'s.
+    pub(crate) fn of_parts(children: Vec<Guard<'a>>, write: bool) -> Self {
+        let mut g = Guard::new(GuardKind::Cudarc(SyncOnDrop::Sync(None)), None, (0, 0), write);
+        g.children = children;
+        g
+    }
+
+    /// The buffers' guards, each with its place index: a place's own guard, or its children's.
+    pub(crate) fn leaves<'g>(guards: &'g [Guard<'a>]) -> impl Iterator<Item = (usize, &'g Self)> {
+        guards.iter().enumerate().flat_map(|(p, g)| {
+            let own = g.children.is_empty().then_some(g);
+            own.into_iter().chain(g.children.iter()).map(move |g| (p, g))
+        })
     }
 }
 

@@ -20,6 +20,9 @@ pub enum NodeKind {
     /// Stream work recorded by a `capture` statement, as a child graph (`cuGraphAddNode_v2`,
     /// child graph).
     Captured,
+    /// A captured [`Graph`](crate::Graph) embedded by `child(&mut g)`, as a child graph
+    /// (`cuGraphAddNode_v2`, child graph).
+    Child,
 }
 
 /// One buffer access of a node: an index into [`Plan::places`], and whether it writes.
@@ -103,6 +106,7 @@ impl Plan {
                 NodeKind::Memcpy => ("parallelogram", "memcpy".to_string()),
                 NodeKind::Memset => ("hexagon", "memset".to_string()),
                 NodeKind::Captured => ("component", "captured".to_string()),
+                NodeKind::Child => ("component", "child graph".to_string()),
             };
             let accesses: Vec<String> = n
                 .accesses

@@ -14,7 +14,7 @@ impl<D: Driver> GraphCache<D> {
     /// each once.
     fn own_streams(&mut self, stream: &CudaStream, guards: &[Guard<'_>]) {
         self.own.clear();
-        for g in guards {
+        for (_, g) in Guard::leaves(guards) {
             if let Some(o) = g.own
                 && o != stream.cu_stream()
                 && !self.own.contains(&o)
@@ -90,8 +90,8 @@ impl<D: Driver> GraphCache<D> {
     /// once. Checked only when the ranges differ from both of the last two checked calls'.
     pub(crate) fn check_aliasing(&mut self, shape: &dyn Shape, guards: &[Guard<'_>]) -> Result<()> {
         let same = |c: &Vec<(u64, u64, bool)>| {
-            c.len() == guards.len()
-                && c.iter().zip(guards).all(|(c, g)| *c == (g.start, g.bytes, g.write))
+            c.len() == Guard::leaves(guards).count()
+                && c.iter().zip(Guard::leaves(guards)).all(|(c, (_, g))| *c == (g.start, g.bytes, g.write))
         };
         if self.checked.iter().any(same) {
             return Ok(());
@@ -100,16 +100,15 @@ impl<D: Driver> GraphCache<D> {
         let mut order = core::mem::take(&mut self.scratch);
         order.clear();
         order.extend(
-            guards
-                .iter()
-                .enumerate()
+            Guard::leaves(guards)
                 .filter(|(_, g)| g.bytes > 0)
                 .map(|(p, g)| (g.start, g.start.saturating_add(g.bytes), g.write, p)),
         );
         order.sort_unstable();
         let overlap = order.iter().enumerate().find_map(|(i, a)| {
             let mut later = order[i + 1..].iter().take_while(|b| b.0 < a.1);
-            later.find(|b| a.2 || b.2).map(|b| (a.3.min(b.3), a.3.max(b.3)))
+            // Buffers of one place (a child graph's operands) are ordered inside it.
+            later.find(|b| (a.2 || b.2) && a.3 != b.3).map(|b| (a.3.min(b.3), a.3.max(b.3)))
         });
         self.scratch = order;
         if let Some((first, second)) = overlap {
@@ -119,7 +118,7 @@ impl<D: Driver> GraphCache<D> {
         // The new set replaces the older one.
         self.checked.swap(0, 1);
         self.checked[1].clear();
-        self.checked[1].extend(guards.iter().map(|g| (g.start, g.bytes, g.write)));
+        self.checked[1].extend(Guard::leaves(guards).map(|(_, g)| (g.start, g.bytes, g.write)));
         Ok(())
     }
 }

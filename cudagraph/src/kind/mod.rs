@@ -20,11 +20,13 @@ use crate::operand::Accesses;
 use crate::raw::Driver;
 
 pub(crate) mod captured;
+pub(crate) mod child;
 pub(crate) mod kernel;
 pub(crate) mod memcpy;
 pub(crate) mod memset;
 
 pub use captured::{CaptureOperand, CaptureOperands, CaptureParams, CapturedWork};
+pub use child::{GraphRef, NoGraphRead};
 pub(crate) use kernel::Limits;
 pub use kernel::{KernelArgs, KernelCall, KernelLaunch, KernelNode, LaunchDims, LaunchNode};
 pub use memcpy::{CopyTo, MemcpyParams, Memory, copy};
@@ -279,6 +281,8 @@ node_kinds! {
     Memset(MemsetParams<'a>) => memset::Memset,
     /// Child-graph node of stream work recorded by a `capture` statement.
     Captured(&'a dyn CapturedWork) => captured::Captured,
+    /// Child-graph node of a captured [`Graph`](crate::Graph), `child(&mut g)`.
+    Child(GraphRef<'a>) => child::Child,
 }
 
 /// What a statement evaluates to inside `graph!` (sealed: a kernel launch made by a
@@ -314,5 +318,11 @@ where
 {
     fn node(&self) -> NodeParams<'_> {
         NodeParams::Captured(self)
+    }
+}
+impl crate::operand::sealed::Sealed for GraphRef<'_> {}
+impl IntoNode for GraphRef<'_> {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::Child(*self)
     }
 }
