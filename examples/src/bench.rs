@@ -1,6 +1,7 @@
 //! The benchmark: what a step of K tiny kernels costs with `graph!`, next to what one would
 //! otherwise use — cudarc stream launches, cudarc stream capture — and next to the floor,
-//! hand-written raw driver graphs (`cudarc::driver::sys`).
+//! hand-written raw driver graphs (`cudarc::driver::sys`); and what a `capture` statement, recorded
+//! anew on every call, costs against the same kernels as direct nodes (row dc).
 //!
 //! ```text
 //! bench [--reps N] [--quick] [--json PATH]
@@ -30,7 +31,8 @@ use cudagraph::cudarc::driver::sys::{
     CUstream,
 };
 use cudagraph::cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
+    PushKernelArg,
 };
 use cudagraph::cudarc::nvrtc::compile_ptx;
 use cudagraph::{GraphCache, Stats, graph, kernels};
@@ -308,6 +310,36 @@ fn fan_alt(
         100 => fan_alt_100(cache, stream, k, step, p, bufs),
         _ => panic!("no graph! two-variant fan of {nodes} nodes is compiled in"),
     }
+}
+
+/// K of the captured row `dc` (chain only).
+const CAPTURE_K: [usize; 3] = [1, 10, 100];
+
+/// The chain as one `capture` statement: its closure makes row a's `nodes` cudarc launches of
+/// `add` (the first adds `s`, the others 1) on the capturing stream. `graph!` records it by
+/// stream capture on every call and sends the recording to its child-graph node.
+fn chain_captured(
+    cache: &mut GraphCache,
+    stream: &Arc<CudaStream>,
+    add: &CudaFunction,
+    nodes: usize,
+    s: u32,
+    x: &mut CudaSlice<u32>,
+) -> cudagraph::Result<()> {
+    graph!(cache, stream, {
+        capture(&mut *x, |cap, (mut x,)| -> Result<(), DriverError> {
+            let (st, n, one) = (cap.stream(), ELEMS, 1u32);
+            // SAFETY: the arguments match bench.cu's `add(unsigned, unsigned, unsigned*)`; `x`
+            // holds ELEMS elements.
+            unsafe {
+                st.launch_builder(add).arg(&n).arg(&s).arg(&mut x).launch(LAUNCH)?;
+                for _ in 1..nodes {
+                    st.launch_builder(add).arg(&n).arg(&one).arg(&mut x).launch(LAUNCH)?;
+                }
+            }
+            Ok(())
+        });
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -786,6 +818,7 @@ impl From<Stats> for Json {
             ("exec_updates", s.exec_updates.into()),
             ("reinstantiations", s.reinstantiations.into()),
             ("evictions", s.evictions.into()),
+            ("captures", s.captures.into()),
         ])
     }
 }
@@ -881,6 +914,9 @@ fn describe(id: &str) -> &'static str {
         "do" => {
             "graph!: as d, with the buffers allocated on another stream (ordered through it: cuEventRecord + cuStreamWaitEvent before and after each launch)"
         }
+        "dc" => {
+            "graph!: a's K launches inside one capture statement (cudarc launch_builder on s.stream()), recorded by stream capture and sent to its child-graph node (cuGraphExecNodeSetParams) every call; first scalar changed per step (as e); chain, K = 1, 10, 100"
+        }
         "h" => "GraphBuilder: the same K nodes recorded and launched every step, nothing changed",
         "hf" => "GraphBuilder: as h, every pointer changed per step (as f)",
         "a*" => "a with cudarc's event tracking on (buffers allocated while tracking)",
@@ -893,6 +929,7 @@ fn describe(id: &str) -> &'static str {
 struct Report {
     meta: Vec<(&'static str, Json)>,
     rows: Vec<Row>,
+    capture: Vec<Json>,
     build: Vec<Json>,
     update: Vec<Json>,
     upload: Vec<Json>,
@@ -903,7 +940,7 @@ struct Report {
 
 impl Report {
     fn json(&self) -> String {
-        let legend = ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "h", "hf", "a*", "d*"]
+        let legend = ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "dc", "h", "hf", "a*", "d*"]
             .iter()
             .map(|id| Json::Obj(vec![("row", (*id).into()), ("what", describe(id).into())]))
             .collect();
@@ -913,6 +950,7 @@ impl Report {
         }
         top.push(("legend", Json::Arr(legend)));
         top.push(("steady", Json::Arr(self.rows.iter().map(Row::json).collect())));
+        top.push(("capture", Json::Arr(self.capture.iter().map(clone_json).collect())));
         top.push(("build", Json::Arr(self.build.iter().map(clone_json).collect())));
         top.push(("exec_update", Json::Arr(self.update.iter().map(clone_json).collect())));
         top.push(("upload", Json::Arr(self.upload.iter().map(clone_json).collect())));
@@ -1217,6 +1255,42 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
         push(report, "steady", "do", t, Some(stats));
         env.stream.synchronize()?;
     }
+    // dc: a's launches in one capture statement, recorded and sent to the exec every call. The
+    // first scalar changes every step (as in e), so the checks see every recording reach the GPU.
+    if shape == Shape::Chain && CAPTURE_K.contains(&k) {
+        let add = env.kern.function("add").expect("declared in kernels!");
+        let mut cache = GraphCache::new();
+        let t =
+            timed_row(env, &mut b, shape, k, Change::Scalar, steps, &label("dc"), &mut |b, i| {
+                let s = scalar(i, Change::Scalar);
+                Ok(chain_captured(&mut cache, &env.stream, add, k, s, &mut b.a[0])?)
+            })?;
+        let stats = cache.stats();
+        check_stats(&label("dc"), &stats, 1, report);
+        // Every call records the region, and every call after the first sends the recording to
+        // the exec (one child-graph node update).
+        if stats.captures != stats.launches {
+            return Err(format!(
+                "{}: {} recordings for {} launches",
+                label("dc"),
+                stats.captures,
+                stats.launches
+            )
+            .into());
+        }
+        if stats.node_updates + 1 != stats.launches {
+            let note = format!(
+                "WARNING {}: expected {} child-graph node updates (one per call after the first), got {}",
+                label("dc"),
+                stats.launches.saturating_sub(1),
+                stats.node_updates
+            );
+            println!("{note}");
+            report.notes.push(note);
+        }
+        push(report, "steady", "dc", t, Some(stats));
+        env.stream.synchronize()?;
+    }
     env.stream.synchronize()?;
     drop(b);
 
@@ -1266,11 +1340,13 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
     let rows = &mut report.rows[first..];
     let median = |rows: &[Row], id: &str| rows.iter().find(|r| r.id == id).map(|r| r.t.median);
     let (c, c1, ca) = (median(rows, "c"), median(rows, "c1"), median(rows, "cA"));
+    let d = median(rows, "d");
     for r in rows.iter_mut() {
         r.ratio_raw = c.map(|c| r.t.median / c);
         let floor = match r.id {
             "d" | "g" | "h" | "d*" | "do" => Some(("c", c)),
             "e" => Some(("c1", c1)),
+            "dc" => Some(("d", d)),
             "f" | "hf" => Some(("cA", ca)),
             _ => None,
         };
@@ -1284,7 +1360,7 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
 }
 
 fn print_block(rows: &[Row]) {
-    let order = ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "do", "h", "hf", "a*", "d*"];
+    let order = ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "do", "dc", "h", "hf", "a*", "d*"];
     for id in order {
         let Some(r) = rows.iter().find(|r| r.id == id) else { continue };
         let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.3}"));
@@ -1302,6 +1378,61 @@ fn print_block(rows: &[Row]) {
             r.t.median / r.k as f64,
         );
     }
+    println!();
+}
+
+/// A captured region's per-call cost: row dc (the chain's K launches in one `capture` statement,
+/// recorded and sent to the exec every call) against the same K kernels as `graph!` nodes (d)
+/// and as cudarc launches (a), from the steady rows of the same K (measured side by side).
+fn capture_costs(report: &mut Report) {
+    let find = |k: usize, id: &str| {
+        report.rows.iter().find(|r| r.shape == Shape::Chain && r.k == k && r.id == id).map(|r| r.t)
+    };
+    let ks: Vec<usize> = CAPTURE_K.into_iter().filter(|&k| find(k, "dc").is_some()).collect();
+    if ks.is_empty() {
+        return;
+    }
+    println!(
+        "Capture: one capture statement recording the chain's K launches every call (dc) against the same K kernels as graph! nodes (d) and as cudarc launches (a), µs per step, medians of the rows above"
+    );
+    println!(
+        "{:>6}  {:>10} {:>10} {:>10}  {:>8} {:>8}  {:>12}",
+        "K", "d", "dc", "a", "dc / d", "dc / a", "(dc - d) / K"
+    );
+    let mut out = Vec::new();
+    for k in ks {
+        let (d, dc, a) = (find(k, "d"), find(k, "dc"), find(k, "a"));
+        let med = |x: Option<Summary>| x.map(|x| x.median);
+        let ratio = |x: Option<Summary>, y: Option<Summary>| med(x).zip(med(y)).map(|(x, y)| x / y);
+        let (to_d, to_a) = (ratio(dc, d), ratio(dc, a));
+        let per_launch = med(dc).zip(med(d)).map(|(c, d)| (c - d) / k as f64);
+        let opt = |x: Option<f64>, prec: usize| x.map_or("-".into(), |v| format!("{v:.prec$}"));
+        println!(
+            "{k:>6}  {:>10} {:>10} {:>10}  {:>8} {:>8}  {:>12}",
+            opt(med(d), 2),
+            opt(med(dc), 2),
+            opt(med(a), 2),
+            opt(to_d, 3),
+            opt(to_a, 3),
+            opt(per_launch, 3),
+        );
+        out.push(Json::Obj(vec![
+            ("k", k.into()),
+            ("direct_row", "d".into()),
+            ("captured_row", "dc".into()),
+            ("eager_row", "a".into()),
+            ("direct_us", d.into()),
+            ("captured_us", dc.into()),
+            ("eager_us", a.into()),
+            ("ratio_captured_to_direct", to_d.into()),
+            ("ratio_captured_to_eager", to_a.into()),
+            ("recording_us_per_launch", per_launch.into()),
+        ]));
+    }
+    report.capture = out;
+    println!(
+        "  dc / d: a captured region's per-call cost (stream capture of its K launches + cuGraphExecNodeSetParams of the child graph + launch) against the same kernels as graph! nodes; (dc - d) / K: what recording adds per captured launch, the child update shared over K (see the notes at the end)."
+    );
     println!();
 }
 
@@ -1740,7 +1871,7 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
         "  (rows a and b issue the fan's launches on one stream, so they run one after another; b's captured graph is a chain.)"
     );
     println!("Rows:");
-    for id in ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "h", "hf", "a*", "d*"] {
+    for id in ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "dc", "h", "hf", "a*", "d*"] {
         println!("  {id:<3} {}", describe(id));
     }
     println!("  Event tracking is off for every row but a* and d* (see the notes at the end).");
@@ -1756,6 +1887,7 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
             steady(&env, Shape::Fan, k, report)?;
         }
     }
+    capture_costs(report);
     if !ks.contains(&1000) {
         report.notes.push("--quick: K up to 100, build sizes up to 100".into());
     }
@@ -1767,6 +1899,7 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
         "Fan in rows a/b: one stream serializes the K launches; capture of one stream records them as a chain, so b is not a fan-shaped graph.",
         "Pointer rows (f, cA): step i uses buffer a[i % 2], the same pointer change std::mem::swap(&mut x, &mut y) after each step gives.",
         "Fan in graph!: the K-2 middle buffers are elements bufs[i] of one slice, borrowed together on every call (constant indices: distinctness checked at compile time, bounds at run time).",
+        "Capture (row dc, chain K = 1, 10, 100): every call runs the closure under stream capture (cuStreamBeginCapture, K cudarc launches, cuStreamEndCapture: a new CUgraph), sends the recording to the child-graph node with cuGraphExecNodeSetParams and launches; its first scalar changes every step (as in e) so the result checks see each recording reach the GPU, and since a recording is made and sent on every call whether or not anything changed, d (nothing changed) is its direct counterpart. Recording is host work: while the host records step i+1 the GPU still runs step i, so where d is GPU-bound (the chain's dependent kernels) (dc - d) / K is the recording's cost per launch beyond the GPU time it overlaps, not its whole host cost.",
     ];
     report.notes.extend(notes.iter().map(|n| n.to_string()));
     for n in &report.notes {
