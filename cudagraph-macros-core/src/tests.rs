@@ -497,7 +497,8 @@ fn too_many_ifs_are_an_error() {
 #[test]
 fn non_graph_statements_are_errors() {
     let allowed = "allowed statements: `KERNELS.name(args).launch(cfg)`, `copy(&src, &mut dst)`, \
-`memset(&mut dst, value)`, `zero(&mut dst)`, each optionally `let name = …` and `.after(names)`; \
+`memset(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, \
+`child(&mut graph)`, each optionally `let name = …` and `.after(names)`; \
 `if cond { … } else { … }`; `for i in 0..N { … }` with integer literal bounds";
     let not_graph = format!("not a graph statement; {allowed}");
     let cases: [(TokenStream, String); 9] = [

@@ -38,8 +38,8 @@
 //! ```
 //!
 //! Statements (see the `graph!` docs): `KERNELS.name(args…).launch(cfg)`, `copy(&src, &mut dst)`,
-//! `memset(&mut dst, value)`, `zero(&mut dst)`, `let name = …;`, `.after(name, …)`, host
-//! `if`/`else`. Edges are the transitive reduction of the read/write hazards between statements
+//! `memset(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| …)`,
+//! `child(&mut g)`, `let name = …;`, `.after(name, …)`, host `if`/`else`. Edges are the transitive reduction of the read/write hazards between statements
 //! on the same place plus `.after`, so the graph computes what the statements compute in order on
 //! one stream.
 //!
@@ -111,6 +111,16 @@ pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges,
 ///   device→pinned host, same element type; lengths must match (else [`Error::CopyLength`]).
 /// - `memset(&mut dst, value)` with a 1, 2 or 4-byte value of `dst`'s element type;
 ///   `zero(&mut dst)` for any element type.
+/// - `capture(&a, &mut b, |s, (a, b)| { … })`: a child-graph node of the closure's stream work
+///   (cuBLAS, cuFFT, cudarc launches and copies on `s.stream()`), recorded by stream capture on
+///   every call before anything is enqueued ([`Stats::captures`]) and sent to the exec as a
+///   per-node update. The closure gets a `CudaView` of each `&` operand and a `CudaViewMut` of
+///   each `&mut` operand. The stream argument must then be a `&Arc<CudaStream>` other than the
+///   legacy default stream. Errors: [`Error::Capture`] (the closure's own),
+///   [`Error::CaptureInvalidated`], both naming the statement; a panic in the closure continues
+///   after the capture ended. In [`Mode::Eager`] the closure runs directly on the stream.
+/// - `child(&mut g)`: a child-graph node replaying the [`Graph`] `g` (made once by
+///   [`capture`]), its buffers acquired for the call.
 /// - `let name = statement;` names a node; `statement.after(a, b)` adds edges from earlier nodes.
 ///   A name is in scope as in Rust: after its `let`, in the block that binds it and the blocks
 ///   nested there; a name bound inside an `if`/`else` branch or a `for` body cannot be named after

@@ -254,3 +254,64 @@ fn a_synchronize_inside_the_closure_is_an_invalidated_capture_error() -> Result 
     assert_same(&stream.clone_dtoh(&y)?, &host::iota(N, 1, 2), "after the invalidated capture");
     Ok(())
 }
+
+/// A captured graph of `y = affine(x, 5, s)`, `y = affine_inplace(y, 7, 1)`.
+fn captured_affine<'a>(
+    stream: &Arc<CudaStream>,
+    k: &Ops,
+    s: u32,
+    x: &'a CudaSlice<u32>,
+    y: &'a mut CudaSlice<u32>,
+) -> Result<cudagraph::Graph<'a>> {
+    cudagraph::capture(stream, (x, y), |c, (x, mut y)| -> std::result::Result<(), DriverError> {
+        launch!(c.stream(), k, "affine", cfg(); &N, &5u32, &s, &x, &mut y)?;
+        launch!(c.stream(), k, "affine_inplace", cfg(); &N, &7u32, &1u32, &mut y)
+    })
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_embedded_graph_is_replayed_and_swapped_in_place_and_matches_eager() -> Result {
+    let (ctx, stream, k) = gpu()?;
+    let _other = ctx.new_stream()?; // multi-stream mode: cudarc's events are on
+    let x1 = stream.clone_htod(&host::iota(N, 3, 1))?;
+    let x2 = stream.clone_htod(&host::iota(N, 5, 2))?;
+    let (mut y1, mut y2) = (stream.alloc_zeros::<u32>(LEN)?, stream.alloc_zeros::<u32>(LEN)?);
+    let (mut a, mut b) = (stream.alloc_zeros::<u32>(LEN)?, stream.alloc_zeros::<u32>(LEN)?);
+    let mut g1 = captured_affine(&stream, &k, 9, &x1, &mut y1)?;
+    let mut g2 = captured_affine(&stream, &k, 4, &x2, &mut y2)?;
+    let mut cache = GraphCache::new();
+    let mut eager = GraphCache::new();
+    eager.set_mode(Mode::Eager);
+    for call in 0..4u32 {
+        // Calls 0, 1 embed g1 (the second sends nothing for it); 2, 3 embed g2 (a child update,
+        // then nothing).
+        let g = if call < 2 { &mut g1 } else { &mut g2 };
+        graph!(&mut cache, &stream, {
+            child(&mut *g);
+            k.iota(N, 2, call, &mut a).launch(cfg());
+            k.mix(N, &a, &mut b).launch(cfg());
+        })?;
+        let want_b = host::mix(&host::iota(N, 2, call));
+        assert_same(&stream.clone_dtoh(&b)?, &want_b, &format!("call {call}: b"));
+    }
+    let s = cache.stats();
+    assert_eq!((s.builds, s.instantiations, s.launches), (1, 1, 4), "{s:?}");
+    // Call 1: nothing changed; call 2: the child and a's iota scalar; call 3: the scalar.
+    assert_eq!((s.exec_updates, s.reinstantiations), (0, 0), "{s:?}");
+    // Eagerly: the embedded graph instantiated and launched on the stream.
+    graph!(&mut eager, &stream, {
+        child(&mut g1);
+        k.iota(N, 2, 0, &mut a).launch(cfg());
+    })?;
+    drop((g1, g2));
+    let want = |x: &[u32], s: u32| {
+        let mut y = host::affine(x, 5, s);
+        host::affine_inplace(&mut y, 7, 1);
+        y
+    };
+    assert_same(&stream.clone_dtoh(&y1)?, &want(&host::iota(N, 3, 1), 9), "y1");
+    assert_same(&stream.clone_dtoh(&y2)?, &want(&host::iota(N, 5, 2), 4), "y2");
+    ctx.check_err()?;
+    Ok(())
+}

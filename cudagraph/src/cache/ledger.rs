@@ -91,7 +91,9 @@ impl<D: Driver> GraphCache<D> {
     pub(crate) fn check_aliasing(&mut self, shape: &dyn Shape, guards: &[Guard<'_>]) -> Result<()> {
         let same = |c: &Vec<(u64, u64, bool)>| {
             c.len() == Guard::leaves(guards).count()
-                && c.iter().zip(Guard::leaves(guards)).all(|(c, (_, g))| *c == (g.start, g.bytes, g.write))
+                && c.iter()
+                    .zip(Guard::leaves(guards))
+                    .all(|(c, (_, g))| *c == (g.start, g.bytes, g.write))
         };
         if self.checked.iter().any(same) {
             return Ok(());

@@ -96,7 +96,11 @@ impl NodeKind for Child {
         changed
     }
 
-    fn with_params<R>(s: &mut CUgraph, _: CUcontext, f: impl FnOnce(&mut CUgraphNodeParams) -> R) -> R {
+    fn with_params<R>(
+        s: &mut CUgraph,
+        _: CUcontext,
+        f: impl FnOnce(&mut CUgraphNodeParams) -> R,
+    ) -> R {
         let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH);
         p.__bindgen_anon_1.graph.graph = *s;
         f(&mut p)
@@ -119,4 +123,3 @@ impl NodeKind for Child {
         launched.map_err(err)
     }
 }
-
