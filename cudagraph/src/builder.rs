@@ -5,17 +5,19 @@
 use core::ops::Range;
 use core::panic::Location;
 use core::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use cudarc::driver::sys::{CUcontext, CUfunction};
 use cudarc::driver::{CudaFunction, CudaStream, ValidAsZeroBits};
 
 use crate::cache::{GraphCache, GraphCall, Shape, Site};
+use crate::capture::Capture;
 use crate::error::{Error, NodeSite, Result};
 use crate::kind::memcpy::Copy1d;
 use crate::kind::memset::Set1d;
 use crate::kind::{
-    CopyTo, KernelArgs, KernelLaunch, KernelNode, LaunchDims, MemcpyParams, Memory, MemsetParams,
-    MemsetValue, NodeParams,
+    CaptureOperands, CaptureParams, CapturedWork, CopyTo, KernelArgs, KernelLaunch, KernelNode,
+    LaunchDims, MemcpyParams, Memory, MemsetParams, MemsetValue, NodeParams,
 };
 use crate::operand::{DevWrite, Handle, Place, PlaceMut, sealed::Token};
 use crate::plan::{Access, infer_edges_by};
@@ -96,7 +98,9 @@ impl Node {
 /// which borrow them until the builder is launched or dropped (so nothing can free or touch them
 /// while the graph may run) and make the stream wait for earlier work on them (cudarc's events);
 /// the returned handles ([`DevRead`](crate::DevRead), [`DevWrite`], …) are the node operands.
-/// A kernel launch takes them through the typed methods of a [`kernels!`](crate::kernels) struct.
+/// A kernel launch takes them through the typed methods of a [`kernels!`](crate::kernels) struct;
+/// stream work that is not a node of its own (cudarc launches and copies, cuBLAS, cuFFT) is a
+/// [`capture`](Self::capture) node, recorded on every launch into a child graph.
 /// Handles belong to their builder: to use a buffer in the next builder, register it again
 /// (`g2.read(&buf)`); a handle of another builder is refused.
 ///
@@ -108,11 +112,13 @@ impl Node {
 /// reverse) drops its graphs first.
 ///
 /// Errors (from `launch`; nothing was enqueued, except in [`Mode::Eager`](crate::Mode::Eager)
-/// the nodes before a driver error): [`Error::InvalidNode`] for a handle or node of
-/// another builder, an `after` node that is not earlier, or one buffer passed twice to a node
-/// with a write; then every error of [`graph!`](crate::graph). Each names the node by its label
-/// (the kernel's name, `copy`, `memset`, `zero`) and the source location of the call that added
-/// it.
+/// the nodes before a driver error or a `capture` closure's error): [`Error::InvalidNode`] for a
+/// handle or node of another builder, an `after` node that is not earlier, one buffer passed
+/// twice to a node with a write, or a `capture` given another stream than the builder's; then
+/// every error of [`graph!`](crate::graph), including a captured closure's
+/// ([`Error::Capture`], [`Error::CaptureInvalidated`]). Each names the node by its label (the
+/// kernel's name, `copy`, `memset`, `zero`, `capture`) and the source location of the call that
+/// added it.
 ///
 /// Thread safety: not `Send`; it holds the cache and the buffers' borrows for one call.
 pub struct GraphBuilder<'a> {
@@ -121,6 +127,9 @@ pub struct GraphBuilder<'a> {
     rec: Recording,
     /// Record each buffer's use on the stream when dropped, after the launch.
     guards: Vec<crate::operand::Guard<'a>>,
+    /// The [`capture`](Self::capture) nodes' operands and closures, in the order they were
+    /// added (a captured node of the recording holds its index here), kept until `launch`.
+    captures: Vec<Box<dyn CapturedWork + 'a>>,
 }
 
 impl GraphCache {
@@ -130,7 +139,7 @@ impl GraphCache {
         // The last builder's vectors, emptied, so that steady calls reuse their capacity.
         let mut rec = core::mem::replace(&mut self.recording, Recording::new(0));
         rec.id = id;
-        GraphBuilder { cache: self, stream, rec, guards: Vec::new() }
+        GraphBuilder { cache: self, stream, rec, guards: Vec::new(), captures: Vec::new() }
     }
 }
 
@@ -188,6 +197,72 @@ impl<'a> GraphBuilder<'a> {
         self.rec.memset(site, crate::kind::zero(dst).raw, dst.tag)
     }
 
+    /// Adds a captured node: the stream work that `f` enqueues, recorded by stream capture
+    /// (`cuStreamBeginCapture` … `cuStreamEndCapture`) into a child graph
+    /// (`cuGraphAddNode_v2`, child graph), like `graph!`'s `capture` statement. Its label is
+    /// `capture`.
+    ///
+    /// `operands` is a tuple of 1 to 6 of this builder's device handles, `(x,)`, `(x, y)`, …:
+    /// a [`DevRead`](crate::DevRead) from [`read`](Self::read) (the closure gets a `CudaView`)
+    /// or a [`DevWrite`] from [`write`](Self::write) (a `CudaViewMut`). They are the node's
+    /// accesses: edges follow from the data hazards with the other nodes, as for any node. `f`
+    /// gets the [`Capture`], whose [`stream`](Capture::stream) is where to enqueue the work, and
+    /// the views in order; views cannot escape the closure. List every buffer the work uses:
+    /// one the closure reaches otherwise is neither borrowed nor ordered (see
+    /// [`capture`](crate::capture)'s docs).
+    ///
+    /// `stream` is the builder's stream (the one given to [`GraphCache::builder`]) as an `Arc`,
+    /// which cudarc's stream calls need; another stream (another `CUstream` or context) is
+    /// [`Error::InvalidNode`] at launch.
+    ///
+    /// When it runs: `f` is kept (with the borrows it holds) until [`launch`](Self::launch),
+    /// which records it on every launch, after every node was checked and before anything is
+    /// enqueued; the recording replaces the node's child graph in the exec
+    /// (`cuGraphExecNodeSetParams`), or, when its topology changed, the update ladder falls to a
+    /// whole-exec update or a new instantiation. The builder's variant does not depend on what
+    /// the closure records. In [`Mode::Eager`](crate::Mode::Eager), `f` runs directly on the
+    /// stream, not captured ([`Capture::is_capturing`] is `false`). A builder dropped without
+    /// `launch` never runs `f`.
+    ///
+    /// Errors, from `launch` (nothing enqueued; in eager mode, the nodes before this one stay
+    /// enqueued): [`Error::Capture`] with `f`'s own error,
+    /// [`Error::CaptureInvalidated`] when the driver invalidated the capture (a synchronize
+    /// inside it, a wait on an event recorded outside it), each naming this call's location;
+    /// a panic of `f` ends the capture and continues out of `launch`.
+    ///
+    /// ```no_run
+    /// # use cudagraph::cudarc::driver::LaunchConfig;
+    /// # use cudagraph::{kernels, GraphCache};
+    /// # kernels! { pub struct K { fn fill(n: u32, x: &mut [f32]); } }
+    /// # fn main() -> cudagraph::Result<()> {
+    /// # let ctx = cudagraph::context(0)?;
+    /// # let k: K = todo!();
+    /// let stream = ctx.new_stream()?;
+    /// let (mut x, mut y) = (stream.alloc_zeros::<f32>(1024)?, stream.alloc_zeros::<f32>(1024)?);
+    /// let mut cache = GraphCache::new();
+    /// let mut g = cache.builder(&stream);
+    /// let (xw, yw) = (g.write(&mut x), g.write(&mut y));
+    /// g.kernel(k.fill(1024, xw).launch(LaunchConfig::for_num_elems(1024)));
+    /// // After the kernel (it reads what the kernel writes); recorded by `launch`.
+    /// g.capture(&stream, (xw.read(), yw), |s, (x, mut y)| s.stream().memcpy_dtod(&x, &mut y));
+    /// g.launch()?;
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn capture<H, F, E>(&mut self, stream: &'a Arc<CudaStream>, operands: H, f: F) -> Node
+    where
+        H: CaptureOperands + 'a,
+        F: for<'s> FnOnce(&'s Capture, H::Views<'s>) -> core::result::Result<(), E> + 'a,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let site = site("capture", "GraphBuilder::capture", Location::caller());
+        let same = stream.cu_stream() == self.stream.cu_stream()
+            && stream.context().cu_ctx() == self.stream.context().cu_ctx();
+        let node = self.rec.captured(site, self.captures.len(), same, &operands);
+        self.captures.push(Box::new(CaptureParams::new(stream, operands, f)));
+        node
+    }
+
     /// Adds edges from each of `earlier` to `node`, beyond those of data hazards: `node` then
     /// runs after them. Each must be an earlier node of this builder (else
     /// [`Error::InvalidNode`] at launch, naming `node`'s label and this call's location). The
@@ -215,15 +290,16 @@ impl<'a> GraphBuilder<'a> {
         self.rec.edges(&vec![true; self.rec.nodes.len()])
     }
 
-    /// Checks every node, then builds and instantiates the graph of this topology
+    /// Checks every node, records each [`capture`](Self::capture) node's work (stream capture),
+    /// then builds and instantiates the graph of this topology
     /// (`cuGraphCreate`, `cuGraphAdd*Node`, `cuGraphInstantiateWithFlags`) or updates the cached
     /// one (`cuGraphExec*NodeSetParams`, the ladder of [`GraphCache`]), and launches it on the
     /// stream (`cuGraphLaunch`); in [`Mode::Eager`](crate::Mode::Eager) the nodes are launched
     /// one by one instead. Then releases the buffers, recording their use on the stream.
     ///
     /// On error nothing was enqueued (but the waits of `read`/`write`; in
-    /// [`Mode::Eager`](crate::Mode::Eager), the nodes before a driver error) and the cache is
-    /// usable.
+    /// [`Mode::Eager`](crate::Mode::Eager), the nodes before a driver error or a closure's
+    /// error) and the cache is usable.
     #[track_caller]
     pub fn launch(mut self) -> Result<()> {
         self.rec.location = Location::caller();
@@ -233,7 +309,7 @@ impl<'a> GraphBuilder<'a> {
         let key = self.rec.signature();
         let rec = &self.rec;
         let views: Vec<KernelView<'_>> = rec.kernel_views().collect();
-        let nodes = rec.params(&views);
+        let nodes = rec.params(&views, &self.captures);
         let call = GraphCall { shape: rec, site: Site::Builder, key, signature: &rec.sig };
         self.cache.run_call(call, self.stream, &nodes, &self.guards, None)
         // `self` drops here: the guards record the buffers' use after the launch was enqueued.
@@ -284,6 +360,8 @@ enum RecKind {
     Kernel(KernelRec),
     Memcpy(Copy1d),
     Memset(Set1d),
+    /// Index of the node's closure in the builder's `captures`.
+    Captured(usize),
 }
 
 struct KernelRec {
@@ -456,6 +534,30 @@ impl Recording {
         self.push(site, RecKind::Memset(p), &[(dst, true)])
     }
 
+    /// A captured node: `index` in the builder's closures; `same_stream`, whether the stream
+    /// given is the builder's; its accesses are `operands`'.
+    pub(crate) fn captured(
+        &mut self,
+        site: NodeSite,
+        index: usize,
+        same_stream: bool,
+        operands: &impl CaptureOperands,
+    ) -> Node {
+        if !same_stream {
+            let why = "the stream given to `capture` is not this GraphBuilder's stream (the one \
+                       given to `GraphCache::builder`)";
+            self.fail(site, why.into());
+        }
+        // At most 6 operands (`CaptureOperands` is implemented up to 6-tuples).
+        let mut all = crate::operand::NO_ACCESSES;
+        let len = operands.accesses(&mut all);
+        let mut ops = [(0u64, false); 16];
+        for (o, a) in ops.iter_mut().zip(&all[..len]) {
+            *o = (a.0, a.1);
+        }
+        self.push(site, RecKind::Captured(index), &ops[..len])
+    }
+
     pub(crate) fn after(&mut self, node: Node, earlier: &[Node], at: &'static Location<'static>) {
         if node.builder != self.id || node.index() >= self.nodes.len() {
             let why = "`after` on a node of another GraphBuilder".to_string();
@@ -481,10 +583,10 @@ impl Recording {
     }
 
     /// The variant of this recording: fills `self.sig` with its topology, per node its kind
-    /// (memcpy by direction), a kernel's parameter sizes, its accesses with places numbered by
-    /// first use, and its `after` nodes; returns the hash of that, a quick filter before the
-    /// full comparison. Equal signatures give equal edges, node kinds and parameter layouts, so
-    /// one exec serves both.
+    /// (memcpy by direction; captured, whatever its closure records), a kernel's parameter
+    /// sizes, its accesses with places numbered by first use, and its `after` nodes; returns
+    /// the hash of that, a quick filter before the full comparison. Equal signatures give equal
+    /// edges, node kinds and parameter layouts, so one exec serves both.
     pub(crate) fn signature(&mut self) -> u64 {
         let mut canon = core::mem::take(&mut self.canon);
         canon.clear();
@@ -506,6 +608,7 @@ impl Recording {
                     (_, Memory::Host(_)) => 3,
                 },
                 RecKind::Memset(_) => 4,
+                RecKind::Captured(_) => 5,
             });
             if let RecKind::Kernel(k) = &n.kind {
                 // The parameter sizes: a node of another parameter list is another variant.
@@ -550,8 +653,13 @@ impl Recording {
         })
     }
 
-    /// Every node's parameters; `views` are [`Self::kernel_views`], in order.
-    fn params<'r>(&'r self, views: &'r [KernelView<'r>]) -> Vec<Option<NodeParams<'r>>> {
+    /// Every node's parameters; `views` are [`Self::kernel_views`], in order, and `captures`
+    /// the builder's captured closures.
+    fn params<'r>(
+        &'r self,
+        views: &'r [KernelView<'r>],
+        captures: &'r [Box<dyn CapturedWork + '_>],
+    ) -> Vec<Option<NodeParams<'r>>> {
         let mut views = views.iter();
         let view = |v: Option<&'r KernelView<'r>>| -> &'r dyn KernelNode {
             v.expect("one view per kernel node")
@@ -563,6 +671,7 @@ impl Recording {
                     RecKind::Kernel(_) => NodeParams::Kernel(view(views.next())),
                     RecKind::Memcpy(c) => NodeParams::Memcpy(MemcpyParams::recorded(*c)),
                     RecKind::Memset(m) => NodeParams::Memset(MemsetParams::recorded(*m)),
+                    RecKind::Captured(i) => NodeParams::Captured(&*captures[*i]),
                 })
             })
             .collect()
@@ -766,11 +875,20 @@ mod tests {
         assert!(invalid(&rec).0.contains("another GraphBuilder"));
     }
 
-    fn run(cache: &mut GraphCache<Mock>, mut rec: Recording) -> Result<()> {
+    fn run(cache: &mut GraphCache<Mock>, rec: Recording) -> Result<()> {
+        run_with(cache, rec, &[])
+    }
+
+    /// Runs `rec` on the mock driver, its captured nodes being `captures`.
+    fn run_with(
+        cache: &mut GraphCache<Mock>,
+        mut rec: Recording,
+        captures: &[Box<dyn CapturedWork + '_>],
+    ) -> Result<()> {
         let key = rec.signature();
         let rec = &rec;
         let views: Vec<KernelView<'_>> = rec.kernel_views().collect();
-        let nodes = rec.params(&views);
+        let nodes = rec.params(&views, captures);
         let call = GraphCall { shape: rec, site: Site::Builder, key, signature: &rec.sig };
         cache.run_shape(call, (CTX, None), STREAM, &nodes)
     }
@@ -803,5 +921,137 @@ mod tests {
         run(&mut cache, rec(14, [0x200, 0x100, 0x300, 0x400], 1)).unwrap();
         let s = cache.stats();
         assert_eq!((s.builds, s.hits, s.launches, cache.len()), (2, 3, 5, 2), "{s:?}");
+    }
+
+    #[track_caller]
+    fn cap_at() -> NodeSite {
+        site("capture", "GraphBuilder::capture", Location::caller())
+    }
+
+    /// n0 kernel writes a; n1 captured reads a, writes b; n2 kernel reads b, writes c; n3 zeroes
+    /// a (after n1's read of it).
+    fn with_capture(rec: &mut Recording, bufs: [u64; 3]) {
+        let [a, b, c] = bufs.map(|p| buf(rec, p));
+        rec.kernel(at(), F, DIMS, &(1u32, a.1));
+        rec.captured(cap_at(), 0, true, &(a.0, b.1));
+        rec.kernel(at(), F, DIMS, &(1u32, b.0, c.1));
+        rec.memset(at(), crate::kind::zero(a.1).raw, a.1.tag);
+    }
+
+    #[test]
+    fn a_captured_node_accesses_its_operands_and_is_ordered_by_their_hazards() {
+        let mut rec = Recording::new(40);
+        with_capture(&mut rec, [0x100, 0x200, 0x300]);
+        assert!(rec.error.is_none(), "{:?}", rec.error);
+        let n = &rec.nodes[1];
+        assert_eq!(n.site.label, "capture");
+        assert!(matches!(n.kind, RecKind::Captured(0)));
+        let acc: Vec<(u32, bool)> =
+            rec.accesses[n.accesses.clone()].iter().map(|a| (a.place, a.write)).collect();
+        assert_eq!(acc, [(0, false), (1, true)]);
+        // Read after write of a, then of b; the memset of a waits for the captured read of a
+        // (write after read), which already follows n0 (reduced away).
+        assert_eq!(rec.edges(&[true; 4]), [(0, 1), (1, 2), (1, 3)]);
+    }
+
+    #[test]
+    fn a_captured_node_is_its_own_kind_in_the_signature() {
+        let sig = |captured: bool, order: [u64; 3]| {
+            let mut rec = Recording::new(41);
+            if captured {
+                with_capture(&mut rec, order);
+            } else {
+                // The same accesses, with a kernel where the capture was.
+                let [a, b, c] = order.map(|p| buf(&mut rec, p));
+                rec.kernel(at(), F, DIMS, &(1u32, a.1));
+                rec.kernel(at(), F, DIMS, &(a.0, b.1));
+                rec.kernel(at(), F, DIMS, &(1u32, b.0, c.1));
+                rec.memset(at(), crate::kind::zero(a.1).raw, a.1.tag);
+            }
+            (rec.signature(), rec.sig)
+        };
+        // Other buffers, same topology: one variant, whatever the closures record.
+        assert_eq!(sig(true, [0x100, 0x200, 0x300]), sig(true, [0x300, 0x100, 0x200]));
+        assert_ne!(sig(true, [0x100, 0x200, 0x300]), sig(false, [0x100, 0x200, 0x300]));
+        // Another access mode of one operand: another topology.
+        let mut rec = Recording::new(42);
+        let [a, b] = [0x100, 0x200].map(|p| buf(&mut rec, p));
+        rec.captured(cap_at(), 0, true, &(a.0, b.1));
+        let mut other = Recording::new(43);
+        let [a2, b2] = [0x100, 0x200].map(|p| buf(&mut other, p));
+        other.captured(cap_at(), 0, true, &(a2.1, b2.1));
+        assert_ne!((rec.signature(), rec.sig), (other.signature(), other.sig));
+    }
+
+    #[test]
+    fn a_captured_node_refuses_foreign_handles_a_buffer_written_twice_and_another_stream() {
+        let mut other = Recording::new(44);
+        let (r, _) = buf(&mut other, 0x100);
+        let mut rec = Recording::new(45);
+        let (_, w) = buf(&mut rec, 0x200);
+        let line = line!() + 1;
+        rec.captured(cap_at(), 0, true, &(r, w));
+        let (why, l) = invalid(&rec);
+        assert!(why.contains("not registered with this GraphBuilder"), "{why}");
+        assert_eq!(l, line);
+        assert!(
+            matches!(&rec.error, Some(Error::InvalidNode { site, .. }) if site.label == "capture")
+        );
+        let mut rec = Recording::new(46);
+        let (r, w) = buf(&mut rec, 0x100);
+        rec.captured(cap_at(), 0, true, &(r, w));
+        assert!(invalid(&rec).0.contains("passed twice"));
+        let mut rec = Recording::new(47);
+        let (r, _) = buf(&mut rec, 0x100);
+        let line = line!() + 1;
+        rec.captured(cap_at(), 0, false, &(r,));
+        let (why, l) = invalid(&rec);
+        assert!(why.contains("not this GraphBuilder's stream"), "{why}");
+        assert_eq!(l, line);
+    }
+
+    /// A captured node as the cache sees it, without a GPU: its operands' accesses and no
+    /// recording (the mock driver reads no child graph).
+    struct FakeCapture<H>(H);
+    impl<H> crate::operand::sealed::Sealed for FakeCapture<H> {}
+    impl<H: CaptureOperands> CapturedWork for FakeCapture<H> {
+        fn accesses(&self, out: &mut crate::operand::Accesses) -> usize {
+            self.0.accesses(out)
+        }
+        fn record(&self, _: &dyn Fn() -> NodeSite) -> Result<()> {
+            Ok(())
+        }
+        fn recorded(&self) -> Option<Arc<crate::kind::captured::OwnedGraph>> {
+            None
+        }
+        fn run_eager(&self, _: &dyn Fn() -> NodeSite) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_builder_graph_with_a_captured_node_is_one_variant_whose_child_graph_is_set_every_call() {
+        let mock = Mock::default();
+        let mut cache = GraphCache::with_driver(mock.clone(), 8);
+        let call = |cache: &mut GraphCache<Mock>, id, bufs: [u64; 3]| {
+            let mut rec = Recording::new(id);
+            with_capture(&mut rec, bufs);
+            let h = |i: u32| {
+                DevWrite::<u32>::new(bufs[i as usize], 16, CTX).with_tag(tag(id, i), Token(()))
+            };
+            let captures: Vec<Box<dyn CapturedWork>> =
+                vec![Box::new(FakeCapture((h(0).read(), h(1))))];
+            run_with(cache, rec, &captures)
+        };
+        call(&mut cache, 50, [0x100, 0x200, 0x300]).unwrap();
+        let built = mock.calls();
+        assert!(built.contains(&"add_graph deps=1".to_string()), "{built:?}");
+        // Buffers swapped: the kernels' pointers and the child graph are set; nothing rebuilt.
+        call(&mut cache, 51, [0x200, 0x100, 0x300]).unwrap();
+        let c = mock.calls();
+        assert!(c.contains(&"set_graph".to_string()), "{c:?}");
+        assert!(!c.iter().any(|c| c.starts_with("add_") || c == "instantiate"), "{c:?}");
+        let s = cache.stats();
+        assert_eq!((s.builds, s.hits, cache.len()), (1, 1, 1), "{s:?}");
     }
 }

@@ -12,8 +12,9 @@
 
 use std::sync::Arc;
 
+use cudagraph::cudarc::driver::sys::CUstreamCaptureStatus;
 use cudagraph::cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    CudaContext, CudaSlice, CudaStream, DriverError, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
 use cudagraph::{Error, GraphCache, Mode, NodeSite, graph};
 
@@ -913,5 +914,207 @@ fn pinned_output_is_ready_after_the_call_on_a_single_stream() -> Result {
         assert_same(&got, &model, &format!("round {round}: pinned output vs host model"));
     }
     assert_eq!(cache.stats().builds, 1);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. Captured work: `GraphBuilder::capture`.
+// ---------------------------------------------------------------------------------------------
+
+/// Buffers of [`captured_step`].
+struct Captured {
+    x: CudaSlice<u32>,
+    y: CudaSlice<u32>,
+    z: CudaSlice<u32>,
+    out: CudaSlice<u32>,
+}
+
+impl Captured {
+    fn new(stream: &Arc<CudaStream>, k: u32) -> Result<Captured> {
+        let f = |i| distinct(stream, N as usize, k + i);
+        Ok(Captured { x: f(0)?, y: f(1)?, z: f(2)?, out: f(3)? })
+    }
+}
+
+/// One step: a kernel node writes `x` from `seed`; a captured region (two cudarc launches and a
+/// memcpy, and when `extra` a third launch: a recording of another topology) reads `x` and
+/// writes `y` and `z`; a kernel node after it reads `z` into `out`. Returns the builder's edges.
+fn captured_step(
+    cache: &mut GraphCache,
+    stream: &Arc<CudaStream>,
+    k: &Ops,
+    (seed, extra): (u32, bool),
+    b: &mut Captured,
+) -> Result<Vec<(u32, u32)>> {
+    let cfg = LaunchConfig::for_num_elems(N);
+    let mut g = cache.builder(stream);
+    let (x, y) = (g.write(&mut b.x), g.write(&mut b.y));
+    let (z, out) = (g.write(&mut b.z), g.write(&mut b.out));
+    g.kernel(k.iota(N, 3, seed, x).launch(cfg));
+    let c = g.capture(
+        stream,
+        (x.read(), y, z),
+        move |s, (x, mut y, mut z)| -> std::result::Result<(), DriverError> {
+            let st = s.stream();
+            launch!(st, k, "affine", cfg; &N, &5u32, &seed, &x, &mut y)?;
+            st.memcpy_dtod(&y, &mut z)?;
+            launch!(st, k, "affine_inplace", cfg; &N, &7u32, &1u32, &mut z)?;
+            if extra {
+                launch!(st, k, "affine_inplace", cfg; &N, &3u32, &2u32, &mut z)?;
+            }
+            Ok(())
+        },
+    );
+    assert_eq!(c.index(), 1);
+    g.kernel(k.mix(N, z.read(), out).launch(cfg));
+    let mut edges = g.edges();
+    edges.sort_unstable();
+    g.launch()?;
+    Ok(edges)
+}
+
+/// The host model of [`captured_step`]: `(x, y, z, out)`.
+fn captured_model(seed: u32, extra: bool) -> [Vec<u32>; 4] {
+    let x = host::iota(N, 3, seed);
+    let y = host::affine(&x, 5, seed);
+    let mut z = y.clone();
+    host::affine_inplace(&mut z, 7, 1);
+    if extra {
+        host::affine_inplace(&mut z, 3, 2);
+    }
+    let out = host::mix(&z);
+    [x, y, z, out]
+}
+
+/// `b`'s buffers equal the host model `want`.
+fn captured_check(stream: &Arc<CudaStream>, b: &Captured, want: &[Vec<u32>; 4], what: &str) {
+    let got = [&b.x, &b.y, &b.z, &b.out].map(|s| stream.clone_dtoh(s).expect("copy back"));
+    for ((got, want), name) in got.iter().zip(want).zip(["x", "y", "z", "out"]) {
+        assert_same(got, want, &format!("{what}: {name}"));
+    }
+}
+
+/// A kernel node, a captured region and a kernel node after it, with two sets of buffers swapped
+/// between launches (every pointer changes every call) and a new seed every call, in cudarc's
+/// multi-stream mode: equal to the same builder code run eagerly ([`Mode::Eager`], the closure
+/// run directly on the stream) and to the host model after every call. One build; each later
+/// call re-records the region and sets its child graph and the two kernels' parameters.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn captured_region_between_kernels_with_swapped_buffers_matches_eager_and_the_host_model() -> Result
+{
+    let (ctx, stream, k) = gpu()?;
+    let _other = ctx.new_stream()?; // multi-stream mode: cudarc's events are on
+    assert!(ctx.is_managing_stream_synchronization());
+    let (mut a, mut b) = (Captured::new(&stream, 10)?, Captured::new(&stream, 20)?);
+    let mut e = Captured::new(&stream, 30)?;
+    let mut cache = GraphCache::new();
+    let mut eager = GraphCache::new();
+    eager.set_mode(Mode::Eager);
+    let calls = 6u32;
+    for call in 0..calls {
+        let seed = 11 + call;
+        let edges = captured_step(&mut cache, &stream, &k, (seed, false), &mut a)?;
+        assert_eq!(edges, [(0, 1), (1, 2)], "kernel → capture → kernel");
+        captured_step(&mut eager, &stream, &k, (seed, false), &mut e)?;
+        let want = captured_model(seed, false);
+        captured_check(&stream, &a, &want, &format!("graph, call {call}"));
+        captured_check(&stream, &e, &want, &format!("eager, call {call}"));
+        std::mem::swap(&mut a, &mut b);
+    }
+    let s = cache.stats();
+    assert_eq!((s.builds, s.instantiations, s.launches, cache.len()), (1, 1, 6, 1), "{s:?}");
+    assert_eq!((s.node_updates, s.exec_updates, s.reinstantiations), (15, 0, 0), "{s:?}");
+    assert_eq!(s.captures, u64::from(calls), "recorded on every launch: {s:?}");
+    let es = eager.stats();
+    assert_eq!((es.eager_calls, es.captures, es.launches), (6, 0, 0), "{es:?}");
+    ctx.check_err()?;
+    Ok(())
+}
+
+/// What the closure records changes topology (3 → 4 → 4 → 3 nodes) while the builder's nodes
+/// stay the same: still one builder variant; the child graph's set-params is refused and the
+/// ladder updates the whole exec or re-instantiates it, and every result is right.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_recording_of_another_topology_keeps_one_builder_variant_and_stays_right() -> Result {
+    let (ctx, stream, k) = gpu()?;
+    let mut a = Captured::new(&stream, 10)?;
+    let mut e = Captured::new(&stream, 30)?;
+    let mut cache = GraphCache::new();
+    let mut eager = GraphCache::new();
+    eager.set_mode(Mode::Eager);
+    for (call, extra) in [false, true, true, false].into_iter().enumerate() {
+        let seed = 5 + call as u32;
+        captured_step(&mut cache, &stream, &k, (seed, extra), &mut a)?;
+        captured_step(&mut eager, &stream, &k, (seed, extra), &mut e)?;
+        let want = captured_model(seed, extra);
+        captured_check(&stream, &a, &want, &format!("graph, call {call}"));
+        captured_check(&stream, &e, &want, &format!("eager, call {call}"));
+    }
+    let s = cache.stats();
+    assert_eq!(cache.len(), 1, "the recording is not part of the builder's variant: {s:?}");
+    assert!(s.exec_updates + s.reinstantiations >= 2, "{s:?}");
+    assert!(cache.last_refusal().is_some());
+    assert_eq!(s.captures, 4, "{s:?}");
+    ctx.check_err()?;
+    Ok(())
+}
+
+/// `capture` given a stream other than the builder's is `Error::InvalidNode` at launch, naming
+/// the node `capture` and the line of the call; nothing of the call runs, in both modes.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn capture_on_another_stream_than_the_builders_is_refused() -> Result {
+    let mut f = Fixture::new()?;
+    let other = f._ctx.new_stream()?;
+    let cfg = LaunchConfig::for_num_elems(N);
+    f.refused(
+        |f| {
+            let mut g = f.cache.builder(&f.stream);
+            let (x, y) = (g.write(&mut f.x), g.write(&mut f.y));
+            g.kernel(f.k.iota(N, 3, 99, x).launch(cfg)); // would change x
+            let line = line!() + 1;
+            g.capture(&other, (x.read(), y), |s, (x, mut y)| s.stream().memcpy_dtod(&x, &mut y));
+            (g.launch(), line)
+        },
+        |e, line| invalid(e, "capture", line, "not this GraphBuilder's stream"),
+    )?;
+    assert_eq!(f.cache.stats().captures, 0, "never recorded");
+    Ok(())
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// An error returned by the closure is `Error::Capture` naming the `capture` call's line, with
+/// nothing enqueued (the kernel node before it did not run), the stream no longer capturing and
+/// the cache usable.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_error_of_the_captured_closure_names_the_call_and_enqueues_nothing() -> Result {
+    let mut f = Fixture::new()?;
+    f.good(1)?;
+    let launches = f.cache.stats().launches;
+    let cfg = LaunchConfig::for_num_elems(N);
+    let mut g = f.cache.builder(&f.stream);
+    let (x, y) = (g.write(&mut f.x), g.write(&mut f.y));
+    g.kernel(f.k.iota(N, 3, 99, x).launch(cfg)); // would change x
+    let line = line!() + 1;
+    g.capture(&f.stream, (x.read(), y), |_, _| -> std::result::Result<(), BoxError> {
+        Err("own error".into())
+    });
+    let err = g.launch().expect_err("the closure failed");
+    match &err {
+        Error::Capture { file, line: l, source } => {
+            assert!(file.ends_with("builder.rs"), "{err}");
+            assert_eq!(*l, line, "{err}");
+            assert_eq!(source.to_string(), "own error");
+        }
+        other => panic!("expected Error::Capture, got {other}"),
+    }
+    assert_eq!(f.cache.stats().launches, launches);
+    assert_eq!(f.stream.capture_status()?, CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE);
+    f.same("after the closure's error")?;
+    f.good(2)?;
     Ok(())
 }

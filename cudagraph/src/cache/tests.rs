@@ -76,6 +76,7 @@ impl Driver for Mock {
             CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => "kernel",
             CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => "memcpy",
             CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => "memset",
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH => "graph",
             _ => "other",
         };
         self.log(format!("add_{kind} deps={}", deps.len()));
@@ -114,6 +115,10 @@ impl Driver for Mock {
             CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => {
                 let m = unsafe { &p.__bindgen_anon_1.memset };
                 self.log(format!("set_memset value={}", m.value));
+                Ok(())
+            }
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH => {
+                self.log("set_graph");
                 Ok(())
             }
             _ => Err(REFUSED),
