@@ -22,7 +22,7 @@ pub(crate) struct Set1d {
 }
 
 /// A memset node's parameters, made by `memset(&mut dst, value)` or `zero(&mut dst)` in
-/// `graph!`; borrows its buffer like [`MemcpyParams`].
+/// `graph!`; borrows its buffer like [`MemcpyParams`](crate::MemcpyParams).
 #[derive(Clone, Copy, Debug)]
 pub struct MemsetParams<'a> {
     pub(crate) raw: Set1d,
