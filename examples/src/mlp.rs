@@ -17,13 +17,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
+use cudagraph::cudarc::cublas::sys as cublas_sys;
 use cudagraph::cudarc::cublas::{CudaBlas, Gemm, GemmConfig, sys::cublasOperation_t};
-use cudagraph::cudarc::driver::{CudaSlice, CudaStream};
+use cudagraph::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use cudagraph::cudarc::nvrtc::compile_ptx;
 use cudagraph::{GraphCache, Mode, graph, kernels};
 
 const SOURCE: &str = include_str!("../kernels/mlp.cu");
 const LAYERS: usize = 4;
+/// cuBLAS's workspace (its documented recommendation for graph capture on Hopper: 32 MiB).
+const WORKSPACE_BYTES: usize = 32 << 20;
 
 kernels! {
     /// Kernels of `kernels/mlp.cu`.
@@ -138,7 +141,21 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     let ctx = cudagraph::context(0)?;
     // A stream of its own: the legacy default stream cannot be captured.
     let stream = ctx.new_stream()?;
+    // A workspace of cuBLAS's own, set once: without it cuBLAS allocates one while captured
+    // (`cudaMallocAsync`, a memory-allocation node), which a child graph cannot hold.
+    let workspace = stream.alloc_zeros::<u8>(WORKSPACE_BYTES)?;
     let blas = CudaBlas::new(stream.clone())?;
+    {
+        let (ptr, _sync) = workspace.device_ptr(&stream);
+        // SAFETY: `workspace` is device memory of the handle's context, `WORKSPACE_BYTES` long,
+        // and outlives `blas` (declared before it, so dropped after it).
+        let status = unsafe {
+            cublas_sys::cublasSetWorkspace_v2(*blas.handle(), ptr as *mut _, WORKSPACE_BYTES)
+        };
+        if status != cublas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Err(format!("cublasSetWorkspace: {status:?}").into());
+        }
+    }
     // SAFETY: `Mlp`'s declaration matches `kernels/mlp.cu`.
     let k = unsafe { Mlp::load(&ctx, compile_ptx(SOURCE)?)? };
     println!("device: {}", ctx.name()?);

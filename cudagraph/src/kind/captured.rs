@@ -301,7 +301,10 @@ pub(crate) struct ChildState {
 impl NodeKind for Captured {
     type Params<'a> = &'a dyn CapturedWork;
     type State = ChildState;
-    const ADD: &'static str = "cuGraphAddNode_v2 (child graph)";
+    const ADD: &'static str = "cuGraphAddNode_v2 (child graph of the captured work; a child graph \
+                               cannot hold memory allocation nodes: a library that allocates while \
+                               captured, such as cuBLAS without cublasSetWorkspace, cannot be a \
+                               captured statement)";
     const SET: &'static str = "cuGraphExecNodeSetParams (child graph)";
     const EAGER: &'static str = "captured work, run eagerly";
 
