@@ -386,3 +386,90 @@ pub unsafe fn graph_edges(graph: CUgraph) -> Result<Vec<(CUgraphNode, CUgraphNod
     .result()?;
     Ok(from.into_iter().zip(to).take(n).collect())
 }
+
+/// What [`stream_capture_info`] reports of a stream: its capture status, and while it is
+/// capturing, the capture's unique id, the graph being captured and the nodes (with their edge
+/// data) that the stream's next captured work would depend on.
+#[derive(Clone, Debug)]
+pub struct CaptureInfo {
+    /// `ACTIVE`, `INVALIDATED` or `NONE`.
+    pub status: sys::CUstreamCaptureStatus,
+    /// The capture sequence's id, unique in the process (valid unless `status` is `NONE`).
+    pub id: u64,
+    /// The graph being captured (owned by the capture; null unless `status` is `ACTIVE`).
+    pub graph: CUgraph,
+    /// The stream's current capture dependencies, copied.
+    pub deps: Vec<CUgraphNode>,
+    /// Their edge data, copied (empty when the driver reports none: all default).
+    pub edges: Vec<sys::CUgraphEdgeData>,
+}
+
+/// `cuStreamGetCaptureInfo_v3`: the stream's capture status and, while capturing, the capture's
+/// id, its graph and the stream's current dependencies with their edge data (asked for, so that
+/// the query is never refused as lossy), copied out of the driver's arrays (valid only until the
+/// next call on the stream). Driver reference:
+/// <https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html>.
+///
+/// # Safety
+/// `stream` is live and its context current.
+pub unsafe fn stream_capture_info(stream: CUstream) -> Result<CaptureInfo, DriverError> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut id = 0;
+    let mut graph = ptr::null_mut();
+    let mut deps: *const CUgraphNode = ptr::null();
+    let mut edges: *const sys::CUgraphEdgeData = ptr::null();
+    let mut n = 0;
+    unsafe {
+        sys::cuStreamGetCaptureInfo_v3(
+            stream,
+            &mut status,
+            &mut id,
+            &mut graph,
+            &mut deps,
+            &mut edges,
+            &mut n,
+        )
+    }
+    .result()?;
+    // SAFETY: the driver's arrays hold `n` entries each when not null, valid until the next
+    // call on the stream; copied at once.
+    let (deps, edges) = unsafe { (copy_out(deps, n), copy_out(edges, n)) };
+    Ok(CaptureInfo { status, id, graph, deps, edges })
+}
+
+/// The `n` values at `p`, copied (none when `p` is null).
+///
+/// # Safety
+/// `p` is null or points to `n` initialized values.
+unsafe fn copy_out<T: Copy>(p: *const T, n: usize) -> Vec<T> {
+    if p.is_null() || n == 0 {
+        return Vec::new();
+    }
+    unsafe { core::slice::from_raw_parts(p, n) }.to_vec()
+}
+
+/// `cuStreamUpdateCaptureDependencies_v2` with `CU_STREAM_SET_CAPTURE_DEPENDENCIES` and default
+/// edge data: the stream's next captured work depends on `nodes` (instead of what it depended
+/// on before).
+///
+/// # Safety
+/// `stream` is live and capturing (status `ACTIVE`), its context current; `nodes` are nodes of
+/// the graph being captured.
+pub unsafe fn stream_set_capture_dependencies(
+    stream: CUstream,
+    nodes: &[CUgraphNode],
+) -> Result<(), DriverError> {
+    let mut nodes = nodes.to_vec();
+    let flags =
+        sys::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES as u32;
+    unsafe {
+        sys::cuStreamUpdateCaptureDependencies_v2(
+            stream,
+            nodes.as_mut_ptr(),
+            ptr::null(),
+            nodes.len(),
+            flags,
+        )
+    }
+    .result()
+}
