@@ -51,31 +51,88 @@
 //! overlap with the earlier users remains possible. A host synchronization before every capture
 //! would close it, at the cost of the overlap of capture and GPU work.
 
+use core::any::TypeId;
+use core::cell::Cell;
 use core::fmt;
+use core::sync::atomic::{AtomicU64, Ordering};
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::panic::{AssertUnwindSafe, Location, catch_unwind, resume_unwind};
 use std::path::Path;
 use std::sync::Arc;
 
-use cudarc::driver::sys::{self, CUcontext, CUdeviceptr, CUgraph, CUgraphExec, CUresult, CUstream};
+use cudarc::driver::sys::{
+    self, CUcontext, CUdeviceptr, CUevent, CUgraph, CUgraphExec, CUgraphNode, CUresult, CUstream,
+};
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaSlice, CudaStream, CudaView, CudaViewMut, DriverError,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr,
+    DevicePtrMut, DeviceSlice, DriverError, SyncOnDrop,
 };
 
-use crate::error::{Call, CudaError, Error, Result};
-use crate::operand::{Acquire, AcquireMut, Guard};
+use crate::error::{Call, CudaError, Error, NodeSite, Refusal, Result};
+use crate::kind::kernel::{Kernel, MAX_KERNEL_PARAMS};
+use crate::kind::{KernelArgs, KernelLaunch, KernelNode, NodeKind};
+use crate::operand::{Acquire, AcquireMut, BufferArg, DevRead, DevWrite, Guard, NO_BUFFER_ARGS};
 use crate::raw;
 
-/// The capture in progress, handed to the closure of [`capture`].
+/// Capture numbers, unique for the life of the process: each [`Capture`] (standalone or of a
+/// `capture` statement) draws one, its [`Graph`] keeps it, and [`Exec::set_kernel`] accepts only
+/// nodes of the capture its exec was instantiated from.
+static NEXT_CAPTURE: AtomicU64 = AtomicU64::new(1);
+
+/// A new capture number.
+pub(crate) fn next_capture_id() -> u64 {
+    NEXT_CAPTURE.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The capture in progress, handed to the closure of [`capture`] (and of a `capture` statement
+/// of `graph!`).
+///
+/// Besides the capturing [`stream`](Self::stream), it adds explicit, typed kernel nodes to the
+/// graph being captured ([`kernel`](Self::kernel)), whose buffer arguments are handles of the
+/// listed operands ([`read`](Self::read), [`write`](Self::write)); their parameters can later be
+/// set on the [`Exec`] ([`Exec::set_kernel`]).
+///
+/// Neither `Send` nor `Sync`: explicit nodes are added to the graph being captured, a CUDA graph
+/// object that is not internally synchronized, from the capturing thread only.
 pub struct Capture {
     stream: Arc<CudaStream>,
     capturing: bool,
+    /// The listed operands: their memory, access and aliases' events, in order.
+    operands: Vec<Listed>,
+    /// This capture's number (see [`next_capture_id`]).
+    id: u64,
+    /// The driver's id of the capture sequence begun for this capture (`None` when running
+    /// eagerly, or if the query failed: explicit nodes are then refused).
+    sequence: Option<u64>,
+    /// A driver error after an explicit node was added (its successors could not be set): the
+    /// recording is unusable and the capture fails with this error.
+    broken: Cell<Option<CudaError>>,
 }
 
 impl Capture {
-    pub(crate) fn new(stream: Arc<CudaStream>, capturing: bool) -> Self {
-        Capture { stream, capturing }
+    /// The capture handed to a closure, made right after the capture began (when `capturing`).
+    pub(crate) fn new(
+        stream: Arc<CudaStream>,
+        capturing: bool,
+        operands: Vec<Listed>,
+        id: u64,
+    ) -> Self {
+        let sequence = capturing
+            .then(|| {
+                // SAFETY: the stream is alive (owned) and its context current (the capture just
+                // began on this thread).
+                let info = unsafe { raw::stream_capture_info(stream.cu_stream()) }.ok()?;
+                let active = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE;
+                (info.status == active).then_some(info.id)
+            })
+            .flatten();
+        Capture { stream, capturing, operands, id, sequence, broken: Cell::new(None) }
+    }
+
+    /// The driver error that made the recording unusable, if any (see `broken`).
+    pub(crate) fn broken(&self) -> Option<CudaError> {
+        self.broken.get()
     }
 
     /// The capturing stream: the closure enqueues the work to record on it (cudarc's
@@ -91,11 +148,375 @@ impl Capture {
     pub fn is_capturing(&self) -> bool {
         self.capturing
     }
+
+    /// A read handle of `view` for a kernel node of this capture ([`kernel`](Self::kernel)):
+    /// `view` is one of the closure's views (`CudaView` or `CudaViewMut`) or a part of one
+    /// (`slice`, `split_at`, …). The handle cannot leave the closure (its lifetime is the
+    /// view's).
+    ///
+    /// Like a cudarc call on the view, this makes the capturing stream wait for the view's last
+    /// write in the capture (cudarc's event, in its multi-stream mode); nothing else is
+    /// enqueued.
+    ///
+    /// # Errors
+    /// [`Error::NodeRefused`] naming this call's location, with nothing enqueued:
+    /// [`Refusal::NotAnOperand`] when `view` is not a view of a listed operand (a buffer the
+    /// closure reached otherwise, which the graph would not borrow).
+    #[track_caller]
+    pub fn read<'s, V: CaptureView<'s>>(&self, view: &V) -> Result<DevRead<'s, V::Elem>> {
+        let at = Location::caller();
+        let (ptr, len) = self.locate(view, false, at)?;
+        Ok(DevRead::new(ptr, len, self.stream.context().cu_ctx()))
+    }
+
+    /// A write handle of `view` (a `CudaViewMut` of a `&mut` operand, or a part of one) for a
+    /// kernel node of this capture ([`kernel`](Self::kernel)); see [`read`](Self::read). A
+    /// `CudaView` (of a `&` operand) has no write handle: that is a compile error.
+    ///
+    /// # Errors
+    /// [`Error::NodeRefused`] naming this call's location, with nothing enqueued:
+    /// [`Refusal::NotAnOperand`] when `view` is not a view of a listed operand,
+    /// [`Refusal::ReadOnly`] when it is one listed `&`.
+    #[track_caller]
+    pub fn write<'s, T: 'static>(&self, view: &mut CudaViewMut<'s, T>) -> Result<DevWrite<'s, T>> {
+        let at = Location::caller();
+        let (ptr, len) = self.locate(&*view, true, at)?;
+        Ok(DevWrite::new(ptr, len, self.stream.context().cu_ctx()))
+    }
+
+    /// The address and length of `view`, checked to lie inside the listed operand it is a view
+    /// of (a written one when `write`).
+    fn locate<'s, V: CaptureView<'s>>(
+        &self,
+        view: &V,
+        write: bool,
+        at: &'static Location<'static>,
+    ) -> Result<(CUdeviceptr, usize)> {
+        let (label, text) =
+            if write { ("write", "Capture::write") } else { ("read", "Capture::read") };
+        let refuse = |why| Error::NodeRefused { site: site_at(label, text, at), why };
+        // Which alias the view is of, by the address of the alias's `stream` field, which
+        // every view of it refers to: known before any driver call, so a view of another
+        // buffer (whose events may have been recorded outside the capture) is refused without
+        // touching the capture.
+        let identity = view.identity();
+        let Some(op) = self.operands.iter().find(|o| core::ptr::eq(o.identity, identity)) else {
+            return Err(refuse(Refusal::NotAnOperand { arg: None }));
+        };
+        if write && !op.write {
+            return Err(refuse(Refusal::ReadOnly { arg: None }));
+        }
+        let ptr = view.pointer(&self.stream);
+        let len = view.elems();
+        let bytes = (len as u64).saturating_mul(size_of::<V::Elem>() as u64);
+        let inside = ptr >= op.start && bytes <= op.bytes && ptr - op.start <= op.bytes - bytes;
+        if !inside {
+            return Err(refuse(Refusal::NotAnOperand { arg: None }));
+        }
+        Ok((ptr, len))
+    }
+
+    /// Adds `launch` to the graph being captured as a kernel node (`cuGraphAddNode_v2`,
+    /// `CU_GRAPH_NODE_TYPE_KERNEL`), after the stream's current capture dependencies
+    /// (`cuStreamGetCaptureInfo_v3`), and makes it the stream's only dependency
+    /// (`cuStreamUpdateCaptureDependencies_v2`, `CU_STREAM_SET_CAPTURE_DEPENDENCIES`): the
+    /// node runs after the work captured before it on the stream, and the work captured after it
+    /// runs after it, as if it had been launched on the stream. The returned [`CapturedKernel`]
+    /// names the node for [`Exec::set_kernel`].
+    ///
+    /// `launch` is a `kernels!` method's call (`k.affine(n, a, b, x, y).launch(cfg)`) whose
+    /// buffer arguments are handles from [`read`](Self::read) and [`write`](Self::write) (or any
+    /// handle whose memory lies inside a listed operand). Its edges are plain dependencies (the
+    /// captured edge data, e.g. programmatic ports, are not carried over: never a weaker
+    /// ordering). In cudarc's multi-stream mode the node also takes part in cudarc's events
+    /// of the operands it uses, as a cudarc launch would (the stream waits for the last writer,
+    /// and for a written buffer the last reader, before it; the buffer's read or write event is
+    /// recorded after it), so that cudarc work on other streams joined into the capture is
+    /// ordered with it.
+    ///
+    /// When the closure runs eagerly ([`is_capturing`](Self::is_capturing) is `false`: a
+    /// `capture` statement in [`Mode::Eager`](crate::Mode::Eager)) the kernel is launched on
+    /// the stream at once (`cuLaunchKernel`) and the returned handle names no node
+    /// ([`CapturedKernel::is_recorded`] is `false`; [`Exec::set_kernel`] refuses it).
+    ///
+    /// # Errors
+    /// All name the kernel and this call's location; nothing was added or launched:
+    /// - [`Error::NodeRefused`]: a buffer argument is not inside a listed operand
+    ///   ([`Refusal::NotAnOperand`]), is written but inside `&` operands only
+    ///   ([`Refusal::ReadOnly`]), or two overlap with a write ([`Refusal::Overlap`]);
+    /// - [`Error::WrongContext`]: a buffer of another context than the stream's;
+    /// - [`Error::ZeroDims`]: a zero grid or block dimension;
+    ///   [`Error::Node`] (`CUDA_ERROR_INVALID_VALUE`): more than [`MAX_KERNEL_PARAMS`]
+    ///   arguments (launch limits are the driver's to refuse: `cuGraphAddNode_v2` or
+    ///   `cuLaunchKernel` then returns the error);
+    /// - [`Error::Node`]: a driver call failed (`cuStreamGetCaptureInfo_v3`; the stream is not
+    ///   in this capture any more, e.g. after cudarc's `end_capture` on it; `cuGraphAddNode_v2`;
+    ///   `cuStreamWaitEvent`; `cuLaunchKernel` eagerly). A failure after the node was added
+    ///   (`cuStreamUpdateCaptureDependencies_v2`, `cuEventRecord`) is returned too, and the
+    ///   capture then fails with [`Error::CaptureInvalidated`] naming that call even if the
+    ///   closure returns `Ok`: the node's successors are not known.
+    #[track_caller]
+    pub fn kernel<A: KernelArgs>(&self, launch: KernelLaunch<'_, A>) -> Result<CapturedKernel> {
+        let at = Location::caller();
+        let site = || site_at(launch.name(), "Capture::kernel", at);
+        let k: &dyn KernelNode = &launch;
+        Kernel::validate(&k, None, &site)?;
+        let mut bufs = NO_BUFFER_ARGS;
+        let n = launch.buffers(&mut bufs);
+        let bufs = &bufs[..n];
+        let ctx = self.stream.context();
+        if bufs.iter().any(|b| b.ctx != ctx.cu_ctx()) {
+            return Err(Error::WrongContext { site: site() });
+        }
+        let listed: Vec<Access> = self.operands.iter().map(Listed::access).collect();
+        let owners =
+            check_buffers(bufs, &listed).map_err(|why| Error::NodeRefused { site: site(), why })?;
+        let err = |source| Error::Node { site: site(), source };
+        make_current(ctx).call("cuCtxSetCurrent").map_err(err)?;
+        let managing = ctx.is_managing_stream_synchronization();
+        let s = self.stream.cu_stream();
+        if managing {
+            for (b, &o) in bufs.iter().zip(&owners) {
+                let op = &self.operands[o];
+                let before =
+                    if b.write { [op.read_event, op.write_event] } else { [None, op.write_event] };
+                for e in before.into_iter().flatten() {
+                    // SAFETY: the event is the alias's, alive while the closure runs; the
+                    // stream is alive and its context current.
+                    unsafe { raw::wait_event(s, e) }.call("cuStreamWaitEvent").map_err(err)?;
+                }
+            }
+        }
+        let node = if self.capturing {
+            // SAFETY: as above.
+            let info = unsafe { raw::stream_capture_info(s) }
+                .call("cuStreamGetCaptureInfo_v3")
+                .map_err(err)?;
+            let active = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE;
+            if info.status != active || Some(info.id) != self.sequence {
+                let invalidated = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+                let error = if info.status == invalidated {
+                    CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                } else {
+                    CUresult::CUDA_ERROR_ILLEGAL_STATE
+                };
+                let call = "cuStreamGetCaptureInfo_v3 (the stream is not in this capture)";
+                return Err(err(CudaError { call, error: DriverError(error) }));
+            }
+            // SAFETY: the graph is the one this capture is recording (same sequence, active),
+            // `deps` are its nodes, the context is current; the parameters were validated and
+            // every buffer argument lies inside a listed operand (checked above), which the
+            // resulting `Graph` borrows (or, for a `capture` statement, the `graph!` call).
+            let node = launch
+                .with_node_params(|p| unsafe { raw::add_node(info.graph, &info.deps, p) })
+                .call(Kernel::ADD)
+                .map_err(err)?;
+            // SAFETY: the stream is capturing (checked above) and `node` is of its graph.
+            let after = unsafe { raw::stream_set_capture_dependencies(s, &[node]) }
+                .call("cuStreamUpdateCaptureDependencies_v2")
+                .and_then(|()| self.record_events(bufs, &owners, managing));
+            if let Err(source) = after {
+                self.broken.set(Some(source));
+                return Err(err(source));
+            }
+            Some(node)
+        } else {
+            // SAFETY: validated above; every buffer argument lies inside a listed operand,
+            // which the `graph!` call borrows until the work it enqueued is ordered before any
+            // later use (its guards).
+            unsafe { Kernel::eager(&k, &self.stream, &site) }?;
+            self.record_events(bufs, &owners, managing).map_err(err)?;
+            None
+        };
+        Ok(CapturedKernel {
+            node,
+            capture: self.id,
+            function: launch.function().clone(),
+            arg_sizes: launch.arg_sizes().into_boxed_slice(),
+            name: launch.name(),
+        })
+    }
+
+    /// After a kernel of [`kernel`](Self::kernel): records each buffer argument's cudarc event
+    /// (read or write) on the stream, as cudarc does after a launch (multi-stream mode only).
+    fn record_events(
+        &self,
+        bufs: &[BufferArg],
+        owners: &[usize],
+        managing: bool,
+    ) -> Result<(), CudaError> {
+        if !managing {
+            return Ok(());
+        }
+        for (b, &o) in bufs.iter().zip(owners) {
+            let op = &self.operands[o];
+            if let Some(e) = if b.write { op.write_event } else { op.read_event } {
+                // SAFETY: the event is the alias's, alive while the closure runs; the stream is
+                // alive and its context current.
+                unsafe { raw::record_event(e, self.stream.cu_stream()) }.call("cuEventRecord")?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl fmt::Debug for Capture {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Capture").field("stream", &self.stream.cu_stream()).finish()
+        f.debug_struct("Capture")
+            .field("stream", &self.stream.cu_stream())
+            .field("capturing", &self.capturing)
+            .field("operands", &self.operands.iter().map(Listed::access).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// The site of an explicit-node call at `at`: `label` (the kernel's name, or `read`/`write`)
+/// and `text` (the method).
+fn site_at(label: &'static str, text: &'static str, at: &'static Location<'static>) -> NodeSite {
+    NodeSite { label, text, file: at.file(), line: at.line(), column: at.column() }
+}
+
+/// Makes `ctx` current on this thread, without taking cudarc's recorded error out of it (as
+/// `bind_to_thread` would: inside a capture, that error explains an invalidation).
+fn make_current(ctx: &CudaContext) -> Result<(), DriverError> {
+    use cudarc::driver::result::ctx as rctx;
+    if rctx::get_current()? != Some(ctx.cu_ctx()) {
+        // SAFETY: the context is alive (borrowed).
+        unsafe { rctx::set_current(ctx.cu_ctx()) }?;
+    }
+    Ok(())
+}
+
+/// For each buffer argument, the index of the operand it lies in: one whose range contains the
+/// argument's, and that is written where the argument is; and no two arguments overlap where
+/// one is written. Pure: the rule of [`Capture::kernel`] and [`Exec::set_kernel`].
+pub(crate) fn check_buffers(
+    bufs: &[BufferArg],
+    operands: &[Access],
+) -> Result<[usize; MAX_KERNEL_PARAMS], Refusal> {
+    let mut owners = [0; MAX_KERNEL_PARAMS];
+    for (owner, b) in owners.iter_mut().zip(bufs) {
+        let inside = |o: &Access| {
+            b.start >= o.start && b.bytes <= o.bytes && b.start - o.start <= o.bytes - b.bytes
+        };
+        *owner = match operands.iter().position(|o| inside(o) && (o.write || !b.write)) {
+            Some(o) => o,
+            None if operands.iter().any(inside) => {
+                return Err(Refusal::ReadOnly { arg: Some(b.arg) });
+            }
+            None => return Err(Refusal::NotAnOperand { arg: Some(b.arg) }),
+        };
+    }
+    let overlap = |a: &BufferArg, b: &BufferArg| {
+        a.bytes > 0
+            && b.bytes > 0
+            && a.start < b.start.saturating_add(b.bytes)
+            && b.start < a.start.saturating_add(a.bytes)
+    };
+    for (j, b) in bufs.iter().enumerate() {
+        if let Some(a) = bufs[..j].iter().find(|a| (a.write || b.write) && overlap(a, b)) {
+            return Err(Refusal::Overlap { first: a.arg, second: b.arg });
+        }
+    }
+    Ok(owners)
+}
+
+/// A kernel node added by [`Capture::kernel`]: which node of which capture, and the kernel's
+/// function and argument sizes, so that [`Exec::set_kernel`] can set its parameters on the exec
+/// instantiated from that capture's graph. Opaque; it holds no buffer and keeps the kernel's
+/// module loaded (a clone of its `CudaFunction`). `Send` and `Sync` (plain identities).
+pub struct CapturedKernel {
+    /// The node in the capture's graph; `None` when the kernel ran eagerly.
+    node: Option<CUgraphNode>,
+    /// The capture's number.
+    capture: u64,
+    function: CudaFunction,
+    /// Each argument's size, bytes, in parameter order.
+    arg_sizes: Box<[u32]>,
+    name: &'static str,
+}
+
+// SAFETY: the node handle is only an identity: it is passed to the driver (by
+// `Exec::set_kernel`, under the exec's rules) only for the exec instantiated from its graph,
+// which keeps that graph alive; nothing is read through it here.
+unsafe impl Send for CapturedKernel {}
+unsafe impl Sync for CapturedKernel {}
+
+impl CapturedKernel {
+    /// The kernel's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// `false` when the kernel ran eagerly ([`Mode::Eager`](crate::Mode::Eager)): there is then
+    /// no node, and [`Exec::set_kernel`] refuses it.
+    pub fn is_recorded(&self) -> bool {
+        self.node.is_some()
+    }
+}
+
+impl fmt::Debug for CapturedKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CapturedKernel")
+            .field("name", &self.name)
+            .field("node", &self.node)
+            .field("capture", &self.capture)
+            .field("arg_sizes", &self.arg_sizes)
+            .finish()
+    }
+}
+
+/// A view the closure of a capture can make a handle of with [`Capture::read`]:
+/// `CudaView<'s, T>` or `CudaViewMut<'s, T>`. Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a view a capture can make a handle of",
+    label = "expected a `CudaView` or `CudaViewMut` of a listed operand",
+    note = "`Capture::read` takes `&view` of the closure's views (or parts of them); `Capture::write` takes `&mut` of a `CudaViewMut`"
+)]
+pub trait CaptureView<'s>: imp::Sealed {
+    /// The element type.
+    type Elem: 'static;
+    /// The address of the `stream` field of the `CudaSlice` the view is of.
+    #[doc(hidden)]
+    fn identity(&self) -> *const Arc<CudaStream>;
+    /// The device address (the stream waits for the view's last write, as cudarc's
+    /// `device_ptr` makes it; the read event is not recorded).
+    #[doc(hidden)]
+    fn pointer(&self, stream: &CudaStream) -> CUdeviceptr;
+    /// Length in elements.
+    #[doc(hidden)]
+    fn elems(&self) -> usize;
+}
+
+macro_rules! capture_view {
+    ($ty:ident) => {
+        impl<'s, T: 'static> CaptureView<'s> for $ty<'s, T> {
+            type Elem = T;
+            fn identity(&self) -> *const Arc<CudaStream> {
+                DeviceSlice::stream(self)
+            }
+            fn pointer(&self, stream: &CudaStream) -> CUdeviceptr {
+                let (ptr, mut guard) = DevicePtr::device_ptr(self, stream);
+                disarm(&mut guard);
+                ptr
+            }
+            fn elems(&self) -> usize {
+                DeviceSlice::len(self)
+            }
+        }
+    };
+}
+capture_view!(CudaView);
+capture_view!(CudaViewMut);
+
+/// Takes cudarc's event out of its guard, so that dropping it records nothing; returns it.
+fn disarm(guard: &mut SyncOnDrop<'_>) -> Option<CUevent> {
+    match guard {
+        SyncOnDrop::Record(target) => target.take().map(|(event, _)| event.cu_event()),
+        SyncOnDrop::Sync(target) => {
+            target.take();
+            None
+        }
     }
 }
 
@@ -123,6 +544,28 @@ pub(crate) mod imp {
         fn acquire<'b>(&'b mut self, stream: &'b CudaStream) -> Acquired<'b>;
         /// Borrowed `&mut` (the graph may write it).
         fn written(&self) -> bool;
+        /// The element type.
+        fn elem(&self) -> TypeId;
+    }
+
+    /// A listed operand as a [`Capture`] knows it: its memory and access, the identity of its
+    /// alias (the address of the alias's `stream` field, which every view of the alias refers
+    /// to) and the alias's cudarc events. Raw handles, valid while the alias lives (the whole
+    /// closure).
+    #[derive(Clone, Copy, Debug)]
+    pub struct Listed {
+        pub(crate) start: u64,
+        pub(crate) bytes: u64,
+        pub(crate) write: bool,
+        pub(crate) identity: *const Arc<CudaStream>,
+        pub(crate) read_event: Option<CUevent>,
+        pub(crate) write_event: Option<CUevent>,
+    }
+
+    impl Listed {
+        pub(crate) fn access(&self) -> Access {
+            Access { start: self.start, bytes: self.bytes, write: self.write }
+        }
     }
 
     /// A `CudaSlice<T>` over memory that an operand owns: never freed (its drop leaks it).
@@ -143,6 +586,21 @@ pub(crate) mod imp {
         pub(crate) fn slice(&mut self) -> &mut CudaSlice<T> {
             self.0.as_mut().expect("an alias is emptied only by its drop")
         }
+
+        /// What a [`Capture`] knows of this alias's operand (`write`: listed `&mut`). Takes the
+        /// alias's events out of cudarc's guards, whose waits (in multi-stream mode) are on
+        /// events never recorded yet: no-ops, inside a capture or not.
+        pub(crate) fn listed(&mut self, stream: &CudaStream, write: bool) -> Listed {
+            let slice = self.slice();
+            let identity: *const Arc<CudaStream> = DeviceSlice::stream(&*slice);
+            let bytes = slice.num_bytes() as u64;
+            let (start, mut guard) = DevicePtr::device_ptr(&*slice, stream);
+            let read_event = disarm(&mut guard);
+            drop(guard);
+            let (_, mut guard) = DevicePtrMut::device_ptr_mut(slice, stream);
+            let write_event = disarm(&mut guard);
+            Listed { start, bytes, write, identity, read_event, write_event }
+        }
     }
 
     impl<T> Drop for Alias<T> {
@@ -155,7 +613,7 @@ pub(crate) mod imp {
     }
 }
 
-use imp::{Acquired, Alias, Held};
+use imp::{Acquired, Alias, Held, Listed};
 
 /// Device memory that can be a [`capture`] operand: `CudaSlice<T>`, `CudaView<'_, T>` or
 /// `CudaViewMut<'_, T>`. Device memory only: pinned or pageable host memory cannot be listed,
@@ -222,6 +680,9 @@ impl<P: DeviceBuffer + Sync + ?Sized> Held for &P {
     fn written(&self) -> bool {
         false
     }
+    fn elem(&self) -> TypeId {
+        TypeId::of::<P::Elem>()
+    }
 }
 
 impl<P: DeviceBufferMut + Send + ?Sized> Held for &mut P {
@@ -230,6 +691,9 @@ impl<P: DeviceBufferMut + Send + ?Sized> Held for &mut P {
     }
     fn written(&self) -> bool {
         true
+    }
+    fn elem(&self) -> TypeId {
+        TypeId::of::<P::Elem>()
     }
 }
 
@@ -305,6 +769,9 @@ pub trait Operands<'a>: imp::Sealed {
     /// The closure's views of the aliases.
     #[doc(hidden)]
     fn views<'s>(aliases: &'s mut Self::Aliases) -> Self::Views<'s>;
+    /// What the [`Capture`] knows of each operand (`written[i]`: operand `i` is `&mut`).
+    #[doc(hidden)]
+    fn listed(aliases: &mut Self::Aliases, stream: &CudaStream, written: &[bool]) -> Vec<Listed>;
 }
 
 macro_rules! operands {
@@ -324,6 +791,14 @@ macro_rules! operands {
             #[allow(unused_variables, clippy::unused_unit)]
             fn views<'s>(aliases: &'s mut Self::Aliases) -> Self::Views<'s> {
                 ($($o::view(&mut aliases.$i),)*)
+            }
+            #[allow(unused_variables)]
+            fn listed(
+                aliases: &mut Self::Aliases,
+                stream: &CudaStream,
+                written: &[bool],
+            ) -> Vec<Listed> {
+                vec![$(aliases.$i.listed(stream, written[$i])),*]
             }
         }
     };
@@ -437,7 +912,8 @@ where
         return Err(err("cuStreamBeginCapture (the stream is already capturing)", error));
     }
     let mut held = operands.into_held();
-    let (result, end, accesses, recorded) = {
+    let id = next_capture_id();
+    let (result, end, accesses, recorded, broken) = {
         // Outside the capture: `stream` waits for the operands' earlier users. The guards record
         // the operands' events when dropped, after the capture ended (harmless then: nothing ran).
         let acquired: Vec<Acquired<'_>> = held.iter_mut().map(|h| h.acquire(stream)).collect();
@@ -457,12 +933,17 @@ where
         // must accept for any `'s` (`for<'s>`): they cannot be kept past the closure, nor can the
         // aliases be swapped out.
         let mut aliases = unsafe { Ops::aliases(stream, &acquired) };
+        // Also before the capture: what the `Capture` knows of each operand for its explicit
+        // nodes (the aliases' memory, identities and events).
+        let written: Vec<bool> = acquired.iter().map(|a| a.guard.write).collect();
+        let listed = Ops::listed(&mut aliases, stream, &written);
         // SAFETY: the stream is alive and not capturing (checked above); its context current.
         let begin = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
         unsafe { raw::stream_begin_capture(s, begin) }
             .map_err(|e| err("cuStreamBeginCapture", e))?;
-        let cap = Capture::new(stream.clone(), true);
+        let cap = Capture::new(stream.clone(), true, listed, id);
         let result = catch_unwind(AssertUnwindSafe(|| f(&cap, Ops::views(&mut aliases))));
+        let broken = cap.broken();
         // What cudarc recorded instead of returning it (its waits on buffer events) during the
         // closure: a wait that invalidated the capture, say. Taken out here (cudarc's next call
         // would return it) and put back below unless it explains an invalidated capture.
@@ -480,7 +961,7 @@ where
         let end = unsafe { raw::stream_end_capture(s) };
         let accesses = acquired.iter().map(Access::of).collect::<Vec<_>>();
         drop(acquired);
-        (result, end, accesses, recorded)
+        (result, end, accesses, recorded, broken)
     };
     let destroy = |graph| {
         // SAFETY: `graph` came from this capture and is not used afterwards.
@@ -517,7 +998,12 @@ where
         }),
         (Ok(Ok(())), Ok(raw)) => {
             ctx.record_err(recorded.map_or(Ok(()), Err));
-            let handle = GraphHandle { raw, ctx: ctx.clone(), accesses, file, line };
+            if let Some(source) = broken {
+                // An explicit node whose successors could not be set: unusable.
+                destroy(raw);
+                return Err(Error::CaptureInvalidated { file, line, source });
+            }
+            let handle = GraphHandle { raw, ctx: ctx.clone(), accesses, file, line, id };
             Ok(Graph { handle, operands: held })
         }
         (Ok(Ok(())), Err(error)) => {
@@ -573,6 +1059,8 @@ struct GraphHandle {
     raw: CUgraph,
     ctx: Arc<CudaContext>,
     accesses: Vec<Access>,
+    /// The capture's number (see [`next_capture_id`]).
+    id: u64,
     /// Where the `capture` call is.
     file: &'static str,
     line: u32,
@@ -707,7 +1195,8 @@ impl<'a> Graph<'a> {
         let raw = unsafe { raw::instantiate(h.raw) }
             .map_err(|e| h.error("cuGraphInstantiateWithFlags", e))?;
         let exec = ExecHandle { raw, ctx: h.ctx.clone() };
-        Ok(Exec { exec, graph: self, ledger: Ledger::default() })
+        let origin = Origin { id: self.handle.id, graph: None };
+        Ok(Exec { exec, graph: self, origin, ledger: Ledger::default() })
     }
 
     /// The raw graph, owned by `self` (for embedding as a child graph): do not destroy it.
@@ -758,12 +1247,28 @@ impl<'a> Graph<'a> {
 /// borrows for a while (to write an input from the host between launches, say) and
 /// [`Released::bind`] takes them again.
 ///
-/// `Send`, not `Sync` (CUDA's rule for graph objects; every call takes `&mut self`).
+/// The parameters of a kernel node added by [`Capture::kernel`] can be set on the exec with
+/// [`set_kernel`](Self::set_kernel), with buffer handles of the operands it holds from
+/// [`read`](Self::read) and [`write`](Self::write).
+///
+/// `Send`, not `Sync` (CUDA's rule for graph objects: every call that changes the exec takes
+/// `&mut self`, except [`set_kernel`](Self::set_kernel), which takes `&self` so that handles
+/// borrowed from the exec can be its arguments; not being `Sync`, an exec is still used by one
+/// thread at a time).
 pub struct Exec<'a> {
     // Dropped first: the exec, then the graph.
     exec: ExecHandle,
     graph: Graph<'a>,
+    origin: Origin,
     ledger: Ledger,
+}
+
+/// The graph an exec was instantiated from: its capture number (the nodes
+/// [`Exec::set_kernel`] accepts) and, once [`Exec::update`] replaced it, the graph itself, kept
+/// so that its node handles stay valid (the driver identifies the exec's nodes by them).
+struct Origin {
+    id: u64,
+    graph: Option<GraphHandle>,
 }
 
 impl fmt::Debug for Exec<'_> {
@@ -900,7 +1405,12 @@ impl<'a> Exec<'a> {
         // SAFETY: both are alive and of the current context.
         match unsafe { raw::exec_update(self.exec.raw, graph.handle.raw) } {
             Ok(()) => {
-                self.graph = graph;
+                let old = core::mem::replace(&mut self.graph, graph);
+                // The first graph is kept (without its borrows: the exec no longer uses its
+                // buffers) for its node handles; a later one is dropped.
+                if self.origin.graph.is_none() {
+                    self.origin.graph = Some(old.handle);
+                }
                 Ok(())
             }
             Err((error, info)) => {
@@ -909,6 +1419,141 @@ impl<'a> Exec<'a> {
                 Err(UpdateRefused { error, graph })
             }
         }
+    }
+
+    /// Sets the parameters of kernel node `node` (added by [`Capture::kernel`] to the capture
+    /// this exec was instantiated from) to `launch`'s arguments and launch dimensions, for the
+    /// exec's next launches (`cuGraphExecNodeSetParams`; launches already enqueued keep the old
+    /// ones). Only the exec changes: its [`graph`](Self::graph) keeps the captured parameters,
+    /// and a later [`update`](Self::update) replaces these with the new graph's.
+    ///
+    /// `launch` is a call of the node's own kernel (the same function, so the same signature)
+    /// whose buffer arguments are handles from [`read`](Self::read) and [`write`](Self::write):
+    /// every buffer it names lies inside an operand the exec holds, written only inside one
+    /// the graph writes (listed `&mut` and held `&mut`), so the exec never uses memory it does
+    /// not borrow. After [`update`](Self::update), the nodes are still those of the first
+    /// capture (the driver identifies an exec's nodes by the graph it was instantiated from,
+    /// which the exec keeps); the updated graph's own nodes are refused.
+    ///
+    /// Takes `&self` (the exec is not `Sync`) so that handles borrowed from the exec can be
+    /// arguments: `exec.set_kernel(&node, k.affine(n, 2, 1, exec.read(0)?, exec.write(1)?)
+    /// .launch(cfg))`.
+    ///
+    /// # Errors
+    /// All name the kernel and this call's location, and leave the exec unchanged:
+    /// - [`Error::NodeRefused`]: [`Refusal::OtherGraph`] (a node of another capture, of a
+    ///   `capture` statement, or of a graph this exec was only updated from),
+    ///   [`Refusal::NotRecorded`] (a kernel run eagerly), [`Refusal::OtherFunction`] (another
+    ///   kernel, or arguments of other sizes), [`Refusal::NotAnOperand`] (a buffer the exec does
+    ///   not hold), [`Refusal::ReadOnly`] (written, inside operands held or captured `&` only),
+    ///   [`Refusal::Overlap`] (two buffers overlapping with a write);
+    /// - [`Error::WrongContext`]: a buffer of another context than the exec's;
+    /// - [`Error::ZeroDims`], or [`Error::Node`] for more than [`MAX_KERNEL_PARAMS`] arguments;
+    /// - [`Error::Node`]: the driver refused (`cuGraphExecNodeSetParams (kernel)`, e.g. launch
+    ///   dimensions over the device's limits), with its error.
+    #[track_caller]
+    pub fn set_kernel<A: KernelArgs>(
+        &self,
+        node: &CapturedKernel,
+        launch: KernelLaunch<'_, A>,
+    ) -> Result<()> {
+        let at = Location::caller();
+        let site = || site_at(launch.name(), "Exec::set_kernel", at);
+        let refuse = |why| Error::NodeRefused { site: site(), why };
+        let Some(handle) = node.node else {
+            return Err(refuse(Refusal::NotRecorded));
+        };
+        if node.capture != self.origin.id {
+            return Err(refuse(Refusal::OtherGraph));
+        }
+        if launch.function().cu_function() != node.function.cu_function()
+            || launch.arg_sizes()[..] != node.arg_sizes[..]
+        {
+            return Err(refuse(Refusal::OtherFunction));
+        }
+        let k: &dyn KernelNode = &launch;
+        Kernel::validate(&k, None, &site)?;
+        let mut bufs = NO_BUFFER_ARGS;
+        let n = launch.buffers(&mut bufs);
+        let bufs = &bufs[..n];
+        let ctx = &self.exec.ctx;
+        if bufs.iter().any(|b| b.ctx != ctx.cu_ctx()) {
+            return Err(Error::WrongContext { site: site() });
+        }
+        check_buffers(bufs, &self.held()).map_err(refuse)?;
+        let err = |source| Error::Node { site: site(), source };
+        make_current(ctx).call("cuCtxSetCurrent").map_err(err)?;
+        // SAFETY: the exec is alive and of the current context; `handle` is a kernel node of
+        // the graph it was instantiated from (same capture number; that graph is alive: held
+        // by `self.graph` or kept in `self.origin`); the parameters were validated, the function
+        // is the node's, and every buffer lies inside an operand the exec holds (written only
+        // inside one captured and held `&mut`), which each launch acquires again and checks to
+        // be the captured memory.
+        launch
+            .with_node_params(|p| unsafe { raw::exec_node_set_params(self.exec.raw, handle, p) })
+            .call(Kernel::SET)
+            .map_err(err)
+    }
+
+    /// The operands' memory as [`set_kernel`](Self::set_kernel) may use it: each captured
+    /// range, written where the graph was captured writing it and the exec holds it `&mut`.
+    fn held(&self) -> Vec<Access> {
+        let h = &self.graph.handle;
+        h.accesses
+            .iter()
+            .zip(&self.graph.operands)
+            .map(|(a, o)| Access { write: a.write && o.written(), ..*a })
+            .collect()
+    }
+
+    /// A read handle of operand `index` (its position in the `capture` call's tuple, or the
+    /// last [`update`](Self::update)'s) for [`set_kernel`](Self::set_kernel): the whole operand
+    /// as captured, with element type `T`. It borrows the exec, so it cannot outlive the
+    /// operand's borrow.
+    ///
+    /// # Errors
+    /// [`Error::NodeRefused`] naming this call's location: [`Refusal::NoOperand`],
+    /// [`Refusal::ElementType`] (the operand held is not of `T`s).
+    #[track_caller]
+    pub fn read<T: 'static>(&self, index: usize) -> Result<DevRead<'_, T>> {
+        let (start, len) = self.operand::<T>(index, false, Location::caller())?;
+        Ok(DevRead::new(start, len, self.exec.ctx.cu_ctx()))
+    }
+
+    /// A write handle of operand `index` for [`set_kernel`](Self::set_kernel); see
+    /// [`read`](Self::read).
+    ///
+    /// # Errors
+    /// As [`read`](Self::read), and [`Refusal::NotWritten`] for an operand the graph does not
+    /// write (captured `&`, or held `&`).
+    #[track_caller]
+    pub fn write<T: 'static>(&self, index: usize) -> Result<DevWrite<'_, T>> {
+        let (start, len) = self.operand::<T>(index, true, Location::caller())?;
+        Ok(DevWrite::new(start, len, self.exec.ctx.cu_ctx()))
+    }
+
+    /// Operand `index`'s captured address and length in `T`s, checked.
+    fn operand<T: 'static>(
+        &self,
+        index: usize,
+        write: bool,
+        at: &'static Location<'static>,
+    ) -> Result<(CUdeviceptr, usize)> {
+        let (label, text) = if write { ("write", "Exec::write") } else { ("read", "Exec::read") };
+        let refuse = |why| Error::NodeRefused { site: site_at(label, text, at), why };
+        let accesses = &self.graph.handle.accesses;
+        let (Some(a), Some(o)) = (accesses.get(index), self.graph.operands.get(index)) else {
+            let operands = accesses.len().min(self.graph.operands.len());
+            return Err(refuse(Refusal::NoOperand { index, operands }));
+        };
+        if o.elem() != TypeId::of::<T>() {
+            return Err(refuse(Refusal::ElementType { index }));
+        }
+        if write && !(a.write && o.written()) {
+            return Err(refuse(Refusal::NotWritten { index }));
+        }
+        let len = a.bytes.checked_div(size_of::<T>() as u64).unwrap_or(0) as usize;
+        Ok((a.start, len))
     }
 
     /// The graph the exec runs (the captured one, or the last one [`update`](Self::update)
@@ -923,8 +1568,8 @@ impl<'a> Exec<'a> {
     /// with the launches before and after). Launches already enqueued are ordered with those
     /// uses as after a `graph!` call.
     pub fn release(self) -> Released {
-        let Exec { exec, graph, ledger } = self;
-        Released { exec, graph: graph.handle, ledger }
+        let Exec { exec, graph, origin, ledger } = self;
+        Released { exec, graph: graph.handle, origin, ledger }
     }
 }
 
@@ -934,6 +1579,7 @@ pub struct Released {
     // Dropped first: the exec, then the graph.
     exec: ExecHandle,
     graph: GraphHandle,
+    origin: Origin,
     ledger: Ledger,
 }
 
@@ -953,8 +1599,9 @@ impl Released {
     /// with (device address, size in bytes, context) and borrowed at least as the capture did;
     /// if not, that launch is an error and enqueues nothing.
     pub fn bind<'b, Ops: Operands<'b>>(self, operands: Ops) -> Exec<'b> {
-        let Released { exec, graph, ledger } = self;
-        Exec { exec, graph: Graph { handle: graph, operands: operands.into_held() }, ledger }
+        let Released { exec, graph, origin, ledger } = self;
+        let graph = Graph { handle: graph, operands: operands.into_held() };
+        Exec { exec, graph, origin, ledger }
     }
 }
 
@@ -1051,5 +1698,103 @@ impl crate::operand::AcquireMut for Graph<'_> {
         };
         let g = crate::kind::GraphRef { raw, ctx, ok, tag: 0, _borrow: core::marker::PhantomData };
         (read, g, Guard::of_parts(guards, true))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn buf(arg: usize, start: u64, bytes: u64, write: bool) -> BufferArg {
+        BufferArg { arg, start, bytes, write, ctx: core::ptr::null_mut() }
+    }
+
+    fn op(start: u64, bytes: u64, write: bool) -> Access {
+        Access { start, bytes, write }
+    }
+
+    #[test]
+    fn a_buffer_must_lie_inside_one_operand_written_where_it_is_written() {
+        let ops = [op(0x1000, 0x100, false), op(0x2000, 0x100, true)];
+        // Whole operands, parts of them, empty ranges at their ends.
+        let ok = [
+            buf(0, 0x1000, 0x100, false),
+            buf(1, 0x2000, 0x100, true),
+            buf(2, 0x1080, 0x80, false),
+            buf(3, 0x2100, 0, true),
+        ];
+        assert_eq!(check_buffers(&ok, &ops).map(|o| o[..4].to_vec()), Ok(vec![0, 1, 0, 1]));
+        // A written part of a read operand; the read part of a written one is fine.
+        assert_eq!(
+            check_buffers(&[buf(4, 0x1000, 4, true)], &ops),
+            Err(Refusal::ReadOnly { arg: Some(4) })
+        );
+        assert!(check_buffers(&[buf(0, 0x2010, 4, false)], &ops).is_ok());
+        // Past the end, straddling two operands, before the first, far away, overflowing.
+        for (start, bytes) in
+            [(0x1000, 0x101), (0x10ff, 2), (0xfff, 4), (0x9000, 4), (u64::MAX - 1, 4)]
+        {
+            assert_eq!(
+                check_buffers(&[buf(7, start, bytes, false)], &ops),
+                Err(Refusal::NotAnOperand { arg: Some(7) }),
+                "{start:#x} + {bytes:#x}"
+            );
+        }
+        assert_eq!(
+            check_buffers(&[buf(0, 0x1000, 4, false)], &[]),
+            Err(Refusal::NotAnOperand { arg: Some(0) })
+        );
+    }
+
+    #[test]
+    fn the_written_operand_is_chosen_when_a_read_one_covers_the_same_memory() {
+        // Two listed views of one allocation: `&` first, `&mut` second.
+        let ops = [op(0x1000, 0x100, false), op(0x1000, 0x100, true)];
+        let owners = check_buffers(&[buf(0, 0x1000, 0x10, true), buf(1, 0x1080, 4, false)], &ops);
+        assert_eq!(owners.map(|o| (o[0], o[1])), Ok((1, 0)));
+    }
+
+    #[test]
+    fn overlapping_buffers_of_one_kernel_are_refused_when_one_is_written() {
+        let ops = [op(0x1000, 0x100, true)];
+        let (a, b) = (buf(1, 0x1000, 0x80, false), buf(3, 0x107c, 8, true));
+        assert_eq!(check_buffers(&[a, b], &ops), Err(Refusal::Overlap { first: 1, second: 3 }));
+        // Reads may overlap; adjacent ranges and empty ones do not overlap.
+        assert!(check_buffers(&[a, buf(2, 0x1000, 0x100, false)], &ops).is_ok());
+        assert!(check_buffers(&[a, buf(2, 0x1080, 0x80, true)], &ops).is_ok());
+        assert!(check_buffers(&[buf(0, 0x1010, 0, true), a], &ops).is_ok());
+        // The same written buffer twice.
+        let w = buf(0, 0x1000, 0x100, true);
+        assert_eq!(
+            check_buffers(&[w, buf(1, 0x1000, 0x100, true)], &ops),
+            Err(Refusal::Overlap { first: 0, second: 1 })
+        );
+    }
+
+    #[test]
+    fn refusals_say_which_argument_and_why() {
+        let e = Error::NodeRefused {
+            site: NodeSite {
+                label: "affine",
+                text: "Exec::set_kernel",
+                file: "f.rs",
+                line: 3,
+                column: 9,
+            },
+            why: Refusal::NotAnOperand { arg: Some(4) },
+        };
+        assert_eq!(
+            e.to_string(),
+            "node `affine` (`Exec::set_kernel`) at f.rs:3:9: buffer argument 4 is not inside one \
+             listed operand of the capture (or one the exec holds)"
+        );
+        assert!(Refusal::ReadOnly { arg: None }.to_string().starts_with("the view is written"));
+        assert!(Refusal::OtherGraph.to_string().contains("instantiated from"));
+    }
+
+    #[test]
+    fn capture_numbers_are_unique() {
+        let (a, b) = (next_capture_id(), next_capture_id());
+        assert!(b > a && a > 0);
     }
 }

@@ -220,6 +220,18 @@ pub enum Error {
         /// `cuStreamEndCapture`'s result, or the closure's driver error that invalidated it.
         source: CudaError,
     },
+    /// An explicit kernel node of a capture, or a buffer handle for one, refused before any
+    /// driver call: nothing was added to the capture, launched or sent to the exec (see
+    /// [`Refusal`]). `site` names the kernel (or the method, for a handle) and the source
+    /// location of the call.
+    #[error("{site}: {why}")]
+    NodeRefused {
+        /// The kernel (label: its name; text: the method) or handle (label: `read` / `write`)
+        /// and where the call is.
+        site: NodeSite,
+        /// Why.
+        why: Refusal,
+    },
     /// `cuGraphExecUpdate` refused to update a captured [`Exec`](crate::Exec) from a graph
     /// ([`Exec::update`](crate::Exec::update)); the exec is unchanged.
     #[error("graph update at {file}:{line}: cuGraphExecUpdate refused ({result:?}, {source})")]
@@ -233,6 +245,102 @@ pub enum Error {
         /// The driver call's result.
         source: CudaError,
     },
+}
+
+/// Why an explicit kernel node of a capture ([`Capture::kernel`](crate::Capture::kernel),
+/// [`Exec::set_kernel`](crate::Exec::set_kernel)) or a buffer handle for one
+/// ([`Capture::read`](crate::Capture::read), [`Capture::write`](crate::Capture::write),
+/// [`Exec::read`](crate::Exec::read), [`Exec::write`](crate::Exec::write)) was refused
+/// ([`Error::NodeRefused`]). `arg` is the kernel parameter's index (0-based), absent for a
+/// view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The view, or the buffer argument `arg`, is not inside one operand that the capture
+    /// lists (or that the exec holds): a node could use memory that no borrow keeps alive.
+    NotAnOperand {
+        /// The kernel parameter, or `None` for a view.
+        arg: Option<usize>,
+    },
+    /// The view, or the buffer argument `arg`, is written but lies only inside operands that
+    /// the capture lists (or the exec holds) as `&`, read-only.
+    ReadOnly {
+        /// The kernel parameter, or `None` for a view.
+        arg: Option<usize>,
+    },
+    /// Two buffer arguments of one kernel overlap in memory and one of them is written.
+    Overlap {
+        /// The first parameter.
+        first: usize,
+        /// The second parameter.
+        second: usize,
+    },
+    /// The node is not one of the graph this exec was instantiated from (another capture, a
+    /// `capture` statement of `graph!`, or a graph the exec was only updated from).
+    OtherGraph,
+    /// The node was run eagerly ([`Mode::Eager`](crate::Mode::Eager)): there is no node to set.
+    NotRecorded,
+    /// The launch is of another kernel function, or passes arguments of other sizes, than the
+    /// node's.
+    OtherFunction,
+    /// The exec has no operand `index` (it has `operands`).
+    NoOperand {
+        /// The index asked for.
+        index: usize,
+        /// How many operands the exec has.
+        operands: usize,
+    },
+    /// Operand `index` has another element type than the one asked for.
+    ElementType {
+        /// The operand.
+        index: usize,
+    },
+    /// Operand `index` is not written by the graph (listed `&` in the capture, or held `&`).
+    NotWritten {
+        /// The operand.
+        index: usize,
+    },
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = |arg: &Option<usize>| match arg {
+            Some(a) => format!("buffer argument {a}"),
+            None => "the view".to_string(),
+        };
+        match self {
+            Refusal::NotAnOperand { arg } => write!(
+                f,
+                "{} is not inside one listed operand of the capture (or one the exec holds)",
+                what(arg)
+            ),
+            Refusal::ReadOnly { arg } => {
+                write!(f, "{} is written but lies only inside operands borrowed `&`", what(arg))
+            }
+            Refusal::Overlap { first, second } => write!(
+                f,
+                "buffer arguments {first} and {second} overlap in memory and one is written"
+            ),
+            Refusal::OtherGraph => {
+                f.write_str("the node is not one of the graph this exec was instantiated from")
+            }
+            Refusal::NotRecorded => {
+                f.write_str("the kernel ran eagerly (Mode::Eager): there is no node to set")
+            }
+            Refusal::OtherFunction => f.write_str(
+                "the launch is of another kernel function (or argument sizes) than the node's",
+            ),
+            Refusal::NoOperand { index, operands } => {
+                write!(f, "there is no operand {index}: the exec has {operands}")
+            }
+            Refusal::ElementType { index } => {
+                write!(f, "operand {index} has another element type")
+            }
+            Refusal::NotWritten { index } => {
+                write!(f, "operand {index} is not written by the graph (borrowed `&`)")
+            }
+        }
+    }
 }
 
 impl From<DriverError> for Error {

@@ -85,11 +85,11 @@ pub mod raw;
 pub use builder::{GraphBuilder, Node};
 pub use cache::{GraphCache, Mode, Stats};
 pub use capture::{
-    Capture, DeviceBuffer, DeviceBufferMut, Exec, Graph, Operand, Operands, Released,
-    UpdateRefused, capture,
+    Capture, CaptureView, CapturedKernel, DeviceBuffer, DeviceBufferMut, Exec, Graph, Operand,
+    Operands, Released, UpdateRefused, capture,
 };
 pub use cudarc;
-pub use error::{CudaError, Error, NodeSite, Result};
+pub use error::{CudaError, Error, NodeSite, Refusal, Result};
 pub use kind::kernel::MAX_KERNEL_PARAMS;
 pub use kind::{
     CaptureOperand, CaptureOperands, CopyTo, KernelArgs, KernelCall, KernelLaunch, LaunchDims,

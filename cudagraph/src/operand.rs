@@ -416,8 +416,9 @@ impl<T> AcquireMut for PinnedHostSlice<T> {
 /// # Safety
 /// `bytes` is the kernel parameter exactly as the kernel reads it, of the same length on every
 /// call, with no uninitialized bytes; a value that carries a device address reports it through
-/// the (hidden) `context` and `access`, so that the graph orders, checks and synchronizes it.
-/// `cudagraph` implements it for scalars (`DeviceRepr + NoUninit`) and buffer handles.
+/// the (hidden) `context`, `access` and `range`, so that the graph orders, checks and
+/// synchronizes it. `cudagraph` implements it for scalars (`DeviceRepr + NoUninit`) and buffer
+/// handles.
 pub unsafe trait KernelArg {
     /// The argument's bytes (`size_of` of the parameter type).
     fn bytes(&self) -> &[u8];
@@ -429,6 +430,12 @@ pub unsafe trait KernelArg {
     /// whether the kernel writes it.
     #[doc(hidden)]
     fn access(&self) -> Option<(u64, bool)> {
+        None
+    }
+    /// For buffers: the device address range it points at, `(start, bytes)`, which explicit
+    /// kernel nodes of a capture check against the capture's (or exec's) operands.
+    #[doc(hidden)]
+    fn range(&self) -> Option<(u64, u64)> {
         None
     }
 }
@@ -479,6 +486,9 @@ unsafe impl<T> KernelArg for DevRead<'_, T> {
     fn access(&self) -> Option<(u64, bool)> {
         Some((self.tag, false))
     }
+    fn range(&self) -> Option<(u64, u64)> {
+        Some((self.ptr, bytes_of::<T>(self.len)))
+    }
 }
 
 // SAFETY: as for `DevRead`.
@@ -491,6 +501,9 @@ unsafe impl<T> KernelArg for DevWrite<'_, T> {
     }
     fn access(&self) -> Option<(u64, bool)> {
         Some((self.tag, true))
+    }
+    fn range(&self) -> Option<(u64, u64)> {
+        Some((self.ptr, bytes_of::<T>(self.len)))
     }
 }
 
@@ -530,6 +543,26 @@ impl<'a, T> WriteArg<'a, T> for DevWrite<'a, T> {
 /// parameter.
 #[doc(hidden)]
 pub type Accesses = [(u64, bool, CUcontext); 16];
+
+/// One buffer argument of a kernel call (not public API): its parameter index, the device
+/// address range it points at, whether the kernel writes it, and its context.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub struct BufferArg {
+    pub(crate) arg: usize,
+    pub(crate) start: u64,
+    pub(crate) bytes: u64,
+    pub(crate) write: bool,
+    pub(crate) ctx: CUcontext,
+}
+
+/// A kernel call's buffer arguments: at most one per kernel parameter (not public API).
+#[doc(hidden)]
+pub type BufferArgs = [BufferArg; 16];
+
+/// An empty [`BufferArgs`].
+pub(crate) const NO_BUFFER_ARGS: BufferArgs =
+    [BufferArg { arg: 0, start: 0, bytes: 0, write: false, ctx: core::ptr::null_mut() }; 16];
 
 /// An empty [`Accesses`].
 pub(crate) const NO_ACCESSES: Accesses = [(0, false, core::ptr::null_mut()); 16];

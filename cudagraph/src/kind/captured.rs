@@ -19,8 +19,8 @@ use cudarc::driver::sys::{self, CUcontext, CUgraph, CUgraphNodeParams, CUgraphNo
 use cudarc::driver::{CudaStream, CudaView, CudaViewMut, DriverError};
 
 use super::NodeKind;
-use crate::capture::Capture;
-use crate::capture::imp::Alias;
+use crate::capture::imp::{Alias, Listed};
+use crate::capture::{Capture, next_capture_id};
 use crate::error::{CudaError, Error, NodeSite};
 use crate::operand::{Accesses, DevRead, DevWrite, sealed};
 use crate::raw;
@@ -107,6 +107,9 @@ pub trait CaptureOperands: sealed::Sealed {
     /// The closure's views of the aliases.
     #[doc(hidden)]
     fn views<'s>(aliases: &'s mut Self::Aliases) -> Self::Views<'s>;
+    /// What the [`Capture`] knows of each operand, from its alias.
+    #[doc(hidden)]
+    fn listed(&self, aliases: &mut Self::Aliases, stream: &CudaStream) -> Vec<Listed>;
 }
 
 macro_rules! capture_operands {
@@ -131,6 +134,9 @@ macro_rules! capture_operands {
             }
             fn views<'s>(aliases: &'s mut Self::Aliases) -> Self::Views<'s> {
                 ($($o::view(&mut aliases.$i),)*)
+            }
+            fn listed(&self, aliases: &mut Self::Aliases, stream: &CudaStream) -> Vec<Listed> {
+                vec![$(aliases.$i.listed(stream, self.$i.parts().4)),*]
             }
         }
     };
@@ -174,8 +180,14 @@ impl<'a, H: CaptureOperands, F> CaptureParams<'a, H, F> {
     }
 
     /// Runs `f` on aliases of the operands, with the stream capturing or not. Returns the
-    /// closure's result, or the panic.
-    fn call<E>(&self, f: F, capturing: bool) -> std::thread::Result<Result<(), E>>
+    /// closure's result, or the panic, and the driver error that made the recording unusable
+    /// (an explicit node of [`Capture::kernel`] whose successors could not be set), if any.
+    #[allow(clippy::type_complexity)]
+    fn call<E>(
+        &self,
+        f: F,
+        capturing: bool,
+    ) -> (std::thread::Result<Result<(), E>>, Option<CudaError>)
     where
         F: for<'s> FnOnce(&'s Capture, H::Views<'s>) -> Result<(), E>,
     {
@@ -185,8 +197,10 @@ impl<'a, H: CaptureOperands, F> CaptureParams<'a, H, F> {
         // gets only views of it, for a lifetime it must accept for any `'s`: they cannot
         // escape the closure.
         let mut aliases = unsafe { self.handles.aliases(self.stream) };
-        let cap = Capture::new(self.stream.clone(), capturing);
-        catch_unwind(AssertUnwindSafe(|| f(&cap, H::views(&mut aliases))))
+        let listed = self.handles.listed(&mut aliases, self.stream);
+        let cap = Capture::new(self.stream.clone(), capturing, listed, next_capture_id());
+        let result = catch_unwind(AssertUnwindSafe(|| f(&cap, H::views(&mut aliases))));
+        (result, cap.broken())
         // `aliases` dropped here: still capturing when `capturing`, so their `leak` waits
         // only on events recorded inside this capture.
     }
@@ -237,7 +251,7 @@ where
             };
             graph_err(call, e)
         })?;
-        let result = self.call(f, true);
+        let (result, broken) = self.call(f, true);
         let ctx = self.stream.context();
         let _ = ctx.bind_to_thread();
         // SAFETY: this thread began the capture on `s`, which is alive; it ends whatever the
@@ -260,12 +274,14 @@ where
                     }
                 })
             }
-            Ok(Ok(())) => match end {
-                Ok(graph) => {
+            Ok(Ok(())) => match (end, broken) {
+                // An explicit node whose successors could not be set: unusable.
+                (Ok(_), Some(source)) => Err(Error::CaptureInvalidated { file, line, source }),
+                (Ok(graph), None) => {
                     *self.recorded.borrow_mut() = Some(Arc::new(graph));
                     Ok(())
                 }
-                Err(error) => {
+                (Err(error), _) => {
                     let source = CudaError { call: "cuStreamEndCapture", error };
                     Err(Error::CaptureInvalidated { file, line, source })
                 }
@@ -279,7 +295,7 @@ where
 
     fn run_eager(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
         let f = self.take(site)?;
-        match self.call(f, false) {
+        match self.call(f, false).0 {
             Err(panic) => resume_unwind(panic),
             Ok(Err(e)) => {
                 let at = site();

@@ -11,7 +11,7 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig};
 
 use super::NodeKind;
 use crate::error::{Call, CudaError, Error, NodeSite};
-use crate::operand::{Accesses, KernelArg, sealed};
+use crate::operand::{Accesses, BufferArg, BufferArgs, KernelArg, sealed};
 use crate::raw;
 
 /// Most kernel parameters one kernel node may have.
@@ -29,6 +29,10 @@ pub trait KernelArgs {
     /// how many.
     #[doc(hidden)]
     fn accesses(&self, out: &mut Accesses) -> usize;
+    /// Each buffer argument's parameter index, address range, written flag and context, in
+    /// order, into `out`; returns how many.
+    #[doc(hidden)]
+    fn buffers(&self, out: &mut BufferArgs) -> usize;
 }
 
 macro_rules! kernel_args {
@@ -49,6 +53,17 @@ macro_rules! kernel_args {
                 let mut n = 0;
                 $(if let (Some((t, w)), Some(c)) = (self.$i.access(), self.$i.context()) {
                     out[n] = (t, w, c);
+                    n += 1;
+                })*
+                n
+            }
+            #[allow(unused_variables, unused_mut)]
+            fn buffers(&self, out: &mut BufferArgs) -> usize {
+                let mut n = 0;
+                $(if let (Some((start, bytes)), Some((_, write)), Some(ctx)) =
+                    (self.$i.range(), self.$i.access(), self.$i.context())
+                {
+                    out[n] = BufferArg { arg: $i, start, bytes, write, ctx };
                     n += 1;
                 })*
                 n
@@ -164,6 +179,28 @@ impl<'f, A: KernelArgs> KernelLaunch<'f, A> {
     /// Grid, block and shared memory.
     pub fn dims(&self) -> LaunchDims {
         self.dims
+    }
+}
+
+impl<A: KernelArgs> KernelLaunch<'_, A> {
+    /// Calls `f` with this launch as the driver's kernel node parameters
+    /// (`CU_GRAPH_NODE_TYPE_KERNEL`), laid out as the cache lays out its kernel nodes;
+    /// `kernelParams` points into storage that lives only during `f`.
+    pub(crate) fn with_node_params<R>(&self, f: impl FnOnce(&mut CUgraphNodeParams) -> R) -> R {
+        let mut state = KernelState::new(self);
+        Kernel::with_params(&mut state, ptr::null_mut(), f)
+    }
+
+    /// Each argument's size in bytes, in parameter order.
+    pub(crate) fn arg_sizes(&self) -> Vec<u32> {
+        let mut sizes = Vec::with_capacity(A::LEN);
+        self.call.args.for_each(&mut |b| sizes.push(b.len() as u32));
+        sizes
+    }
+
+    /// Each buffer argument into `out`; returns how many (see [`KernelArgs::buffers`]).
+    pub(crate) fn buffers(&self, out: &mut BufferArgs) -> usize {
+        self.call.args.buffers(out)
     }
 }
 
