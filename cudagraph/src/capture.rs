@@ -52,14 +52,14 @@
 //! would close it, at the cost of the overlap of capture and GPU work.
 
 use core::any::TypeId;
-use core::cell::Cell;
 use core::fmt;
+use core::marker::PhantomData;
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::panic::{AssertUnwindSafe, Location, catch_unwind, resume_unwind};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::{
     self, CUcontext, CUdeviceptr, CUevent, CUgraph, CUgraphExec, CUgraphNode, CUresult, CUstream,
@@ -105,10 +105,15 @@ pub struct Capture {
     /// The driver's id of the capture sequence begun for this capture (`None` when running
     /// eagerly, or if the query failed: explicit nodes are then refused).
     sequence: Option<u64>,
-    /// A driver error after an explicit node was added (its successors could not be set): the
-    /// recording is unusable and the capture fails with this error.
-    broken: Cell<Option<CudaError>>,
+    /// The first driver error after an explicit node was added (its successors could not be
+    /// set): the recording is unusable and the capture fails with this error.
+    broken: OnceLock<CudaError>,
+    _thread: CapturingThreadOnly,
 }
+
+/// Makes a [`Capture`] neither `Send` nor `Sync`: it adds nodes to the graph being captured,
+/// which is not internally synchronized, so it stays on the capturing thread.
+struct CapturingThreadOnly(PhantomData<*const ()>);
 
 impl Capture {
     /// The capture handed to a closure, made right after the capture began (when `capturing`).
@@ -127,12 +132,13 @@ impl Capture {
                 (info.status == active).then_some(info.id)
             })
             .flatten();
-        Capture { stream, capturing, operands, id, sequence, broken: Cell::new(None) }
+        let (broken, _thread) = (OnceLock::new(), CapturingThreadOnly(PhantomData));
+        Capture { stream, capturing, operands, id, sequence, broken, _thread }
     }
 
     /// The driver error that made the recording unusable, if any (see `broken`).
     pub(crate) fn broken(&self) -> Option<CudaError> {
-        self.broken.get()
+        self.broken.get().copied()
     }
 
     /// The capturing stream: the closure enqueues the work to record on it (cudarc's
@@ -316,7 +322,7 @@ impl Capture {
                 .call("cuStreamUpdateCaptureDependencies_v2")
                 .and_then(|()| self.record_events(bufs, &owners, managing));
             if let Err(source) = after {
-                self.broken.set(Some(source));
+                let _ = self.broken.set(source);
                 return Err(err(source));
             }
             Some(node)
@@ -561,6 +567,12 @@ pub(crate) mod imp {
         pub(crate) read_event: Option<CUevent>,
         pub(crate) write_event: Option<CUevent>,
     }
+
+    // SAFETY: plain addresses and event handles, only compared or passed to thread-safe driver
+    // calls (`cuStreamWaitEvent`, `cuEventRecord`) by the `Capture` that holds them, which is
+    // neither `Send` nor `Sync` itself.
+    unsafe impl Send for Listed {}
+    unsafe impl Sync for Listed {}
 
     impl Listed {
         pub(crate) fn access(&self) -> Access {
