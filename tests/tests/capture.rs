@@ -1,8 +1,11 @@
 //! GPU tests of stream capture (`cudagraph::capture`, issue 13 item 2): cudarc work captured in
 //! multi-stream mode with event tracking on, a panic, an invalidated capture and an error inside
 //! the closure (the stream usable afterwards), `Exec::update` (pointer swap; refused topology
-//! change), `Released::bind`, and the graph's nodes, edges and DOT. Every test compares the
-//! graph's results with the same work run eagerly on one stream, exactly (integer data).
+//! change), `Released::bind`, and the graph's nodes, edges and DOT; explicit kernel nodes
+//! (`Capture::kernel`, issue 13 item 3, the scenarios of PyCUDA's CUDA-graph pull request: a
+//! node whose scalar is set on the exec between launches, two nodes feeding captured work with
+//! one re-pointed at another buffer, and the refusals). Every test compares the graph's results
+//! with the same work run eagerly on one stream, exactly (integer data), and with a host model.
 
 mod common;
 
@@ -14,7 +17,9 @@ use cudagraph::cudarc::driver::sys::{CUgraphExecUpdateResult, CUresult, CUstream
 use cudagraph::cudarc::driver::{
     CudaSlice, CudaStream, CudaView, CudaViewMut, DriverError, LaunchConfig, PushKernelArg,
 };
-use cudagraph::{Capture, Error, UpdateRefused, capture};
+use cudagraph::{
+    Capture, CapturedKernel, Error, GraphCache, Mode, Refusal, UpdateRefused, capture, graph,
+};
 
 const N: u32 = 1 << 16;
 const LEN: usize = N as usize;
@@ -522,5 +527,343 @@ fn a_view_used_on_a_stream_outside_the_capture_invalidates_it_after_running_eage
     // The memset ran eagerly on `other` (as it would without the capture) and is complete.
     assert_same(&stream.clone_dtoh(&y)?, &vec![0; LEN], "y after the eager memset");
     assert_usable(&stream, &k, &x, &mut y);
+    Ok(())
+}
+
+/// The refusal of an explicit node or handle, or a panic naming what came instead.
+#[track_caller]
+fn refusal<T: std::fmt::Debug>(r: Result<T>) -> Refusal {
+    match r {
+        Err(Error::NodeRefused { why, .. }) => why,
+        other => panic!("expected Error::NodeRefused, got {other:?}"),
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_explicit_kernel_node_whose_scalar_is_set_between_launches_matches_eager() -> Result {
+    // PyCUDA's scenario: a kernel node added into a capture, a captured copy after it, the
+    // node's scalar set on the exec between launches. The copy is device to device into a listed
+    // buffer, read back after each launch: a pinned host buffer cannot be a listed operand.
+    let (ctx, stream, k) = gpu()?;
+    let _other = ctx.new_stream()?; // cudarc's multi-stream mode: its events are in play
+    assert!(ctx.is_managing_stream_synchronization());
+    let input = host::iota(N, 7, 3);
+    let x = stream.clone_htod(&input)?;
+    let [mut y, mut out] = std::array::from_fn(|_| stream.alloc_zeros::<u32>(LEN).expect("alloc"));
+    let mut node: Option<CapturedKernel> = None;
+    let graph = capture(&stream, (&x, &mut y, &mut out), |s, (x, mut y, mut out)| {
+        let launch = k.affine(N, 2, 1, s.read(&x)?, s.write(&mut y)?).launch(cfg());
+        node = Some(s.kernel(launch)?);
+        s.stream().memcpy_dtod(&y, &mut out)?; // recorded by cudarc, after the node
+        Ok::<(), Error>(())
+    })?;
+    let node = node.expect("the closure ran");
+    assert!(node.is_recorded());
+    assert_eq!(node.name(), "affine");
+    assert_eq!(graph.nodes()?, 2);
+    assert_eq!(graph.edges()?.len(), 1, "the copy runs after the kernel node");
+    let mut exec = graph.instantiate()?;
+    let [mut ey, mut eout] =
+        std::array::from_fn(|_| stream.alloc_zeros::<u32>(LEN).expect("alloc"));
+    // The captured scalar first, then three set on the exec (one of them twice in a row).
+    for (round, a) in [2u32, 5, 9, 9, 0x9e37_79b9].into_iter().enumerate() {
+        if round > 0 {
+            let launch = k.affine(N, a, 1, exec.read(0)?, exec.write(1)?).launch(cfg());
+            exec.set_kernel(&node, launch)?;
+        }
+        exec.launch(&stream)?;
+        let released = exec.release();
+        launch!(stream, k, "affine", cfg(); &N, &a, &1u32, &x, &mut ey)?;
+        stream.memcpy_dtod(&ey, &mut eout)?;
+        let want = host::affine(&input, a, 1);
+        let got = stream.clone_dtoh(&out)?;
+        assert_same(&got, &stream.clone_dtoh(&eout)?, &format!("round {round}: out vs eager"));
+        assert_same(&got, &want, &format!("round {round}: out vs host"));
+        assert_same(&stream.clone_dtoh(&y)?, &want, &format!("round {round}: y vs host"));
+        exec = released.bind((&x, &mut y, &mut out));
+    }
+    drop(exec);
+    ctx.check_err()?;
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn two_explicit_nodes_feed_captured_work_and_one_is_repointed_at_a_third_buffer() -> Result {
+    // PyCUDA's scenario: two nodes of one kernel on two buffers, a captured kernel reading both,
+    // then one node's input re-pointed (set on the exec) at a third listed buffer.
+    let (ctx, stream, k) = gpu()?;
+    let _other = ctx.new_stream()?;
+    let (i1, i2, i3) = (host::iota(N, 3, 1), host::iota(N, 7, 5), host::iota(N, 11, 2));
+    let x1 = stream.clone_htod(&i1)?;
+    let x2 = stream.clone_htod(&i2)?;
+    let x3 = stream.clone_htod(&i3)?;
+    let [mut a, mut b, mut out] =
+        std::array::from_fn(|_| stream.alloc_zeros::<u32>(LEN).expect("alloc"));
+    let mut nodes = None;
+    let graph = capture(
+        &stream,
+        (&x1, &x2, &x3, &mut a, &mut b, &mut out),
+        |s, (x1, x2, _x3, mut a, mut b, mut out)| {
+            let na = s.kernel(k.affine(N, 3, 1, s.read(&x1)?, s.write(&mut a)?).launch(cfg()))?;
+            let nb = s.kernel(k.affine(N, 5, 2, s.read(&x2)?, s.write(&mut b)?).launch(cfg()))?;
+            nodes = Some((na, nb));
+            // Captured by cudarc: reads both nodes' outputs.
+            launch!(s.stream(), k, "combine3", cfg(); &N, &a.as_view(), &b.as_view(), &x1, &mut out)?;
+            Ok::<(), Error>(())
+        },
+    )?;
+    let (_na, nb) = nodes.expect("the closure ran");
+    assert_eq!(graph.nodes()?, 3);
+    let mut exec = graph.instantiate()?;
+    let model = |second: &[u32]| {
+        let (a, b) = (host::affine(&i1, 3, 1), host::affine(second, 5, 2));
+        (host::combine3(&a, &b, &i1), b)
+    };
+    let [mut ea, mut eb, mut eout] =
+        std::array::from_fn(|_| stream.alloc_zeros::<u32>(LEN).expect("alloc"));
+    for (round, (second, input)) in [(&x2, &i2), (&x3, &i3)].into_iter().enumerate() {
+        if round == 1 {
+            // Node b now reads x3 (operand 2) instead of x2.
+            let launch = k.affine(N, 5, 2, exec.read(2)?, exec.write(4)?).launch(cfg());
+            exec.set_kernel(&nb, launch)?;
+        }
+        exec.launch(&stream)?;
+        let released = exec.release();
+        launch!(stream, k, "affine", cfg(); &N, &3u32, &1u32, &x1, &mut ea)?;
+        launch!(stream, k, "affine", cfg(); &N, &5u32, &2u32, second, &mut eb)?;
+        launch!(stream, k, "combine3", cfg(); &N, &ea, &eb, &x1, &mut eout)?;
+        let (want_out, want_b) = model(input);
+        let got = stream.clone_dtoh(&out)?;
+        assert_same(&got, &stream.clone_dtoh(&eout)?, &format!("round {round}: out vs eager"));
+        assert_same(&got, &want_out, &format!("round {round}: out vs host"));
+        assert_same(&stream.clone_dtoh(&b)?, &want_b, &format!("round {round}: b vs host"));
+        exec = released.bind((&x1, &x2, &x3, &mut a, &mut b, &mut out));
+    }
+    drop(exec);
+    ctx.check_err()?;
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn set_kernel_refuses_unheld_memory_another_graphs_node_and_another_function_leaving_the_exec_unchanged()
+-> Result {
+    let (ctx, stream, k) = gpu()?;
+    let _other = ctx.new_stream()?;
+    let (i1, i2) = (host::iota(N, 3, 1), host::iota(N, 5, 2));
+    let x = stream.clone_htod(&i1)?;
+    let x2 = stream.clone_htod(&i2)?;
+    let [mut y, mut y2] = std::array::from_fn(|_| stream.alloc_zeros::<u32>(LEN).expect("alloc"));
+    let one_node = |s: &Capture, (x, mut y): (CudaView<'_, u32>, CudaViewMut<'_, u32>)| {
+        s.kernel(k.affine(N, 2, 1, s.read(&x)?, s.write(&mut y)?).launch(cfg()))
+    };
+    let mut n1 = None;
+    let g1 = capture(&stream, (&x, &mut y), |s, v| {
+        n1 = Some(one_node(s, v)?);
+        Ok::<(), Error>(())
+    })?;
+    let mut n2 = None;
+    let g2 = capture(&stream, (&x2, &mut y2), |s, v| {
+        n2 = Some(one_node(s, v)?);
+        Ok::<(), Error>(())
+    })?;
+    let (n1, n2) = (n1.expect("ran"), n2.expect("ran"));
+    let mut e1 = g1.instantiate()?;
+    let mut e2 = g2.instantiate()?;
+    let affine = |a: u32, x, y| k.affine(N, a, 1, x, y).launch(cfg());
+
+    // Memory the exec does not hold: another exec's operands (read, then written).
+    let r = e1.set_kernel(&n1, affine(4, e2.read(0)?, e1.write(1)?));
+    assert_eq!(refusal(r), Refusal::NotAnOperand { arg: Some(3) });
+    let r = e1.set_kernel(&n1, affine(4, e1.read(0)?, e2.write(1)?));
+    assert_eq!(refusal(r), Refusal::NotAnOperand { arg: Some(4) });
+    // A node of another graph, with this exec's own handles.
+    let line = line!() + 1;
+    match e1.set_kernel(&n2, affine(4, e1.read(0)?, e1.write(1)?)) {
+        Err(Error::NodeRefused { site, why: Refusal::OtherGraph }) => {
+            assert_eq!((site.label, site.text, site.line), ("affine", "Exec::set_kernel", line));
+            assert!(site.file.ends_with("capture.rs"), "{}", site.file);
+        }
+        other => panic!("expected a refusal of another graph's node, got {other:?}"),
+    }
+    // Another function (with this exec's handles), the same buffer read and written, zero dims.
+    let r = e1.set_kernel(&n1, k.mix(N, e1.read(0)?, e1.write(1)?).launch(cfg()));
+    assert_eq!(refusal(r), Refusal::OtherFunction);
+    let r = e1.set_kernel(&n1, affine(4, e1.read(1)?, e1.write(1)?));
+    assert_eq!(refusal(r), Refusal::Overlap { first: 3, second: 4 });
+    match e1.set_kernel(&n1, k.affine(N, 4, 1, e1.read(0)?, e1.write(1)?).launch((0u32, 256u32))) {
+        Err(Error::ZeroDims { .. }) => {}
+        other => panic!("expected Error::ZeroDims, got {other:?}"),
+    }
+    // Handles the exec refuses to make.
+    assert_eq!(refusal(e1.write::<u32>(0).map(drop)), Refusal::NotWritten { index: 0 });
+    assert_eq!(refusal(e1.read::<i32>(0).map(drop)), Refusal::ElementType { index: 0 });
+    assert_eq!(refusal(e1.read::<u32>(2).map(drop)), Refusal::NoOperand { index: 2, operands: 2 });
+
+    // Nothing of the refused calls reached the exec: it still computes y = 2 x + 1.
+    e1.launch(&stream)?;
+    e2.launch(&stream)?;
+    drop((e1, e2));
+    let mut ey = stream.alloc_zeros::<u32>(LEN)?;
+    launch!(stream, k, "affine", cfg(); &N, &2u32, &1u32, &x, &mut ey)?;
+    assert_same(&stream.clone_dtoh(&y)?, &stream.clone_dtoh(&ey)?, "exec 1 vs eager");
+    assert_same(&stream.clone_dtoh(&y)?, &host::affine(&i1, 2, 1), "exec 1 vs host");
+    assert_same(&stream.clone_dtoh(&y2)?, &host::affine(&i2, 2, 1), "exec 2 vs host");
+    ctx.check_err()?;
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_capture_refuses_unlisted_memory_for_explicit_nodes_and_stays_valid() -> Result {
+    let (ctx, stream, k) = gpu()?;
+    let other = ctx.new_stream()?;
+    assert!(ctx.is_managing_stream_synchronization());
+    // Written on `other`: its event was recorded outside the capture (a cudarc call on it inside
+    // the capture would invalidate it); `Capture::read` refuses it before any driver call.
+    let unlisted = other.clone_htod(&host::iota(N, 3, 1))?;
+    let input = host::iota(N, 9, 4);
+    let x = stream.clone_htod(&input)?;
+    let [mut y, mut z] = std::array::from_fn(|_| stream.alloc_zeros::<u32>(LEN).expect("alloc"));
+    // An exec holding `z`, which the capture does not list.
+    let gz = capture(&stream, (&x, &mut z), |s, (x, mut z)| {
+        s.kernel(k.affine(N, 1, 1, s.read(&x)?, s.write(&mut z)?).launch(cfg())).map(drop)
+    })?;
+    let ez = gz.instantiate()?;
+    let mut refusals = Vec::new();
+    let graph = capture(&stream, (&x, &mut y), |s, (x, mut y)| {
+        refusals.push(refusal(s.read(&unlisted.as_view()).map(drop)));
+        refusals.push(refusal(s.read(&unlisted.slice(0..16)).map(drop)));
+        let launch = k.affine(N, 2, 1, s.read(&x)?, ez.write(1)?).launch(cfg());
+        refusals.push(refusal(s.kernel(launch).map(drop)));
+        let launch = k.affine(N, 2, 1, s.read(&y)?, s.write(&mut y)?).launch(cfg());
+        refusals.push(refusal(s.kernel(launch).map(drop)));
+        match s.kernel(k.affine(N, 2, 1, s.read(&x)?, s.write(&mut y)?).launch((1u32, 0u32))) {
+            Err(Error::ZeroDims { .. }) => {}
+            other => panic!("expected Error::ZeroDims, got {other:?}"),
+        }
+        // The one node that is kept.
+        s.kernel(k.affine(N, 6, 5, s.read(&x)?, s.write(&mut y)?).launch(cfg()))?;
+        Ok::<(), Error>(())
+    })?;
+    assert_eq!(
+        refusals,
+        [
+            Refusal::NotAnOperand { arg: None },
+            Refusal::NotAnOperand { arg: None },
+            Refusal::NotAnOperand { arg: Some(4) },
+            Refusal::Overlap { first: 3, second: 4 },
+        ]
+    );
+    assert_eq!(graph.nodes()?, 1);
+    let mut exec = graph.instantiate()?;
+    exec.launch(&stream)?;
+    drop((exec, ez));
+    let mut ey = stream.alloc_zeros::<u32>(LEN)?;
+    launch!(stream, k, "affine", cfg(); &N, &6u32, &5u32, &x, &mut ey)?;
+    assert_same(&stream.clone_dtoh(&y)?, &stream.clone_dtoh(&ey)?, "graph vs eager");
+    assert_same(&stream.clone_dtoh(&y)?, &host::affine(&input, 6, 5), "graph vs host");
+    ctx.check_err()?;
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn after_update_the_exec_sets_the_first_captures_nodes_and_refuses_the_updated_graphs() -> Result {
+    let (ctx, stream, k) = gpu()?;
+    let _other = ctx.new_stream()?;
+    let (ia, ib) = (host::iota(N, 3, 1), host::iota(N, 7, 5));
+    let xa = stream.clone_htod(&ia)?;
+    let xb = stream.clone_htod(&ib)?;
+    let [mut ya, mut yb] = std::array::from_fn(|_| stream.alloc_zeros::<u32>(LEN).expect("alloc"));
+    let one_node = |s: &Capture, (x, mut y): (CudaView<'_, u32>, CudaViewMut<'_, u32>)| {
+        s.kernel(k.affine(N, 2, 1, s.read(&x)?, s.write(&mut y)?).launch(cfg()))
+    };
+    let (mut na, mut nb) = (None, None);
+    let ga = capture(&stream, (&xa, &mut ya), |s, v| {
+        na = Some(one_node(s, v)?);
+        Ok::<(), Error>(())
+    })?;
+    let gb = capture(&stream, (&xb, &mut yb), |s, v| {
+        nb = Some(one_node(s, v)?);
+        Ok::<(), Error>(())
+    })?;
+    let (na, nb) = (na.expect("ran"), nb.expect("ran"));
+    let mut exec = ga.instantiate()?;
+    exec.update(gb)?; // the exec now holds b's buffers; its nodes are still a's
+    let r = exec.set_kernel(&nb, k.affine(N, 7, 1, exec.read(0)?, exec.write(1)?).launch(cfg()));
+    assert_eq!(refusal(r), Refusal::OtherGraph);
+    exec.set_kernel(&na, k.affine(N, 7, 1, exec.read(0)?, exec.write(1)?).launch(cfg()))?;
+    exec.launch(&stream)?;
+    drop(exec);
+    assert_same(&stream.clone_dtoh(&ya)?, &vec![0; LEN], "a's buffer untouched");
+    let mut ey = stream.alloc_zeros::<u32>(LEN)?;
+    launch!(stream, k, "affine", cfg(); &N, &7u32, &1u32, &xb, &mut ey)?;
+    assert_same(&stream.clone_dtoh(&yb)?, &stream.clone_dtoh(&ey)?, "b vs eager");
+    assert_same(&stream.clone_dtoh(&yb)?, &host::affine(&ib, 7, 1), "b vs host");
+    ctx.check_err()?;
+    Ok(())
+}
+
+/// One step of a `graph!` whose capture statement adds an explicit kernel node: `y = affine(x,
+/// a, 1)` (the node), then `out = mix(y)` (a kernel statement). Returns the node (recorded,
+/// or run eagerly in `Mode::Eager`).
+#[allow(clippy::borrow_deref_ref)] // `graph!` operands are places marked `&`: `&*x`
+fn explicit_step(
+    cache: &mut GraphCache,
+    stream: &Arc<CudaStream>,
+    k: &Ops,
+    a: u32,
+    (x, y, out): (&CudaSlice<u32>, &mut CudaSlice<u32>, &mut CudaSlice<u32>),
+) -> Result<CapturedKernel> {
+    let mut node = None;
+    graph!(cache, stream, {
+        capture(&*x, &mut *y, |s, (x, mut y)| -> std::result::Result<(), Error> {
+            node = Some(s.kernel(k.affine(N, a, 1, s.read(&x)?, s.write(&mut y)?).launch(cfg()))?);
+            Ok(())
+        });
+        k.mix(N, &*y, &mut *out).launch(cfg());
+    })?;
+    Ok(node.expect("the closure ran"))
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_explicit_node_in_a_capture_statement_matches_eager_mode_and_the_host_model() -> Result {
+    let (ctx, stream, k) = gpu()?;
+    let _other = ctx.new_stream()?;
+    let input = host::iota(N, 5, 3);
+    let x = stream.clone_htod(&input)?;
+    let [mut y, mut out, mut ey, mut eout] =
+        std::array::from_fn(|_| stream.alloc_zeros::<u32>(LEN).expect("alloc"));
+    let mut cache = GraphCache::new();
+    let mut eager = GraphCache::new();
+    eager.set_mode(Mode::Eager);
+    for a in [2u32, 3, 3, 11] {
+        let node = explicit_step(&mut cache, &stream, &k, a, (&x, &mut y, &mut out))?;
+        assert!(node.is_recorded(), "recorded into the statement's child graph");
+        let enode = explicit_step(&mut eager, &stream, &k, a, (&x, &mut ey, &mut eout))?;
+        assert!(!enode.is_recorded(), "run eagerly: no node");
+        let want = host::mix(&host::affine(&input, a, 1));
+        let got = stream.clone_dtoh(&out)?;
+        assert_same(&got, &stream.clone_dtoh(&eout)?, &format!("a = {a}: graph vs eager"));
+        assert_same(&got, &want, &format!("a = {a}: graph vs host"));
+    }
+    assert_eq!(cache.stats().builds, 1);
+    // Neither node can be set on an exec of a standalone capture.
+    let g = capture(&stream, (&x, &mut y), |s, (x, mut y)| {
+        s.kernel(k.affine(N, 2, 1, s.read(&x)?, s.write(&mut y)?).launch(cfg())).map(drop)
+    })?;
+    let exec = g.instantiate()?;
+    let enode = explicit_step(&mut eager, &stream, &k, 2, (&x, &mut ey, &mut eout))?;
+    let r = exec.set_kernel(&enode, k.affine(N, 4, 1, exec.read(0)?, exec.write(1)?).launch(cfg()));
+    assert_eq!(refusal(r), Refusal::NotRecorded);
+    let gnode = explicit_step(&mut cache, &stream, &k, 2, (&x, &mut ey, &mut eout))?;
+    let r = exec.set_kernel(&gnode, k.affine(N, 4, 1, exec.read(0)?, exec.write(1)?).launch(cfg()));
+    assert_eq!(refusal(r), Refusal::OtherGraph);
+    drop(exec);
+    ctx.check_err()?;
     Ok(())
 }
