@@ -867,3 +867,50 @@ fn an_explicit_node_in_a_capture_statement_matches_eager_mode_and_the_host_model
     ctx.check_err()?;
     Ok(())
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_explicit_node_is_ordered_with_cudarc_work_on_a_stream_forked_into_the_capture() -> Result {
+    // cudarc's multi-stream mode orders its work by the buffers' events; an explicit node waits
+    // for and records those events as a cudarc launch would, so cudarc work on a second stream
+    // joined into the capture is ordered with it both ways: iota (stream 2) -> the node (the
+    // capturing stream) -> mix (stream 2). Without that, the node and iota would be two roots
+    // and mix would follow iota only.
+    let (ctx, stream, k) = gpu()?;
+    let s2 = ctx.new_stream()?;
+    assert!(ctx.is_managing_stream_synchronization());
+    let [mut w, mut y, mut z] =
+        std::array::from_fn(|_| stream.alloc_zeros::<u32>(LEN).expect("alloc"));
+    let graph = capture(&stream, (&mut w, &mut y, &mut z), |s, (mut w, mut y, mut z)| {
+        s2.join(s.stream())?; // fork: stream 2 joins the capture
+        launch!(s2, k, "iota", cfg(); &N, &3u32, &1u32, &mut w)?;
+        s.kernel(k.affine(N, 2, 1, s.read(&w)?, s.write(&mut y)?).launch(cfg()))?;
+        launch!(s2, k, "mix", cfg(); &N, &y.as_view(), &mut z)?;
+        s.stream().join(&s2)?; // join back
+        Ok::<(), Error>(())
+    })?;
+    assert_eq!(graph.nodes()?, 3);
+    let edges = graph.edges()?;
+    // iota -> node, node -> mix, and iota -> mix (stream 2's own order).
+    assert_eq!(edges.len(), 3, "{edges:?}");
+    let first = (0..3).find(|n| edges.iter().all(|&(_, to)| to != *n)).expect("one root");
+    let last = (0..3).find(|n| edges.iter().all(|&(from, _)| from != *n)).expect("one leaf");
+    let middle = 3 - first - last;
+    for e in [(first, middle), (middle, last), (first, last)] {
+        assert!(edges.contains(&e), "{e:?} in {edges:?}");
+    }
+    let mut exec = graph.instantiate()?;
+    exec.launch(&stream)?;
+    drop(exec);
+    let want_y = host::affine(&host::iota(N, 3, 1), 2, 1);
+    assert_same(&stream.clone_dtoh(&y)?, &want_y, "y vs host");
+    assert_same(&stream.clone_dtoh(&z)?, &host::mix(&want_y), "z vs host");
+    let [mut ew, mut ey, mut ez] =
+        std::array::from_fn(|_| stream.alloc_zeros::<u32>(LEN).expect("alloc"));
+    launch!(stream, k, "iota", cfg(); &N, &3u32, &1u32, &mut ew)?;
+    launch!(stream, k, "affine", cfg(); &N, &2u32, &1u32, &ew, &mut ey)?;
+    launch!(stream, k, "mix", cfg(); &N, &ey, &mut ez)?;
+    assert_same(&stream.clone_dtoh(&z)?, &stream.clone_dtoh(&ez)?, "z vs eager");
+    ctx.check_err()?;
+    Ok(())
+}
