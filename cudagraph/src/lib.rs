@@ -52,6 +52,39 @@
 //! them, which instantiates into an [`Exec`] that launches ordered with every other use of those
 //! buffers and can be updated from another capture.
 //!
+//! Inside a capture, [`Capture::kernel`] adds a `kernels!` launch as an explicit, typed kernel
+//! node, after the work captured before it and before the work captured after it (PyCUDA's
+//! `add_kernel_node` with `update_capture_dependencies`). Its buffers are handles of the listed
+//! operands ([`Capture::read`], [`Capture::write`]: a view of anything else is refused, so no
+//! unlisted buffer enters a node), and the [`CapturedKernel`] it returns names the node, whose
+//! arguments and launch dimensions [`Exec::set_kernel`] then sets on the exec between launches,
+//! with handles of the operands the exec holds ([`Exec::read`], [`Exec::write`]):
+//!
+//! ```no_run
+//! # use cudagraph::cudarc::driver::LaunchConfig;
+//! # cudagraph::kernels! { struct Ops { fn affine(n: u32, a: u32, b: u32, x: &[u32], y: &mut [u32]); } }
+//! # fn main() -> cudagraph::Result<()> {
+//! # let ctx = cudagraph::context(0)?;
+//! # let stream = ctx.new_stream()?;
+//! # let k = unsafe { Ops::load(&ctx, cudagraph::cudarc::nvrtc::compile_ptx("")?) }?;
+//! # let (n, cfg) = (1024u32, LaunchConfig::for_num_elems(1024));
+//! let x = stream.clone_htod(&vec![1u32; n as usize])?;
+//! let (mut y, mut out) = (stream.alloc_zeros::<u32>(n as usize)?, stream.alloc_zeros(n as usize)?);
+//! let mut node = None;
+//! let graph = cudagraph::capture(&stream, (&x, &mut y, &mut out), |s, (x, mut y, mut out)| {
+//!     node = Some(s.kernel(k.affine(n, 2, 1, s.read(&x)?, s.write(&mut y)?).launch(cfg))?);
+//!     s.stream().memcpy_dtod(&y, &mut out)?; // captured after the node
+//!     Ok::<(), cudagraph::Error>(())
+//! })?;
+//! let (node, mut exec) = (node.expect("recorded"), graph.instantiate()?);
+//! for a in 2..10 {
+//!     // Operands 0 (x) and 1 (y) of the capture, as the exec holds them.
+//!     exec.set_kernel(&node, k.affine(n, a, 1, exec.read(0)?, exec.write(1)?).launch(cfg))?;
+//!     exec.launch(&stream)?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! Inside `graph!`, `capture(&a, &mut b, |s, (a, b)| { … })` makes such work one child-graph node
 //! of the step, ordered by its listed buffers and recorded again on every call.
 //!
