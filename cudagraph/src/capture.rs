@@ -1391,7 +1391,11 @@ impl<'a> Exec<'a> {
     /// It takes `graph` by value because from then on the exec uses *that* graph's buffers, so
     /// it must hold their borrows: on success the exec holds `graph` (and its borrows) instead of
     /// the old one, which is dropped (its borrows end; launches already enqueued are ordered
-    /// with later users of those buffers by [`launch`](Self::launch)'s events and ledger).
+    /// with later users of those buffers by [`launch`](Self::launch)'s events and ledger). Every
+    /// node's parameters become `graph`'s, including those [`set_kernel`](Self::set_kernel) set.
+    /// The exec's nodes keep their identity: [`set_kernel`](Self::set_kernel) still takes the
+    /// [`CapturedKernel`]s of the first capture (the exec keeps that graph, without its borrows,
+    /// for their node handles), not `graph`'s.
     ///
     /// # Errors
     /// On refusal the exec is unchanged (the driver performs no part of a refused update) and
