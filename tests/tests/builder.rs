@@ -120,6 +120,7 @@ fn chain_eager(stream: &Arc<CudaStream>, k: &Ops, n: u32, seed: u32, e: &mut Cha
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn chain_and_fan_equal_eager_launches_and_update_in_place() -> Result {
+    let _serial = common::serial();
     let (_ctx, stream, k) = gpu()?;
     let n: u32 = 300_007;
     let mut g = Chain::new(&stream, n as usize)?;
@@ -235,6 +236,7 @@ fn variant(
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn variants_hit_their_cached_execs() -> Result {
+    let _serial = common::serial();
     let (_ctx, stream, k) = gpu()?;
     let len = 40_000;
     let bufs = |o: u32| -> Result<[CudaSlice<u32>; 4]> {
@@ -285,6 +287,7 @@ fn variants_hit_their_cached_execs() -> Result {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn kernel_with_another_parameter_list_in_the_same_node() -> Result {
+    let _serial = common::serial();
     let (_ctx, stream, k) = gpu()?;
     let n: u32 = 40_000;
     let cfg = LaunchConfig::for_num_elems(n);
@@ -390,6 +393,7 @@ fn pinned_graph(
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn pinned_host_copies_both_ways() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let n: u32 = (1 << 16) + 3;
     let spins = 1u32 << 16;
@@ -448,6 +452,7 @@ fn pinned_host_copies_both_ways() -> Result {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn after_edges_and_edges_of_a_real_builder() -> Result {
+    let _serial = common::serial();
     let (_ctx, stream, k) = gpu()?;
     let n: u32 = 100_003;
     let cfg = LaunchConfig::for_num_elems(n);
@@ -634,6 +639,7 @@ fn invalid(e: &Error, label: &str, line: u32, why: &str) {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn handle_of_another_builder_is_refused() -> Result {
+    let _serial = common::serial();
     let mut f = Fixture::new()?;
     let mut other = GraphCache::new();
     let mut spare = f.stream.alloc_zeros::<u32>(N as usize)?;
@@ -668,6 +674,7 @@ fn handle_of_another_builder_is_refused() -> Result {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn one_buffer_twice_in_one_node_with_a_write_is_refused() -> Result {
+    let _serial = common::serial();
     let mut f = Fixture::new()?;
     let cfg = LaunchConfig::for_num_elems(N);
     let why = "passed twice to one node, and written";
@@ -710,6 +717,7 @@ fn one_buffer_twice_in_one_node_with_a_write_is_refused() -> Result {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn after_that_is_not_an_earlier_node_of_this_builder_is_refused() -> Result {
+    let _serial = common::serial();
     let mut f = Fixture::new()?;
     let cfg = LaunchConfig::for_num_elems(N);
     // A later node: the error names the node given first and the `after` call's location.
@@ -774,6 +782,7 @@ fn after_that_is_not_an_earlier_node_of_this_builder_is_refused() -> Result {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn copy_length_mismatch_is_refused() -> Result {
+    let _serial = common::serial();
     let mut f = Fixture::new()?;
     let mut short = f.stream.alloc_zeros::<u32>(N as usize / 2)?;
     let cfg = LaunchConfig::for_num_elems(N);
@@ -802,6 +811,7 @@ fn copy_length_mismatch_is_refused() -> Result {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn zero_grid_is_refused() -> Result {
+    let _serial = common::serial();
     let mut f = Fixture::new()?;
     let cfg = LaunchConfig::for_num_elems(N);
     f.refused(
@@ -832,6 +842,7 @@ fn zero_grid_is_refused() -> Result {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn graph_macro_and_builder_share_a_cache() -> Result {
+    let _serial = common::serial();
     let (_ctx, stream, k) = gpu()?;
     let n: u32 = 65_537;
     let cfg = LaunchConfig::for_num_elems(n);
@@ -882,6 +893,7 @@ fn graph_macro_and_builder_share_a_cache() -> Result {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn pinned_output_is_ready_after_the_call_on_a_single_stream() -> Result {
+    let _serial = common::serial();
     assert!(cudagraph::driver_available(), "this GPU test needs a CUDA driver; none was found");
     let ctx = CudaContext::new(0)?;
     let stream = ctx.default_stream();
@@ -1003,6 +1015,7 @@ fn captured_check(stream: &Arc<CudaStream>, b: &Captured, want: &[Vec<u32>; 4], 
 #[ignore = "needs a CUDA GPU"]
 fn captured_region_between_kernels_with_swapped_buffers_matches_eager_and_the_host_model() -> Result
 {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let _other = ctx.new_stream()?; // multi-stream mode: cudarc's events are on
     assert!(ctx.is_managing_stream_synchronization());
@@ -1038,6 +1051,7 @@ fn captured_region_between_kernels_with_swapped_buffers_matches_eager_and_the_ho
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_recording_of_another_topology_keeps_one_builder_variant_and_stays_right() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let mut a = Captured::new(&stream, 10)?;
     let mut e = Captured::new(&stream, 30)?;
@@ -1066,6 +1080,7 @@ fn a_recording_of_another_topology_keeps_one_builder_variant_and_stays_right() -
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn capture_on_another_stream_than_the_builders_is_refused() -> Result {
+    let _serial = common::serial();
     let mut f = Fixture::new()?;
     let other = f._ctx.new_stream()?;
     let cfg = LaunchConfig::for_num_elems(N);
@@ -1092,6 +1107,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn an_error_of_the_captured_closure_names_the_call_and_enqueues_nothing() -> Result {
+    let _serial = common::serial();
     let mut f = Fixture::new()?;
     f.good(1)?;
     let launches = f.cache.stats().launches;

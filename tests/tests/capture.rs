@@ -54,6 +54,7 @@ macro_rules! five_steps {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn captured_cudarc_work_in_multi_stream_mode_matches_eager_over_three_launches() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     // A second stream: cudarc's multi-stream mode, with event tracking on (its default), so
     // every cudarc call waits on and records the buffers' events.
@@ -115,6 +116,7 @@ fn captured_cudarc_work_in_multi_stream_mode_matches_eager_over_three_launches()
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_panic_inside_the_closure_ends_the_capture_and_leaves_stream_and_buffers_usable() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let _other = ctx.new_stream()?;
     let x = stream.clone_htod(&host::iota(N, 3, 1))?;
@@ -139,6 +141,7 @@ fn a_panic_inside_the_closure_ends_the_capture_and_leaves_stream_and_buffers_usa
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_synchronize_inside_the_closure_is_a_capture_invalidated_error_naming_the_call() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let _other = ctx.new_stream()?;
     let x = stream.clone_htod(&host::iota(N, 3, 1))?;
@@ -167,6 +170,7 @@ fn a_synchronize_inside_the_closure_is_a_capture_invalidated_error_naming_the_ca
 #[ignore = "needs a CUDA GPU"]
 fn an_unlisted_buffer_written_outside_the_capture_invalidates_it_with_the_isolation_error() -> Result
 {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let other = ctx.new_stream()?;
     assert!(ctx.is_managing_stream_synchronization());
@@ -203,6 +207,7 @@ fn an_unlisted_buffer_written_outside_the_capture_invalidates_it_with_the_isolat
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn an_error_returned_by_the_closure_is_a_capture_error_and_the_stream_stays_usable() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let _other = ctx.new_stream()?;
     let x = stream.clone_htod(&host::iota(N, 3, 1))?;
@@ -260,6 +265,7 @@ fn three_kernels_host(x: &[u32]) -> Vec<u32> {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn exec_update_swaps_pointers_and_refuses_another_topology_giving_the_graph_back() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let _other = ctx.new_stream()?;
     let (ia, ib, ic) = (host::iota(N, 3, 1), host::iota(N, 7, 5), host::iota(N, 11, 2));
@@ -323,6 +329,7 @@ fn exec_update_swaps_pointers_and_refuses_another_topology_giving_the_graph_back
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn an_updated_exec_launches_on_the_new_buffers() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let _other = ctx.new_stream()?;
     let (ia, ib) = (host::iota(N, 3, 1), host::iota(N, 7, 5));
@@ -351,6 +358,7 @@ fn an_updated_exec_launches_on_the_new_buffers() -> Result {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_released_exec_bound_to_other_memory_refuses_to_launch() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let _other = ctx.new_stream()?;
     let x = stream.clone_htod(&host::iota(N, 3, 1))?;
@@ -386,6 +394,7 @@ fn a_released_exec_bound_to_other_memory_refuses_to_launch() -> Result {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn nodes_edges_and_dot_of_a_captured_three_kernel_chain() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let _other = ctx.new_stream()?;
     let [mut a, mut b, mut c] =
@@ -436,6 +445,7 @@ fn nodes_edges_and_dot_of_a_captured_three_kernel_chain() -> Result {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn capture_refuses_a_stream_that_is_already_capturing_and_an_exec_launch_into_one() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let _other = ctx.new_stream()?;
     let x = stream.clone_htod(&host::iota(N, 3, 1))?;
@@ -476,6 +486,7 @@ fn capture_refuses_a_stream_that_is_already_capturing_and_an_exec_launch_into_on
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn capture_with_event_tracking_off_matches_eager() -> Result {
+    let _serial = common::serial();
     assert!(cudagraph::driver_available(), "no CUDA driver");
     let ctx = cudagraph::cudarc::driver::CudaContext::new(0)?;
     // SAFETY: every buffer of this test is used on `stream` only.
@@ -507,6 +518,7 @@ fn capture_with_event_tracking_off_matches_eager() -> Result {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_view_used_on_a_stream_outside_the_capture_invalidates_it_after_running_eagerly() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let other = ctx.new_stream()?;
     assert!(ctx.is_managing_stream_synchronization());
@@ -542,6 +554,7 @@ fn refusal<T: std::fmt::Debug>(r: Result<T>) -> Refusal {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn an_explicit_kernel_node_whose_scalar_is_set_between_launches_matches_eager() -> Result {
+    let _serial = common::serial();
     // PyCUDA's scenario: a kernel node added into a capture, a captured copy after it, the
     // node's scalar set on the exec between launches. The copy is device to device into a listed
     // buffer, read back after each launch: a pinned host buffer cannot be a listed operand.
@@ -591,6 +604,7 @@ fn an_explicit_kernel_node_whose_scalar_is_set_between_launches_matches_eager() 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn two_explicit_nodes_feed_captured_work_and_one_is_repointed_at_a_third_buffer() -> Result {
+    let _serial = common::serial();
     // PyCUDA's scenario: two nodes of one kernel on two buffers, a captured kernel reading both,
     // then one node's input re-pointed (set on the exec) at a third listed buffer.
     let (ctx, stream, k) = gpu()?;
@@ -650,6 +664,7 @@ fn two_explicit_nodes_feed_captured_work_and_one_is_repointed_at_a_third_buffer(
 #[ignore = "needs a CUDA GPU"]
 fn set_kernel_refuses_unheld_memory_another_graphs_node_and_another_function_leaving_the_exec_unchanged()
 -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let _other = ctx.new_stream()?;
     let (i1, i2) = (host::iota(N, 3, 1), host::iota(N, 5, 2));
@@ -718,6 +733,7 @@ fn set_kernel_refuses_unheld_memory_another_graphs_node_and_another_function_lea
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_capture_refuses_unlisted_memory_for_explicit_nodes_and_stays_valid() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let other = ctx.new_stream()?;
     assert!(ctx.is_managing_stream_synchronization());
@@ -772,6 +788,7 @@ fn a_capture_refuses_unlisted_memory_for_explicit_nodes_and_stays_valid() -> Res
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn after_update_the_exec_sets_the_first_captures_nodes_and_refuses_the_updated_graphs() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let _other = ctx.new_stream()?;
     let (ia, ib) = (host::iota(N, 3, 1), host::iota(N, 7, 5));
@@ -832,6 +849,7 @@ fn explicit_step(
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn an_explicit_node_in_a_capture_statement_matches_eager_mode_and_the_host_model() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let _other = ctx.new_stream()?;
     let input = host::iota(N, 5, 3);
@@ -871,6 +889,7 @@ fn an_explicit_node_in_a_capture_statement_matches_eager_mode_and_the_host_model
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn an_explicit_node_is_ordered_with_cudarc_work_on_a_stream_forked_into_the_capture() -> Result {
+    let _serial = common::serial();
     // cudarc's multi-stream mode orders its work by the buffers' events; an explicit node waits
     // for and records those events as a cudarc launch would, so cudarc work on a second stream
     // joined into the capture is ordered with it both ways: iota (stream 2) -> the node (the

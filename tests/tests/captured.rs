@@ -105,6 +105,7 @@ fn check(stream: &Arc<CudaStream>, b: &Bufs, want: &(Vec<u32>, Vec<u32>, Vec<u32
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_captured_region_whose_buffers_swap_every_call_matches_eager_in_multi_stream_mode() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let _other = ctx.new_stream()?; // multi-stream mode: cudarc's events are on
     assert!(ctx.is_managing_stream_synchronization());
@@ -135,6 +136,7 @@ fn a_captured_region_whose_buffers_swap_every_call_matches_eager_in_multi_stream
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_recording_of_another_topology_falls_down_the_ladder_and_stays_right() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let mut a = bufs(&stream)?;
     let mut e = bufs(&stream)?;
@@ -164,6 +166,7 @@ fn a_recording_of_another_topology_falls_down_the_ladder_and_stays_right() -> Re
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn an_error_returned_by_the_closure_names_the_statement_and_enqueues_nothing() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let mut x = stream.alloc_zeros::<u32>(LEN)?;
     let mut y = stream.alloc_zeros::<u32>(LEN)?;
@@ -205,6 +208,7 @@ fn an_error_returned_by_the_closure_names_the_statement_and_enqueues_nothing() -
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_panic_in_the_closure_unwinds_and_the_cache_and_stream_stay_usable() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let mut b = bufs(&stream)?;
     let mut cache = GraphCache::new();
@@ -230,6 +234,7 @@ fn a_panic_in_the_closure_unwinds_and_the_cache_and_stream_stay_usable() -> Resu
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_synchronize_inside_the_closure_is_an_invalidated_capture_error() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let mut x = stream.alloc_zeros::<u32>(LEN)?;
     let mut y = stream.alloc_zeros::<u32>(LEN)?;
@@ -272,6 +277,7 @@ fn captured_affine<'a>(
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn an_embedded_graph_is_replayed_and_swapped_in_place_and_matches_eager() -> Result {
+    let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let _other = ctx.new_stream()?; // multi-stream mode: cudarc's events are on
     let x1 = stream.clone_htod(&host::iota(N, 3, 1))?;

@@ -37,6 +37,16 @@ kernels! {
 
 pub type Result<T = ()> = cudagraph::Result<T>;
 
+/// Runs the GPU tests of one binary one at a time (hold the guard for the whole test). A stream
+/// capture is invalidated by a `cuCtxSynchronize` of its context from any thread (the driver's
+/// rule), and cudarc makes one when a fresh `CudaContext` object creates its first stream, as
+/// every test's [`gpu`] does: so tests that capture must not overlap with other tests.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A test that panicked while holding it poisons it; the next test still runs.
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// The first step of every GPU test: asserts that a CUDA driver is present (a GPU test must not
 /// skip silently on a GPU machine), then creates the context of device 0, a new stream, and
 /// loads the kernels.
