@@ -923,6 +923,9 @@ where
         let error = DriverError(CUresult::CUDA_ERROR_ILLEGAL_STATE);
         return Err(err("cuStreamBeginCapture (the stream is already capturing)", error));
     }
+    if let Err(why) = require_tracking(stream) {
+        return Err(err(why, DriverError(CUresult::CUDA_ERROR_NOT_SUPPORTED)));
+    }
     let mut held = operands.into_held();
     let id = next_capture_id();
     let (result, end, accesses, recorded, broken) = {
@@ -1015,7 +1018,13 @@ where
                 destroy(raw);
                 return Err(Error::CaptureInvalidated { file, line, source });
             }
-            let handle = GraphHandle { raw, ctx: ctx.clone(), accesses, file, line, id };
+            if let Err(why) = check_recording(raw) {
+                destroy(raw);
+                let error = DriverError(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+                return Err(graph_error(file, line, why, error));
+            }
+            let elems = held.iter().map(|h| h.elem()).collect();
+            let handle = GraphHandle { raw, ctx: ctx.clone(), accesses, elems, file, line, id };
             Ok(Graph { handle, operands: held })
         }
         (Ok(Ok(())), Err(error)) => {
@@ -1071,6 +1080,8 @@ struct GraphHandle {
     raw: CUgraph,
     ctx: Arc<CudaContext>,
     accesses: Vec<Access>,
+    /// The operands' element types, in order: a later binding must have the same.
+    elems: Vec<TypeId>,
     /// The capture's number (see [`next_capture_id`]).
     id: u64,
     /// Where the `capture` call is.
@@ -1238,8 +1249,11 @@ impl<'a> Graph<'a> {
         refused: &'static str,
     ) -> Result<Vec<Acquired<'b>>> {
         let h = &self.handle;
+        let elems_same = self.operands.len() == h.elems.len()
+            && self.operands.iter().zip(&h.elems).all(|(o, &t)| o.elem() == t);
         let acquired: Vec<_> = self.operands.iter_mut().map(|o| o.acquire(stream)).collect();
-        let same = acquired.len() == h.accesses.len()
+        let same = elems_same
+            && acquired.len() == h.accesses.len()
             && acquired.iter().zip(&h.accesses).all(|(a, c)| {
                 let now = Access::of(a);
                 a.ctx == h.ctx.cu_ctx()
@@ -1706,13 +1720,14 @@ impl crate::operand::AcquireMut for Graph<'_> {
         &'b mut self,
         stream: &'b CudaStream,
     ) -> (Self::Read<'b>, Self::Write<'b>, Guard<'b>) {
-        let (raw, ctx) = (self.handle.raw, self.handle.ctx.cu_ctx());
+        let (raw, ctx, id) = (self.handle.raw, self.handle.ctx.cu_ctx(), self.handle.id);
         let read = crate::kind::NoGraphRead { tag: 0, _borrow: core::marker::PhantomData };
         let (ok, guards) = match self.acquire_operands(stream, "child") {
             Ok(acquired) => (true, acquired.into_iter().map(|a| a.guard).collect()),
             Err(_) => (false, Vec::new()),
         };
-        let g = crate::kind::GraphRef { raw, ctx, ok, tag: 0, _borrow: core::marker::PhantomData };
+        let g =
+            crate::kind::GraphRef { raw, id, ctx, ok, tag: 0, _borrow: core::marker::PhantomData };
         (read, g, Guard::of_parts(guards, true))
     }
 }
@@ -1813,4 +1828,38 @@ mod tests {
         let (a, b) = (next_capture_id(), next_capture_id());
         assert!(b > a && a > 0);
     }
+}
+
+/// Refuses a capture on `stream` unless cudarc manages stream synchronization for its context
+/// object (event tracking on and a stream made with `new_stream`): then every cudarc use of a
+/// buffer inside the closure waits on the buffer's events, and a buffer the closure did not list
+/// (whose events were recorded outside the capture) invalidates the capture instead of being
+/// recorded without a borrow. Not so on a per-thread stream of a context object that made no
+/// stream, or with event tracking off.
+pub(crate) fn require_tracking(stream: &CudaStream) -> core::result::Result<(), &'static str> {
+    if stream.context().is_managing_stream_synchronization() {
+        Ok(())
+    } else {
+        Err("capture needs cudarc's stream synchronization on the stream's context object (event \
+             tracking on, and a stream made with `ctx.new_stream()`): it is what refuses a buffer \
+             the closure did not list")
+    }
+}
+
+/// Refuses a recording that allocated memory (an allocation node): a buffer allocated inside
+/// the closure would outlive the recording that owns its memory.
+pub(crate) fn check_recording(graph: CUgraph) -> core::result::Result<(), &'static str> {
+    // SAFETY: the graph is alive (just recorded, owned by the caller).
+    let nodes = unsafe { raw::graph_nodes(graph) }.map_err(|_| "cuGraphGetNodes")?;
+    for n in nodes {
+        // SAFETY: `n` is a node of the live graph.
+        let t = unsafe { raw::node_type(n) }.map_err(|_| "cuGraphNodeGetType")?;
+        if t == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC {
+            return Err("cuStreamEndCapture (the closure allocated device memory while captured: \
+                        a buffer made in the closure would outlive the recording that owns its \
+                        memory; allocate before the capture, or set a library's workspace, e.g. \
+                        cublasSetWorkspace)");
+        }
+    }
+    Ok(())
 }

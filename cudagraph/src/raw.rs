@@ -473,3 +473,13 @@ pub unsafe fn stream_set_capture_dependencies(
     }
     .result()
 }
+
+/// `cuGraphNodeGetType`: the kind of `node`.
+///
+/// # Safety
+/// `node` is a node of a live graph.
+pub unsafe fn node_type(node: CUgraphNode) -> Result<sys::CUgraphNodeType, DriverError> {
+    let mut t = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+    unsafe { sys::cuGraphNodeGetType(node, &mut t) }.result()?;
+    Ok(t)
+}

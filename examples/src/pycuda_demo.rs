@@ -43,7 +43,7 @@ kernels! {
     }
 }
 
-fn run(dot: &PathBuf) -> Result<bool, Box<dyn std::error::Error>> {
+fn run(dot: &std::path::Path) -> Result<bool, Box<dyn std::error::Error>> {
     let ctx = cudagraph::context(0)?;
     let stream = ctx.new_stream()?; // a stream that can capture (not the legacy default one)
     // SAFETY: the declarations match `kernels/pycuda_demo.cu`; each kernel touches n elements.

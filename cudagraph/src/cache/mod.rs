@@ -278,6 +278,19 @@ impl GraphCache {
         };
         validate(call.shape, nodes, ctx, self.limits.as_ref(), handles)?;
         self.check_aliasing(call.shape, guards)?;
+        if self.mode == Mode::Eager {
+            // Eager work enqueued on a capturing stream would be recorded into a graph that
+            // borrows nothing (a graph launch there is refused by the driver itself).
+            // SAFETY: the stream is alive and its context current.
+            let status = unsafe { raw::stream_capture_status(stream.cu_stream()) }
+                .call("cuStreamIsCapturing")
+                .map_err(graph_err)?;
+            if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+                let error = cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_ILLEGAL_STATE);
+                let call = "GraphCache::run in Mode::Eager (the stream is capturing)";
+                return Err(graph_err(CudaError { call, error }));
+            }
+        }
         if self.mode == Mode::Graph {
             for (i, n) in nodes.iter().enumerate() {
                 if let Some(n) = n
@@ -289,7 +302,18 @@ impl GraphCache {
         }
         self.order_before(stream, guards).map_err(graph_err)?;
         let r = if self.mode == Mode::Eager {
-            self.run_eager(call.shape, stream, nodes)
+            // A panic in a statement (a capture statement's closure) still orders the buffers'
+            // own streams after what the call enqueued before it, then continues.
+            let eager = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.run_eager(call.shape, stream, nodes)
+            }));
+            match eager {
+                Ok(r) => r,
+                Err(panic) => {
+                    let _ = self.order_after(stream);
+                    std::panic::resume_unwind(panic)
+                }
+            }
         } else {
             self.run_validated(call, (ctx, Some(stream.context())), stream.cu_stream(), nodes)
         };

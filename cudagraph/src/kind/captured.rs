@@ -239,6 +239,8 @@ where
             let error = DriverError(sys::CUresult::CUDA_ERROR_ILLEGAL_STATE);
             return Err(graph_err("cuStreamBeginCapture (the stream is already capturing)", error));
         }
+        crate::capture::require_tracking(self.stream)
+            .map_err(|why| graph_err(why, DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED)))?;
         let f = self.take(site)?;
         let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
         // SAFETY: as above; the stream is not capturing.
@@ -259,6 +261,12 @@ where
         let end = unsafe { raw::stream_end_capture(s) };
         let end = end.map(|raw| OwnedGraph { raw, ctx: ctx.clone() });
         let (file, line) = (at.file, at.line);
+        if end.is_err() {
+            // An invalidated capture: work the closure enqueued on another stream may still be
+            // queued on the buffers; it must finish before their borrows end.
+            let _ = ctx.synchronize();
+        }
+
         match result {
             Err(panic) => {
                 drop(end);
@@ -278,6 +286,10 @@ where
                 // An explicit node whose successors could not be set: unusable.
                 (Ok(_), Some(source)) => Err(Error::CaptureInvalidated { file, line, source }),
                 (Ok(graph), None) => {
+                    if let Err(why) = crate::capture::check_recording(graph.raw) {
+                        let error = DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED);
+                        return Err(graph_err(why, error));
+                    }
                     *self.recorded.borrow_mut() = Some(Arc::new(graph));
                     Ok(())
                 }
@@ -294,6 +306,10 @@ where
     }
 
     fn run_eager(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
+        crate::capture::require_tracking(self.stream).map_err(|why| {
+            let error = DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED);
+            Error::Node { site: site(), source: CudaError { call: why, error } }
+        })?;
         let f = self.take(site)?;
         match self.call(f, false).0 {
             Err(panic) => resume_unwind(panic),

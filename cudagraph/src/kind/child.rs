@@ -23,6 +23,9 @@ use crate::raw;
 #[derive(Clone, Copy, Debug)]
 pub struct GraphRef<'b> {
     pub(crate) raw: CUgraph,
+    /// The graph's capture number, unique in the process: what tells two graphs apart (a
+    /// dropped graph's handle address may be reused by a new one).
+    pub(crate) id: u64,
     pub(crate) ctx: CUcontext,
     /// The operands are the memory the graph was captured with (else the call is refused).
     pub(crate) ok: bool,
@@ -64,7 +67,8 @@ pub(crate) struct Child;
 
 impl NodeKind for Child {
     type Params<'a> = GraphRef<'a>;
-    type State = CUgraph;
+    /// The graph's handle and capture number.
+    type State = (CUgraph, u64);
     const ADD: &'static str = "cuGraphAddNode_v2 (child graph)";
     const SET: &'static str = "cuGraphExecNodeSetParams (child graph)";
     const EAGER: &'static str = "cuGraphInstantiateWithFlags + cuGraphLaunch (child graph, eager)";
@@ -86,23 +90,24 @@ impl NodeKind for Child {
         1
     }
 
-    fn state(g: &GraphRef<'_>) -> CUgraph {
-        g.raw
+    fn state(g: &GraphRef<'_>) -> (CUgraph, u64) {
+        (g.raw, g.id)
     }
 
-    fn record(s: &mut CUgraph, g: &GraphRef<'_>) -> bool {
-        let changed = *s != g.raw;
-        *s = g.raw;
+    /// Another graph (by capture number, not handle address) is a change.
+    fn record(s: &mut (CUgraph, u64), g: &GraphRef<'_>) -> bool {
+        let changed = s.1 != g.id;
+        *s = (g.raw, g.id);
         changed
     }
 
     fn with_params<R>(
-        s: &mut CUgraph,
+        s: &mut (CUgraph, u64),
         _: CUcontext,
         f: impl FnOnce(&mut CUgraphNodeParams) -> R,
     ) -> R {
         let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH);
-        p.__bindgen_anon_1.graph.graph = *s;
+        p.__bindgen_anon_1.graph.graph = s.0;
         f(&mut p)
     }
 
