@@ -140,6 +140,7 @@ const SETUPS: [(bool, &str); 2] = [(true, "per-thread"), (false, "two context ob
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn review_an_unlisted_buffer_written_by_a_standalone_capture_is_refused() -> Result {
+    let _serial = common::serial();
     let mut failures = Vec::new();
     for (per_thread, what) in SETUPS {
         let (ctx, s, _k, zs) = setup(per_thread)?;
@@ -187,6 +188,7 @@ fn review_an_unlisted_buffer_written_by_a_standalone_capture_is_refused() -> Res
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn review_an_unlisted_buffer_of_a_capture_statement_is_not_freed_under_the_graph() -> Result {
+    let _serial = common::serial();
     let (ctx, s, k, zs) = setup(false)?;
     let mut a = s.alloc_zeros::<u32>(LEN)?;
     let mut y = s.alloc_zeros::<u32>(LEN)?;
@@ -233,6 +235,7 @@ fn review_an_unlisted_buffer_of_a_capture_statement_is_not_freed_under_the_graph
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn review_graph_calls_inside_a_capture_closure_are_refused() -> Result {
+    let _serial = common::serial();
     let mut failures = Vec::new();
     for case in
         ["graph! (Mode::Graph)", "graph! (Mode::Eager)", "GraphBuilder", "capture statement"]
@@ -300,6 +303,7 @@ fn review_graph_calls_inside_a_capture_closure_are_refused() -> Result {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn review_an_exec_launch_cannot_join_a_capture_through_an_operands_own_stream() -> Result {
+    let _serial = common::serial();
     let (ctx, s1, _k) = gpu()?;
     let s2 = ctx.new_stream()?;
     let mut y = s1.clone_htod(&vec![5u32; LEN])?; // own stream: s1
@@ -351,6 +355,7 @@ fn review_an_exec_launch_cannot_join_a_capture_through_an_operands_own_stream() 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn review_an_embedded_graph_at_a_reused_handle_address_is_sent_to_the_exec() -> Result {
+    let _serial = common::serial();
     const TRIES: usize = 256;
     const SMALL: usize = 256;
     let (ctx, s, _k) = gpu()?;
@@ -431,6 +436,7 @@ fn review_an_embedded_graph_at_a_reused_handle_address_is_sent_to_the_exec() -> 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn review_bind_refuses_memory_of_another_element_type() -> Result {
+    let _serial = common::serial();
     let (ctx, s, _k) = gpu()?;
     let src = s.clone_htod(&vec![2u8; LEN])?;
     let mut dst = s.alloc_zeros::<u8>(LEN)?;
@@ -463,6 +469,7 @@ fn review_bind_refuses_memory_of_another_element_type() -> Result {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn review_a_view_used_on_another_stream_does_not_overtake_earlier_readers() -> Result {
+    let _serial = common::serial();
     let (ctx, s, k) = gpu()?;
     let other = ctx.new_stream()?;
     let y0 = host::iota(N, 3, 1);
@@ -516,6 +523,7 @@ fn review_a_view_used_on_another_stream_does_not_overtake_earlier_readers() -> R
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn review_an_invalidated_capture_waits_for_work_its_closure_left_on_another_stream() -> Result {
+    let _serial = common::serial();
     let (ctx, s, k) = gpu()?;
     let other = ctx.new_stream()?;
     let mut failures = Vec::new();
@@ -582,6 +590,7 @@ fn panic_or_fail(panics: bool) -> std::result::Result<(), DriverError> {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn review_a_panic_in_an_eager_capture_statement_still_orders_the_buffers_own_streams() -> Result {
+    let _serial = common::serial();
     let (ctx, s, k, ys) = setup(false)?;
     let mut failures = Vec::new();
     for (builder, panics) in [(false, false), (false, true), (true, true)] {
@@ -633,6 +642,7 @@ fn review_a_panic_in_an_eager_capture_statement_still_orders_the_buffers_own_str
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn review_an_eager_capture_statement_waits_for_work_its_closure_left_on_another_stream() -> Result {
+    let _serial = common::serial();
     let (ctx, s, k, _) = setup(true)?;
     let ctx2 = CudaContext::new(0)?;
     let other = ctx2.new_stream()?;
@@ -675,6 +685,7 @@ fn review_an_eager_capture_statement_waits_for_work_its_closure_left_on_another_
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn review_cudarc_end_capture_inside_the_closure_hands_out_no_graph_of_the_views() -> Result {
+    let _serial = common::serial();
     let (ctx, s, _k) = gpu()?;
     let mut y = s.clone_htod(&vec![5u32; LEN])?;
     let y_at = addr(&y, &s);
@@ -719,6 +730,7 @@ fn review_cudarc_end_capture_inside_the_closure_hands_out_no_graph_of_the_views(
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn review_a_buffer_allocated_inside_the_closure_does_not_escape_it() -> Result {
+    let _serial = common::serial();
     let (ctx, s, _k) = gpu()?;
     let mut kept: Option<CudaSlice<u32>> = None;
     let r = capture(&s, (), |c, ()| {
@@ -764,6 +776,7 @@ fn review_a_buffer_allocated_inside_the_closure_does_not_escape_it() -> Result {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn review_the_same_graph_embedded_twice_runs_twice_in_order() -> Result {
+    let _serial = common::serial();
     let (ctx, s, k) = gpu()?;
     let y0 = host::iota(N, 3, 1);
     let mut want = y0.clone();
