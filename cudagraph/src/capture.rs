@@ -133,7 +133,27 @@ impl Capture {
             })
             .flatten();
         let (broken, _thread) = (OnceLock::new(), CapturingThreadOnly(PhantomData));
-        Capture { stream, capturing, operands, id, sequence, broken, _thread }
+        let cap = Capture { stream, capturing, operands, id, sequence, broken, _thread };
+        cap.prime();
+        cap
+    }
+
+    /// Records every alias's read and write events on the stream, first thing: inside a
+    /// capture they then stand for the capture's start, so cudarc's use of a view on another
+    /// stream waits on them and joins that stream into the capture (or invalidates it) instead
+    /// of running at once ahead of the buffer's earlier users; eagerly they stand for the
+    /// stream's work so far, which waited for those users. (Without this the aliases' events are
+    /// never recorded, and such a wait is a no-op.)
+    fn prime(&self) {
+        let s = self.stream.cu_stream();
+        for l in &self.operands {
+            for e in [l.read_event, l.write_event].into_iter().flatten() {
+                // SAFETY: the event is an alias's, alive while the capture is (the aliases
+                // outlive it); the stream is alive and its context current. An error here shows
+                // again at the end of the capture (or in cudarc's next call): ignored.
+                let _ = unsafe { raw::record_event(e, s) };
+            }
+        }
     }
 
     /// The driver error that made the recording unusable, if any (see `broken`).
@@ -1732,6 +1752,40 @@ impl crate::operand::AcquireMut for Graph<'_> {
     }
 }
 
+/// Refuses a capture on `stream` unless cudarc manages stream synchronization for its context
+/// object (event tracking on and a stream made with `new_stream`): then every cudarc use of a
+/// buffer inside the closure waits on the buffer's events, and a buffer the closure did not list
+/// (whose events were recorded outside the capture) invalidates the capture instead of being
+/// recorded without a borrow. Not so on a per-thread stream of a context object that made no
+/// stream, or with event tracking off.
+pub(crate) fn require_tracking(stream: &CudaStream) -> core::result::Result<(), &'static str> {
+    if stream.context().is_managing_stream_synchronization() {
+        Ok(())
+    } else {
+        Err("capture needs cudarc's stream synchronization on the stream's context object (event \
+             tracking on, and a stream made with `ctx.new_stream()`): it is what refuses a buffer \
+             the closure did not list")
+    }
+}
+
+/// Refuses a recording that allocated memory (an allocation node): a buffer allocated inside
+/// the closure would outlive the recording that owns its memory.
+pub(crate) fn check_recording(graph: CUgraph) -> core::result::Result<(), &'static str> {
+    // SAFETY: the graph is alive (just recorded, owned by the caller).
+    let nodes = unsafe { raw::graph_nodes(graph) }.map_err(|_| "cuGraphGetNodes")?;
+    for n in nodes {
+        // SAFETY: `n` is a node of the live graph.
+        let t = unsafe { raw::node_type(n) }.map_err(|_| "cuGraphNodeGetType")?;
+        if t == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC {
+            return Err("cuStreamEndCapture (the closure allocated device memory while captured: \
+                        a buffer made in the closure would outlive the recording that owns its \
+                        memory; allocate before the capture, or set a library's workspace, e.g. \
+                        cublasSetWorkspace)");
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1828,38 +1882,4 @@ mod tests {
         let (a, b) = (next_capture_id(), next_capture_id());
         assert!(b > a && a > 0);
     }
-}
-
-/// Refuses a capture on `stream` unless cudarc manages stream synchronization for its context
-/// object (event tracking on and a stream made with `new_stream`): then every cudarc use of a
-/// buffer inside the closure waits on the buffer's events, and a buffer the closure did not list
-/// (whose events were recorded outside the capture) invalidates the capture instead of being
-/// recorded without a borrow. Not so on a per-thread stream of a context object that made no
-/// stream, or with event tracking off.
-pub(crate) fn require_tracking(stream: &CudaStream) -> core::result::Result<(), &'static str> {
-    if stream.context().is_managing_stream_synchronization() {
-        Ok(())
-    } else {
-        Err("capture needs cudarc's stream synchronization on the stream's context object (event \
-             tracking on, and a stream made with `ctx.new_stream()`): it is what refuses a buffer \
-             the closure did not list")
-    }
-}
-
-/// Refuses a recording that allocated memory (an allocation node): a buffer allocated inside
-/// the closure would outlive the recording that owns its memory.
-pub(crate) fn check_recording(graph: CUgraph) -> core::result::Result<(), &'static str> {
-    // SAFETY: the graph is alive (just recorded, owned by the caller).
-    let nodes = unsafe { raw::graph_nodes(graph) }.map_err(|_| "cuGraphGetNodes")?;
-    for n in nodes {
-        // SAFETY: `n` is a node of the live graph.
-        let t = unsafe { raw::node_type(n) }.map_err(|_| "cuGraphNodeGetType")?;
-        if t == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC {
-            return Err("cuStreamEndCapture (the closure allocated device memory while captured: \
-                        a buffer made in the closure would outlive the recording that owns its \
-                        memory; allocate before the capture, or set a library's workspace, e.g. \
-                        cublasSetWorkspace)");
-        }
-    }
-    Ok(())
 }

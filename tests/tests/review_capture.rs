@@ -267,7 +267,14 @@ fn review_graph_calls_inside_a_capture_closure_are_refused() -> Result {
             });
             Ok::<(), DriverError>(())
         });
-        let inner = inner.expect("the closure ran");
+        let Some(inner) = inner else {
+            // The outer capture was refused before its closure ran (a per-thread stream: cudarc
+            // does not manage synchronization there).
+            assert!(outer.is_err(), "{case}: the closure did not run, yet a graph came back");
+            println!("{case}: refused: outer capture {:?}", outer.map(|g| g.nodes()));
+            clear(&ctx, case);
+            continue;
+        };
         let graph = match (inner, outer) {
             (Ok(()), Ok(g)) if g.nodes()? > 0 => g,
             (inner, outer) => {
