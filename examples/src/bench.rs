@@ -915,7 +915,7 @@ fn describe(id: &str) -> &'static str {
             "graph!: as d, with the buffers allocated on another stream (ordered through it: cuEventRecord + cuStreamWaitEvent before and after each launch)"
         }
         "dc" => {
-            "graph!: a's K launches inside one capture statement (cudarc launch_builder on s.stream()), recorded by stream capture and sent to its child-graph node (cuGraphExecNodeSetParams) every call; first scalar changed per step (as e); chain, K = 1, 10, 100"
+            "graph!: a's K launches inside one capture statement (cudarc launch_builder on s.stream()), recorded by stream capture and sent to its child-graph node (cuGraphExecNodeSetParams) every call; first scalar changed per step (as e); event tracking on (a capture needs it: compare with d*); chain, K = 1, 10, 100"
         }
         "h" => "GraphBuilder: the same K nodes recorded and launched every step, nothing changed",
         "hf" => "GraphBuilder: as h, every pointer changed per step (as f)",
@@ -1260,11 +1260,20 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
     if shape == Shape::Chain && CAPTURE_K.contains(&k) {
         let add = env.kern.function("add").expect("declared in kernels!");
         let mut cache = GraphCache::new();
-        let t =
-            timed_row(env, &mut b, shape, k, Change::Scalar, steps, &label("dc"), &mut |b, i| {
+        // A capture needs cudarc's event tracking (it is what refuses a buffer the closure did
+        // not list): on for this row, with buffers allocated while tracking, as in a* and d*.
+        // SAFETY: everything runs on one stream; see a*, d* below.
+        unsafe { env.ctx.enable_event_tracking() };
+        let tracked = Bufs::new(&env.stream, shape, k);
+        let t = tracked.and_then(|mut tb| {
+            timed_row(env, &mut tb, shape, k, Change::Scalar, steps, &label("dc"), &mut |b, i| {
                 let s = scalar(i, Change::Scalar);
                 Ok(chain_captured(&mut cache, &env.stream, add, k, s, &mut b.a[0])?)
-            })?;
+            })
+        });
+        // SAFETY: back to the untracked mode the rest of the run uses.
+        unsafe { env.ctx.disable_event_tracking() };
+        let t = t?;
         let stats = cache.stats();
         check_stats(&label("dc"), &stats, 1, report);
         // Every call records the region, and every call after the first sends the recording to
