@@ -865,9 +865,12 @@ fn graph_error(file: &'static str, line: u32, call: &'static str, error: DriverE
 /// the capture begins, `stream` waits for the operands' earlier users, outside the capture;
 /// inside, cudarc's waits concern only the aliases (see the module docs in `capture.rs`).
 ///
-/// Use only the listed operands inside `f`: another buffer is not borrowed by the graph (nothing
-/// keeps it alive for the graph's launches), and in multi-stream mode one with a recorded event
-/// invalidates the capture.
+/// `f` lives as long as the graph (`F: 'a`): everything it borrows stays borrowed while the graph
+/// and its exec may replay the recording. A value the closure hands out (an explicit node's
+/// [`CapturedKernel`]) goes through a shared cell (`std::cell::OnceCell`) declared before it. Use
+/// only the listed operands' views inside `f`: another buffer is not acquired (waited on,
+/// ordered) at each launch, and with cudarc's stream synchronization (required) one with a
+/// recorded event invalidates the capture.
 ///
 /// # Errors
 /// All name this call's source location, and after each the capture has ended, no graph is
@@ -927,7 +930,7 @@ fn graph_error(file: &'static str, line: u32, call: &'static str, error: DriverE
 pub fn capture<'a, Ops, F, E>(stream: &Arc<CudaStream>, operands: Ops, f: F) -> Result<Graph<'a>>
 where
     Ops: Operands<'a>,
-    F: for<'s> FnOnce(&'s Capture, Ops::Views<'s>) -> Result<(), E>,
+    F: for<'s> FnOnce(&'s Capture, Ops::Views<'s>) -> Result<(), E> + 'a,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let at = Location::caller();

@@ -70,16 +70,18 @@
 //! # let (n, cfg) = (1024u32, LaunchConfig::for_num_elems(1024));
 //! let x = stream.clone_htod(&vec![1u32; n as usize])?;
 //! let (mut y, mut out) = (stream.alloc_zeros::<u32>(n as usize)?, stream.alloc_zeros(n as usize)?);
-//! let mut node = None;
+//! // The graph holds what its closure borrows for as long as it lives: the handle goes out
+//! // through a shared cell.
+//! let node = std::cell::OnceCell::new();
 //! let graph = cudagraph::capture(&stream, (&x, &mut y, &mut out), |s, (x, mut y, mut out)| {
-//!     node = Some(s.kernel(k.affine(n, 2, 1, s.read(&x)?, s.write(&mut y)?).launch(cfg))?);
+//!     let _ = node.set(s.kernel(k.affine(n, 2, 1, s.read(&x)?, s.write(&mut y)?).launch(cfg))?);
 //!     s.stream().memcpy_dtod(&y, &mut out)?; // captured after the node
 //!     Ok::<(), cudagraph::Error>(())
 //! })?;
-//! let (node, mut exec) = (node.expect("recorded"), graph.instantiate()?);
+//! let (node, mut exec) = (node.get().expect("recorded"), graph.instantiate()?);
 //! for a in 2..10 {
 //!     // Operands 0 (x) and 1 (y) of the capture, as the exec holds them.
-//!     exec.set_kernel(&node, k.affine(n, a, 1, exec.read(0)?, exec.write(1)?).launch(cfg))?;
+//!     exec.set_kernel(node, k.affine(n, a, 1, exec.read(0)?, exec.write(1)?).launch(cfg))?;
 //!     exec.launch(&stream)?;
 //! }
 //! # Ok(()) }

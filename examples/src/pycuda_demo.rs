@@ -23,6 +23,7 @@
 //! | `instance.kernel_node_set_params(…, kernel_node=first_node)` | `exec.set_kernel(&first, k.plus(n, exec.write(2)?, 100).launch(cfg))?` |
 //! | `instance.launch()` | `exec.launch(&stream)?` |
 
+use std::cell::OnceCell;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -59,7 +60,10 @@ fn run(dot: &std::path::Path) -> Result<bool, Box<dyn std::error::Error>> {
     stream.memcpy_htod(&[7.0f32; 16], &mut a)?;
     stream.memcpy_htod(&[7.0f32; 16], &mut b)?;
 
-    let (mut first, mut second): (Option<CapturedKernel>, Option<CapturedKernel>) = (None, None);
+    // The added nodes' handles, set by the closure (a graph holds what its closure borrows for
+    // as long as it lives: shared cells, read while the graph lives).
+    let (first, second): (OnceCell<CapturedKernel>, OnceCell<CapturedKernel>) =
+        (OnceCell::new(), OnceCell::new());
     let graph = capture(
         &stream,
         (&mut a, &mut b, &mut b2, &mut result),
@@ -72,20 +76,20 @@ fn run(dot: &std::path::Path) -> Result<bool, Box<dyn std::error::Error>> {
             // SAFETY: `plus(n, a, num)` adds `num` to the n elements of `a`.
             unsafe { st.launch_builder(plus).arg(&N).arg(&mut a).arg(&2i32).launch(cfg) }?;
             // Two nodes added by hand, each after everything captured so far.
-            first = Some(s.kernel(k.plus(N, s.write(&mut b)?, 3).launch(cfg))?);
-            second = Some(s.kernel(k.times(N, s.write(&mut a)?, s.read(&b)?).launch(cfg))?);
+            let _ = first.set(s.kernel(k.plus(N, s.write(&mut b)?, 3).launch(cfg))?);
+            let _ = second.set(s.kernel(k.times(N, s.write(&mut a)?, s.read(&b)?).launch(cfg))?);
             st.memcpy_dtod(&a, &mut result)?;
             Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
         },
     )?;
-    let (first, second) = (first.expect("recorded"), second.expect("recorded"));
+    let (first, second) = (first.get().expect("recorded"), second.get().expect("recorded"));
     println!("captured {} nodes, {} edges", graph.nodes()?, graph.edges()?.len());
     graph.debug_dot_print(dot)?;
     println!("DOT written to {}", dot.display());
     let mut exec = graph.instantiate()?;
     // Setting dynamic parameters: operand 2 is b2.
-    exec.set_kernel(&first, k.plus(N, exec.write(2)?, 100).launch(cfg))?;
-    exec.set_kernel(&second, k.times(N, exec.write(0)?, exec.read(2)?).launch(cfg))?;
+    exec.set_kernel(first, k.plus(N, exec.write(2)?, 100).launch(cfg))?;
+    exec.set_kernel(second, k.times(N, exec.write(0)?, exec.read(2)?).launch(cfg))?;
     exec.launch(&stream)?;
     drop(exec); // ends the borrows of a, b, b2 and result
     let got = stream.clone_dtoh(&result)?;

@@ -452,14 +452,17 @@ fn capture_refuses_a_stream_that_is_already_capturing_and_an_exec_launch_into_on
     let [mut t, mut y] = std::array::from_fn(|_| stream.alloc_zeros::<u32>(LEN).expect("alloc"));
     let g = capture(&stream, (&x, &mut t, &mut y), |s, v| two_kernels(&k, s, v))?;
     let mut exec = g.instantiate()?;
-    let mut nested = None;
-    let mut launched = None;
+    let nested = std::cell::OnceCell::new();
+    let launched = std::cell::OnceCell::new();
+    let exec_cell = std::cell::RefCell::new(&mut exec);
     let outer = capture(&stream, (), |s, ()| {
-        nested = Some(capture(s.stream(), (), |_, ()| Ok::<(), DriverError>(())).map(drop));
-        launched = Some(exec.launch(s.stream()));
+        let _ = nested.set(capture(s.stream(), (), |_, ()| Ok::<(), DriverError>(())).map(drop));
+        let _ = launched.set(exec_cell.borrow_mut().launch(s.stream()));
         Ok::<(), DriverError>(())
     })?;
     assert_eq!(outer.nodes()?, 0);
+    drop(outer); // ends the closure's borrows (a graph's closure borrows for its lifetime)
+    let (nested, launched) = (nested.into_inner(), launched.into_inner());
     match nested {
         Some(Err(Error::Graph { source, .. })) => {
             assert!(source.call.contains("already"), "{source}")
@@ -561,14 +564,14 @@ fn an_explicit_kernel_node_whose_scalar_is_set_between_launches_matches_eager() 
     let input = host::iota(N, 7, 3);
     let x = stream.clone_htod(&input)?;
     let [mut y, mut out] = std::array::from_fn(|_| stream.alloc_zeros::<u32>(LEN).expect("alloc"));
-    let mut node: Option<CapturedKernel> = None;
+    let node: std::cell::OnceCell<CapturedKernel> = std::cell::OnceCell::new();
     let graph = capture(&stream, (&x, &mut y, &mut out), |s, (x, mut y, mut out)| {
         let launch = k.affine(N, 2, 1, s.read(&x)?, s.write(&mut y)?).launch(cfg());
-        node = Some(s.kernel(launch)?);
+        let _ = node.set(s.kernel(launch)?);
         s.stream().memcpy_dtod(&y, &mut out)?; // recorded by cudarc, after the node
         Ok::<(), Error>(())
     })?;
-    let node = node.expect("the closure ran");
+    let node = node.get().expect("the closure ran");
     assert!(node.is_recorded());
     assert_eq!(node.name(), "affine");
     assert_eq!(graph.nodes()?, 2);
@@ -580,7 +583,7 @@ fn an_explicit_kernel_node_whose_scalar_is_set_between_launches_matches_eager() 
     for (round, a) in [2u32, 5, 9, 9, 0x9e37_79b9].into_iter().enumerate() {
         if round > 0 {
             let launch = k.affine(N, a, 1, exec.read(0)?, exec.write(1)?).launch(cfg());
-            exec.set_kernel(&node, launch)?;
+            exec.set_kernel(node, launch)?;
         }
         exec.launch(&stream)?;
         let released = exec.release();
@@ -612,20 +615,20 @@ fn two_explicit_nodes_feed_captured_work_and_one_is_repointed_at_a_third_buffer(
     let x3 = stream.clone_htod(&i3)?;
     let [mut a, mut b, mut out] =
         std::array::from_fn(|_| stream.alloc_zeros::<u32>(LEN).expect("alloc"));
-    let mut nodes = None;
+    let nodes = std::cell::OnceCell::new();
     let graph = capture(
         &stream,
         (&x1, &x2, &x3, &mut a, &mut b, &mut out),
         |s, (x1, x2, _x3, mut a, mut b, mut out)| {
             let na = s.kernel(k.affine(N, 3, 1, s.read(&x1)?, s.write(&mut a)?).launch(cfg()))?;
             let nb = s.kernel(k.affine(N, 5, 2, s.read(&x2)?, s.write(&mut b)?).launch(cfg()))?;
-            nodes = Some((na, nb));
+            let _ = nodes.set((na, nb));
             // Captured by cudarc: reads both nodes' outputs.
             launch!(s.stream(), k, "combine3", cfg(); &N, &a.as_view(), &b.as_view(), &x1, &mut out)?;
             Ok::<(), Error>(())
         },
     )?;
-    let (_na, nb) = nodes.expect("the closure ran");
+    let (_na, nb) = nodes.get().expect("the closure ran");
     assert_eq!(graph.nodes()?, 3);
     let mut exec = graph.instantiate()?;
     let model = |second: &[u32]| {
@@ -638,7 +641,7 @@ fn two_explicit_nodes_feed_captured_work_and_one_is_repointed_at_a_third_buffer(
         if round == 1 {
             // Node b now reads x3 (operand 2) instead of x2.
             let launch = k.affine(N, 5, 2, exec.read(2)?, exec.write(4)?).launch(cfg());
-            exec.set_kernel(&nb, launch)?;
+            exec.set_kernel(nb, launch)?;
         }
         exec.launch(&stream)?;
         let released = exec.release();
@@ -671,29 +674,28 @@ fn set_kernel_refuses_unheld_memory_another_graphs_node_and_another_function_lea
     let one_node = |s: &Capture, (x, mut y): (CudaView<'_, u32>, CudaViewMut<'_, u32>)| {
         s.kernel(k.affine(N, 2, 1, s.read(&x)?, s.write(&mut y)?).launch(cfg()))
     };
-    let mut n1 = None;
+    let (n1, n2) = (std::cell::OnceCell::new(), std::cell::OnceCell::new());
     let g1 = capture(&stream, (&x, &mut y), |s, v| {
-        n1 = Some(one_node(s, v)?);
+        let _ = n1.set(one_node(s, v)?);
         Ok::<(), Error>(())
     })?;
-    let mut n2 = None;
     let g2 = capture(&stream, (&x2, &mut y2), |s, v| {
-        n2 = Some(one_node(s, v)?);
+        let _ = n2.set(one_node(s, v)?);
         Ok::<(), Error>(())
     })?;
-    let (n1, n2) = (n1.expect("ran"), n2.expect("ran"));
+    let (n1, n2) = (n1.get().expect("ran"), n2.get().expect("ran"));
     let mut e1 = g1.instantiate()?;
     let mut e2 = g2.instantiate()?;
     let affine = |a: u32, x, y| k.affine(N, a, 1, x, y).launch(cfg());
 
     // Memory the exec does not hold: another exec's operands (read, then written).
-    let r = e1.set_kernel(&n1, affine(4, e2.read(0)?, e1.write(1)?));
+    let r = e1.set_kernel(n1, affine(4, e2.read(0)?, e1.write(1)?));
     assert_eq!(refusal(r), Refusal::NotAnOperand { arg: Some(3) });
-    let r = e1.set_kernel(&n1, affine(4, e1.read(0)?, e2.write(1)?));
+    let r = e1.set_kernel(n1, affine(4, e1.read(0)?, e2.write(1)?));
     assert_eq!(refusal(r), Refusal::NotAnOperand { arg: Some(4) });
     // A node of another graph, with this exec's own handles.
     let line = line!() + 1;
-    match e1.set_kernel(&n2, affine(4, e1.read(0)?, e1.write(1)?)) {
+    match e1.set_kernel(n2, affine(4, e1.read(0)?, e1.write(1)?)) {
         Err(Error::NodeRefused { site, why: Refusal::OtherGraph }) => {
             assert_eq!((site.label, site.text, site.line), ("affine", "Exec::set_kernel", line));
             assert!(site.file.ends_with("capture.rs"), "{}", site.file);
@@ -701,11 +703,11 @@ fn set_kernel_refuses_unheld_memory_another_graphs_node_and_another_function_lea
         other => panic!("expected a refusal of another graph's node, got {other:?}"),
     }
     // Another function (with this exec's handles), the same buffer read and written, zero dims.
-    let r = e1.set_kernel(&n1, k.mix(N, e1.read(0)?, e1.write(1)?).launch(cfg()));
+    let r = e1.set_kernel(n1, k.mix(N, e1.read(0)?, e1.write(1)?).launch(cfg()));
     assert_eq!(refusal(r), Refusal::OtherFunction);
-    let r = e1.set_kernel(&n1, affine(4, e1.read(1)?, e1.write(1)?));
+    let r = e1.set_kernel(n1, affine(4, e1.read(1)?, e1.write(1)?));
     assert_eq!(refusal(r), Refusal::Overlap { first: 3, second: 4 });
-    match e1.set_kernel(&n1, k.affine(N, 4, 1, e1.read(0)?, e1.write(1)?).launch((0u32, 256u32))) {
+    match e1.set_kernel(n1, k.affine(N, 4, 1, e1.read(0)?, e1.write(1)?).launch((0u32, 256u32))) {
         Err(Error::ZeroDims { .. }) => {}
         other => panic!("expected Error::ZeroDims, got {other:?}"),
     }
@@ -745,8 +747,9 @@ fn a_capture_refuses_unlisted_memory_for_explicit_nodes_and_stays_valid() -> Res
         s.kernel(k.affine(N, 1, 1, s.read(&x)?, s.write(&mut z)?).launch(cfg())).map(drop)
     })?;
     let ez = gz.instantiate()?;
-    let mut refusals = Vec::new();
+    let refusals = std::cell::RefCell::new(Vec::new());
     let graph = capture(&stream, (&x, &mut y), |s, (x, mut y)| {
+        let mut refusals = refusals.borrow_mut();
         refusals.push(refusal(s.read(&unlisted.as_view()).map(drop)));
         refusals.push(refusal(s.read(&unlisted.slice(0..16)).map(drop)));
         let launch = k.affine(N, 2, 1, s.read(&x)?, ez.write(1)?).launch(cfg());
@@ -762,7 +765,7 @@ fn a_capture_refuses_unlisted_memory_for_explicit_nodes_and_stays_valid() -> Res
         Ok::<(), Error>(())
     })?;
     assert_eq!(
-        refusals,
+        *refusals.borrow(),
         [
             Refusal::NotAnOperand { arg: None },
             Refusal::NotAnOperand { arg: None },
@@ -773,7 +776,8 @@ fn a_capture_refuses_unlisted_memory_for_explicit_nodes_and_stays_valid() -> Res
     assert_eq!(graph.nodes()?, 1);
     let mut exec = graph.instantiate()?;
     exec.launch(&stream)?;
-    drop((exec, ez));
+    drop(exec); // the graph's closure borrowed `ez`
+    drop(ez);
     let mut ey = stream.alloc_zeros::<u32>(LEN)?;
     launch!(stream, k, "affine", cfg(); &N, &6u32, &5u32, &x, &mut ey)?;
     assert_same(&stream.clone_dtoh(&y)?, &stream.clone_dtoh(&ey)?, "graph vs eager");
@@ -795,21 +799,21 @@ fn after_update_the_exec_sets_the_first_captures_nodes_and_refuses_the_updated_g
     let one_node = |s: &Capture, (x, mut y): (CudaView<'_, u32>, CudaViewMut<'_, u32>)| {
         s.kernel(k.affine(N, 2, 1, s.read(&x)?, s.write(&mut y)?).launch(cfg()))
     };
-    let (mut na, mut nb) = (None, None);
+    let (na, nb) = (std::cell::OnceCell::new(), std::cell::OnceCell::new());
     let ga = capture(&stream, (&xa, &mut ya), |s, v| {
-        na = Some(one_node(s, v)?);
+        let _ = na.set(one_node(s, v)?);
         Ok::<(), Error>(())
     })?;
     let gb = capture(&stream, (&xb, &mut yb), |s, v| {
-        nb = Some(one_node(s, v)?);
+        let _ = nb.set(one_node(s, v)?);
         Ok::<(), Error>(())
     })?;
-    let (na, nb) = (na.expect("ran"), nb.expect("ran"));
+    let (na, nb) = (na.get().expect("ran"), nb.get().expect("ran"));
     let mut exec = ga.instantiate()?;
     exec.update(gb)?; // the exec now holds b's buffers; its nodes are still a's
-    let r = exec.set_kernel(&nb, k.affine(N, 7, 1, exec.read(0)?, exec.write(1)?).launch(cfg()));
+    let r = exec.set_kernel(nb, k.affine(N, 7, 1, exec.read(0)?, exec.write(1)?).launch(cfg()));
     assert_eq!(refusal(r), Refusal::OtherGraph);
-    exec.set_kernel(&na, k.affine(N, 7, 1, exec.read(0)?, exec.write(1)?).launch(cfg()))?;
+    exec.set_kernel(na, k.affine(N, 7, 1, exec.read(0)?, exec.write(1)?).launch(cfg()))?;
     exec.launch(&stream)?;
     drop(exec);
     assert_same(&stream.clone_dtoh(&ya)?, &vec![0; LEN], "a's buffer untouched");

@@ -263,15 +263,20 @@ fn a_synchronize_inside_the_closure_is_an_invalidated_capture_error() -> Result 
 /// A captured graph of `y = affine(x, 5, s)`, `y = affine_inplace(y, 7, 1)`.
 fn captured_affine<'a>(
     stream: &Arc<CudaStream>,
-    k: &Ops,
+    k: &'a Ops,
     s: u32,
     x: &'a CudaSlice<u32>,
     y: &'a mut CudaSlice<u32>,
 ) -> Result<cudagraph::Graph<'a>> {
-    cudagraph::capture(stream, (x, y), |c, (x, mut y)| -> std::result::Result<(), DriverError> {
-        launch!(c.stream(), k, "affine", cfg(); &N, &5u32, &s, &x, &mut y)?;
-        launch!(c.stream(), k, "affine_inplace", cfg(); &N, &7u32, &1u32, &mut y)
-    })
+    // `move`: the graph holds what its closure borrows (`k`) for as long as it lives.
+    cudagraph::capture(
+        stream,
+        (x, y),
+        move |c, (x, mut y)| -> std::result::Result<(), DriverError> {
+            launch!(c.stream(), k, "affine", cfg(); &N, &5u32, &s, &x, &mut y)?;
+            launch!(c.stream(), k, "affine_inplace", cfg(); &N, &7u32, &1u32, &mut y)
+        },
+    )
 }
 
 #[test]

@@ -23,9 +23,10 @@ fn run() -> cudagraph::Result<()> {
     let x = stream.alloc_zeros::<u32>(1024)?;
     let mut y = stream.alloc_zeros::<u32>(1024)?;
     let mut out = stream.alloc_zeros::<u32>(1024)?;
-    let mut node: Option<CapturedKernel> = None;
+    // A graph holds what its closure borrows as long as it lives: the node goes out through a cell.
+    let node: std::cell::OnceCell<CapturedKernel> = std::cell::OnceCell::new();
     let graph = capture(&stream, (&x, &mut y, &mut out), |s, (x, mut y, mut out)| {
-        node = Some(s.kernel(k.affine(1024, 2, 1, s.read(&x)?, s.write(&mut y)?).launch(cfg))?);
+        let _ = node.set(s.kernel(k.affine(1024, 2, 1, s.read(&x)?, s.write(&mut y)?).launch(cfg))?);
         // A part of a view, and a read handle of a `CudaViewMut`.
         let head = x.slice(0..512);
         s.kernel(k.affine(512, 3, 0, s.read(&head)?, s.write(&mut out)?).launch(cfg))?;
@@ -33,11 +34,11 @@ fn run() -> cudagraph::Result<()> {
         s.stream().memcpy_dtod(&y, &mut out)?;
         Ok::<(), cudagraph::Error>(())
     })?;
-    let node = node.expect("recorded");
+    let node = node.get().expect("recorded");
     assert!(node.is_recorded());
     let mut exec = graph.instantiate()?;
     for a in 2..5u32 {
-        exec.set_kernel(&node, k.affine(1024, a, 1, exec.read(0)?, exec.write(1)?).launch(cfg))?;
+        exec.set_kernel(node, k.affine(1024, a, 1, exec.read(0)?, exec.write(1)?).launch(cfg))?;
         exec.launch(&stream)?;
     }
     drop(exec);
