@@ -886,8 +886,12 @@ fn graph_error(file: &'static str, line: u32, call: &'static str, error: DriverE
 ///   driver error `f` returned (a `DriverError`, [`CudaError`] or [`Error::Cuda`]), and
 ///   `cuStreamEndCapture`'s error;
 /// - [`Error::Graph`]: `stream` is already capturing, is a stream that cannot capture (the
-///   legacy default stream), an operand belongs to another context than `stream`, or a driver
-///   call failed (`cuStreamIsCapturing`, `cuStreamBeginCapture`).
+///   legacy default stream: use one from `ctx.new_stream()`), cudarc does not manage stream
+///   synchronization on its context object (event tracking off, or a per-thread stream of a
+///   context object that made no stream: then nothing would refuse a buffer the closure did not
+///   list), the recording allocated memory (an allocation node: set a library's workspace, e.g.
+///   `cublasSetWorkspace`, before capturing), an operand belongs to another context than
+///   `stream`, or a driver call failed (`cuStreamIsCapturing`, `cuStreamBeginCapture`).
 ///
 /// After an invalidated capture, `capture` synchronizes the context (`cuCtxSynchronize`), so
 /// that nothing `f` enqueued outside the capture still runs on the operands when their borrows
@@ -945,6 +949,10 @@ where
     if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
         let error = DriverError(CUresult::CUDA_ERROR_ILLEGAL_STATE);
         return Err(err("cuStreamBeginCapture (the stream is already capturing)", error));
+    }
+    if s.is_null() {
+        let error = DriverError(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        return Err(err(LEGACY_STREAM, error));
     }
     if let Err(why) = require_tracking(stream) {
         return Err(err(why, DriverError(CUresult::CUDA_ERROR_NOT_SUPPORTED)));
@@ -1765,11 +1773,16 @@ pub(crate) fn require_tracking(stream: &CudaStream) -> core::result::Result<(), 
     if stream.context().is_managing_stream_synchronization() {
         Ok(())
     } else {
-        Err("capture needs cudarc's stream synchronization on the stream's context object (event \
-             tracking on, and a stream made with `ctx.new_stream()`): it is what refuses a buffer \
-             the closure did not list")
+        Err("cuStreamBeginCapture, not called: a capture needs cudarc to manage stream \
+             synchronization on the stream's context object (event tracking on, its default, and \
+             a stream made with `ctx.new_stream()` on that object), which is what refuses a buffer \
+             the closure did not list; the check")
     }
 }
+
+/// The legacy default stream cannot capture.
+pub(crate) const LEGACY_STREAM: &str = "cuStreamBeginCapture, not called: the legacy default \
+    stream (`ctx.default_stream()`) cannot capture; use a stream from `ctx.new_stream()`; the check";
 
 /// Refuses a recording that allocated memory (an allocation node): a buffer allocated inside
 /// the closure would outlive the recording that owns its memory.

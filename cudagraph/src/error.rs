@@ -211,7 +211,7 @@ pub enum Error {
     /// that a capture cannot record (`synchronize`, a wait on an event recorded outside the
     /// capture, a copy to pageable host memory, …) or a stream forked from the capture and not
     /// joined back. The capture was ended and nothing was kept; the stream is usable.
-    #[error("capture at {file}:{line} was invalidated: {source}")]
+    #[error("capture at {file}:{line} was invalidated: {source}{}", invalidation_hint(source))]
     CaptureInvalidated {
         /// Source file of the `capture` call.
         file: &'static str,
@@ -362,5 +362,20 @@ pub(crate) trait Call<T> {
 impl<T> Call<T> for Result<T, DriverError> {
     fn call(self, call: &'static str) -> Result<T, CudaError> {
         self.map_err(|error| CudaError { call, error })
+    }
+}
+
+/// What usually causes an invalidated capture with this error, for its message.
+fn invalidation_hint(source: &CudaError) -> &'static str {
+    use cudarc::driver::sys::CUresult as R;
+    match source.error.0 {
+        R::CUDA_ERROR_STREAM_CAPTURE_ISOLATION => {
+            " (did the closure use a buffer it did not list? cudarc waits on such a buffer's \
+             events, recorded outside the capture; list it with `&x` or `&mut x`)"
+        }
+        R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED => {
+            " (a call that cannot be captured, such as a synchronize, ran inside the closure)"
+        }
+        _ => "",
     }
 }

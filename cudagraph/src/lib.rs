@@ -150,8 +150,9 @@ pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges,
 ///   (cuBLAS, cuFFT, cudarc launches and copies on `s.stream()`), recorded by stream capture on
 ///   every call before anything is enqueued ([`Stats::captures`]) and sent to the exec as a
 ///   per-node update. The closure gets a `CudaView` of each `&` operand and a `CudaViewMut` of
-///   each `&mut` operand. The stream argument must then be a `&Arc<CudaStream>` other than the
-///   legacy default stream. Errors: [`Error::Capture`] (the closure's own),
+///   each `&mut` operand. The stream argument must then be a `&Arc<CudaStream>` made with
+///   `ctx.new_stream()` (the legacy default stream cannot capture), with cudarc's event tracking
+///   on (its default): it is what refuses a buffer the closure did not list. Errors: [`Error::Capture`] (the closure's own),
 ///   [`Error::CaptureInvalidated`], both naming the statement; a panic in the closure continues
 ///   after the capture ended. In [`Mode::Eager`] the closure runs directly on the stream.
 /// - `child(&mut g)`: a child-graph node replaying the [`Graph`] `g` (made once by

@@ -239,6 +239,10 @@ where
             let error = DriverError(sys::CUresult::CUDA_ERROR_ILLEGAL_STATE);
             return Err(graph_err("cuStreamBeginCapture (the stream is already capturing)", error));
         }
+        if s.is_null() {
+            let error = DriverError(sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+            return Err(graph_err(crate::capture::LEGACY_STREAM, error));
+        }
         crate::capture::require_tracking(self.stream)
             .map_err(|why| graph_err(why, DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED)))?;
         let f = self.take(site)?;
