@@ -263,6 +263,26 @@ impl<'a> GraphBuilder<'a> {
         node
     }
 
+    /// Adds a child-graph node (`cuGraphAddNode_v2`, child graph) replaying `graph`, a
+    /// [`Graph`](crate::Graph) recorded once by [`capture`](crate::capture), as `child(&mut g)`
+    /// does in `graph!`: its operands are acquired on the builder's stream now (the stream waits
+    /// for their earlier users) and their use recorded after the launch; the node is ordered
+    /// with the builder's other nodes through the graph as one written place. Another graph of
+    /// the same topology in a later builder of the cache is a per-node update. Label: `child`.
+    ///
+    /// Errors, from `launch`: [`Error::InvalidNode`] if the graph's operands are not the memory
+    /// it was captured with; [`Error::WrongContext`](crate::Error::WrongContext) for a graph of
+    /// another context than the stream's.
+    #[track_caller]
+    pub fn child(&mut self, graph: &'a mut crate::Graph<'_>) -> Node {
+        let site = site("child", "GraphBuilder::child", Location::caller());
+        let (_, g, guard) = crate::operand::AcquireMut::acquire_mut(graph, self.stream);
+        self.guards.push(guard);
+        let g = g.with_tag(self.rec.new_place(), Token(()));
+        let parts = ChildParts { raw: g.raw, id: g.id, ctx: g.ctx, ok: g.ok, tag: g.tag };
+        self.rec.push(site, RecKind::Child(parts), &[(g.tag, true)])
+    }
+
     /// Adds edges from each of `earlier` to `node`, beyond those of data hazards: `node` then
     /// runs after them. Each must be an earlier node of this builder (else
     /// [`Error::InvalidNode`] at launch, naming `node`'s label and this call's location). The
@@ -362,6 +382,19 @@ enum RecKind {
     Memset(Set1d),
     /// Index of the node's closure in the builder's `captures`.
     Captured(usize),
+    /// An embedded captured graph.
+    Child(ChildParts),
+}
+
+/// An embedded graph as a builder records it: its [`GraphRef`](crate::kind::GraphRef) without the
+/// borrow (which the builder's guard and `'a` hold).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ChildParts {
+    raw: cudarc::driver::sys::CUgraph,
+    id: u64,
+    ctx: cudarc::driver::sys::CUcontext,
+    ok: bool,
+    tag: u64,
 }
 
 struct KernelRec {
@@ -609,6 +642,7 @@ impl Recording {
                 },
                 RecKind::Memset(_) => 4,
                 RecKind::Captured(_) => 5,
+                RecKind::Child(_) => 6,
             });
             if let RecKind::Kernel(k) = &n.kind {
                 // The parameter sizes: a node of another parameter list is another variant.
@@ -672,6 +706,14 @@ impl Recording {
                     RecKind::Memcpy(c) => NodeParams::Memcpy(MemcpyParams::recorded(*c)),
                     RecKind::Memset(m) => NodeParams::Memset(MemsetParams::recorded(*m)),
                     RecKind::Captured(i) => NodeParams::Captured(&*captures[*i]),
+                    RecKind::Child(c) => NodeParams::Child(crate::kind::GraphRef {
+                        raw: c.raw,
+                        id: c.id,
+                        ctx: c.ctx,
+                        ok: c.ok,
+                        tag: c.tag,
+                        _borrow: core::marker::PhantomData,
+                    }),
                 })
             })
             .collect()

@@ -326,3 +326,42 @@ fn an_embedded_graph_is_replayed_and_swapped_in_place_and_matches_eager() -> Res
     ctx.check_err()?;
     Ok(())
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_builder_embeds_a_captured_graph_and_swaps_it_in_place() -> Result {
+    let _serial = common::serial();
+    let (ctx, stream, k) = gpu()?;
+    let _other = ctx.new_stream()?; // multi-stream mode: cudarc's events are on
+    let x1 = stream.clone_htod(&host::iota(N, 3, 1))?;
+    let x2 = stream.clone_htod(&host::iota(N, 5, 2))?;
+    let (mut y1, mut y2) = (stream.alloc_zeros::<u32>(LEN)?, stream.alloc_zeros::<u32>(LEN)?);
+    let (mut a, mut b) = (stream.alloc_zeros::<u32>(LEN)?, stream.alloc_zeros::<u32>(LEN)?);
+    let mut g1 = captured_affine(&stream, &k, 9, &x1, &mut y1)?;
+    let mut g2 = captured_affine(&stream, &k, 4, &x2, &mut y2)?;
+    let mut cache = GraphCache::new();
+    for call in 0..4u32 {
+        let g = if call < 2 { &mut g1 } else { &mut g2 };
+        let mut bld = cache.builder(&stream);
+        bld.child(g);
+        let (aw, bw) = (bld.write(&mut a), bld.write(&mut b));
+        bld.kernel(k.iota(N, 2, call, aw).launch(cfg()));
+        bld.kernel(k.mix(N, aw.read(), bw).launch(cfg()));
+        bld.launch()?;
+        let want_b = host::mix(&host::iota(N, 2, call));
+        assert_same(&stream.clone_dtoh(&b)?, &want_b, &format!("call {call}: b"));
+    }
+    let s = cache.stats();
+    assert_eq!((s.builds, s.instantiations, s.launches), (1, 1, 4), "{s:?}");
+    assert_eq!((s.exec_updates, s.reinstantiations), (0, 0), "{s:?}");
+    drop((g1, g2));
+    let want = |x: &[u32], s: u32| {
+        let mut y = host::affine(x, 5, s);
+        host::affine_inplace(&mut y, 7, 1);
+        y
+    };
+    assert_same(&stream.clone_dtoh(&y1)?, &want(&host::iota(N, 3, 1), 9), "y1");
+    assert_same(&stream.clone_dtoh(&y2)?, &want(&host::iota(N, 5, 2), 4), "y2");
+    ctx.check_err()?;
+    Ok(())
+}
