@@ -983,10 +983,9 @@ where
         // nodes (the aliases' memory, identities and events).
         let written: Vec<bool> = acquired.iter().map(|a| a.guard.write).collect();
         let listed = Ops::listed(&mut aliases, stream, &written);
+        let origin = origin_stream(ctx).map_err(|e| err("cuStreamCreate (capture origin)", e))?;
         // SAFETY: the stream is alive and not capturing (checked above); its context current.
-        let begin = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-        unsafe { raw::stream_begin_capture(s, begin) }
-            .map_err(|e| err("cuStreamBeginCapture", e))?;
+        unsafe { begin_joined(&origin, stream) }.map_err(|e| err("cuStreamBeginCapture", e))?;
         let cap = Capture::new(stream.clone(), true, listed, id);
         let result = catch_unwind(AssertUnwindSafe(|| f(&cap, Ops::views(&mut aliases))));
         let broken = cap.broken();
@@ -1002,9 +1001,9 @@ where
         let invalidated = CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
         let recorded = recorded.or(ctx.check_err().err().filter(|e| e.0 != invalidated));
         let _ = ctx.bind_to_thread();
-        // SAFETY: this thread began the capture on `stream`, which is alive. The capture ends
-        // whatever the result.
-        let end = unsafe { raw::stream_end_capture(s) };
+        // SAFETY: this thread began the capture on `origin` and joined `stream`, both alive.
+        // The capture ends whatever the result.
+        let end = unsafe { end_joined(&origin, stream) };
         let accesses = acquired.iter().map(Access::of).collect::<Vec<_>>();
         drop(acquired);
         (result, end, accesses, recorded, broken)
@@ -1761,6 +1760,65 @@ impl crate::operand::AcquireMut for Graph<'_> {
             crate::kind::GraphRef { raw, id, ctx, ok, tag: 0, _borrow: core::marker::PhantomData };
         (read, g, Guard::of_parts(guards, true))
     }
+}
+
+/// The private origin stream of this thread's captures in `ctx`'s context: made once per thread
+/// and context with `new_stream`, kept for the thread's life (with its `Arc<CudaContext>`).
+///
+/// A capture begins on it, and the user's stream joins it (an event recorded in the capture,
+/// waited on by the user's stream), so the closure's work on the user's stream is recorded as
+/// usual, but the user's stream is not the capture's origin: cudarc's own `end_capture` called on
+/// it inside the closure fails (`CUDA_ERROR_STREAM_CAPTURE_UNMATCHED`) instead of handing out a
+/// graph of the closure's work that borrows nothing.
+pub(crate) fn origin_stream(ctx: &Arc<CudaContext>) -> Result<Arc<CudaStream>, DriverError> {
+    thread_local! {
+        static ORIGINS: std::cell::RefCell<Vec<Arc<CudaStream>>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    ORIGINS.with(|o| {
+        let mut o = o.borrow_mut();
+        if let Some(s) = o.iter().find(|s| s.context().cu_ctx() == ctx.cu_ctx()) {
+            return Ok(s.clone());
+        }
+        let s = ctx.new_stream()?;
+        o.push(s.clone());
+        Ok(s)
+    })
+}
+
+/// `cuStreamBeginCapture_v2` (thread-local) on `origin`, then `stream` joins the capture.
+///
+/// # Safety
+/// Both are alive, of the current context, and not capturing.
+pub(crate) unsafe fn begin_joined(
+    origin: &CudaStream,
+    stream: &CudaStream,
+) -> Result<(), DriverError> {
+    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+    // SAFETY: the caller's contract.
+    unsafe { raw::stream_begin_capture(origin.cu_stream(), mode) }?;
+    if let Err(e) = stream.join(origin) {
+        // SAFETY: begun just above on this thread; what it recorded is discarded.
+        if let Ok(g) = unsafe { raw::stream_end_capture(origin.cu_stream()) } {
+            let _ = unsafe { raw::graph_destroy(g) };
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// `stream` joins back into `origin`, then `cuStreamEndCapture` on `origin`: the recording.
+///
+/// # Safety
+/// This thread began the capture with [`begin_joined`] on these two streams.
+pub(crate) unsafe fn end_joined(
+    origin: &CudaStream,
+    stream: &CudaStream,
+) -> Result<CUgraph, DriverError> {
+    // An error here (an invalidated capture) shows in the end of the capture.
+    let _ = origin.join(stream);
+    // SAFETY: the caller's contract.
+    unsafe { raw::stream_end_capture(origin.cu_stream()) }
 }
 
 /// Refuses a capture on `stream` unless cudarc manages stream synchronization for its context

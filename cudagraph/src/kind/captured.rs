@@ -246,23 +246,17 @@ where
         crate::capture::require_tracking(self.stream)
             .map_err(|why| graph_err(why, DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED)))?;
         let f = self.take(site)?;
-        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-        // SAFETY: as above; the stream is not capturing.
-        unsafe { raw::stream_begin_capture(s, mode) }.map_err(|e| {
-            let call = if s.is_null() {
-                "cuStreamBeginCapture (the legacy default stream cannot capture: use a stream from \
-                 `ctx.new_stream()`)"
-            } else {
-                "cuStreamBeginCapture"
-            };
-            graph_err(call, e)
-        })?;
+        let origin = crate::capture::origin_stream(self.stream.context())
+            .map_err(|e| graph_err("cuStreamCreate (capture origin)", e))?;
+        // SAFETY: as above; neither stream is capturing (the origin is this thread's own).
+        unsafe { crate::capture::begin_joined(&origin, self.stream) }
+            .map_err(|e| graph_err("cuStreamBeginCapture", e))?;
         let (result, broken) = self.call(f, true);
         let ctx = self.stream.context();
         let _ = ctx.bind_to_thread();
-        // SAFETY: this thread began the capture on `s`, which is alive; it ends whatever the
-        // closure did.
-        let end = unsafe { raw::stream_end_capture(s) };
+        // SAFETY: this thread began the capture on `origin` and joined the stream, both alive;
+        // it ends whatever the closure did.
+        let end = unsafe { crate::capture::end_joined(&origin, self.stream) };
         let end = end.map(|raw| OwnedGraph { raw, ctx: ctx.clone() });
         let (file, line) = (at.file, at.line);
         if end.is_err() {
