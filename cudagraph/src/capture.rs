@@ -1770,36 +1770,54 @@ impl crate::operand::AcquireMut for Graph<'_> {
 /// usual, but the user's stream is not the capture's origin: cudarc's own `end_capture` called on
 /// it inside the closure fails (`CUDA_ERROR_STREAM_CAPTURE_UNMATCHED`) instead of handing out a
 /// graph of the closure's work that borrows nothing.
-pub(crate) fn origin_stream(ctx: &Arc<CudaContext>) -> Result<Arc<CudaStream>, DriverError> {
+pub(crate) fn origin_stream(ctx: &Arc<CudaContext>) -> Result<CaptureOrigin, DriverError> {
     thread_local! {
-        static ORIGINS: std::cell::RefCell<Vec<Arc<CudaStream>>> =
+        static ORIGINS: std::cell::RefCell<Vec<CaptureOrigin>> =
             const { std::cell::RefCell::new(Vec::new()) };
     }
     ORIGINS.with(|o| {
         let mut o = o.borrow_mut();
-        if let Some(s) = o.iter().find(|s| s.context().cu_ctx() == ctx.cu_ctx()) {
+        if let Some(s) = o.iter().find(|s| s.stream.context().cu_ctx() == ctx.cu_ctx()) {
             return Ok(s.clone());
         }
-        let s = ctx.new_stream()?;
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
+        let s = CaptureOrigin {
+            stream: ctx.new_stream()?,
+            fork: Arc::new(ctx.new_event(flags)?),
+            join: Arc::new(ctx.new_event(flags)?),
+        };
         o.push(s.clone());
         Ok(s)
     })
 }
 
-/// `cuStreamBeginCapture_v2` (thread-local) on `origin`, then `stream` joins the capture.
+/// A capture origin: the stream and the two events that fork the user's stream into its capture
+/// and join it back (made once, reused by every capture of the thread in that context).
+#[derive(Clone)]
+pub(crate) struct CaptureOrigin {
+    stream: Arc<CudaStream>,
+    fork: Arc<CudaEvent>,
+    join: Arc<CudaEvent>,
+}
+
+/// `cuStreamBeginCapture_v2` (thread-local) on the origin, then `stream` joins the capture
+/// (`cuEventRecord` on the origin, `cuStreamWaitEvent` on `stream`).
 ///
 /// # Safety
-/// Both are alive, of the current context, and not capturing.
+/// Both streams are alive, of the current context, and not capturing.
 pub(crate) unsafe fn begin_joined(
-    origin: &CudaStream,
+    origin: &CaptureOrigin,
     stream: &CudaStream,
 ) -> Result<(), DriverError> {
+    let (o, s) = (origin.stream.cu_stream(), stream.cu_stream());
     let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-    // SAFETY: the caller's contract.
-    unsafe { raw::stream_begin_capture(origin.cu_stream(), mode) }?;
-    if let Err(e) = stream.join(origin) {
+    // SAFETY: the caller's contract; the event is the origin's, of the same context.
+    unsafe { raw::stream_begin_capture(o, mode) }?;
+    let joined = unsafe { raw::record_event(origin.fork.cu_event(), o) }
+        .and_then(|()| unsafe { raw::wait_event(s, origin.fork.cu_event()) });
+    if let Err(e) = joined {
         // SAFETY: begun just above on this thread; what it recorded is discarded.
-        if let Ok(g) = unsafe { raw::stream_end_capture(origin.cu_stream()) } {
+        if let Ok(g) = unsafe { raw::stream_end_capture(o) } {
             let _ = unsafe { raw::graph_destroy(g) };
         }
         return Err(e);
@@ -1807,18 +1825,21 @@ pub(crate) unsafe fn begin_joined(
     Ok(())
 }
 
-/// `stream` joins back into `origin`, then `cuStreamEndCapture` on `origin`: the recording.
+/// `stream` joins back into the origin (`cuEventRecord` on `stream`, `cuStreamWaitEvent` on the
+/// origin), then `cuStreamEndCapture` on the origin: the recording.
 ///
 /// # Safety
 /// This thread began the capture with [`begin_joined`] on these two streams.
 pub(crate) unsafe fn end_joined(
-    origin: &CudaStream,
+    origin: &CaptureOrigin,
     stream: &CudaStream,
 ) -> Result<CUgraph, DriverError> {
+    let (o, s) = (origin.stream.cu_stream(), stream.cu_stream());
     // An error here (an invalidated capture) shows in the end of the capture.
-    let _ = origin.join(stream);
     // SAFETY: the caller's contract.
-    unsafe { raw::stream_end_capture(origin.cu_stream()) }
+    let _ = unsafe { raw::record_event(origin.join.cu_event(), s) }
+        .and_then(|()| unsafe { raw::wait_event(o, origin.join.cu_event()) });
+    unsafe { raw::stream_end_capture(o) }
 }
 
 /// Refuses a capture on `stream` unless cudarc manages stream synchronization for its context
