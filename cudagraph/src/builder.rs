@@ -17,7 +17,7 @@ use crate::kind::memcpy::Copy1d;
 use crate::kind::memset::Set1d;
 use crate::kind::{
     CaptureOperands, CaptureParams, CapturedWork, CopyTo, KernelArgs, KernelLaunch, KernelNode,
-    LaunchDims, MemcpyParams, Memory, MemsetParams, MemsetValue, NodeParams,
+    LaunchDims, MemcpyParams, Memory, MemsetParams, MemsetValueOf, NodeParams,
 };
 use crate::operand::{DevWrite, Handle, Place, PlaceMut, sealed::Token};
 use crate::plan::{Access, infer_edges_by};
@@ -185,7 +185,7 @@ impl<'a> GraphBuilder<'a> {
     /// Adds a memset node (`cuGraphAddNode_v2`, memset): every element of `dst` set to `value`, a
     /// 1, 2 or 4-byte value.
     #[track_caller]
-    pub fn memset<T: MemsetValue>(&mut self, dst: DevWrite<'a, T>, value: T) -> Node {
+    pub fn memset<T, V: MemsetValueOf<T>>(&mut self, dst: DevWrite<'a, T>, value: V) -> Node {
         let site = site("memset", "GraphBuilder::memset", Location::caller());
         self.rec.memset(site, crate::kind::memset(dst, value).raw, dst.tag)
     }

@@ -128,7 +128,7 @@ pub use error::{CudaError, Error, NodeSite, Refusal, Result};
 pub use kind::kernel::MAX_KERNEL_PARAMS;
 pub use kind::{
     CaptureOperand, CaptureOperands, CopyTo, KernelArgs, KernelCall, KernelLaunch, LaunchDims,
-    MemcpyParams, Memory, MemsetParams, MemsetValue,
+    MemcpyParams, Memory, MemsetParams, MemsetValue, MemsetValueOf,
 };
 pub use operand::{DevRead, DevWrite, Handle, HostRead, HostWrite, KernelArg, Place, PlaceMut};
 pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges, plans};

@@ -59,14 +59,32 @@ macro_rules! memset_value {
 }
 memset_value!(u8 => u8, i8 => u8, u16 => u16, i16 => u16, u32 => u32, i32 => u32, f32 => u32);
 
+/// A `memset` value for a buffer of `T` elements: a value of type `T` itself, where `T` is a
+/// [`MemsetValue`] (sealed). Separate from [`MemsetValue`] so that a value of another type than
+/// the buffer's elements is reported as that, on the value.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a memset value for a buffer of `{T}` elements",
+    label = "a memset value has the buffer's element type, of 1, 2 or 4 bytes",
+    note = "memset sets every element of the buffer to the value: the value's type must be the buffer's element type, and one of u8, i8, u16, i16, u32, i32, f32 (the driver sets 1, 2 or 4-byte elements); use `zero(&mut buf)` to clear any type"
+)]
+pub trait MemsetValueOf<T>: sealed::Sealed + Copy {
+    /// The value's bits, zero-extended to 32 bits.
+    fn bits_of(self) -> u32;
+}
+impl<T: MemsetValue> MemsetValueOf<T> for T {
+    fn bits_of(self) -> u32 {
+        self.bits()
+    }
+}
+
 /// `memset(&mut dst, value)`: every element of `dst` set to `value`.
-pub fn memset<'a, T: MemsetValue>(dst: impl WriteArg<'a, T>, value: T) -> MemsetParams<'a> {
+pub fn memset<'a, T, V: MemsetValueOf<T>>(dst: impl WriteArg<'a, T>, value: V) -> MemsetParams<'a> {
     let dst = dst.into_write();
     let raw = Set1d {
         dst: dst.ptr,
         len: dst.len,
         elem_size: size_of::<T>() as u32,
-        value: value.bits(),
+        value: value.bits_of(),
         ctx: dst.ctx,
     };
     MemsetParams { raw, dst_tag: dst.tag, _borrow: PhantomData }

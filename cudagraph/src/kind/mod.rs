@@ -30,7 +30,7 @@ pub use child::{GraphRef, NoGraphRead};
 pub(crate) use kernel::Limits;
 pub use kernel::{KernelArgs, KernelCall, KernelLaunch, KernelNode, LaunchDims, LaunchNode};
 pub use memcpy::{CopyTo, MemcpyParams, Memory, copy};
-pub use memset::{MemsetParams, MemsetValue, memset, zero};
+pub use memset::{MemsetParams, MemsetValue, MemsetValueOf, memset, zero};
 
 /// What one node kind needs to say about its nodes. Implemented by a unit type per kind.
 pub(crate) trait NodeKind {
