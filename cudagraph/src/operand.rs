@@ -509,9 +509,9 @@ unsafe impl<T> KernelArg for DevWrite<'_, T> {
 
 /// A kernel parameter declared `&[T]` in `kernels!`: a `&place` of device memory of `T`.
 #[diagnostic::on_unimplemented(
-    message = "this kernel parameter reads device memory of `{T}`: pass `&buffer`",
-    label = "expected `&buffer` of device memory of `{T}`, found `{Self}`",
-    note = "`&mut buffer` is rejected where the kernel only reads; host memory cannot be a kernel argument"
+    message = "this kernel parameter reads device memory of `{T}`: pass `&buffer` (in `graph!`) or a read handle (with a `GraphBuilder`)",
+    label = "expected a read handle of device memory of `{T}`, found `{Self}`",
+    note = "in `graph!`, write `&buffer` (`&mut buffer` is rejected where the kernel only reads); with a `GraphBuilder`, pass the handle of `g.read(&buffer)` (or `g.write(&mut buffer).read()`), not the buffer itself; host memory cannot be a kernel argument"
 )]
 pub trait ReadArg<'a, T> {
     /// The device pointer.
@@ -525,9 +525,9 @@ impl<'a, T> ReadArg<'a, T> for DevRead<'a, T> {
 
 /// A kernel parameter declared `&mut [T]` in `kernels!`: a `&mut place` of device memory of `T`.
 #[diagnostic::on_unimplemented(
-    message = "this kernel parameter writes device memory of `{T}`: pass `&mut buffer`",
-    label = "expected `&mut buffer` of device memory of `{T}`, found `{Self}`",
-    note = "a `&buffer` operand is read-only; host memory cannot be a kernel argument"
+    message = "this kernel parameter writes device memory of `{T}`: pass `&mut buffer` (in `graph!`) or a write handle (with a `GraphBuilder`)",
+    label = "expected a write handle of device memory of `{T}`, found `{Self}`",
+    note = "in `graph!`, write `&mut buffer` (a `&buffer` operand is read-only); with a `GraphBuilder`, pass the handle of `g.write(&mut buffer)`, not the buffer itself; host memory cannot be a kernel argument"
 )]
 pub trait WriteArg<'a, T> {
     /// The device pointer.
