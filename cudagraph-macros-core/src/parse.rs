@@ -312,7 +312,7 @@ fn lower_launch(m: &ExprMethodCall, errors: &mut Errors) -> Option<Op> {
         // On `launch(…)`, not on the whole statement.
         let mut call = m.method.to_token_stream();
         m.paren_token.surround(&mut call, |t| m.args.to_tokens(t));
-        errors.push(call, "`.launch(cfg)` takes one launch configuration: `LaunchConfig`, `(grid, block)` or `(grid, block, shared_bytes)`");
+        errors.push(call, "`.launch(cfg)` takes one launch configuration: `LaunchConfig`, `LaunchDims`, `(grid, block)` or `((gx, gy, gz), (bx, by, bz))`");
         return None;
     }
     let cfg = m.args[0].clone();

@@ -303,7 +303,7 @@ fn launch_needs_launch_with_one_cfg() {
         })),
         ["a kernel launch needs `.launch(cfg)`: write `k.scale(n, &mut x).launch(cfg)`"]
     );
-    let cfg_msg = "`.launch(cfg)` takes one launch configuration: `LaunchConfig`, `(grid, block)` or `(grid, block, shared_bytes)`";
+    let cfg_msg = "`.launch(cfg)` takes one launch configuration: `LaunchConfig`, `LaunchDims`, `(grid, block)` or `((gx, gy, gz), (bx, by, bz))`";
     assert_eq!(
         errors_of(quote!(&mut c, &s, {
             k.scale(n, &mut x).launch(4, 256);

@@ -127,8 +127,8 @@ pub use cudarc;
 pub use error::{CudaError, Error, NodeSite, Refusal, Result};
 pub use kind::kernel::MAX_KERNEL_PARAMS;
 pub use kind::{
-    CaptureOperand, CaptureOperands, CopyTo, KernelArgs, KernelCall, KernelLaunch, LaunchDims,
-    MemcpyParams, Memory, MemsetParams, MemsetValue, MemsetValueOf,
+    CaptureOperand, CaptureOperands, CopyTo, KernelArgs, KernelCall, KernelLaunch, LaunchCfg,
+    LaunchDims, MemcpyParams, Memory, MemsetParams, MemsetValue, MemsetValueOf,
 };
 pub use operand::{DevRead, DevWrite, Handle, HostRead, HostWrite, KernelArg, Place, PlaceMut};
 pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges, plans};
@@ -141,7 +141,9 @@ pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges,
 /// - `KERNELS.name(args…).launch(cfg)`: a kernel node. `KERNELS` is a struct made by
 ///   [`kernels!`]; arguments are checked against its signature by rustc. Buffer arguments are
 ///   places (`u`, `self.u`, `bufs[0]`) marked `&` (read) or `&mut` (write). `cfg` is a
-///   `LaunchConfig`, `(grid, block)` or `(grid, block, shared_bytes)`.
+///   `LaunchConfig`, `(grid, block)`, `((gx, gy, gz), (bx, by, bz))` or
+///   `LaunchDims::new(grid, block).shared(bytes)` (a tuple of three `u32`s is a compile error:
+///   it reads as a 3-D grid as easily as `(grid, block, shared_bytes)`).
 /// - `copy(&src, &mut dst)`: a memcpy node, device↔device, pinned host→device or
 ///   device→pinned host, same element type; lengths must match (else [`Error::CopyLength`]).
 /// - `memset(&mut dst, value)` with a 1, 2 or 4-byte value of `dst`'s element type;

@@ -111,23 +111,59 @@ impl From<(u32, u32)> for LaunchDims {
         LaunchDims { grid: (g, 1, 1), block: (b, 1, 1), shared_bytes: 0 }
     }
 }
-impl From<(u32, u32, u32)> for LaunchDims {
-    /// `(grid, block, shared_bytes)`, 1-D.
-    fn from((g, b, s): (u32, u32, u32)) -> Self {
-        LaunchDims { grid: (g, 1, 1), block: (b, 1, 1), shared_bytes: s }
-    }
-}
 impl From<((u32, u32, u32), (u32, u32, u32))> for LaunchDims {
     /// `(grid, block)`, 3-D.
     fn from((grid, block): ((u32, u32, u32), (u32, u32, u32))) -> Self {
         LaunchDims { grid, block, shared_bytes: 0 }
     }
 }
-impl From<((u32, u32, u32), (u32, u32, u32), u32)> for LaunchDims {
-    /// `(grid, block, shared_bytes)`, 3-D.
-    fn from((grid, block, shared_bytes): ((u32, u32, u32), (u32, u32, u32), u32)) -> Self {
-        LaunchDims { grid, block, shared_bytes }
+impl LaunchDims {
+    /// A 1-D launch of `grid` blocks of `block` threads, no dynamic shared memory.
+    pub fn new(grid: u32, block: u32) -> Self {
+        LaunchDims { grid: (grid, 1, 1), block: (block, 1, 1), shared_bytes: 0 }
     }
+
+    /// The same launch with `bytes` of dynamic shared memory per block.
+    pub fn shared(self, bytes: u32) -> Self {
+        LaunchDims { shared_bytes: bytes, ..self }
+    }
+}
+
+mod launch_sealed {
+    pub trait Sealed {}
+}
+
+/// A launch configuration `.launch(cfg)` takes (sealed): a cudarc `LaunchConfig`, a
+/// [`LaunchDims`] (`LaunchDims::new(grid, block).shared(bytes)`), `(grid, block)` with `u32`
+/// (1-D) or `(u32, u32, u32)` (3-D) dimensions, or `((gx, gy, gz), (bx, by, bz), shared_bytes)`.
+/// A tuple of three `u32`s is refused: it reads as a 3-D grid as easily as
+/// `(grid, block, shared_bytes)`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a launch configuration",
+    label = "expected `LaunchConfig`, `LaunchDims`, `(grid, block)` or `((gx, gy, gz), (bx, by, bz))`",
+    note = "a tuple of three numbers is refused: it reads as `(grid, block, shared_bytes)` as easily as a 3-D grid; write `LaunchDims::new(grid, block).shared(shared_bytes)` for a 1-D launch with dynamic shared memory, `((gx, gy, gz), (bx, by, bz))` for a 3-D grid, and `((gx, gy, gz), (bx, by, bz), shared_bytes)` for both"
+)]
+pub trait LaunchCfg: launch_sealed::Sealed {
+    /// Grid, block and dynamic shared memory.
+    fn dims(self) -> LaunchDims;
+}
+macro_rules! launch_cfg {
+    ($($t:ty => |$v:ident| $e:expr;)*) => {$(
+        impl launch_sealed::Sealed for $t {}
+        impl LaunchCfg for $t {
+            fn dims(self) -> LaunchDims {
+                let $v = self;
+                $e
+            }
+        }
+    )*};
+}
+launch_cfg! {
+    LaunchConfig => |c| LaunchDims { grid: c.grid_dim, block: c.block_dim, shared_bytes: c.shared_mem_bytes };
+    LaunchDims => |d| d;
+    (u32, u32) => |t| LaunchDims::new(t.0, t.1);
+    ((u32, u32, u32), (u32, u32, u32)) => |t| LaunchDims { grid: t.0, block: t.1, shared_bytes: 0 };
+    ((u32, u32, u32), (u32, u32, u32), u32) => |t| LaunchDims { grid: t.0, block: t.1, shared_bytes: t.2 };
 }
 
 /// A typed kernel call made by a `kernels!` method, waiting for `.launch(cfg)`.
@@ -150,10 +186,11 @@ impl<'f, A: KernelArgs> KernelCall<'f, A> {
         KernelCall { function, name, args }
     }
 
-    /// Launch configuration: a cudarc `LaunchConfig`, `(grid, block)` or
-    /// `(grid, block, shared_bytes)` with `u32` or `(u32, u32, u32)` dimensions.
-    pub fn launch(self, cfg: impl Into<LaunchDims>) -> KernelLaunch<'f, A> {
-        KernelLaunch { call: self, dims: cfg.into() }
+    /// Launch configuration: a cudarc `LaunchConfig`, a [`LaunchDims`]
+    /// (`LaunchDims::new(grid, block).shared(bytes)`), or `(grid, block)` with `u32` or
+    /// `(u32, u32, u32)` dimensions (see [`LaunchCfg`]).
+    pub fn launch(self, cfg: impl LaunchCfg) -> KernelLaunch<'f, A> {
+        KernelLaunch { call: self, dims: cfg.dims() }
     }
 }
 

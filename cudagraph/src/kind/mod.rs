@@ -28,7 +28,9 @@ pub(crate) mod memset;
 pub use captured::{CaptureOperand, CaptureOperands, CaptureParams, CapturedWork};
 pub use child::{GraphRef, NoGraphRead};
 pub(crate) use kernel::Limits;
-pub use kernel::{KernelArgs, KernelCall, KernelLaunch, KernelNode, LaunchDims, LaunchNode};
+pub use kernel::{
+    KernelArgs, KernelCall, KernelLaunch, KernelNode, LaunchCfg, LaunchDims, LaunchNode,
+};
 pub use memcpy::{CopyTo, MemcpyParams, Memory, copy};
 pub use memset::{MemsetParams, MemsetValue, MemsetValueOf, memset, zero};
 

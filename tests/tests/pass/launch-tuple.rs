@@ -4,7 +4,7 @@
 
 use cudagraph::cudarc::driver::{CudaContext, LaunchConfig};
 use cudagraph::cudarc::nvrtc::Ptx;
-use cudagraph::{GraphCache, graph, kernels};
+use cudagraph::{GraphCache, LaunchDims, graph, kernels};
 
 kernels! {
     struct K {
@@ -25,7 +25,8 @@ fn run() -> cudagraph::Result<()> {
     let blocks = 4u32;
     graph!(&mut cache, &stream, {
         k.scale(1024, 2.0, &mut x).launch((4, 256));
-        k.axpy(1024, &x, &mut y).launch((blocks, 256, 0));
+        k.axpy(1024, &x, &mut y).launch(LaunchDims::new(blocks, 256).shared(0));
+        k.axpy(1024, &x, &mut y).launch(((blocks, 1, 1), (256, 1, 1)));
         k.scale(1024, 0.5, &mut y).launch(cfg);
     })
 }
