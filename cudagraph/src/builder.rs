@@ -120,6 +120,13 @@ impl Node {
 /// kernel's name, `copy`, `memset`, `zero`, `capture`) and the source location of the call that
 /// added it.
 ///
+/// Why one buffer passed twice to a node with a write is an error at `launch` here, while
+/// `graph!` rejects it at compile time: `graph!` sees the places (`&mut x` and `&x` name the same
+/// place `x`), but a builder's handles are `Copy` values made at run time (`let w = g.write(&mut
+/// x);` then `k.axpy(n, w.read(), w)`), and which place a handle stands for is a run-time value,
+/// so no type can tell two of them apart. The borrow checker still keeps every registered buffer
+/// alive and unaliased by other code until `launch`.
+///
 /// Thread safety: not `Send`; it holds the cache and the buffers' borrows for one call.
 pub struct GraphBuilder<'a> {
     cache: &'a mut GraphCache,
