@@ -20,6 +20,9 @@ use cudagraph::cudarc::nvrtc::compile_ptx;
 use cudagraph::{GraphCache, graph, kernels};
 use std::sync::Arc;
 
+#[path = "cli.rs"]
+mod cli;
+
 const SOURCE: &str = include_str!("../kernels/heat.cu");
 
 kernels! {
@@ -292,37 +295,5 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("heat: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    // This example's `graph!` plans (registered at compile time; no GPU needed).
-    let plans = || cudagraph::plans().filter(|p| p.file.ends_with("heat.rs"));
-    if args.plan {
-        for p in plans() {
-            print!("{}", p.to_dot());
-        }
-        return ExitCode::SUCCESS;
-    }
-    if !cudagraph::driver_available() {
-        eprintln!(
-            "heat: no CUDA GPU here (the CUDA driver, libcuda, could not be loaded), so nothing ran.\n\
-             heat: the step's graph plan follows; `--plan` prints it as Graphviz DOT"
-        );
-        for p in plans() {
-            print!("{p}");
-        }
-        return ExitCode::from(2);
-    }
-    match run(&args) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("heat: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::main("heat", parse_args, |a| a.plan, run)
 }

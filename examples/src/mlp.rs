@@ -23,6 +23,9 @@ use cudagraph::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use cudagraph::cudarc::nvrtc::compile_ptx;
 use cudagraph::{GraphCache, Mode, graph, kernels};
 
+#[path = "cli.rs"]
+mod cli;
+
 const SOURCE: &str = include_str!("../kernels/mlp.cu");
 const LAYERS: usize = 4;
 /// cuBLAS's workspace (its documented recommendation for graph capture on Hopper: 32 MiB).
@@ -229,36 +232,5 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("mlp: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let plans = || cudagraph::plans().filter(|p| p.file.ends_with("mlp.rs"));
-    if args.plan {
-        for p in plans() {
-            print!("{}", p.to_dot());
-        }
-        return ExitCode::SUCCESS;
-    }
-    if !cudagraph::driver_available() {
-        eprintln!(
-            "mlp: no CUDA GPU here (the CUDA driver, libcuda, could not be loaded), so nothing ran.\n\
-             mlp: the step's graph plan follows; `--plan` prints it as Graphviz DOT"
-        );
-        for p in plans() {
-            print!("{p}");
-        }
-        return ExitCode::from(2);
-    }
-    match run(&args) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("mlp: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::main("mlp", parse_args, |a| a.plan, run)
 }
