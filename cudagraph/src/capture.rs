@@ -942,21 +942,8 @@ where
     let err = |call, error| graph_error(file, line, call, error);
     let ctx = stream.context();
     ctx.bind_to_thread().map_err(|e| err("cuCtxSetCurrent", e))?;
-    let s = stream.cu_stream();
     // SAFETY: the stream is alive (borrowed) and its context current.
-    let status =
-        unsafe { raw::stream_capture_status(s) }.map_err(|e| err("cuStreamIsCapturing", e))?;
-    if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-        let error = DriverError(CUresult::CUDA_ERROR_ILLEGAL_STATE);
-        return Err(err("cuStreamBeginCapture (the stream is already capturing)", error));
-    }
-    if s.is_null() {
-        let error = DriverError(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-        return Err(err(LEGACY_STREAM, error));
-    }
-    if let Err(why) = require_tracking(stream) {
-        return Err(err(why, DriverError(CUresult::CUDA_ERROR_NOT_SUPPORTED)));
-    }
+    unsafe { can_capture(stream) }.map_err(|(call, e)| err(call, e))?;
     let mut held = operands.into_held();
     let id = next_capture_id();
     let (result, end, accesses, recorded, broken) = {
@@ -1842,13 +1829,35 @@ pub(crate) unsafe fn end_joined(
     unsafe { raw::stream_end_capture(o) }
 }
 
-/// Refuses a capture on `stream` unless cudarc manages stream synchronization for its context
-/// object (event tracking on and a stream made with `new_stream`): then every cudarc use of a
-/// buffer inside the closure waits on the buffer's events, and a buffer the closure did not list
-/// (whose events were recorded outside the capture) invalidates the capture instead of being
-/// recorded without a borrow. Not so on a per-thread stream of a context object that made no
-/// stream, or with event tracking off.
-pub(crate) fn require_tracking(stream: &CudaStream) -> core::result::Result<(), &'static str> {
+/// Whether a capture may begin on `stream`, else the refusal (the call to name and the error):
+/// the stream is already capturing; it is the legacy default stream, which cannot capture; or
+/// cudarc does not manage stream synchronization for its context object (event tracking on, its
+/// default, and a stream made with `new_stream`). That last one is what refuses a buffer the
+/// closure did not list: every cudarc use of such a buffer inside the closure waits on the
+/// buffer's events, recorded outside the capture, and so invalidates it instead of being
+/// recorded without a borrow (not so on a per-thread stream of a context object that made no
+/// stream, or with event tracking off).
+///
+/// # Safety
+/// `stream` is alive and its context current.
+pub(crate) unsafe fn can_capture(stream: &CudaStream) -> Result<(), (&'static str, DriverError)> {
+    let s = stream.cu_stream();
+    // SAFETY: the caller's contract.
+    let status =
+        unsafe { raw::stream_capture_status(s) }.map_err(|e| ("cuStreamIsCapturing", e))?;
+    if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        let error = DriverError(CUresult::CUDA_ERROR_ILLEGAL_STATE);
+        return Err(("cuStreamBeginCapture (the stream is already capturing)", error));
+    }
+    if s.is_null() {
+        return Err((LEGACY_STREAM, DriverError(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)));
+    }
+    require_tracking(stream).map_err(|why| (why, DriverError(CUresult::CUDA_ERROR_NOT_SUPPORTED)))
+}
+
+/// The last check of [`can_capture`], also made before a `capture` statement runs its closure
+/// eagerly: cudarc manages stream synchronization for the stream's context object.
+pub(crate) fn require_tracking(stream: &CudaStream) -> Result<(), &'static str> {
     if stream.context().is_managing_stream_synchronization() {
         Ok(())
     } else {

@@ -227,24 +227,13 @@ where
     }
 
     fn record(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
-        let s = self.stream.cu_stream();
         let at = site();
         let graph_err =
             |call, error| Error::Node { site: site(), source: CudaError { call, error } };
         // SAFETY: the stream is alive (borrowed by the call) and its context current (bound by
         // `run_call`).
-        let status = unsafe { raw::stream_capture_status(s) }
-            .map_err(|e| graph_err("cuStreamIsCapturing", e))?;
-        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-            let error = DriverError(sys::CUresult::CUDA_ERROR_ILLEGAL_STATE);
-            return Err(graph_err("cuStreamBeginCapture (the stream is already capturing)", error));
-        }
-        if s.is_null() {
-            let error = DriverError(sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-            return Err(graph_err(crate::capture::LEGACY_STREAM, error));
-        }
-        crate::capture::require_tracking(self.stream)
-            .map_err(|why| graph_err(why, DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED)))?;
+        unsafe { crate::capture::can_capture(self.stream) }
+            .map_err(|(call, e)| graph_err(call, e))?;
         let f = self.take(site)?;
         let origin = crate::capture::origin_stream(self.stream.context())
             .map_err(|e| graph_err("cuStreamCreate (capture origin)", e))?;
