@@ -56,7 +56,6 @@ use core::fmt;
 use core::marker::PhantomData;
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::panic::{AssertUnwindSafe, Location, catch_unwind, resume_unwind};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -1206,17 +1205,8 @@ impl<'a> Graph<'a> {
     /// Unix, is not UTF-8) or the driver cannot write the file.
     pub fn debug_dot_print(&self, path: &Path) -> Result<()> {
         let h = &self.handle;
-        let refuse = |why| h.error(why, DriverError(CUresult::CUDA_ERROR_INVALID_VALUE));
-        // The path's own bytes: a lossy conversion would write another file.
-        #[cfg(unix)]
-        let bytes = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str());
-        #[cfg(not(unix))]
-        let bytes = path
-            .to_str()
-            .ok_or_else(|| refuse("cuGraphDebugDotPrint (path is not UTF-8)"))?
-            .as_bytes();
-        let c =
-            CString::new(bytes).map_err(|_| refuse("cuGraphDebugDotPrint (path contains NUL)"))?;
+        let c = raw::dot_path(path)
+            .map_err(|why| h.error(why, DriverError(CUresult::CUDA_ERROR_INVALID_VALUE)))?;
         // SAFETY: the graph is alive while `self` is; `c` is NUL-terminated.
         unsafe { raw::debug_dot_print(h.raw, c.as_ptr()) }
             .map_err(|e| h.error("cuGraphDebugDotPrint", e))

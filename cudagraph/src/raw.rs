@@ -129,6 +129,16 @@ pub unsafe fn debug_dot_print(graph: CUgraph, path: *const c_char) -> Result<(),
     unsafe { sys::cuGraphDebugDotPrint(graph, path, flags) }.result()
 }
 
+/// `path` as [`debug_dot_print`] takes it: the path's own bytes (a lossy conversion would write
+/// another file), NUL-terminated. Else why not, as the call to name in the error.
+pub(crate) fn dot_path(path: &std::path::Path) -> Result<std::ffi::CString, &'static str> {
+    #[cfg(unix)]
+    let bytes = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str());
+    #[cfg(not(unix))]
+    let bytes = path.to_str().ok_or("cuGraphDebugDotPrint (path is not UTF-8)")?.as_bytes();
+    std::ffi::CString::new(bytes).map_err(|_| "cuGraphDebugDotPrint (path contains NUL)")
+}
+
 /// `cuLaunchKernel`: one eager kernel launch on `stream` (the eager oracle's path).
 ///
 /// # Safety

@@ -4,7 +4,6 @@
 //! ([`validate`]). [`GraphCache`] owns every driver object it creates.
 
 use core::ptr;
-use std::ffi::CString;
 use std::path::Path;
 
 use std::sync::Arc;
@@ -367,20 +366,10 @@ impl GraphCache {
         let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
             return Ok(false);
         };
-        let refuse = |why| {
+        let c = raw::dot_path(path).map_err(|call| {
             let error = cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE);
-            CudaError { call: why, error }
-        };
-        // The path's own bytes: a lossy conversion would write another file.
-        #[cfg(unix)]
-        let bytes = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str());
-        #[cfg(not(unix))]
-        let bytes = path
-            .to_str()
-            .ok_or_else(|| refuse("cuGraphDebugDotPrint (path is not UTF-8)"))?
-            .as_bytes();
-        let c =
-            CString::new(bytes).map_err(|_| refuse("cuGraphDebugDotPrint (path contains NUL)"))?;
+            CudaError { call, error }
+        })?;
         // SAFETY: the graph is live while `self` is.
         unsafe { raw::debug_dot_print(v.graph, c.as_ptr()) }.call("cuGraphDebugDotPrint")?;
         Ok(true)
