@@ -61,13 +61,14 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::{
-    self, CUcontext, CUdeviceptr, CUevent, CUgraph, CUgraphExec, CUgraphNode, CUresult, CUstream,
+    self, CUcontext, CUdeviceptr, CUevent, CUgraph, CUgraphExec, CUgraphNode, CUresult,
 };
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr,
     DevicePtrMut, DeviceSlice, DriverError, SyncOnDrop,
 };
 
+use crate::cache::ledger::Ledger;
 use crate::error::{Call, CudaError, Error, NodeSite, Refusal, Result};
 use crate::kind::kernel::{Kernel, MAX_KERNEL_PARAMS};
 use crate::kind::{KernelArgs, KernelLaunch, KernelNode, NodeKind};
@@ -1375,7 +1376,7 @@ impl<'a> Exec<'a> {
         let exec = self.exec.raw;
         let refused = "cuGraphLaunch (an operand is not the memory the graph was captured with)";
         let acquired = self.graph.acquire_operands(stream, refused)?;
-        self.ledger.before(stream, &acquired).map_err(err)?;
+        self.ledger.before(stream, acquired.iter().map(|a| a.guard.own)).map_err(err)?;
         // SAFETY: exec and stream are alive and of one context (checked), which is current;
         // every pointer the exec uses is in an operand borrowed by `self.graph` (checked above to
         // be the captured memory), ordered with its other users by the guards and the ledger.
@@ -1639,65 +1640,6 @@ impl Released {
         let Released { exec, graph, origin, ledger } = self;
         let graph = Graph { handle: graph, operands: operands.into_held() };
         Exec { exec, graph, origin, ledger }
-    }
-}
-
-/// The stream ledger of [`Exec::launch`] (as `GraphCache`'s): before the launch, the launch
-/// stream waits for the work on each operand's own stream; after it, each own stream waits for
-/// the launch. cudarc frees a buffer on its own stream, so a buffer dropped after the exec is
-/// freed after the graph ran, whatever cudarc's event mode. Nothing to do while every operand
-/// lives on the launch stream.
-#[derive(Default)]
-struct Ledger {
-    /// The own streams other than the launch stream, each once (the current launch's scratch).
-    own: Vec<CUstream>,
-    /// `events[0]` marks the launch; `events[1..]` the own streams' work. Of the exec's context.
-    events: Vec<CudaEvent>,
-}
-
-// SAFETY: `own` is scratch of one `Exec::launch` call (filled by `before`, used by `after` in
-// the same call, while the operands that hold those streams are borrowed); the events are Send.
-unsafe impl Send for Ledger {}
-
-impl Ledger {
-    fn before(&mut self, stream: &CudaStream, acquired: &[Acquired<'_>]) -> Result<(), CudaError> {
-        self.own.clear();
-        for a in acquired {
-            if let Some(o) = a.guard.own
-                && o != stream.cu_stream()
-                && !self.own.contains(&o)
-            {
-                self.own.push(o);
-            }
-        }
-        if self.own.is_empty() {
-            return Ok(());
-        }
-        while self.events.len() < self.own.len() + 1 {
-            let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
-            self.events.push(stream.context().new_event(Some(flags)).call("cuEventCreate")?);
-        }
-        for (&o, e) in self.own.iter().zip(&self.events[1..]) {
-            // SAFETY: `o` is alive (the borrowed operand holds it) and of the context of
-            // `stream` (checked by `launch`), which is current, as is the event.
-            unsafe { raw::record_event(e.cu_event(), o) }.call("cuEventRecord")?;
-            unsafe { raw::wait_event(stream.cu_stream(), e.cu_event()) }
-                .call("cuStreamWaitEvent")?;
-        }
-        Ok(())
-    }
-
-    fn after(&mut self, stream: &CudaStream) -> Result<(), CudaError> {
-        if self.own.is_empty() {
-            return Ok(());
-        }
-        let done = self.events[0].cu_event();
-        // SAFETY: as in `before`.
-        unsafe { raw::record_event(done, stream.cu_stream()) }.call("cuEventRecord")?;
-        for &o in &self.own {
-            unsafe { raw::wait_event(o, done) }.call("cuStreamWaitEvent")?;
-        }
-        Ok(())
     }
 }
 

@@ -1,31 +1,88 @@
 //! The stream ledger (ordering a call with its buffers' own streams) and the aliasing check
 //! of the call's buffer ranges.
 
-use cudarc::driver::CudaStream;
-use cudarc::driver::sys;
+use cudarc::driver::sys::{self, CUcontext, CUstream};
+use cudarc::driver::{CudaEvent, CudaStream};
 
 use super::{GraphCache, Shape};
 use crate::error::{Call, CudaError, Error, Result};
 use crate::operand::Guard;
 use crate::raw::{self, Driver};
 
-impl<D: Driver> GraphCache<D> {
-    /// Fills `self.own` with the streams other than `stream` that own a buffer of the call,
-    /// each once.
-    fn own_streams(&mut self, stream: &CudaStream, guards: &[Guard<'_>]) {
+/// The stream ledger of a graph launch, shared by [`GraphCache`] and
+/// [`Exec`](crate::Exec): before the launch, the launch stream waits for the work already on each
+/// buffer's own stream (the one it was allocated on, which frees it: `cuEventRecord` there,
+/// `cuStreamWaitEvent` on the launch stream); after it, each own stream waits for the launch.
+/// Every graph use of a buffer so leaves its completion on the buffer's own stream: a graph
+/// waits for every earlier graph use of its buffers, readers included, on any stream and
+/// whatever cudarc's event mode, and a buffer dropped right after a launch is freed after it,
+/// whichever context object allocated it. Nothing to do while every buffer lives on the launch
+/// stream.
+pub(crate) struct Ledger {
+    /// The own streams other than the launch stream, each once: scratch of one launch, filled
+    /// by [`Self::before`] and used by [`Self::after`].
+    own: Vec<CUstream>,
+    /// `events[0]` marks the launch, `events[1..]` the own streams' work; of context
+    /// `events_ctx`, reused from launch to launch.
+    events: Vec<CudaEvent>,
+    events_ctx: CUcontext,
+}
+
+// SAFETY: `own` holds streams only between `before` and `after` of one launch, while the borrowed
+// buffers that hold those streams are alive; the events are cudarc's, which are `Send`.
+unsafe impl Send for Ledger {}
+
+impl Default for Ledger {
+    fn default() -> Self {
+        Ledger { own: Vec::new(), events: Vec::new(), events_ctx: core::ptr::null_mut() }
+    }
+}
+
+impl Ledger {
+    /// Before the launch on `stream`: `owns` are the launch's buffers' own streams (`None` for a
+    /// buffer without one). Returns how many `cuStreamWaitEvent`s it made.
+    pub(crate) fn before(
+        &mut self,
+        stream: &CudaStream,
+        owns: impl IntoIterator<Item = Option<CUstream>>,
+    ) -> Result<u64, CudaError> {
         self.own.clear();
-        for (_, g) in Guard::leaves(guards) {
-            if let Some(o) = g.own
-                && o != stream.cu_stream()
-                && !self.own.contains(&o)
-            {
+        for o in owns.into_iter().flatten() {
+            if o != stream.cu_stream() && !self.own.contains(&o) {
                 self.own.push(o);
             }
         }
+        if self.own.is_empty() {
+            return Ok(0);
+        }
+        self.events(stream, self.own.len() + 1)?;
+        for (&o, e) in self.own.iter().zip(&self.events[1..]) {
+            // SAFETY: `o` is alive (the borrowed buffer holds it) and of the context of
+            // `stream`, which is current (the callers bind it), as is the event.
+            unsafe { raw::record_event(e.cu_event(), o) }.call("cuEventRecord")?;
+            unsafe { raw::wait_event(stream.cu_stream(), e.cu_event()) }
+                .call("cuStreamWaitEvent")?;
+        }
+        Ok(self.own.len() as u64)
+    }
+
+    /// After the launch on `stream`: each own stream that [`Self::before`] found for this launch
+    /// waits for it. Returns how many `cuStreamWaitEvent`s it made.
+    pub(crate) fn after(&mut self, stream: &CudaStream) -> Result<u64, CudaError> {
+        if self.own.is_empty() {
+            return Ok(0);
+        }
+        let done = self.events[0].cu_event();
+        // SAFETY: as in `before`.
+        unsafe { raw::record_event(done, stream.cu_stream()) }.call("cuEventRecord")?;
+        for &o in &self.own {
+            unsafe { raw::wait_event(o, done) }.call("cuStreamWaitEvent")?;
+        }
+        Ok(self.own.len() as u64)
     }
 
     /// `n` reusable events of `stream`'s context.
-    fn ledger_events(&mut self, stream: &CudaStream, n: usize) -> Result<(), CudaError> {
+    fn events(&mut self, stream: &CudaStream, n: usize) -> Result<(), CudaError> {
         let ctx = stream.context();
         if self.events_ctx != ctx.cu_ctx() {
             self.events.clear();
@@ -37,50 +94,23 @@ impl<D: Driver> GraphCache<D> {
         }
         Ok(())
     }
+}
 
-    /// The ledger, before the launch: `stream` waits for the work already on each buffer's own
-    /// stream (`cuEventRecord` there, `cuStreamWaitEvent` here). Every graph use of a buffer
-    /// leaves its completion on the buffer's own stream ([`Self::order_after`]), so a graph
-    /// waits for every earlier graph use of its buffers, readers included, on any stream and
-    /// whatever cudarc's event mode. Nothing to do while every buffer lives on `stream`.
+impl<D: Driver> GraphCache<D> {
+    /// The ledger before the launch (see [`Ledger`]), counted in `stream_waits`.
     pub(super) fn order_before(
         &mut self,
         stream: &CudaStream,
         guards: &[Guard<'_>],
     ) -> Result<(), CudaError> {
-        self.own_streams(stream, guards);
-        if self.own.is_empty() {
-            return Ok(());
-        }
-        self.ledger_events(stream, self.own.len() + 1)?;
-        for (&o, e) in self.own.iter().zip(&self.events[1..]) {
-            // SAFETY: `o` is alive (the borrowed buffer holds it) and of the context of
-            // `stream`, which is current (`run_call`), as is the event.
-            unsafe { raw::record_event(e.cu_event(), o) }.call("cuEventRecord")?;
-            unsafe { raw::wait_event(stream.cu_stream(), e.cu_event()) }
-                .call("cuStreamWaitEvent")?;
-            self.stats.stream_waits += 1;
-        }
+        let owns = Guard::leaves(guards).map(|(_, g)| g.own);
+        self.stats.stream_waits += self.ledger.before(stream, owns)?;
         Ok(())
     }
 
-    /// The ledger, after the launch: each buffer's own stream waits for the graph
-    /// (`cuEventRecord` on `stream`, `cuStreamWaitEvent` there). cudarc frees a buffer on its
-    /// own stream (`cuMemFreeAsync`, or after synchronizing it), so a buffer dropped right
-    /// after the call is freed after the graph, whichever context object allocated it and
-    /// whatever cudarc's stream mode is by then; later work on the own stream waits too. Uses the
-    /// own streams and events that [`Self::order_before`] found and made for this call.
+    /// The ledger after the launch (see [`Ledger`]), counted in `stream_waits`.
     pub(super) fn order_after(&mut self, stream: &CudaStream) -> Result<(), CudaError> {
-        if self.own.is_empty() {
-            return Ok(());
-        }
-        let done = self.events[0].cu_event();
-        // SAFETY: as in `order_before`.
-        unsafe { raw::record_event(done, stream.cu_stream()) }.call("cuEventRecord")?;
-        for &o in &self.own {
-            unsafe { raw::wait_event(o, done) }.call("cuStreamWaitEvent")?;
-            self.stats.stream_waits += 1;
-        }
+        self.stats.stream_waits += self.ledger.after(stream)?;
         Ok(())
     }
 

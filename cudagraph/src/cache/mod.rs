@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUcontext, CUgraph, CUgraphExec, CUstream};
-use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
+use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::error::{Call, CudaError, Error, NodeSite, Result};
 use crate::kind::{Limits, NodeParams, NodeState};
@@ -18,7 +18,7 @@ use crate::plan::{Plan, infer_edges};
 use crate::raw::{self, Cuda, Driver};
 
 mod ladder;
-mod ledger;
+pub(crate) mod ledger;
 #[cfg(test)]
 pub(crate) mod tests;
 mod validate;
@@ -168,10 +168,8 @@ pub struct GraphCache<D: Driver = Cuda> {
     checked: [Vec<(u64, u64, bool)>; 2],
     /// Scratch of the aliasing check and of the ledger, kept so that calls allocate nothing.
     scratch: Vec<(u64, u64, bool, usize)>,
-    own: Vec<CUstream>,
-    /// Events of the stream ledger ([`GraphCache::order_before`]), of context `events_ctx`.
-    events: Vec<CudaEvent>,
-    events_ctx: CUcontext,
+    /// The stream ledger of the calls' launches.
+    ledger: ledger::Ledger,
 }
 
 // SAFETY: the raw driver handles inside are only used through `&mut self` (or `Drop`), so
@@ -411,9 +409,7 @@ impl<D: Driver> GraphCache<D> {
             recording: crate::builder::Recording::new(0),
             checked: [Vec::new(), Vec::new()],
             scratch: Vec::new(),
-            own: Vec::new(),
-            events: Vec::new(),
-            events_ctx: ptr::null_mut(),
+            ledger: ledger::Ledger::default(),
         }
     }
 
