@@ -660,6 +660,24 @@ fn two_explicit_nodes_feed_captured_work_and_one_is_repointed_at_a_third_buffer(
     Ok(())
 }
 
+/// A captured graph of one explicit kernel node, `y = affine(x, 2, 1)`, and that node (handed
+/// out of the closure through a shared cell: the graph holds what its closure borrows).
+fn one_node_graph<'a>(
+    stream: &Arc<CudaStream>,
+    k: &'a Ops,
+    x: &'a CudaSlice<u32>,
+    y: &'a mut CudaSlice<u32>,
+) -> Result<(cudagraph::Graph<'a>, CapturedKernel)> {
+    let node = std::rc::Rc::new(std::cell::OnceCell::new());
+    let set = std::rc::Rc::clone(&node);
+    let graph = capture(stream, (x, y), move |s, (x, mut y)| {
+        let _ = set.set(s.kernel(k.affine(N, 2, 1, s.read(&x)?, s.write(&mut y)?).launch(cfg()))?);
+        Ok::<(), Error>(())
+    })?;
+    let node = std::rc::Rc::try_unwrap(node).ok().and_then(std::cell::OnceCell::into_inner);
+    Ok((graph, node.expect("the closure ran")))
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn set_kernel_refuses_unheld_memory_another_graphs_node_and_another_function_leaving_the_exec_unchanged()
@@ -671,19 +689,9 @@ fn set_kernel_refuses_unheld_memory_another_graphs_node_and_another_function_lea
     let x = stream.clone_htod(&i1)?;
     let x2 = stream.clone_htod(&i2)?;
     let [mut y, mut y2] = std::array::from_fn(|_| stream.alloc_zeros::<u32>(LEN).expect("alloc"));
-    let one_node = |s: &Capture, (x, mut y): (CudaView<'_, u32>, CudaViewMut<'_, u32>)| {
-        s.kernel(k.affine(N, 2, 1, s.read(&x)?, s.write(&mut y)?).launch(cfg()))
-    };
-    let (n1, n2) = (std::cell::OnceCell::new(), std::cell::OnceCell::new());
-    let g1 = capture(&stream, (&x, &mut y), |s, v| {
-        let _ = n1.set(one_node(s, v)?);
-        Ok::<(), Error>(())
-    })?;
-    let g2 = capture(&stream, (&x2, &mut y2), |s, v| {
-        let _ = n2.set(one_node(s, v)?);
-        Ok::<(), Error>(())
-    })?;
-    let (n1, n2) = (n1.get().expect("ran"), n2.get().expect("ran"));
+    let (g1, n1) = one_node_graph(&stream, &k, &x, &mut y)?;
+    let (g2, n2) = one_node_graph(&stream, &k, &x2, &mut y2)?;
+    let (n1, n2) = (&n1, &n2);
     let mut e1 = g1.instantiate()?;
     let mut e2 = g2.instantiate()?;
     let affine = |a: u32, x, y| k.affine(N, a, 1, x, y).launch(cfg());
@@ -796,19 +804,9 @@ fn after_update_the_exec_sets_the_first_captures_nodes_and_refuses_the_updated_g
     let xa = stream.clone_htod(&ia)?;
     let xb = stream.clone_htod(&ib)?;
     let [mut ya, mut yb] = std::array::from_fn(|_| stream.alloc_zeros::<u32>(LEN).expect("alloc"));
-    let one_node = |s: &Capture, (x, mut y): (CudaView<'_, u32>, CudaViewMut<'_, u32>)| {
-        s.kernel(k.affine(N, 2, 1, s.read(&x)?, s.write(&mut y)?).launch(cfg()))
-    };
-    let (na, nb) = (std::cell::OnceCell::new(), std::cell::OnceCell::new());
-    let ga = capture(&stream, (&xa, &mut ya), |s, v| {
-        let _ = na.set(one_node(s, v)?);
-        Ok::<(), Error>(())
-    })?;
-    let gb = capture(&stream, (&xb, &mut yb), |s, v| {
-        let _ = nb.set(one_node(s, v)?);
-        Ok::<(), Error>(())
-    })?;
-    let (na, nb) = (na.get().expect("ran"), nb.get().expect("ran"));
+    let (ga, na) = one_node_graph(&stream, &k, &xa, &mut ya)?;
+    let (gb, nb) = one_node_graph(&stream, &k, &xb, &mut yb)?;
+    let (na, nb) = (&na, &nb);
     let mut exec = ga.instantiate()?;
     exec.update(gb)?; // the exec now holds b's buffers; its nodes are still a's
     let r = exec.set_kernel(nb, k.affine(N, 7, 1, exec.read(0)?, exec.write(1)?).launch(cfg()));

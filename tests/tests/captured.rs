@@ -279,6 +279,13 @@ fn captured_affine<'a>(
     )
 }
 
+/// The host model of [`captured_affine`]: `y`.
+fn captured_affine_host(x: &[u32], s: u32) -> Vec<u32> {
+    let mut y = host::affine(x, 5, s);
+    host::affine_inplace(&mut y, 7, 1);
+    y
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn an_embedded_graph_is_replayed_and_swapped_in_place_and_matches_eager() -> Result {
@@ -316,13 +323,8 @@ fn an_embedded_graph_is_replayed_and_swapped_in_place_and_matches_eager() -> Res
         k.iota(N, 2, 0, &mut a).launch(cfg());
     })?;
     drop((g1, g2));
-    let want = |x: &[u32], s: u32| {
-        let mut y = host::affine(x, 5, s);
-        host::affine_inplace(&mut y, 7, 1);
-        y
-    };
-    assert_same(&stream.clone_dtoh(&y1)?, &want(&host::iota(N, 3, 1), 9), "y1");
-    assert_same(&stream.clone_dtoh(&y2)?, &want(&host::iota(N, 5, 2), 4), "y2");
+    assert_same(&stream.clone_dtoh(&y1)?, &captured_affine_host(&host::iota(N, 3, 1), 9), "y1");
+    assert_same(&stream.clone_dtoh(&y2)?, &captured_affine_host(&host::iota(N, 5, 2), 4), "y2");
     ctx.check_err()?;
     Ok(())
 }
@@ -355,13 +357,8 @@ fn a_builder_embeds_a_captured_graph_and_swaps_it_in_place() -> Result {
     assert_eq!((s.builds, s.instantiations, s.launches), (1, 1, 4), "{s:?}");
     assert_eq!((s.exec_updates, s.reinstantiations), (0, 0), "{s:?}");
     drop((g1, g2));
-    let want = |x: &[u32], s: u32| {
-        let mut y = host::affine(x, 5, s);
-        host::affine_inplace(&mut y, 7, 1);
-        y
-    };
-    assert_same(&stream.clone_dtoh(&y1)?, &want(&host::iota(N, 3, 1), 9), "y1");
-    assert_same(&stream.clone_dtoh(&y2)?, &want(&host::iota(N, 5, 2), 4), "y2");
+    assert_same(&stream.clone_dtoh(&y1)?, &captured_affine_host(&host::iota(N, 3, 1), 9), "y1");
+    assert_same(&stream.clone_dtoh(&y2)?, &captured_affine_host(&host::iota(N, 5, 2), 4), "y2");
     ctx.check_err()?;
     Ok(())
 }
