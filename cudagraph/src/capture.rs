@@ -1381,7 +1381,8 @@ impl<'a> Exec<'a> {
         // every pointer the exec uses is in an operand borrowed by `self.graph` (checked above to
         // be the captured memory), ordered with its other users by the guards and the ledger.
         unsafe { raw::launch(exec, stream.cu_stream()) }.call("cuGraphLaunch").map_err(err)?;
-        self.ledger.after(stream).map_err(err)?;
+        // The closure may have used buffers it did not list (see `Ledger::after`).
+        self.ledger.after(stream, true).map_err(err)?;
         drop(acquired); // records the operands' events after the launch
         Ok(())
     }
@@ -1804,8 +1805,9 @@ pub(crate) fn require_tracking(stream: &CudaStream) -> Result<(), &'static str> 
 pub(crate) const LEGACY_STREAM: &str = "cuStreamBeginCapture, not called: the legacy default \
     stream (`ctx.default_stream()`) cannot capture; use a stream from `ctx.new_stream()`; the check";
 
-/// Refuses a recording that allocated memory (an allocation node): a buffer allocated inside
-/// the closure would outlive the recording that owns its memory.
+/// Refuses a recording that allocated memory (an allocation node: a buffer allocated inside the
+/// closure would outlive the recording that owns its memory) or freed memory (a free node: a
+/// buffer dropped inside the closure would be freed by every launch).
 pub(crate) fn check_recording(graph: CUgraph) -> core::result::Result<(), &'static str> {
     // SAFETY: the graph is alive (just recorded, owned by the caller).
     let nodes = unsafe { raw::graph_nodes(graph) }.map_err(|_| "cuGraphGetNodes")?;
@@ -1817,6 +1819,11 @@ pub(crate) fn check_recording(graph: CUgraph) -> core::result::Result<(), &'stat
                         a buffer made in the closure would outlive the recording that owns its \
                         memory; allocate before the capture, or set a library's workspace, e.g. \
                         cublasSetWorkspace)");
+        }
+        if t == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE {
+            return Err("cuStreamEndCapture (the closure freed device memory while captured: a \
+                        buffer dropped in the closure would be freed by every launch of the \
+                        recording, which does not own it; drop buffers after the capture)");
         }
     }
     Ok(())

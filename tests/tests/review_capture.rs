@@ -215,6 +215,58 @@ fn review_an_unlisted_buffer_of_a_capture_statement_is_not_freed_under_the_graph
     Ok(())
 }
 
+/// Attack: a buffer *moved* into the closure of `cudagraph::capture`, written there and dropped
+/// at the end of the closure, while the capture is still going on. `F: 'a` cannot help: the
+/// graph borrows nothing of it. Two buffers: one of the capture stream's own (tracked) context
+/// object on the capture stream (its drop frees it in the capture: a free node of memory the
+/// graph did not allocate), and one of a second context object that made no stream (its drop
+/// frees it at once on that one's default stream, which is not capturing). Safe outcome: the
+/// capture is refused, or the graph's launch leaves a buffer reallocated at the freed address
+/// alone.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn review_a_buffer_moved_into_a_standalone_capture_closure_and_dropped_there() -> Result {
+    let _serial = common::serial();
+    let mut failures: Vec<String> = Vec::new();
+    for (own, what) in [(true, "the capture stream's context"), (false, "a second context")] {
+        let (ctx, s, _k, zs) = setup(false)?;
+        let zs = if own { s.clone() } else { zs };
+        let mut y = s.alloc_zeros::<u32>(LEN)?;
+        let z = zs.clone_htod(&vec![5u32; LEN])?;
+        zs.synchronize()?;
+        let z_at = addr(&z, &zs);
+        let r = capture(&s, (&mut y,), move |c, (mut y,)| {
+            let mut z = z;
+            c.stream().memset_zeros(&mut y)?;
+            c.stream().memset_zeros(&mut z)?;
+            drop(z);
+            Ok::<(), DriverError>(())
+        });
+        clear(&ctx, what);
+        match r {
+            Err(e) => println!("{what}: refused: {e}"),
+            Ok(graph) => {
+                s.synchronize()?;
+                zs.synchronize()?;
+                let (w, reused) = fill_at(&zs, z_at, 7)?;
+                zs.synchronize()?;
+                let mut exec = graph.instantiate()?;
+                exec.launch(&s)?;
+                s.synchronize()?;
+                let clobbered = not_equal(&zs, &w, 7)?;
+                clear(&ctx, what);
+                failures.push(format!(
+                    "{what}: a capture whose closure dropped a buffer it had written was \
+                     accepted; its launch overwrote {clobbered} elements of another live buffer \
+                     (at the freed address: {reused})"
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    Ok(())
+}
+
 /// Attack: `graph!` (both modes) and `GraphBuilder::launch` called inside a capture closure, on
 /// the capturing stream, with a buffer the outer capture did not list. `Exec::launch` refuses a
 /// capturing stream ("a captured launch would record this exec's buffers into another graph,

@@ -67,18 +67,28 @@ impl Ledger {
     }
 
     /// After the launch on `stream`: each own stream that [`Self::before`] found for this launch
-    /// waits for it. Returns how many `cuStreamWaitEvent`s it made.
-    pub(crate) fn after(&mut self, stream: &CudaStream) -> Result<u64, CudaError> {
-        if self.own.is_empty() {
+    /// waits for it. With `unlisted` (the launch ran captured work, whose closure may have used
+    /// buffers it did not list), the context's legacy default stream waits for it too: such a
+    /// buffer, of a `CudaContext` object cudarc does not track (one that made no stream), lives
+    /// on the legacy default stream, or on the per-thread one, which waits for the legacy one, and
+    /// so is freed after the launch. Buffers of tracked context objects cannot be unlisted (the
+    /// capture is refused). Returns how many `cuStreamWaitEvent`s it made.
+    pub(crate) fn after(&mut self, stream: &CudaStream, unlisted: bool) -> Result<u64, CudaError> {
+        if self.own.is_empty() && !unlisted {
             return Ok(0);
         }
+        self.events(stream, 1)?;
         let done = self.events[0].cu_event();
-        // SAFETY: as in `before`.
+        // SAFETY: as in `before`; the null stream is the current context's legacy default
+        // stream, which always exists.
         unsafe { raw::record_event(done, stream.cu_stream()) }.call("cuEventRecord")?;
         for &o in &self.own {
             unsafe { raw::wait_event(o, done) }.call("cuStreamWaitEvent")?;
         }
-        Ok(self.own.len() as u64)
+        if unlisted {
+            unsafe { raw::wait_event(core::ptr::null_mut(), done) }.call("cuStreamWaitEvent")?;
+        }
+        Ok(self.own.len() as u64 + u64::from(unlisted))
     }
 
     /// `n` reusable events of `stream`'s context.
@@ -108,9 +118,14 @@ impl<D: Driver> GraphCache<D> {
         Ok(())
     }
 
-    /// The ledger after the launch (see [`Ledger`]), counted in `stream_waits`.
-    pub(super) fn order_after(&mut self, stream: &CudaStream) -> Result<(), CudaError> {
-        self.stats.stream_waits += self.ledger.after(stream)?;
+    /// The ledger after the launch (see [`Ledger`]; `unlisted`: the call ran captured work),
+    /// counted in `stream_waits`.
+    pub(super) fn order_after(
+        &mut self,
+        stream: &CudaStream,
+        unlisted: bool,
+    ) -> Result<(), CudaError> {
+        self.stats.stream_waits += self.ledger.after(stream, unlisted)?;
         Ok(())
     }
 

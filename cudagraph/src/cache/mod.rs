@@ -298,6 +298,7 @@ impl GraphCache {
             }
         }
         self.order_before(stream, guards).map_err(graph_err)?;
+        let unlisted = nodes.iter().flatten().any(|n| n.unlisted_work());
         let r = if self.mode == Mode::Eager {
             // A panic in a statement (a capture statement's closure) still orders the buffers'
             // own streams after what the call enqueued before it, then continues.
@@ -307,7 +308,7 @@ impl GraphCache {
             match eager {
                 Ok(r) => r,
                 Err(panic) => {
-                    let _ = self.order_after(stream);
+                    let _ = self.order_after(stream, unlisted);
                     std::panic::resume_unwind(panic)
                 }
             }
@@ -316,7 +317,7 @@ impl GraphCache {
         };
         // After an error part way through an eager call, its earlier nodes are enqueued.
         if r.is_ok() || self.mode == Mode::Eager {
-            self.order_after(stream).map_err(graph_err)?;
+            self.order_after(stream, unlisted).map_err(graph_err)?;
         }
         r
     }

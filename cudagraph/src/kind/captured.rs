@@ -335,6 +335,11 @@ impl NodeKind for Captured {
         Ok(())
     }
 
+    /// The closure may use buffers it did not list.
+    fn unlisted_work(_: &&dyn CapturedWork) -> bool {
+        true
+    }
+
     fn prepare(p: &&dyn CapturedWork, site: &dyn Fn() -> NodeSite) -> Result<bool, Error> {
         p.record(site).map(|()| true)
     }

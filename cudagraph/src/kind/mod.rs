@@ -75,6 +75,11 @@ pub(crate) trait NodeKind {
     /// After a whole-exec update, the exec keeps its old graph: what the new state must take
     /// over from the old one for that graph (e.g. the functions it names).
     fn carry(_old: &mut Self::State, _new: &mut Self::State) {}
+    /// Whether the node may run work on buffers its statement did not list (a capture closure's
+    /// own), which the cache then orders with the context's legacy default stream.
+    fn unlisted_work(_p: &Self::Params<'_>) -> bool {
+        false
+    }
     /// Work done on the host before anything of a graph call is enqueued, after validation:
     /// a captured statement records its stream work here. Returns whether it recorded (counted
     /// in [`Stats::captures`](crate::Stats::captures)). Errors leave nothing enqueued.
@@ -180,6 +185,13 @@ macro_rules! node_kinds {
                         .map_err(|error| CudaError { call: <$kind>::ADD, error })?;
                         Ok(NodeState::$variant(node, state))
                     })*
+                }
+            }
+
+            /// See [`NodeKind::unlisted_work`].
+            pub(crate) fn unlisted_work(&self) -> bool {
+                match self {
+                    $(NodeParams::$variant(p) => <$kind>::unlisted_work(p),)*
                 }
             }
 
