@@ -41,6 +41,7 @@ fn summary(c: &Checked<'_>) -> Vec<String> {
                 Op::Copy { .. } => "copy".into(),
                 Op::Memset { .. } => "memset".into(),
                 Op::Zero { .. } => "zero".into(),
+                Op::Fill { .. } => "fill".into(),
                 Op::Capture { .. } => "capture".into(),
                 Op::Child { .. } => "child".into(),
             };

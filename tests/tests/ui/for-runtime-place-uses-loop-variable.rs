@@ -16,11 +16,11 @@ fn main() -> cudagraph::Result<()> {
     let k = unsafe { K::load(&ctx, Ptx::from_src("")) }?;
     let cfg = LaunchConfig::for_num_elems(1024);
     let mut cache = GraphCache::new();
-    let mut x = stream.alloc_zeros::<f32>(1024)?;
-    let n = 4;
+    let mut bufs = [stream.alloc_zeros::<f32>(1024)?, stream.alloc_zeros::<f32>(1024)?];
+    let n = 2;
     graph!(&mut cache, &stream, {
-        for _ in 0..n {
-            k.scale(1024, 2.0, &mut x).launch(cfg);
+        for i in 0..n {
+            k.scale(1024, 2.0, &mut bufs[i]).launch(cfg);
         }
     })
 }
