@@ -170,6 +170,13 @@ pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges,
 /// - `if cond { … } else { … }`: evaluated on the host at each call; each combination of taken
 ///   branches is its own cached graph (`if let` is rejected).
 /// - `for i in 0..N { … }` with integer literal bounds: unrolled at compile time.
+/// - `for i in a..b { … }` (or `a..=b`) with other `usize` bounds: a run-time count. The body is
+///   checked once; each call adds its nodes once per iteration, and the count is part of the
+///   variant key (each distinct count is one cached topology). No host `if`, no run-time `for`
+///   and no place using `i` inside (compile errors).
+/// - `fill(&mut dst, value)`: every element set to `value` of any `bytemuck::NoUninit` type of 1
+///   to 64 bytes (`u64`, `f64`, …), by a kernel node of the crate's fill kernel
+///   ([`FillNode`]).
 ///
 /// Every place of the body is borrowed (and synchronized with cudarc's events) once per call,
 /// including places used only in branches not taken. Limits: 16 kernel parameters, 64 host `if`s,
