@@ -1,6 +1,6 @@
 use cudagraph::cudarc::driver::{CudaContext, LaunchConfig};
 use cudagraph::cudarc::nvrtc::Ptx;
-use cudagraph::{GraphCache, graph, kernels};
+use cudagraph::{GraphCache, kernels};
 
 kernels! {
     struct K {
