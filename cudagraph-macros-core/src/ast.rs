@@ -14,6 +14,8 @@ pub struct GraphInput {
     pub body: Vec<Item>,
     /// Span of the `{ … }` body.
     pub body_span: Span,
+    /// Whether the plan is registered for `cudagraph::plans()` (`graph!`: yes; `eager!`: no).
+    pub register_plan: bool,
 }
 
 /// One statement of the body.
@@ -25,6 +27,25 @@ pub enum Item {
     If(If),
     /// One iteration of an unrolled graph `for`: names bound in it are in scope only inside it.
     Scope(Vec<Item>),
+    /// A graph `for` whose bounds are not literals: its count is evaluated at every call and is
+    /// part of the variant key (see `crate::loops`).
+    Loop(Loop),
+}
+
+/// `for VAR in START..END { BODY }` (or `..=`) with bounds that are `usize` expressions.
+pub struct Loop {
+    /// The loop variable (`None` for `_`).
+    pub var: Option<Ident>,
+    /// First value.
+    pub start: Expr,
+    /// End bound.
+    pub end: Expr,
+    /// `..=` rather than `..`.
+    pub closed: bool,
+    /// The body, lowered once.
+    pub body: Vec<Item>,
+    /// The loop's header text, e.g. `for i in 0..k` (for plans).
+    pub text: String,
 }
 
 /// `if COND { THEN } else { ELSE }`, evaluated on the host at every call.
@@ -86,6 +107,16 @@ pub enum Op {
         /// The value.
         value: Expr,
     },
+    /// `fill(&mut DST, VALUE)`: every element set to a value of any size, by the crate's fill
+    /// kernel (see `cudagraph::fill`).
+    Fill {
+        /// The `fill` word.
+        func: Ident,
+        /// Destination.
+        dst: Operand,
+        /// The value.
+        value: Expr,
+    },
     /// `zero(&mut DST)`.
     Zero {
         /// The `zero` word.
@@ -139,6 +170,7 @@ impl Op {
             Op::Copy { .. } => "copy".into(),
             Op::Memset { .. } => "memset".into(),
             Op::Zero { .. } => "zero".into(),
+            Op::Fill { .. } => "fill".into(),
             Op::Capture { .. } => "capture".into(),
             Op::Child { .. } => "child".into(),
         }
@@ -155,7 +187,7 @@ impl Op {
                 })
                 .collect(),
             Op::Copy { src, dst, .. } => vec![src, dst],
-            Op::Memset { dst, .. } | Op::Zero { dst, .. } => vec![dst],
+            Op::Memset { dst, .. } | Op::Zero { dst, .. } | Op::Fill { dst, .. } => vec![dst],
             Op::Capture { operands, .. } => operands.iter().collect(),
             Op::Child { graph, .. } => vec![graph],
         }
@@ -178,6 +210,8 @@ pub struct Flat<'a> {
     /// The scopes enclosing it, outermost first: each `if` branch and each iteration of a graph
     /// `for` is one, `(number, what)`. A name is in scope where its binding's path is a prefix.
     pub scope: Vec<(u32, &'static str)>,
+    /// The run-time `for` (numbered in source order from 0) whose body holds the node, if any.
+    pub looped: Option<u32>,
 }
 
 /// The nodes of `items` in source order (then-branch before else-branch), with their conditions,
@@ -188,6 +222,8 @@ pub fn flatten(items: &[Item]) -> (Vec<Flat<'_>>, u32) {
         ifs: u32,
         scopes: u32,
         path: Vec<(u32, &'static str)>,
+        loops: u32,
+        looped: Option<u32>,
     }
     impl<'a> Walk<'a> {
         fn scope(&mut self, what: &'static str, items: &'a [Item], cond: &str) {
@@ -203,6 +239,7 @@ pub fn flatten(items: &[Item]) -> (Vec<Flat<'_>>, u32) {
                         node,
                         condition: cond.to_string(),
                         scope: self.path.clone(),
+                        looped: self.looped,
                     }),
                     Item::If(i) => {
                         self.ifs += 1;
@@ -214,11 +251,23 @@ pub fn flatten(items: &[Item]) -> (Vec<Flat<'_>>, u32) {
                         self.scope("an `else` branch", &i.els, &join(format!("!({c})")));
                     }
                     Item::Scope(body) => self.scope("a graph `for` body", body, cond),
+                    Item::Loop(l) => {
+                        let outer = self.looped.replace(self.loops);
+                        self.loops += 1;
+                        let c = if cond.is_empty() {
+                            l.text.clone()
+                        } else {
+                            format!("{cond} && {}", l.text)
+                        };
+                        self.scope("a graph `for` body", &l.body, &c);
+                        self.looped = outer;
+                    }
                 }
             }
         }
     }
-    let mut w = Walk { out: Vec::new(), ifs: 0, scopes: 0, path: Vec::new() };
+    let mut w =
+        Walk { out: Vec::new(), ifs: 0, scopes: 0, path: Vec::new(), loops: 0, looped: None };
     w.items(items, "");
     (w.out, w.ifs)
 }

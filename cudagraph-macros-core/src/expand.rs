@@ -12,7 +12,7 @@ use crate::check::Checked;
 use crate::parse::line_column;
 
 /// A distinct place of the body.
-struct PlaceInfo<'a> {
+pub(crate) struct PlaceInfo<'a> {
     index: usize,
     written: bool,
     first: &'a Operand,
@@ -45,21 +45,22 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
     let call = local("__cudagraph_call");
 
     let acquisitions = acquisitions(&order, &places, &stream.to_token_stream(), &call);
-    let guards = (0..order.len()).map(|i| handles(i).2);
+    let guards: Vec<syn::Ident> = (0..order.len()).map(|i| handles(i).2).collect();
 
-    let mut counter = NodeCounter { next: 0, ifs: 0 };
+    let mut counter = NodeCounter { next: 0, ifs: 0, loops: 0 };
     let mut decls = TokenStream::new();
-    let body = emit_items(&input.body, &places, &mut counter, false, &mut decls);
-    let entries = checked.nodes.iter().enumerate().map(|(i, f)| {
+    let body = emit_items(&input.body, &places, &mut counter, Holder::Plain, &mut decls);
+    let entry = |i: usize| {
         let n = local(format!("__cudagraph_n{i}"));
-        if f.condition.is_empty() {
+        if checked.nodes[i].condition.is_empty() {
             quote!(::cudagraph::__private::node(&#n))
         } else {
             quote!(::cudagraph::__private::node_if(&#n))
         }
-    });
+    };
+    let loops = checked.nodes.iter().any(|f| f.looped.is_some());
 
-    let plan = plan(checked, &order, &places);
+    let plan = plan(checked, &order, &places, input.register_plan);
     let cache = &input.cache;
     let stream_expr = &input.stream;
     let key_decl = if checked.conditions > 0 {
@@ -78,6 +79,18 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
     } else {
         quote!(let #stream: &::cudagraph::__private::CudaStream = #stream_expr;)
     };
+    let run = if loops {
+        crate::loops::run_call(checked, &entry, &cache_var, &call, &key, &stream, guards.clone())
+    } else {
+        let entries = (0..checked.nodes.len()).map(entry);
+        quote! {
+            // SAFETY: the plan was generated from this body (`run` checks each node's handles
+            // against its accesses), and the guards are its places' borrows, in place order.
+            unsafe {
+                #cache_var.run(&__CUDAGRAPH_PLAN, &#call, #key, #stream, &[#(#entries),*], &[#(#guards),*])
+            }
+        }
+    };
     quote! {{
         let #cache_var: &mut ::cudagraph::GraphCache = #cache;
         #stream_decl
@@ -87,11 +100,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         #key_decl
         #decls
         #body
-        // SAFETY: the plan was generated from this body (`run` checks each node's handles
-        // against its accesses), and the guards are its places' borrows, in place order.
-        unsafe {
-            #cache_var.run(&__CUDAGRAPH_PLAN, &#call, #key, #stream, &[#(#entries),*], &[#(#guards),*])
-        }
+        #run
     }}
 }
 
@@ -200,11 +209,11 @@ fn acquisitions(
 /// A local variable of the generated code. `mixed_site` hygiene: user code in the body (scalar
 /// arguments, conditions) cannot name it, so it cannot read a buffer handle, tamper with node
 /// parameters or the variant key.
-fn local(name: impl std::fmt::Display) -> syn::Ident {
+pub(crate) fn local(name: impl std::fmt::Display) -> syn::Ident {
     syn::Ident::new(&name.to_string(), Span::mixed_site())
 }
 
-fn handles(i: usize) -> (syn::Ident, syn::Ident, syn::Ident) {
+pub(crate) fn handles(i: usize) -> (syn::Ident, syn::Ident, syn::Ident) {
     (
         local(format!("__cudagraph_r{i}")),
         local(format!("__cudagraph_w{i}")),
@@ -212,17 +221,28 @@ fn handles(i: usize) -> (syn::Ident, syn::Ident, syn::Ident) {
     )
 }
 
-struct NodeCounter {
-    next: usize,
+pub(crate) struct NodeCounter {
+    pub(crate) next: usize,
     ifs: u32,
+    pub(crate) loops: usize,
 }
 
-/// Statements of `items`; nodes inside an `if` are `Option`s declared up front in `decls`.
-fn emit_items(
+/// How a statement's node value is kept: always present, in an `if` branch (an `Option`), or in
+/// a run-time `for` body (a `Vec`, one per iteration).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Holder {
+    Plain,
+    Conditional,
+    Looped,
+}
+
+/// Statements of `items`; nodes inside an `if` are `Option`s declared up front in `decls`, nodes
+/// inside a run-time `for` `Vec`s.
+pub(crate) fn emit_items(
     items: &[Item],
     places: &HashMap<String, PlaceInfo<'_>>,
     counter: &mut NodeCounter,
-    conditional: bool,
+    holder: Holder,
     decls: &mut TokenStream,
 ) -> TokenStream {
     let mut out = TokenStream::new();
@@ -232,7 +252,15 @@ fn emit_items(
                 let n = local(format!("__cudagraph_n{}", counter.next));
                 counter.next += 1;
                 let value = node_value(node, places);
-                if conditional {
+                if holder == Holder::Looped {
+                    decls.extend(quote!(let mut #n = ::std::vec::Vec::new();));
+                    let v = local("__cudagraph_v");
+                    out.extend(quote! {
+                        #[allow(unused_braces)]
+                        let #v = #value;
+                        #n.push(#v);
+                    });
+                } else if holder == Holder::Conditional {
                     decls.extend(quote!(let mut #n = ::core::option::Option::None;));
                     let v = local("__cudagraph_v");
                     out.extend(quote! {
@@ -244,14 +272,17 @@ fn emit_items(
                     out.extend(quote!(#[allow(unused_braces)] let #n = #value;));
                 }
             }
-            Item::Scope(body) => out.extend(emit_items(body, places, counter, conditional, decls)),
+            Item::Scope(body) => out.extend(emit_items(body, places, counter, holder, decls)),
+            Item::Loop(l) => {
+                out.extend(crate::loops::emit(l, places, counter, decls));
+            }
             Item::If(i) => {
                 let bit = counter.ifs;
                 let key_var = local("__cudagraph_key");
                 counter.ifs += 1;
                 let cond = &i.cond;
-                let then = emit_items(&i.then, places, counter, true, decls);
-                let els = emit_items(&i.els, places, counter, true, decls);
+                let then = emit_items(&i.then, places, counter, Holder::Conditional, decls);
+                let els = emit_items(&i.els, places, counter, Holder::Conditional, decls);
                 out.extend(quote! {
                     if #cond {
                         #key_var |= 1u64 << #bit;
@@ -303,6 +334,11 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
             let d = operand(dst);
             quote_spanned!(func.span()=> ::cudagraph::__private::memset(#d, #value))
         }
+        Op::Fill { func, dst, value } => {
+            let d = operand(dst);
+            let stream = local("__cudagraph_stream");
+            quote_spanned!(func.span()=> ::cudagraph::__private::fill(#stream, #d, #value))
+        }
         Op::Zero { func, dst } => {
             let d = operand(dst);
             quote_spanned!(func.span()=> ::cudagraph::__private::zero(#d))
@@ -324,6 +360,7 @@ fn plan(
     checked: &Checked<'_>,
     order: &[String],
     places: &HashMap<String, PlaceInfo<'_>>,
+    register: bool,
 ) -> TokenStream {
     let (line, _) = line_column(Span::call_site());
     let nodes = checked.nodes.iter().zip(&checked.after).map(|(f, after)| {
@@ -338,6 +375,7 @@ fn plan(
             }
             Op::Copy { .. } => quote!(::cudagraph::NodeKind::Memcpy),
             Op::Memset { .. } | Op::Zero { .. } => quote!(::cudagraph::NodeKind::Memset),
+            Op::Fill { .. } => quote!(::cudagraph::NodeKind::Kernel("fill")),
             Op::Capture { .. } => quote!(::cudagraph::NodeKind::Captured),
             Op::Child { .. } => quote!(::cudagraph::NodeKind::Child),
         };
@@ -368,6 +406,13 @@ fn plan(
         }
     });
     let conditions = checked.conditions;
+    let registration = register.then(|| {
+        quote! {
+            ::cudagraph::__private::inventory::submit! {
+                ::cudagraph::__private::Registered(&__CUDAGRAPH_PLAN)
+            }
+        }
+    });
     quote! {
         static __CUDAGRAPH_PLAN: ::cudagraph::Plan = ::cudagraph::Plan {
             file: ::core::file!(),
@@ -376,9 +421,7 @@ fn plan(
             nodes: &[#(#nodes),*],
             conditions: #conditions,
         };
-        ::cudagraph::__private::inventory::submit! {
-            ::cudagraph::__private::Registered(&__CUDAGRAPH_PLAN)
-        }
+        #registration
     }
 }
 

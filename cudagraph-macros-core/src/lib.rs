@@ -11,6 +11,7 @@ pub(crate) mod ast;
 pub(crate) mod check;
 pub(crate) mod expand;
 pub(crate) mod kernels;
+pub(crate) mod loops;
 pub(crate) mod parse;
 
 use proc_macro2::{Span, TokenStream, TokenTree};
@@ -57,6 +58,24 @@ pub fn graph(tokens: TokenStream) -> TokenStream {
         return expand::fallback(e);
     }
     let (input, mut errors) = match parse::parse(tokens) {
+        Ok(x) => x,
+        Err(e) => return expand::fallback(e),
+    };
+    let checked = check::check(&input, &mut errors);
+    match errors.combine() {
+        None => expand::expand(&input, &checked),
+        Some(e) => expand::fallback(e),
+    }
+}
+
+/// Expansion of `eager!(STREAM, STATEMENT)` or `eager!(STREAM, { BODY })`: the statements of a
+/// `graph!` body, checked as `graph!` checks them, launched one by one on the stream through a
+/// cache in `Mode::Eager` (no graph is built). Never panics.
+pub fn eager(tokens: TokenStream) -> TokenStream {
+    if let Some(e) = too_deep(&tokens) {
+        return expand::fallback(e);
+    }
+    let (input, mut errors) = match parse::parse_eager(tokens) {
         Ok(x) => x,
         Err(e) => return expand::fallback(e),
     };

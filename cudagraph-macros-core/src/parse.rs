@@ -18,8 +18,8 @@ pub const MAX_UNROLL: u64 = 4096;
 pub const MAX_UNROLLED_STATEMENTS: usize = 16384;
 
 const ALLOWED: &str = "allowed statements: `KERNELS.name(args).launch(cfg)`, `copy(&src, &mut dst)`, \
-`memset(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, `child(&mut graph)`, each optionally `let name = …` and `.after(names)`; \
-`if cond { … } else { … }`; `for i in 0..N { … }` with integer literal bounds";
+`memset(&mut dst, value)`, `fill(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, `child(&mut graph)`, each optionally `let name = …` and `.after(names)`; \
+`if cond { … } else { … }`; `for i in 0..N { … }` (integer literal bounds: unrolled; other `usize` bounds: a run-time count)";
 
 /// The raw input before lowering.
 pub struct RawInput {
@@ -51,11 +51,54 @@ pub fn parse(tokens: TokenStream) -> syn::Result<(GraphInput, Errors)> {
         stream: raw.stream,
         body,
         body_span: raw.body.brace_token.span.join(),
+        register_plan: true,
     };
     Ok((input, errors))
 }
 
-fn lower_block(stmts: &[Stmt], errors: &mut Errors) -> Vec<Item> {
+/// `eager!`'s input: `STREAM, STATEMENT` or `STREAM, { BODY }`, lowered as a `graph!` body with
+/// a cache in `Mode::Eager` made for the call, and no registered plan.
+pub fn parse_eager(tokens: TokenStream) -> syn::Result<(GraphInput, Errors)> {
+    struct RawEager {
+        stream: Expr,
+        body: Block,
+    }
+    impl Parse for RawEager {
+        fn parse(input: ParseStream) -> syn::Result<Self> {
+            let stream = input.parse()?;
+            input.parse::<Token![,]>()?;
+            let body = if input.peek(syn::token::Brace) {
+                let b: Block = input.parse()?;
+                input.parse::<Option<Token![,]>>()?;
+                b
+            } else {
+                let rest: TokenStream = input.parse()?;
+                let rest = {
+                    let mut r: Vec<TokenTree> = rest.into_iter().collect();
+                    if matches!(r.last(), Some(TokenTree::Punct(p)) if p.as_char() == ',') {
+                        r.pop();
+                    }
+                    r.into_iter().collect::<TokenStream>()
+                };
+                syn::parse2(quote::quote!({ #rest; }))?
+            };
+            Ok(RawEager { stream, body })
+        }
+    }
+    let raw: RawEager = syn::parse2(tokens)?;
+    let mut errors = Errors::default();
+    let body = lower_block(&raw.body.stmts, &mut errors);
+    let input = GraphInput {
+        cache: syn::parse_quote!(&mut ::cudagraph::GraphCache::eager()),
+        stream: raw.stream,
+        body,
+        body_span: raw.body.brace_token.span.join(),
+        register_plan: false,
+    };
+    Ok((input, errors))
+}
+
+pub(crate) fn lower_block(stmts: &[Stmt], errors: &mut Errors) -> Vec<Item> {
     let mut items = Vec::new();
     for stmt in stmts {
         match stmt {
@@ -159,11 +202,8 @@ fn unroll(f: &syn::ExprForLoop, errors: &mut Errors) -> Vec<Item> {
         _ => None,
     };
     let Some((start, end)) = bounds else {
-        errors.push(
-            &f.expr,
-            "a graph `for` is unrolled at compile time: its bounds must be integer literals, as in `for i in 0..4`",
-        );
-        return Vec::new();
+        // Bounds that are not literals: a run-time count, the body lowered once.
+        return crate::loops::lower(f, var, errors).into_iter().collect();
     };
     if end.saturating_sub(start) > MAX_UNROLL {
         errors.push(&f.expr, format!("a graph `for` unrolls to at most {MAX_UNROLL} iterations"));
@@ -384,6 +424,13 @@ fn lower_call(c: &syn::ExprCall, errors: &mut Errors) -> Option<Op> {
             }
             let dst = lower_operand(args[0], Some(true), errors)?;
             Some(Op::Memset { func, dst, value: args[1].clone() })
+        }
+        "fill" => {
+            if !arity(2, "fill(&mut dst, value)", errors) {
+                return None;
+            }
+            let dst = lower_operand(args[0], Some(true), errors)?;
+            Some(Op::Fill { func, dst, value: args[1].clone() })
         }
         "zero" => {
             if !arity(1, "zero(&mut dst)", errors) {

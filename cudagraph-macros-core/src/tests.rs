@@ -41,6 +41,7 @@ fn summary(c: &Checked<'_>) -> Vec<String> {
                 Op::Copy { .. } => "copy".into(),
                 Op::Memset { .. } => "memset".into(),
                 Op::Zero { .. } => "zero".into(),
+                Op::Fill { .. } => "fill".into(),
                 Op::Capture { .. } => "capture".into(),
                 Op::Child { .. } => "child".into(),
             };
@@ -397,8 +398,9 @@ fn for_with_literal_bounds_unrolls() {
 }
 
 #[test]
-fn for_needs_literal_bounds() {
-    let msg = "a graph `for` is unrolled at compile time: its bounds must be integer literals, as in `for i in 0..4`";
+fn for_runtime_count_rules() {
+    // Non-literal bounds are a run-time count: the body is checked once, with its own rules.
+    let place = "a place inside a run-time graph `for` cannot use the loop variable `i`: every place is borrowed once before the body runs; use literal bounds (`for i in 0..4`) to unroll the loop, or pick the buffer before `graph!`";
     let errors = errors_of(quote!(&mut c, &s, {
         for i in 0..n {
             zero(&mut b[i]);
@@ -411,9 +413,39 @@ fn for_needs_literal_bounds() {
         }
         for i in 0..N + 1 {
             zero(&mut b[i]);
+            k.f(i as u32, &mut x).launch(cfg);
+        }
+        for _ in 0..n {
+            if go {
+                zero(&mut x);
+            }
+            for _ in 0..m {
+                zero(&mut x);
+            }
+            for j in 0..2 {
+                zero(&mut b[j]);
+            }
         }
     }));
-    assert_eq!(errors, [msg; 4]);
+    assert_eq!(
+        errors,
+        [
+            place.to_string(),
+            "a graph `for` range needs both bounds: `for i in 0..k`".into(),
+            "a graph `for` iterates over a range: `for i in 0..4` (literal bounds: unrolled at compile time) or `for i in 0..k` (`usize` bounds: a run-time count)".into(),
+            place.into(),
+            "a host `if` cannot be inside a graph `for` with a run-time count (each iteration could take another branch): move it out of the loop, or use literal bounds to unroll the loop".into(),
+            "a graph `for` with a run-time count cannot be inside another one: give one of the two literal bounds".into(),
+        ]
+    );
+    // Accepted: scalars may use the loop variable; one node per body statement in the plan.
+    let ok = errors_of(quote!(&mut c, &s, {
+        for i in a..=b {
+            let s = k.f(i as u32, &mut x).launch(cfg);
+            fill(&mut y, 1.5f64).after(s);
+        }
+    }));
+    assert!(ok.is_empty(), "{ok:?}");
     let big = (MAX_UNROLL + 1) as usize;
     assert_eq!(
         errors_of(quote!(&mut c, &s, { for i in 0..#big { zero(&mut b[i]); } })),
@@ -497,9 +529,9 @@ fn too_many_ifs_are_an_error() {
 #[test]
 fn non_graph_statements_are_errors() {
     let allowed = "allowed statements: `KERNELS.name(args).launch(cfg)`, `copy(&src, &mut dst)`, \
-`memset(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, \
+`memset(&mut dst, value)`, `fill(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, \
 `child(&mut graph)`, each optionally `let name = …` and `.after(names)`; \
-`if cond { … } else { … }`; `for i in 0..N { … }` with integer literal bounds";
+`if cond { … } else { … }`; `for i in 0..N { … }` (integer literal bounds: unrolled; other `usize` bounds: a run-time count)";
     let not_graph = format!("not a graph statement; {allowed}");
     let cases: [(TokenStream, String); 9] = [
         (quote!(let x = 5;), not_graph.clone()),
@@ -522,7 +554,7 @@ fn non_graph_statements_are_errors() {
             ),
             format!("items are not graph statements; {allowed}"),
         ),
-        (quote!(fill(&mut x);), format!("`fill` is not a graph statement; {allowed}")),
+        (quote!(scatter(&mut x);), format!("`scatter` is not a graph statement; {allowed}")),
         (quote!(ops::copy(&a, &mut b);), not_graph.clone()),
     ];
     for (stmt, msg) in cases {

@@ -160,3 +160,17 @@ fn unrolled_for() {
 }"#,
     );
 }
+
+#[test]
+fn runtime_for_and_fill() {
+    snapshot(
+        "runtime_for",
+        r#"&mut cache, &stream, {
+    k.iota(n, 1, 0, &mut x).launch(cfg);
+    for i in 0..count {
+        let s = k.affine_inplace(n, 3, i as u32, &mut x).launch(cfg);
+        fill(&mut d, 2.5f64).after(s);
+    }
+}"#,
+    );
+}

@@ -12,6 +12,11 @@ pub fn graph(input: TokenStream) -> TokenStream {
 
 /// See `cudagraph::kernels!`.
 #[proc_macro]
+pub fn eager(input: TokenStream) -> TokenStream {
+    cudagraph_macros_core::eager(input.into()).into()
+}
+
+#[proc_macro]
 pub fn kernels(input: TokenStream) -> TokenStream {
     cudagraph_macros_core::kernels(input.into()).into()
 }

@@ -127,8 +127,9 @@ pub use cudarc;
 pub use error::{CudaError, Error, NodeSite, Refusal, Result};
 pub use kind::kernel::MAX_KERNEL_PARAMS;
 pub use kind::{
-    CaptureOperand, CaptureOperands, CopyTo, KernelArgs, KernelCall, KernelLaunch, LaunchCfg,
-    LaunchDims, MemcpyParams, Memory, MemsetParams, MemsetValue, MemsetValueOf,
+    CaptureOperand, CaptureOperands, CopyTo, FillNode, KernelArgs, KernelCall, KernelLaunch,
+    LaunchCfg, LaunchDims, MAX_FILL_BYTES, MemcpyParams, Memory, MemsetParams, MemsetValue,
+    MemsetValueOf,
 };
 pub use operand::{DevRead, DevWrite, Handle, HostRead, HostWrite, KernelArg, Place, PlaceMut};
 pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges, plans};
@@ -169,6 +170,13 @@ pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges,
 /// - `if cond { … } else { … }`: evaluated on the host at each call; each combination of taken
 ///   branches is its own cached graph (`if let` is rejected).
 /// - `for i in 0..N { … }` with integer literal bounds: unrolled at compile time.
+/// - `for i in a..b { … }` (or `a..=b`) with other `usize` bounds: a run-time count. The body is
+///   checked once; each call adds its nodes once per iteration, and the count is part of the
+///   variant key (each distinct count is one cached topology). No host `if`, no run-time `for`
+///   and no place using `i` inside (compile errors).
+/// - `fill(&mut dst, value)`: every element set to `value` of any `bytemuck::NoUninit` type of 1
+///   to 64 bytes (`u64`, `f64`, …), by a kernel node of the crate's fill kernel
+///   ([`FillNode`]).
 ///
 /// Every place of the body is borrowed (and synchronized with cudarc's events) once per call,
 /// including places used only in branches not taken. Limits: 16 kernel parameters, 64 host `if`s,
@@ -205,6 +213,34 @@ pub use cudagraph_macros::graph;
 /// buffers and writes only its `&mut [T]` buffers, within their lengths. Given that, `graph!` is
 /// safe: lifetimes, stream ordering, aliasing and copies are checked.
 pub use cudagraph_macros::kernels;
+
+/// Runs the statements of a [`graph!`] body eagerly on a stream: each kernel launch made by a
+/// [`kernels!`] method, copy, memset, fill, zero and capture is enqueued at once, in source
+/// order (`cuLaunchKernel`, `cuMemcpyAsync`, `cuMemsetD*Async`), without building a graph.
+///
+/// ```ignore
+/// // one statement
+/// cudagraph::eager!(&stream, k.stencil(n, n, alpha, &u, &mut v).launch(cfg2d))?;
+/// // several, with `graph!`'s syntax (`let`, `.after`, `if`, `for`)
+/// cudagraph::eager!(&stream, {
+///     k.stencil(n, n, alpha, &u, &mut v).launch(cfg2d);
+///     k.boundary(n, n, &mut v).launch(cfg1d);
+/// })?;
+/// ```
+/// It is the typed, safe replacement for cudarc's untyped `unsafe` `.arg()` chains, and the way
+/// to compare a graph against plain launches: the same statements in `graph!` and in `eager!`
+/// compute the same result, one as a graph launch, the other as one launch per statement (write
+/// the step once as a `macro_rules!` body or a function taking the stream, and time both).
+///
+/// The body is checked and borrowed exactly as in `graph!` (the same compile-time errors, one
+/// borrow per place, [`Error::Aliasing`], [`Error::InvalidNode`], launch-dimension and copy-length
+/// errors, each naming the statement and its source location, all before anything is enqueued),
+/// and it runs through a fresh [`GraphCache`] in [`Mode::Eager`] (see [`GraphCache::eager`]), so the
+/// buffers are ordered with their own streams as for a graph launch. A driver error part way
+/// names the statement and leaves the earlier statements enqueued, as plain launches do. The
+/// stream must not be capturing. Evaluates to `cudagraph::Result<()>`; no plan is registered
+/// for [`plans`].
+pub use cudagraph_macros::eager;
 
 /// Re-exported for scalar kernel arguments of your own types: `#[derive(NoUninit)]`.
 pub use bytemuck;
@@ -319,6 +355,17 @@ pub mod __private {
     #[inline]
     pub fn child(g: crate::kind::GraphRef<'_>) -> crate::kind::GraphRef<'_> {
         g
+    }
+
+    /// A `fill(&mut dst, value)` statement of `graph!`: a kernel node of the crate's fill kernel
+    /// (see [`FillNode`](crate::FillNode)).
+    #[inline]
+    pub fn fill<'a, T: crate::bytemuck::NoUninit>(
+        stream: &CudaStream,
+        dst: impl WriteArg<'a, T>,
+        value: T,
+    ) -> crate::kind::FillNode<'a> {
+        crate::kind::FillNode::new(stream, dst, value)
     }
 
     /// A kernel statement of `graph!`: only a launch made by a `kernels!` method.

@@ -4,7 +4,7 @@
 //! heat [--n N] [--steps S] [--residual-every R] [--plan]
 //! ```
 //! Runs `S` steps (default 1000) on an `N`×`N` f32 grid (default 512) as a CUDA graph, then the
-//! same steps launched eagerly on a stream, compares the final fields (expect bit-exact), and
+//! same steps launched eagerly on a stream (`cudagraph::eager!`), compares the final fields (expect bit-exact), and
 //! prints per-step times and the speed-up. Every `R` steps (default 100; 0 = never) the step
 //! also computes the residual max |v − u| and copies it to pinned host memory: a host `if`
 //! inside `graph!`, so the cache holds two variants (with and without the residual). `--plan` prints the step's graph as Graphviz DOT
@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use cudagraph::cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    CudaContext, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice,
 };
 use cudagraph::cudarc::nvrtc::compile_ptx;
 use cudagraph::{GraphCache, graph, kernels};
@@ -152,7 +152,10 @@ fn step_graph(
     Ok(())
 }
 
-/// The same step launched kernel by kernel on the stream with cudarc.
+/// The same step launched statement by statement on the stream with `cudagraph::eager!`: the
+/// typed, checked `kernels!` methods (no `unsafe` cudarc argument chains), one
+/// `cuLaunchKernel`/`cuMemsetD32Async`/`cuMemcpyAsync` per statement, no graph. Its host time
+/// includes `eager!`'s checks (borrows, aliasing, launch dimensions), as the graph's does.
 fn step_eager(
     stream: &Arc<CudaStream>,
     k: &Heat,
@@ -160,37 +163,18 @@ fn step_eager(
     c: &Config,
 ) -> cudagraph::Result<()> {
     let (n, alpha, cells) = (c.n, c.alpha, c.n * c.n);
-    let func = |name| k.function(name).expect("declared in kernels!");
-    stream.memset_zeros(&mut f.flags)?;
-    // SAFETY: argument types match heat.cu's signatures; buffers hold n*n (or 1) elements.
-    unsafe {
-        stream
-            .launch_builder(func("stencil"))
-            .arg(&n)
-            .arg(&n)
-            .arg(&alpha)
-            .arg(&f.u)
-            .arg(&mut f.v)
-            .launch(c.grid2d)?;
-        stream.launch_builder(func("boundary")).arg(&n).arg(&n).arg(&mut f.v).launch(c.edge)?;
-        stream
-            .launch_builder(func("check_finite"))
-            .arg(&cells)
-            .arg(&f.v)
-            .arg(&mut f.flags)
-            .launch(c.cells)?;
-        if c.residual_every > 0 && f.step.is_multiple_of(c.residual_every) {
-            stream.memset_zeros(&mut f.r)?;
-            stream
-                .launch_builder(func("residual"))
-                .arg(&cells)
-                .arg(&f.u)
-                .arg(&f.v)
-                .arg(&mut f.r)
-                .launch(c.cells)?;
-            stream.memcpy_dtoh(&f.r, &mut f.host_r)?;
+    let residual = c.residual_every > 0 && f.step.is_multiple_of(c.residual_every);
+    cudagraph::eager!(stream, {
+        memset(&mut f.flags, 0u32);
+        k.stencil(n, n, alpha, &f.u, &mut f.v).launch(c.grid2d);
+        k.boundary(n, n, &mut f.v).launch(c.edge);
+        k.check_finite(cells, &f.v, &mut f.flags).launch(c.cells);
+        if residual {
+            zero(&mut f.r);
+            k.residual(cells, &f.u, &f.v, &mut f.r).launch(c.cells);
+            copy(&f.r, &mut f.host_r);
         }
-    }
+    })?;
     std::mem::swap(&mut f.u, &mut f.v);
     f.step += 1;
     Ok(())

@@ -19,6 +19,7 @@ use crate::raw::{self, Cuda, Driver};
 
 mod ladder;
 pub(crate) mod ledger;
+mod looped;
 #[cfg(test)]
 pub(crate) mod tests;
 mod validate;
@@ -43,6 +44,11 @@ pub(crate) trait Shape {
     fn edges(&self, present: &[bool]) -> Vec<(u32, u32)>;
     /// The first node that accesses place `place` (for errors about that place).
     fn place_site(&self, place: usize) -> NodeSite;
+    /// The `graph!` plan's node that call node `i` is (an iteration of a run-time `for` repeats
+    /// its body's plan nodes).
+    fn plan_index(&self, i: usize) -> usize {
+        i
+    }
 }
 
 impl Shape for Plan {
@@ -217,6 +223,14 @@ impl GraphCache {
         Self::with_max_variants(Self::DEFAULT_MAX_VARIANTS)
     }
 
+    /// An empty cache in [`Mode::Eager`], as [`eager!`](crate::eager) makes for each call.
+    /// Touches no driver.
+    pub fn eager() -> Self {
+        let mut c = Self::with_max_variants(1);
+        c.mode = Mode::Eager;
+        c
+    }
+
     /// An empty cache keeping at most `max` (at least 1) instantiated variants.
     pub fn with_max_variants(max: usize) -> Self {
         Self::with_driver(Cuda, max)
@@ -270,6 +284,7 @@ impl GraphCache {
             self.limits = Some(Limits::of(stream).map_err(graph_err)?);
         }
         let handles = match (call.site, call_id) {
+            // `handles` checks against the plan's node `shape.plan_index(i)`.
             (Site::Plan(plan), Some(id)) => Some((plan, id)),
             _ => None,
         };

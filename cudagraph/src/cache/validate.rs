@@ -31,7 +31,7 @@ pub(super) fn validate(
             return Err(Error::WrongContext { site: site() });
         }
         if let Some((plan, call)) = handles {
-            check_handles(plan, i, call, ops)?;
+            check_handles(plan, shape.plan_index(i), call, ops)?;
         }
     }
     Ok(())

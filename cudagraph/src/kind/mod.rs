@@ -21,12 +21,14 @@ use crate::raw::Driver;
 
 pub(crate) mod captured;
 pub(crate) mod child;
+pub(crate) mod fill;
 pub(crate) mod kernel;
 pub(crate) mod memcpy;
 pub(crate) mod memset;
 
 pub use captured::{CaptureOperand, CaptureOperands, CaptureParams, CapturedWork};
 pub use child::{GraphRef, NoGraphRead};
+pub use fill::{FillNode, MAX_FILL_BYTES};
 pub(crate) use kernel::Limits;
 pub use kernel::{
     KernelArgs, KernelCall, KernelLaunch, KernelNode, LaunchCfg, LaunchDims, LaunchNode,
@@ -297,6 +299,8 @@ node_kinds! {
     Captured(&'a dyn CapturedWork) => captured::Captured,
     /// Child-graph node of a captured [`Graph`](crate::Graph), `child(&mut g)`.
     Child(GraphRef<'a>) => child::Child,
+    /// Kernel node of the crate's fill kernel, `fill(&mut dst, value)`.
+    Fill(&'a FillNode<'a>) => fill::Fill,
 }
 
 /// What a statement evaluates to inside `graph!` (sealed: a kernel launch made by a
@@ -332,6 +336,11 @@ where
 {
     fn node(&self) -> NodeParams<'_> {
         NodeParams::Captured(self)
+    }
+}
+impl<'a> IntoNode for FillNode<'a> {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::Fill(self)
     }
 }
 impl crate::operand::sealed::Sealed for GraphRef<'_> {}

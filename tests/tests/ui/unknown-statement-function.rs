@@ -18,7 +18,7 @@ fn main() -> cudagraph::Result<()> {
     let mut cache = GraphCache::new();
     let mut x = stream.alloc_zeros::<f32>(1024)?;
     graph!(&mut cache, &stream, {
-        fill(&mut x);
+        scatter(&mut x);
         k.scale(1024, 2.0, &mut x).launch(cfg);
     })
 }

@@ -1,6 +1,6 @@
 use cudagraph::cudarc::driver::{CudaContext, LaunchConfig};
 use cudagraph::cudarc::nvrtc::Ptx;
-use cudagraph::{GraphCache, graph, kernels};
+use cudagraph::{GraphCache, kernels};
 
 kernels! {
     struct K {
@@ -16,11 +16,7 @@ fn main() -> cudagraph::Result<()> {
     let k = unsafe { K::load(&ctx, Ptx::from_src("")) }?;
     let cfg = LaunchConfig::for_num_elems(1024);
     let mut cache = GraphCache::new();
-    let mut x = stream.alloc_zeros::<f32>(1024)?;
-    let n = 4;
-    graph!(&mut cache, &stream, {
-        for _ in 0..n {
-            k.scale(1024, 2.0, &mut x).launch(cfg);
-        }
-    })
+    let x = stream.alloc_zeros::<f32>(1024)?;
+    let _ = &mut cache;
+    cudagraph::eager!(&stream, k.scale(1024, 2.0, &x).launch(cfg))
 }

@@ -1,0 +1,132 @@
+//! Calls of a `graph!` body with run-time `for` loops (`for i in 0..k` with `usize` bounds):
+//! the plan lists each loop body's nodes once; a call repeats them once per iteration. The
+//! loops' counts are the variant's signature (compared in full, next to the host `if` bits), so
+//! each distinct combination of counts is one cached topology; within it, later calls are
+//! per-node updates like any `graph!` call.
+
+use cudarc::driver::CudaStream;
+use cudarc::driver::sys;
+
+use super::{GraphCache, GraphCall, Shape, Site};
+use crate::error::{CudaError, Error, NodeSite, Result};
+use crate::kind::NodeParams;
+use crate::operand::Guard;
+use crate::plan::{Plan, infer_edges_by};
+
+/// A plan with its run-time loops expanded for one call.
+pub(crate) struct Looped {
+    plan: &'static Plan,
+    /// Plan node of each call node.
+    index: Vec<u32>,
+    /// `.after` of each call node, in call node numbers (same iteration for a loop's own nodes).
+    after: Vec<Vec<u32>>,
+}
+
+impl Looped {
+    /// The call's nodes for `loops` (each loop's plan node range `(first, len)`, in order and
+    /// disjoint) run `counts` times; `None` when the ranges do not fit the plan.
+    pub(crate) fn new(plan: &'static Plan, loops: &[(u32, u32)], counts: &[usize]) -> Option<Self> {
+        if loops.len() != counts.len() {
+            return None;
+        }
+        let n = plan.nodes.len();
+        let (mut index, mut after) = (Vec::new(), Vec::new());
+        // Call node number of each plan node outside loops.
+        let mut outside = vec![u32::MAX; n];
+        let (mut p, mut l) = (0usize, 0usize);
+        while p < n {
+            match loops.get(l) {
+                Some(&(first, len)) if first as usize == p => {
+                    let end = p.checked_add(len as usize).filter(|&e| e <= n && len > 0)?;
+                    for _ in 0..counts[l] {
+                        let base = index.len() as u32;
+                        for q in p..end {
+                            let deps = plan.nodes[q].after.iter().map(|&a| {
+                                if (p..end).contains(&(a as usize)) {
+                                    base + (a - first)
+                                } else {
+                                    outside.get(a as usize).copied().unwrap_or(u32::MAX)
+                                }
+                            });
+                            after.push(deps.collect());
+                            index.push(q as u32);
+                        }
+                    }
+                    p = end;
+                    l += 1;
+                }
+                Some(&(first, _)) if (first as usize) < p => return None,
+                _ => {
+                    outside[p] = index.len() as u32;
+                    let deps = plan.nodes[p].after.iter().map(|&a| outside[a as usize]).collect();
+                    after.push(deps);
+                    index.push(p as u32);
+                    p += 1;
+                }
+            }
+        }
+        (l == loops.len()).then_some(Looped { plan, index, after })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.index.len()
+    }
+}
+
+impl Shape for Looped {
+    fn location(&self) -> (&'static str, u32) {
+        (self.plan.file, self.plan.line)
+    }
+    fn site(&self, i: usize) -> NodeSite {
+        Shape::site(self.plan, self.index[i] as usize)
+    }
+    fn edges(&self, present: &[bool]) -> Vec<(u32, u32)> {
+        let node =
+            |j: usize| (self.plan.nodes[self.index[j] as usize].accesses, &self.after[j][..]);
+        infer_edges_by(self.index.len(), node, present)
+    }
+    fn place_site(&self, place: usize) -> NodeSite {
+        Shape::place_site(self.plan, place)
+    }
+    fn plan_index(&self, i: usize) -> usize {
+        self.index[i] as usize
+    }
+}
+
+impl GraphCache {
+    /// [`GraphCache::run`] of a body with run-time `for`s. Called by generated code.
+    ///
+    /// `loops[k]` is loop `k`'s node range `(first, len)` in `plan.nodes`, `counts[k]` its
+    /// iterations in this call; `nodes` lists the plan's nodes with each loop's range repeated
+    /// `counts[k]` times, iteration by iteration. The variant is the host `if` bits `key` and
+    /// the counts. Errors as [`GraphCache::run`]; a node list that does not fit the loops is
+    /// [`Error::Graph`] with `CUDA_ERROR_INVALID_VALUE`, nothing enqueued.
+    ///
+    /// # Safety
+    /// As [`GraphCache::run`].
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn run_looped(
+        &mut self,
+        plan: &'static Plan,
+        call_id: &crate::__private::CallId,
+        key: u64,
+        loops: &[(u32, u32)],
+        counts: &[usize],
+        stream: &CudaStream,
+        nodes: &[Option<NodeParams<'_>>],
+        guards: &[Guard<'_>],
+    ) -> Result<()> {
+        let shape = Looped::new(plan, loops, counts).filter(|s| s.len() == nodes.len());
+        let Some(shape) = shape.filter(|_| guards.len() == plan.places.len()) else {
+            let error = cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE);
+            let source =
+                CudaError { call: "GraphCache::run_looped (node list of another plan)", error };
+            return Err(Error::Graph { file: plan.file, line: plan.line, source });
+        };
+        let signature: Vec<u32> =
+            counts.iter().flat_map(|&c| [c as u32, (c as u64 >> 32) as u32]).collect();
+        let call = GraphCall { shape: &shape, site: Site::Plan(plan), key, signature: &signature };
+        self.run_call(call, stream, nodes, guards, Some(call_id.0))
+    }
+}

@@ -1,0 +1,189 @@
+//! Fill nodes: `fill(&mut dst, value)` sets every element of `dst` to `value`, for any element
+//! type without padding (`bytemuck::NoUninit`) of 1 to 64 bytes — in particular the 8-byte types
+//! (`u64`, `i64`, `f64`) that the driver's memset cannot set. A fill node is a kernel node
+//! (`cuGraphAddNode_v2` with `CU_GRAPH_NODE_TYPE_KERNEL`) of the crate's own kernel
+//! (`fill.cu`), so it has the kernel kind's update rules: a new value, pointer or length is a
+//! per-node `cuGraphExecNodeSetParams` through the same ladder; only loading the kernel is its
+//! own.
+//!
+//! The kernel is compiled by NVRTC once per process (the first fill), and its module loaded
+//! (`cuModuleLoadData`) once per context; the module stays loaded, and keeps its context alive,
+//! until the process ends. A compile or load failure is [`Error::InvalidNode`] naming the
+//! statement, before anything is enqueued.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::sys::{CUcontext, CUfunction, CUgraphNodeParams};
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
+
+use super::NodeKind;
+use super::kernel::{Kernel, KernelNode, KernelState, LaunchDims, Limits};
+use crate::error::{Error, NodeSite};
+use crate::operand::{Accesses, WriteArg, sealed};
+
+/// The kernel's CUDA C++ source.
+const SOURCE: &str = include_str!("fill.cu");
+/// The kernel's name in the module.
+const NAME: &str = "cudagraph_fill";
+/// Threads per block of a fill launch.
+const BLOCK: u32 = 256;
+/// Most blocks of a fill launch (the kernel loops over the rest).
+const MAX_GRID: u64 = 4096;
+/// Largest element a fill sets, bytes.
+pub const MAX_FILL_BYTES: usize = 64;
+
+/// The fill kernel of `ctx`: compiled once per process, loaded once per context.
+fn function(ctx: &Arc<CudaContext>) -> Result<CudaFunction, String> {
+    static PTX: OnceLock<Result<cudarc::nvrtc::Ptx, String>> = OnceLock::new();
+    static LOADED: Mutex<Vec<(usize, CudaFunction)>> = Mutex::new(Vec::new());
+    let key = ctx.cu_ctx() as usize;
+    let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, f)) = loaded.iter().find(|(k, _)| *k == key) {
+        return Ok(f.clone());
+    }
+    let ptx = PTX
+        .get_or_init(|| cudarc::nvrtc::compile_ptx(SOURCE).map_err(|e| format!("NVRTC: {e}")))
+        .clone()?;
+    let module = ctx.load_module(ptx).map_err(|e| format!("cuModuleLoadData: {e}"))?;
+    let f = module.load_function(NAME).map_err(|e| format!("cuModuleGetFunction: {e}"))?;
+    // The entry keeps the module, and so the context, alive: the key cannot be reused.
+    loaded.push((key, f.clone()));
+    Ok(f)
+}
+
+/// A fill node's parameters: made by `fill(&mut dst, value)` in `graph!`; borrows its buffer.
+pub struct FillNode<'a> {
+    function: Result<CudaFunction, String>,
+    dst: u64,
+    words: u64,
+    word_bytes: u32,
+    period: u32,
+    pattern: [u64; 8],
+    dims: LaunchDims,
+    dst_tag: u64,
+    ctx: CUcontext,
+    _borrow: core::marker::PhantomData<&'a ()>,
+}
+
+impl<'a> FillNode<'a> {
+    /// Every element of `dst` set to `value`, by the fill kernel of `stream`'s context.
+    pub(crate) fn new<T: bytemuck::NoUninit>(
+        stream: &CudaStream,
+        dst: impl WriteArg<'a, T>,
+        value: T,
+    ) -> Self {
+        const {
+            assert!(
+                size_of::<T>() > 0 && size_of::<T>() <= MAX_FILL_BYTES,
+                "a fill value has 1 to 64 bytes"
+            )
+        };
+        let dst = dst.into_write();
+        let size = size_of::<T>();
+        let word = [8usize, 4, 2, 1]
+            .into_iter()
+            .find(|&w| size.is_multiple_of(w) && dst.ptr.is_multiple_of(w as u64))
+            .unwrap_or(1);
+        let mut pattern = [0u64; 8];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut pattern)[..size]
+            .copy_from_slice(bytemuck::bytes_of(&value));
+        let words = (dst.len * (size / word)) as u64;
+        let grid = words.div_ceil(u64::from(BLOCK)).clamp(1, MAX_GRID) as u32;
+        FillNode {
+            function: function(stream.context()),
+            dst: dst.ptr,
+            words,
+            word_bytes: word as u32,
+            period: (size / word) as u32,
+            pattern,
+            dims: LaunchDims::new(grid, BLOCK),
+            dst_tag: dst.tag,
+            ctx: dst.ctx,
+            _borrow: core::marker::PhantomData,
+        }
+    }
+}
+
+impl sealed::Sealed for FillNode<'_> {}
+
+impl KernelNode for FillNode<'_> {
+    fn function(&self) -> CUfunction {
+        self.function.as_ref().map_or(core::ptr::null_mut(), CudaFunction::cu_function)
+    }
+    fn function_owner(&self) -> Option<&CudaFunction> {
+        self.function.as_ref().ok()
+    }
+    fn dims(&self) -> LaunchDims {
+        self.dims
+    }
+    fn arg_count(&self) -> usize {
+        5
+    }
+    fn for_each_arg(&self, f: &mut dyn FnMut(&[u8])) {
+        f(&self.dst.to_ne_bytes());
+        f(&self.words.to_ne_bytes());
+        f(&self.word_bytes.to_ne_bytes());
+        f(&self.period.to_ne_bytes());
+        f(bytemuck::cast_slice(&self.pattern));
+    }
+    fn accesses(&self, out: &mut Accesses) -> usize {
+        out[0] = (self.dst_tag, true, self.ctx);
+        1
+    }
+}
+
+/// The fill node kind: a kernel node of the crate's fill kernel.
+pub(crate) struct Fill;
+
+impl NodeKind for Fill {
+    type Params<'a> = &'a FillNode<'a>;
+    type State = KernelState;
+    const ADD: &'static str = <Kernel as NodeKind>::ADD;
+    const SET: &'static str = <Kernel as NodeKind>::SET;
+    const EAGER: &'static str = <Kernel as NodeKind>::EAGER;
+
+    fn validate(
+        p: &&FillNode<'_>,
+        limits: Option<&Limits>,
+        site: &dyn Fn() -> NodeSite,
+    ) -> Result<(), Error> {
+        if p.words == 0 {
+            return Err(Error::Empty { site: site(), what: "fill" });
+        }
+        if let Err(why) = &p.function {
+            let why = format!("the fill kernel could not be compiled or loaded: {why}");
+            return Err(Error::InvalidNode { site: site(), why });
+        }
+        Kernel::validate(&(*p as &dyn KernelNode), limits, site)
+    }
+    fn accesses(p: &&FillNode<'_>, out: &mut Accesses) -> usize {
+        KernelNode::accesses(*p, out)
+    }
+    fn state(p: &&FillNode<'_>) -> KernelState {
+        Kernel::state(&(*p as &dyn KernelNode))
+    }
+    fn record(s: &mut KernelState, p: &&FillNode<'_>) -> bool {
+        Kernel::record(s, &(*p as &dyn KernelNode))
+    }
+    fn settable(old: &KernelState, new: &&FillNode<'_>) -> bool {
+        Kernel::settable(old, &(*new as &dyn KernelNode))
+    }
+    fn with_params<R>(
+        s: &mut KernelState,
+        ctx: CUcontext,
+        f: impl FnOnce(&mut CUgraphNodeParams) -> R,
+    ) -> R {
+        Kernel::with_params(s, ctx, f)
+    }
+    fn carry(old: &mut KernelState, new: &mut KernelState) {
+        Kernel::carry(old, new)
+    }
+    unsafe fn eager(
+        p: &&FillNode<'_>,
+        stream: &CudaStream,
+        site: &dyn Fn() -> NodeSite,
+    ) -> Result<(), Error> {
+        // SAFETY: the caller's contract, as for a kernel node.
+        unsafe { Kernel::eager(&(*p as &dyn KernelNode), stream, site) }
+    }
+}
