@@ -131,6 +131,16 @@ pub enum Op {
         /// The graph (written: its operands are acquired as the graph borrows them).
         graph: Operand,
     },
+    /// `host(&A, &mut B, …, CLOSURE)`: a closure run on the host by the launch, on the
+    /// listed pinned host buffers.
+    Host {
+        /// The `host` word.
+        func: Ident,
+        /// The pinned host buffers the closure uses, in order (may be none).
+        operands: Vec<Operand>,
+        /// The closure: `|(a, b, …)| { … }`.
+        closure: Expr,
+    },
     /// `capture(&A, &mut B, …, CLOSURE)`: stream work recorded into a child graph.
     Capture {
         /// The `capture` word.
@@ -172,6 +182,7 @@ impl Op {
             Op::Zero { .. } => "zero".into(),
             Op::Fill { .. } => "fill".into(),
             Op::Capture { .. } => "capture".into(),
+            Op::Host { .. } => "host".into(),
             Op::Child { .. } => "child".into(),
         }
     }
@@ -188,7 +199,7 @@ impl Op {
                 .collect(),
             Op::Copy { src, dst, .. } => vec![src, dst],
             Op::Memset { dst, .. } | Op::Zero { dst, .. } | Op::Fill { dst, .. } => vec![dst],
-            Op::Capture { operands, .. } => operands.iter().collect(),
+            Op::Capture { operands, .. } | Op::Host { operands, .. } => operands.iter().collect(),
             Op::Child { graph, .. } => vec![graph],
         }
     }

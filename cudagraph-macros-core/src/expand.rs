@@ -347,6 +347,10 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
             let g = operand(graph);
             quote_spanned!(func.span()=> ::cudagraph::__private::child(#g))
         }
+        Op::Host { func, operands, closure } => {
+            let ops = operands.iter().map(operand);
+            quote_spanned!(func.span()=> ::cudagraph::__private::host((#(#ops,)*), #closure))
+        }
         Op::Capture { func, operands, closure } => {
             let ops = operands.iter().map(operand);
             let stream = local("__cudagraph_stream_arc");
@@ -378,6 +382,7 @@ fn plan(
             Op::Fill { .. } => quote!(::cudagraph::NodeKind::Kernel("fill")),
             Op::Capture { .. } => quote!(::cudagraph::NodeKind::Captured),
             Op::Child { .. } => quote!(::cudagraph::NodeKind::Child),
+            Op::Host { .. } => quote!(::cudagraph::NodeKind::Host),
         };
         let mut accesses: Vec<(usize, bool)> = Vec::new();
         for o in node.op.operands() {

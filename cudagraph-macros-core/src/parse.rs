@@ -18,7 +18,7 @@ pub const MAX_UNROLL: u64 = 4096;
 pub const MAX_UNROLLED_STATEMENTS: usize = 16384;
 
 const ALLOWED: &str = "allowed statements: `KERNELS.name(args).launch(cfg)`, `copy(&src, &mut dst)`, \
-`memset(&mut dst, value)`, `fill(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, `child(&mut graph)`, each optionally `let name = …` and `.after(names)`; \
+`memset(&mut dst, value)`, `fill(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, `child(&mut graph)`, `host(&a, &mut b, move |(a, b)| { … })`, each optionally `let name = …` and `.after(names)`; \
 `if cond { … } else { … }`; `for i in 0..N { … }` (integer literal bounds: unrolled; other `usize` bounds: a run-time count)";
 
 /// The raw input before lowering.
@@ -445,6 +445,28 @@ fn lower_call(c: &syn::ExprCall, errors: &mut Errors) -> Option<Op> {
             }
             let graph = lower_operand(args[0], Some(true), errors)?;
             Some(Op::Child { func, graph })
+        }
+        "host" => {
+            const USAGE: &str = "host(&a, &mut b, move |(a, b)| { … })";
+            let closure = match args.last() {
+                Some(Expr::Closure(_)) => args[args.len() - 1].clone(),
+                _ => {
+                    errors.push(
+                        c,
+                        format!(
+                            "`host` takes the pinned host buffers the closure reads (`&x`) and \
+                             writes (`&mut y`), then the closure, which gets them as slices: \
+                             `{USAGE}` (`host(move |()| {{ … }})` with none)"
+                        ),
+                    );
+                    return None;
+                }
+            };
+            let listed = &args[..args.len() - 1];
+            let operands: Vec<Option<Operand>> =
+                listed.iter().map(|e| lower_operand(e, None, errors)).collect();
+            let operands = operands.into_iter().collect::<Option<Vec<_>>>()?;
+            Some(Op::Host { func, operands, closure })
         }
         "capture" => {
             const USAGE: &str = "capture(&a, &mut b, |s, (a, b)| { … })";

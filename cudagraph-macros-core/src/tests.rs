@@ -44,6 +44,7 @@ fn summary(c: &Checked<'_>) -> Vec<String> {
                 Op::Fill { .. } => "fill".into(),
                 Op::Capture { .. } => "capture".into(),
                 Op::Child { .. } => "child".into(),
+                Op::Host { .. } => "host".into(),
             };
             let mut line = format!("{}: {kind}", node.label());
             for o in node.op.operands() {

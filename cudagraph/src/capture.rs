@@ -350,7 +350,7 @@ impl Capture {
             // SAFETY: validated above; every buffer argument lies inside a listed operand,
             // which the `graph!` call borrows until the work it enqueued is ordered before any
             // later use (its guards).
-            unsafe { Kernel::eager(&k, &self.stream, &site) }?;
+            unsafe { Kernel::eager(&k, &self.stream, &Default::default(), &site) }?;
             self.record_events(bufs, &owners, managing).map_err(err)?;
             None
         };

@@ -196,6 +196,17 @@ pub enum Error {
     /// Any other driver call.
     #[error(transparent)]
     Cuda(#[from] CudaError),
+    /// A host node's closure (`host(…)` in `graph!`) panicked while a launch of this cache ran
+    /// it (on the driver's thread, where the panic was caught). Returned by the next call on the
+    /// cache, which enqueues nothing; the call after it runs normally. Work after the host node
+    /// in the panicking launch ran as usual.
+    #[error("{site}: the host function panicked during an earlier launch: {message}")]
+    HostFunction {
+        /// The host node.
+        site: NodeSite,
+        /// The panic's message.
+        message: String,
+    },
     /// The closure of a [`capture`](crate::capture) returned this error. The capture was ended
     /// and its graph destroyed; the stream is usable.
     #[error("capture at {file}:{line}: the closure returned an error: {source}")]

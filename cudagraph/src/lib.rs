@@ -127,9 +127,9 @@ pub use cudarc;
 pub use error::{CudaError, Error, NodeSite, Refusal, Result};
 pub use kind::kernel::MAX_KERNEL_PARAMS;
 pub use kind::{
-    CaptureOperand, CaptureOperands, CopyTo, FillNode, KernelArgs, KernelCall, KernelLaunch,
-    LaunchCfg, LaunchDims, MAX_FILL_BYTES, MemcpyParams, Memory, MemsetParams, MemsetValue,
-    MemsetValueOf,
+    CaptureOperand, CaptureOperands, CopyTo, FillNode, HostOperand, HostOperands, HostParams,
+    HostWork, KernelArgs, KernelCall, KernelLaunch, LaunchCfg, LaunchDims, MAX_FILL_BYTES,
+    MemcpyParams, Memory, MemsetParams, MemsetValue, MemsetValueOf,
 };
 pub use operand::{DevRead, DevWrite, Handle, HostRead, HostWrite, KernelArg, Place, PlaceMut};
 pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges, plans};
@@ -349,6 +349,17 @@ pub mod __private {
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         crate::kind::CaptureParams::new(stream, handles, f)
+    }
+
+    /// A `host(&a, &mut b, |(a, b)| …)` statement of `graph!`: the operands' handles and the
+    /// closure, run on the host by the call's launch.
+    #[inline]
+    pub fn host<'a, H, F>(handles: H, f: F) -> crate::kind::HostParams<'a, H, F>
+    where
+        H: crate::kind::HostOperands + 'a,
+        F: for<'s> FnOnce(H::Views<'s>) + Send + 'static,
+    {
+        crate::kind::HostParams::new(handles, f)
     }
 
     /// A `child(&mut g)` statement of `graph!`: the captured graph's handle.

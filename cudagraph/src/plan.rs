@@ -23,6 +23,8 @@ pub enum NodeKind {
     /// A captured [`Graph`](crate::Graph) embedded by `child(&mut g)`, as a child graph
     /// (`cuGraphAddNode_v2`, child graph).
     Child,
+    /// A Rust closure run on the host by every launch, `host(…)` (`cuGraphAddNode_v2`, host).
+    Host,
 }
 
 /// One buffer access of a node: an index into [`Plan::places`], and whether it writes.
@@ -107,6 +109,7 @@ impl Plan {
                 NodeKind::Memset => ("hexagon", "memset".to_string()),
                 NodeKind::Captured => ("component", "captured".to_string()),
                 NodeKind::Child => ("component", "child graph".to_string()),
+                NodeKind::Host => ("cds", "host function".to_string()),
             };
             let accesses: Vec<String> = n
                 .accesses

@@ -198,6 +198,20 @@ pub unsafe fn memset_async(
     }
 }
 
+/// `cuLaunchHostFunc`: `f(user)` runs on a driver thread once `stream`'s earlier work is done.
+///
+/// # Safety
+/// `stream` is alive and its context current; `f` may be called with `user` once, from another
+/// thread, and must not call CUDA.
+pub unsafe fn launch_host_func(
+    stream: CUstream,
+    f: unsafe extern "C" fn(*mut c_void),
+    user: *mut c_void,
+) -> Result<(), DriverError> {
+    // SAFETY: the caller's contract.
+    unsafe { sys::cuLaunchHostFunc(stream, Some(f), user) }.result()
+}
+
 /// `cuEventRecord`: `event` completes when the work enqueued on `stream` so far has.
 ///
 /// # Safety

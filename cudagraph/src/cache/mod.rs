@@ -12,7 +12,7 @@ use cudarc::driver::sys::{self, CUcontext, CUgraph, CUgraphExec, CUstream};
 use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::error::{Call, CudaError, Error, NodeSite, Result};
-use crate::kind::{Limits, NodeParams, NodeState};
+use crate::kind::{Limits, NodeParams, NodeState, Reports};
 use crate::operand::Guard;
 use crate::plan::{Plan, infer_edges};
 use crate::raw::{self, Cuda, Driver};
@@ -176,6 +176,8 @@ pub struct GraphCache<D: Driver = Cuda> {
     scratch: Vec<(u64, u64, bool, usize)>,
     /// The stream ledger of the calls' launches.
     ledger: ledger::Ledger,
+    /// Panics of host nodes' closures run by this cache's launches, returned by the next call.
+    reports: Arc<Reports>,
 }
 
 // SAFETY: the raw driver handles inside are only used through `&mut self` (or `Drop`), so
@@ -194,6 +196,8 @@ struct Variant {
     graph: CUgraph,
     exec: CUgraphExec,
     nodes: Vec<NodeState>,
+    /// The nodes with work at launch ([`NodeState::launch_work`]), in node order.
+    launch_work: Vec<u32>,
     last_use: u64,
     hits: u64,
 }
@@ -278,6 +282,9 @@ impl GraphCache {
         call_id: Option<u64>,
     ) -> Result<()> {
         let graph_err = |source| call.shape.graph_error(source);
+        if let Some(panicked) = self.reports.take() {
+            return Err(panicked);
+        }
         stream.context().bind_to_thread().call("cuCtxSetCurrent").map_err(graph_err)?;
         let ctx = stream.context().cu_ctx();
         if self.limits.is_none_or(|l| l.ctx != ctx) {
@@ -349,7 +356,7 @@ impl GraphCache {
             let Some(n) = n else { continue };
             // SAFETY: parameters validated; pointers come from places the caller keeps
             // borrowed until after this call, with guards recording these uses on `stream`.
-            unsafe { n.eager(stream, &|| shape.site(i)) }?;
+            unsafe { n.eager(stream, &self.reports, &|| shape.site(i)) }?;
         }
         self.stats.eager_calls += 1;
         Ok(())
@@ -426,6 +433,7 @@ impl<D: Driver> GraphCache<D> {
             checked: [Vec::new(), Vec::new()],
             scratch: Vec::new(),
             ledger: ledger::Ledger::default(),
+            reports: Arc::default(),
         }
     }
 
@@ -527,12 +535,23 @@ impl<D: Driver> GraphCache<D> {
         };
         let v = &mut self.variants[idx];
         v.last_use = self.clock;
+        // Work handed to nodes at launch (host closures), after everything else succeeded.
+        for (j, &n) in v.launch_work.iter().enumerate() {
+            let n = n as usize;
+            let r = v.nodes[n].launching(nodes[n].as_ref(), &self.reports, &|| shape.site(n));
+            if let Err(e) = r {
+                v.launch_work[..j].iter().for_each(|&m| v.nodes[m as usize].unlaunched());
+                return Err(e);
+            }
+        }
         // SAFETY: exec is live and was built in the stream's context; every pointer in it was
         // acquired from a place that the caller keeps borrowed until after this launch, with a
         // guard that records the launch on the buffer's events.
-        unsafe { self.driver.launch(v.exec, stream) }
-            .call("cuGraphLaunch")
-            .map_err(|source| shape.graph_error(source))?;
+        let launched = unsafe { self.driver.launch(v.exec, stream) }.call("cuGraphLaunch");
+        if let Err(source) = launched {
+            v.launch_work.iter().for_each(|&m| v.nodes[m as usize].unlaunched());
+            return Err(shape.graph_error(source));
+        }
         self.stats.launches += 1;
         Ok(())
     }
@@ -568,6 +587,9 @@ impl<D: Driver> GraphCache<D> {
             _ctx_owner: owner.cloned(),
             graph,
             exec,
+            launch_work: (0..states.len() as u32)
+                .filter(|&j| states[j as usize].launch_work())
+                .collect(),
             nodes: states,
             last_use: self.clock,
             hits: 0,

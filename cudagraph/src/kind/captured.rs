@@ -373,6 +373,7 @@ impl NodeKind for Captured {
     unsafe fn eager(
         p: &&dyn CapturedWork,
         _: &CudaStream,
+        _: &std::sync::Arc<super::Reports>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
         p.run_eager(site)

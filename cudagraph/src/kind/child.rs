@@ -116,6 +116,7 @@ impl NodeKind for Child {
     unsafe fn eager(
         g: &GraphRef<'_>,
         stream: &CudaStream,
+        _: &std::sync::Arc<super::Reports>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
         let err = |source| Error::Node { site: site(), source };

@@ -181,9 +181,10 @@ impl NodeKind for Fill {
     unsafe fn eager(
         p: &&FillNode<'_>,
         stream: &CudaStream,
+        reports: &std::sync::Arc<super::Reports>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
         // SAFETY: the caller's contract, as for a kernel node.
-        unsafe { Kernel::eager(&(*p as &dyn KernelNode), stream, site) }
+        unsafe { Kernel::eager(&(*p as &dyn KernelNode), stream, reports, site) }
     }
 }

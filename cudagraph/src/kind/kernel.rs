@@ -537,6 +537,7 @@ impl NodeKind for Kernel {
     unsafe fn eager(
         k: &&dyn KernelNode,
         stream: &CudaStream,
+        _: &std::sync::Arc<super::Reports>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
         // SAFETY: the caller's contract; `kernelParams` points into the state during the call.

@@ -236,6 +236,7 @@ impl NodeKind for Memcpy {
     unsafe fn eager(
         c: &MemcpyParams<'_>,
         stream: &CudaStream,
+        _: &std::sync::Arc<super::Reports>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
         let c = &c.raw;

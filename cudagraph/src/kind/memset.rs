@@ -160,6 +160,7 @@ impl NodeKind for Memset {
     unsafe fn eager(
         m: &MemsetParams<'_>,
         stream: &CudaStream,
+        _: &std::sync::Arc<super::Reports>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
         let m = &m.raw;

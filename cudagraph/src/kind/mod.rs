@@ -15,6 +15,8 @@
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::{CUcontext, CUgraph, CUgraphExec, CUgraphNode, CUgraphNodeParams};
 
+use std::sync::{Arc, Mutex};
+
 use crate::error::{CudaError, Error, NodeSite};
 use crate::operand::Accesses;
 use crate::raw::Driver;
@@ -22,6 +24,7 @@ use crate::raw::Driver;
 pub(crate) mod captured;
 pub(crate) mod child;
 pub(crate) mod fill;
+pub(crate) mod host;
 pub(crate) mod kernel;
 pub(crate) mod memcpy;
 pub(crate) mod memset;
@@ -29,6 +32,7 @@ pub(crate) mod memset;
 pub use captured::{CaptureOperand, CaptureOperands, CaptureParams, CapturedWork};
 pub use child::{GraphRef, NoGraphRead};
 pub use fill::{FillNode, MAX_FILL_BYTES};
+pub use host::{HostOperand, HostOperands, HostParams, HostWork};
 pub(crate) use kernel::Limits;
 pub use kernel::{
     KernelArgs, KernelCall, KernelLaunch, KernelNode, LaunchCfg, LaunchDims, LaunchNode,
@@ -88,6 +92,21 @@ pub(crate) trait NodeKind {
     fn prepare(_p: &Self::Params<'_>, _site: &dyn Fn() -> NodeSite) -> Result<bool, Error> {
         Ok(false)
     }
+    /// Whether [`Self::launching`] has work: the cache then calls it before each launch.
+    const LAUNCH_WORK: bool = false;
+    /// Right before the launch of a call, after everything else of the call succeeded: hands
+    /// the node its call's work that runs at launch (a host node queues its closure).
+    /// `reports` takes what goes wrong asynchronously.
+    fn launching(
+        _state: &mut Self::State,
+        _p: &Self::Params<'_>,
+        _reports: &Arc<Reports>,
+        _site: &dyn Fn() -> NodeSite,
+    ) -> Result<(), Error> {
+        Ok(())
+    }
+    /// The launch after [`Self::launching`] failed: takes that work back.
+    fn unlaunched(_state: &mut Self::State) {}
     /// Runs the node eagerly on `stream` (the oracle of [`Mode::Eager`](crate::Mode::Eager)).
     ///
     /// # Safety
@@ -96,8 +115,33 @@ pub(crate) trait NodeKind {
     unsafe fn eager(
         p: &Self::Params<'_>,
         stream: &CudaStream,
+        reports: &Arc<Reports>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error>;
+}
+
+/// What goes wrong in nodes that run asynchronously on the host (a panic in a host node's
+/// closure), reported by the next call on the cache whose launch or eager call ran them.
+#[derive(Default)]
+pub(crate) struct Reports {
+    panics: Mutex<Vec<(NodeSite, String)>>,
+}
+
+impl Reports {
+    /// The first panic reported since the last call, as the error of this call.
+    pub(crate) fn take(&self) -> Option<Error> {
+        let mut p = self.panics.lock().unwrap_or_else(|e| e.into_inner());
+        if p.is_empty() {
+            return None;
+        }
+        let (site, message) = p.remove(0);
+        p.clear();
+        Some(Error::HostFunction { site, message })
+    }
+
+    fn push(&self, site: NodeSite, message: String) {
+        self.panics.lock().unwrap_or_else(|e| e.into_inner()).push((site, message));
+    }
 }
 
 /// How [`NodeState::update`] went for one node.
@@ -211,11 +255,12 @@ macro_rules! node_kinds {
             pub(crate) unsafe fn eager(
                 &self,
                 stream: &CudaStream,
+                reports: &Arc<Reports>,
                 site: &dyn Fn() -> NodeSite,
             ) -> Result<(), Error> {
                 match self {
                     // SAFETY: the caller's contract.
-                    $(NodeParams::$variant(p) => unsafe { <$kind>::eager(p, stream, site) },)*
+                    $(NodeParams::$variant(p) => unsafe { <$kind>::eager(p, stream, reports, site) },)*
                 }
             }
         }
@@ -275,6 +320,37 @@ macro_rules! node_kinds {
                 }
             }
 
+            /// Whether the node's kind has work at launch ([`NodeKind::LAUNCH_WORK`]).
+            pub(crate) fn launch_work(&self) -> bool {
+                match self {
+                    NodeState::Absent => false,
+                    $(NodeState::$variant(..) => <$kind>::LAUNCH_WORK,)*
+                }
+            }
+
+            /// See [`NodeKind::launching`].
+            pub(crate) fn launching(
+                &mut self,
+                p: Option<&NodeParams<'_>>,
+                reports: &Arc<Reports>,
+                site: &dyn Fn() -> NodeSite,
+            ) -> Result<(), Error> {
+                match (self, p) {
+                    $((NodeState::$variant(_, s), Some(NodeParams::$variant(p))) => {
+                        <$kind>::launching(s, p, reports, site)
+                    })*
+                    _ => Ok(()),
+                }
+            }
+
+            /// See [`NodeKind::unlaunched`].
+            pub(crate) fn unlaunched(&mut self) {
+                match self {
+                    NodeState::Absent => {}
+                    $(NodeState::$variant(_, s) => <$kind>::unlaunched(s),)*
+                }
+            }
+
             /// See [`NodeKind::carry`].
             pub(crate) fn carry(old: &mut NodeState, new: &mut NodeState) {
                 match (old, new) {
@@ -301,6 +377,8 @@ node_kinds! {
     Child(GraphRef<'a>) => child::Child,
     /// Kernel node of the crate's fill kernel, `fill(&mut dst, value)`.
     Fill(&'a FillNode<'a>) => fill::Fill,
+    /// Host function node, `host(&a, &mut b, |(a, b)| …)`.
+    Host(&'a dyn HostWork) => host::Host,
 }
 
 /// What a statement evaluates to inside `graph!` (sealed: a kernel launch made by a
@@ -341,6 +419,16 @@ where
 impl<'a> IntoNode for FillNode<'a> {
     fn node(&self) -> NodeParams<'_> {
         NodeParams::Fill(self)
+    }
+}
+impl<H, F> crate::operand::sealed::Sealed for HostParams<'_, H, F> {}
+impl<H, F> IntoNode for HostParams<'_, H, F>
+where
+    H: HostOperands,
+    F: for<'s> FnOnce(H::Views<'s>) + Send + 'static,
+{
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::Host(self)
     }
 }
 impl crate::operand::sealed::Sealed for GraphRef<'_> {}
