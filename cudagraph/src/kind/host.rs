@@ -33,6 +33,11 @@ use crate::raw;
 
 /// One pinned host buffer a `host` statement lists: `&x` (a [`HostRead`]) or `&mut y` (a
 /// [`HostWrite`]). Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a pinned host buffer: a `host` closure can use only pinned host memory",
+    label = "a device buffer (or not a buffer) listed for a `host` closure",
+    note = "list pinned host buffers (`ctx.alloc_pinned::<T>(n)`, a `PinnedHostSlice`), copied to and from the device by `copy` statements around the `host` statement"
+)]
 pub trait HostOperand: host_sealed::Sealed {
     /// What the closure gets for it: `&[T]` or `&mut [T]`.
     type View<'s>;
