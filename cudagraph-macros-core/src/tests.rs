@@ -90,6 +90,37 @@ fn statements_lower_to_node_kinds() {
 }
 
 #[test]
+fn host_statements_list_pinned_buffers_and_order_like_nodes() {
+    checked(
+        quote!(&mut cache, &stream, {
+            copy(&x, &mut pin);
+            let h = host(&pin, &mut out, move |(p, o)| o.copy_from_slice(p));
+            host(move |()| count.fetch_add(1, Relaxed));
+            copy(&out, &mut y);
+        }),
+        |c| {
+            assert_eq!(
+                summary(c),
+                [
+                    "copy: copy x/r pin/w",
+                    "h: host pin/r out/w",
+                    "host: host",
+                    "copy: copy out/r y/w"
+                ]
+            );
+        },
+    );
+    assert_eq!(
+        errors_of(quote!(&mut c, &s, {
+            host(&pin);
+        })),
+        ["`host` takes the pinned host buffers the closure reads (`&x`) and writes (`&mut y`), \
+          then the closure, which gets them as slices: `host(&a, &mut b, move |(a, b)| { … })` \
+          (`host(move |()| { … })` with none)"]
+    );
+}
+
+#[test]
 fn input_keeps_cache_stream_and_launch_parts() {
     let (input, errors) = lower(quote!(&mut self.cache, &streams[1], {
         k.axpy(n, 2.0, &x, &mut y).launch((4, 256));
@@ -531,7 +562,7 @@ fn too_many_ifs_are_an_error() {
 fn non_graph_statements_are_errors() {
     let allowed = "allowed statements: `KERNELS.name(args).launch(cfg)`, `copy(&src, &mut dst)`, \
 `memset(&mut dst, value)`, `fill(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, \
-`child(&mut graph)`, each optionally `let name = …` and `.after(names)`; \
+`child(&mut graph)`, `host(&a, &mut b, move |(a, b)| { … })`, each optionally `let name = …` and `.after(names)`; \
 `if cond { … } else { … }`; `for i in 0..N { … }` (integer literal bounds: unrolled; other `usize` bounds: a run-time count)";
     let not_graph = format!("not a graph statement; {allowed}");
     let cases: [(TokenStream, String); 9] = [

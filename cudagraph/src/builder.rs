@@ -16,8 +16,9 @@ use crate::error::{Error, NodeSite, Result};
 use crate::kind::memcpy::Copy1d;
 use crate::kind::memset::Set1d;
 use crate::kind::{
-    CaptureOperands, CaptureParams, CapturedWork, CopyTo, KernelArgs, KernelLaunch, KernelNode,
-    LaunchDims, MemcpyParams, Memory, MemsetParams, MemsetValueOf, NodeParams,
+    CaptureOperands, CaptureParams, CapturedWork, CopyTo, HostOperands, HostParams, HostWork,
+    KernelArgs, KernelLaunch, KernelNode, LaunchDims, MemcpyParams, Memory, MemsetParams,
+    MemsetValueOf, NodeParams,
 };
 use crate::operand::{DevWrite, Handle, Place, PlaceMut, sealed::Token};
 use crate::plan::{Access, infer_edges_by};
@@ -137,6 +138,8 @@ pub struct GraphBuilder<'a> {
     /// The [`capture`](Self::capture) nodes' operands and closures, in the order they were
     /// added (a captured node of the recording holds its index here), kept until `launch`.
     captures: Vec<Box<dyn CapturedWork + 'a>>,
+    /// The closures of `host` nodes, by index.
+    hosts: Vec<Box<dyn HostWork + 'a>>,
 }
 
 impl GraphCache {
@@ -146,7 +149,14 @@ impl GraphCache {
         // The last builder's vectors, emptied, so that steady calls reuse their capacity.
         let mut rec = core::mem::replace(&mut self.recording, Recording::new(0));
         rec.id = id;
-        GraphBuilder { cache: self, stream, rec, guards: Vec::new(), captures: Vec::new() }
+        GraphBuilder {
+            cache: self,
+            stream,
+            rec,
+            guards: Vec::new(),
+            captures: Vec::new(),
+            hosts: Vec::new(),
+        }
     }
 }
 
@@ -270,6 +280,50 @@ impl<'a> GraphBuilder<'a> {
         node
     }
 
+    /// Adds a host function node (`cuGraphAddNode_v2`, host) that runs `f` on the host when
+    /// the launch reaches it, as `host(&a, &mut b, |(a, b)| …)` does in `graph!`: `operands` is
+    /// a tuple of pinned host buffer handles from [`read`](Self::read)/[`write`](Self::write)
+    /// (`HostRead`, `HostWrite`), which `f` gets as `&[T]` / `&mut [T]` while it runs, ordered
+    /// with the other nodes by their data hazards. `f` runs once, on a driver thread, by this
+    /// builder's launch (also when the cache evicts the variant before the launch reached it);
+    /// it must not call CUDA. A panic in `f` is caught and returned as
+    /// [`Error::HostFunction`] by the cache's next call. In [`Mode::Eager`](crate::Mode::Eager)
+    /// it runs through `cuLaunchHostFunc` on the stream. Label: `host`.
+    ///
+    /// ```no_run
+    /// # use cudagraph::GraphCache;
+    /// # fn main() -> cudagraph::Result<()> {
+    /// # let ctx = cudagraph::context(0)?;
+    /// let stream = ctx.new_stream()?;
+    /// let x = stream.alloc_zeros::<u32>(1024)?;
+    /// // SAFETY: plain u32s, written by the copy before they are read.
+    /// let mut pinned = unsafe { ctx.alloc_pinned::<u32>(1024)? };
+    /// let mut cache = GraphCache::new();
+    /// let mut g = cache.builder(&stream);
+    /// let (xr, p) = (g.read(&x), g.write(&mut pinned));
+    /// g.copy(xr, p);
+    /// g.host((p.read(),), move |(p,)| println!("sum {}", p.iter().sum::<u32>()));
+    /// g.launch()?;
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn host<H, F>(&mut self, operands: H, f: F) -> Node
+    where
+        H: HostOperands + 'a,
+        F: for<'s> FnOnce(H::Views<'s>) + Send + 'static,
+    {
+        let site = site("host", "GraphBuilder::host", Location::caller());
+        let mut all = crate::operand::NO_ACCESSES;
+        let len = operands.accesses(&mut all);
+        let mut ops = [(0u64, false); 16];
+        for (o, a) in ops.iter_mut().zip(&all[..len]) {
+            *o = (a.0, a.1);
+        }
+        let node = self.rec.push(site, RecKind::Host(self.hosts.len()), &ops[..len]);
+        self.hosts.push(Box::new(HostParams::new(operands, f)));
+        node
+    }
+
     /// Adds a child-graph node (`cuGraphAddNode_v2`, child graph) replaying `graph`, a
     /// [`Graph`](crate::Graph) recorded once by [`capture`](crate::capture), as `child(&mut g)`
     /// does in `graph!`: its operands are acquired on the builder's stream now (the stream waits
@@ -336,7 +390,7 @@ impl<'a> GraphBuilder<'a> {
         let key = self.rec.signature();
         let rec = &self.rec;
         let views: Vec<KernelView<'_>> = rec.kernel_views().collect();
-        let nodes = rec.params(&views, &self.captures);
+        let nodes = rec.params(&views, &self.captures, &self.hosts);
         let call = GraphCall { shape: rec, site: Site::Builder, key, signature: &rec.sig };
         self.cache.run_call(call, self.stream, &nodes, &self.guards, None)
         // `self` drops here: the guards record the buffers' use after the launch was enqueued.
@@ -391,6 +445,8 @@ enum RecKind {
     Captured(usize),
     /// An embedded captured graph.
     Child(ChildParts),
+    /// Index of the node's closure in the builder's `hosts`.
+    Host(usize),
 }
 
 /// An embedded graph as a builder records it: its [`GraphRef`](crate::kind::GraphRef) without the
@@ -650,6 +706,7 @@ impl Recording {
                 RecKind::Memset(_) => 4,
                 RecKind::Captured(_) => 5,
                 RecKind::Child(_) => 6,
+                RecKind::Host(_) => 7,
             });
             if let RecKind::Kernel(k) = &n.kind {
                 // The parameter sizes: a node of another parameter list is another variant.
@@ -700,6 +757,7 @@ impl Recording {
         &'r self,
         views: &'r [KernelView<'r>],
         captures: &'r [Box<dyn CapturedWork + '_>],
+        hosts: &'r [Box<dyn HostWork + '_>],
     ) -> Vec<Option<NodeParams<'r>>> {
         let mut views = views.iter();
         let view = |v: Option<&'r KernelView<'r>>| -> &'r dyn KernelNode {
@@ -713,6 +771,7 @@ impl Recording {
                     RecKind::Memcpy(c) => NodeParams::Memcpy(MemcpyParams::recorded(*c)),
                     RecKind::Memset(m) => NodeParams::Memset(MemsetParams::recorded(*m)),
                     RecKind::Captured(i) => NodeParams::Captured(&*captures[*i]),
+                    RecKind::Host(i) => NodeParams::Host(&*hosts[*i]),
                     RecKind::Child(c) => NodeParams::Child(crate::kind::GraphRef {
                         raw: c.raw,
                         id: c.id,
@@ -937,7 +996,7 @@ mod tests {
         let key = rec.signature();
         let rec = &rec;
         let views: Vec<KernelView<'_>> = rec.kernel_views().collect();
-        let nodes = rec.params(&views, captures);
+        let nodes = rec.params(&views, captures, &[]);
         let call = GraphCall { shape: rec, site: Site::Builder, key, signature: &rec.sig };
         cache.run_shape(call, (CTX, None), STREAM, &nodes)
     }

@@ -201,3 +201,51 @@ fn a_host_node_is_ordered_after_its_predecessors() -> Result {
     assert_eq!(*sums.lock().unwrap(), want, "each closure saw its own call's slow kernel's result");
     Ok(())
 }
+
+/// The same through `GraphBuilder::host`: a builder per call, the copy before the host node and
+/// the copy after it, each call's closure with its call's value; graph against eager.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_builder_host_node_between_two_copies() -> Result {
+    let _serial = common::serial();
+    let (ctx, s, k) = gpu()?;
+    let len = N as usize;
+    let mut results = Vec::new();
+    for mode in [Mode::Graph, Mode::Eager] {
+        let mut x = s.alloc_zeros::<u32>(len)?;
+        let mut y = s.alloc_zeros::<u32>(len)?;
+        // SAFETY: pinned buffers of plain u32, written by the graph before they are read.
+        let (mut inp, mut out) =
+            unsafe { (ctx.alloc_pinned::<u32>(len)?, ctx.alloc_pinned::<u32>(len)?) };
+        let mut cache = GraphCache::new();
+        cache.set_mode(mode);
+        let mut got = Vec::new();
+        for step in 0..3u32 {
+            let mut g = cache.builder(&s);
+            let (xw, yw) = (g.write(&mut x), g.write(&mut y));
+            let (iw, ow) = (g.write(&mut inp), g.write(&mut out));
+            g.kernel(k.iota(N, 5, step, xw).launch(cfg()));
+            g.copy(xw.read(), iw);
+            g.host((iw.read(), ow), move |(i, o)| {
+                for (o, i) in o.iter_mut().zip(i) {
+                    *o = i.wrapping_add(step * 1000);
+                }
+            });
+            g.copy(ow.read(), yw);
+            g.launch()?;
+            got.push(s.clone_dtoh(&y)?);
+        }
+        if mode == Mode::Graph {
+            assert_eq!(cache.stats().builds, 1, "one topology: {:?}", cache.stats());
+        }
+        results.push(got);
+    }
+    for (step, g) in results[0].iter().enumerate() {
+        let step = step as u32;
+        let want: Vec<u32> =
+            host::iota(N, 5, step).iter().map(|i| i.wrapping_add(step * 1000)).collect();
+        assert_same(g, &want, &format!("graph call {step}"));
+    }
+    assert_eq!(results[0], results[1], "graph and eager");
+    Ok(())
+}
