@@ -131,6 +131,11 @@ pub enum Op {
         /// The graph (written: its operands are acquired as the graph borrows them).
         graph: Operand,
     },
+    /// `empty()`: a node without work, a join point for `.after`.
+    Empty {
+        /// The `empty` word.
+        func: Ident,
+    },
     /// `host(&A, &mut B, …, CLOSURE)`: a closure run on the host by the launch, on the
     /// listed pinned host buffers.
     Host {
@@ -183,6 +188,7 @@ impl Op {
             Op::Fill { .. } => "fill".into(),
             Op::Capture { .. } => "capture".into(),
             Op::Host { .. } => "host".into(),
+            Op::Empty { .. } => "empty".into(),
             Op::Child { .. } => "child".into(),
         }
     }
@@ -201,6 +207,7 @@ impl Op {
             Op::Memset { dst, .. } | Op::Zero { dst, .. } | Op::Fill { dst, .. } => vec![dst],
             Op::Capture { operands, .. } | Op::Host { operands, .. } => operands.iter().collect(),
             Op::Child { graph, .. } => vec![graph],
+            Op::Empty { .. } => vec![],
         }
     }
 }

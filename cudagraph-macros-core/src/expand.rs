@@ -347,6 +347,7 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
             let g = operand(graph);
             quote_spanned!(func.span()=> ::cudagraph::__private::child(#g))
         }
+        Op::Empty { func } => quote_spanned!(func.span()=> ::cudagraph::__private::empty()),
         Op::Host { func, operands, closure } => {
             let ops = operands.iter().map(operand);
             quote_spanned!(func.span()=> ::cudagraph::__private::host((#(#ops,)*), #closure))
@@ -383,6 +384,7 @@ fn plan(
             Op::Capture { .. } => quote!(::cudagraph::NodeKind::Captured),
             Op::Child { .. } => quote!(::cudagraph::NodeKind::Child),
             Op::Host { .. } => quote!(::cudagraph::NodeKind::Host),
+            Op::Empty { .. } => quote!(::cudagraph::NodeKind::Empty),
         };
         let mut accesses: Vec<(usize, bool)> = Vec::new();
         for o in node.op.operands() {

@@ -324,6 +324,14 @@ impl<'a> GraphBuilder<'a> {
         node
     }
 
+    /// Adds an empty node (`cuGraphAddNode_v2`, empty): no work, a join point for
+    /// [`after`](Self::after) edges, as `empty()` does in `graph!`. Label: `empty`.
+    #[track_caller]
+    pub fn empty(&mut self) -> Node {
+        let site = site("empty", "GraphBuilder::empty", Location::caller());
+        self.rec.push(site, RecKind::Empty, &[])
+    }
+
     /// Adds a child-graph node (`cuGraphAddNode_v2`, child graph) replaying `graph`, a
     /// [`Graph`](crate::Graph) recorded once by [`capture`](crate::capture), as `child(&mut g)`
     /// does in `graph!`: its operands are acquired on the builder's stream now (the stream waits
@@ -447,6 +455,8 @@ enum RecKind {
     Child(ChildParts),
     /// Index of the node's closure in the builder's `hosts`.
     Host(usize),
+    /// A join point.
+    Empty,
 }
 
 /// An embedded graph as a builder records it: its [`GraphRef`](crate::kind::GraphRef) without the
@@ -707,6 +717,7 @@ impl Recording {
                 RecKind::Captured(_) => 5,
                 RecKind::Child(_) => 6,
                 RecKind::Host(_) => 7,
+                RecKind::Empty => 8,
             });
             if let RecKind::Kernel(k) = &n.kind {
                 // The parameter sizes: a node of another parameter list is another variant.
@@ -772,6 +783,7 @@ impl Recording {
                     RecKind::Memset(m) => NodeParams::Memset(MemsetParams::recorded(*m)),
                     RecKind::Captured(i) => NodeParams::Captured(&*captures[*i]),
                     RecKind::Host(i) => NodeParams::Host(&*hosts[*i]),
+                    RecKind::Empty => NodeParams::Empty(crate::kind::empty()),
                     RecKind::Child(c) => NodeParams::Child(crate::kind::GraphRef {
                         raw: c.raw,
                         id: c.id,

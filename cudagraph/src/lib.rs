@@ -127,9 +127,9 @@ pub use cudarc;
 pub use error::{CudaError, Error, NodeSite, Refusal, Result};
 pub use kind::kernel::MAX_KERNEL_PARAMS;
 pub use kind::{
-    CaptureOperand, CaptureOperands, CopyTo, FillNode, HostOperand, HostOperands, HostParams,
-    HostWork, KernelArgs, KernelCall, KernelLaunch, LaunchCfg, LaunchDims, MAX_FILL_BYTES,
-    MemcpyParams, Memory, MemsetParams, MemsetValue, MemsetValueOf,
+    CaptureOperand, CaptureOperands, CopyTo, EmptyParams, FillNode, HostOperand, HostOperands,
+    HostParams, HostWork, KernelArgs, KernelCall, KernelLaunch, LaunchCfg, LaunchDims,
+    MAX_FILL_BYTES, MemcpyParams, Memory, MemsetParams, MemsetValue, MemsetValueOf,
 };
 pub use operand::{DevRead, DevWrite, Handle, HostRead, HostWrite, KernelArg, Place, PlaceMut};
 pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges, plans};
@@ -278,7 +278,9 @@ pub fn driver_available() -> bool {
 
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::kind::{IntoNode, KernelArgs, LaunchNode, NodeParams, copy, memset, zero};
+    pub use crate::kind::{
+        IntoNode, KernelArgs, LaunchNode, NodeParams, copy, empty, memset, zero,
+    };
     pub use crate::operand::Guard;
     pub use crate::operand::{ReadArg, WriteArg};
     pub use crate::plan::Registered;

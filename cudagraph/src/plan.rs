@@ -25,6 +25,8 @@ pub enum NodeKind {
     Child,
     /// A Rust closure run on the host by every launch, `host(…)` (`cuGraphAddNode_v2`, host).
     Host,
+    /// A node without work, a join point, `empty()` (`cuGraphAddNode_v2`, empty).
+    Empty,
 }
 
 /// One buffer access of a node: an index into [`Plan::places`], and whether it writes.
@@ -110,6 +112,7 @@ impl Plan {
                 NodeKind::Captured => ("component", "captured".to_string()),
                 NodeKind::Child => ("component", "child graph".to_string()),
                 NodeKind::Host => ("cds", "host function".to_string()),
+                NodeKind::Empty => ("point", "empty".to_string()),
             };
             let accesses: Vec<String> = n
                 .accesses

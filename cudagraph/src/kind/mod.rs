@@ -23,6 +23,7 @@ use crate::raw::Driver;
 
 pub(crate) mod captured;
 pub(crate) mod child;
+pub(crate) mod empty;
 pub(crate) mod fill;
 pub(crate) mod host;
 pub(crate) mod kernel;
@@ -31,6 +32,7 @@ pub(crate) mod memset;
 
 pub use captured::{CaptureOperand, CaptureOperands, CaptureParams, CapturedWork};
 pub use child::{GraphRef, NoGraphRead};
+pub use empty::{EmptyParams, empty};
 pub use fill::{FillNode, MAX_FILL_BYTES};
 pub use host::{HostOperand, HostOperands, HostParams, HostWork};
 pub(crate) use kernel::Limits;
@@ -379,6 +381,8 @@ node_kinds! {
     Fill(&'a FillNode<'a>) => fill::Fill,
     /// Host function node, `host(&a, &mut b, |(a, b)| …)`.
     Host(&'a dyn HostWork) => host::Host,
+    /// Empty node, `empty()`.
+    Empty(EmptyParams) => empty::Empty,
 }
 
 /// What a statement evaluates to inside `graph!` (sealed: a kernel launch made by a
@@ -429,6 +433,12 @@ where
 {
     fn node(&self) -> NodeParams<'_> {
         NodeParams::Host(self)
+    }
+}
+impl crate::operand::sealed::Sealed for EmptyParams {}
+impl IntoNode for EmptyParams {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::Empty(*self)
     }
 }
 impl crate::operand::sealed::Sealed for GraphRef<'_> {}
