@@ -131,6 +131,13 @@ pub enum Op {
         /// The graph (written: its operands are acquired as the graph borrows them).
         graph: Operand,
     },
+    /// `event_record(EVENT)` / `event_wait(EVENT)`: a cudarc event recorded or waited for.
+    Event {
+        /// The `event_record` or `event_wait` word.
+        func: Ident,
+        /// The event expression (`&Arc<CudaEvent>`).
+        event: Expr,
+    },
     /// `empty()`: a node without work, a join point for `.after`.
     Empty {
         /// The `empty` word.
@@ -189,6 +196,7 @@ impl Op {
             Op::Capture { .. } => "capture".into(),
             Op::Host { .. } => "host".into(),
             Op::Empty { .. } => "empty".into(),
+            Op::Event { func, .. } => func.to_string(),
             Op::Child { .. } => "child".into(),
         }
     }
@@ -207,7 +215,7 @@ impl Op {
             Op::Memset { dst, .. } | Op::Zero { dst, .. } | Op::Fill { dst, .. } => vec![dst],
             Op::Capture { operands, .. } | Op::Host { operands, .. } => operands.iter().collect(),
             Op::Child { graph, .. } => vec![graph],
-            Op::Empty { .. } => vec![],
+            Op::Empty { .. } | Op::Event { .. } => vec![],
         }
     }
 }

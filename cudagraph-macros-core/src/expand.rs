@@ -348,6 +348,9 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
             quote_spanned!(func.span()=> ::cudagraph::__private::child(#g))
         }
         Op::Empty { func } => quote_spanned!(func.span()=> ::cudagraph::__private::empty()),
+        Op::Event { func, event } => {
+            quote_spanned!(func.span()=> ::cudagraph::__private::#func(#event))
+        }
         Op::Host { func, operands, closure } => {
             let ops = operands.iter().map(operand);
             quote_spanned!(func.span()=> ::cudagraph::__private::host((#(#ops,)*), #closure))
@@ -385,6 +388,10 @@ fn plan(
             Op::Child { .. } => quote!(::cudagraph::NodeKind::Child),
             Op::Host { .. } => quote!(::cudagraph::NodeKind::Host),
             Op::Empty { .. } => quote!(::cudagraph::NodeKind::Empty),
+            Op::Event { func, .. } if func == "event_record" => {
+                quote!(::cudagraph::NodeKind::EventRecord)
+            }
+            Op::Event { .. } => quote!(::cudagraph::NodeKind::EventWait),
         };
         let mut accesses: Vec<(usize, bool)> = Vec::new();
         for o in node.op.operands() {

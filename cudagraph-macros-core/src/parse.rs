@@ -18,7 +18,7 @@ pub const MAX_UNROLL: u64 = 4096;
 pub const MAX_UNROLLED_STATEMENTS: usize = 16384;
 
 const ALLOWED: &str = "allowed statements: `KERNELS.name(args).launch(cfg)`, `copy(&src, &mut dst)`, \
-`memset(&mut dst, value)`, `fill(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, `child(&mut graph)`, `host(&a, &mut b, move |(a, b)| { … })`, `empty()`, each optionally `let name = …` and `.after(names)`; \
+`memset(&mut dst, value)`, `fill(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, `child(&mut graph)`, `host(&a, &mut b, move |(a, b)| { … })`, `empty()`, `event_record(&event)`, `event_wait(&event)`, each optionally `let name = …` and `.after(names)`; \
 `if cond { … } else { … }`; `for i in 0..N { … }` (integer literal bounds: unrolled; other `usize` bounds: a run-time count)";
 
 /// The raw input before lowering.
@@ -445,6 +445,12 @@ fn lower_call(c: &syn::ExprCall, errors: &mut Errors) -> Option<Op> {
             }
             let graph = lower_operand(args[0], Some(true), errors)?;
             Some(Op::Child { func, graph })
+        }
+        "event_record" | "event_wait" => {
+            if !arity(1, &format!("{word}(&event)"), errors) {
+                return None;
+            }
+            Some(Op::Event { func, event: args[0].clone() })
         }
         "empty" => {
             if !arity(0, "let joined = empty().after(a, b);", errors) {

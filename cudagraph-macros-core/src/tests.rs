@@ -46,6 +46,7 @@ fn summary(c: &Checked<'_>) -> Vec<String> {
                 Op::Child { .. } => "child".into(),
                 Op::Host { .. } => "host".into(),
                 Op::Empty { .. } => "empty".into(),
+                Op::Event { func, .. } => func.to_string(),
             };
             let mut line = format!("{}: {kind}", node.label());
             for o in node.op.operands() {
@@ -563,7 +564,7 @@ fn too_many_ifs_are_an_error() {
 fn non_graph_statements_are_errors() {
     let allowed = "allowed statements: `KERNELS.name(args).launch(cfg)`, `copy(&src, &mut dst)`, \
 `memset(&mut dst, value)`, `fill(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, \
-`child(&mut graph)`, `host(&a, &mut b, move |(a, b)| { … })`, `empty()`, each optionally `let name = …` and `.after(names)`; \
+`child(&mut graph)`, `host(&a, &mut b, move |(a, b)| { … })`, `empty()`, `event_record(&event)`, `event_wait(&event)`, each optionally `let name = …` and `.after(names)`; \
 `if cond { … } else { … }`; `for i in 0..N { … }` (integer literal bounds: unrolled; other `usize` bounds: a run-time count)";
     let not_graph = format!("not a graph statement; {allowed}");
     let cases: [(TokenStream, String); 9] = [

@@ -140,6 +140,8 @@ pub struct GraphBuilder<'a> {
     captures: Vec<Box<dyn CapturedWork + 'a>>,
     /// The closures of `host` nodes, by index.
     hosts: Vec<Box<dyn HostWork + 'a>>,
+    /// The events of event nodes, by index.
+    events: Vec<&'a Arc<cudarc::driver::CudaEvent>>,
 }
 
 impl GraphCache {
@@ -156,6 +158,7 @@ impl GraphCache {
             guards: Vec::new(),
             captures: Vec::new(),
             hosts: Vec::new(),
+            events: Vec::new(),
         }
     }
 }
@@ -332,6 +335,28 @@ impl<'a> GraphBuilder<'a> {
         self.rec.push(site, RecKind::Empty, &[])
     }
 
+    /// Adds an event record node (`cuGraphAddNode_v2`, event record), as `event_record(&e)`
+    /// does in `graph!`: it records `event` once the nodes it is [`after`](Self::after) are
+    /// done; it touches no buffer, so only `after` edges order it. The exec keeps `event` alive.
+    /// Label: `event_record`. Errors, from `launch`:
+    /// [`Error::WrongContext`](crate::Error::WrongContext) for an event of another context.
+    #[track_caller]
+    pub fn event_record(&mut self, event: &'a Arc<cudarc::driver::CudaEvent>) -> Node {
+        let site = site("event_record", "GraphBuilder::event_record", Location::caller());
+        self.events.push(event);
+        self.rec.push(site, RecKind::EventRecord(self.events.len() - 1), &[])
+    }
+
+    /// Adds an event wait node (`cuGraphAddNode_v2`, wait event), as `event_wait(&e)` does in
+    /// `graph!`: the nodes [`after`](Self::after) it wait for the last record of `event`.
+    /// Label: `event_wait`. Errors as [`event_record`](Self::event_record).
+    #[track_caller]
+    pub fn event_wait(&mut self, event: &'a Arc<cudarc::driver::CudaEvent>) -> Node {
+        let site = site("event_wait", "GraphBuilder::event_wait", Location::caller());
+        self.events.push(event);
+        self.rec.push(site, RecKind::EventWait(self.events.len() - 1), &[])
+    }
+
     /// Adds a child-graph node (`cuGraphAddNode_v2`, child graph) replaying `graph`, a
     /// [`Graph`](crate::Graph) recorded once by [`capture`](crate::capture), as `child(&mut g)`
     /// does in `graph!`: its operands are acquired on the builder's stream now (the stream waits
@@ -398,7 +423,7 @@ impl<'a> GraphBuilder<'a> {
         let key = self.rec.signature();
         let rec = &self.rec;
         let views: Vec<KernelView<'_>> = rec.kernel_views().collect();
-        let nodes = rec.params(&views, &self.captures, &self.hosts);
+        let nodes = rec.params(&views, &self.captures, &self.hosts, &self.events);
         let call = GraphCall { shape: rec, site: Site::Builder, key, signature: &rec.sig };
         self.cache.run_call(call, self.stream, &nodes, &self.guards, None)
         // `self` drops here: the guards record the buffers' use after the launch was enqueued.
@@ -457,6 +482,10 @@ enum RecKind {
     Host(usize),
     /// A join point.
     Empty,
+    /// An event record node: index of the event in the builder's `events`.
+    EventRecord(usize),
+    /// An event wait node: index of the event in the builder's `events`.
+    EventWait(usize),
 }
 
 /// An embedded graph as a builder records it: its [`GraphRef`](crate::kind::GraphRef) without the
@@ -718,6 +747,8 @@ impl Recording {
                 RecKind::Child(_) => 6,
                 RecKind::Host(_) => 7,
                 RecKind::Empty => 8,
+                RecKind::EventRecord(_) => 9,
+                RecKind::EventWait(_) => 10,
             });
             if let RecKind::Kernel(k) = &n.kind {
                 // The parameter sizes: a node of another parameter list is another variant.
@@ -769,6 +800,7 @@ impl Recording {
         views: &'r [KernelView<'r>],
         captures: &'r [Box<dyn CapturedWork + '_>],
         hosts: &'r [Box<dyn HostWork + '_>],
+        events: &'r [&'r Arc<cudarc::driver::CudaEvent>],
     ) -> Vec<Option<NodeParams<'r>>> {
         let mut views = views.iter();
         let view = |v: Option<&'r KernelView<'r>>| -> &'r dyn KernelNode {
@@ -784,6 +816,12 @@ impl Recording {
                     RecKind::Captured(i) => NodeParams::Captured(&*captures[*i]),
                     RecKind::Host(i) => NodeParams::Host(&*hosts[*i]),
                     RecKind::Empty => NodeParams::Empty(crate::kind::empty()),
+                    RecKind::EventRecord(i) => {
+                        NodeParams::EventRecord(crate::kind::event_record(events[*i]))
+                    }
+                    RecKind::EventWait(i) => {
+                        NodeParams::EventWait(crate::kind::event_wait(events[*i]))
+                    }
                     RecKind::Child(c) => NodeParams::Child(crate::kind::GraphRef {
                         raw: c.raw,
                         id: c.id,
@@ -1008,7 +1046,7 @@ mod tests {
         let key = rec.signature();
         let rec = &rec;
         let views: Vec<KernelView<'_>> = rec.kernel_views().collect();
-        let nodes = rec.params(&views, captures, &[]);
+        let nodes = rec.params(&views, captures, &[], &[]);
         let call = GraphCall { shape: rec, site: Site::Builder, key, signature: &rec.sig };
         cache.run_shape(call, (CTX, None), STREAM, &nodes)
     }

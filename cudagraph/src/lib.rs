@@ -127,9 +127,10 @@ pub use cudarc;
 pub use error::{CudaError, Error, NodeSite, Refusal, Result};
 pub use kind::kernel::MAX_KERNEL_PARAMS;
 pub use kind::{
-    CaptureOperand, CaptureOperands, CopyTo, EmptyParams, FillNode, HostOperand, HostOperands,
-    HostParams, HostWork, KernelArgs, KernelCall, KernelLaunch, LaunchCfg, LaunchDims,
-    MAX_FILL_BYTES, MemcpyParams, Memory, MemsetParams, MemsetValue, MemsetValueOf,
+    CaptureOperand, CaptureOperands, CopyTo, EmptyParams, EventParams, EventRecordParams,
+    EventWaitParams, FillNode, HostOperand, HostOperands, HostParams, HostWork, KernelArgs,
+    KernelCall, KernelLaunch, LaunchCfg, LaunchDims, MAX_FILL_BYTES, MemcpyParams, Memory,
+    MemsetParams, MemsetValue, MemsetValueOf,
 };
 pub use operand::{DevRead, DevWrite, Handle, HostRead, HostWrite, KernelArg, Place, PlaceMut};
 pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges, plans};
@@ -279,7 +280,8 @@ pub fn driver_available() -> bool {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::kind::{
-        IntoNode, KernelArgs, LaunchNode, NodeParams, copy, empty, memset, zero,
+        IntoNode, KernelArgs, LaunchNode, NodeParams, copy, empty, event_record, event_wait,
+        memset, zero,
     };
     pub use crate::operand::Guard;
     pub use crate::operand::{ReadArg, WriteArg};

@@ -27,6 +27,10 @@ pub enum NodeKind {
     Host,
     /// A node without work, a join point, `empty()` (`cuGraphAddNode_v2`, empty).
     Empty,
+    /// Records a cudarc `CudaEvent`, `event_record(&e)` (`cuGraphAddNode_v2`, event record).
+    EventRecord,
+    /// Waits for a cudarc `CudaEvent`, `event_wait(&e)` (`cuGraphAddNode_v2`, wait event).
+    EventWait,
 }
 
 /// One buffer access of a node: an index into [`Plan::places`], and whether it writes.
@@ -113,6 +117,8 @@ impl Plan {
                 NodeKind::Child => ("component", "child graph".to_string()),
                 NodeKind::Host => ("cds", "host function".to_string()),
                 NodeKind::Empty => ("point", "empty".to_string()),
+                NodeKind::EventRecord => ("triangle", "event record".to_string()),
+                NodeKind::EventWait => ("invtriangle", "event wait".to_string()),
             };
             let accesses: Vec<String> = n
                 .accesses

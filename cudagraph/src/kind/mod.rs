@@ -24,6 +24,7 @@ use crate::raw::Driver;
 pub(crate) mod captured;
 pub(crate) mod child;
 pub(crate) mod empty;
+pub(crate) mod event;
 pub(crate) mod fill;
 pub(crate) mod host;
 pub(crate) mod kernel;
@@ -33,6 +34,7 @@ pub(crate) mod memset;
 pub use captured::{CaptureOperand, CaptureOperands, CaptureParams, CapturedWork};
 pub use child::{GraphRef, NoGraphRead};
 pub use empty::{EmptyParams, empty};
+pub use event::{EventParams, EventRecordParams, EventWaitParams, event_record, event_wait};
 pub use fill::{FillNode, MAX_FILL_BYTES};
 pub use host::{HostOperand, HostOperands, HostParams, HostWork};
 pub(crate) use kernel::Limits;
@@ -383,6 +385,10 @@ node_kinds! {
     Host(&'a dyn HostWork) => host::Host,
     /// Empty node, `empty()`.
     Empty(EmptyParams) => empty::Empty,
+    /// Event record node, `event_record(&e)`.
+    EventRecord(EventRecordParams<'a>) => event::Record,
+    /// Event wait node, `event_wait(&e)`.
+    EventWait(EventWaitParams<'a>) => event::Wait,
 }
 
 /// What a statement evaluates to inside `graph!` (sealed: a kernel launch made by a
@@ -439,6 +445,18 @@ impl crate::operand::sealed::Sealed for EmptyParams {}
 impl IntoNode for EmptyParams {
     fn node(&self) -> NodeParams<'_> {
         NodeParams::Empty(*self)
+    }
+}
+impl crate::operand::sealed::Sealed for EventRecordParams<'_> {}
+impl IntoNode for EventRecordParams<'_> {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::EventRecord(*self)
+    }
+}
+impl crate::operand::sealed::Sealed for EventWaitParams<'_> {}
+impl IntoNode for EventWaitParams<'_> {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::EventWait(*self)
     }
 }
 impl crate::operand::sealed::Sealed for GraphRef<'_> {}
