@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use common::{Result, gpu};
 use cudagraph::cudarc::driver::LaunchConfig;
+use cudagraph::cudarc::driver::sys::CUevent_flags;
 use cudagraph::{GraphCache, Mode, graph};
 
 fn one() -> LaunchConfig {
@@ -27,11 +28,15 @@ fn events_recorded_around_a_slow_kernel_time_it() -> Result {
     let (ctx, s, k) = gpu()?;
     let mut t = s.alloc_zeros::<u64>(1)?;
     // Eager reference: cudarc's own records around the kernel alone.
-    let (e0, e1) = (ctx.new_event(None)?, ctx.new_event(None)?);
+    // Timing events (cudarc's `new_event(None)` disables timing).
+    let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
+    let (e0, e1) = (ctx.new_event(timing)?, ctx.new_event(timing)?);
     let mut reference = Vec::new();
     for _ in 0..3 {
         e0.record(&s)?;
-        graph!(&mut GraphCache::eager(), &s, { k.slow_stamp(SPINS, &mut t).launch(one()); })?;
+        graph!(&mut GraphCache::eager(), &s, {
+            k.slow_stamp(SPINS, &mut t).launch(one());
+        })?;
         e1.record(&s)?;
         reference.push(e0.elapsed_ms(&e1)?);
     }
@@ -39,11 +44,13 @@ fn events_recorded_around_a_slow_kernel_time_it() -> Result {
     let want = reference[1];
     assert!(want > 0.1, "the slow kernel takes {want} ms: too fast to time");
     let pairs: Vec<(Arc<_>, Arc<_>)> = (0..2)
-        .map(|_| Ok((Arc::new(ctx.new_event(None)?), Arc::new(ctx.new_event(None)?))))
+        .map(|_| Ok((Arc::new(ctx.new_event(timing)?), Arc::new(ctx.new_event(timing)?))))
         .collect::<Result<_>>()?;
-    for (what, mode, builder) in
-        [("graph!", Mode::Graph, false), ("eager", Mode::Eager, false), ("builder", Mode::Graph, true)]
-    {
+    for (what, mode, builder) in [
+        ("graph!", Mode::Graph, false),
+        ("eager", Mode::Eager, false),
+        ("builder", Mode::Graph, true),
+    ] {
         let mut cache = GraphCache::new();
         cache.set_mode(mode);
         for call in 0..4 {
@@ -88,9 +95,11 @@ fn a_kernel_after_an_event_wait_starts_after_the_other_streams_work() -> Result 
     let (ctx, s, k) = gpu()?;
     let other = ctx.new_stream()?;
     let ready = Arc::new(ctx.new_event(None)?);
-    for (what, mode, builder) in
-        [("graph!", Mode::Graph, false), ("eager", Mode::Eager, false), ("builder", Mode::Graph, true)]
-    {
+    for (what, mode, builder) in [
+        ("graph!", Mode::Graph, false),
+        ("eager", Mode::Eager, false),
+        ("builder", Mode::Graph, true),
+    ] {
         let mut cache = GraphCache::new();
         cache.set_mode(mode);
         for round in 0..3 {
@@ -98,7 +107,9 @@ fn a_kernel_after_an_event_wait_starts_after_the_other_streams_work() -> Result 
             let mut b = s.alloc_zeros::<u64>(1)?;
             other.synchronize()?;
             s.synchronize()?;
-            graph!(&mut GraphCache::eager(), &other, { k.slow_stamp(SPINS, &mut a).launch(one()); })?;
+            graph!(&mut GraphCache::eager(), &other, {
+                k.slow_stamp(SPINS, &mut a).launch(one());
+            })?;
             ready.record(&other)?;
             if builder {
                 let mut g = cache.builder(&s);

@@ -7,8 +7,9 @@
 //! `let t0 = event_record(&start).after(a);` records when `a` is done; a statement after
 //! `let w = event_wait(&ready);` waits for the event with `.after(w)`. GPU timing of a part of a
 //! step: record `start` after the part's first nodes' predecessors and `stop` after its last
-//! nodes, then `start.elapsed_ms(&stop)` (cudarc; the events need timing, which cudarc's
-//! `new_event(None)` has).
+//! nodes, then `start.elapsed_ms(&stop)` (cudarc; the events need timing:
+//! `ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))`, since cudarc's `new_event(None)` makes
+//! events without it, for which the driver refuses `cuEventElapsedTime`).
 //!
 //! An exec's node keeps its event alive (an `Arc` clone), so dropping the user's `Arc` while a
 //! launch is pending destroys nothing the driver still uses.
