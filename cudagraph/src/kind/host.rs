@@ -113,6 +113,7 @@ macro_rules! host_operands {
         impl<$($o: HostOperand),*> HostOperands for ($($o,)*) {
             type Views<'s> = ($($o::View<'s>,)*);
             type Raw = ($(host_operands!(@raw $o),)*);
+            #[allow(clippy::unused_unit)]
             fn raw(&self) -> Self::Raw {
                 ($(self.$i.raw(),)*)
             }
