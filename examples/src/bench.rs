@@ -4,11 +4,14 @@
 //! anew on every call, costs against the same kernels as direct nodes (row dc).
 //!
 //! ```text
-//! bench [--reps N] [--quick] [--json PATH]
+//! bench [--reps N] [--steps S] [--max-k K] [--quick] [--json PATH] [--svg PATH]
 //! ```
-//! `--reps N`: repetitions per measurement (default 200; 20 with `--quick`). `--quick`: K up to
-//! 100 and smaller build sizes, for a fast sanity run. `--json PATH`: where the same data goes as
-//! JSON (default `bench.json` in the current directory). Without a CUDA driver the run prints one
+//! `--reps N`: repetitions per measurement (default 200; 20 with `--quick`). `--steps S`: steps
+//! per repetition. `--max-k K`: steady rows up to K. `--quick`: K up to 100 and smaller build
+//! sizes, for a fast sanity run. `--json PATH`: where the same data goes as JSON (default
+//! `bench.json` in the current directory, written with serde). `--svg PATH`: a log-log plot of µs
+//! per step against K, one line per row (default `bench.svg`). `--help` says the same. A progress
+//! bar shows on standard error when it is a terminal. Without a CUDA driver the run prints one
 //! line and exits with status 2.
 //!
 //! Every measured row first checks its own result: the buffers are zeroed, three steps run, and
