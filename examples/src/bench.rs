@@ -4,11 +4,14 @@
 //! anew on every call, costs against the same kernels as direct nodes (row dc).
 //!
 //! ```text
-//! bench [--reps N] [--quick] [--json PATH]
+//! bench [--reps N] [--steps S] [--max-k K] [--quick] [--json PATH] [--svg PATH]
 //! ```
-//! `--reps N`: repetitions per measurement (default 200; 20 with `--quick`). `--quick`: K up to
-//! 100 and smaller build sizes, for a fast sanity run. `--json PATH`: where the same data goes as
-//! JSON (default `bench.json` in the current directory). Without a CUDA driver the run prints one
+//! `--reps N`: repetitions per measurement (default 200; 20 with `--quick`). `--steps S`: steps
+//! per repetition. `--max-k K`: steady rows up to K. `--quick`: K up to 100 and smaller build
+//! sizes, for a fast sanity run. `--json PATH`: where the same data goes as JSON (default
+//! `bench.json` in the current directory, written with serde). `--svg PATH`: a log-log plot of µs
+//! per step against K, one line per row (default `bench.svg`). `--help` says the same. A progress
+//! bar shows on standard error when it is a terminal. Without a CUDA driver the run prints one
 //! line and exits with status 2.
 //!
 //! Every measured row first checks its own result: the buffers are zeroed, three steps run, and
@@ -19,7 +22,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ffi::c_void;
-use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::ptr;
 use std::sync::Arc;
@@ -36,6 +39,13 @@ use cudagraph::cudarc::driver::{
 };
 use cudagraph::cudarc::nvrtc::compile_ptx;
 use cudagraph::{GraphCache, Stats, graph, kernels};
+use serde::Serialize;
+
+#[path = "progress.rs"]
+mod progress;
+use progress::out;
+
+mod plot;
 
 const SOURCE: &str = include_str!("../kernels/bench.cu");
 
@@ -676,7 +686,7 @@ impl Model {
 // Statistics.
 
 /// Median and 10th/90th percentiles (nearest rank) of a sample, in µs.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Serialize)]
 struct Summary {
     median: f64,
     p10: f64,
@@ -698,129 +708,165 @@ fn us(d: Duration) -> f64 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// JSON (written by hand: a few value kinds are all the report needs).
+// JSON (serde): the report's records, field names as the JSON file spells them.
 
-enum Json {
-    Null,
-    Bool(bool),
-    Num(f64),
-    Str(String),
-    Arr(Vec<Json>),
-    Obj(Vec<(&'static str, Json)>),
+/// `cudagraph::Stats` as written to the JSON (`cudagraph` itself does not depend on serde).
+#[derive(Serialize)]
+struct StatsJson {
+    launches: u64,
+    builds: u64,
+    instantiations: u64,
+    hits: u64,
+    node_updates: u64,
+    nodes_unchanged: u64,
+    exec_updates: u64,
+    reinstantiations: u64,
+    evictions: u64,
+    captures: u64,
 }
 
-impl Json {
-    fn write(&self, out: &mut String, indent: usize) {
-        let pad = |out: &mut String, n: usize| out.extend(std::iter::repeat_n(' ', n));
-        match self {
-            Json::Null => out.push_str("null"),
-            Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-            Json::Num(x) if x.is_finite() => {
-                let _ = write!(out, "{x}");
-            }
-            Json::Num(_) => out.push_str("null"),
-            Json::Str(s) => {
-                out.push('"');
-                for c in s.chars() {
-                    match c {
-                        '"' => out.push_str("\\\""),
-                        '\\' => out.push_str("\\\\"),
-                        '\n' => out.push_str("\\n"),
-                        c if (c as u32) < 0x20 => {
-                            let _ = write!(out, "\\u{:04x}", c as u32);
-                        }
-                        c => out.push(c),
-                    }
-                }
-                out.push('"');
-            }
-            Json::Arr(v) if v.is_empty() => out.push_str("[]"),
-            Json::Arr(v) => {
-                out.push_str("[\n");
-                for (i, x) in v.iter().enumerate() {
-                    pad(out, indent + 2);
-                    x.write(out, indent + 2);
-                    out.push_str(if i + 1 < v.len() { ",\n" } else { "\n" });
-                }
-                pad(out, indent);
-                out.push(']');
-            }
-            Json::Obj(v) if v.is_empty() => out.push_str("{}"),
-            Json::Obj(v) => {
-                out.push_str("{\n");
-                for (i, (k, x)) in v.iter().enumerate() {
-                    pad(out, indent + 2);
-                    let _ = write!(out, "\"{k}\": ");
-                    x.write(out, indent + 2);
-                    out.push_str(if i + 1 < v.len() { ",\n" } else { "\n" });
-                }
-                pad(out, indent);
-                out.push('}');
-            }
+impl From<Stats> for StatsJson {
+    fn from(s: Stats) -> StatsJson {
+        StatsJson {
+            launches: s.launches,
+            builds: s.builds,
+            instantiations: s.instantiations,
+            hits: s.hits,
+            node_updates: s.node_updates,
+            nodes_unchanged: s.nodes_unchanged,
+            exec_updates: s.exec_updates,
+            reinstantiations: s.reinstantiations,
+            evictions: s.evictions,
+            captures: s.captures,
         }
     }
 }
 
-impl From<f64> for Json {
-    fn from(x: f64) -> Json {
-        Json::Num(x)
+/// One steady row as written to the JSON (times in µs).
+#[derive(Serialize)]
+struct RowJson {
+    section: &'static str,
+    shape: &'static str,
+    k: usize,
+    row: &'static str,
+    what: &'static str,
+    steps_per_rep: usize,
+    us_per_step: Summary,
+    us_per_node: f64,
+    ratio_to_raw_launch: Option<f64>,
+    floor_row: Option<&'static str>,
+    ratio_to_floor: Option<f64>,
+    graph_stats: Option<StatsJson>,
+}
+
+/// One K of the capture comparison (µs per step).
+#[derive(Serialize)]
+struct CaptureJson {
+    k: usize,
+    direct_row: &'static str,
+    captured_row: &'static str,
+    eager_row: &'static str,
+    direct_us: Option<Summary>,
+    captured_us: Option<Summary>,
+    eager_us: Option<Summary>,
+    ratio_captured_to_direct: Option<f64>,
+    ratio_captured_to_eager: Option<f64>,
+    recording_us_per_launch: Option<f64>,
+}
+
+/// First-call costs at one node count (µs; host bytes per node).
+#[derive(Serialize)]
+struct BuildJson {
+    nodes: usize,
+    reps: usize,
+    graph_first_call_us: Option<Summary>,
+    raw_first_call_us: Summary,
+    ratio_graph_to_raw: Option<f64>,
+    raw_build_us: Summary,
+    raw_instantiate_us: Summary,
+    raw_instantiate_us_per_node: f64,
+    raw_first_launch_sync_us: Summary,
+    graph_host_bytes_retained_per_node: Option<Summary>,
+    graph_host_bytes_allocated_per_node: Option<Summary>,
+}
+
+/// Whole-graph update at one node count (µs).
+#[derive(Serialize)]
+struct UpdateJson {
+    nodes: usize,
+    reps: usize,
+    rebuild_us: Summary,
+    rebuild_us_per_node: f64,
+    exec_update_us: Summary,
+    exec_update_us_per_node: f64,
+}
+
+/// Upload latencies at one node count: `nodes`, `reps`, then one key per measurement (µs), in
+/// the order measured.
+struct UploadJson {
+    nodes: usize,
+    reps: usize,
+    values: Vec<(&'static str, Summary)>,
+}
+
+impl Serialize for UploadJson {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = ser.serialize_map(Some(2 + self.values.len()))?;
+        m.serialize_entry("nodes", &self.nodes)?;
+        m.serialize_entry("reps", &self.reps)?;
+        for (key, x) in &self.values {
+            m.serialize_entry(key, x)?;
+        }
+        m.end()
     }
 }
-impl From<usize> for Json {
-    fn from(x: usize) -> Json {
-        Json::Num(x as f64)
-    }
+
+/// One goal of the issue against its measured value.
+#[derive(Serialize)]
+struct GoalJson {
+    goal: String,
+    value: f64,
+    limit: f64,
+    op: &'static str,
+    met: bool,
 }
-impl From<u64> for Json {
-    fn from(x: u64) -> Json {
-        Json::Num(x as f64)
-    }
+
+/// One row id and what it measures.
+#[derive(Serialize)]
+struct LegendJson {
+    row: &'static str,
+    what: &'static str,
 }
-impl From<bool> for Json {
-    fn from(x: bool) -> Json {
-        Json::Bool(x)
-    }
+
+/// What the run was: device, driver, command, units.
+#[derive(Serialize)]
+struct Meta {
+    device: String,
+    driver_version: i32,
+    unix_time: u64,
+    command: String,
+    reps: usize,
+    quick: bool,
+    kernel: &'static str,
+    unit: &'static str,
+    event_tracking: &'static str,
 }
-impl From<&str> for Json {
-    fn from(x: &str) -> Json {
-        Json::Str(x.to_string())
-    }
-}
-impl From<String> for Json {
-    fn from(x: String) -> Json {
-        Json::Str(x)
-    }
-}
-impl<T: Into<Json>> From<Option<T>> for Json {
-    fn from(x: Option<T>) -> Json {
-        x.map_or(Json::Null, Into::into)
-    }
-}
-impl From<Summary> for Json {
-    fn from(s: Summary) -> Json {
-        Json::Obj(vec![
-            ("median", s.median.into()),
-            ("p10", s.p10.into()),
-            ("p90", s.p90.into()),
-            ("samples", s.samples.into()),
-        ])
-    }
-}
-impl From<Stats> for Json {
-    fn from(s: Stats) -> Json {
-        Json::Obj(vec![
-            ("launches", s.launches.into()),
-            ("builds", s.builds.into()),
-            ("instantiations", s.instantiations.into()),
-            ("hits", s.hits.into()),
-            ("node_updates", s.node_updates.into()),
-            ("nodes_unchanged", s.nodes_unchanged.into()),
-            ("exec_updates", s.exec_updates.into()),
-            ("reinstantiations", s.reinstantiations.into()),
-            ("evictions", s.evictions.into()),
-            ("captures", s.captures.into()),
-        ])
-    }
+
+/// The whole JSON file.
+#[derive(Serialize)]
+struct ReportJson<'a> {
+    #[serde(flatten)]
+    meta: Option<&'a Meta>,
+    legend: Vec<LegendJson>,
+    steady: Vec<RowJson>,
+    capture: &'a [CaptureJson],
+    build: &'a [BuildJson],
+    exec_update: &'a [UpdateJson],
+    upload: &'a [UploadJson],
+    goals: &'a [GoalJson],
+    notes: &'a [String],
+    error: Option<&'a str>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -873,21 +919,21 @@ struct Row {
 }
 
 impl Row {
-    fn json(&self) -> Json {
-        Json::Obj(vec![
-            ("section", self.section.into()),
-            ("shape", self.shape.name().into()),
-            ("k", self.k.into()),
-            ("row", self.id.into()),
-            ("what", self.what.into()),
-            ("steps_per_rep", self.steps_per_rep.into()),
-            ("us_per_step", self.t.into()),
-            ("us_per_node", (self.t.median / self.k as f64).into()),
-            ("ratio_to_raw_launch", self.ratio_raw.into()),
-            ("floor_row", self.floor.into()),
-            ("ratio_to_floor", self.ratio_floor.into()),
-            ("graph_stats", self.stats.into()),
-        ])
+    fn json(&self) -> RowJson {
+        RowJson {
+            section: self.section,
+            shape: self.shape.name(),
+            k: self.k,
+            row: self.id,
+            what: self.what,
+            steps_per_rep: self.steps_per_rep,
+            us_per_step: self.t,
+            us_per_node: self.t.median / self.k as f64,
+            ratio_to_raw_launch: self.ratio_raw,
+            floor_row: self.floor,
+            ratio_to_floor: self.ratio_floor,
+            graph_stats: self.stats.map(StatsJson::from),
+        }
     }
 }
 
@@ -925,53 +971,40 @@ fn describe(id: &str) -> &'static str {
     }
 }
 
+/// Row ids in the order of the legend.
+const LEGEND: [&str; 14] =
+    ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "dc", "h", "hf", "a*", "d*"];
+
 #[derive(Default)]
 struct Report {
-    meta: Vec<(&'static str, Json)>,
+    meta: Option<Meta>,
     rows: Vec<Row>,
-    capture: Vec<Json>,
-    build: Vec<Json>,
-    update: Vec<Json>,
-    upload: Vec<Json>,
-    goals: Vec<Json>,
+    capture: Vec<CaptureJson>,
+    build: Vec<BuildJson>,
+    update: Vec<UpdateJson>,
+    upload: Vec<UploadJson>,
+    goals: Vec<GoalJson>,
     notes: Vec<String>,
     error: Option<String>,
 }
 
 impl Report {
     fn json(&self) -> String {
-        let legend = ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "dc", "h", "hf", "a*", "d*"]
-            .iter()
-            .map(|id| Json::Obj(vec![("row", (*id).into()), ("what", describe(id).into())]))
-            .collect();
-        let mut top: Vec<(&'static str, Json)> = Vec::new();
-        for (k, v) in &self.meta {
-            top.push((k, clone_json(v)));
-        }
-        top.push(("legend", Json::Arr(legend)));
-        top.push(("steady", Json::Arr(self.rows.iter().map(Row::json).collect())));
-        top.push(("capture", Json::Arr(self.capture.iter().map(clone_json).collect())));
-        top.push(("build", Json::Arr(self.build.iter().map(clone_json).collect())));
-        top.push(("exec_update", Json::Arr(self.update.iter().map(clone_json).collect())));
-        top.push(("upload", Json::Arr(self.upload.iter().map(clone_json).collect())));
-        top.push(("goals", Json::Arr(self.goals.iter().map(clone_json).collect())));
-        top.push(("notes", Json::Arr(self.notes.iter().map(|s| s.as_str().into()).collect())));
-        top.push(("error", self.error.clone().into()));
-        let mut s = String::new();
-        Json::Obj(top).write(&mut s, 0);
+        let report = ReportJson {
+            meta: self.meta.as_ref(),
+            legend: LEGEND.iter().map(|id| LegendJson { row: id, what: describe(id) }).collect(),
+            steady: self.rows.iter().map(Row::json).collect(),
+            capture: &self.capture,
+            build: &self.build,
+            exec_update: &self.update,
+            upload: &self.upload,
+            goals: &self.goals,
+            notes: &self.notes,
+            error: self.error.as_deref(),
+        };
+        let mut s = serde_json::to_string_pretty(&report).expect("the report serializes");
         s.push('\n');
         s
-    }
-}
-
-fn clone_json(j: &Json) -> Json {
-    match j {
-        Json::Null => Json::Null,
-        Json::Bool(b) => Json::Bool(*b),
-        Json::Num(x) => Json::Num(*x),
-        Json::Str(s) => Json::Str(s.clone()),
-        Json::Arr(v) => Json::Arr(v.iter().map(clone_json).collect()),
-        Json::Obj(v) => Json::Obj(v.iter().map(|(k, x)| (*k, clone_json(x))).collect()),
     }
 }
 
@@ -1115,14 +1148,15 @@ fn check_stats(what: &str, s: &Stats, variants: u64, report: &mut Report) {
             "WARNING {what}: expected {variants} build(s) and no fallback, got builds {} exec_updates {} reinstantiations {} evictions {}",
             s.builds, s.exec_updates, s.reinstantiations, s.evictions
         );
-        println!("{note}");
+        out!("{note}");
         report.notes.push(note);
     }
 }
 
 /// Every steady-state row of one shape and K.
 fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
-    eprintln!("bench: measuring {} K={k} …", shape.name());
+    progress::status(&format!("bench: measuring {} K={k} …", shape.name()));
+    progress::message(&format!("{} K={k}", shape.name()));
     let steps = env.steps.unwrap_or_else(|| steps_per_rep(k));
     let first = report.rows.len();
     let push = |report: &mut Report, section, id, t, stats| {
@@ -1294,7 +1328,7 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
                 stats.launches.saturating_sub(1),
                 stats.node_updates
             );
-            println!("{note}");
+            out!("{note}");
             report.notes.push(note);
         }
         push(report, "steady", "dc", t, Some(stats));
@@ -1374,7 +1408,7 @@ fn print_block(rows: &[Row]) {
         let Some(r) = rows.iter().find(|r| r.id == id) else { continue };
         let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.3}"));
         let floor = r.floor.map_or(String::new(), |f| format!(" (÷{f})"));
-        println!(
+        out!(
             "{:<6}{:>5}  {:<3}{:>11.2}{:>10.2}{:>10.2}{:>9.3}{:>8}{floor:<6} {:>7.3}",
             r.shape.name(),
             r.k,
@@ -1387,7 +1421,7 @@ fn print_block(rows: &[Row]) {
             r.t.median / r.k as f64,
         );
     }
-    println!();
+    out!();
 }
 
 /// A captured region's per-call cost: row dc (the chain's K launches in one `capture` statement,
@@ -1401,12 +1435,18 @@ fn capture_costs(report: &mut Report) {
     if ks.is_empty() {
         return;
     }
-    println!(
+    out!(
         "Capture: one capture statement recording the chain's K launches every call (dc) against the same K kernels as graph! nodes (d) and as cudarc launches (a), µs per step, medians of the rows above"
     );
-    println!(
+    out!(
         "{:>6}  {:>10} {:>10} {:>10}  {:>8} {:>8}  {:>12}",
-        "K", "d", "dc", "a", "dc / d", "dc / a", "(dc - d) / K"
+        "K",
+        "d",
+        "dc",
+        "a",
+        "dc / d",
+        "dc / a",
+        "(dc - d) / K"
     );
     let mut out = Vec::new();
     for k in ks {
@@ -1416,7 +1456,7 @@ fn capture_costs(report: &mut Report) {
         let (to_d, to_a) = (ratio(dc, d), ratio(dc, a));
         let per_launch = med(dc).zip(med(d)).map(|(c, d)| (c - d) / k as f64);
         let opt = |x: Option<f64>, prec: usize| x.map_or("-".into(), |v| format!("{v:.prec$}"));
-        println!(
+        out!(
             "{k:>6}  {:>10} {:>10} {:>10}  {:>8} {:>8}  {:>12}",
             opt(med(d), 2),
             opt(med(dc), 2),
@@ -1425,34 +1465,34 @@ fn capture_costs(report: &mut Report) {
             opt(to_a, 3),
             opt(per_launch, 3),
         );
-        out.push(Json::Obj(vec![
-            ("k", k.into()),
-            ("direct_row", "d".into()),
-            ("captured_row", "dc".into()),
-            ("eager_row", "a".into()),
-            ("direct_us", d.into()),
-            ("captured_us", dc.into()),
-            ("eager_us", a.into()),
-            ("ratio_captured_to_direct", to_d.into()),
-            ("ratio_captured_to_eager", to_a.into()),
-            ("recording_us_per_launch", per_launch.into()),
-        ]));
+        out.push(CaptureJson {
+            k,
+            direct_row: "d",
+            captured_row: "dc",
+            eager_row: "a",
+            direct_us: d,
+            captured_us: dc,
+            eager_us: a,
+            ratio_captured_to_direct: to_d,
+            ratio_captured_to_eager: to_a,
+            recording_us_per_launch: per_launch,
+        });
     }
     report.capture = out;
-    println!(
+    out!(
         "  dc / d: a captured region's per-call cost (stream capture of its K launches + cuGraphExecNodeSetParams of the child graph + launch) against the same kernels as graph! nodes; (dc - d) / K: what recording adds per captured launch, the child update shared over K (see the notes at the end)."
     );
-    println!();
+    out!();
 }
 
 /// First call of `graph!` (fresh cache: build + instantiate + launch + synchronize) against the
 /// raw driver's build + instantiate + launch + synchronize, with host memory of the cache; then
 /// whole-graph update (`cuGraphExecUpdate_v2`) from a rebuilt raw graph.
 fn build_costs(env: &Env, sizes: &[usize], report: &mut Report) -> Res<()> {
-    println!(
+    out!(
         "Build: first call (build + instantiate + launch + cuStreamSynchronize), µs, median [p10, p90]"
     );
-    println!(
+    out!(
         "{:>6}  {:>28}  {:>28}  {:>7}  {:>10} {:>10} {:>10}  {:>10} {:>10}",
         "nodes",
         "graph! first call",
@@ -1464,12 +1504,21 @@ fn build_costs(env: &Env, sizes: &[usize], report: &mut Report) -> Res<()> {
         "B/node",
         "B/node"
     );
-    println!(
+    out!(
         "{:>6}  {:>28}  {:>28}  {:>7}  {:>10} {:>10} {:>10}  {:>10} {:>10}",
-        "", "", "", "", "add nodes", "instant.", "+sync", "retained", "allocated"
+        "",
+        "",
+        "",
+        "",
+        "add nodes",
+        "instant.",
+        "+sync",
+        "retained",
+        "allocated"
     );
     for &nodes in sizes {
-        eprintln!("bench: build costs at {nodes} nodes …");
+        progress::status(&format!("bench: build costs at {nodes} nodes …"));
+        progress::message(&format!("build costs at {nodes} nodes"));
         let reps: usize = match (env.quick, nodes) {
             (true, _) => 5,
             (false, n) if n >= 10_000 => 5,
@@ -1544,7 +1593,7 @@ fn build_costs(env: &Env, sizes: &[usize], report: &mut Report) -> Res<()> {
         let ratio = gt.map(|g| g.median / rt.median);
         let fmt = |s: Summary| format!("{:.1} [{:.1}, {:.1}]", s.median, s.p10, s.p90);
         let opt = |x: Option<f64>, prec: usize| x.map_or("-".into(), |v| format!("{v:.prec$}"));
-        println!(
+        out!(
             "{nodes:>6}  {:>28}  {:>28}  {:>7}  {:>10.1} {:>10.1} {:>10.1}  {:>10} {:>10}",
             gt.map_or("not compiled in (see note)".into(), fmt),
             fmt(rt),
@@ -1555,38 +1604,43 @@ fn build_costs(env: &Env, sizes: &[usize], report: &mut Report) -> Res<()> {
             opt(ret.map(|s| s.median), 0),
             opt(alloc.map(|s| s.median), 0),
         );
-        report.build.push(Json::Obj(vec![
-            ("nodes", nodes.into()),
-            ("reps", reps.into()),
-            ("graph_first_call_us", gt.into()),
-            ("raw_first_call_us", rt.into()),
-            ("ratio_graph_to_raw", ratio.into()),
-            ("raw_build_us", rb.into()),
-            ("raw_instantiate_us", ri.into()),
-            ("raw_instantiate_us_per_node", (ri.median / nodes as f64).into()),
-            ("raw_first_launch_sync_us", rl.into()),
-            ("graph_host_bytes_retained_per_node", ret.into()),
-            ("graph_host_bytes_allocated_per_node", alloc.into()),
-        ]));
+        report.build.push(BuildJson {
+            nodes,
+            reps,
+            graph_first_call_us: gt,
+            raw_first_call_us: rt,
+            ratio_graph_to_raw: ratio,
+            raw_build_us: rb,
+            raw_instantiate_us: ri,
+            raw_instantiate_us_per_node: ri.median / nodes as f64,
+            raw_first_launch_sync_us: rl,
+            graph_host_bytes_retained_per_node: ret,
+            graph_host_bytes_allocated_per_node: alloc,
+        });
         if !has_graph && !report.notes.iter().any(|n| n == NO_10K_NOTE) {
             report.notes.push(NO_10K_NOTE.into());
         }
         env.stream.synchronize()?;
+        progress::inc();
     }
     if report.notes.iter().any(|n| n == NO_10K_NOTE) {
-        println!("  graph! has no 10 000-node row: see the notes at the end.");
+        out!("  graph! has no 10 000-node row: see the notes at the end.");
     }
-    println!(
+    out!(
         "  ratio = graph! / raw first call. B/node: Rust heap bytes per node during graph!'s first call: retained = still held after it (the cache's node records), allocated = all allocations made during it (including temporaries); the driver's own host memory is not counted."
     );
-    println!();
+    out!();
 
-    println!(
+    out!(
         "Whole-graph update: cuGraphExecUpdate_v2 of an exec from a rebuilt raw graph (every node's pointer changed), µs"
     );
-    println!(
+    out!(
         "{:>6}  {:>26} {:>9}  {:>26} {:>9}",
-        "nodes", "rebuild (create + add)", "per node", "cuGraphExecUpdate_v2", "per node"
+        "nodes",
+        "rebuild (create + add)",
+        "per node",
+        "cuGraphExecUpdate_v2",
+        "per node"
     );
     for &nodes in sizes {
         let reps = if nodes >= 10_000 { 5 } else { 20 }.min(env.reps);
@@ -1621,37 +1675,38 @@ fn build_costs(env: &Env, sizes: &[usize], report: &mut Report) -> Res<()> {
         drop(g0);
         let (rb, up) = (summarize(rebuild), summarize(update));
         let fmt = |s: Summary| format!("{:.1} [{:.1}, {:.1}]", s.median, s.p10, s.p90);
-        println!(
+        out!(
             "{nodes:>6}  {:>26} {:>9.3}  {:>26} {:>9.3}",
             fmt(rb),
             rb.median / nodes as f64,
             fmt(up),
             up.median / nodes as f64
         );
-        report.update.push(Json::Obj(vec![
-            ("nodes", nodes.into()),
-            ("reps", reps.into()),
-            ("rebuild_us", rb.into()),
-            ("rebuild_us_per_node", (rb.median / nodes as f64).into()),
-            ("exec_update_us", up.into()),
-            ("exec_update_us_per_node", (up.median / nodes as f64).into()),
-        ]));
+        report.update.push(UpdateJson {
+            nodes,
+            reps,
+            rebuild_us: rb,
+            rebuild_us_per_node: rb.median / nodes as f64,
+            exec_update_us: up,
+            exec_update_us_per_node: up.median / nodes as f64,
+        });
         env.stream.synchronize()?;
     }
-    println!();
+    out!();
     Ok(())
 }
 
 /// First-launch latency with and without `cuGraphUpload` (raw) and `GraphCache::upload`
 /// (graph!), each timed as launch + `cuStreamSynchronize` on an idle stream.
 fn upload_costs(env: &Env, sizes: &[usize], report: &mut Report) -> Res<()> {
-    println!(
+    out!(
         "Upload: latency of one launch + cuStreamSynchronize on an idle stream, µs, median [p10, p90]"
     );
     let reps = 20.min(env.reps);
     let fmt = |s: Summary| format!("{:.1} [{:.1}, {:.1}]", s.median, s.p10, s.p90);
     for &nodes in sizes {
-        eprintln!("bench: upload at {nodes} nodes …");
+        progress::status(&format!("bench: upload at {nodes} nodes …"));
+        progress::message(&format!("upload at {nodes} nodes"));
         let mut b = Bufs::new(&env.stream, Shape::Chain, nodes)?;
         let (a_ptr, _) = b.ptrs(&env.stream);
         let spec = raw_spec(Shape::Chain, nodes, env, 1, a_ptr[0], &[]);
@@ -1727,31 +1782,28 @@ fn upload_costs(env: &Env, sizes: &[usize], report: &mut Report) -> Res<()> {
             "graph_cache_upload_us",
             "graph_second_call_after_upload_us",
         ];
-        println!("  {nodes} nodes:");
+        out!("  {nodes} nodes:");
         for (name, x) in names.iter().zip(&s) {
-            println!("    {name:<52} {:>28}", fmt(*x));
+            out!("    {name:<52} {:>28}", fmt(*x));
         }
-        let mut obj: Vec<(&'static str, Json)> =
-            vec![("nodes", nodes.into()), ("reps", reps.into())];
-        for (key, x) in keys.iter().zip(&s) {
-            obj.push((key, (*x).into()));
-        }
-        report.upload.push(Json::Obj(obj));
+        let values = keys.iter().copied().zip(s.iter().copied()).collect();
+        report.upload.push(UploadJson { nodes, reps, values });
         env.stream.synchronize()?;
+        progress::inc();
     }
-    println!(
+    out!(
         "  Raw: cuGraphUpload moves the exec's first-launch setup off the launch; compare the first launch with and without it."
     );
-    println!(
+    out!(
         "  graph!: the first call always launches right after instantiating, so no exec is ever un-launched when cache.upload() can be called: it re-uploads an exec that is already resident, and the second call should cost the same with or without it."
     );
-    println!();
+    out!();
     Ok(())
 }
 
 /// The issue's goals, from the measured rows.
 fn goals(report: &mut Report) {
-    println!("Goals (from the issue; measured, not tuned for):");
+    out!("Goals (from the issue; measured, not tuned for):");
     let mut goals = Vec::new();
     let find = |shape: Shape, k: usize, id: &str| {
         report.rows.iter().find(|r| r.shape == shape && r.k == k && r.id == id).map(|r| r.t.median)
@@ -1760,14 +1812,8 @@ fn goals(report: &mut Report) {
         let Some(v) = value else { return };
         let met = if at_most { v <= limit } else { v >= limit };
         let op = if at_most { "<=" } else { ">=" };
-        println!("  {:<6} {name}: {v:.3} (goal {op} {limit})", if met { "met" } else { "MISSED" });
-        goals.push(Json::Obj(vec![
-            ("goal", name.into()),
-            ("value", v.into()),
-            ("limit", limit.into()),
-            ("op", op.into()),
-            ("met", met.into()),
-        ]));
+        out!("  {:<6} {name}: {v:.3} (goal {op} {limit})", if met { "met" } else { "MISSED" });
+        goals.push(GoalJson { goal: name, value: v, limit, op, met });
     };
     for shape in [Shape::Chain, Shape::Fan] {
         for k in STEADY_K {
@@ -1797,27 +1843,13 @@ fn goals(report: &mut Report) {
             }
         }
     }
-    let builds: Vec<(f64, f64)> = report
-        .build
-        .iter()
-        .filter_map(|b| match b {
-            Json::Obj(v) => {
-                let get = |key: &str| {
-                    v.iter().find(|(k, _)| *k == key).and_then(|(_, x)| match x {
-                        Json::Num(n) => Some(*n),
-                        _ => None,
-                    })
-                };
-                get("nodes").zip(get("ratio_graph_to_raw"))
-            }
-            _ => None,
-        })
-        .collect();
+    let builds: Vec<(usize, f64)> =
+        report.build.iter().filter_map(|b| b.ratio_graph_to_raw.map(|r| (b.nodes, r))).collect();
     for (nodes, ratio) in builds {
         check(format!("{nodes} nodes graph! first call / raw first call"), Some(ratio), 1.2, true);
     }
     report.goals = goals;
-    println!();
+    out!();
 }
 
 fn run(args: &Cli, report: &mut Report) -> Res<()> {
@@ -1835,8 +1867,9 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
     // SAFETY: writes one int.
     unsafe { sys::cuDriverGetVersion(&mut version) }.result()?;
     let device = ctx.name().unwrap_or_default();
-    let reps = args.reps.unwrap_or(if args.quick { 20 } else { 200 });
-    let env = Env { ctx, stream, other, kern, reps, quick: args.quick, steps: args.steps };
+    let reps = args.reps.map_or(if args.quick { 20 } else { 200 }, |n| n as usize);
+    let steps = args.steps.map(|n| n as usize);
+    let env = Env { ctx, stream, other, kern, reps, quick: args.quick, steps };
     let ks: Vec<usize> = STEADY_K
         .iter()
         .copied()
@@ -1847,53 +1880,66 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
     let upload_sizes: Vec<usize> =
         [10, 100, 1000].into_iter().filter(|&n| !args.quick || n <= 100).collect();
     let unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    report.meta = vec![
-        ("device", device.as_str().into()),
-        ("driver_version", (version as u64).into()),
-        ("unix_time", unix.into()),
-        ("command", std::env::args().collect::<Vec<_>>().join(" ").into()),
-        ("reps", reps.into()),
-        ("quick", args.quick.into()),
-        ("kernel", "1 block x 32 threads on 32 u32 (add: x[i] += v; acc: dst[i] += src[i])".into()),
-        ("unit", "µs per step = wall time of N steps enqueued back-to-back then one cuStreamSynchronize, divided by N; median and p10/p90 over reps".into()),
-        ("event_tracking", "off for every row but a* and d*".into()),
-    ];
-    println!(
+    report.meta = Some(Meta {
+        device: device.clone(),
+        driver_version: version,
+        unix_time: unix,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        reps,
+        quick: args.quick,
+        kernel: "1 block x 32 threads on 32 u32 (add: x[i] += v; acc: dst[i] += src[i])",
+        unit: "µs per step = wall time of N steps enqueued back-to-back then one cuStreamSynchronize, divided by N; median and p10/p90 over reps",
+        event_tracking: "off for every row but a* and d*",
+    });
+    out!(
         "cudagraph bench — device {device}, CUDA driver {}.{}",
         version / 1000,
         version % 1000 / 10
     );
-    println!(
+    out!(
         "{reps} repetitions per row; each kernel is 1 block x 32 threads over 32 u32 (add: x[i] += v, acc: dst[i] += src[i])."
     );
-    println!(
+    out!(
         "µs per step = wall time of N steps enqueued back-to-back, then one cuStreamSynchronize, divided by N (N = steps/rep: {})",
         ks.iter()
-            .map(|&k| format!("K={k}: {}", args.steps.unwrap_or_else(|| steps_per_rep(k))))
+            .map(|&k| format!("K={k}: {}", steps.unwrap_or_else(|| steps_per_rep(k))))
             .collect::<Vec<_>>()
             .join(", ")
     );
-    println!(
+    out!(
         "Shapes: chain = K dependent kernels on one buffer; fan = 1 producer add(p) -> K-2 independent acc(p -> own buffer) -> 1 consumer add(p)."
     );
-    println!(
+    out!(
         "  (rows a and b issue the fan's launches on one stream, so they run one after another; b's captured graph is a chain.)"
     );
-    println!("Rows:");
-    for id in ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "dc", "h", "hf", "a*", "d*"] {
-        println!("  {id:<3} {}", describe(id));
+    out!("Rows:");
+    for id in LEGEND {
+        out!("  {id:<3} {}", describe(id));
     }
-    println!("  Event tracking is off for every row but a* and d* (see the notes at the end).");
-    println!("x raw = row / c; x floor = row / its matching raw row (named); /node = median / K.");
-    println!();
-    println!(
+    out!("  Event tracking is off for every row but a* and d* (see the notes at the end).");
+    out!("x raw = row / c; x floor = row / its matching raw row (named); /node = median / K.");
+    out!();
+    out!(
         "{:<6}{:>5}  {:<3}{:>11}{:>10}{:>10}{:>9}{:>14} {:>7}",
-        "shape", "K", "row", "median µs", "p10", "p90", "x raw", "x floor", "/node"
+        "shape",
+        "K",
+        "row",
+        "median µs",
+        "p10",
+        "p90",
+        "x raw",
+        "x floor",
+        "/node"
     );
+    // The bar counts measurements: each steady (shape, K), each build size, each upload size.
+    let steady_units = ks.iter().map(|&k| if k >= 3 { 2 } else { 1 }).sum::<usize>();
+    progress::start("bench", (steady_units + build_sizes.len() + upload_sizes.len()) as u64);
     for &k in &ks {
         steady(&env, Shape::Chain, k, report)?;
+        progress::inc();
         if k >= 3 {
             steady(&env, Shape::Fan, k, report)?;
+            progress::inc();
         }
     }
     capture_costs(report);
@@ -1912,64 +1958,45 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
     ];
     report.notes.extend(notes.iter().map(|n| n.to_string()));
     for n in &report.notes {
-        println!("note: {n}");
+        out!("note: {n}");
     }
     env.ctx.check_err()?;
     Ok(())
 }
 
+/// The benchmark of `graph!` against cudarc stream launches, stream capture and raw driver
+/// graphs: µs per step of K tiny kernels, first-call, update and upload costs. Every row checks
+/// its device results against a host model.
+///
+/// Writes the table to standard output, the same data as JSON (`--json`) and a log-log plot of
+/// µs per step against K for every row (`--svg`). Without a CUDA GPU: one line, status 2. A
+/// progress bar shows on standard error when it is a terminal.
+#[derive(clap::Parser)]
+#[command(name = "bench")]
 struct Cli {
-    reps: Option<usize>,
-    steps: Option<usize>,
+    /// Repetitions per measurement, at least 5 [default: 200, 20 with --quick].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(5..))]
+    reps: Option<u64>,
+    /// Steps enqueued per repetition of every steady row [default: 2000/K within 10..=1000].
+    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..))]
+    steps: Option<u64>,
+    /// Steady rows up to this K only (K = 1, 10, 100, 1000).
+    #[arg(long, value_name = "K")]
     max_k: Option<usize>,
+    /// A fast sanity run: K up to 100, build and upload sizes up to 100 nodes.
+    #[arg(long)]
     quick: bool,
-    json: String,
-}
-
-fn parse_args() -> Result<Cli, String> {
-    let mut a =
-        Cli { reps: None, steps: None, max_k: None, quick: false, json: "bench.json".into() };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--reps" => {
-                let v = it.next().ok_or("--reps needs a value")?;
-                let n: usize =
-                    v.parse().map_err(|_| format!("--reps: `{v}` is not a positive integer"))?;
-                if n < 5 {
-                    return Err("--reps must be at least 5".into());
-                }
-                a.reps = Some(n);
-            }
-            "--steps" => {
-                let v = it.next().ok_or("--steps needs a value")?;
-                let n: usize =
-                    v.parse().map_err(|_| format!("--steps: `{v}` is not a positive integer"))?;
-                a.steps = Some(n.max(1));
-            }
-            "--max-k" => {
-                let v = it.next().ok_or("--max-k needs a value")?;
-                a.max_k = Some(v.parse().map_err(|_| format!("--max-k: `{v}` is not an integer"))?);
-            }
-            "--quick" => a.quick = true,
-            "--json" => a.json = it.next().ok_or("--json needs a path")?,
-            "-h" | "--help" => {
-                return Err("usage: bench [--reps N (default 200, 20 with --quick)] [--steps S (steps per repetition; default 2000/K within 10..1000)] [--max-k K (steady rows up to K)] [--quick (K <= 100)] [--json PATH (default bench.json)]".into());
-            }
-            other => return Err(format!("unknown argument `{other}` (try --help)")),
-        }
-    }
-    Ok(a)
+    /// Where the JSON report goes.
+    #[arg(long, value_name = "PATH", default_value = "bench.json")]
+    json: PathBuf,
+    /// Where the SVG plot goes (µs per step against K, log-log, one line per row, one panel per
+    /// shape).
+    #[arg(long, value_name = "PATH", default_value = "bench.svg")]
+    svg: PathBuf,
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = <Cli as clap::Parser>::parse();
     if !cudagraph::driver_available() {
         eprintln!(
             "bench: no CUDA driver found (libcuda could not be loaded); this benchmark needs an NVIDIA GPU"
@@ -1984,8 +2011,16 @@ fn main() -> ExitCode {
             if let Err(e) = &result {
                 report.error = Some(e.to_string());
             }
+            progress::finish();
             let written = std::fs::write(&args.json, report.json());
-            (result.map_err(|e| e.to_string()), written.map_err(|e| e.to_string()), args.json)
+            let plotted = plot::write(&args.svg, &report.rows);
+            (
+                result.map_err(|e| e.to_string()),
+                written.map_err(|e| e.to_string()),
+                args.json,
+                plotted.map_err(|e| e.to_string()),
+                args.svg,
+            )
         });
     let joined = match worker {
         Ok(h) => h.join(),
@@ -1995,10 +2030,14 @@ fn main() -> ExitCode {
         }
     };
     match joined {
-        Ok((result, written, path)) => {
+        Ok((result, written, path, plotted, svg)) => {
             match written {
-                Ok(()) => println!("JSON written to {path}"),
-                Err(e) => eprintln!("bench: cannot write {path}: {e}"),
+                Ok(()) => out!("JSON written to {}", path.display()),
+                Err(e) => eprintln!("bench: cannot write {}: {e}", path.display()),
+            }
+            match plotted {
+                Ok(()) => out!("SVG plot written to {}", svg.display()),
+                Err(e) => eprintln!("bench: cannot write {}: {e}", svg.display()),
             }
             match result {
                 Ok(()) => ExitCode::SUCCESS,
@@ -2012,5 +2051,91 @@ fn main() -> ExitCode {
             eprintln!("bench: FAILED: the benchmark thread panicked");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report of made-up rows (no GPU): chain K = 1, 10, 100 and fan K = 10, 100, rows c and d.
+    fn report() -> Report {
+        let mut r = Report::default();
+        for (shape, ks) in [(Shape::Chain, &[1, 10, 100][..]), (Shape::Fan, &[10, 100][..])] {
+            for &k in ks {
+                for (id, per_node) in [("c", 0.8), ("d", 0.82)] {
+                    let median = 1.0 + per_node * k as f64;
+                    r.rows.push(Row {
+                        section: "steady",
+                        shape,
+                        k,
+                        id,
+                        what: describe(id),
+                        steps_per_rep: steps_per_rep(k),
+                        t: Summary { median, p10: median * 0.9, p90: median * 1.1, samples: 20 },
+                        floor: (id == "d").then_some("c"),
+                        ratio_raw: Some(1.0),
+                        ratio_floor: None,
+                        stats: (id == "d").then(Stats::default),
+                    });
+                }
+            }
+        }
+        r.upload.push(UploadJson {
+            nodes: 10,
+            reps: 20,
+            values: vec![("raw_upload_us", summarize(vec![3.0, 1.0, 2.0]))],
+        });
+        r.notes.push("a note".into());
+        r
+    }
+
+    #[test]
+    fn json_keeps_its_shape() {
+        let r = report();
+        let v: serde_json::Value = serde_json::from_str(&r.json()).expect("valid JSON");
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        // Without a run's meta (the run failed before it), the top level starts at the legend.
+        let want = [
+            "build",
+            "capture",
+            "error",
+            "exec_update",
+            "goals",
+            "legend",
+            "notes",
+            "steady",
+            "upload",
+        ];
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(sorted, want);
+        let row = &v["steady"][3];
+        assert_eq!(row["shape"], "chain");
+        assert_eq!(row["k"], 10);
+        assert_eq!(row["row"], "d");
+        assert_eq!(row["floor_row"], "c");
+        assert_eq!(row["ratio_to_floor"], serde_json::Value::Null);
+        assert_eq!(row["us_per_step"]["samples"], 20);
+        assert_eq!(row["graph_stats"]["launches"], 0);
+        assert_eq!(v["upload"][0]["raw_upload_us"]["median"], 2.0);
+        assert_eq!(v["legend"].as_array().unwrap().len(), LEGEND.len());
+        assert_eq!(v["error"], serde_json::Value::Null);
+        // Upload keys stay in the order measured.
+        let text = r.json();
+        assert!(text.find("\"nodes\": 10").unwrap() < text.find("\"raw_upload_us\"").unwrap());
+    }
+
+    #[test]
+    fn svg_plot_has_both_panels_and_every_row() {
+        let path = std::env::temp_dir().join(format!("cudagraph-bench-{}.svg", std::process::id()));
+        plot::write(&path, &report().rows).expect("plot written");
+        let svg = std::fs::read_to_string(&path).expect("plot readable");
+        std::fs::remove_file(&path).ok();
+        assert!(svg.starts_with("<svg"));
+        for text in ["chain: K dependent", "fan: producer", "K (kernels per step)", ">\nd\n<"] {
+            assert!(svg.contains(text), "{text:?} missing from the plot");
+        }
+        assert!(plot::write(&path, &[]).is_err(), "no rows: nothing to plot");
     }
 }

@@ -3,23 +3,17 @@
 
 use std::process::ExitCode;
 
-/// Runs example `name` (whose source file is `name.rs`): `parse` reads the arguments (an error
-/// is exit status 2), `plan` tells whether only the plan was asked for (printed as Graphviz DOT,
-/// no CUDA touched), `run` does the work and says whether its checks passed. Without a CUDA
+/// Runs example `name` (whose source file is `name.rs`): the arguments are parsed into `A` by
+/// clap (`--help` prints the usage and exits with status 0; a wrong argument prints clap's error
+/// and exits with status 2), `plan` tells whether only the plan was asked for (printed as Graphviz
+/// DOT, no CUDA touched), `run` does the work and says whether its checks passed. Without a CUDA
 /// driver: one line saying so, the step's plan, exit status 2.
-pub fn main<A, E: std::fmt::Display>(
+pub fn main<A: clap::Parser, E: std::fmt::Display>(
     name: &str,
-    parse: impl FnOnce() -> Result<A, String>,
     plan: impl FnOnce(&A) -> bool,
     run: impl FnOnce(&A) -> Result<bool, E>,
 ) -> ExitCode {
-    let args = match parse() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{name}: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = A::parse();
     // This example's `graph!` plans (registered at compile time; no GPU needed).
     let file = format!("{name}.rs");
     let plans = || cudagraph::plans().filter(|p| p.file.ends_with(&file));

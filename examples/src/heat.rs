@@ -1,14 +1,15 @@
 //! The main job: 2-D heat diffusion, one `graph!` call per step.
 //!
 //! ```text
-//! heat [--n N] [--steps S] [--residual-every R] [--plan]
+//! heat [--n N] [--steps S] [--residual-every R] [--image PATH] [--plan]
 //! ```
 //! Runs `S` steps (default 1000) on an `N`×`N` f32 grid (default 512) as a CUDA graph, then the
 //! same steps launched eagerly on a stream (`cudagraph::eager!`), compares the final fields (expect bit-exact), and
 //! prints per-step times and the speed-up. Every `R` steps (default 100; 0 = never) the step
 //! also computes the residual max |v − u| and copies it to pinned host memory: a host `if`
-//! inside `graph!`, so the cache holds two variants (with and without the residual). `--plan` prints the step's graph as Graphviz DOT
-//! without touching CUDA. Without a CUDA driver the run exits with status 2 and one line saying so.
+//! inside `graph!`, so the cache holds two variants (with and without the residual).
+//! `--image PATH` writes the final field as a colour-mapped PNG. `--plan` prints the step's graph
+//! as Graphviz DOT without touching CUDA; `--help` lists the arguments. Without a CUDA driver the run exits with status 2 and one line saying so.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -39,36 +40,29 @@ kernels! {
     }
 }
 
+/// 2-D heat diffusion on the GPU, one `graph!` call per step, checked against the same steps
+/// launched eagerly.
+///
+/// Without a CUDA GPU: says so, prints the step's graph plan and exits with status 2.
+#[derive(clap::Parser)]
+#[command(name = "heat")]
 struct Args {
+    /// Grid side N: the field is N x N f32 cells (at least 3).
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(3..))]
     n: u32,
+    /// Steps to run, as a graph and then eagerly (at least 2).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(2..))]
     steps: u32,
+    /// Compute the residual max |v - u| and copy it to pinned host memory every R steps (0 = never).
+    #[arg(long, value_name = "R", default_value_t = 100)]
     residual_every: u32,
+    /// Print the step's graph plan as Graphviz DOT and exit, without touching CUDA.
+    #[arg(long)]
     plan: bool,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args { n: 512, steps: 1000, residual_every: 100, plan: false };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = |name: &str| -> Result<u32, String> {
-            let v = it.next().ok_or(format!("{name} needs a value"))?;
-            v.parse().map_err(|_| format!("{name}: `{v}` is not a positive integer"))
-        };
-        match flag.as_str() {
-            "--n" => a.n = value("--n")?,
-            "--steps" => a.steps = value("--steps")?,
-            "--residual-every" => a.residual_every = value("--residual-every")?,
-            "--plan" => a.plan = true,
-            "-h" | "--help" => {
-                return Err("usage: heat [--n N (grid side, default 512)] [--steps S (default 1000)] [--residual-every R (default 100, 0 = never)] [--plan]".into());
-            }
-            other => return Err(format!("unknown argument `{other}` (try --help)")),
-        }
-    }
-    if a.n < 3 || a.steps < 2 {
-        return Err("--n must be at least 3 and --steps at least 2".into());
-    }
-    Ok(a)
+    /// Write the graph run's final temperature field to this PNG file (N x N pixels, one per
+    /// cell, top edge at the top; colour scale 0 (black) to 1 (white), the boundary's range).
+    #[arg(long, value_name = "PATH")]
+    image: Option<std::path::PathBuf>,
 }
 
 /// The device state of one run.
@@ -262,6 +256,19 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
         us(e_step),
         us(e_step) / us(g_step)
     );
+    if let Some(path) = &a.image {
+        match write_image(path, a.n, &gu) {
+            Ok(()) => println!(
+                "image: {} ({n}x{n} pixels, final field of the graph run, colour scale 0 to 1)",
+                path.display(),
+                n = a.n
+            ),
+            Err(e) => {
+                eprintln!("heat: cannot write {}: {e}", path.display());
+                return Ok(false);
+            }
+        }
+    }
     // One build and instantiation per variant, then only updates: never a rebuild.
     let ok = bit_exact
         && gr.to_bits() == er.to_bits()
@@ -278,6 +285,31 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
     Ok(ok)
 }
 
+/// The colour of temperature `t` (clamped to 0..=1): black through deep blue, red and orange to
+/// white, linear between these stops.
+fn colour(t: f32) -> [u8; 3] {
+    const STOPS: [(f32, [f32; 3]); 5] = [
+        (0.0, [0.0, 0.0, 0.0]),
+        (0.25, [40.0, 20.0, 140.0]),
+        (0.5, [200.0, 30.0, 60.0]),
+        (0.75, [250.0, 160.0, 20.0]),
+        (1.0, [255.0, 255.0, 255.0]),
+    ];
+    let t = if t.is_finite() { t.clamp(0.0, 1.0) } else { 0.0 };
+    let i = STOPS.windows(2).position(|w| t <= w[1].0).unwrap_or(STOPS.len() - 2);
+    let ((t0, c0), (t1, c1)) = (STOPS[i], STOPS[i + 1]);
+    let f = (t - t0) / (t1 - t0);
+    std::array::from_fn(|j| (c0[j] + f * (c1[j] - c0[j])).round() as u8)
+}
+
+/// Writes the `n` x `n` field `u` (row 0 = the top edge) as an RGB PNG, one pixel per cell.
+fn write_image(path: &std::path::Path, n: u32, u: &[f32]) -> image::ImageResult<()> {
+    let img = image::RgbImage::from_fn(n, n, |x, y| {
+        image::Rgb(colour(u[(y as usize) * (n as usize) + x as usize]))
+    });
+    img.save_with_format(path, image::ImageFormat::Png)
+}
+
 fn main() -> ExitCode {
-    cli::main("heat", parse_args, |a| a.plan, run)
+    cli::main("heat", |a: &Args| a.plan, run)
 }

@@ -12,7 +12,7 @@
 //! Before launching, the exec's `first` is set to `b2 += 100` and `second` to `a *= b2`, so the
 //! launch computes `(0 + 2) × (0 + 100) = 200` everywhere. The same steps run eagerly on the
 //! stream give the same result, which is checked. Without a CUDA driver the run exits with
-//! status 2 and one line saying so.
+//! status 2 and one line saying so. `--help` lists the arguments.
 //!
 //! | PyCUDA (pull request) | cudagraph |
 //! |---|---|
@@ -42,6 +42,18 @@ kernels! {
         /// `a[i] *= b[i]`.
         fn times(n: u32, a: &mut [f32], b: &[f32]);
     }
+}
+
+/// A port of PyCUDA's CUDA-graph demo: a captured pipeline with two kernel nodes added by hand
+/// and re-pointed on the exec before its launch; checked against the same steps run eagerly.
+///
+/// Without a CUDA GPU: says so and exits with status 2.
+#[derive(clap::Parser)]
+#[command(name = "pycuda_demo")]
+struct Args {
+    /// Where the captured graph's Graphviz DOT (the driver's debug print) is written.
+    #[arg(long, value_name = "PATH", default_value = "pycuda_demo.dot")]
+    dot: PathBuf,
 }
 
 fn run(dot: &std::path::Path) -> Result<bool, Box<dyn std::error::Error>> {
@@ -115,17 +127,7 @@ fn run(dot: &std::path::Path) -> Result<bool, Box<dyn std::error::Error>> {
 }
 
 fn main() -> ExitCode {
-    let mut dot = PathBuf::from("pycuda_demo.dot");
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match (a.as_str(), args.next()) {
-            ("--dot", Some(p)) => dot = p.into(),
-            _ => {
-                eprintln!("usage: pycuda_demo [--dot PATH]");
-                return ExitCode::from(2);
-            }
-        }
-    }
+    let Args { dot } = <Args as clap::Parser>::parse();
     if !cudagraph::driver_available() {
         eprintln!(
             "pycuda_demo: no CUDA GPU here (the CUDA driver, libcuda, could not be loaded), so nothing ran"

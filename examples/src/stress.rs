@@ -3,6 +3,8 @@
 //! ```text
 //! stress [--heat-steps S (default 1000000)] [--churn-calls C (default 2000)] [--sanitizer]
 //! ```
+//! `--help` lists the arguments. Parts 1 and 3 show a progress bar on standard error when it is
+//! a terminal (none in logs and pipes).
 //! `--sanitizer`: for runs under compute-sanitizer, whose instrumentation grows host memory:
 //! the host RSS check only prints its figures.
 //! 1. `S` steps of the heat step (pointers swap and `alpha` changes every step): host RSS and
@@ -27,6 +29,10 @@ use cudagraph::cudarc::driver::{
 };
 use cudagraph::cudarc::nvrtc::compile_ptx;
 use cudagraph::{GraphCache, Mode, Result, graph, kernels};
+
+#[path = "progress.rs"]
+mod progress;
+use progress::out;
 
 kernels! {
     /// Kernels of `kernels/heat.cu`.
@@ -67,7 +73,7 @@ fn device_mib(ctx: &CudaContext) -> Result<u64> {
 }
 
 fn check(ok: bool, what: &str, failures: &mut Vec<String>) {
-    println!("  [{}] {what}", if ok { "ok" } else { "FAILED" });
+    out!("  [{}] {what}", if ok { "ok" } else { "FAILED" });
     if !ok {
         failures.push(what.to_string());
     }
@@ -79,7 +85,7 @@ fn heat(
     steps: u64,
     f: &mut Vec<String>,
 ) -> Result<()> {
-    println!("1. heat step, {steps} calls, pointers and alpha changing every call");
+    out!("1. heat step, {steps} calls, pointers and alpha changing every call");
     // SAFETY: the declarations match the kernels, which stay within their buffers.
     let k = unsafe { Heat::load(ctx, compile_ptx(include_str!("../kernels/heat.cu"))?) }?;
     let n = 512u32;
@@ -93,7 +99,11 @@ fn heat(
     let mut cache = GraphCache::new();
     let (mut rss0, mut dev0) = (0, 0);
     let t = Instant::now();
+    progress::start("1. heat steps", steps);
     for step in 0..steps {
+        if step % 4096 == 0 {
+            progress::set(step);
+        }
         let alpha = if step % 2 == 0 { 0.2f32 } else { 0.19f32 };
         graph!(&mut cache, stream, {
             memset(&mut flags, 0u32);
@@ -107,21 +117,22 @@ fn heat(
             (rss0, dev0) = (rss_kib(), device_mib(ctx)?);
         }
     }
+    progress::set(steps);
     stream.synchronize()?;
     let secs = t.elapsed().as_secs_f64();
     let (rss1, dev1) = (rss_kib(), device_mib(ctx)?);
     let s = cache.stats();
-    println!(
+    out!(
         "  {:.2} s, {:.2} µs per call; host RSS {rss0} KiB at step 1000, {rss1} KiB at the end; device {dev0} MiB, {dev1} MiB",
         secs,
         secs * 1e6 / steps as f64
     );
-    println!("  stats: {s:?}");
+    out!("  stats: {s:?}");
     let flag = stream.clone_dtoh(&flags)?[0];
     check(s.builds == 1 && s.instantiations == 1 && s.reinstantiations == 0, "no rebuild", f);
     check(s.launches == steps, "every call launched", f);
     if SANITIZER.load(std::sync::atomic::Ordering::Relaxed) {
-        println!("  (--sanitizer: host RSS not checked)");
+        out!("  (--sanitizer: host RSS not checked)");
     } else {
         check(rss1 <= rss0 + 1024, "host memory flat (within 1 MiB)", f);
     }
@@ -169,14 +180,14 @@ fn three_calls(
         call(&mut eager, e, seed)?;
     }
     let ms = |(host, done): (f64, f64)| format!("{done:.1} ms (host {host:.1} ms)");
-    println!(
+    out!(
         "  first call (build + instantiate + launch) {}; all {nodes} scalars changed {}; unchanged {}",
         ms(times[0]),
         ms(times[1]),
         ms(times[2])
     );
     let (s0, s1, s2) = (stats[0], stats[1], stats[2]);
-    println!("  stats: {s2:?}");
+    out!("  stats: {s2:?}");
     let got = stream.clone_dtoh(x)?;
     check(got == stream.clone_dtoh(e)?, "equal to the same calls run eagerly (Mode::Eager)", f);
     // Node i of a call computes x = x * 3 + seed + i (mod 2^32), in order.
@@ -211,7 +222,7 @@ fn three_calls(
 }
 
 fn big_graph(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, f: &mut Vec<String>) -> Result<()> {
-    println!("2. a 1000-node graph: build, update every node, relaunch");
+    out!("2. a 1000-node graph: build, update every node, relaunch");
     // SAFETY: the declarations match the kernels, which stay within their buffers.
     let k = unsafe { S::load(ctx, compile_ptx(include_str!("../kernels/stress.cu"))?) }?;
     let n = 64u32;
@@ -239,7 +250,7 @@ fn ten_thousand(
     f: &mut Vec<String>,
 ) -> Result<()> {
     const NODES: u32 = 10_000;
-    println!("2b. a {NODES}-node graph from a GraphBuilder: build, update every node, relaunch");
+    out!("2b. a {NODES}-node graph from a GraphBuilder: build, update every node, relaunch");
     // SAFETY: the declarations match the kernels, which stay within their buffers.
     let k = unsafe { S::load(ctx, compile_ptx(include_str!("../kernels/stress.cu"))?) }?;
     let n = 64u32;
@@ -257,7 +268,7 @@ fn ten_thousand(
 }
 
 fn churn(ctx: &Arc<CudaContext>, calls: u32, f: &mut Vec<String>) -> Result<()> {
-    println!("3. variant churn: 4 variants, cache bound 2, two streams, {calls} calls");
+    out!("3. variant churn: 4 variants, cache bound 2, two streams, {calls} calls");
     // SAFETY: the declarations match the kernels, which stay within their buffers.
     let k = unsafe { S::load(ctx, compile_ptx(include_str!("../kernels/stress.cu"))?) }?;
     let (a, b) = (ctx.new_stream()?, ctx.new_stream()?);
@@ -270,7 +281,11 @@ fn churn(ctx: &Arc<CudaContext>, calls: u32, f: &mut Vec<String>) -> Result<()> 
     let (mix, add) = (k.function("mix").expect("declared"), k.function("add").expect("declared"));
     let mut cache = GraphCache::with_max_variants(2);
     let mut ok = true;
+    progress::start("3. churn calls", u64::from(calls));
     for i in 0..calls {
+        if i % 64 == 0 {
+            progress::set(u64::from(i));
+        }
         let (p, q) = (i % 2 == 0, (i / 2) % 2 == 0);
         let s = if i % 3 == 0 { &a } else { &b };
         graph!(&mut cache, s, {
@@ -297,8 +312,9 @@ fn churn(ctx: &Arc<CudaContext>, calls: u32, f: &mut Vec<String>) -> Result<()> 
                 && a.clone_dtoh(&x)? == a.clone_dtoh(&ex)?;
         }
     }
+    progress::set(u64::from(calls));
     let s = cache.stats();
-    println!("  stats: {s:?}");
+    out!("  stats: {s:?}");
     check(ok, "equal to eager after every checked call", f);
     check(cache.len() <= 2 && s.evictions > 0, "bounded to 2 variants, evicting", f);
     Ok(())
@@ -309,7 +325,7 @@ fn drop_running(
     stream: &Arc<CudaStream>,
     f: &mut Vec<String>,
 ) -> Result<()> {
-    println!("4. a cache dropped while its launch is still running");
+    out!("4. a cache dropped while its launch is still running");
     // SAFETY: the declarations match the kernels, which stay within their buffers.
     let k = unsafe { S::load(ctx, compile_ptx(include_str!("../kernels/stress.cu"))?) }?;
     let n = 1024u32;
@@ -328,7 +344,7 @@ fn drop_running(
     let dropped_after = t.elapsed().as_secs_f64() * 1e3;
     stream.synchronize()?;
     let finished_after = t.elapsed().as_secs_f64() * 1e3;
-    println!(
+    out!(
         "  cache dropped after {dropped_after:.2} ms; launch finished after {finished_after:.2} ms"
     );
     check(dropped_after < finished_after / 2.0, "dropped while running", f);
@@ -343,25 +359,29 @@ fn drop_running(
 /// `--sanitizer` was given.
 static SANITIZER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Stress: long runs, big graphs, variant churn and early drops, with memory measured (host RSS
+/// in KiB, device memory in MiB). Exits non-zero on any mismatch, leak or rebuild.
+///
+/// Without a CUDA GPU: one line, status 2. A progress bar shows on standard error when it is a
+/// terminal.
+#[derive(clap::Parser)]
+#[command(name = "stress")]
+struct Args {
+    /// Calls of the heat step in part 1 (512 x 512 cells).
+    #[arg(long, value_name = "S", default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    heat_steps: u64,
+    /// Calls of the variant-churn part 3.
+    #[arg(long, value_name = "C", default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
+    churn_calls: u32,
+    /// For runs under compute-sanitizer, whose instrumentation grows host memory: the host RSS
+    /// check of part 1 only prints its figures.
+    #[arg(long)]
+    sanitizer: bool,
+}
+
 fn main() -> ExitCode {
-    let mut heat_steps = 1_000_000u64;
-    let mut churn_calls = 2000u32;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        if a == "--sanitizer" {
-            SANITIZER.store(true, std::sync::atomic::Ordering::Relaxed);
-            continue;
-        }
-        let v = args.next().and_then(|v| v.parse::<u64>().ok());
-        match (a.as_str(), v) {
-            ("--heat-steps", Some(v)) if v > 0 => heat_steps = v,
-            ("--churn-calls", Some(v)) if v > 0 => churn_calls = v as u32,
-            _ => {
-                eprintln!("usage: stress [--heat-steps S] [--churn-calls C] [--sanitizer]");
-                return ExitCode::from(2);
-            }
-        }
-    }
+    let Args { heat_steps, churn_calls, sanitizer } = <Args as clap::Parser>::parse();
+    SANITIZER.store(sanitizer, std::sync::atomic::Ordering::Relaxed);
     if !cudagraph::driver_available() {
         eprintln!("stress: no CUDA driver found (libcuda could not be loaded)");
         return ExitCode::from(2);
@@ -377,15 +397,17 @@ fn main() -> ExitCode {
         drop_running(&ctx, &stream, f)?;
         Ok(())
     };
-    if let Err(e) = run(&mut failures) {
+    let result = run(&mut failures);
+    progress::finish();
+    if let Err(e) = result {
         eprintln!("stress: {e}");
         return ExitCode::FAILURE;
     }
     if failures.is_empty() {
-        println!("stress: all checks passed");
+        out!("stress: all checks passed");
         ExitCode::SUCCESS
     } else {
-        println!("stress: {} checks FAILED: {failures:?}", failures.len());
+        out!("stress: {} checks FAILED: {failures:?}", failures.len());
         ExitCode::FAILURE
     }
 }
