@@ -130,6 +130,7 @@ pub use kind::{
     CaptureOperand, CaptureOperands, CopyTo, KernelArgs, KernelCall, KernelLaunch, LaunchCfg,
     LaunchDims, MemcpyParams, Memory, MemsetParams, MemsetValue, MemsetValueOf,
 };
+pub use kind::{Condition, ConditionalType};
 pub use operand::{DevRead, DevWrite, Handle, HostRead, HostWrite, KernelArg, Place, PlaceMut};
 pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges, plans};
 
@@ -317,6 +318,22 @@ pub mod __private {
 
     /// A `child(&mut g)` statement of `graph!`: the captured graph's handle.
     #[inline]
+    /// The device condition of slot `slot` (`let c = condition(default);` in `graph!`).
+    pub fn condition(slot: u32) -> crate::Condition {
+        crate::Condition::slot(slot)
+    }
+
+    /// A conditional node of the condition of slot `slot` (`device_while`, `device_if`,
+    /// `device_switch` in `graph!`).
+    pub fn conditional(
+        slot: u32,
+        ty: crate::ConditionalType,
+        size: u32,
+        default: u32,
+    ) -> crate::kind::ConditionalParams {
+        crate::kind::ConditionalParams::new(slot, ty, size, default)
+    }
+
     pub fn child(g: crate::kind::GraphRef<'_>) -> crate::kind::GraphRef<'_> {
         g
     }

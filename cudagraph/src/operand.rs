@@ -438,6 +438,12 @@ pub unsafe trait KernelArg {
     fn range(&self) -> Option<(u64, u64)> {
         None
     }
+    /// For a [`Condition`](crate::Condition): its slot in the call, whose conditional handle
+    /// replaces the bytes when the node is sent to the driver.
+    #[doc(hidden)]
+    fn condition(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// Scalars: any `DeviceRepr` without padding bytes (`bytemuck::NoUninit`: every primitive, and

@@ -145,6 +145,15 @@ impl Driver for Mock {
         self.log("upload");
         Ok(())
     }
+    unsafe fn conditional_handle(
+        &mut self,
+        _: CUgraph,
+        _: cudarc::driver::sys::CUcontext,
+        default: u32,
+    ) -> Result<u64, DriverError> {
+        self.log(format!("conditional_handle default={default}"));
+        Ok(self.handle::<*mut u8>() as u64)
+    }
 }
 
 /// A kernel node with a `u32` scalar and a `u64` pointer argument.
@@ -231,6 +240,7 @@ fn plan() -> &'static Plan {
         places: &["a", "b", "c", "d"],
         nodes: Box::leak(nodes.into_boxed_slice()),
         conditions: 1,
+        bodies: &[],
     }))
 }
 

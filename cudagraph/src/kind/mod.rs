@@ -21,12 +21,14 @@ use crate::raw::Driver;
 
 pub(crate) mod captured;
 pub(crate) mod child;
+pub(crate) mod conditional;
 pub(crate) mod kernel;
 pub(crate) mod memcpy;
 pub(crate) mod memset;
 
 pub use captured::{CaptureOperand, CaptureOperands, CaptureParams, CapturedWork};
 pub use child::{GraphRef, NoGraphRead};
+pub use conditional::{Condition, ConditionalParams, ConditionalType};
 pub(crate) use kernel::Limits;
 pub use kernel::{
     KernelArgs, KernelCall, KernelLaunch, KernelNode, LaunchCfg, LaunchDims, LaunchNode,
@@ -297,6 +299,8 @@ node_kinds! {
     Captured(&'a dyn CapturedWork) => captured::Captured,
     /// Child-graph node of a captured [`Graph`](crate::Graph), `child(&mut g)`.
     Child(GraphRef<'a>) => child::Child,
+    /// Conditional node (device `while`, `if`, `if`/`else`, `switch`).
+    Conditional(ConditionalParams) => conditional::Conditional,
 }
 
 /// What a statement evaluates to inside `graph!` (sealed: a kernel launch made by a
