@@ -25,9 +25,22 @@ pub enum Item {
     If(If),
     /// One iteration of an unrolled graph `for`: names bound in it are in scope only inside it.
     Scope(Vec<Item>),
+    /// `let name = condition(default);`: a device condition (no node).
+    Condition(Condition),
+}
+
+/// A device condition declared with `let name = condition(default);`.
+pub struct Condition {
+    /// The name kernels and the device statement use.
+    pub name: Ident,
+    /// Its value at the start of every launch (a `u32` expression, evaluated at every call).
+    pub default: Expr,
+    /// The `condition` word.
+    pub func: Ident,
 }
 
 /// `if COND { THEN } else { ELSE }`, evaluated on the host at every call.
+
 pub struct If {
     /// The condition.
     pub cond: Expr,
@@ -109,6 +122,16 @@ pub enum Op {
         /// The closure doing the stream work: `|s, (a, b, …)| { … }`.
         closure: Expr,
     },
+    /// `device_while(c, { … })`, `device_if(c, { … })`, `device_if(c, { … }, { … })`,
+    /// `device_switch(c, { … }, …)`: a conditional node; its bodies' nodes follow it.
+    Conditional {
+        /// The `device_*` word.
+        func: Ident,
+        /// The device condition's name.
+        cond: Ident,
+        /// The bodies, in the driver's order (`if`: then, else; `switch`: case 0, 1, …).
+        bodies: Vec<Vec<Item>>,
+    },
 }
 
 /// A kernel argument.
@@ -141,6 +164,7 @@ impl Op {
             Op::Zero { .. } => "zero".into(),
             Op::Capture { .. } => "capture".into(),
             Op::Child { .. } => "child".into(),
+            Op::Conditional { func, .. } => func.to_string(),
         }
     }
 
@@ -158,6 +182,7 @@ impl Op {
             Op::Memset { dst, .. } | Op::Zero { dst, .. } => vec![dst],
             Op::Capture { operands, .. } => operands.iter().collect(),
             Op::Child { graph, .. } => vec![graph],
+            Op::Conditional { .. } => Vec::new(),
         }
     }
 }
@@ -178,16 +203,21 @@ pub struct Flat<'a> {
     /// The scopes enclosing it, outermost first: each `if` branch and each iteration of a graph
     /// `for` is one, `(number, what)`. A name is in scope where its binding's path is a prefix.
     pub scope: Vec<(u32, &'static str)>,
+    /// The device body it is in: `(index of the conditional node in the flat list, body)`.
+    pub body: Option<(usize, u32)>,
 }
 
 /// The nodes of `items` in source order (then-branch before else-branch), with their conditions,
 /// and the number of `if`s.
-pub fn flatten(items: &[Item]) -> (Vec<Flat<'_>>, u32) {
+#[allow(clippy::type_complexity)]
+pub fn flatten(items: &[Item]) -> (Vec<Flat<'_>>, u32, Vec<FlatCondition<'_>>) {
     struct Walk<'a> {
         out: Vec<Flat<'a>>,
         ifs: u32,
         scopes: u32,
         path: Vec<(u32, &'static str)>,
+        body: Option<(usize, u32)>,
+        conds: Vec<FlatCondition<'a>>,
     }
     impl<'a> Walk<'a> {
         fn scope(&mut self, what: &'static str, items: &'a [Item], cond: &str) {
@@ -199,10 +229,26 @@ pub fn flatten(items: &[Item]) -> (Vec<Flat<'_>>, u32) {
         fn items(&mut self, items: &'a [Item], cond: &str) {
             for item in items {
                 match item {
-                    Item::Node(node) => self.out.push(Flat {
-                        node,
-                        condition: cond.to_string(),
+                    Item::Node(node) => {
+                        self.out.push(Flat {
+                            node,
+                            condition: cond.to_string(),
+                            scope: self.path.clone(),
+                            body: self.body,
+                        });
+                        if let Op::Conditional { bodies, .. } = &node.op {
+                            let (idx, outer) = (self.out.len() - 1, self.body);
+                            for (b, items) in bodies.iter().enumerate() {
+                                self.body = Some((idx, b as u32));
+                                self.scope("a device body", items, cond);
+                            }
+                            self.body = outer;
+                        }
+                    }
+                    Item::Condition(c) => self.conds.push(FlatCondition {
+                        decl: c,
                         scope: self.path.clone(),
+                        at: self.out.len(),
                     }),
                     Item::If(i) => {
                         self.ifs += 1;
@@ -218,9 +264,24 @@ pub fn flatten(items: &[Item]) -> (Vec<Flat<'_>>, u32) {
             }
         }
     }
-    let mut w = Walk { out: Vec::new(), ifs: 0, scopes: 0, path: Vec::new() };
+    let mut w = Walk {
+        out: Vec::new(),
+        ifs: 0,
+        scopes: 0,
+        path: Vec::new(),
+        body: None,
+        conds: Vec::new(),
+    };
     w.items(items, "");
-    (w.out, w.ifs)
+    (w.out, w.ifs, w.conds)
+}
+
+/// A device condition declaration in flattened order (its slot is its index).
+pub struct FlatCondition<'a> {
+    pub decl: &'a Condition,
+    pub scope: Vec<(u32, &'static str)>,
+    /// How many nodes precede it.
+    pub at: usize,
 }
 
 /// Tokens as text with rustc-like spacing removed around punctuation, for keys and labels.

@@ -43,6 +43,7 @@ fn summary(c: &Checked<'_>) -> Vec<String> {
                 Op::Zero { .. } => "zero".into(),
                 Op::Capture { .. } => "capture".into(),
                 Op::Child { .. } => "child".into(),
+                Op::Conditional { func, cond, .. } => format!("{func}({cond})"),
             };
             let mut line = format!("{}: {kind}", node.label());
             for o in node.op.operands() {
@@ -50,6 +51,9 @@ fn summary(c: &Checked<'_>) -> Vec<String> {
             }
             if !f.condition.is_empty() {
                 line += &format!(" if {}", f.condition);
+            }
+            if let Some((c, b)) = f.body {
+                line += &format!(" in n{c}.{b}");
             }
             line
         })
@@ -656,4 +660,64 @@ fn nested_loops_have_a_total_cap() {
         for i in 0..4096 { for j in 0..4096 { zero(&mut x); } }
     }});
     assert!(e.iter().any(|m| m.contains("unroll to more than 16384 statements")), "{e:?}");
+}
+
+#[test]
+fn device_statements_lower_to_a_conditional_node_followed_by_its_bodies() {
+    checked(
+        text(
+            "&mut cache, &stream, {
+                k.init(&mut x).launch(cfg);
+                let c = condition(1);
+                let w = device_while(c, {
+                    k.step(c, &mut x).launch(cfg);
+                    let d = condition(0);
+                    k.test(d, &x).launch(cfg);
+                    device_if(d, { zero(&mut y); }, { k.other(&mut y).launch(cfg); });
+                });
+                k.last(&x, &mut y).launch(cfg);
+            }",
+        ),
+        |c| {
+            assert_eq!(
+                summary(c),
+                [
+                    "init: kernel init x/w",
+                    "w: device_while(c)",
+                    "step: kernel step x/w in n1.0",
+                    "test: kernel test x/r in n1.0",
+                    "device_if: device_if(d) in n1.0",
+                    "zero: zero y/w in n4.0",
+                    "other: kernel other y/w in n4.1",
+                    "last: kernel last x/r y/w",
+                ]
+            );
+            assert_eq!(c.bodies, [(2, 1, 0), (3, 1, 0), (4, 1, 0), (5, 4, 0), (6, 4, 1)]);
+        },
+    );
+}
+
+#[test]
+fn device_conditions_are_checked() {
+    let (input, mut errors) = lower(text(
+        "&mut cache, &stream, {
+            let a = k.f(&mut x).launch(cfg);
+            let c = condition(1);
+            let unused = condition(1);
+            device_while(flag, { k.f(&mut x).launch(cfg); });
+            device_while(c, { let b = k.f(&mut x).launch(cfg).after(a); });
+            k.g(&x).launch(cfg).after(b);
+        }",
+    ));
+    check(&input, &mut errors);
+    let m = errors.messages();
+    assert_eq!(m.len(), 4, "{m:#?}");
+    for what in [
+        "drives no device statement",
+        "`flag` is not a device condition",
+        "node `a` is in another graph",
+        "node `b` is not in scope here",
+    ] {
+        assert!(m.iter().any(|e| e.contains(what)), "{what}: {m:#?}");
+    }
 }

@@ -319,19 +319,18 @@ pub mod __private {
     /// A `child(&mut g)` statement of `graph!`: the captured graph's handle.
     #[inline]
     /// The device condition of slot `slot` (`let c = condition(default);` in `graph!`).
-    pub fn condition(slot: u32) -> crate::Condition {
-        crate::Condition::slot(slot)
+    pub fn condition(slot: u32, default: u32) -> crate::Condition {
+        crate::Condition::new(slot, default)
     }
 
     /// A conditional node of the condition of slot `slot` (`device_while`, `device_if`,
     /// `device_switch` in `graph!`).
     pub fn conditional(
-        slot: u32,
+        c: crate::Condition,
         ty: crate::ConditionalType,
         size: u32,
-        default: u32,
     ) -> crate::kind::ConditionalParams {
-        crate::kind::ConditionalParams::new(slot, ty, size, default)
+        crate::kind::ConditionalParams::new(c.slot(), ty, size, c.default())
     }
 
     pub fn child(g: crate::kind::GraphRef<'_>) -> crate::kind::GraphRef<'_> {

@@ -39,13 +39,25 @@ use crate::operand::{Accesses, KernelArg, Scalar};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Condition {
     slot: u64,
+    default: u32,
 }
 
 impl Condition {
-    /// The condition of slot `slot` of a `graph!` call (generated code).
+    /// The condition of slot `slot` of a call, with the value it has at the start of every
+    /// launch (generated code).
     #[doc(hidden)]
-    pub fn slot(slot: u32) -> Self {
-        Condition { slot: u64::from(slot) }
+    pub fn new(slot: u32, default: u32) -> Self {
+        Condition { slot: u64::from(slot), default }
+    }
+
+    /// Its slot in the call.
+    pub fn slot(&self) -> u32 {
+        self.slot as u32
+    }
+
+    /// The value it has at the start of every launch (`CU_GRAPH_COND_ASSIGN_DEFAULT`).
+    pub fn default(&self) -> u32 {
+        self.default
     }
 }
 
