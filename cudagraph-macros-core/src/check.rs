@@ -6,7 +6,9 @@ use std::fmt::Display;
 
 use quote::ToTokens;
 
-use crate::ast::{Flat, FlatCondition, GraphInput, Node, Op, flatten};
+use syn::Expr;
+
+use crate::ast::{Arg, Flat, FlatCondition, GraphInput, Node, Op, flatten};
 use crate::parse::line_column;
 
 /// Most host `if`s one body may have (one bit each of the variant key).
@@ -131,12 +133,32 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
         after.push(deps);
     }
     check_device_conditions(&nodes, &conds, errors);
+    setter_edges(&nodes, &mut after);
     let bodies = nodes
         .iter()
         .enumerate()
         .filter_map(|(i, f)| f.body.map(|(c, b)| (i as u32, c as u32, b)))
         .collect();
     Checked { nodes, after, conditions, bodies }
+}
+
+/// A kernel that takes a device condition before its device statement, in the same graph, is
+/// ordered before that statement (an edge as by `.after`): the conditional node reads the value
+/// the kernel sets, through no buffer the hazard inference could see. (Kernels inside the
+/// statement's bodies set it for the next evaluation and need no edge.)
+fn setter_edges(nodes: &[Flat<'_>], after: &mut [Vec<u32>]) {
+    for (i, f) in nodes.iter().enumerate() {
+        let Op::Conditional { cond, .. } = &f.node.op else { continue };
+        for (j, g) in nodes[..i].iter().enumerate() {
+            let Op::Launch { args, .. } = &g.node.op else { continue };
+            let passes = args.iter().any(|a| {
+                matches!(a, Arg::Scalar(Expr::Path(p)) if p.qself.is_none() && p.path.is_ident(cond))
+            });
+            if passes && g.body == f.body && !after[i].contains(&(j as u32)) {
+                after[i].push(j as u32);
+            }
+        }
+    }
 }
 
 /// Each device statement names a device condition declared before it in the same block, and
