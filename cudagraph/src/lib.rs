@@ -131,7 +131,9 @@ pub use kind::{
     LaunchDims, MemcpyParams, Memory, MemsetParams, MemsetValue, MemsetValueOf,
 };
 pub use kind::{Condition, ConditionalType};
-pub use operand::{DevRead, DevWrite, Handle, HostRead, HostWrite, KernelArg, Place, PlaceMut};
+pub use operand::{
+    DevRead, DevWrite, DeviceScalar, Handle, HostRead, HostWrite, KernelArg, Place, PlaceMut,
+};
 pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges, plans};
 
 /// Builds, caches, updates and launches a CUDA graph from a block of statements.

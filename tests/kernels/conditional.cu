@@ -43,3 +43,14 @@ extern "C" __global__ void add(unsigned int n, unsigned int a, unsigned int *x) 
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = x[i] * 5u + a + i;
 }
+
+// Device scalars (`&u32` / `&mut u32` in kernels!): b = a * a + 1
+extern "C" __global__ void square_into(const unsigned int *a, unsigned int *b) {
+    *b = *a * *a + 1u;
+}
+
+// x[i] = x[i] * s + i, s a device scalar
+extern "C" __global__ void scale_by(unsigned int n, const unsigned int *s, unsigned int *x) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = x[i] * *s + i;
+}

@@ -1,4 +1,5 @@
-//! Device control flow (`device_while`, `device_if`, `device_switch`): each graph is compared
+//! Device control flow (`device_while`, `device_if`, `device_switch`) and device scalars
+//! (`&T`/`&mut T` kernel parameters): each graph is compared
 //! with the same work driven from the host (the conditions decided on the host, the kernels
 //! that set no condition launched eagerly with cudarc), exactly (integers).
 
@@ -21,6 +22,8 @@ kernels! {
         fn set_odd(c: Condition, counter: &[u32]);
         fn step(n: u32, a: u32, counter: &[u32], x: &mut [u32]);
         fn add(n: u32, a: u32, x: &mut [u32]);
+        fn square_into(a: &u32, b: &mut u32);
+        fn scale_by(n: u32, s: &u32, x: &mut [u32]);
     }
 }
 
@@ -302,6 +305,56 @@ fn eager_mode_refuses_device_control_flow_before_enqueuing_anything() -> Result 
         Err(Error::InvalidNode { site, why }) => {
             assert_eq!(site.label, "device_while", "{why}");
             assert!(why.contains("only in a graph"), "{why}");
+        }
+        other => panic!("expected InvalidNode, got {other:?}"),
+    }
+    assert_eq!(stream.clone_dtoh(&x)?, init, "nothing enqueued");
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn device_scalars_are_one_element_buffers_passed_by_address() -> Result {
+    let (_ctx, stream, k) = gpu()?;
+    let init = start(&stream)?;
+    let mut cache = GraphCache::new();
+    let mut x = stream.clone_htod(&init)?;
+    let mut y = stream.clone_htod(&init)?;
+    let mut b = stream.alloc_zeros::<u32>(1)?;
+    let mut yb = stream.alloc_zeros::<u32>(1)?;
+    for av in [3u32, 7] {
+        let a = stream.clone_htod(&[av])?;
+        stream.memcpy_htod(&init, &mut x)?;
+        graph!(&mut cache, &stream, {
+            k.square_into(&a, &mut b).launch((1, 1));
+            k.scale_by(N, &b, &mut x).launch(cfg());
+        })?;
+        // The oracle: the same kernels launched eagerly.
+        stream.memcpy_htod(&init, &mut y)?;
+        let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
+        let (sq, sc) = (
+            k.function("square_into").expect("declared"),
+            k.function("scale_by").expect("declared"),
+        );
+        // SAFETY: the kernels' signatures; a and yb have one element, y has N.
+        unsafe {
+            stream.launch_builder(sq).arg(&a).arg(&mut yb).launch(one)?;
+            stream.launch_builder(sc).arg(&N).arg(&yb).arg(&mut y).launch(cfg())?;
+        }
+        assert_eq!(stream.clone_dtoh(&b)?, [av * av + 1]);
+        assert_eq!(stream.clone_dtoh(&x)?, stream.clone_dtoh(&y)?, "a = {av}");
+    }
+    // A buffer of two elements is not a device scalar: refused, nothing enqueued.
+    let two = stream.clone_htod(&[3u32, 4])?;
+    stream.memcpy_htod(&init, &mut x)?;
+    let r = graph!(&mut cache, &stream, {
+        k.scale_by(N, &b, &mut x).launch(cfg());
+        k.square_into(&two, &mut b).launch((1, 1));
+    });
+    match r {
+        Err(Error::InvalidNode { site, why }) => {
+            assert_eq!(site.label, "square_into", "{why}");
+            assert!(why.contains("exactly 1 element, not 2"), "{why}");
         }
         other => panic!("expected InvalidNode, got {other:?}"),
     }

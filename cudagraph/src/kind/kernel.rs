@@ -36,6 +36,9 @@ pub trait KernelArgs {
     /// Each [`Condition`](crate::Condition) argument's `(index, slot)`.
     #[doc(hidden)]
     fn conditions(&self, f: &mut dyn FnMut(usize, u32));
+    /// Each [`DeviceScalar`](crate::DeviceScalar) argument's `(index, buffer length)`.
+    #[doc(hidden)]
+    fn device_scalars(&self, f: &mut dyn FnMut(usize, usize));
 }
 
 macro_rules! kernel_args {
@@ -59,6 +62,10 @@ macro_rules! kernel_args {
                     n += 1;
                 })*
                 n
+            }
+            #[allow(unused_variables)]
+            fn device_scalars(&self, f: &mut dyn FnMut(usize, usize)) {
+                $(if let Some(len) = self.$i.device_scalar_len() { f($i, len) })*
             }
             #[allow(unused_variables)]
             fn conditions(&self, f: &mut dyn FnMut(usize, u32)) {
@@ -269,11 +276,17 @@ pub trait KernelNode: sealed::Sealed {
     /// Each [`Condition`](crate::Condition) argument's `(index, slot)`.
     #[doc(hidden)]
     fn for_each_condition(&self, _f: &mut dyn FnMut(usize, u32)) {}
+    /// Each [`DeviceScalar`](crate::DeviceScalar) argument's `(index, buffer length)`.
+    #[doc(hidden)]
+    fn for_each_device_scalar(&self, _f: &mut dyn FnMut(usize, usize)) {}
 }
 
 impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
     fn for_each_condition(&self, f: &mut dyn FnMut(usize, u32)) {
         self.call.args.conditions(f)
+    }
+    fn for_each_device_scalar(&self, f: &mut dyn FnMut(usize, usize)) {
+        self.call.args.device_scalars(f)
     }
     fn function(&self) -> CUfunction {
         self.call.function.cu_function()
@@ -507,6 +520,18 @@ impl NodeKind for Kernel {
         }
         if let Some(why) = limits.and_then(|l| l.exceeded(&d)) {
             return Err(Error::LaunchLimit { site: site(), why });
+        }
+        let mut wrong = None;
+        k.for_each_device_scalar(&mut |i, len| {
+            if len != 1 && wrong.is_none() {
+                wrong = Some((i, len));
+            }
+        });
+        if let Some((i, len)) = wrong {
+            let why = format!(
+                "argument {i} is a device scalar (`&T`/`&mut T` in `kernels!`): its buffer must have exactly 1 element, not {len}"
+            );
+            return Err(Error::InvalidNode { site: site(), why });
         }
         if k.arg_count() > MAX_KERNEL_PARAMS {
             let error = cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE);
