@@ -361,3 +361,57 @@ fn device_scalars_are_one_element_buffers_passed_by_address() -> Result {
     assert_eq!(stream.clone_dtoh(&x)?, init, "nothing enqueued");
     Ok(())
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn graph_builder_device_while_with_a_nested_if_and_a_switch() -> Result {
+    let (_ctx, stream, k) = gpu()?;
+    let e = Eager(&k, &stream);
+    let init = start(&stream)?;
+    let mut cache = GraphCache::new();
+    let (mut x, mut counter) = (stream.clone_htod(&init)?, stream.alloc_zeros::<u32>(1)?);
+    let (mut y, mut ycount) = (stream.clone_htod(&init)?, stream.alloc_zeros::<u32>(1)?);
+    let mut flag = stream.alloc_zeros::<u32>(1)?;
+    for (n, v) in [(5u32, 1u32), (0, 2), (8, 7), (5, 0)] {
+        stream.memcpy_htod(&init, &mut x)?;
+        stream.memcpy_htod(&[v], &mut flag)?;
+        let mut g = cache.builder(&stream);
+        let (xw, cw, fr) = (g.write(&mut x), g.write(&mut counter), g.read(&flag));
+        let c = g.condition(1);
+        g.memset(cw, n);
+        g.kernel(k.set_nonzero(c, cw.read()).launch((1, 1)));
+        g.device_while(c, |g| {
+            let odd = g.condition(0);
+            g.kernel(k.set_odd(odd, cw.read()).launch((1, 1)));
+            g.device_if(odd, |g| {
+                g.kernel(k.add(N, 3, xw).launch(cfg()));
+            });
+            g.kernel(k.step(N, 1, cw.read(), xw).launch(cfg()));
+            g.kernel(k.count_down(c, cw).launch((1, 1)));
+        });
+        let s = g.condition(0);
+        g.kernel(k.set_value(s, fr).launch((1, 1)));
+        g.device_switch(s, 3, |g, case| {
+            g.kernel(k.add(N, 100 * (case + 1), xw).launch(cfg()));
+        });
+        g.launch()?;
+        // The oracle.
+        stream.memcpy_htod(&init, &mut y)?;
+        stream.memcpy_htod(&[n], &mut ycount)?;
+        for left in (1..=n).rev() {
+            if left % 2 == 1 {
+                e.add(3, &mut y)?;
+            }
+            e.step(1, &ycount, &mut y)?;
+            e.count_down(&mut ycount)?;
+        }
+        if v < 3 {
+            e.add(100 * (v + 1), &mut y)?;
+        }
+        assert_eq!(stream.clone_dtoh(&x)?, stream.clone_dtoh(&y)?, "n = {n}, v = {v}");
+    }
+    let s = cache.stats();
+    println!("builder: {s:?}");
+    assert_eq!(s.builds, 1, "one topology");
+    Ok(())
+}
