@@ -40,7 +40,6 @@ pub struct Condition {
 }
 
 /// `if COND { THEN } else { ELSE }`, evaluated on the host at every call.
-
 pub struct If {
     /// The condition.
     pub cond: Expr,
