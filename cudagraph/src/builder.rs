@@ -1009,6 +1009,35 @@ mod tests {
     }
 
     #[test]
+    fn device_bodies_are_graphs_of_their_own_and_part_of_the_variant() {
+        let sig = |bodies: bool| {
+            let mut rec = Recording::new(1);
+            let [a, b] = [0xa0, 0xb0].map(|p| buf(&mut rec, p));
+            rec.slots.push(false);
+            let c = crate::Condition::new(0, 1);
+            rec.kernel(at(), F, DIMS, &(c, a.0));
+            let w = rec.conditional(at(), c, (crate::ConditionalType::While, 1), |r, _| {
+                if bodies {
+                    r.kernel(at(), F, DIMS, &(1u32, a.1));
+                    r.kernel(at(), F, DIMS, &(1u32, a.0, b.1));
+                }
+            });
+            let after = rec.kernel(at(), F, DIMS, &(1u32, b.0));
+            assert!(rec.error.is_none());
+            let edges = rec.edges(&vec![true; rec.nodes.len()]);
+            (rec.signature(), edges, w, after)
+        };
+        let (with, edges, w, after) = sig(true);
+        // n0 (sets the condition, reads a) -> n1 the while; inside: n2 -> n3; n1 -> n4 (b).
+        assert_eq!(edges, [(0, 1), (2, 3), (1, 4)]);
+        assert_eq!((w.index, after.index), (1, 4));
+        let (without, edges, _, _) = sig(false);
+        // An empty body: only the setter's edge, and another variant.
+        assert_eq!(edges, [(0, 1)]);
+        assert_ne!(with, without);
+    }
+
+    #[test]
     fn edges_are_hazards_and_after() {
         let mut rec = Recording::new(1);
         chain(&mut rec, [0x100, 0x200, 0x300, 0x400], 7);

@@ -149,6 +149,10 @@ impl Plan {
         for (a, b) in self.edges() {
             let _ = writeln!(s, "  n{a} -> n{b};");
         }
+        // A body node hangs from its conditional node, dotted, labelled with its body.
+        for &(j, c, b) in self.bodies {
+            let _ = writeln!(s, "  n{c} -> n{j} [style=dotted, label=\"body {b}\"];");
+        }
         s.push_str("}\n");
         s
     }
@@ -165,6 +169,9 @@ impl fmt::Display for Plan {
             write!(f, "  n{i} {:<12} {:?} after [{}]", n.label, n.kind, preds.join(", "))?;
             if !n.condition.is_empty() {
                 write!(f, " if {}", n.condition)?;
+            }
+            if let Some((c, b)) = self.parent(i) {
+                write!(f, " in body {b} of n{c}")?;
             }
             writeln!(f)?;
         }
