@@ -21,6 +21,7 @@ use crate::raw::Driver;
 
 pub(crate) mod captured;
 pub(crate) mod child;
+pub(crate) mod conditional;
 pub(crate) mod fill;
 pub(crate) mod kernel;
 pub(crate) mod memcpy;
@@ -28,6 +29,7 @@ pub(crate) mod memset;
 
 pub use captured::{CaptureOperand, CaptureOperands, CaptureParams, CapturedWork};
 pub use child::{GraphRef, NoGraphRead};
+pub use conditional::{Condition, ConditionalParams, ConditionalType};
 pub use fill::{FillNode, MAX_FILL_BYTES};
 pub(crate) use kernel::Limits;
 pub use kernel::{
@@ -301,6 +303,8 @@ node_kinds! {
     Child(GraphRef<'a>) => child::Child,
     /// Kernel node of the crate's fill kernel, `fill(&mut dst, value)`.
     Fill(&'a FillNode<'a>) => fill::Fill,
+    /// Conditional node (device `while`, `if`, `if`/`else`, `switch`).
+    Conditional(ConditionalParams) => conditional::Conditional,
 }
 
 /// What a statement evaluates to inside `graph!` (sealed: a kernel launch made by a
