@@ -30,6 +30,8 @@ pub enum Item {
     /// A graph `for` whose bounds are not literals: its count is evaluated at every call and is
     /// part of the variant key (see `crate::loops`).
     Loop(Loop),
+    /// `let name = condition(default);`: a device condition (no node).
+    Condition(Condition),
 }
 
 /// `for VAR in START..END { BODY }` (or `..=`) with bounds that are `usize` expressions.
@@ -46,6 +48,18 @@ pub struct Loop {
     pub body: Vec<Item>,
     /// The loop's header text, e.g. `for i in 0..k` (for plans).
     pub text: String,
+    /// The header's tokens, `for i in 0..k` (for errors on the loop as a whole).
+    pub head: TokenStream,
+}
+
+/// A device condition declared with `let name = condition(default);`.
+pub struct Condition {
+    /// The name kernels and the device statement use.
+    pub name: Ident,
+    /// Its value at the start of every launch (a `u32` expression, evaluated at every call).
+    pub default: Expr,
+    /// The `condition` word.
+    pub func: Ident,
 }
 
 /// `if COND { THEN } else { ELSE }`, evaluated on the host at every call.
@@ -162,6 +176,16 @@ pub enum Op {
         /// The closure doing the stream work: `|s, (a, b, …)| { … }`.
         closure: Expr,
     },
+    /// `device_while(c, { … })`, `device_if(c, { … })`, `device_if(c, { … }, { … })`,
+    /// `device_switch(c, { … }, …)`: a conditional node; its bodies' nodes follow it.
+    Conditional {
+        /// The `device_*` word.
+        func: Ident,
+        /// The device condition's name.
+        cond: Ident,
+        /// The bodies, in the driver's order (`if`: then, else; `switch`: case 0, 1, …).
+        bodies: Vec<Vec<Item>>,
+    },
 }
 
 /// A kernel argument.
@@ -198,6 +222,7 @@ impl Op {
             Op::Empty { .. } => "empty".into(),
             Op::Event { func, .. } => func.to_string(),
             Op::Child { .. } => "child".into(),
+            Op::Conditional { func, .. } => func.to_string(),
         }
     }
 
@@ -216,6 +241,7 @@ impl Op {
             Op::Capture { operands, .. } | Op::Host { operands, .. } => operands.iter().collect(),
             Op::Child { graph, .. } => vec![graph],
             Op::Empty { .. } | Op::Event { .. } => vec![],
+            Op::Conditional { .. } => Vec::new(),
         }
     }
 }
@@ -238,11 +264,14 @@ pub struct Flat<'a> {
     pub scope: Vec<(u32, &'static str)>,
     /// The run-time `for` (numbered in source order from 0) whose body holds the node, if any.
     pub looped: Option<u32>,
+    /// The device body it is in: `(index of the conditional node in the flat list, body)`.
+    pub body: Option<(usize, u32)>,
 }
 
 /// The nodes of `items` in source order (then-branch before else-branch), with their conditions,
 /// and the number of `if`s.
-pub fn flatten(items: &[Item]) -> (Vec<Flat<'_>>, u32) {
+#[allow(clippy::type_complexity)]
+pub fn flatten(items: &[Item]) -> (Vec<Flat<'_>>, u32, Vec<FlatCondition<'_>>) {
     struct Walk<'a> {
         out: Vec<Flat<'a>>,
         ifs: u32,
@@ -250,6 +279,8 @@ pub fn flatten(items: &[Item]) -> (Vec<Flat<'_>>, u32) {
         path: Vec<(u32, &'static str)>,
         loops: u32,
         looped: Option<u32>,
+        body: Option<(usize, u32)>,
+        conds: Vec<FlatCondition<'a>>,
     }
     impl<'a> Walk<'a> {
         fn scope(&mut self, what: &'static str, items: &'a [Item], cond: &str) {
@@ -261,11 +292,27 @@ pub fn flatten(items: &[Item]) -> (Vec<Flat<'_>>, u32) {
         fn items(&mut self, items: &'a [Item], cond: &str) {
             for item in items {
                 match item {
-                    Item::Node(node) => self.out.push(Flat {
-                        node,
-                        condition: cond.to_string(),
+                    Item::Node(node) => {
+                        self.out.push(Flat {
+                            node,
+                            condition: cond.to_string(),
+                            scope: self.path.clone(),
+                            looped: self.looped,
+                            body: self.body,
+                        });
+                        if let Op::Conditional { bodies, .. } = &node.op {
+                            let (idx, outer) = (self.out.len() - 1, self.body);
+                            for (b, items) in bodies.iter().enumerate() {
+                                self.body = Some((idx, b as u32));
+                                self.scope("a device body", items, cond);
+                            }
+                            self.body = outer;
+                        }
+                    }
+                    Item::Condition(c) => self.conds.push(FlatCondition {
+                        decl: c,
                         scope: self.path.clone(),
-                        looped: self.looped,
+                        at: self.out.len(),
                     }),
                     Item::If(i) => {
                         self.ifs += 1;
@@ -292,10 +339,26 @@ pub fn flatten(items: &[Item]) -> (Vec<Flat<'_>>, u32) {
             }
         }
     }
-    let mut w =
-        Walk { out: Vec::new(), ifs: 0, scopes: 0, path: Vec::new(), loops: 0, looped: None };
+    let mut w = Walk {
+        out: Vec::new(),
+        ifs: 0,
+        scopes: 0,
+        path: Vec::new(),
+        loops: 0,
+        looped: None,
+        body: None,
+        conds: Vec::new(),
+    };
     w.items(items, "");
-    (w.out, w.ifs)
+    (w.out, w.ifs, w.conds)
+}
+
+/// A device condition declaration in flattened order (its slot is its index).
+pub struct FlatCondition<'a> {
+    pub decl: &'a Condition,
+    pub scope: Vec<(u32, &'static str)>,
+    /// How many nodes precede it.
+    pub at: usize,
 }
 
 /// Tokens as text with rustc-like spacing removed around punctuation, for keys and labels.

@@ -6,7 +6,9 @@ use std::fmt::Display;
 
 use quote::ToTokens;
 
-use crate::ast::{Flat, GraphInput, Node, flatten};
+use syn::Expr;
+
+use crate::ast::{Arg, Flat, FlatCondition, GraphInput, Item, Node, Op, flatten};
 use crate::parse::line_column;
 
 /// Most host `if`s one body may have (one bit each of the variant key).
@@ -49,11 +51,13 @@ pub struct Checked<'a> {
     pub after: Vec<Vec<u32>>,
     /// Number of host `if`s.
     pub conditions: u32,
+    /// Nodes inside device bodies: `(node, conditional node, body)`, by node.
+    pub bodies: Vec<(u32, u32, u32)>,
 }
 
 /// Checks names, dependencies and places of `input`, adding to `errors`.
 pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
-    let (nodes, conditions) = flatten(&input.body);
+    let (nodes, conditions, conds) = flatten(&input.body);
     if conditions > MAX_CONDITIONS {
         errors.push(
             quote::quote_spanned!(input.body_span=> {}),
@@ -83,6 +87,22 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
             }
         }
     }
+    // The driver refuses host and event nodes in a conditional node's body graphs, and a host
+    // closure runs once per launch, not once per iteration.
+    for f in &nodes {
+        let word = match &f.node.op {
+            Op::Host { func, .. } | Op::Event { func, .. } if f.body.is_some() => func,
+            _ => continue,
+        };
+        errors.push(
+            word,
+            format!(
+                "`{word}` cannot be inside a device body: a conditional node's body graph holds \
+                 kernel, memcpy, memset, fill, empty, child-graph and device statements only (the \
+                 driver's rule); put it before or after the device statement"
+            ),
+        );
+    }
     let mut after = Vec::with_capacity(nodes.len());
     for (i, f) in nodes.iter().enumerate() {
         let mut deps = Vec::new();
@@ -94,7 +114,9 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
                     let (line, column) = line_column(bound.span());
                     // The outermost scope of the binding that does not enclose this statement.
                     let what = nodes[j].scope.iter().find(|s| !f.scope.contains(s)).map_or("", |s| s.1);
-                    let why = if what.contains("for") {
+                    let why = if what.contains("device") {
+                        "a device body is a graph of its own"
+                    } else if what.contains("for") {
                         "every iteration binds its own node"
                     } else {
                         "when that branch is not taken the node does not exist"
@@ -103,6 +125,14 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
                         a,
                         format!(
                             "node `{s}` is not in scope here: it is bound at line {line}:{column} inside {what}, and a name is in scope only inside the branch or loop body that binds it and the statements nested there ({why})"
+                        ),
+                    );
+                }
+                Some(&j) if j < i && nodes[j].body != f.body => {
+                    errors.push(
+                        a,
+                        format!(
+                            "node `{s}` is in another graph: a device body is a graph of its own, and `.after(…)` orders nodes of the same body (or of the same graph around it) only"
                         ),
                     );
                 }
@@ -118,7 +148,102 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
         check_places(f.node, errors);
         after.push(deps);
     }
-    Checked { nodes, after, conditions }
+    check_device_conditions(&nodes, &conds, errors);
+    setter_edges(&nodes, &mut after);
+    let bodies = nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| f.body.map(|(c, b)| (i as u32, c as u32, b)))
+        .collect();
+    Checked { nodes, after, conditions, bodies }
+}
+
+/// `eager!` has no device control flow: a device statement's condition is set by kernels with
+/// `cudaGraphSetConditional`, which has no meaning outside a graph (`Mode::Eager` refuses it at
+/// run time too); reported at compile time on each outermost device statement's word.
+pub fn no_device_control_flow(items: &[Item], errors: &mut Errors) {
+    for item in items {
+        match item {
+            Item::Node(n) => {
+                if let Op::Conditional { func, .. } = &n.op {
+                    errors.push(
+                        func,
+                        format!(
+                            "`{func}` cannot run in `eager!`: its condition is set on the device with `cudaGraphSetConditional`, which only a graph has; use `graph!`, or drive the loop from the host"
+                        ),
+                    );
+                }
+            }
+            Item::If(i) => {
+                no_device_control_flow(&i.then, errors);
+                no_device_control_flow(&i.els, errors);
+            }
+            Item::Scope(body) => no_device_control_flow(body, errors),
+            Item::Loop(l) => no_device_control_flow(&l.body, errors),
+            Item::Condition(_) => {}
+        }
+    }
+}
+
+/// A kernel that takes a device condition before its device statement, in the same graph, is
+/// ordered before that statement (an edge as by `.after`): the conditional node reads the value
+/// the kernel sets, through no buffer the hazard inference could see. (Kernels inside the
+/// statement's bodies set it for the next evaluation and need no edge.)
+fn setter_edges(nodes: &[Flat<'_>], after: &mut [Vec<u32>]) {
+    for (i, f) in nodes.iter().enumerate() {
+        let Op::Conditional { cond, .. } = &f.node.op else { continue };
+        for (j, g) in nodes[..i].iter().enumerate() {
+            let Op::Launch { args, .. } = &g.node.op else { continue };
+            let passes = args.iter().any(|a| {
+                matches!(a, Arg::Scalar(Expr::Path(p)) if p.qself.is_none() && p.path.is_ident(cond))
+            });
+            if passes && g.body == f.body && !after[i].contains(&(j as u32)) {
+                after[i].push(j as u32);
+            }
+        }
+    }
+}
+
+/// Each device statement names a device condition declared before it in the same block, and
+/// each declared condition is used by exactly one device statement.
+fn check_device_conditions(nodes: &[Flat<'_>], conds: &[FlatCondition<'_>], errors: &mut Errors) {
+    let mut used = vec![false; conds.len()];
+    for (i, f) in nodes.iter().enumerate() {
+        let Op::Conditional { func, cond, .. } = &f.node.op else { continue };
+        // The latest declaration of that name before the statement, as Rust resolves it.
+        let decl = conds
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, d)| d.at <= i && d.decl.name == *cond && in_scope(&d.scope, &f.scope));
+        match decl {
+            Some((k, d)) if d.scope != f.scope => {
+                let _ = k;
+                errors.push(
+                    cond,
+                    format!("device condition `{cond}` is declared in an enclosing block: declare it in the block of its `{func}` (`let {cond} = condition(default);`)"),
+                );
+            }
+            Some((k, _)) if used[k] => errors.push(
+                cond,
+                format!("device condition `{cond}` already drives another device statement: declare one condition per `{func}`"),
+            ),
+            Some((k, _)) => used[k] = true,
+            None => errors.push(
+                cond,
+                format!("`{cond}` is not a device condition: a device statement's condition is set by kernels on the device; declare it before this statement with `let {cond} = condition(default);` and pass `{cond}` to the kernels that set it (a host value belongs in a host `if`)"),
+            ),
+        }
+    }
+    for (d, used) in conds.iter().zip(used) {
+        if !used {
+            let name = &d.decl.name;
+            errors.push(
+                name,
+                format!("device condition `{name}` drives no device statement: use it in a `device_while`, `device_if` or `device_switch` of the same block"),
+            );
+        }
+    }
 }
 
 /// Whether a name bound in scope path `bound` is visible from a statement in scope path `at`:

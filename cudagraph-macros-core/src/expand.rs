@@ -47,7 +47,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
     let acquisitions = acquisitions(&order, &places, &stream.to_token_stream(), &call);
     let guards: Vec<syn::Ident> = (0..order.len()).map(|i| handles(i).2).collect();
 
-    let mut counter = NodeCounter { next: 0, ifs: 0, loops: 0 };
+    let mut counter = NodeCounter { next: 0, ifs: 0, loops: 0, conds: 0 };
     let mut decls = TokenStream::new();
     let body = emit_items(&input.body, &places, &mut counter, Holder::Plain, &mut decls);
     let entry = |i: usize| {
@@ -225,6 +225,8 @@ pub(crate) struct NodeCounter {
     pub(crate) next: usize,
     ifs: u32,
     pub(crate) loops: usize,
+    /// Device conditions declared so far (the next one's slot).
+    conds: u32,
 }
 
 /// How a statement's node value is kept: always present, in an `if` branch (an `Option`), or in
@@ -271,6 +273,22 @@ pub(crate) fn emit_items(
                 } else {
                     out.extend(quote!(#[allow(unused_braces)] let #n = #value;));
                 }
+                // A device statement's bodies follow it in the node list, present with it.
+                if let Op::Conditional { bodies, .. } = &node.op {
+                    for b in bodies {
+                        out.extend(emit_items(b, places, counter, holder, decls));
+                    }
+                }
+            }
+            Item::Condition(c) => {
+                let slot = counter.conds;
+                counter.conds += 1;
+                let (name, default, func) = (&c.name, &c.default, &c.func);
+                let default = quote_spanned!(default.span()=> { let __d: u32 = #default; __d });
+                out.extend(quote_spanned! {func.span()=>
+                    let #name: ::cudagraph::Condition =
+                        ::cudagraph::__private::condition(#slot, #default);
+                });
             }
             Item::Scope(body) => out.extend(emit_items(body, places, counter, holder, decls)),
             Item::Loop(l) => {
@@ -355,6 +373,17 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
             let ops = operands.iter().map(operand);
             quote_spanned!(func.span()=> ::cudagraph::__private::host((#(#ops,)*), #closure))
         }
+        Op::Conditional { func, cond, bodies } => {
+            let size = bodies.len() as u32;
+            let ty = match func.to_string().as_str() {
+                "device_while" => quote!(While),
+                "device_if" => quote!(If),
+                _ => quote!(Switch),
+            };
+            quote_spanned! {cond.span()=>
+                ::cudagraph::__private::conditional(#cond, ::cudagraph::ConditionalType::#ty, #size)
+            }
+        }
         Op::Capture { func, operands, closure } => {
             let ops = operands.iter().map(operand);
             let stream = local("__cudagraph_stream_arc");
@@ -371,7 +400,28 @@ fn plan(
     register: bool,
 ) -> TokenStream {
     let (line, _) = line_column(Span::call_site());
-    let nodes = checked.nodes.iter().zip(&checked.after).map(|(f, after)| {
+    // Each node's accesses; a conditional node's are the union of its bodies' (nested bodies
+    // included: a body node comes after its conditional node, so walking backwards sees it
+    // complete).
+    let mut all: Vec<Vec<(usize, bool)>> = checked
+        .nodes
+        .iter()
+        .map(|f| {
+            let mut accesses: Vec<(usize, bool)> = Vec::new();
+            for o in f.node.op.operands() {
+                add_access(&mut accesses, places[&o.key].index, o.write);
+            }
+            accesses
+        })
+        .collect();
+    for j in (0..all.len()).rev() {
+        if let Some((c, _)) = checked.nodes[j].body {
+            for (p, w) in all[j].clone() {
+                add_access(&mut all[c], p, w);
+            }
+        }
+    }
+    let nodes = checked.nodes.iter().zip(&checked.after).zip(&all).map(|((f, after), accesses)| {
         let node = f.node;
         let label = node.label();
         let text = normalize(&node.tokens);
@@ -392,15 +442,11 @@ fn plan(
                 quote!(::cudagraph::NodeKind::EventRecord)
             }
             Op::Event { .. } => quote!(::cudagraph::NodeKind::EventWait),
-        };
-        let mut accesses: Vec<(usize, bool)> = Vec::new();
-        for o in node.op.operands() {
-            let p = places[&o.key].index;
-            match accesses.iter_mut().find(|a| a.0 == p) {
-                Some(a) => a.1 |= o.write,
-                None => accesses.push((p, o.write)),
+            Op::Conditional { func, .. } => {
+                let w = func.to_string();
+                quote!(::cudagraph::NodeKind::Conditional(#w))
             }
-        }
+        };
         let accesses = accesses.iter().map(|&(p, w)| {
             let p = p as u32;
             quote!(::cudagraph::Access { place: #p, write: #w })
@@ -427,6 +473,7 @@ fn plan(
             }
         }
     });
+    let bodies = checked.bodies.iter().map(|(n, c, b)| quote!((#n, #c, #b)));
     quote! {
         static __CUDAGRAPH_PLAN: ::cudagraph::Plan = ::cudagraph::Plan {
             file: ::core::file!(),
@@ -434,8 +481,17 @@ fn plan(
             places: &[#(#order),*],
             nodes: &[#(#nodes),*],
             conditions: #conditions,
+            bodies: &[#(#bodies),*],
         };
         #registration
+    }
+}
+
+/// Adds access `(place, write)` to `accesses`, merging with the same place.
+fn add_access(accesses: &mut Vec<(usize, bool)>, place: usize, write: bool) {
+    match accesses.iter_mut().find(|a| a.0 == place) {
+        Some(a) => a.1 |= write,
+        None => accesses.push((place, write)),
     }
 }
 

@@ -46,6 +46,10 @@ pub enum Param {
     Read(Type),
     /// `&mut [T]`: device memory the kernel writes.
     Write(Type),
+    /// `&T`: a device scalar the kernel reads (a one-element buffer).
+    ReadOne(Type),
+    /// `&mut T`: a device scalar the kernel writes (a one-element buffer).
+    WriteOne(Type),
 }
 
 /// Classifies a parameter type.
@@ -55,6 +59,12 @@ pub fn param(ty: &Type) -> Param {
     {
         let elem = (*s.elem).clone();
         return if r.mutability.is_some() { Param::Write(elem) } else { Param::Read(elem) };
+    }
+    if let Type::Reference(r) = ty
+        && let Type::Path(_) = &*r.elem
+    {
+        let elem = (*r.elem).clone();
+        return if r.mutability.is_some() { Param::WriteOne(elem) } else { Param::ReadOne(elem) };
     }
     Param::Scalar(ty.clone())
 }
@@ -103,7 +113,7 @@ pub fn expand(input: KernelsInput) -> TokenStream {
                 Param::Scalar(Type::Reference(r)) => {
                     errors.push(
                         r,
-                        "kernel parameters are scalars passed by value (`n: u32`) or buffers (`x: &[f32]` read, `x: &mut [f32]` written)",
+                        "kernel parameters are scalars passed by value (`n: u32`), buffers (`x: &[f32]` read, `x: &mut [f32]` written) or device scalars (`a: &f32` read, `a: &mut f32` written: a one-element buffer)",
                     );
                 }
                 Param::Scalar(t) => {
@@ -116,6 +126,18 @@ pub fn expand(input: KernelsInput) -> TokenStream {
                     params.push(quote_spanned!(pt.span()=> #pname: impl ::cudagraph::__private::ReadArg<'__cudagraph_b, #t>));
                     types.push(quote!(::cudagraph::DevRead<'__cudagraph_b, #t>));
                     values.push(quote!(::cudagraph::__private::ReadArg::into_read(#pname)));
+                }
+                Param::ReadOne(t) => {
+                    params.push(quote_spanned!(pt.span()=> #pname: impl ::cudagraph::__private::ReadArg<'__cudagraph_b, #t>));
+                    types.push(
+                        quote!(::cudagraph::DeviceScalar<::cudagraph::DevRead<'__cudagraph_b, #t>>),
+                    );
+                    values.push(quote!(::cudagraph::DeviceScalar::new(::cudagraph::__private::ReadArg::into_read(#pname))));
+                }
+                Param::WriteOne(t) => {
+                    params.push(quote_spanned!(pt.span()=> #pname: impl ::cudagraph::__private::WriteArg<'__cudagraph_b, #t>));
+                    types.push(quote!(::cudagraph::DeviceScalar<::cudagraph::DevWrite<'__cudagraph_b, #t>>));
+                    values.push(quote!(::cudagraph::DeviceScalar::new(::cudagraph::__private::WriteArg::into_write(#pname))));
                 }
                 Param::Write(t) => {
                     params.push(quote_spanned!(pt.span()=> #pname: impl ::cudagraph::__private::WriteArg<'__cudagraph_b, #t>));

@@ -79,6 +79,7 @@ pub fn eager(tokens: TokenStream) -> TokenStream {
         Ok(x) => x,
         Err(e) => return expand::fallback(e),
     };
+    check::no_device_control_flow(&input.body, &mut errors);
     let checked = check::check(&input, &mut errors);
     match errors.combine() {
         None => expand::expand(&input, &checked),

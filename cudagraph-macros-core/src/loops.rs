@@ -15,7 +15,7 @@ use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Expr, Ident, RangeLimits};
 
-use crate::ast::{Item, Loop, normalize};
+use crate::ast::{Item, Loop, Op, normalize};
 use crate::check::{Checked, Errors};
 use crate::expand::{Holder, NodeCounter, PlaceInfo, emit_items, local};
 use crate::parse::lower_block;
@@ -49,6 +49,10 @@ pub(crate) fn lower(f: &syn::ExprForLoop, var: Option<Ident>, errors: &mut Error
         closed: matches!(r.limits, RangeLimits::Closed(_)),
         body,
         text,
+        head: {
+            let (for_token, pat, in_token, range) = (&f.for_token, &f.pat, &f.in_token, &f.expr);
+            quote!(#for_token #pat #in_token #range)
+        },
     }))
 }
 
@@ -56,6 +60,14 @@ fn check_body(items: &[Item], var: Option<&Ident>, errors: &mut Errors) {
     for item in items {
         match item {
             Item::Node(n) => {
+                if let Op::Conditional { func, .. } = &n.op {
+                    errors.push(
+                        func,
+                        format!(
+                            "`{func}` cannot be inside a graph `for` with a run-time count (its body is a graph of its own, built once per conditional node): use literal bounds to unroll the loop, or loop on the device inside the body"
+                        ),
+                    );
+                }
                 let Some(var) = var else { continue };
                 for o in n.op.operands() {
                     if mentions(o.place.to_token_stream(), var) {
@@ -72,11 +84,37 @@ fn check_body(items: &[Item], var: Option<&Ident>, errors: &mut Errors) {
                 &i.cond,
                 "a host `if` cannot be inside a graph `for` with a run-time count (each iteration could take another branch): move it out of the loop, or use literal bounds to unroll the loop",
             ),
+            Item::Condition(c) => errors.push(
+                &c.func,
+                "a device condition cannot be declared inside a graph `for` with a run-time count (its device statement cannot be there either): declare it outside the loop, or use literal bounds to unroll the loop",
+            ),
             Item::Scope(body) => check_body(body, var, errors),
             Item::Loop(l) => errors.push(
                 &l.start,
                 "a graph `for` with a run-time count cannot be inside another one: give one of the two literal bounds",
             ),
+        }
+    }
+}
+
+/// Rejects graph `for`s with a run-time count in a body of device statement `word`: a device body
+/// is built as its own graph, once, and cannot repeat its nodes a run-time number of times
+/// (nested device statements check their own bodies).
+pub(crate) fn check_device_body(items: &[Item], word: &Ident, errors: &mut Errors) {
+    for item in items {
+        match item {
+            Item::Loop(l) => errors.push(
+                &l.head,
+                format!(
+                    "a graph `for` with a run-time count cannot be inside a body of `{word}` (a device body is a graph of its own, built once): use literal bounds to unroll it, or loop on the device with a `device_while`"
+                ),
+            ),
+            Item::Scope(body) => check_device_body(body, word, errors),
+            Item::If(i) => {
+                check_device_body(&i.then, word, errors);
+                check_device_body(&i.els, word, errors);
+            }
+            Item::Node(_) | Item::Condition(_) => {}
         }
     }
 }

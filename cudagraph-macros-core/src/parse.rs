@@ -8,7 +8,7 @@ use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned;
 use syn::{Block, Expr, ExprMethodCall, Ident, Lit, Pat, RangeLimits, Stmt, Token};
 
-use crate::ast::{Arg, GraphInput, If, Item, Node, Op, Operand, normalize};
+use crate::ast::{Arg, Condition, GraphInput, If, Item, Node, Op, Operand, normalize};
 use crate::check::Errors;
 
 /// Most iterations one literal `for` may unroll to.
@@ -19,7 +19,8 @@ pub const MAX_UNROLLED_STATEMENTS: usize = 16384;
 
 const ALLOWED: &str = "allowed statements: `KERNELS.name(args).launch(cfg)`, `copy(&src, &mut dst)`, \
 `memset(&mut dst, value)`, `fill(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, `child(&mut graph)`, `host(&a, &mut b, move |(a, b)| { … })`, `empty()`, `event_record(&event)`, `event_wait(&event)`, each optionally `let name = …` and `.after(names)`; \
-`if cond { … } else { … }`; `for i in 0..N { … }` (integer literal bounds: unrolled; other `usize` bounds: a run-time count)";
+`if cond { … } else { … }`; `for i in 0..N { … }` (integer literal bounds: unrolled; other `usize` bounds: a run-time count); \
+`let c = condition(default);` then `device_while(c, { … })`, `device_if(c, { … })`, `device_if(c, { … }, { … })` or `device_switch(c, { … }, …)`";
 
 /// The raw input before lowering.
 pub struct RawInput {
@@ -126,6 +127,10 @@ pub(crate) fn lower_block(stmts: &[Stmt], errors: &mut Errors) -> Vec<Item> {
                 };
                 if let Some((_, diverge)) = &init.diverge {
                     errors.push(diverge, "`let … else` is not a graph statement");
+                    continue;
+                }
+                if let Some(item) = lower_condition(name.clone(), &init.expr, errors) {
+                    items.push(item);
                     continue;
                 }
                 if let Some(op) = lower_node(&init.expr, stmt, name.clone(), errors)
@@ -292,6 +297,73 @@ fn substitute(tokens: TokenStream, var: &Ident, value: u64) -> TokenStream {
         .collect()
 }
 
+/// `device_while(c, { … })`, `device_if(c, { … })`, `device_if(c, { … }, { … })`,
+/// `device_switch(c, { … }, { … }, …)`: the condition's name, then the bodies as blocks of graph
+/// statements.
+fn lower_device(c: &syn::ExprCall, func: Ident, errors: &mut Errors) -> Option<Op> {
+    let word = func.to_string();
+    let usage = match word.as_str() {
+        "device_while" => "device_while(c, { … })",
+        "device_if" => "device_if(c, { … })` or `device_if(c, { … }, { … })",
+        _ => "device_switch(c, { case 0 }, { case 1 }, …)",
+    };
+    let bodies_ok = match word.as_str() {
+        "device_while" => c.args.len() == 2,
+        "device_if" => c.args.len() == 2 || c.args.len() == 3,
+        _ => c.args.len() >= 2,
+    };
+    if !bodies_ok {
+        errors.push(c, format!("`{word}` takes a device condition and its bodies: `{usage}`"));
+        return None;
+    }
+    let cond = match &c.args[0] {
+        Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => {
+            p.path.get_ident().cloned()
+        }
+        other => {
+            errors.push(
+                other,
+                format!("the first argument of `{word}` is the name of a device condition declared with `let c = condition(default);`"),
+            );
+            None
+        }
+    };
+    let mut bodies = Vec::new();
+    for a in c.args.iter().skip(1) {
+        match a {
+            Expr::Block(b) if b.label.is_none() => {
+                let body = lower_block(&b.block.stmts, errors);
+                crate::loops::check_device_body(&body, &func, errors);
+                bodies.push(body);
+            }
+            other => errors.push(
+                other,
+                format!("a body of `{word}` is a block of graph statements: `{usage}`"),
+            ),
+        }
+    }
+    (bodies.len() + 1 == c.args.len()).then_some(())?;
+    Some(Op::Conditional { func, cond: cond?, bodies })
+}
+
+/// `let name = condition(default);`.
+fn lower_condition(name: Option<Ident>, init: &Expr, errors: &mut Errors) -> Option<Item> {
+    let Expr::Call(c) = strip_parens(init) else { return None };
+    let func = match &*c.func {
+        Expr::Path(p) if p.qself.is_none() => p.path.get_ident().cloned(),
+        _ => None,
+    }?;
+    if func != "condition" {
+        return None;
+    }
+    if c.args.len() != 1 {
+        errors.push(c, "`condition` takes the value the condition has at the start of every launch: `let c = condition(default);` (a `u32`)");
+        return Some(Item::Scope(Vec::new()));
+    }
+    let name = name?;
+    Some(Item::Condition(Condition { name, default: c.args[0].clone(), func }))
+}
+
 /// Lowers one node statement (`OP`, `OP.after(…)`), with `stmt` giving its tokens.
 fn lower_node(expr: &Expr, stmt: &Stmt, name: Option<Ident>, errors: &mut Errors) -> Option<Node> {
     let mut e = strip_parens(expr);
@@ -410,6 +482,14 @@ fn lower_call(c: &syn::ExprCall, errors: &mut Errors) -> Option<Op> {
         }
     };
     match word.as_str() {
+        "device_while" | "device_if" | "device_switch" => lower_device(c, func, errors),
+        "condition" => {
+            errors.push(
+                c,
+                "a device condition is declared with a name: `let c = condition(default);`",
+            );
+            None
+        }
         "copy" => {
             if !arity(2, "copy(&src, &mut dst)", errors) {
                 return None;

@@ -47,6 +47,7 @@ fn summary(c: &Checked<'_>) -> Vec<String> {
                 Op::Host { .. } => "host".into(),
                 Op::Empty { .. } => "empty".into(),
                 Op::Event { func, .. } => func.to_string(),
+                Op::Conditional { func, cond, .. } => format!("{func}({cond})"),
             };
             let mut line = format!("{}: {kind}", node.label());
             for o in node.op.operands() {
@@ -54,6 +55,9 @@ fn summary(c: &Checked<'_>) -> Vec<String> {
             }
             if !f.condition.is_empty() {
                 line += &format!(" if {}", f.condition);
+            }
+            if let Some((c, b)) = f.body {
+                line += &format!(" in n{c}.{b}");
             }
             line
         })
@@ -565,7 +569,8 @@ fn non_graph_statements_are_errors() {
     let allowed = "allowed statements: `KERNELS.name(args).launch(cfg)`, `copy(&src, &mut dst)`, \
 `memset(&mut dst, value)`, `fill(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, \
 `child(&mut graph)`, `host(&a, &mut b, move |(a, b)| { … })`, `empty()`, `event_record(&event)`, `event_wait(&event)`, each optionally `let name = …` and `.after(names)`; \
-`if cond { … } else { … }`; `for i in 0..N { … }` (integer literal bounds: unrolled; other `usize` bounds: a run-time count)";
+`if cond { … } else { … }`; `for i in 0..N { … }` (integer literal bounds: unrolled; other `usize` bounds: a run-time count); \
+`let c = condition(default);` then `device_while(c, { … })`, `device_if(c, { … })`, `device_if(c, { … }, { … })` or `device_switch(c, { … }, …)`";
     let not_graph = format!("not a graph statement; {allowed}");
     let cases: [(TokenStream, String); 9] = [
         (quote!(let x = 5;), not_graph.clone()),
@@ -722,4 +727,148 @@ fn nested_loops_have_a_total_cap() {
         for i in 0..4096 { for j in 0..4096 { zero(&mut x); } }
     }});
     assert!(e.iter().any(|m| m.contains("unroll to more than 16384 statements")), "{e:?}");
+}
+
+#[test]
+fn device_statements_lower_to_a_conditional_node_followed_by_its_bodies() {
+    checked(
+        text(
+            "&mut cache, &stream, {
+                k.init(&mut x).launch(cfg);
+                let c = condition(1);
+                let w = device_while(c, {
+                    k.step(c, &mut x).launch(cfg);
+                    let d = condition(0);
+                    k.test(d, &x).launch(cfg);
+                    device_if(d, { zero(&mut y); }, { k.other(&mut y).launch(cfg); });
+                });
+                k.last(&x, &mut y).launch(cfg);
+            }",
+        ),
+        |c| {
+            assert_eq!(
+                summary(c),
+                [
+                    "init: kernel init x/w",
+                    "w: device_while(c)",
+                    "step: kernel step x/w in n1.0",
+                    "test: kernel test x/r in n1.0",
+                    "device_if: device_if(d) in n1.0",
+                    "zero: zero y/w in n4.0",
+                    "other: kernel other y/w in n4.1",
+                    "last: kernel last x/r y/w",
+                ]
+            );
+            assert_eq!(c.bodies, [(2, 1, 0), (3, 1, 0), (4, 1, 0), (5, 4, 0), (6, 4, 1)]);
+        },
+    );
+}
+
+#[test]
+fn device_conditions_are_checked() {
+    let (input, mut errors) = lower(text(
+        "&mut cache, &stream, {
+            let a = k.f(&mut x).launch(cfg);
+            let c = condition(1);
+            let unused = condition(1);
+            device_while(flag, { k.f(&mut x).launch(cfg); });
+            device_while(c, { let b = k.f(&mut x).launch(cfg).after(a); });
+            k.g(&x).launch(cfg).after(b);
+        }",
+    ));
+    check(&input, &mut errors);
+    let m = errors.messages();
+    assert_eq!(m.len(), 4, "{m:#?}");
+    for what in [
+        "drives no device statement",
+        "`flag` is not a device condition",
+        "node `a` is in another graph",
+        "node `b` is not in scope here",
+    ] {
+        assert!(m.iter().any(|e| e.contains(what)), "{what}: {m:#?}");
+    }
+}
+
+#[test]
+fn device_statements_and_run_time_for_do_not_nest() {
+    // A device statement or condition in a run-time `for`, a run-time `for` in a device body
+    // (also under an `if` or an unrolled `for` there): each an error on the user's tokens.
+    let errors = errors_of(text(
+        "&mut cache, &stream, {
+            for _ in 0..n {
+                let c = condition(1);
+                device_while(c, { k.f(c, &mut x).launch(cfg); });
+            }
+            let d = condition(1);
+            device_while(d, {
+                for _ in 0..n { k.f(d, &mut x).launch(cfg); }
+                if go { for _ in 0..m { zero(&mut y); } }
+                for _ in 0..2 { for _ in a..b { zero(&mut y); } }
+            });
+        }",
+    ));
+    // The unrolled `for` reports its iterations once each (identical: rustc shows one).
+    assert_eq!(errors.len(), 6, "{errors:#?}");
+    assert!(errors[0].starts_with(
+        "a device condition cannot be declared inside a graph `for` with a run-time count"
+    ));
+    assert!(
+        errors[1]
+            .starts_with("`device_while` cannot be inside a graph `for` with a run-time count")
+    );
+    for e in &errors[2..] {
+        assert!(
+            e.starts_with(
+                "a graph `for` with a run-time count cannot be inside a body of `device_while`"
+            ),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn run_time_for_next_to_device_statements_and_fill_in_bodies() {
+    // Accepted: a run-time `for` beside a device statement, `fill` and unrolled `for`s in a
+    // body. The loop's nodes are outside every body; the bodies' nodes outside every loop.
+    checked(
+        text(
+            "&mut cache, &stream, {
+                for _ in 0..n { k.f(&mut x).launch(cfg); }
+                let c = condition(1);
+                device_while(c, {
+                    fill(&mut y, 2.0f32);
+                    for _ in 0..2 { k.g(c, &x, &mut y).launch(cfg); }
+                });
+            }",
+        ),
+        |c| {
+            assert_eq!(
+                summary(c),
+                [
+                    "f: kernel f x/w if for _ in 0 .. n",
+                    "device_while: device_while(c)",
+                    "fill: fill y/w in n1.0",
+                    "g: kernel g x/r y/w in n1.0",
+                    "g: kernel g x/r y/w in n1.0",
+                ]
+            );
+            let looped: Vec<_> = c.nodes.iter().map(|f| f.looped).collect();
+            assert_eq!(looped, [Some(0), None, None, None, None]);
+        },
+    );
+}
+
+#[test]
+fn eager_refuses_device_statements_at_compile_time() {
+    let tokens = text(
+        "&stream, {
+            let c = condition(1);
+            device_while(c, { k.f(c, &mut x).launch(cfg); });
+            for _ in 0..n { zero(&mut x); }
+        }",
+    );
+    let out = crate::eager(tokens).to_string();
+    assert!(out.contains("compile_error"), "{out}");
+    assert!(out.contains("cannot run in `eager!`"), "{out}");
+    assert!(!out.contains("drives no device statement"), "{out}");
 }

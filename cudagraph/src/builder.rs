@@ -388,6 +388,91 @@ impl<'a> GraphBuilder<'a> {
         self.rec.after(node, earlier, Location::caller());
     }
 
+    /// A device condition of this builder's graph: a kernel argument (a `c: Condition`
+    /// parameter in [`kernels!`](crate::kernels)) that kernels set with
+    /// `cudaGraphSetConditional`, read by one [`device_while`](Self::device_while),
+    /// [`device_if`](Self::device_if), [`device_if_else`](Self::device_if_else) or
+    /// [`device_switch`](Self::device_switch). Its value is `default` at the start of every
+    /// launch (`cuGraphConditionalHandleCreate` with `CU_GRAPH_COND_ASSIGN_DEFAULT`, one handle
+    /// per exec).
+    pub fn condition(&mut self, default: u32) -> crate::Condition {
+        self.rec.slots.push(false);
+        crate::Condition::new(self.rec.slots.len() as u32 - 1, default)
+    }
+
+    /// Adds a conditional node (`cuGraphAddNode_v2`, conditional, `CU_GRAPH_COND_TYPE_WHILE`):
+    /// the nodes that `body` adds to the builder form the body graph, run while `c` is non-zero
+    /// (checked before each iteration). As in `graph!`: the node is ordered after earlier
+    /// kernels of the same graph that take `c`, and with the other nodes by its body's
+    /// accesses; `after` edges stay within one graph. Label: `device_while`. Errors, from
+    /// `launch`: [`Error::InvalidNode`] for a condition of another builder or one that drives
+    /// two statements; a run in [`Mode::Eager`](crate::Mode::Eager) is refused.
+    #[track_caller]
+    pub fn device_while(&mut self, c: crate::Condition, mut body: impl FnMut(&mut Self)) -> Node {
+        let site = site("device_while", "GraphBuilder::device_while", Location::caller());
+        self.device(site, c, (crate::ConditionalType::While, 1), |g, _| body(g))
+    }
+
+    /// A conditional node of type `if` (`CU_GRAPH_COND_TYPE_IF`, one body): `then` runs when
+    /// `c` is non-zero. See [`device_while`](Self::device_while). Label: `device_if`.
+    #[track_caller]
+    pub fn device_if(&mut self, c: crate::Condition, mut then: impl FnMut(&mut Self)) -> Node {
+        let site = site("device_if", "GraphBuilder::device_if", Location::caller());
+        self.device(site, c, (crate::ConditionalType::If, 1), |g, _| then(g))
+    }
+
+    /// A conditional node of type `if` with two bodies (CUDA 12.8+): `then` runs when `c` is
+    /// non-zero, else `els`. Label: `device_if`.
+    #[track_caller]
+    pub fn device_if_else(
+        &mut self,
+        c: crate::Condition,
+        mut then: impl FnMut(&mut Self),
+        mut els: impl FnMut(&mut Self),
+    ) -> Node {
+        let site = site("device_if", "GraphBuilder::device_if_else", Location::caller());
+        self.device(
+            site,
+            c,
+            (crate::ConditionalType::If, 2),
+            |g, b| {
+                if b == 0 { then(g) } else { els(g) }
+            },
+        )
+    }
+
+    /// A conditional node of type `switch` (`CU_GRAPH_COND_TYPE_SWITCH`, CUDA 12.8+) with
+    /// `cases` bodies, body `i` recorded by `case(g, i)`: body `c` runs, none when `c >= cases`.
+    /// Label: `device_switch`.
+    #[track_caller]
+    pub fn device_switch(
+        &mut self,
+        c: crate::Condition,
+        cases: u32,
+        mut case: impl FnMut(&mut Self, u32),
+    ) -> Node {
+        let site = site("device_switch", "GraphBuilder::device_switch", Location::caller());
+        self.device(site, c, (crate::ConditionalType::Switch, cases), |g, i| case(g, i))
+    }
+
+    fn device(
+        &mut self,
+        site: NodeSite,
+        c: crate::Condition,
+        shape: (crate::ConditionalType, u32),
+        mut body: impl FnMut(&mut Self, u32),
+    ) -> Node {
+        // The recording is moved out while the bodies add to the builder, then put back.
+        let mut rec = core::mem::replace(&mut self.rec, Recording::new(0));
+        let node = rec.conditional(site, c, shape, |r, b| {
+            core::mem::swap(r, &mut self.rec);
+            body(self, b);
+            core::mem::swap(r, &mut self.rec);
+        });
+        self.rec = rec;
+        node
+    }
+
     /// Number of nodes added so far.
     pub fn len(&self) -> usize {
         self.rec.nodes.len()
@@ -462,12 +547,22 @@ pub(crate) struct Recording {
     /// The first invalid node's error, returned by `launch`.
     error: Option<Error>,
     location: &'static Location<'static>,
+    /// Kernels' [`Condition`](crate::Condition) arguments `(index, slot)`.
+    conds: Vec<(u32, u32)>,
+    /// Kernels' [`DeviceScalar`](crate::DeviceScalar) arguments `(index, buffer length)`.
+    scalars: Vec<(u32, u32)>,
+    /// Device conditions made so far (the next one's slot), and whether each drives a node.
+    slots: Vec<bool>,
+    /// The body that nodes are being added to: `(conditional node, body)`.
+    scope: Option<(u32, u32)>,
 }
 
 pub(crate) struct RecNode {
     site: NodeSite,
     kind: RecKind,
     accesses: Range<usize>,
+    /// The body it is in, `(conditional node, body)`; `None` at the top.
+    parent: Option<(u32, u32)>,
 }
 
 enum RecKind {
@@ -486,6 +581,8 @@ enum RecKind {
     EventRecord(usize),
     /// An event wait node: index of the event in the builder's `events`.
     EventWait(usize),
+    /// A device `while`, `if` or `switch`; its bodies' nodes follow it.
+    Conditional(crate::kind::ConditionalParams),
 }
 
 /// An embedded graph as a builder records it: its [`GraphRef`](crate::kind::GraphRef) without the
@@ -506,6 +603,8 @@ struct KernelRec {
     bytes: Range<usize>,
     args: Range<usize>,
     ctxs: Range<usize>,
+    conds: Range<usize>,
+    scalars: Range<usize>,
 }
 
 /// A recorded kernel node as the cache reads it.
@@ -514,6 +613,8 @@ struct KernelView<'r> {
     bytes: &'r [u8],
     lens: &'r [u32],
     ctxs: &'r [CUcontext],
+    conds: &'r [(u32, u32)],
+    scalars: &'r [(u32, u32)],
 }
 
 impl crate::operand::sealed::Sealed for KernelView<'_> {}
@@ -535,6 +636,16 @@ impl KernelNode for KernelView<'_> {
         for &len in self.lens {
             f(&self.bytes[off..off + len as usize]);
             off += (len as usize).next_multiple_of(8);
+        }
+    }
+    fn for_each_condition(&self, f: &mut dyn FnMut(usize, u32)) {
+        for &(i, slot) in self.conds {
+            f(i as usize, slot);
+        }
+    }
+    fn for_each_device_scalar(&self, f: &mut dyn FnMut(usize, usize)) {
+        for &(i, len) in self.scalars {
+            f(i as usize, len as usize);
         }
     }
     /// The contexts; the recording holds the places (checked when the node was added).
@@ -561,6 +672,10 @@ impl Recording {
             ctxs: Vec::new(),
             error: None,
             location: Location::caller(),
+            conds: Vec::new(),
+            scalars: Vec::new(),
+            slots: Vec::new(),
+            scope: None,
         }
     }
 
@@ -575,6 +690,10 @@ impl Recording {
         self.ctxs.clear();
         self.sig.clear();
         self.error = None;
+        self.conds.clear();
+        self.scalars.clear();
+        self.slots.clear();
+        self.scope = None;
     }
 
     /// A new place's tag: the builder's number above [`PLACE_BITS`], the place's number (from
@@ -625,7 +744,8 @@ impl Recording {
                 None => self.accesses.push(Access { place, write }),
             }
         }
-        self.nodes.push(RecNode { site, kind, accesses: start..self.accesses.len() });
+        let parent = self.scope;
+        self.nodes.push(RecNode { site, kind, accesses: start..self.accesses.len(), parent });
         Node { builder: self.id, index: self.nodes.len() as u32 - 1 }
     }
 
@@ -643,6 +763,9 @@ impl Recording {
             self.arg_lens.push(b.len() as u32);
         });
         args.for_each_context(&mut |c| self.ctxs.push(c));
+        let (q0, s0) = (self.conds.len(), self.scalars.len());
+        args.conditions(&mut |i, slot| self.conds.push((i as u32, slot)));
+        args.device_scalars(&mut |i, len| self.scalars.push((i as u32, len as u32)));
         // At most 16 parameters (`KernelArgs` is implemented up to 16-tuples).
         let mut all = crate::operand::NO_ACCESSES;
         let len = args.accesses(&mut all);
@@ -657,6 +780,8 @@ impl Recording {
             bytes: b0..self.bytes.len(),
             args: a0..self.arg_lens.len(),
             ctxs: c0..self.ctxs.len(),
+            conds: q0..self.conds.len(),
+            scalars: s0..self.scalars.len(),
         };
         self.push(site, RecKind::Kernel(k), &operands[..len])
     }
@@ -693,6 +818,55 @@ impl Recording {
         self.push(site, RecKind::Captured(index), &ops[..len])
     }
 
+    /// A conditional node of condition `c` with `size` bodies, each recorded by `body(self, b)`
+    /// into body `b`. Edges from earlier kernels of the same graph that take `c` (they set the
+    /// value the node reads); its accesses are its bodies'.
+    pub(crate) fn conditional(
+        &mut self,
+        site: NodeSite,
+        c: crate::Condition,
+        (ty, size): (crate::ConditionalType, u32),
+        mut body: impl FnMut(&mut Self, u32),
+    ) -> Node {
+        match self.slots.get_mut(c.slot() as usize) {
+            Some(used) if !*used => *used = true,
+            Some(_) => self.fail(site, "this condition already drives another device statement: make one condition per statement".into()),
+            None => self.fail(site, "a condition that this GraphBuilder's `condition` did not make".into()),
+        }
+        let p = crate::kind::ConditionalParams::new(c.slot(), ty, size, c.default());
+        let node = self.push(site, RecKind::Conditional(p), &[]);
+        let me = node.index;
+        for (j, n) in self.nodes[..me as usize].iter().enumerate() {
+            if let RecKind::Kernel(k) = &n.kind
+                && n.parent == self.scope
+                && self.conds[k.conds.clone()].iter().any(|&(_, s)| s == c.slot())
+            {
+                self.after.push((j as u32, me));
+            }
+        }
+        let outer = self.scope;
+        for b in 0..size {
+            self.scope = Some((me, b));
+            body(self, b);
+        }
+        self.scope = outer;
+        // The union of the bodies' accesses (nested bodies' are in their conditional nodes).
+        let start = self.accesses.len();
+        for j in me as usize + 1..self.nodes.len() {
+            if self.nodes[j].parent.is_some_and(|(p, _)| p == me) {
+                for k in self.nodes[j].accesses.clone() {
+                    let a = self.accesses[k];
+                    match self.accesses[start..].iter_mut().find(|x| x.place == a.place) {
+                        Some(x) => x.write |= a.write,
+                        None => self.accesses.push(a),
+                    }
+                }
+            }
+        }
+        self.nodes[me as usize].accesses = start..self.accesses.len();
+        node
+    }
+
     pub(crate) fn after(&mut self, node: Node, earlier: &[Node], at: &'static Location<'static>) {
         if node.builder != self.id || node.index() >= self.nodes.len() {
             let why = "`after` on a node of another GraphBuilder".to_string();
@@ -703,6 +877,16 @@ impl Recording {
         for e in earlier {
             if e.builder != self.id {
                 self.fail(site, "`after` names a node of another GraphBuilder".into());
+            } else if e.index < node.index
+                && self.nodes[e.index()].parent != self.nodes[node.index()].parent
+            {
+                let why = format!(
+                    "`after` names node {} (`{}`), which is in another graph: a device body is a \
+                     graph of its own",
+                    e.index,
+                    self.nodes[e.index()].site.label
+                );
+                self.fail(site, why);
             } else if e.index >= node.index {
                 let why = format!(
                     "`after` names node {} (`{}`), which is not earlier than this node ({})",
@@ -749,7 +933,16 @@ impl Recording {
                 RecKind::Empty => 8,
                 RecKind::EventRecord(_) => 9,
                 RecKind::EventWait(_) => 10,
+                RecKind::Conditional(_) => 11,
             });
+            // The body it is in, and a conditional node's type and number of bodies.
+            match n.parent {
+                Some((c, b)) => sig.extend([c, b]),
+                None => sig.push(u32::MAX),
+            }
+            if let RecKind::Conditional(p) = &n.kind {
+                sig.extend([p.ty as u32, p.size]);
+            }
             if let RecKind::Kernel(k) = &n.kind {
                 // The parameter sizes: a node of another parameter list is another variant.
                 let lens = &self.arg_lens[k.args.clone()];
@@ -788,6 +981,8 @@ impl Recording {
                 bytes: &self.bytes[k.bytes.clone()],
                 lens: &self.arg_lens[k.args.clone()],
                 ctxs: &self.ctxs[k.ctxs.clone()],
+                conds: &self.conds[k.conds.clone()],
+                scalars: &self.scalars[k.scalars.clone()],
             }),
             _ => None,
         })
@@ -830,6 +1025,7 @@ impl Recording {
                         tag: c.tag,
                         _borrow: core::marker::PhantomData,
                     }),
+                    RecKind::Conditional(p) => NodeParams::Conditional(*p),
                 })
             })
             .collect()
@@ -863,11 +1059,28 @@ impl Shape for Recording {
             starts[j + 1] += starts[j];
         }
         let from: Vec<u32> = after.iter().map(|x| x.0).collect();
-        infer_edges_by(
-            self.nodes.len(),
-            |j| (&self.accesses[self.nodes[j].accesses.clone()], &from[starts[j]..starts[j + 1]]),
-            present,
-        )
+        let node = |j: usize| {
+            (&self.accesses[self.nodes[j].accesses.clone()], &from[starts[j]..starts[j + 1]])
+        };
+        if self.nodes.iter().all(|n| n.parent.is_none()) {
+            return infer_edges_by(self.nodes.len(), node, present);
+        }
+        // Device bodies: the edges within each graph (the top one and every body).
+        let mut scopes: Vec<Option<(u32, u32)>> = self.nodes.iter().map(|n| n.parent).collect();
+        scopes.sort_unstable();
+        scopes.dedup();
+        let mut edges = Vec::new();
+        for s in scopes {
+            let mine: Vec<bool> = (0..self.nodes.len())
+                .map(|j| present.get(j).copied().unwrap_or(false) && self.nodes[j].parent == s)
+                .collect();
+            edges.extend(infer_edges_by(self.nodes.len(), node, &mine));
+        }
+        edges.sort_unstable_by_key(|&(from, to)| (to, from));
+        edges
+    }
+    fn parent(&self, i: usize) -> Option<(usize, u32)> {
+        self.nodes[i].parent.map(|(c, b)| (c as usize, b))
     }
 }
 
@@ -902,6 +1115,35 @@ mod tests {
         rec.memcpy(at(), copy(b.0, c.1).raw, b.0.tag, c.1.tag);
         let n3 = rec.memset(at(), crate::kind::zero(d.1).raw, d.1.tag);
         rec.after(n3, &[n0], Location::caller());
+    }
+
+    #[test]
+    fn device_bodies_are_graphs_of_their_own_and_part_of_the_variant() {
+        let sig = |bodies: bool| {
+            let mut rec = Recording::new(1);
+            let [a, b] = [0xa0, 0xb0].map(|p| buf(&mut rec, p));
+            rec.slots.push(false);
+            let c = crate::Condition::new(0, 1);
+            rec.kernel(at(), F, DIMS, &(c, a.0));
+            let w = rec.conditional(at(), c, (crate::ConditionalType::While, 1), |r, _| {
+                if bodies {
+                    r.kernel(at(), F, DIMS, &(1u32, a.1));
+                    r.kernel(at(), F, DIMS, &(1u32, a.0, b.1));
+                }
+            });
+            let after = rec.kernel(at(), F, DIMS, &(1u32, b.0));
+            assert!(rec.error.is_none());
+            let edges = rec.edges(&vec![true; rec.nodes.len()]);
+            (rec.signature(), edges, w, after)
+        };
+        let (with, edges, w, after) = sig(true);
+        // n0 (sets the condition, reads a) -> n1 the while; inside: n2 -> n3; n1 -> n4 (b).
+        assert_eq!(edges, [(0, 1), (2, 3), (1, 4)]);
+        assert_eq!((w.index, after.index), (1, 4));
+        let (without, edges, _, _) = sig(false);
+        // An empty body: only the setter's edge, and another variant.
+        assert_eq!(edges, [(0, 1)]);
+        assert_ne!(with, without);
     }
 
     #[test]

@@ -132,7 +132,10 @@ pub use kind::{
     KernelCall, KernelLaunch, LaunchCfg, LaunchDims, MAX_FILL_BYTES, MemcpyParams, Memory,
     MemsetParams, MemsetValue, MemsetValueOf,
 };
-pub use operand::{DevRead, DevWrite, Handle, HostRead, HostWrite, KernelArg, Place, PlaceMut};
+pub use kind::{Condition, ConditionalType};
+pub use operand::{
+    DevRead, DevWrite, DeviceScalar, Handle, HostRead, HostWrite, KernelArg, Place, PlaceMut,
+};
 pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges, plans};
 
 /// Builds, caches, updates and launches a CUDA graph from a block of statements.
@@ -368,6 +371,21 @@ pub mod __private {
 
     /// A `child(&mut g)` statement of `graph!`: the captured graph's handle.
     #[inline]
+    /// The device condition of slot `slot` (`let c = condition(default);` in `graph!`).
+    pub fn condition(slot: u32, default: u32) -> crate::Condition {
+        crate::Condition::new(slot, default)
+    }
+
+    /// A conditional node of the condition of slot `slot` (`device_while`, `device_if`,
+    /// `device_switch` in `graph!`).
+    pub fn conditional(
+        c: crate::Condition,
+        ty: crate::ConditionalType,
+        size: u32,
+    ) -> crate::kind::ConditionalParams {
+        crate::kind::ConditionalParams::new(c.slot(), ty, size, c.default())
+    }
+
     pub fn child(g: crate::kind::GraphRef<'_>) -> crate::kind::GraphRef<'_> {
         g
     }

@@ -438,6 +438,17 @@ pub unsafe trait KernelArg {
     fn range(&self) -> Option<(u64, u64)> {
         None
     }
+    /// For a [`DeviceScalar`]: the number of elements of its buffer (which must be 1).
+    #[doc(hidden)]
+    fn device_scalar_len(&self) -> Option<usize> {
+        None
+    }
+    /// For a [`Condition`](crate::Condition): its slot in the call, whose conditional handle
+    /// replaces the bytes when the node is sent to the driver.
+    #[doc(hidden)]
+    fn condition(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// Scalars: any `DeviceRepr` without padding bytes (`bytemuck::NoUninit`: every primitive, and
@@ -506,6 +517,48 @@ unsafe impl<T> KernelArg for DevWrite<'_, T> {
         Some((self.ptr, bytes_of::<T>(self.len)))
     }
 }
+
+/// A device scalar argument: a kernel parameter declared `&T` (read) or `&mut T` (written) in
+/// `kernels!`, whose kernel receives a `const T*` / `T*` to one value in device memory (a
+/// solver's `alpha` or residual that never leaves the device). It is made from a buffer operand
+/// (`&alpha` / `&mut alpha` in `graph!`), with the same borrow, hazard and aliasing rules as a
+/// buffer; the buffer must have exactly one element (else [`Error::InvalidNode`](crate::Error)
+/// naming the statement, nothing enqueued).
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceScalar<H>(H);
+
+impl<H> DeviceScalar<H> {
+    /// The device scalar of handle `h` (generated code).
+    #[doc(hidden)]
+    pub fn new(h: H) -> Self {
+        DeviceScalar(h)
+    }
+}
+
+macro_rules! device_scalar_arg {
+    ($($h:ident),*) => {$(
+        // SAFETY: the handle's own bytes, context, access and range (a one-element buffer is
+        // checked before any driver call by `validate`).
+        unsafe impl<T> KernelArg for DeviceScalar<$h<'_, T>> {
+            fn bytes(&self) -> &[u8] {
+                self.0.bytes()
+            }
+            fn context(&self) -> Option<CUcontext> {
+                self.0.context()
+            }
+            fn access(&self) -> Option<(u64, bool)> {
+                self.0.access()
+            }
+            fn range(&self) -> Option<(u64, u64)> {
+                self.0.range()
+            }
+            fn device_scalar_len(&self) -> Option<usize> {
+                Some(self.0.len)
+            }
+        }
+    )*};
+}
+device_scalar_arg!(DevRead, DevWrite);
 
 /// A kernel parameter declared `&[T]` in `kernels!`: a `&place` of device memory of `T`.
 #[diagnostic::on_unimplemented(

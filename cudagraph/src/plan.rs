@@ -31,6 +31,10 @@ pub enum NodeKind {
     EventRecord,
     /// Waits for a cudarc `CudaEvent`, `event_wait(&e)` (`cuGraphAddNode_v2`, wait event).
     EventWait,
+    /// A conditional node (`cuGraphAddNode_v2`, conditional): `device_while`, `device_if` or
+    /// `device_switch`, by that word; its body statements are the nodes whose parent it is
+    /// ([`Plan::bodies`]).
+    Conditional(&'static str),
 }
 
 /// One buffer access of a node: an index into [`Plan::places`], and whether it writes.
@@ -77,6 +81,10 @@ pub struct Plan {
     pub nodes: &'static [PlanNode],
     /// Number of host `if` conditions (each a bit of the variant key).
     pub conditions: u32,
+    /// The nodes inside bodies of device control flow, as `(node, conditional node, body)`:
+    /// such a node belongs to body `body` (0 for a `while`, `if` or the first `switch` case) of
+    /// that conditional node's, not to the graph around it. Sorted by node.
+    pub bodies: &'static [(u32, u32, u32)],
 }
 
 #[doc(hidden)]
@@ -94,7 +102,14 @@ impl Plan {
     /// Edges `(from, to)` between node indices when every node is present.
     pub fn edges(&self) -> Vec<(u32, u32)> {
         let present = vec![true; self.nodes.len()];
-        infer_edges(self.nodes, &present)
+        scoped_edges(self.nodes, self.bodies, &present)
+    }
+
+    /// The body that node `i` belongs to, as `(conditional node, body)`; `None` at the top.
+    pub fn parent(&self, i: usize) -> Option<(usize, u32)> {
+        let b = self.bodies.binary_search_by_key(&(i as u32), |b| b.0).ok()?;
+        let (_, c, k) = self.bodies[b];
+        Some((c as usize, k))
     }
 
     /// Where the `graph!` call is, as `file:line`.
@@ -119,6 +134,7 @@ impl Plan {
                 NodeKind::Empty => ("point", "empty".to_string()),
                 NodeKind::EventRecord => ("triangle", "event record".to_string()),
                 NodeKind::EventWait => ("invtriangle", "event wait".to_string()),
+                NodeKind::Conditional(w) => ("diamond", w.to_string()),
             };
             let accesses: Vec<String> = n
                 .accesses
@@ -145,6 +161,10 @@ impl Plan {
         for (a, b) in self.edges() {
             let _ = writeln!(s, "  n{a} -> n{b};");
         }
+        // A body node hangs from its conditional node, dotted, labelled with its body.
+        for &(j, c, b) in self.bodies {
+            let _ = writeln!(s, "  n{c} -> n{j} [style=dotted, label=\"body {b}\"];");
+        }
         s.push_str("}\n");
         s
     }
@@ -161,6 +181,9 @@ impl fmt::Display for Plan {
             write!(f, "  n{i} {:<12} {:?} after [{}]", n.label, n.kind, preds.join(", "))?;
             if !n.condition.is_empty() {
                 write!(f, " if {}", n.condition)?;
+            }
+            if let Some((c, b)) = self.parent(i) {
+                write!(f, " in body {b} of n{c}")?;
             }
             writeln!(f)?;
         }
@@ -184,6 +207,48 @@ fn escape(s: &str) -> String {
 /// there is no reduction: every direct hazard edge is kept.
 pub fn infer_edges(nodes: &[PlanNode], present: &[bool]) -> Vec<(u32, u32)> {
     infer_edges_by(nodes.len(), |j| (nodes[j].accesses, nodes[j].after), present)
+}
+
+/// [`infer_edges`] within each graph of a plan with device control flow: the top-level graph
+/// and each body of each conditional node (`bodies`: see [`Plan::bodies`]). Nodes of different
+/// graphs get no edge (the driver has none between graphs); a conditional node's accesses, the
+/// union of its bodies', order it in its own graph. Sorted by `(to, from)`.
+pub fn scoped_edges(
+    nodes: &[PlanNode],
+    bodies: &[(u32, u32, u32)],
+    present: &[bool],
+) -> Vec<(u32, u32)> {
+    if bodies.is_empty() {
+        return infer_edges(nodes, present);
+    }
+    let scope = |j: usize| {
+        bodies.binary_search_by_key(&(j as u32), |b| b.0).ok().map(|b| (bodies[b].1, bodies[b].2))
+    };
+    scoped_edges_by(nodes.len(), |j| (nodes[j].accesses, nodes[j].after), scope, present)
+}
+
+/// [`infer_edges_by`] within each graph: nodes `j` with the same `scope(j)` (`None`: the top
+/// graph, else `(conditional node, body)`) get edges among themselves only. Sorted by
+/// `(to, from)`.
+pub(crate) fn scoped_edges_by<'n>(
+    n: usize,
+    node: impl Fn(usize) -> (&'n [Access], &'n [u32]),
+    scope: impl Fn(usize) -> Option<(u32, u32)>,
+    present: &[bool],
+) -> Vec<(u32, u32)> {
+    let mut all = Vec::new();
+    let mut seen = Vec::new();
+    for s in (0..n).map(&scope) {
+        if seen.contains(&s) {
+            continue;
+        }
+        seen.push(s);
+        let mine: Vec<bool> =
+            (0..n).map(|j| present.get(j).copied().unwrap_or(false) && scope(j) == s).collect();
+        all.extend(infer_edges_by(n, &node, &mine));
+    }
+    all.sort_unstable_by_key(|&(from, to)| (to, from));
+    all
 }
 
 /// Largest graph whose edges [`infer_edges`] reduces transitively (every `graph!` body: at most
@@ -323,6 +388,7 @@ mod tests {
             places: &[],
             nodes: Box::leak(Box::new(nodes)),
             conditions: 0,
+            bodies: &[],
         };
         assert!(plan.to_dot().contains("&mut ?"));
     }
@@ -354,6 +420,7 @@ mod tests {
             places: &["p\"q"],
             nodes: Box::leak(Box::new([n])),
             conditions: 1,
+            bodies: &[],
         };
         let dot = plan.to_dot();
         let line = dot.lines().find(|l| l.starts_with("  n0 [")).unwrap();
@@ -469,8 +536,14 @@ mod tests {
             condition: "step % 2 == 0",
         },
     ];
-    static PLAN: Plan =
-        Plan { file: "x.rs", line: 2, places: &["u", "v"], nodes: &PLAN_NODES, conditions: 1 };
+    static PLAN: Plan = Plan {
+        file: "x.rs",
+        line: 2,
+        places: &["u", "v"],
+        nodes: &PLAN_NODES,
+        conditions: 1,
+        bodies: &[],
+    };
 
     #[test]
     fn dot_has_nodes_edges_and_conditions() {

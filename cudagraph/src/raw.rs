@@ -52,6 +52,24 @@ pub unsafe fn add_node(
     Ok(node)
 }
 
+/// `cuGraphConditionalHandleCreate` with `CU_GRAPH_COND_ASSIGN_DEFAULT`: a conditional handle of
+/// `graph` (usable by a conditional node of `graph` or of any of its bodies) whose value is set to
+/// `default` at the start of every launch of an exec instantiated from `graph`.
+///
+/// # Safety
+/// `graph` is live; `ctx` is its context and current.
+pub unsafe fn conditional_handle_create(
+    graph: CUgraph,
+    ctx: sys::CUcontext,
+    default: u32,
+) -> Result<u64, DriverError> {
+    let mut handle: sys::CUgraphConditionalHandle = 0;
+    let flags = sys::CU_GRAPH_COND_ASSIGN_DEFAULT;
+    unsafe { sys::cuGraphConditionalHandleCreate(&mut handle, graph, ctx, default, flags) }
+        .result()?;
+    Ok(handle)
+}
+
 /// `cuGraphInstantiateWithFlags(graph, 0)`.
 ///
 /// # Safety
@@ -274,6 +292,13 @@ pub trait Driver {
     unsafe fn launch(&mut self, exec: CUgraphExec, stream: CUstream) -> Result<(), DriverError>;
     /// [`upload`].
     unsafe fn upload(&mut self, exec: CUgraphExec, stream: CUstream) -> Result<(), DriverError>;
+    /// [`conditional_handle_create`].
+    unsafe fn conditional_handle(
+        &mut self,
+        graph: CUgraph,
+        ctx: sys::CUcontext,
+        default: u32,
+    ) -> Result<u64, DriverError>;
 }
 
 /// The CUDA driver, loaded at run time by cudarc.
@@ -322,6 +347,14 @@ impl Driver for Cuda {
     }
     unsafe fn upload(&mut self, exec: CUgraphExec, stream: CUstream) -> Result<(), DriverError> {
         unsafe { upload(exec, stream) }
+    }
+    unsafe fn conditional_handle(
+        &mut self,
+        graph: CUgraph,
+        ctx: sys::CUcontext,
+        default: u32,
+    ) -> Result<u64, DriverError> {
+        unsafe { conditional_handle_create(graph, ctx, default) }
     }
 }
 

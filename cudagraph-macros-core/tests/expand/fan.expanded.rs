@@ -132,6 +132,7 @@ fn expanded() -> ::cudagraph::Result<()> {
             },
         ],
         conditions: 0u32,
+        bodies: &[],
     };
     ::cudagraph::__private::inventory::submit! {
         ::cudagraph::__private::Registered(& __CUDAGRAPH_PLAN)

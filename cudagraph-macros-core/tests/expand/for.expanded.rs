@@ -292,6 +292,7 @@ fn expanded() -> ::cudagraph::Result<()> {
             },
         ],
         conditions: 0u32,
+        bodies: &[],
     };
     ::cudagraph::__private::inventory::submit! {
         ::cudagraph::__private::Registered(& __CUDAGRAPH_PLAN)

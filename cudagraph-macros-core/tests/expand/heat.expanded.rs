@@ -146,6 +146,7 @@ fn expanded() -> ::cudagraph::Result<()> {
             },
         ],
         conditions: 1u32,
+        bodies: &[],
     };
     ::cudagraph::__private::inventory::submit! {
         ::cudagraph::__private::Registered(& __CUDAGRAPH_PLAN)

@@ -7,7 +7,7 @@ use cudarc::driver::sys::{CUcontext, CUgraph, CUgraphExec, CUgraphNode};
 
 use super::{GraphCache, Shape};
 use crate::error::{Call, CudaError, Error, Result};
-use crate::kind::{NodeParams, NodeState, Update};
+use crate::kind::{NodeParams, NodeState, Update, conditional};
 use crate::raw::Driver;
 
 impl<D: Driver> GraphCache<D> {
@@ -39,22 +39,31 @@ impl<D: Driver> GraphCache<D> {
         // the rebuild below sends everything.
         let mut rebuild = false;
         let mut refusal: Option<(usize, &'static str, cudarc::driver::DriverError)> = None;
-        for (j, (state, new)) in v.nodes.iter_mut().zip(nodes).enumerate() {
-            // SAFETY: the state's node belongs to the graph v.exec was instantiated from, in
-            // context v.ctx (current); `new` was validated.
-            let sent =
-                unsafe { state.update(new.as_ref(), &mut self.driver, v.exec, v.ctx, !rebuild) };
-            match sent {
-                Update::Absent => {}
-                Update::Unchanged => self.stats.nodes_unchanged += 1,
-                Update::Sent => self.stats.node_updates += 1,
-                Update::NotSent => rebuild = true,
-                Update::Refused(call, error) => {
-                    refusal = Some((j, call, error));
-                    rebuild = true;
+        let handles = core::mem::take(&mut v.handles);
+        let bound = conditional::with_handles(&handles, || {
+            for (j, (state, new)) in v.nodes.iter_mut().zip(nodes).enumerate() {
+                // SAFETY: the state's node belongs to the graph v.exec was instantiated from, in
+                // context v.ctx (current); `new` was validated.
+                let sent = unsafe {
+                    state.update(new.as_ref(), &mut self.driver, v.exec, v.ctx, !rebuild)
+                };
+                match sent {
+                    Update::Absent => {}
+                    Update::Unchanged => self.stats.nodes_unchanged += 1,
+                    Update::Sent => self.stats.node_updates += 1,
+                    Update::NotSent => rebuild = true,
+                    Update::Refused(call, error) => {
+                        refusal = Some((j, call, error));
+                        rebuild = true;
+                    }
+                    Update::Mismatch => return false,
                 }
-                Update::Mismatch => return Ok(false),
             }
+            true
+        });
+        v.handles = handles;
+        if !bound {
+            return Ok(false);
         }
         if let Some((j, call, error)) = refusal {
             let site = shape.site(j);
@@ -76,7 +85,7 @@ impl<D: Driver> GraphCache<D> {
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
         let ctx = self.variants[i].ctx;
-        let (graph, states) = match build(&mut self.driver, shape, nodes, ctx) {
+        let (graph, states, handles) = match build(&mut self.driver, shape, nodes, ctx) {
             Ok(b) => b,
             Err(e) => {
                 self.remove(i);
@@ -84,8 +93,18 @@ impl<D: Driver> GraphCache<D> {
             }
         };
         let exec = self.variants[i].exec;
-        // SAFETY: both live, same context, same topology (same variant key).
-        let updated = unsafe { self.driver.exec_update(exec, graph) };
+        // A graph with conditional nodes has new handles, which the exec's conditional nodes
+        // do not use: it is instantiated anew rather than updated into the exec.
+        let updated = if handles.is_empty() {
+            // SAFETY: both live, same context, same topology (same variant key).
+            unsafe { self.driver.exec_update(exec, graph) }
+        } else {
+            let error = cudarc::driver::DriverError(
+                cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
+            );
+            // SAFETY: all-zero is a valid result info (null node, success-valued enum).
+            Err((error, unsafe { core::mem::zeroed() }))
+        };
         if let Err((error, info)) = updated {
             let j = states.iter().position(|s| s.handle() == Some(info.errorNode)).unwrap_or(0);
             self.last_refusal = Some(Error::UpdateRefused {
@@ -117,6 +136,7 @@ impl<D: Driver> GraphCache<D> {
                 v.exec = exec;
                 v.graph = graph;
                 v.nodes = states;
+                v.handles = handles;
                 // SAFETY: the old exec and graph are ours and replaced; an exec in flight is
                 // freed by the driver once its launches complete.
                 unsafe {
@@ -136,19 +156,63 @@ impl<D: Driver> GraphCache<D> {
 }
 
 /// Builds a `CUgraph` of the present nodes with explicit `cuGraphAddNode_v2` calls in plan
-/// order, with the plan's edges. On error the partial graph is destroyed.
+/// order, with the plan's edges; nodes inside a conditional node's body go into that body's
+/// graph. First creates one conditional handle per condition slot of the present conditional
+/// nodes (`cuGraphConditionalHandleCreate`), returned by slot. On error the partial graph is
+/// destroyed.
 pub(super) fn build(
     driver: &mut impl Driver,
     shape: &dyn Shape,
     nodes: &[Option<NodeParams<'_>>],
     ctx: CUcontext,
-) -> Result<(CUgraph, Vec<NodeState>)> {
+) -> Result<(CUgraph, Vec<NodeState>, Vec<u64>)> {
     let present: Vec<bool> = nodes.iter().map(Option::is_some).collect();
     let edges = shape.edges(&present);
     // SAFETY: the context is current (bound by `run`).
     let graph = unsafe { driver.graph_create() }
         .call("cuGraphCreate")
         .map_err(|source| shape.graph_error(source))?;
+    let mut handles: Vec<u64> = Vec::new();
+    for (j, n) in nodes.iter().enumerate() {
+        let Some((slot, default)) = n.as_ref().and_then(|n| n.conditional()) else { continue };
+        // SAFETY: graph live, ctx its context and current.
+        match unsafe { driver.conditional_handle(graph, ctx, default) } {
+            Ok(h) => {
+                if handles.len() <= slot as usize {
+                    handles.resize(slot as usize + 1, 0);
+                }
+                handles[slot as usize] = h;
+            }
+            Err(error) => {
+                // SAFETY: the graph is ours and unused.
+                unsafe { driver.graph_destroy(graph) };
+                let source = CudaError { call: "cuGraphConditionalHandleCreate", error };
+                return Err(Error::Node { site: shape.site(j), source });
+            }
+        }
+    }
+    let built =
+        conditional::with_handles(&handles, || add_nodes(driver, shape, nodes, ctx, graph, &edges));
+    match built {
+        Ok(states) => Ok((graph, states, handles)),
+        Err(e) => {
+            // SAFETY: the graph is ours and unused.
+            unsafe { driver.graph_destroy(graph) };
+            Err(e)
+        }
+    }
+}
+
+/// The nodes of [`build`], each into its graph (the top graph or a body of an earlier
+/// conditional node), after its predecessors.
+fn add_nodes(
+    driver: &mut impl Driver,
+    shape: &dyn Shape,
+    nodes: &[Option<NodeParams<'_>>],
+    ctx: CUcontext,
+    graph: CUgraph,
+    edges: &[(u32, u32)],
+) -> Result<Vec<NodeState>> {
     let mut states: Vec<NodeState> = Vec::with_capacity(nodes.len());
     let mut handles: Vec<CUgraphNode> = vec![ptr::null_mut(); nodes.len()];
     let mut deps: Vec<CUgraphNode> = Vec::new();
@@ -159,10 +223,24 @@ pub(super) fn build(
             deps.push(handles[edges[e].0 as usize]);
             e += 1;
         }
-        let added = match n {
-            None => Ok(NodeState::Absent),
-            // SAFETY: graph live, deps are its nodes, ctx current, parameters validated.
-            Some(n) => unsafe { n.add(driver, graph, &deps, ctx) },
+        // The plan puts a body node after its conditional node, which is present when it is.
+        let target = match shape.parent(j) {
+            None => Some(graph),
+            Some((c, b)) => states.get(c).and_then(|s| s.bodies().get(b as usize).copied()),
+        };
+        let added = match (n, target) {
+            (None, _) => Ok(NodeState::Absent),
+            // SAFETY: target graph live, deps are its nodes, ctx current, parameters validated.
+            (Some(n), Some(target)) => unsafe { n.add(driver, target, &deps, ctx) },
+            (Some(_), None) => {
+                let error = cudarc::driver::DriverError(
+                    cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+                );
+                Err(CudaError {
+                    call: "cuGraphAddNode_v2 (body of an absent conditional node)",
+                    error,
+                })
+            }
         };
         match added {
             Ok(s) => {
@@ -171,12 +249,8 @@ pub(super) fn build(
                 }
                 states.push(s);
             }
-            Err(source) => {
-                // SAFETY: the graph is ours and unused.
-                unsafe { driver.graph_destroy(graph) };
-                return Err(Error::Node { site: shape.site(j), source });
-            }
+            Err(source) => return Err(Error::Node { site: shape.site(j), source }),
         }
     }
-    Ok((graph, states))
+    Ok(states)
 }

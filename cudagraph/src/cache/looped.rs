@@ -11,7 +11,7 @@ use super::{GraphCache, GraphCall, Shape, Site};
 use crate::error::{CudaError, Error, NodeSite, Result};
 use crate::kind::NodeParams;
 use crate::operand::Guard;
-use crate::plan::{Plan, infer_edges_by};
+use crate::plan::{Plan, scoped_edges_by};
 
 /// A plan with its run-time loops expanded for one call.
 pub(crate) struct Looped {
@@ -20,6 +20,9 @@ pub(crate) struct Looped {
     index: Vec<u32>,
     /// `.after` of each call node, in call node numbers (same iteration for a loop's own nodes).
     after: Vec<Vec<u32>>,
+    /// The device body of each call node, `(conditional call node, body)`; device statements and
+    /// their bodies are never inside a run-time loop (a compile error), so each is one call node.
+    parent: Vec<Option<(u32, u32)>>,
 }
 
 impl Looped {
@@ -65,7 +68,19 @@ impl Looped {
                 }
             }
         }
-        (l == loops.len()).then_some(Looped { plan, index, after })
+        if l != loops.len() {
+            return None;
+        }
+        // A body node's conditional node is outside every loop (else the plan is not one
+        // `graph!` made).
+        let parent = index
+            .iter()
+            .map(|&q| match plan.parent(q as usize) {
+                None => Some(None),
+                Some((c, b)) => outside.get(c).filter(|&&o| o != u32::MAX).map(|&o| Some((o, b))),
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Looped { plan, index, after, parent })
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -83,7 +98,11 @@ impl Shape for Looped {
     fn edges(&self, present: &[bool]) -> Vec<(u32, u32)> {
         let node =
             |j: usize| (self.plan.nodes[self.index[j] as usize].accesses, &self.after[j][..]);
-        infer_edges_by(self.index.len(), node, present)
+        let scope = |j: usize| self.parent[j];
+        scoped_edges_by(self.index.len(), node, scope, present)
+    }
+    fn parent(&self, i: usize) -> Option<(usize, u32)> {
+        self.parent[i].map(|(c, b)| (c as usize, b))
     }
     fn place_site(&self, place: usize) -> NodeSite {
         Shape::place_site(self.plan, place)

@@ -14,7 +14,7 @@ use cudarc::driver::{CudaContext, CudaStream};
 use crate::error::{Call, CudaError, Error, NodeSite, Result};
 use crate::kind::{Limits, NodeParams, NodeState, Reports};
 use crate::operand::Guard;
-use crate::plan::{Plan, infer_edges};
+use crate::plan::Plan;
 use crate::raw::{self, Cuda, Driver};
 
 mod ladder;
@@ -49,6 +49,10 @@ pub(crate) trait Shape {
     fn plan_index(&self, i: usize) -> usize {
         i
     }
+    /// The body node `i` belongs to, `(conditional node, body)`; `None` for the top graph.
+    fn parent(&self, _i: usize) -> Option<(usize, u32)> {
+        None
+    }
 }
 
 impl Shape for Plan {
@@ -59,7 +63,10 @@ impl Shape for Plan {
         NodeSite::of(self, &self.nodes[i])
     }
     fn edges(&self, present: &[bool]) -> Vec<(u32, u32)> {
-        infer_edges(self.nodes, present)
+        crate::plan::scoped_edges(self.nodes, self.bodies, present)
+    }
+    fn parent(&self, i: usize) -> Option<(usize, u32)> {
+        Plan::parent(self, i)
     }
     fn place_site(&self, place: usize) -> NodeSite {
         let first =
@@ -198,6 +205,8 @@ struct Variant {
     nodes: Vec<NodeState>,
     /// The nodes with work at launch ([`NodeState::launch_work`]), in node order.
     launch_work: Vec<u32>,
+    /// The exec's conditional handles by slot (empty without device control flow).
+    handles: Vec<u64>,
     last_use: u64,
     hits: u64,
 }
@@ -297,6 +306,11 @@ impl GraphCache {
         };
         validate(call.shape, nodes, ctx, self.limits.as_ref(), handles)?;
         self.check_aliasing(call.shape, guards)?;
+        if self.mode == Mode::Eager
+            && let Some(i) = nodes.iter().position(|n| n.is_some_and(|n| n.conditional().is_some()))
+        {
+            return Err(crate::kind::conditional::eager_refused(call.shape.site(i)));
+        }
         if self.mode == Mode::Eager {
             // Eager work enqueued on a capturing stream would be recorded into a graph that
             // borrows nothing (a graph launch there is refused by the driver itself).
@@ -563,7 +577,7 @@ impl<D: Driver> GraphCache<D> {
         (ctx, owner): (CUcontext, Option<&Arc<CudaContext>>),
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<usize> {
-        let (graph, states) = build(&mut self.driver, shape, nodes, ctx)?;
+        let (graph, states, handles) = build(&mut self.driver, shape, nodes, ctx)?;
         self.stats.builds += 1;
         let exec = match self.instantiate(shape, graph) {
             Ok(e) => e,
@@ -591,6 +605,7 @@ impl<D: Driver> GraphCache<D> {
                 .filter(|&j| states[j as usize].launch_work())
                 .collect(),
             nodes: states,
+            handles,
             last_use: self.clock,
             hits: 0,
         };

@@ -77,6 +77,7 @@ impl Driver for Mock {
             CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => "memcpy",
             CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => "memset",
             CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH => "graph",
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL => "conditional",
             _ => "other",
         };
         self.log(format!("add_{kind} deps={}", deps.len()));
@@ -144,6 +145,15 @@ impl Driver for Mock {
     unsafe fn upload(&mut self, _: CUgraphExec, _: CUstream) -> Result<(), DriverError> {
         self.log("upload");
         Ok(())
+    }
+    unsafe fn conditional_handle(
+        &mut self,
+        _: CUgraph,
+        _: cudarc::driver::sys::CUcontext,
+        default: u32,
+    ) -> Result<u64, DriverError> {
+        self.log(format!("conditional_handle default={default}"));
+        Ok(self.handle::<*mut u8>() as u64)
     }
 }
 
@@ -231,6 +241,7 @@ fn plan() -> &'static Plan {
         places: &["a", "b", "c", "d"],
         nodes: Box::leak(nodes.into_boxed_slice()),
         conditions: 1,
+        bodies: &[],
     }))
 }
 
@@ -616,4 +627,124 @@ fn dropping_the_cache_destroys_every_exec_and_graph() {
     drop(cache);
     let l = mock.0.borrow();
     assert!(l.live_execs.is_empty() && l.live_graphs.is_empty());
+}
+
+/// Plan: n0 kernel writes place 0; n1 `device_while` whose body is n2 (reads 0, writes 1) and
+/// n3 (writes 0); n4 reads 1. The conditional node carries its body's accesses.
+fn conditional_plan() -> &'static Plan {
+    fn node(kind: NodeKind, accesses: Vec<Access>) -> PlanNode {
+        PlanNode {
+            label: "n",
+            text: "stmt",
+            kind,
+            line: 7,
+            column: 9,
+            accesses: Box::leak(accesses.into_boxed_slice()),
+            after: &[],
+            condition: "",
+        }
+    }
+    let (r, w) = (|p| Access { place: p, write: false }, |p| Access { place: p, write: true });
+    let nodes = vec![
+        node(NodeKind::Kernel("a"), vec![w(0)]),
+        node(NodeKind::Conditional("device_while"), vec![w(0), w(1)]),
+        node(NodeKind::Kernel("b"), vec![r(0), w(1)]),
+        node(NodeKind::Kernel("c"), vec![w(0)]),
+        node(NodeKind::Kernel("d"), vec![r(1)]),
+    ];
+    Box::leak(Box::new(Plan {
+        file: "mock.rs",
+        line: 5,
+        places: &["a", "b"],
+        nodes: Box::leak(nodes.into_boxed_slice()),
+        conditions: 0,
+        bodies: &[(2, 1, 0), (3, 1, 0)],
+    }))
+}
+
+#[test]
+fn a_device_while_gets_a_handle_its_body_nodes_and_edges_only_within_each_graph() {
+    let (mock, mut cache, _) = setup();
+    let plan = conditional_plan();
+    assert_eq!(plan.edges(), [(0, 1), (2, 3), (1, 4)]);
+    let call = |cache: &mut GraphCache<Mock>, default: u32, scalar: u32| {
+        let (k0, k2, k3, k4) = (k(1, 0xa0), k(scalar, 0xb0), k(3, 0xc0), k(4, 0xd0));
+        let cond =
+            crate::kind::ConditionalParams::new(0, crate::ConditionalType::While, 1, default);
+        let nodes = [
+            Some(NodeParams::Kernel(&k0 as &dyn KernelNode)),
+            Some(NodeParams::Conditional(cond)),
+            Some(NodeParams::Kernel(&k2)),
+            Some(NodeParams::Kernel(&k3)),
+            Some(NodeParams::Kernel(&k4)),
+        ];
+        cache.run_raw(plan, 0, (CTX, None), STREAM, &nodes)
+    };
+    call(&mut cache, 1, 2).unwrap();
+    assert_eq!(
+        mock.calls(),
+        [
+            "graph_create",
+            "conditional_handle default=1",
+            "add_kernel deps=0",
+            "add_conditional deps=1",
+            "add_kernel deps=0",
+            "add_kernel deps=1",
+            "add_kernel deps=1",
+            "instantiate",
+            "launch",
+        ]
+    );
+    // A body node's scalar: a per-node update.
+    call(&mut cache, 1, 5).unwrap();
+    let s = cache.stats();
+    assert_eq!((s.builds, s.node_updates, s.exec_updates, s.reinstantiations), (1, 1, 0, 0));
+    // Another default: the conditional node cannot be set and its new handle cannot be updated
+    // into the exec: re-instantiated, with no whole-exec update tried.
+    call(&mut cache, 0, 5).unwrap();
+    let s = cache.stats();
+    assert_eq!((s.exec_updates, s.reinstantiations), (0, 1), "{s:?}");
+}
+
+#[test]
+fn a_run_time_loop_beside_a_device_while_keeps_each_body_a_graph_of_its_own() {
+    // `conditional_plan` with its node 0 the body of a run-time `for`, run 2 times: call nodes
+    // a a while(b c) d. The body nodes hang from call node 2, edges stay within each graph.
+    let (mock, mut cache, _) = setup();
+    let plan = conditional_plan();
+    let shape = super::looped::Looped::new(plan, &[(0, 1)], &[2]).expect("fits");
+    assert_eq!(shape.len(), 6);
+    assert_eq!((0..6).map(|i| shape.parent(i)).collect::<Vec<_>>(), {
+        [None, None, None, Some((2, 0)), Some((2, 0)), None]
+    });
+    assert_eq!(shape.edges(&[true; 6]), [(0, 1), (1, 2), (3, 4), (2, 5)]);
+    let (k0, k1, k3, k4, k5) = (k(1, 0xa0), k(2, 0xa0), k(3, 0xb0), k(4, 0xc0), k(5, 0xd0));
+    let cond = crate::kind::ConditionalParams::new(0, crate::ConditionalType::While, 1, 1);
+    let nodes = [
+        Some(NodeParams::Kernel(&k0 as &dyn KernelNode)),
+        Some(NodeParams::Kernel(&k1)),
+        Some(NodeParams::Conditional(cond)),
+        Some(NodeParams::Kernel(&k3)),
+        Some(NodeParams::Kernel(&k4)),
+        Some(NodeParams::Kernel(&k5)),
+    ];
+    let call = GraphCall { shape: &shape, site: Site::Plan(plan), key: 0, signature: &[2, 0] };
+    cache.run_shape(call, (CTX, None), STREAM, &nodes).unwrap();
+    assert_eq!(
+        mock.calls(),
+        [
+            "graph_create",
+            "conditional_handle default=1",
+            "add_kernel deps=0",
+            "add_kernel deps=1",
+            "add_conditional deps=1",
+            "add_kernel deps=0",
+            "add_kernel deps=1",
+            "add_kernel deps=1",
+            "instantiate",
+            "launch",
+        ]
+    );
+    // A loop whose range would cut a device body out of its conditional node does not fit.
+    assert!(super::looped::Looped::new(plan, &[(1, 2)], &[2]).is_none());
 }

@@ -33,6 +33,12 @@ pub trait KernelArgs {
     /// order, into `out`; returns how many.
     #[doc(hidden)]
     fn buffers(&self, out: &mut BufferArgs) -> usize;
+    /// Each [`Condition`](crate::Condition) argument's `(index, slot)`.
+    #[doc(hidden)]
+    fn conditions(&self, f: &mut dyn FnMut(usize, u32));
+    /// Each [`DeviceScalar`](crate::DeviceScalar) argument's `(index, buffer length)`.
+    #[doc(hidden)]
+    fn device_scalars(&self, f: &mut dyn FnMut(usize, usize));
 }
 
 macro_rules! kernel_args {
@@ -56,6 +62,14 @@ macro_rules! kernel_args {
                     n += 1;
                 })*
                 n
+            }
+            #[allow(unused_variables)]
+            fn device_scalars(&self, f: &mut dyn FnMut(usize, usize)) {
+                $(if let Some(len) = self.$i.device_scalar_len() { f($i, len) })*
+            }
+            #[allow(unused_variables)]
+            fn conditions(&self, f: &mut dyn FnMut(usize, u32)) {
+                $(if let Some(slot) = self.$i.condition() { f($i, slot) })*
             }
             #[allow(unused_variables, unused_mut)]
             fn buffers(&self, out: &mut BufferArgs) -> usize {
@@ -259,9 +273,21 @@ pub trait KernelNode: sealed::Sealed {
     /// many.
     #[doc(hidden)]
     fn accesses(&self, out: &mut Accesses) -> usize;
+    /// Each [`Condition`](crate::Condition) argument's `(index, slot)`.
+    #[doc(hidden)]
+    fn for_each_condition(&self, _f: &mut dyn FnMut(usize, u32)) {}
+    /// Each [`DeviceScalar`](crate::DeviceScalar) argument's `(index, buffer length)`.
+    #[doc(hidden)]
+    fn for_each_device_scalar(&self, _f: &mut dyn FnMut(usize, usize)) {}
 }
 
 impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
+    fn for_each_condition(&self, f: &mut dyn FnMut(usize, u32)) {
+        self.call.args.conditions(f)
+    }
+    fn for_each_device_scalar(&self, f: &mut dyn FnMut(usize, usize)) {
+        self.call.args.device_scalars(f)
+    }
     fn function(&self) -> CUfunction {
         self.call.function.cu_function()
     }
@@ -315,6 +341,9 @@ pub(crate) struct KernelState {
     dims: LaunchDims,
     args: Box<[u64]>,
     offsets: Box<[(u32, u32)]>,
+    /// [`Condition`](crate::Condition) arguments `(index, slot)`: their stored bytes are the
+    /// slot; the driver gets the bound conditional handle ([`super::conditional::handle`]).
+    conds: Box<[(u32, u32)]>,
 }
 
 impl KernelState {
@@ -332,7 +361,11 @@ impl KernelState {
             dims: k.dims(),
             args: vec![0u64; words as usize].into_boxed_slice(),
             offsets: offsets.into_boxed_slice(),
+            conds: Box::new([]),
         };
+        let mut conds = Vec::new();
+        k.for_each_condition(&mut |i, slot| conds.push((i as u32, slot)));
+        s.conds = conds.into_boxed_slice();
         let stored = s.store_args(k);
         debug_assert!(stored.is_some(), "storage laid out from `k` itself");
         s
@@ -380,6 +413,14 @@ impl KernelState {
         for (p, &(off, _)) in ptrs.iter_mut().zip(self.offsets.iter()) {
             // SAFETY: `off` is within `args` by construction in `new`.
             *p = unsafe { base.add(off as usize) }.cast();
+        }
+        // Condition arguments point at the bound handles instead of their slots.
+        let mut handles = [0u64; MAX_KERNEL_PARAMS];
+        for (h, &(i, slot)) in handles.iter_mut().zip(self.conds.iter()) {
+            *h = super::conditional::handle(slot);
+            if let Some(p) = ptrs.get_mut(i as usize) {
+                *p = ptr::from_mut(h).cast();
+            }
         }
         let d = self.dims;
         let params = CUDA_KERNEL_NODE_PARAMS_v3 {
@@ -480,6 +521,18 @@ impl NodeKind for Kernel {
         if let Some(why) = limits.and_then(|l| l.exceeded(&d)) {
             return Err(Error::LaunchLimit { site: site(), why });
         }
+        let mut wrong = None;
+        k.for_each_device_scalar(&mut |i, len| {
+            if len != 1 && wrong.is_none() {
+                wrong = Some((i, len));
+            }
+        });
+        if let Some((i, len)) = wrong {
+            let why = format!(
+                "argument {i} is a device scalar (`&T`/`&mut T` in `kernels!`): its buffer must have exactly 1 element, not {len}"
+            );
+            return Err(Error::InvalidNode { site: site(), why });
+        }
         if k.arg_count() > MAX_KERNEL_PARAMS {
             let error = cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE);
             return Err(Error::Node { site: site(), source: CudaError { call: Self::ADD, error } });
@@ -540,8 +593,12 @@ impl NodeKind for Kernel {
         _: &std::sync::Arc<super::Reports>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
+        let mut state = KernelState::new(*k);
+        if !state.conds.is_empty() {
+            return Err(super::conditional::eager_refused(site()));
+        }
         // SAFETY: the caller's contract; `kernelParams` points into the state during the call.
-        KernelState::new(*k)
+        state
             .with_params(|p| unsafe { raw::launch_kernel(p, stream.cu_stream()) })
             .call(Self::EAGER)
             .map_err(|source| Error::Node { site: site(), source })

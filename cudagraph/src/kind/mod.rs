@@ -23,6 +23,7 @@ use crate::raw::Driver;
 
 pub(crate) mod captured;
 pub(crate) mod child;
+pub(crate) mod conditional;
 pub(crate) mod empty;
 pub(crate) mod event;
 pub(crate) mod fill;
@@ -33,6 +34,7 @@ pub(crate) mod memset;
 
 pub use captured::{CaptureOperand, CaptureOperands, CaptureParams, CapturedWork};
 pub use child::{GraphRef, NoGraphRead};
+pub use conditional::{Condition, ConditionalParams, ConditionalType};
 pub use empty::{EmptyParams, empty};
 pub use event::{EventParams, EventRecordParams, EventWaitParams, event_record, event_wait};
 pub use fill::{FillNode, MAX_FILL_BYTES};
@@ -389,6 +391,8 @@ node_kinds! {
     EventRecord(EventRecordParams<'a>) => event::Record,
     /// Event wait node, `event_wait(&e)`.
     EventWait(EventWaitParams<'a>) => event::Wait,
+    /// Conditional node (device `while`, `if`, `if`/`else`, `switch`).
+    Conditional(ConditionalParams) => conditional::Conditional,
 }
 
 /// What a statement evaluates to inside `graph!` (sealed: a kernel launch made by a

@@ -14,6 +14,7 @@ fn step(cache: &mut GraphCache, stream: &CudaStream, x: &mut CudaSlice<u32>) {
         places: &[],
         nodes: &[],
         conditions: 0,
+        bodies: &[],
     }));
     let _ = cache.run(plan, &call, 0, stream, &[Some(NodeParams::Memset(p))], &[guard]);
 }

@@ -1,0 +1,445 @@
+//! Conjugate gradients converging on the device: a `device_while` loop.
+//!
+//! ```text
+//! cg [--sizes 64,256,1024] [--tol T] [--cpu-max N] [--plan]
+//! ```
+//! Solves the 2-D Poisson problem `-Δu = 2 (x(1-x) + y(1-y))` on the unit square (zero
+//! boundary, `n`×`n` interior points, 5-point Laplacian, f64; exact solution
+//! `x(1-x) y(1-y)`, which the 5-point stencil reproduces exactly at the grid points, so the
+//! error against it is the solver's) by conjugate gradients to a relative residual `‖r‖/‖r₀‖ < T` (default
+//! 1e-8), four ways:
+//! - `device while`: one `graph!` call for the whole solve; alpha, beta, the residual norms,
+//!   the iteration count and the converged flag stay in device memory (`&f64`/`&mut u32` device
+//!   scalars), and the loop is a `device_while` whose body unrolls 4 iterations (8 kernels
+//!   each); kernels after convergence return at once, so the solution and count are those of
+//!   the first iteration below the tolerance;
+//! - `host every 1` / `host every 10`: the same kernels, one `graph!` call per 1 or 10
+//!   iterations, the converged flag copied to pinned host memory and checked after each call;
+//! - `cpu`: the same algorithm on the host (for sizes up to `--cpu-max`, default 256).
+//!
+//! Prints iterations, final relative residual, max error against the exact solution and µs
+//! per iteration for each, then the per-iteration overhead of the conditional node for bodies
+//! of 1, 4 and 16 kernels (a `device_while` of tiny kernels against the same kernels as a
+//! straight chain). The device variants must agree bit for bit (deterministic reductions).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
+use cudagraph::cudarc::nvrtc::{CompileOptions, compile_ptx_with_opts};
+use cudagraph::{Condition, GraphCache, graph, kernels};
+
+#[path = "cli.rs"]
+mod cli;
+
+const SOURCE: &str = include_str!("../kernels/cg.cu");
+/// Blocks of `dot_partial` (`PARTS` in cg.cu).
+const PARTS: u32 = 256;
+
+kernels! {
+    /// Kernels of `kernels/cg.cu`.
+    struct Cg {
+        fn matvec(n: u32, done: &u32, p: &[f64], q: &mut [f64]);
+        fn dot_partial(len: u32, done: &u32, a: &[f64], b: &[f64], partial: &mut [f64]);
+        fn dot_final(done: &u32, partial: &[f64], out: &mut f64);
+        fn update_xr(len: u32, done: &u32, rr: &f64, pq: &f64, p: &[f64], q: &[f64], x: &mut [f64], r: &mut [f64]);
+        fn update_p(len: u32, done: &u32, rr_new: &f64, rr: &f64, r: &[f64], p: &mut [f64]);
+        fn finish(c: Condition, max_it: u32, rr_new: &f64, thresh: &f64, rr: &mut f64, it: &mut u32, done: &mut u32);
+        fn finish_host(max_it: u32, rr_new: &f64, thresh: &f64, rr: &mut f64, it: &mut u32, done: &mut u32);
+        fn start(tol2: f64, rr0: &f64, thresh: &mut f64, rr: &mut f64, it: &mut u32, done: &mut u32);
+        fn set_running(c: Condition, done: &u32);
+        fn tick(v: &mut f64);
+        fn tick_last(c: Condition, left: &mut u32);
+    }
+}
+
+struct Args {
+    sizes: Vec<u32>,
+    tol: f64,
+    cpu_max: u32,
+    plan: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args { sizes: vec![64, 256, 1024], tol: 1e-8, cpu_max: 256, plan: false };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        match flag.as_str() {
+            "--sizes" => {
+                a.sizes = value("--sizes")?
+                    .split(',')
+                    .map(|s| s.parse().map_err(|_| format!("--sizes: `{s}` is not a size")))
+                    .collect::<Result<_, _>>()?
+            }
+            "--tol" => a.tol = value("--tol")?.parse().map_err(|_| "--tol: not a number")?,
+            "--cpu-max" => {
+                a.cpu_max = value("--cpu-max")?.parse().map_err(|_| "--cpu-max: not a size")?
+            }
+            "--plan" => a.plan = true,
+            _ => {
+                return Err(
+                    "usage: cg [--sizes 64,256,1024] [--tol 1e-8] [--cpu-max 256] [--plan]".into(),
+                );
+            }
+        }
+    }
+    if a.sizes.iter().any(|&n| !(2..=4096).contains(&n)) {
+        return Err("sizes are from 2 to 4096".into());
+    }
+    Ok(a)
+}
+
+/// The device state of one solve.
+struct Solver {
+    n: u32,
+    b: CudaSlice<f64>,
+    x: CudaSlice<f64>,
+    r: CudaSlice<f64>,
+    p: CudaSlice<f64>,
+    q: CudaSlice<f64>,
+    partial: CudaSlice<f64>,
+    // Device scalars (one-element buffers).
+    rr0: CudaSlice<f64>,
+    rr: CudaSlice<f64>,
+    rr_new: CudaSlice<f64>,
+    pq: CudaSlice<f64>,
+    thresh: CudaSlice<f64>,
+    it: CudaSlice<u32>,
+    done: CudaSlice<u32>,
+    caches: [GraphCache; 3],
+}
+
+/// One solve's outcome.
+struct Outcome {
+    iterations: u32,
+    residual: f64,
+    x: Vec<f64>,
+    us_per_it: f64,
+}
+
+/// The grid coordinates `(x, y)` of unknown `k`.
+fn at(n: u32, k: u32) -> (f64, f64) {
+    let h = 1.0 / f64::from(n + 1);
+    (f64::from(k / n + 1) * h, f64::from(k % n + 1) * h)
+}
+
+/// `h² f` at every unknown (the system is `A u = h² f`).
+fn rhs(n: u32) -> Vec<f64> {
+    let h = 1.0 / f64::from(n + 1);
+    (0..n * n)
+        .map(|k| {
+            let (x, y) = at(n, k);
+            h * h * 2.0 * (x * (1.0 - x) + y * (1.0 - y))
+        })
+        .collect()
+}
+
+fn exact_error(n: u32, u: &[f64]) -> f64 {
+    (0..n * n)
+        .map(|k| {
+            let (x, y) = at(n, k);
+            (u[k as usize] - x * (1.0 - x) * y * (1.0 - y)).abs()
+        })
+        .fold(0.0, f64::max)
+}
+
+impl Solver {
+    fn new(stream: &Arc<CudaStream>, n: u32) -> Result<Self, Box<dyn std::error::Error>> {
+        let len = (n * n) as usize;
+        let z = |l| stream.alloc_zeros::<f64>(l);
+        Ok(Solver {
+            n,
+            b: stream.clone_htod(&rhs(n))?,
+            x: z(len)?,
+            r: z(len)?,
+            p: z(len)?,
+            q: z(len)?,
+            partial: z(PARTS as usize)?,
+            rr0: z(1)?,
+            rr: z(1)?,
+            rr_new: z(1)?,
+            pq: z(1)?,
+            thresh: z(1)?,
+            it: stream.alloc_zeros::<u32>(1)?,
+            done: stream.alloc_zeros::<u32>(1)?,
+            caches: [GraphCache::new(), GraphCache::new(), GraphCache::new()],
+        })
+    }
+
+    /// The whole solve as one graph: a `device_while` of 4 unrolled iterations.
+    fn device(&mut self, stream: &Arc<CudaStream>, k: &Cg, tol: f64) -> cudagraph::Result<()> {
+        let Solver { n, b, x, r, p, q, partial, rr0, rr, rr_new, pq, thresh, it, done, caches } =
+            self;
+        let (n, len, tol2, max_it) = (*n, *n * *n, tol * tol, 10 * *n * *n);
+        let (grid, parts) = (LaunchConfig::for_num_elems(len), (PARTS, 256));
+        graph!(&mut caches[0], stream, {
+            zero(&mut *x);
+            copy(&*b, &mut *r);
+            copy(&*b, &mut *p);
+            zero(&mut *done);
+            k.dot_partial(len, &*done, &*r, &*r, &mut *partial).launch(parts);
+            k.dot_final(&*done, &*partial, &mut *rr0).launch((1, 256));
+            k.start(tol2, &*rr0, &mut *thresh, &mut *rr, &mut *it, &mut *done).launch((1, 1));
+            let c = condition(1);
+            k.set_running(c, &*done).launch((1, 1));
+            device_while(c, {
+                for _ in 0..4 {
+                    k.matvec(n, &*done, &*p, &mut *q).launch(grid);
+                    k.dot_partial(len, &*done, &*p, &*q, &mut *partial).launch(parts);
+                    k.dot_final(&*done, &*partial, &mut *pq).launch((1, 256));
+                    k.update_xr(len, &*done, &*rr, &*pq, &*p, &*q, &mut *x, &mut *r).launch(grid);
+                    k.dot_partial(len, &*done, &*r, &*r, &mut *partial).launch(parts);
+                    k.dot_final(&*done, &*partial, &mut *rr_new).launch((1, 256));
+                    k.update_p(len, &*done, &*rr_new, &*rr, &*r, &mut *p).launch(grid);
+                    k.finish(c, max_it, &*rr_new, &*thresh, &mut *rr, &mut *it, &mut *done)
+                        .launch((1, 1));
+                }
+            });
+        })
+    }
+
+    /// The same solve driven from the host: a `graph!` call per `every` (1 or 10) iterations,
+    /// the converged flag checked on the host after each.
+    fn host(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        k: &Cg,
+        tol: f64,
+        every10: bool,
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let ctx = stream.context();
+        // SAFETY: pinned host memory, read after the stream synchronized.
+        let mut flag = unsafe { ctx.alloc_pinned_with_flags::<u32>(1, 0) }?;
+        let Solver { n, b, x, r, p, q, partial, rr0, rr, rr_new, pq, thresh, it, done, caches } =
+            self;
+        let (n, len, tol2, max_it) = (*n, *n * *n, tol * tol, 10 * *n * *n);
+        let (grid, parts) = (LaunchConfig::for_num_elems(len), (PARTS, 256));
+        graph!(&mut caches[1], stream, {
+            zero(&mut *x);
+            copy(&*b, &mut *r);
+            copy(&*b, &mut *p);
+            zero(&mut *done);
+            k.dot_partial(len, &*done, &*r, &*r, &mut *partial).launch(parts);
+            k.dot_final(&*done, &*partial, &mut *rr0).launch((1, 256));
+            k.start(tol2, &*rr0, &mut *thresh, &mut *rr, &mut *it, &mut *done).launch((1, 1));
+        })?;
+        loop {
+            graph!(&mut caches[2], stream, {
+                if every10 {
+                    for _ in 0..10 {
+                        k.matvec(n, &*done, &*p, &mut *q).launch(grid);
+                        k.dot_partial(len, &*done, &*p, &*q, &mut *partial).launch(parts);
+                        k.dot_final(&*done, &*partial, &mut *pq).launch((1, 256));
+                        k.update_xr(len, &*done, &*rr, &*pq, &*p, &*q, &mut *x, &mut *r)
+                            .launch(grid);
+                        k.dot_partial(len, &*done, &*r, &*r, &mut *partial).launch(parts);
+                        k.dot_final(&*done, &*partial, &mut *rr_new).launch((1, 256));
+                        k.update_p(len, &*done, &*rr_new, &*rr, &*r, &mut *p).launch(grid);
+                        k.finish_host(max_it, &*rr_new, &*thresh, &mut *rr, &mut *it, &mut *done)
+                            .launch((1, 1));
+                    }
+                } else {
+                    k.matvec(n, &*done, &*p, &mut *q).launch(grid);
+                    k.dot_partial(len, &*done, &*p, &*q, &mut *partial).launch(parts);
+                    k.dot_final(&*done, &*partial, &mut *pq).launch((1, 256));
+                    k.update_xr(len, &*done, &*rr, &*pq, &*p, &*q, &mut *x, &mut *r).launch(grid);
+                    k.dot_partial(len, &*done, &*r, &*r, &mut *partial).launch(parts);
+                    k.dot_final(&*done, &*partial, &mut *rr_new).launch((1, 256));
+                    k.update_p(len, &*done, &*rr_new, &*rr, &*r, &mut *p).launch(grid);
+                    k.finish_host(max_it, &*rr_new, &*thresh, &mut *rr, &mut *it, &mut *done)
+                        .launch((1, 1));
+                }
+                copy(&*done, &mut flag);
+            })?;
+            stream.synchronize()?;
+            if flag.as_slice()?[0] != 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    fn outcome(
+        &self,
+        stream: &Arc<CudaStream>,
+        secs: f64,
+    ) -> Result<Outcome, Box<dyn std::error::Error>> {
+        let iterations = stream.clone_dtoh(&self.it)?[0];
+        let (rr, rr0) = (stream.clone_dtoh(&self.rr)?[0], stream.clone_dtoh(&self.rr0)?[0]);
+        let x = stream.clone_dtoh(&self.x)?;
+        let us_per_it = secs * 1e6 / f64::from(iterations.max(1));
+        Ok(Outcome { iterations, residual: (rr / rr0).sqrt(), x, us_per_it })
+    }
+}
+
+/// The same algorithm on the host.
+fn cpu(n: u32, tol: f64) -> Outcome {
+    let (nn, len) = (n as usize, (n * n) as usize);
+    let b = rhs(n);
+    let (mut x, mut r, mut p, mut q) = (vec![0.0; len], b.clone(), b.clone(), vec![0.0; len]);
+    let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(a, b)| a * b).sum::<f64>();
+    let rr0 = dot(&r, &r);
+    let (mut rr, mut it) = (rr0, 0u32);
+    let t = Instant::now();
+    while rr >= tol * tol * rr0 && it < 10 * n * n {
+        for k in 0..len {
+            let (i, j) = (k / nn, k % nn);
+            let mut s = 4.0 * p[k];
+            if i > 0 {
+                s -= p[k - nn];
+            }
+            if i + 1 < nn {
+                s -= p[k + nn];
+            }
+            if j > 0 {
+                s -= p[k - 1];
+            }
+            if j + 1 < nn {
+                s -= p[k + 1];
+            }
+            q[k] = s;
+        }
+        let alpha = rr / dot(&p, &q);
+        for k in 0..len {
+            x[k] += alpha * p[k];
+            r[k] -= alpha * q[k];
+        }
+        let rr_new = dot(&r, &r);
+        for k in 0..len {
+            p[k] = r[k] + rr_new / rr * p[k];
+        }
+        rr = rr_new;
+        it += 1;
+    }
+    let us_per_it = t.elapsed().as_secs_f64() * 1e6 / f64::from(it.max(1));
+    Outcome { iterations: it, residual: (rr / rr0).sqrt(), x, us_per_it }
+}
+
+/// µs per iteration of a `device_while` whose body is `kernels` tiny kernels, and µs per
+/// `kernels` of the same kernels as a straight chain: the difference is the conditional
+/// node's own cost per iteration.
+fn overhead(
+    stream: &Arc<CudaStream>,
+    k: &Cg,
+    kernels: u32,
+) -> Result<(f64, f64), Box<dyn std::error::Error>> {
+    const ITERS: u32 = 2000;
+    const REPEATS: u32 = 50;
+    let mut v = stream.alloc_zeros::<f64>(1)?;
+    let mut left = stream.alloc_zeros::<u32>(1)?;
+    let (mut loop_cache, mut chain_cache) = (GraphCache::new(), GraphCache::new());
+    let timed = |run: &mut dyn FnMut() -> cudagraph::Result<()>| -> Result<f64, Box<dyn std::error::Error>> {
+        run()?; // build
+        stream.synchronize()?;
+        let t = Instant::now();
+        run()?;
+        stream.synchronize()?;
+        Ok(t.elapsed().as_secs_f64() * 1e6)
+    };
+    let while_us = timed(&mut || {
+        let mut g = loop_cache.builder(stream);
+        let (vw, lw) = (g.write(&mut v), g.write(&mut left));
+        g.memset(lw, ITERS);
+        let c = g.condition(1);
+        g.device_while(c, |g| {
+            for _ in 1..kernels {
+                g.kernel(k.tick(vw).launch((1, 32)));
+            }
+            g.kernel(k.tick_last(c, lw).launch((1, 32)));
+        });
+        g.launch()
+    })? / f64::from(ITERS);
+    let chain_us = timed(&mut || {
+        let mut g = chain_cache.builder(stream);
+        let vw = g.write(&mut v);
+        for _ in 0..kernels * REPEATS {
+            g.kernel(k.tick(vw).launch((1, 32)));
+        }
+        g.launch()
+    })? / f64::from(REPEATS);
+    Ok((while_us, chain_us))
+}
+
+fn run(a: &Args) -> Result<bool, Box<dyn std::error::Error>> {
+    let ctx = CudaContext::new(0)?;
+    let stream = ctx.new_stream()?;
+    let opts = CompileOptions {
+        include_paths: vec!["/usr/local/cuda/include".into()],
+        ..Default::default()
+    };
+    // SAFETY: the declarations match cg.cu; every kernel stays within its buffers (n*n
+    // elements, PARTS partial sums, one element for the scalars).
+    let k = unsafe { Cg::load(&ctx, compile_ptx_with_opts(SOURCE, opts)?) }?;
+    let mut ok = true;
+    println!("| n | variant | iterations | rel. residual | max error vs exact | µs/iteration |");
+    println!("|---|---|---|---|---|---|");
+    for &n in &a.sizes {
+        eprintln!("cg: {n}²");
+        let mut s = Solver::new(&stream, n)?;
+        let mut rows: Vec<(&str, Outcome)> = Vec::new();
+        for variant in ["device while", "host every 1", "host every 10"] {
+            let solve = |s: &mut Solver| -> Result<(), Box<dyn std::error::Error>> {
+                match variant {
+                    "device while" => s.device(&stream, &k, a.tol)?,
+                    "host every 1" => s.host(&stream, &k, a.tol, false)?,
+                    _ => s.host(&stream, &k, a.tol, true)?,
+                }
+                stream.synchronize()?;
+                Ok(())
+            };
+            eprintln!("cg: {n}² {variant}");
+            solve(&mut s)?; // builds the graphs
+            let t = Instant::now();
+            solve(&mut s)?;
+            let secs = t.elapsed().as_secs_f64();
+            rows.push((variant, s.outcome(&stream, secs)?));
+        }
+        if n <= a.cpu_max {
+            rows.push(("cpu", cpu(n, a.tol)));
+        }
+        for (v, o) in &rows {
+            println!(
+                "| {n}² | {v} | {} | {:.3e} | {:.3e} | {:.2} |",
+                o.iterations,
+                o.residual,
+                exact_error(n, &o.x),
+                o.us_per_it
+            );
+        }
+        let d = &rows[0].1;
+        for (v, o) in &rows[1..3] {
+            if o.x != d.x || o.iterations != d.iterations {
+                println!("MISMATCH: {v} differs from the device while at {n}²");
+                ok = false;
+            }
+        }
+        if let Some((_, c)) = rows.get(3)
+            && c.iterations.abs_diff(d.iterations) > 1
+        {
+            println!(
+                "MISMATCH: {} iterations on the CPU, {} on the device at {n}²",
+                c.iterations, d.iterations
+            );
+            ok = false;
+        }
+        println!(
+            "speed: device while {:.2}x the µs/iteration of host every 10",
+            d.us_per_it / rows[2].1.us_per_it
+        );
+    }
+    println!(
+        "\n| body kernels | device while µs/iteration | chain µs per body | conditional node overhead µs |"
+    );
+    println!("|---|---|---|---|");
+    for kernels in [1, 4, 16] {
+        eprintln!("cg: overhead, {kernels} kernels");
+        let (w, c) = overhead(&stream, &k, kernels)?;
+        println!("| {kernels} | {w:.2} | {c:.2} | {:.2} |", w - c);
+    }
+    Ok(ok)
+}
+
+fn main() -> ExitCode {
+    cli::main("cg", parse_args, |a| a.plan, |a| run(a).map_err(|e| e.to_string()))
+}

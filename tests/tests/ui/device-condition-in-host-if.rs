@@ -1,0 +1,34 @@
+use cudagraph::cudarc::driver::{CudaContext, LaunchConfig};
+use cudagraph::cudarc::nvrtc::Ptx;
+use cudagraph::{Condition, GraphCache, graph, kernels};
+
+// A device condition has no value on the host: a host `if` on it is a type error.
+kernels! {
+    struct K {
+        fn set(c: Condition, v: &[u32]);
+        fn scale(n: u32, a: f32, x: &mut [f32]);
+    }
+}
+
+fn main() -> cudagraph::Result<()> {
+    let flag = std::env::args().count() > 1;
+    let ctx = CudaContext::new(0)?;
+    let stream = ctx.default_stream();
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let k = unsafe { K::load(&ctx, Ptx::from_src("")) }?;
+    let cfg = LaunchConfig::for_num_elems(1024);
+    let mut cache = GraphCache::new();
+    let mut x = stream.alloc_zeros::<f32>(1024)?;
+    let v = stream.alloc_zeros::<u32>(1)?;
+    let _ = flag;
+    graph!(&mut cache, &stream, {
+        let c = condition(1);
+        k.set(c, &v).launch((1, 1));
+        if c {
+            k.scale(1024, 2.0, &mut x).launch(cfg);
+        }
+        device_if(c, {
+            k.scale(1024, 3.0, &mut x).launch(cfg);
+        });
+    })
+}
