@@ -54,41 +54,23 @@ kernels! {
     }
 }
 
+/// Conjugate-gradient solve of a 2-D Poisson problem, converging on the device (a
+/// `device_while` over the iteration), against host-checked loops and the CPU.
+#[derive(clap::Parser)]
+#[command(name = "cg")]
 struct Args {
+    /// Grid sizes n (an n×n grid each), comma-separated, 2 to 4096.
+    #[arg(long, value_name = "N,N…", value_delimiter = ',', default_value = "64,256,1024", value_parser = clap::value_parser!(u32).range(2..=4096))]
     sizes: Vec<u32>,
+    /// Convergence tolerance on the residual's 2-norm relative to the right-hand side's.
+    #[arg(long, default_value_t = 1e-8)]
     tol: f64,
+    /// Largest n for which the CPU reference runs.
+    #[arg(long = "cpu-max", default_value_t = 256)]
     cpu_max: u32,
+    /// Print the graph plans as Graphviz DOT and exit (no GPU needed).
+    #[arg(long)]
     plan: bool,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args { sizes: vec![64, 256, 1024], tol: 1e-8, cpu_max: 256, plan: false };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
-        match flag.as_str() {
-            "--sizes" => {
-                a.sizes = value("--sizes")?
-                    .split(',')
-                    .map(|s| s.parse().map_err(|_| format!("--sizes: `{s}` is not a size")))
-                    .collect::<Result<_, _>>()?
-            }
-            "--tol" => a.tol = value("--tol")?.parse().map_err(|_| "--tol: not a number")?,
-            "--cpu-max" => {
-                a.cpu_max = value("--cpu-max")?.parse().map_err(|_| "--cpu-max: not a size")?
-            }
-            "--plan" => a.plan = true,
-            _ => {
-                return Err(
-                    "usage: cg [--sizes 64,256,1024] [--tol 1e-8] [--cpu-max 256] [--plan]".into(),
-                );
-            }
-        }
-    }
-    if a.sizes.iter().any(|&n| !(2..=4096).contains(&n)) {
-        return Err("sizes are from 2 to 4096".into());
-    }
-    Ok(a)
 }
 
 /// The device state of one solve.
@@ -441,5 +423,5 @@ fn run(a: &Args) -> Result<bool, Box<dyn std::error::Error>> {
 }
 
 fn main() -> ExitCode {
-    cli::main("cg", parse_args, |a| a.plan, |a| run(a).map_err(|e| e.to_string()))
+    cli::main("cg", |a: &Args| a.plan, |a| run(a).map_err(|e| e.to_string()))
 }
