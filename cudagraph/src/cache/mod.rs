@@ -554,7 +554,10 @@ impl<D: Driver> GraphCache<D> {
             let n = n as usize;
             let r = v.nodes[n].launching(nodes[n].as_ref(), &self.reports, &|| shape.site(n));
             if let Err(e) = r {
-                v.launch_work[..j].iter().for_each(|&m| v.nodes[m as usize].unlaunched());
+                // Every node's work is taken back before any of it is dropped (user code).
+                let taken: Vec<_> =
+                    v.launch_work[..j].iter().map(|&m| v.nodes[m as usize].unlaunched()).collect();
+                drop(taken);
                 return Err(e);
             }
         }
@@ -563,7 +566,9 @@ impl<D: Driver> GraphCache<D> {
         // guard that records the launch on the buffer's events.
         let launched = unsafe { self.driver.launch(v.exec, stream) }.call("cuGraphLaunch");
         if let Err(source) = launched {
-            v.launch_work.iter().for_each(|&m| v.nodes[m as usize].unlaunched());
+            let taken: Vec<_> =
+                v.launch_work.iter().map(|&m| v.nodes[m as usize].unlaunched()).collect();
+            drop(taken);
             return Err(shape.graph_error(source));
         }
         self.stats.launches += 1;

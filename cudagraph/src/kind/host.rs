@@ -213,6 +213,13 @@ impl Queued {
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic without a message".into());
             reports.push(site, message);
+            // The payload's own drop may panic too, which must not unwind into the driver
+            // either: dropped inside `catch_unwind`, and a second payload is leaked.
+            if let Err(again) =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(panic)))
+            {
+                core::mem::forget(again);
+            }
         }
     }
 }
@@ -337,8 +344,9 @@ impl NodeKind for Host {
         Ok(())
     }
 
-    fn unlaunched(s: &mut HostState) {
-        with_queues(|q| q.get_mut(&s.id).map(|queue| queue.jobs.pop_back()));
+    fn unlaunched(s: &mut HostState) -> Option<Box<dyn Send>> {
+        let job = with_queues(|q| q.get_mut(&s.id).and_then(|queue| queue.jobs.pop_back()));
+        job.map(|j| Box::new(j) as Box<dyn Send>)
     }
 
     unsafe fn eager(

@@ -111,8 +111,12 @@ pub(crate) trait NodeKind {
     ) -> Result<(), Error> {
         Ok(())
     }
-    /// The launch after [`Self::launching`] failed: takes that work back.
-    fn unlaunched(_state: &mut Self::State) {}
+    /// The launch after [`Self::launching`] failed: takes that work back, and returns it for
+    /// the caller to drop once every node's work was taken back (dropping it runs user code,
+    /// which may panic).
+    fn unlaunched(_state: &mut Self::State) -> Option<Box<dyn Send>> {
+        None
+    }
     /// Runs the node eagerly on `stream` (the oracle of [`Mode::Eager`](crate::Mode::Eager)).
     ///
     /// # Safety
@@ -350,9 +354,9 @@ macro_rules! node_kinds {
             }
 
             /// See [`NodeKind::unlaunched`].
-            pub(crate) fn unlaunched(&mut self) {
+            pub(crate) fn unlaunched(&mut self) -> Option<Box<dyn Send>> {
                 match self {
-                    NodeState::Absent => {}
+                    NodeState::Absent => None,
                     $(NodeState::$variant(_, s) => <$kind>::unlaunched(s),)*
                 }
             }
