@@ -268,8 +268,22 @@ impl GraphCache {
 
     /// Binds the stream's context, reads the device's launch limits once per context,
     /// validates the call and checks its buffers for aliasing, then runs it eagerly
-    /// ([`Mode::Eager`]) or as a graph, ordered with its buffers' own streams.
+    /// ([`Mode::Eager`]) or as a graph, ordered with its buffers' own streams. A sticky driver
+    /// error (a kernel faulted earlier in the context) is [`Error::ContextFault`] at the call.
     pub(crate) fn run_call(
+        &mut self,
+        call: GraphCall<'_>,
+        stream: &CudaStream,
+        nodes: &[Option<NodeParams<'_>>],
+        guards: &[Guard<'_>],
+        call_id: Option<u64>,
+    ) -> Result<()> {
+        let location = call.shape.location();
+        self.run_checked(call, stream, nodes, guards, call_id)
+            .map_err(|e| e.or_context_fault(location))
+    }
+
+    fn run_checked(
         &mut self,
         call: GraphCall<'_>,
         stream: &CudaStream,
@@ -367,11 +381,12 @@ impl GraphCache {
             let source = CudaError { call: "cuGraphUpload (stream of another context)", error };
             return Err(Error::Graph { file, line, source });
         }
-        stream.context().bind_to_thread().call("cuCtxSetCurrent")?;
+        let graph_err = |source| Error::Graph { file, line, source }.or_context_fault((file, line));
+        stream.context().bind_to_thread().call("cuCtxSetCurrent").map_err(graph_err)?;
         // SAFETY: exec and stream are live and of the same context (checked when built).
         unsafe { self.driver.upload(v.exec, stream.cu_stream()) }
             .call("cuGraphUpload")
-            .map_err(|source| Error::Graph { file, line, source })
+            .map_err(graph_err)
     }
 
     /// Writes the driver's own Graphviz DOT (`cuGraphDebugDotPrint`, verbose) of the most recently
