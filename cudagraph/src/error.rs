@@ -453,7 +453,9 @@ impl Error {
     /// `self`, or [`Error::ContextFault`] at `(file, line)` when its driver error is sticky.
     pub(crate) fn or_context_fault(self, (file, line): (&'static str, u32)) -> Error {
         match self.driver_error() {
-            Some(&source) if is_sticky(source.error) && !matches!(self, Error::ContextFault { .. }) => {
+            Some(&source)
+                if is_sticky(source.error) && !matches!(self, Error::ContextFault { .. }) =>
+            {
                 Error::ContextFault { file, line, source }
             }
             _ => self,

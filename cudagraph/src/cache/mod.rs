@@ -17,6 +17,8 @@ use crate::operand::Guard;
 use crate::plan::{Plan, infer_edges};
 use crate::raw::{self, Cuda, Driver};
 
+#[cfg(test)]
+mod faults;
 mod ladder;
 pub(crate) mod ledger;
 mod looped;
@@ -488,6 +490,19 @@ impl<D: Driver> GraphCache<D> {
     ) -> Result<()> {
         let call = GraphCall { shape: plan, site: Site::Plan(plan), key, signature: &[] };
         self.run_shape(call, ctx, stream, nodes)
+    }
+
+    /// [`GraphCache::upload`]'s driver call, for the mock driver.
+    #[cfg(test)]
+    pub(crate) fn upload_raw(&mut self, stream: CUstream) -> Result<()> {
+        let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
+            return Ok(());
+        };
+        let (file, line) = self.location;
+        // SAFETY: the mock driver's handles.
+        unsafe { self.driver.upload(v.exec, stream) }
+            .call("cuGraphUpload")
+            .map_err(|source| Error::Graph { file, line, source })
     }
 
     /// Validates, builds or updates, and launches one call, with the context already current
