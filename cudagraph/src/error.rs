@@ -415,7 +415,8 @@ fn missing_hint(source: &CudaError) -> &'static str {
 }
 
 /// Whether `e` is a sticky error: one after which the driver fails every call in the context
-/// (CUDA Runtime/Driver API docs, "sticky" errors: the context must be destroyed).
+/// (`cuda.h`: "This leaves the process in an inconsistent state and any further CUDA work will
+/// return the same error"; a device-side assert: the context must be destroyed).
 pub(crate) fn is_sticky(e: DriverError) -> bool {
     use cudarc::driver::sys::CUresult as R;
     matches!(
@@ -429,7 +430,6 @@ pub(crate) fn is_sticky(e: DriverError) -> bool {
             | R::CUDA_ERROR_MISALIGNED_ADDRESS
             | R::CUDA_ERROR_INVALID_ADDRESS_SPACE
             | R::CUDA_ERROR_INVALID_PC
-            | R::CUDA_ERROR_ECC_UNCORRECTABLE
     )
 }
 
@@ -460,5 +460,54 @@ impl Error {
             }
             _ => self,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cudarc::driver::sys::CUresult as R;
+
+    #[test]
+    fn sticky_driver_errors_become_context_faults_at_the_call_site() {
+        let node = |error| Error::Node {
+            site: NodeSite { label: "n", text: "k.f()", file: "a.rs", line: 7, column: 9 },
+            source: CudaError { call: "cuGraphAddNode_v2", error: DriverError(error) },
+        };
+        let e = node(R::CUDA_ERROR_ILLEGAL_ADDRESS).or_context_fault(("a.rs", 5));
+        match &e {
+            Error::ContextFault { file: "a.rs", line: 5, source } => {
+                assert_eq!(source.call, "cuGraphAddNode_v2");
+                assert_eq!(source.error.0, R::CUDA_ERROR_ILLEGAL_ADDRESS);
+            }
+            e => panic!("expected ContextFault, got {e:?}"),
+        }
+        let msg = e.to_string();
+        assert!(msg.starts_with("graph at a.rs:5: the CUDA context is unusable"), "{msg}");
+        for sticky in [R::CUDA_ERROR_LAUNCH_FAILED, R::CUDA_ERROR_ASSERT, R::CUDA_ERROR_INVALID_PC]
+        {
+            assert!(matches!(
+                node(sticky).or_context_fault(("a.rs", 5)),
+                Error::ContextFault { .. }
+            ));
+        }
+        // Not sticky: the error stays what it was.
+        let e = node(R::CUDA_ERROR_OUT_OF_MEMORY).or_context_fault(("a.rs", 5));
+        assert!(matches!(e, Error::Node { .. }), "{e:?}");
+        assert!(matches!(Error::NoDriver.or_context_fault(("a.rs", 5)), Error::NoDriver));
+    }
+
+    #[test]
+    fn a_kernel_not_found_hints_at_extern_c() {
+        let missing = |error| Error::MissingFunction {
+            name: "scale",
+            source: CudaError { call: "cuModuleGetFunction", error: DriverError(error) },
+        };
+        let msg = missing(R::CUDA_ERROR_NOT_FOUND).to_string();
+        assert!(msg.starts_with("kernel function `scale` not found in the module"), "{msg}");
+        assert!(msg.contains("extern \"C\""), "{msg}");
+        assert!(msg.contains("mangled name"), "{msg}");
+        let msg = missing(R::CUDA_ERROR_INVALID_CONTEXT).to_string();
+        assert!(!msg.contains("extern"), "{msg}");
     }
 }
