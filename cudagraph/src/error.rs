@@ -98,6 +98,27 @@ pub enum Error {
         /// The driver call and its result.
         source: CudaError,
     },
+    /// The CUDA context is unusable: a kernel faulted earlier (an illegal address, a trap, a
+    /// misaligned access, a device-side assert, …; in a graph or anywhere else in the context),
+    /// and the driver now answers every call in this context with that sticky error. `file` and
+    /// `line` name the call that found it (a `graph!` call, a builder's `launch`, an `eager!`),
+    /// not the kernel that faulted, which the driver does not say; `compute-sanitizer` does.
+    /// Nothing of the call was enqueued. The context cannot recover: drop its caches and
+    /// buffers (their destruction fails quietly, as cudarc's does) and end the process to use
+    /// the device again.
+    #[error(
+        "graph at {file}:{line}: the CUDA context is unusable after a kernel fault (a sticky \
+         error: every later call in this context fails; end the process to use the device \
+         again): {source}"
+    )]
+    ContextFault {
+        /// Source file of the call that found the fault.
+        file: &'static str,
+        /// Line of that call.
+        line: u32,
+        /// The driver call that returned the sticky error, and the error.
+        source: CudaError,
+    },
     /// A `copy` whose source and destination lengths differ.
     #[error("{site}: copy length mismatch: source has {src} elements, destination has {dst}")]
     CopyLength {
@@ -174,8 +195,11 @@ pub enum Error {
         /// The driver call's result.
         source: CudaError,
     },
-    /// A function named in `kernels!` was not found in the loaded module.
-    #[error("kernel function `{name}` not found in the module: {source}")]
+    /// A function named in `kernels!` was not found in the loaded module
+    /// (`cuModuleGetFunction`). With `CUDA_ERROR_NOT_FOUND` the message adds the usual cause: a
+    /// kernel not declared `extern "C"`, whose symbol is then a C++ mangled name
+    /// (`_Z5scalejfPf` for `scale`).
+    #[error("kernel function `{name}` not found in the module: {source}{}", missing_hint(source))]
     MissingFunction {
         /// The kernel's name.
         name: &'static str,
@@ -388,5 +412,113 @@ fn invalidation_hint(source: &CudaError) -> &'static str {
             " (a call that cannot be captured, such as a synchronize, ran inside the closure)"
         }
         _ => "",
+    }
+}
+
+/// What usually causes `cuModuleGetFunction` to find no kernel, for its message.
+fn missing_hint(source: &CudaError) -> &'static str {
+    if source.error.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND {
+        " (is the kernel declared `extern \"C\"`? Without it, its symbol in the module is a C++ \
+         mangled name such as `_Z5scalejfPf`, which `kernels!` does not look up)"
+    } else {
+        ""
+    }
+}
+
+/// Whether `e` is a sticky error: one after which the driver fails every call in the context
+/// (`cuda.h`: "This leaves the process in an inconsistent state and any further CUDA work will
+/// return the same error"; a device-side assert: the context must be destroyed).
+pub(crate) fn is_sticky(e: DriverError) -> bool {
+    use cudarc::driver::sys::CUresult as R;
+    matches!(
+        e.0,
+        R::CUDA_ERROR_ILLEGAL_ADDRESS
+            | R::CUDA_ERROR_LAUNCH_FAILED
+            | R::CUDA_ERROR_LAUNCH_TIMEOUT
+            | R::CUDA_ERROR_ASSERT
+            | R::CUDA_ERROR_HARDWARE_STACK_ERROR
+            | R::CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | R::CUDA_ERROR_MISALIGNED_ADDRESS
+            | R::CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | R::CUDA_ERROR_INVALID_PC
+    )
+}
+
+impl Error {
+    /// The driver call and result behind this error, where it has one.
+    pub fn driver_error(&self) -> Option<&CudaError> {
+        match self {
+            Error::Node { source, .. }
+            | Error::Graph { source, .. }
+            | Error::ContextFault { source, .. }
+            | Error::UpdateRefused { source, .. }
+            | Error::MissingFunction { source, .. }
+            | Error::Module { source, .. }
+            | Error::Cuda(source)
+            | Error::CaptureInvalidated { source, .. }
+            | Error::GraphUpdateRefused { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
+    /// `self`, or [`Error::ContextFault`] at `(file, line)` when its driver error is sticky.
+    pub(crate) fn or_context_fault(self, (file, line): (&'static str, u32)) -> Error {
+        match self.driver_error() {
+            Some(&source)
+                if is_sticky(source.error) && !matches!(self, Error::ContextFault { .. }) =>
+            {
+                Error::ContextFault { file, line, source }
+            }
+            _ => self,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cudarc::driver::sys::CUresult as R;
+
+    #[test]
+    fn sticky_driver_errors_become_context_faults_at_the_call_site() {
+        let node = |error| Error::Node {
+            site: NodeSite { label: "n", text: "k.f()", file: "a.rs", line: 7, column: 9 },
+            source: CudaError { call: "cuGraphAddNode_v2", error: DriverError(error) },
+        };
+        let e = node(R::CUDA_ERROR_ILLEGAL_ADDRESS).or_context_fault(("a.rs", 5));
+        match &e {
+            Error::ContextFault { file: "a.rs", line: 5, source } => {
+                assert_eq!(source.call, "cuGraphAddNode_v2");
+                assert_eq!(source.error.0, R::CUDA_ERROR_ILLEGAL_ADDRESS);
+            }
+            e => panic!("expected ContextFault, got {e:?}"),
+        }
+        let msg = e.to_string();
+        assert!(msg.starts_with("graph at a.rs:5: the CUDA context is unusable"), "{msg}");
+        for sticky in [R::CUDA_ERROR_LAUNCH_FAILED, R::CUDA_ERROR_ASSERT, R::CUDA_ERROR_INVALID_PC]
+        {
+            assert!(matches!(
+                node(sticky).or_context_fault(("a.rs", 5)),
+                Error::ContextFault { .. }
+            ));
+        }
+        // Not sticky: the error stays what it was.
+        let e = node(R::CUDA_ERROR_OUT_OF_MEMORY).or_context_fault(("a.rs", 5));
+        assert!(matches!(e, Error::Node { .. }), "{e:?}");
+        assert!(matches!(Error::NoDriver.or_context_fault(("a.rs", 5)), Error::NoDriver));
+    }
+
+    #[test]
+    fn a_kernel_not_found_hints_at_extern_c() {
+        let missing = |error| Error::MissingFunction {
+            name: "scale",
+            source: CudaError { call: "cuModuleGetFunction", error: DriverError(error) },
+        };
+        let msg = missing(R::CUDA_ERROR_NOT_FOUND).to_string();
+        assert!(msg.starts_with("kernel function `scale` not found in the module"), "{msg}");
+        assert!(msg.contains("extern \"C\""), "{msg}");
+        assert!(msg.contains("mangled name"), "{msg}");
+        let msg = missing(R::CUDA_ERROR_INVALID_CONTEXT).to_string();
+        assert!(!msg.contains("extern"), "{msg}");
     }
 }

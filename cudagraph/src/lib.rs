@@ -93,6 +93,54 @@
 //! Without a GPU, [`plans`] lists every `graph!` of the program with its nodes and edges, and
 //! [`Plan::to_dot`] renders Graphviz DOT.
 //!
+//! # Kernel methods and their argument traits
+//!
+//! For `fn axpy(n: u32, a: f32, x: &[f32], y: &mut [f32]);` in [`kernels!`], the struct gets
+//!
+//! ```ignore
+//! fn axpy<'b>(&'b self, n: u32, a: f32, x: impl ReadArg<'b, f32>, y: impl WriteArg<'b, f32>)
+//!     -> KernelCall<'b, …>;          // then `.launch(cfg)`
+//! ```
+//!
+//! Scalars are taken by value (any `DeviceRepr + bytemuck::NoUninit` type of the declared
+//! type). [`ReadArg`] and [`WriteArg`] are the handles of a buffer borrowed for one call, not
+//! the buffer itself: in [`graph!`] and [`eager!`] you write `&x` and `&mut y` and the macro
+//! makes them; with a [`GraphBuilder`] you pass `g.read(&x)` and `g.write(&mut y)`; inside a
+//! [`capture`], `s.read(&x)?` and `s.write(&mut y)?`. Only `cudagraph` makes handles, so every
+//! buffer a kernel node touches is one the graph borrowed, ordered and checked. Passing the
+//! `CudaSlice` itself is a compile error that says which form to use.
+//!
+//! # Pinned host memory
+//!
+//! `copy(&src, &mut dst)` between the host and the device needs page-locked (pinned) host
+//! memory, cudarc's `PinnedHostSlice` (pageable `Vec`s are refused at compile time: nothing
+//! would keep them alive and in place until the graph ran). Allocate it with
+//! `CudaContext::alloc_pinned_with_flags(len, flags)` (`cuMemHostAlloc`; `len` in elements).
+//! **Mind the flags:** cudarc's `CudaContext::alloc_pinned` passes
+//! `CU_MEMHOSTALLOC_WRITECOMBINED`, which makes host→device copies from it fast but every host
+//! *read* of it slow (write-combined memory is not cached by the CPU: reading back results is
+//! many times slower than from ordinary memory). For a buffer the host reads, device→host
+//! results for example, pass flags `0`:
+//!
+//! ```no_run
+//! # fn main() -> cudagraph::Result<()> {
+//! let ctx = cudagraph::context(0)?;
+//! let stream = ctx.new_stream()?;
+//! let n = 1 << 20;
+//! // SAFETY: cuMemHostAlloc leaves the memory uninitialized; it is written before it is read
+//! // (here by the copy below).
+//! let mut results = unsafe { ctx.alloc_pinned_with_flags::<f32>(n, 0) }?; // cached: host reads
+//! // let upload = unsafe { ctx.alloc_pinned::<f32>(n) }?;  // write-combined: host writes only
+//! let device = stream.alloc_zeros::<f32>(n)?;
+//! let mut cache = cudagraph::GraphCache::new();
+//! cudagraph::graph!(&mut cache, &stream, {
+//!     copy(&device, &mut results);
+//! })?;
+//! let host: &[f32] = results.as_slice()?; // waits for the copy (the buffer's event)
+//! assert_eq!(host[0], 0.0);
+//! # Ok(()) }
+//! ```
+//!
 //! # Coming from another graph API
 //!
 //! | PyCUDA (graph pull request) | cuda.core | cudarc | cudagraph |
@@ -135,6 +183,7 @@ pub use kind::{
 pub use kind::{Condition, ConditionalType};
 pub use operand::{
     DevRead, DevWrite, DeviceScalar, Handle, HostRead, HostWrite, KernelArg, Place, PlaceMut,
+    ReadArg, WriteArg,
 };
 pub use plan::{Access, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges, plans};
 

@@ -158,3 +158,35 @@ fn missing_kernel_function_is_named() -> cudagraph::Result<()> {
     assert!(ops.function("not_in_module").is_none());
     Ok(())
 }
+
+/// A kernel not declared `extern "C"`: its symbol is a C++ mangled name (`_Z5scalejfPf`).
+const MANGLED: &str = "__global__ void scale(unsigned int n, float a, float *x) {\n\
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;\n\
+    if (i < n) x[i] *= a;\n\
+}\n";
+
+kernels! {
+    /// `MANGLED`'s kernel, declared by its source name.
+    pub struct Mangled {
+        fn scale(n: u32, a: f32, x: &mut [f32]);
+    }
+}
+
+/// `load` of a kernel that is not `extern "C"` says "not found" and hints at the mangled name.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn kernel_without_extern_c_gets_the_mangling_hint() -> cudagraph::Result<()> {
+    assert!(cudagraph::driver_available(), "this GPU test needs a CUDA driver; none was found");
+    let ctx = CudaContext::new(0)?;
+    // SAFETY: the declaration matches the kernel, which stays within `n` elements.
+    match unsafe { Mangled::load(&ctx, compile_ptx(MANGLED)?) } {
+        Ok(_) => panic!("`scale` is mangled in the module: Mangled::load must fail"),
+        Err(err) => {
+            let msg = err.to_string();
+            assert!(matches!(err, Error::MissingFunction { name: "scale", .. }), "{msg}");
+            assert!(msg.contains("extern \"C\""), "{msg}");
+            assert!(msg.contains("mangled"), "{msg}");
+        }
+    }
+    Ok(())
+}

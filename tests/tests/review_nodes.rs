@@ -23,8 +23,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::{Result, gpu};
-use cudagraph::cudarc::driver::{CudaStream, LaunchConfig, PinnedHostSlice};
 use cudagraph::cudarc::driver::sys::CUstreamCaptureMode;
+use cudagraph::cudarc::driver::{CudaStream, LaunchConfig, PinnedHostSlice};
 use cudagraph::{Error, GraphCache, Mode, graph};
 
 const N: u32 = 1 << 16;
@@ -34,7 +34,9 @@ const SPINS: u32 = 1 << 22;
 
 /// `common::host::slow_iota` at index `i` only (the whole host model takes minutes).
 fn slow_iota_at(i: u32, spins: u32, a: u32, b: u32) -> u32 {
-    (0..spins).fold(i.wrapping_mul(a).wrapping_add(b), |v, _| v.wrapping_mul(1664525).wrapping_add(1013904223))
+    (0..spins).fold(i.wrapping_mul(a).wrapping_add(b), |v, _| {
+        v.wrapping_mul(1664525).wrapping_add(1013904223)
+    })
 }
 
 fn cfg() -> LaunchConfig {
@@ -84,9 +86,17 @@ fn review_a_failed_launch_with_a_panicking_job_drop_leaves_no_stale_host_job() -
     // dropping the first one panics.
     let cs = ctx.new_stream()?;
     cs.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
-    let r = catch_unwind(AssertUnwindSafe(|| call(&mut p1, &cs, "failed call 1", Some(PanicOnDrop))));
+    let r =
+        catch_unwind(AssertUnwindSafe(|| call(&mut p1, &cs, "failed call 1", Some(PanicOnDrop))));
     let _ = cs.end_capture(cudagraph::cudarc::driver::sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
-    eprintln!("call 1: {}", match &r { Ok(Ok(())) => "Ok".into(), Ok(Err(e)) => format!("error {e}"), Err(_) => "panicked".into() });
+    eprintln!(
+        "call 1: {}",
+        match &r {
+            Ok(Ok(())) => "Ok".into(),
+            Ok(Err(e)) => format!("error {e}"),
+            Err(_) => "panicked".into(),
+        }
+    );
     assert!(!matches!(r, Ok(Ok(()))), "a launch into a capturing stream was not refused");
     // The user owns p1 again.
     p1.as_mut_slice()?.fill(7);
@@ -221,9 +231,15 @@ fn review_host_nodes_of_two_streams_on_one_pinned_buffer_do_not_race() -> Result
     e.set_mode(Mode::Eager);
     for i in 0..12 {
         match i % 3 {
-            0 => graph!(&mut c1, &s, { host(&mut p, move |(p,)| bump(p)); })?,
-            1 => graph!(&mut c2, &s2, { host(&mut p, move |(p,)| bump(p)); })?,
-            _ => graph!(&mut e, &s2, { host(&mut p, move |(p,)| bump(p)); })?,
+            0 => graph!(&mut c1, &s, {
+                host(&mut p, move |(p,)| bump(p));
+            })?,
+            1 => graph!(&mut c2, &s2, {
+                host(&mut p, move |(p,)| bump(p));
+            })?,
+            _ => graph!(&mut e, &s2, {
+                host(&mut p, move |(p,)| bump(p));
+            })?,
         }
     }
     // No synchronize: as_slice must wait.
@@ -284,11 +300,17 @@ fn review_host_panics_with_odd_payloads() -> Result {
         return Ok(());
     }
     let mut cache = GraphCache::new();
-    graph!(&mut cache, &s, { host(move |()| std::panic::panic_any(42i32)); })?;
+    graph!(&mut cache, &s, {
+        host(move |()| std::panic::panic_any(42i32));
+    })?;
     s.synchronize()?;
-    let r = graph!(&mut cache, &s, { host(move |()| ()); });
+    let r = graph!(&mut cache, &s, {
+        host(move |()| ());
+    });
     assert!(matches!(r, Err(Error::HostFunction { .. })), "{r:?}");
-    graph!(&mut cache, &s, { host(move |()| ()); })?;
+    graph!(&mut cache, &s, {
+        host(move |()| ());
+    })?;
     s.synchronize()?;
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--ignored", "--exact", "review_host_panics_with_odd_payloads", "--nocapture"])
@@ -296,7 +318,11 @@ fn review_host_panics_with_odd_payloads() -> Result {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    eprintln!("child: {:?}\n{}", out.status, err.lines().rev().take(8).collect::<Vec<_>>().join("\n"));
+    eprintln!(
+        "child: {:?}\n{}",
+        out.status,
+        err.lines().rev().take(8).collect::<Vec<_>>().join("\n")
+    );
     assert!(
         out.status.success(),
         "a host closure whose panic payload panics on drop killed the process: {:?}",
@@ -316,7 +342,9 @@ fn review_fill_edge_cases() -> Result {
         let mut empty = s.alloc_zeros::<u64>(0)?;
         let mut cache = GraphCache::new();
         cache.set_mode(mode);
-        let r = graph!(&mut cache, &s, { fill(&mut empty, 7u64); });
+        let r = graph!(&mut cache, &s, {
+            fill(&mut empty, 7u64);
+        });
         assert!(matches!(r, Err(Error::Empty { .. })), "{mode:?}: {r:?}");
         let mut bytes = s.alloc_zeros::<[u8; 3]>(101)?;
         let mut flags = s.alloc_zeros::<bool>(37)?;

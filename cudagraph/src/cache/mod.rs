@@ -17,6 +17,8 @@ use crate::operand::Guard;
 use crate::plan::Plan;
 use crate::raw::{self, Cuda, Driver};
 
+#[cfg(test)]
+mod faults;
 mod ladder;
 pub(crate) mod ledger;
 mod looped;
@@ -281,8 +283,22 @@ impl GraphCache {
 
     /// Binds the stream's context, reads the device's launch limits once per context,
     /// validates the call and checks its buffers for aliasing, then runs it eagerly
-    /// ([`Mode::Eager`]) or as a graph, ordered with its buffers' own streams.
+    /// ([`Mode::Eager`]) or as a graph, ordered with its buffers' own streams. A sticky driver
+    /// error (a kernel faulted earlier in the context) is [`Error::ContextFault`] at the call.
     pub(crate) fn run_call(
+        &mut self,
+        call: GraphCall<'_>,
+        stream: &CudaStream,
+        nodes: &[Option<NodeParams<'_>>],
+        guards: &[Guard<'_>],
+        call_id: Option<u64>,
+    ) -> Result<()> {
+        let location = call.shape.location();
+        self.run_checked(call, stream, nodes, guards, call_id)
+            .map_err(|e| e.or_context_fault(location))
+    }
+
+    fn run_checked(
         &mut self,
         call: GraphCall<'_>,
         stream: &CudaStream,
@@ -388,11 +404,12 @@ impl GraphCache {
             let source = CudaError { call: "cuGraphUpload (stream of another context)", error };
             return Err(Error::Graph { file, line, source });
         }
-        stream.context().bind_to_thread().call("cuCtxSetCurrent")?;
+        let graph_err = |source| Error::Graph { file, line, source }.or_context_fault((file, line));
+        stream.context().bind_to_thread().call("cuCtxSetCurrent").map_err(graph_err)?;
         // SAFETY: exec and stream are live and of the same context (checked when built).
         unsafe { self.driver.upload(v.exec, stream.cu_stream()) }
             .call("cuGraphUpload")
-            .map_err(|source| Error::Graph { file, line, source })
+            .map_err(graph_err)
     }
 
     /// Writes the driver's own Graphviz DOT (`cuGraphDebugDotPrint`, verbose) of the most recently
@@ -495,6 +512,19 @@ impl<D: Driver> GraphCache<D> {
     ) -> Result<()> {
         let call = GraphCall { shape: plan, site: Site::Plan(plan), key, signature: &[] };
         self.run_shape(call, ctx, stream, nodes)
+    }
+
+    /// [`GraphCache::upload`]'s driver call, for the mock driver.
+    #[cfg(test)]
+    pub(crate) fn upload_raw(&mut self, stream: CUstream) -> Result<()> {
+        let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
+            return Ok(());
+        };
+        let (file, line) = self.location;
+        // SAFETY: the mock driver's handles.
+        unsafe { self.driver.upload(v.exec, stream) }
+            .call("cuGraphUpload")
+            .map_err(|source| Error::Graph { file, line, source })
     }
 
     /// Validates, builds or updates, and launches one call, with the context already current

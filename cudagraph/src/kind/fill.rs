@@ -53,7 +53,7 @@ fn function(ctx: &Arc<CudaContext>) -> Result<CudaFunction, String> {
 
 /// A fill node's parameters: made by `fill(&mut dst, value)` in `graph!`; borrows its buffer.
 pub struct FillNode<'a> {
-    function: Result<CudaFunction, String>,
+    function: FillFunction,
     dst: u64,
     words: u64,
     word_bytes: u32,
@@ -63,6 +63,15 @@ pub struct FillNode<'a> {
     dst_tag: u64,
     ctx: CUcontext,
     _borrow: core::marker::PhantomData<&'a ()>,
+}
+
+/// The fill kernel of a node's context, or why it could not be had.
+enum FillFunction {
+    Loaded(CudaFunction),
+    Failed(String),
+    /// A function handle of the mock driver's tests (no module behind it).
+    #[cfg(test)]
+    StandIn(CUfunction),
 }
 
 impl<'a> FillNode<'a> {
@@ -89,8 +98,12 @@ impl<'a> FillNode<'a> {
             .copy_from_slice(bytemuck::bytes_of(&value));
         let words = (dst.len * (size / word)) as u64;
         let grid = words.div_ceil(u64::from(BLOCK)).clamp(1, MAX_GRID) as u32;
+        let function = match function(stream.context()) {
+            Ok(f) => FillFunction::Loaded(f),
+            Err(why) => FillFunction::Failed(why),
+        };
         FillNode {
-            function: function(stream.context()),
+            function,
             dst: dst.ptr,
             words,
             word_bytes: word as u32,
@@ -104,14 +117,50 @@ impl<'a> FillNode<'a> {
     }
 }
 
+#[cfg(test)]
+impl FillNode<'static> {
+    /// A fill of `len` 8-byte elements at `dst` with `value`, for the mock driver's tests: the
+    /// function is the stand-in handle `func`.
+    pub(crate) fn for_test(
+        func: CUfunction,
+        dst: u64,
+        len: u64,
+        value: u64,
+        ctx: CUcontext,
+    ) -> Self {
+        let mut pattern = [0u64; 8];
+        pattern[0] = value;
+        FillNode {
+            function: FillFunction::StandIn(func),
+            dst,
+            words: len,
+            word_bytes: 8,
+            period: 1,
+            pattern,
+            dims: LaunchDims::new(len.div_ceil(u64::from(BLOCK)) as u32, BLOCK),
+            dst_tag: 0,
+            ctx,
+            _borrow: core::marker::PhantomData,
+        }
+    }
+}
+
 impl sealed::Sealed for FillNode<'_> {}
 
 impl KernelNode for FillNode<'_> {
     fn function(&self) -> CUfunction {
-        self.function.as_ref().map_or(core::ptr::null_mut(), CudaFunction::cu_function)
+        match &self.function {
+            FillFunction::Loaded(f) => f.cu_function(),
+            FillFunction::Failed(_) => core::ptr::null_mut(),
+            #[cfg(test)]
+            FillFunction::StandIn(f) => *f,
+        }
     }
     fn function_owner(&self) -> Option<&CudaFunction> {
-        self.function.as_ref().ok()
+        match &self.function {
+            FillFunction::Loaded(f) => Some(f),
+            _ => None,
+        }
     }
     fn dims(&self) -> LaunchDims {
         self.dims
@@ -150,7 +199,7 @@ impl NodeKind for Fill {
         if p.words == 0 {
             return Err(Error::Empty { site: site(), what: "fill" });
         }
-        if let Err(why) = &p.function {
+        if let FillFunction::Failed(why) = &p.function {
             let why = format!("the fill kernel could not be compiled or loaded: {why}");
             return Err(Error::InvalidNode { site: site(), why });
         }
