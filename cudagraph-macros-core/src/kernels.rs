@@ -7,12 +7,13 @@ use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, ForeignItemFn, Ident, Pat, Token, Type, Visibility, braced};
 
 use crate::check::Errors;
+use crate::programmatic;
 
 /// Most parameters a kernel declared in `kernels!` may have.
 pub const MAX_PARAMS: usize = 16;
 
 /// Names of the methods `kernels!` generates besides the kernels.
-const RESERVED: &[&str] = &["load", "function", "module", "NAMES"];
+const RESERVED: &[&str] = &["load", "function", "module", "NAMES", "PROGRAMMATIC"];
 
 /// `ATTRS VIS struct NAME { fn name(params); … }`.
 pub struct KernelsInput {
@@ -72,9 +73,11 @@ pub fn param(ty: &Type) -> Param {
 pub fn expand(input: KernelsInput) -> TokenStream {
     let mut errors = Errors::default();
     let KernelsInput { attrs, vis, name, fns } = input;
+    let attrs = programmatic::misplaced(attrs, fns.iter().flat_map(|f| &f.sig.inputs), &mut errors);
     let name_str = name.to_string();
     let mut methods = Vec::new();
     let mut names = Vec::new();
+    let mut programmatic_names = Vec::new();
     for f in &fns {
         let sig = &f.sig;
         if !sig.generics.params.is_empty() || sig.asyncness.is_some() || sig.unsafety.is_some() {
@@ -96,6 +99,7 @@ pub fn expand(input: KernelsInput) -> TokenStream {
             continue;
         }
         let index = names.len();
+        let programmatic = programmatic::declared(&f.attrs, &mut errors);
         let mut params = Vec::new();
         let mut scalars = Vec::new();
         let mut types = Vec::new();
@@ -151,10 +155,17 @@ pub fn expand(input: KernelsInput) -> TokenStream {
             " Kernel `{kstr}`: `{}`. Use inside `graph!` as `.{kstr}(…).launch(cfg)`.",
             crate::ast::normalize(sig)
         );
+        let ctor = programmatic::constructor(programmatic);
+        let programmatic_doc = programmatic.then(|| {
+            programmatic_names.push(kstr.clone());
+            let doc = programmatic::METHOD_DOC;
+            quote!(#[doc = ""] #[doc = #doc])
+        });
         methods.push(quote! {
             #(#docs)*
             #[doc = ""]
             #[doc = #sig_doc]
+            #programmatic_doc
             #[allow(clippy::too_many_arguments)]
             #vis fn #kname<'__cudagraph_k, '__cudagraph_b>(
                 &'__cudagraph_k self,
@@ -165,14 +176,15 @@ pub fn expand(input: KernelsInput) -> TokenStream {
             {
                 // SAFETY: function #index was resolved by `load`, whose caller vouched that the
                 // kernel takes exactly these parameter types and stays within its buffers.
-                unsafe { ::cudagraph::KernelCall::new(self.__cudagraph.get(#index), #kstr, (#(#values,)*)) }
+                unsafe { ::cudagraph::KernelCall::#ctor(self.__cudagraph.get(#index), #kstr, (#(#values,)*)) }
             }
         });
         names.push((kstr, index));
     }
     let (name_strs, name_indices): (Vec<_>, Vec<_>) = names.into_iter().unzip();
     let load_doc = format!(
-        " Loads the module (`cuModuleLoadData`) and resolves every kernel of `{name_str}` once (`cuModuleGetFunction`).\n\n # Errors\n [`cudagraph::Error::Module`] if the module does not load; [`cudagraph::Error::MissingFunction`] naming the first kernel the module lacks.\n\n # Safety\n The declarations are trusted, as cudarc's `launch` trusts its caller: each kernel of the module has exactly the declared parameter types, and for every launch `graph!` makes it reads only its `&[T]` buffers and writes only its `&mut [T]` buffers, within their lengths. Everything else about a launch (lifetimes, ordering, aliasing, copies) is then checked by `graph!`."
+        " Loads the module (`cuModuleLoadData`) and resolves every kernel of `{name_str}` once (`cuModuleGetFunction`).\n\n # Errors\n [`cudagraph::Error::Module`] if the module does not load; [`cudagraph::Error::MissingFunction`] naming the first kernel the module lacks.\n\n # Safety\n The declarations are trusted, as cudarc's `launch` trusts its caller: each kernel of the module has exactly the declared parameter types, and for every launch `graph!` makes it reads only its `&[T]` buffers and writes only its `&mut [T]` buffers, within their lengths. Everything else about a launch (lifetimes, ordering, aliasing, copies) is then checked by `graph!`.{}",
+        programmatic::load_doc(&programmatic_names)
     );
     let errors = errors.combine().map(|e| e.to_compile_error());
     quote! {
@@ -188,6 +200,9 @@ pub fn expand(input: KernelsInput) -> TokenStream {
         impl #name {
             /// Names of the kernels, in declaration order.
             #vis const NAMES: &'static [&'static str] = &[#(#name_strs),*];
+
+            /// Names of the kernels declared `#[programmatic]`, in declaration order.
+            #vis const PROGRAMMATIC: &'static [&'static str] = &[#(#programmatic_names),*];
 
             #[doc = #load_doc]
             #vis unsafe fn load(

@@ -13,6 +13,7 @@ pub(crate) mod expand;
 pub(crate) mod kernels;
 pub(crate) mod loops;
 pub(crate) mod parse;
+pub(crate) mod programmatic;
 
 use proc_macro2::{Span, TokenStream, TokenTree};
 

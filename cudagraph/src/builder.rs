@@ -21,7 +21,7 @@ use crate::kind::{
     MemsetValueOf, NodeParams,
 };
 use crate::operand::{DevWrite, Handle, Place, PlaceMut, sealed::Token};
-use crate::plan::{Access, infer_edges_by};
+use crate::plan::{Access, EdgeKind, edge_kind, infer_edges_by};
 
 /// Bits of a handle's tag that number its place within one builder; the bits above number the
 /// builder.
@@ -189,7 +189,8 @@ impl<'a> GraphBuilder<'a> {
     pub fn kernel<A: KernelArgs + 'a>(&mut self, launch: KernelLaunch<'_, A>) -> Node {
         let (function, args) = launch.parts();
         let site = site(launch.name(), "GraphBuilder::kernel", Location::caller());
-        self.rec.kernel(site, (function.cu_function(), Some(function.clone())), launch.dims(), args)
+        let f = (function.cu_function(), Some(function.clone()), launch.programmatic());
+        self.rec.kernel(site, f, launch.dims(), args)
     }
 
     /// Adds a memcpy node (`cuGraphAddNode_v2`, memcpy) from `src` to `dst`: device to device, pinned
@@ -489,6 +490,15 @@ impl<'a> GraphBuilder<'a> {
         self.rec.edges(&vec![true; self.rec.nodes.len()])
     }
 
+    /// [`Self::edges`] with their kinds: [`EdgeKind::Programmatic`] from a kernel node into a
+    /// node of a kernel declared `#[programmatic]` (outside device control flow bodies), the
+    /// kind it gets on a device that supports programmatic dependent launch (where it does not,
+    /// or with [`GraphCache::set_programmatic`]`(false)`, every edge is plain; after `launch`,
+    /// [`GraphCache::edges`] has the kinds as built). Needs no driver call.
+    pub fn edge_kinds(&self) -> Vec<(u32, u32, EdgeKind)> {
+        self.rec.edge_kinds()
+    }
+
     /// Checks every node, records each [`capture`](Self::capture) node's work (stream capture),
     /// then builds and instantiates the graph of this topology
     /// (`cuGraphCreate`, `cuGraphAdd*Node`, `cuGraphInstantiateWithFlags`) or updates the cached
@@ -599,6 +609,8 @@ pub(crate) struct ChildParts {
 struct KernelRec {
     func: CUfunction,
     owner: Option<CudaFunction>,
+    /// Declared `#[programmatic]`.
+    programmatic: bool,
     dims: LaunchDims,
     bytes: Range<usize>,
     args: Range<usize>,
@@ -627,6 +639,9 @@ impl KernelNode for KernelView<'_> {
     }
     fn dims(&self) -> LaunchDims {
         self.k.dims
+    }
+    fn programmatic(&self) -> bool {
+        self.k.programmatic
     }
     fn arg_count(&self) -> usize {
         self.lens.len()
@@ -749,10 +764,12 @@ impl Recording {
         Node { builder: self.id, index: self.nodes.len() as u32 - 1 }
     }
 
+    /// A kernel node of function `func` (kept loaded by `owner`), declared `#[programmatic]`
+    /// or not.
     pub(crate) fn kernel<A: KernelArgs>(
         &mut self,
         site: NodeSite,
-        (func, owner): (CUfunction, Option<CudaFunction>),
+        (func, owner, programmatic): (CUfunction, Option<CudaFunction>, bool),
         dims: LaunchDims,
         args: &A,
     ) -> Node {
@@ -776,6 +793,7 @@ impl Recording {
         let k = KernelRec {
             func,
             owner,
+            programmatic,
             dims,
             bytes: b0..self.bytes.len(),
             args: a0..self.arg_lens.len(),
@@ -902,8 +920,10 @@ impl Recording {
     }
 
     /// The variant of this recording: fills `self.sig` with its topology, per node its kind
-    /// (memcpy by direction; captured, whatever its closure records), a kernel's parameter
-    /// sizes, its accesses with places numbered by first use, and its `after` nodes; returns
+    /// (memcpy by direction; captured, whatever its closure records; a kernel declared
+    /// `#[programmatic]` apart from others, as the kinds of its edges differ), a kernel's
+    /// parameter sizes, its accesses with places numbered by first use, and its `after` nodes;
+    /// returns
     /// the hash of that, a quick filter before the full comparison. Equal signatures give equal
     /// edges, node kinds and parameter layouts, so one exec serves both.
     pub(crate) fn signature(&mut self) -> u64 {
@@ -920,6 +940,7 @@ impl Recording {
             // Kind first, then (kernels) the parameter sizes: an unambiguous encoding, so equal
             // signatures mean equal recordings' topologies.
             sig.push(match &n.kind {
+                RecKind::Kernel(k) if k.programmatic => 12,
                 RecKind::Kernel(_) => 0,
                 RecKind::Memcpy(c) => match (c.src, c.dst) {
                     (Memory::Device(_), Memory::Device(_)) => 1,
@@ -972,6 +993,20 @@ impl Recording {
         self.sig = sig;
         self.canon = canon;
         key
+    }
+
+    /// [`GraphBuilder::edge_kinds`]: inside device control flow bodies, plain.
+    fn edge_kinds(&self) -> Vec<(u32, u32, EdgeKind)> {
+        let end = |i: u32| match &self.nodes[i as usize].kind {
+            RecKind::Kernel(k) => Some(k.programmatic),
+            _ => None,
+        };
+        let kind = |a: u32, b: u32| match self.nodes[b as usize].parent {
+            None => edge_kind(end(a), end(b)),
+            Some(_) => EdgeKind::Plain,
+        };
+        let edges = self.edges(&vec![true; self.nodes.len()]);
+        edges.into_iter().map(|(a, b)| (a, b, kind(a, b))).collect()
     }
 
     fn kernel_views(&self) -> impl Iterator<Item = KernelView<'_>> {
@@ -1104,7 +1139,7 @@ mod tests {
         (w.read(), w)
     }
 
-    const F: (CUfunction, Option<CudaFunction>) = (0x10 as CUfunction, None);
+    const F: (CUfunction, Option<CudaFunction>, bool) = (0x10 as CUfunction, None, false);
     const DIMS: LaunchDims = LaunchDims { grid: (4, 1, 1), block: (32, 1, 1), shared_bytes: 0 };
 
     /// n0 writes a; n1 reads a, writes b; n2 copies b to c; n3 zeroes d, after n0.
@@ -1203,6 +1238,48 @@ mod tests {
         let m3 = b.memcpy(at(), copy(q2.0, q0.1).raw, q2.0.tag, q0.1.tag);
         b.after(m3, &[m0], Location::caller());
         assert_ne!((a.signature(), a.sig), (b.signature(), b.sig));
+    }
+
+    /// The same kernel declared `#[programmatic]`.
+    const P: (CUfunction, Option<CudaFunction>, bool) = (0x10 as CUfunction, None, true);
+
+    #[test]
+    fn a_programmatic_kernel_is_another_variant_with_programmatic_edges_from_kernels() {
+        // n0 kernel writes a; n1 programmatic kernel reads a, writes b; n2 copies b to c; n3
+        // programmatic kernel reads c (after the copy: plain); n4 programmatic kernel writes d,
+        // `after` n0 (an `after` edge from a kernel: programmatic too).
+        let record = |f1: (CUfunction, Option<CudaFunction>, bool)| {
+            let mut rec = Recording::new(60);
+            let [a, b, c, d] = [0x100, 0x200, 0x300, 0x400].map(|p| buf(&mut rec, p));
+            let n0 = rec.kernel(at(), F, DIMS, &(1u32, a.1));
+            rec.kernel(at(), f1, DIMS, &(a.0, b.1));
+            rec.memcpy(at(), copy(b.0, c.1).raw, b.0.tag, c.1.tag);
+            rec.kernel(at(), P, DIMS, &(c.0,));
+            let n4 = rec.kernel(at(), P, DIMS, &(d.1,));
+            rec.after(n4, &[n0], Location::caller());
+            rec
+        };
+        let (p, plain) = (EdgeKind::Programmatic, EdgeKind::Plain);
+        let rec = record(P);
+        assert!(rec.error.is_none(), "{:?}", rec.error);
+        assert_eq!(rec.edge_kinds(), [(0, 1, p), (1, 2, plain), (2, 3, plain), (0, 4, p)]);
+        let mut plain_n1 = record(F);
+        assert_eq!(plain_n1.edge_kinds()[0], (0, 1, plain));
+        let mut rec = rec;
+        assert_ne!((rec.signature(), &rec.sig), (plain_n1.signature(), &plain_n1.sig));
+        let mock = Mock::default();
+        let mut cache = GraphCache::with_driver(mock.clone(), 8);
+        run(&mut cache, record(P)).unwrap();
+        let c = mock.calls();
+        let programmatic = c.iter().filter(|c| c.ends_with("programmatic=1")).count();
+        assert_eq!(programmatic, 2, "{c:?}");
+        assert_eq!(cache.edges(), record(P).edge_kinds());
+        // The same topology with a plain n1 is another variant, with a plain edge into it.
+        run(&mut cache, record(F)).unwrap();
+        let c = mock.calls();
+        assert_eq!(c.iter().filter(|c| c.ends_with("programmatic=1")).count(), 1, "{c:?}");
+        let s = cache.stats();
+        assert_eq!((s.builds, s.programmatic_edges, cache.len()), (2, 3, 2), "{s:?}");
     }
 
     #[test]

@@ -254,8 +254,9 @@ impl Capture {
     /// buffer arguments are handles from [`read`](Self::read) and [`write`](Self::write) (or any
     /// handle whose memory lies inside a listed operand). Its edges are plain dependencies (the
     /// captured edge data, e.g. programmatic ports, are not carried over: never a weaker
-    /// ordering). In cudarc's multi-stream mode the node also takes part in cudarc's events
-    /// of the operands it uses, as a cudarc launch would (the stream waits for the last writer,
+    /// ordering), also for a kernel declared `#[programmatic]` (its wait then does nothing). In
+    /// cudarc's multi-stream mode the node also takes part in cudarc's events of the operands it
+    /// uses, as a cudarc launch would (the stream waits for the last writer,
     /// and for a written buffer the last reader, before it; the buffer's read or write event is
     /// recorded after it), so that cudarc work on other streams joined into the capture is
     /// ordered with it.
@@ -334,7 +335,7 @@ impl Capture {
             // every buffer argument lies inside a listed operand (checked above), which the
             // resulting `Graph` borrows (or, for a `capture` statement, the `graph!` call).
             let node = launch
-                .with_node_params(|p| unsafe { raw::add_node(info.graph, &info.deps, p) })
+                .with_node_params(|p| unsafe { raw::add_node(info.graph, &info.deps, &[], p) })
                 .call(Kernel::ADD)
                 .map_err(err)?;
             // SAFETY: the stream is capturing (checked above) and `node` is of its graph.
@@ -1195,7 +1196,7 @@ impl<'a> Graph<'a> {
                 h.error(call, DriverError(CUresult::CUDA_ERROR_UNKNOWN))
             })
         };
-        edges.into_iter().map(|(from, to)| Ok((find(from)?, find(to)?))).collect()
+        edges.into_iter().map(|(from, to, _)| Ok((find(from)?, find(to)?))).collect()
     }
 
     /// Writes the driver's Graphviz DOT of the graph (`cuGraphDebugDotPrint`, verbose) to

@@ -37,6 +37,63 @@ pub enum NodeKind {
     Conditional(&'static str),
 }
 
+/// The kind of an edge `(from, to)` of a graph.
+///
+/// An edge is [`Programmatic`](Self::Programmatic) when it goes from a kernel node into the node
+/// of a kernel declared `#[programmatic]` in [`kernels!`](crate::kernels) (an inferred hazard
+/// edge or an `.after` edge alike), on a device and driver that support programmatic dependent
+/// launch (compute capability 9.0 and CUDA 12.3 or later; elsewhere it is added plain and
+/// counted in [`Stats::programmatic_fallbacks`](crate::Stats::programmatic_fallbacks)). Every
+/// other edge is [`Plain`](Self::Plain): the driver allows programmatic edges between kernel
+/// nodes only; and edges inside the body of a device `while`, `if` or `switch` stay plain
+/// (programmatic edges in conditional bodies were never measured). A conditional node is not a
+/// kernel node, so the edges into and out of it are plain too.
+///
+/// # What a programmatic edge orders
+///
+/// It is added with edge type `CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC` from port
+/// `CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER` (the fastest port measured, see DESIGN.md): the
+/// dependent kernel may start as soon as every thread block of the kernel before it has started,
+/// instead of once it finished; its `griddepcontrol.wait` (`cudaGridDependencySynchronize()`)
+/// then waits until that kernel finished and its writes are visible. A `.after(a)` into a
+/// programmatic kernel therefore orders its *memory accesses* after `a`, not its start.
+///
+/// # Why transitive reduction stays sound
+///
+/// Edges are the transitive reduction of the hazards and `.after` edges ([`infer_edges`]): an
+/// edge `i → j` is dropped when a path `i → … → k → j` exists. With plain edges only, `j` starts
+/// after `k` finished, which finished after `i` finished. With programmatic edges the same
+/// conclusion rests on one invariant: **a node finishes only after all of its predecessors
+/// finished.** For a node entered by plain edges only, this is CUDA's rule (it does not even
+/// start before them). For a programmatic kernel it is `load`'s contract: every thread executes
+/// `griddepcontrol.wait` before it touches any buffer *and before it returns*, so the grid
+/// cannot finish before the kernels it waits for. By induction along the path, `k` finishes
+/// after `i`; and `j` touches memory only after `k` finished (a plain edge: `j` starts after it;
+/// a programmatic edge: every thread of `j` waits for it first). So `j`'s accesses come after
+/// `i` finished, which is all the dropped edge `i → j` ordered, whatever the kinds of the edges
+/// on the path and whatever `i` and `j` are. This is why the contract asks a thread that returns
+/// early (`if (i >= n) return;`) to wait first: a block that finished without waiting would let
+/// the grid finish before its predecessor, and a node ordered after it only through the dropped
+/// edge would see unfinished data.
+///
+/// Kinds are given after the reduction, from the two ends of each kept edge, so the reduced
+/// edges are the same with and without programmatic edges, and the graph's topology (and its
+/// variants) does not depend on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EdgeKind {
+    /// The dependent node starts after the node before it finished.
+    Plain,
+    /// From a kernel node into a `#[programmatic]` kernel's node: the dependent kernel starts
+    /// early and waits in its code (`griddepcontrol.wait`).
+    Programmatic,
+}
+
+/// The kind of an edge from a node to a node, each given as `None` (not a kernel node) or
+/// `Some(programmatic)`: programmatic exactly from a kernel into a programmatic kernel.
+pub(crate) fn edge_kind(from: Option<bool>, to: Option<bool>) -> EdgeKind {
+    if from.is_some() && to == Some(true) { EdgeKind::Programmatic } else { EdgeKind::Plain }
+}
+
 /// One buffer access of a node: an index into [`Plan::places`], and whether it writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Access {
@@ -112,14 +169,44 @@ impl Plan {
         Some((c as usize, k))
     }
 
+    /// Edges `(from, to, kind)` when every node is present, with the kind each edge has on a
+    /// device that supports programmatic dependent launch: [`EdgeKind::Programmatic`] from a
+    /// kernel node into a kernel `programmatic(name)` says is declared `#[programmatic]` (the
+    /// plan knows kernels by name only, e.g. `|k| Heat::PROGRAMMATIC.contains(&k)`); edges
+    /// inside device control flow bodies plain. Needs no GPU. The kinds of the edges a cache
+    /// built are [`GraphCache::edges`](crate::GraphCache::edges).
+    pub fn edge_kinds(&self, programmatic: impl Fn(&str) -> bool) -> Vec<(u32, u32, EdgeKind)> {
+        let end = |i: u32| match self.nodes[i as usize].kind {
+            NodeKind::Kernel(name) => Some(programmatic(name)),
+            _ => None,
+        };
+        let kind = |a: u32, b: u32| match self.parent(b as usize) {
+            None => edge_kind(end(a), end(b)),
+            Some(_) => EdgeKind::Plain,
+        };
+        self.edges().into_iter().map(|(a, b)| (a, b, kind(a, b))).collect()
+    }
+
     /// Where the `graph!` call is, as `file:line`.
     pub fn location(&self) -> String {
         format!("{}:{}", self.file, self.line)
     }
 
     /// Graphviz DOT of the plan: one box per node (kernels, copies and memsets in different
-    /// shapes; conditional nodes dashed, labelled with their condition), one arrow per edge.
+    /// shapes; conditional nodes dashed, labelled with their condition), one arrow per edge
+    /// (every edge drawn plain: the plan alone does not know which kernels are programmatic;
+    /// see [`Self::to_dot_with`]).
     pub fn to_dot(&self) -> String {
+        let edges: Vec<_> =
+            self.edges().into_iter().map(|(a, b)| (a, b, EdgeKind::Plain)).collect();
+        self.to_dot_with(&edges)
+    }
+
+    /// Graphviz DOT of the plan with these edges `(from, to, kind)`: [`Self::to_dot`]'s nodes,
+    /// and programmatic edges drawn bold blue, labelled `programmatic`. The edges come from
+    /// [`Self::edge_kinds`] (no GPU needed) or from [`GraphCache::edges`](crate::GraphCache::edges)
+    /// (as a cache built them: one variant's present nodes, after any fallback to plain edges).
+    pub fn to_dot_with(&self, edges: &[(u32, u32, EdgeKind)]) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "digraph \"{}\" {{", escape(&self.location()));
         let _ = writeln!(s, "  rankdir=TB; node [fontname=\"monospace\"];");
@@ -158,8 +245,14 @@ impl Plan {
             };
             let _ = writeln!(s, "  n{i} [shape={shape}{style}, label=\"{label}\"];");
         }
-        for (a, b) in self.edges() {
-            let _ = writeln!(s, "  n{a} -> n{b};");
+        for &(a, b, kind) in edges {
+            let attrs = match kind {
+                EdgeKind::Plain => "",
+                EdgeKind::Programmatic => {
+                    " [style=bold, color=blue, fontcolor=blue, label=\"programmatic\"]"
+                }
+            };
+            let _ = writeln!(s, "  n{a} -> n{b}{attrs};");
         }
         // A body node hangs from its conditional node, dotted, labelled with its body.
         for &(j, c, b) in self.bodies {
@@ -558,6 +651,46 @@ mod tests {
         assert!(dot.contains("n0 -> n1;"), "{dot}");
         assert_eq!(dot.matches("->").count(), 1);
     }
+
+    /// n0 kernel `plain` writes 0; n1 kernel `pdl` reads 0, writes 1; n2 memcpy reads 1, writes
+    /// 2; n3 kernel `pdl` reads 2, writes 3; n4 kernel `pdl` reads 3, `.after(n0)` (implied).
+    fn mixed() -> Vec<PlanNode> {
+        let kernel = |name, accesses: &[Access], after: &[u32]| PlanNode {
+            kind: NodeKind::Kernel(name),
+            ..node(accesses, after)
+        };
+        vec![
+            kernel("plain", &[w(0)], &[]),
+            kernel("pdl", &[r(0), w(1)], &[]),
+            node(&[r(1), w(2)], &[]),
+            kernel("pdl", &[r(2), w(3)], &[]),
+            kernel("pdl", &[r(3)], &[0]),
+        ]
+    }
+
+    #[test]
+    fn edge_kinds_are_programmatic_from_a_kernel_into_a_programmatic_kernel_only() {
+        let nodes = Box::leak(mixed().into_boxed_slice());
+        let places = &["a", "b", "c", "d"];
+        let plan = Plan { file: "f", line: 1, places, nodes, conditions: 0, bodies: &[] };
+        let (p, plain) = (EdgeKind::Programmatic, EdgeKind::Plain);
+        // kernel -> pdl, pdl -> memcpy, memcpy -> pdl, pdl -> pdl; the `.after(n0)` of n4 is
+        // implied by the chain and reduced away, whatever the kinds on the path.
+        let kinds = plan.edge_kinds(|k| k == "pdl");
+        assert_eq!(kinds, [(0, 1, p), (1, 2, plain), (2, 3, plain), (3, 4, p)]);
+        assert!(plan.edge_kinds(|_| false).iter().all(|e| e.2 == plain));
+        let dot = plan.to_dot_with(&kinds);
+        assert!(
+            dot.contains(
+                "n0 -> n1 [style=bold, color=blue, fontcolor=blue, label=\"programmatic\"];"
+            ),
+            "{dot}"
+        );
+        assert!(dot.contains("n1 -> n2;"), "{dot}");
+        assert_eq!(dot.matches("programmatic").count(), 2, "{dot}");
+        // `to_dot` draws the same edges, plain.
+        assert_eq!(plan.to_dot(), plan.to_dot_with(&plan.edge_kinds(|_| false)));
+    }
 }
 
 #[cfg(test)]
@@ -743,6 +876,35 @@ mod properties {
             got.sort_unstable();
             want.sort_unstable();
             prop_assert_eq!(got, want);
+        }
+
+        /// The kinds leave the edges as they are and mark exactly the edges from a kernel node
+        /// into a programmatic kernel's.
+        #[test]
+        fn edge_kinds_mark_kernel_to_programmatic_kernel_edges(
+            (nodes, _) in arb_nodes(),
+            kinds in proptest::collection::vec(0u8..3, 24),
+        ) {
+            // Node j: 0 not a kernel, 1 a plain kernel, 2 a programmatic one.
+            let names = ["", "plain", "pdl"];
+            let nodes: Vec<PlanNode> = nodes
+                .into_iter()
+                .zip(&kinds)
+                .map(|(n, &k)| match k {
+                    0 => n,
+                    k => PlanNode { kind: NodeKind::Kernel(names[k as usize]), ..n },
+                })
+                .collect();
+            let nodes: &'static [PlanNode] = Box::leak(nodes.into_boxed_slice());
+            let plan =
+                Plan { file: "f", line: 1, places: &[], nodes, conditions: 0, bodies: &[] };
+            let got = plan.edge_kinds(|k| k == "pdl");
+            let edges: Vec<(u32, u32)> = got.iter().map(|e| (e.0, e.1)).collect();
+            prop_assert_eq!(edges, plan.edges());
+            for (a, b, kind) in got {
+                let want = kinds[a as usize] > 0 && kinds[b as usize] == 2;
+                prop_assert_eq!(kind == EdgeKind::Programmatic, want);
+            }
         }
 
         #[test]

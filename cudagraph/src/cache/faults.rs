@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use cudarc::driver::DriverError;
 use cudarc::driver::sys::{
-    self, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUgraphNodeParams, CUresult, CUstream,
+    self, CUfunction, CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphNode, CUgraphNodeParams,
+    CUresult, CUstream,
 };
 
 use super::tests::{CTX, STREAM};
@@ -127,9 +128,17 @@ impl Driver for Strict {
         &mut self,
         graph: CUgraph,
         deps: &[CUgraphNode],
+        edges: &[CUgraphEdgeData],
         _: &mut CUgraphNodeParams,
     ) -> Result<CUgraphNode, DriverError> {
         self.live_graph(graph, "add_node");
+        if !edges.is_empty() && edges.len() != deps.len() {
+            self.misuse(format!(
+                "add_node: {} edge data for {} dependencies",
+                edges.len(),
+                deps.len()
+            ));
+        }
         let nodes = self.0.borrow().graphs.get(&(graph as usize)).cloned().unwrap_or_default();
         if let Some(d) = deps.iter().find(|d| !nodes.contains(&(**d as usize))) {
             self.misuse(format!("add_node: dependency {d:?} is not a node of the graph"));

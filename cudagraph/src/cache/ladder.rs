@@ -3,12 +3,13 @@
 
 use core::ptr;
 
-use cudarc::driver::sys::{CUcontext, CUgraph, CUgraphExec, CUgraphNode};
+use cudarc::driver::sys::{CUcontext, CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphNode};
 
 use super::{GraphCache, Shape};
 use crate::error::{Call, CudaError, Error, Result};
 use crate::kind::{NodeParams, NodeState, Update, conditional};
-use crate::raw::Driver;
+use crate::plan::{EdgeKind, edge_kind};
+use crate::raw::{self, Driver};
 
 impl<D: Driver> GraphCache<D> {
     pub(super) fn instantiate(&mut self, shape: &dyn Shape, graph: CUgraph) -> Result<CUgraphExec> {
@@ -84,14 +85,17 @@ impl<D: Driver> GraphCache<D> {
         shape: &dyn Shape,
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
-        let ctx = self.variants[i].ctx;
-        let (graph, states, handles) = match build(&mut self.driver, shape, nodes, ctx) {
-            Ok(b) => b,
-            Err(e) => {
-                self.remove(i);
-                return Err(e);
-            }
-        };
+        let (ctx, programmatic) = (self.variants[i].ctx, self.variants[i].programmatic);
+        let Built { graph, states, handles, edges } =
+            match build(&mut self.driver, shape, nodes, ctx, programmatic) {
+                Ok(b) => b,
+                Err(e) => {
+                    self.remove(i);
+                    return Err(e);
+                }
+            };
+        // Same topology as the variant's graph (same key and node kinds, `same_edges`).
+        debug_assert!(edges == self.variants[i].edges);
         let exec = self.variants[i].exec;
         // A graph with conditional nodes has new handles, which the exec's conditional nodes
         // do not use: it is instantiated anew rather than updated into the exec.
@@ -155,19 +159,44 @@ impl<D: Driver> GraphCache<D> {
     }
 }
 
+/// A variant's graph as [`build`] made it.
+pub(super) struct Built {
+    pub(super) graph: CUgraph,
+    pub(super) states: Vec<NodeState>,
+    /// The conditional handles by slot (empty without device control flow).
+    pub(super) handles: Vec<u64>,
+    /// Its edges `(from, to, kind)`, ordered by `to` ([`Shape::edges`]), with the kinds
+    /// declared by the nodes ([`edge_kind`]; inside a conditional node's body always plain);
+    /// programmatic ones were added as such only if `programmatic` was passed to [`build`],
+    /// else plain.
+    pub(super) edges: Vec<(u32, u32, EdgeKind)>,
+}
+
 /// Builds a `CUgraph` of the present nodes with explicit `cuGraphAddNode_v2` calls in plan
 /// order, with the plan's edges; nodes inside a conditional node's body go into that body's
-/// graph. First creates one conditional handle per condition slot of the present conditional
-/// nodes (`cuGraphConditionalHandleCreate`), returned by slot. On error the partial graph is
-/// destroyed.
+/// graph. Each edge of the top graph from a kernel node into a programmatic kernel's node is a
+/// programmatic edge ([`raw::PROGRAMMATIC_EDGE`]) if `programmatic` (the device supports it and
+/// the cache uses it); every other edge is plain, edges inside bodies included (programmatic
+/// edges in conditional bodies were never measured). First creates one conditional handle per
+/// condition slot of the present conditional nodes (`cuGraphConditionalHandleCreate`),
+/// returned by slot. On error the partial graph is destroyed.
 pub(super) fn build(
     driver: &mut impl Driver,
     shape: &dyn Shape,
     nodes: &[Option<NodeParams<'_>>],
     ctx: CUcontext,
-) -> Result<(CUgraph, Vec<NodeState>, Vec<u64>)> {
+    programmatic: bool,
+) -> Result<Built> {
     let present: Vec<bool> = nodes.iter().map(Option::is_some).collect();
-    let edges = shape.edges(&present);
+    // The kinds come from the ends of each edge of the reduction (see `EdgeKind` for why the
+    // reduction stays sound with programmatic edges).
+    let end = |i: u32| nodes[i as usize].as_ref().and_then(NodeParams::kernel);
+    let kind = |a: u32, b: u32| match shape.parent(b as usize) {
+        None => edge_kind(end(a), end(b)),
+        Some(_) => EdgeKind::Plain,
+    };
+    let edges: Vec<(u32, u32, EdgeKind)> =
+        shape.edges(&present).into_iter().map(|(a, b)| (a, b, kind(a, b))).collect();
     // SAFETY: the context is current (bound by `run`).
     let graph = unsafe { driver.graph_create() }
         .call("cuGraphCreate")
@@ -191,10 +220,11 @@ pub(super) fn build(
             }
         }
     }
-    let built =
-        conditional::with_handles(&handles, || add_nodes(driver, shape, nodes, ctx, graph, &edges));
+    let built = conditional::with_handles(&handles, || {
+        add_nodes(driver, shape, nodes, (ctx, graph), &edges, programmatic)
+    });
     match built {
-        Ok(states) => Ok((graph, states, handles)),
+        Ok(states) => Ok(Built { graph, states, handles, edges }),
         Err(e) => {
             // SAFETY: the graph is ours and unused.
             unsafe { driver.graph_destroy(graph) };
@@ -204,24 +234,35 @@ pub(super) fn build(
 }
 
 /// The nodes of [`build`], each into its graph (the top graph or a body of an earlier
-/// conditional node), after its predecessors.
+/// conditional node), after its predecessors, programmatic edges as such if `programmatic`.
 fn add_nodes(
     driver: &mut impl Driver,
     shape: &dyn Shape,
     nodes: &[Option<NodeParams<'_>>],
-    ctx: CUcontext,
-    graph: CUgraph,
-    edges: &[(u32, u32)],
+    (ctx, graph): (CUcontext, CUgraph),
+    edges: &[(u32, u32, EdgeKind)],
+    programmatic: bool,
 ) -> Result<Vec<NodeState>> {
     let mut states: Vec<NodeState> = Vec::with_capacity(nodes.len());
     let mut handles: Vec<CUgraphNode> = vec![ptr::null_mut(); nodes.len()];
     let mut deps: Vec<CUgraphNode> = Vec::new();
+    let mut data: Vec<CUgraphEdgeData> = Vec::new();
     let mut e = 0;
     for (j, n) in nodes.iter().enumerate() {
         deps.clear();
+        data.clear();
         while e < edges.len() && edges[e].1 as usize == j {
-            deps.push(handles[edges[e].0 as usize]);
+            let (from, _, kind) = edges[e];
+            deps.push(handles[from as usize]);
+            data.push(match kind {
+                EdgeKind::Programmatic if programmatic => raw::PROGRAMMATIC_EDGE,
+                _ => raw::PLAIN_EDGE,
+            });
             e += 1;
+        }
+        // All plain: no edge data (the driver's default), as before programmatic edges.
+        if data.iter().all(|d| *d == raw::PLAIN_EDGE) {
+            data.clear();
         }
         // The plan puts a body node after its conditional node, which is present when it is.
         let target = match shape.parent(j) {
@@ -230,8 +271,9 @@ fn add_nodes(
         };
         let added = match (n, target) {
             (None, _) => Ok(NodeState::Absent),
-            // SAFETY: target graph live, deps are its nodes, ctx current, parameters validated.
-            (Some(n), Some(target)) => unsafe { n.add(driver, target, &deps, ctx) },
+            // SAFETY: target graph live, deps are its nodes, ctx current, parameters validated; a
+            // programmatic edge comes from a kernel node into this programmatic kernel's node.
+            (Some(n), Some(target)) => unsafe { n.add(driver, target, (&deps, &data), ctx) },
             (Some(_), None) => {
                 let error = cudarc::driver::DriverError(
                     cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE,

@@ -14,7 +14,7 @@ use cudarc::driver::{CudaContext, CudaStream};
 use crate::error::{Call, CudaError, Error, NodeSite, Result};
 use crate::kind::{Limits, NodeParams, NodeState, Reports};
 use crate::operand::Guard;
-use crate::plan::Plan;
+use crate::plan::{EdgeKind, Plan};
 use crate::raw::{self, Cuda, Driver};
 
 #[cfg(test)]
@@ -26,7 +26,7 @@ mod looped;
 pub(crate) mod tests;
 mod validate;
 
-use ladder::build;
+use ladder::{Built, build};
 use validate::validate;
 
 /// What the cache needs of a call besides its node parameters: where each node comes from
@@ -42,7 +42,7 @@ pub(crate) trait Shape {
     }
     /// Node `i`'s label and source location.
     fn site(&self, i: usize) -> NodeSite;
-    /// Edges `(from, to)` among the `present` nodes, sorted by `(to, from)`.
+    /// Edges `(from, to)` among the `present` nodes, ordered by `to`.
     fn edges(&self, present: &[bool]) -> Vec<(u32, u32)>;
     /// The first node that accesses place `place` (for errors about that place).
     fn place_site(&self, place: usize) -> NodeSite;
@@ -139,6 +139,15 @@ pub struct Stats {
     /// Recordings of `capture` statements (stream capture of their closures: one per captured
     /// statement per graph call).
     pub captures: u64,
+    /// Programmatic edges (from a kernel node into a `#[programmatic]` kernel's node, see
+    /// [`EdgeKind`]) in the graphs built for new variants.
+    pub programmatic_edges: u64,
+    /// Edges that would have been programmatic but were added plain, in the graphs built for
+    /// new variants, because the device (compute capability before 9.0) or the driver (before
+    /// CUDA 12.3) has no programmatic dependent launch. Not an error: the graph computes the
+    /// same, with plain edges' launch cost. (Edges made plain by
+    /// [`GraphCache::set_programmatic`]`(false)` are not counted.)
+    pub programmatic_fallbacks: u64,
 }
 
 /// How a [`GraphCache`] runs each `graph!` call.
@@ -167,6 +176,8 @@ pub enum Mode {
 pub struct GraphCache<D: Driver = Cuda> {
     driver: D,
     mode: Mode,
+    /// [`GraphCache::set_programmatic`].
+    programmatic: bool,
     last_refusal: Option<Error>,
     limits: Option<Limits>,
     site: Option<Site>,
@@ -209,6 +220,10 @@ struct Variant {
     launch_work: Vec<u32>,
     /// The exec's conditional handles by slot (empty without device control flow).
     handles: Vec<u64>,
+    /// Whether its edges from kernel nodes into programmatic kernels were added programmatic.
+    programmatic: bool,
+    /// Its edges with their declared kinds (see [`ladder::Built::edges`]).
+    edges: Vec<(u32, u32, EdgeKind)>,
     last_use: u64,
     hits: u64,
 }
@@ -412,6 +427,40 @@ impl GraphCache {
             .map_err(graph_err)
     }
 
+    /// The edges `(from, to, kind)` of the most recently used variant's graph as the driver holds
+    /// them (`cuGraphGetEdges_v2`), by node index as in [`Self::edges`], sorted by `(to, from)`:
+    /// [`EdgeKind::Programmatic`] for an edge of type `CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC`.
+    /// For debugging and tests: it holds the edges of [`Self::edges`]. Empty on an empty cache.
+    ///
+    /// # Errors
+    /// [`Error::Graph`] if the driver call fails, or names a node this cache did not add.
+    pub fn driver_edges(&self) -> Result<Vec<(u32, u32, EdgeKind)>> {
+        let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
+            return Ok(Vec::new());
+        };
+        let (file, line) = self.location;
+        let err = |call, error| Error::Graph { file, line, source: CudaError { call, error } };
+        // SAFETY: the graph is live while `self` is.
+        let edges =
+            unsafe { raw::graph_edges(v.graph) }.map_err(|e| err("cuGraphGetEdges_v2", e))?;
+        let index = |n| {
+            let i = v.nodes.iter().position(|s| s.handle() == Some(n));
+            let unknown = cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_UNKNOWN);
+            i.map(|i| i as u32).ok_or_else(|| err("cuGraphGetEdges_v2 (a node not added)", unknown))
+        };
+        let programmatic = sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8;
+        let mut out = edges
+            .into_iter()
+            .map(|(a, b, d)| {
+                let kind =
+                    if d.type_ == programmatic { EdgeKind::Programmatic } else { EdgeKind::Plain };
+                Ok((index(a)?, index(b)?, kind))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        out.sort_unstable_by_key(|&(a, b, _)| (b, a));
+        Ok(out)
+    }
+
     /// Writes the driver's own Graphviz DOT (`cuGraphDebugDotPrint`, verbose) of the most recently
     /// used variant to `path`. Returns `false` on an empty cache.
     pub fn debug_dot_print(&self, path: &Path) -> Result<bool> {
@@ -448,10 +497,47 @@ impl<D: Driver> GraphCache<D> {
         self.mode
     }
 
+    /// Whether edges from kernel nodes into `#[programmatic]` kernels' nodes are programmatic
+    /// edges (`true`, the default) or plain ones (`false`: for comparisons, or to rule them out
+    /// while debugging). Takes effect at the next call; variants built with the other setting
+    /// are not reused (a new one is built, the old ones are evicted as usual). Where the device
+    /// or driver has no programmatic dependent launch, edges are plain whatever this says (see
+    /// [`Stats::programmatic_fallbacks`]). Eager launches ([`Mode::Eager`]) of programmatic
+    /// kernels use programmatic stream serialization wherever the device supports it.
+    pub fn set_programmatic(&mut self, programmatic: bool) {
+        self.programmatic = programmatic;
+    }
+
+    /// See [`Self::set_programmatic`].
+    pub fn programmatic(&self) -> bool {
+        self.programmatic
+    }
+
+    /// Whether the next graph built gets programmatic edges: asked for, and supported by the
+    /// device of the last call's context (assumed so before its limits are read: only the mock
+    /// driver of the tests builds without them).
+    fn programmatic_edges(&self) -> bool {
+        self.programmatic && self.limits.is_none_or(|l| l.programmatic)
+    }
+
+    /// The edges `(from, to, kind)` of the most recently launched variant's graph, as built:
+    /// node indices of the `graph!` plan or the builder (present nodes only), ordered by `to`,
+    /// with [`EdgeKind::Programmatic`] for each edge added programmatic (none
+    /// after a fallback to plain edges). Empty on an empty cache. Draw them with the plan's
+    /// nodes with [`Plan::to_dot_with`]`(&cache.edges())`.
+    pub fn edges(&self) -> Vec<(u32, u32, EdgeKind)> {
+        let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
+            return Vec::new();
+        };
+        let built = |k| if v.programmatic { k } else { EdgeKind::Plain };
+        v.edges.iter().map(|&(a, b, k)| (a, b, built(k))).collect()
+    }
+
     pub(crate) fn with_driver(driver: D, max: usize) -> Self {
         GraphCache {
             driver,
             mode: Mode::Graph,
+            programmatic: true,
             last_refusal: None,
             limits: None,
             site: None,
@@ -557,10 +643,13 @@ impl<D: Driver> GraphCache<D> {
         self.site = Some(site);
         self.location = shape.location();
         self.clock += 1;
-        let found = self
-            .variants
-            .iter()
-            .position(|v| v.key == key && v.ctx == ctx && *v.signature == *signature);
+        let programmatic = self.programmatic_edges();
+        let found = self.variants.iter().position(|v| {
+            v.key == key
+                && v.ctx == ctx
+                && v.programmatic == programmatic
+                && *v.signature == *signature
+        });
         let idx = match found {
             Some(i) => {
                 self.stats.hits += 1;
@@ -568,8 +657,10 @@ impl<D: Driver> GraphCache<D> {
                 if self.update(i, shape, nodes)? {
                     i
                 } else {
-                    // Only a misused hidden `GraphCache::run` (a key that does not fix the
-                    // nodes' presence and kinds) gets here: drop that variant, build anew.
+                    // A node whose kernel is declared `#[programmatic]` where the variant's was
+                    // not, or the reverse (a method of the user's returning either kernel: its
+                    // edges change kind), or a misused hidden `GraphCache::run` (a key that
+                    // does not fix the nodes' presence and kinds): drop that variant, build anew.
                     self.stats.hits -= 1;
                     self.remove(i);
                     self.insert(shape, (key, signature), (ctx, owner), nodes)?
@@ -612,8 +703,16 @@ impl<D: Driver> GraphCache<D> {
         (ctx, owner): (CUcontext, Option<&Arc<CudaContext>>),
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<usize> {
-        let (graph, states, handles) = build(&mut self.driver, shape, nodes, ctx)?;
+        let programmatic = self.programmatic_edges();
+        let Built { graph, states, handles, edges } =
+            build(&mut self.driver, shape, nodes, ctx, programmatic)?;
         self.stats.builds += 1;
+        let declared = edges.iter().filter(|e| e.2 == EdgeKind::Programmatic).count() as u64;
+        if programmatic {
+            self.stats.programmatic_edges += declared;
+        } else if self.programmatic {
+            self.stats.programmatic_fallbacks += declared;
+        }
         let exec = match self.instantiate(shape, graph) {
             Ok(e) => e,
             Err(e) => {
@@ -641,6 +740,8 @@ impl<D: Driver> GraphCache<D> {
                 .collect(),
             nodes: states,
             handles,
+            programmatic,
+            edges,
             last_use: self.clock,
             hits: 0,
         };

@@ -4,11 +4,11 @@ use super::*;
 use crate::kind::memcpy::Copy1d;
 use crate::kind::memset::Set1d;
 use crate::kind::{KernelNode, LaunchDims, MemcpyParams, Memory, MemsetParams};
-use crate::plan::{Access, NodeKind, PlanNode};
+use crate::plan::{Access, EdgeKind, NodeKind, PlanNode};
 use cudarc::driver::DriverError;
 use cudarc::driver::sys::{
-    CUDA_KERNEL_NODE_PARAMS_v3, CUfunction, CUgraphNode, CUgraphNodeParams, CUgraphNodeType,
-    CUresult,
+    CUDA_KERNEL_NODE_PARAMS_v3, CUfunction, CUgraphEdgeData, CUgraphNode, CUgraphNodeParams,
+    CUgraphNodeType, CUresult,
 };
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -70,6 +70,7 @@ impl Driver for Mock {
         &mut self,
         _: CUgraph,
         deps: &[CUgraphNode],
+        edges: &[CUgraphEdgeData],
         p: &mut CUgraphNodeParams,
     ) -> Result<CUgraphNode, DriverError> {
         let kind = match p.type_ {
@@ -80,7 +81,14 @@ impl Driver for Mock {
             CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL => "conditional",
             _ => "other",
         };
-        self.log(format!("add_{kind} deps={}", deps.len()));
+        assert!(edges.is_empty() || edges.len() == deps.len(), "one edge datum per dependency");
+        let programmatic = edges.iter().filter(|e| **e == crate::raw::PROGRAMMATIC_EDGE).count();
+        assert!(programmatic == 0 || kind == "kernel", "a programmatic edge into a {kind} node");
+        if programmatic == 0 {
+            self.log(format!("add_{kind} deps={}", deps.len()));
+        } else {
+            self.log(format!("add_{kind} deps={} programmatic={programmatic}", deps.len()));
+        }
         Ok(self.handle())
     }
     unsafe fn instantiate(&mut self, _: CUgraph) -> Result<CUgraphExec, DriverError> {
@@ -166,6 +174,8 @@ struct K {
     ctx: CUcontext,
     /// The pointer's handle tag (see `check_accesses`).
     tag: u64,
+    /// Declared `#[programmatic]`.
+    programmatic: bool,
 }
 
 impl KernelNode for K {
@@ -174,6 +184,9 @@ impl KernelNode for K {
     }
     fn dims(&self) -> LaunchDims {
         LaunchDims { grid: (self.grid, 1, 1), block: (32, 1, 1), shared_bytes: 0 }
+    }
+    fn programmatic(&self) -> bool {
+        self.programmatic
     }
     fn arg_count(&self) -> usize {
         2
@@ -193,7 +206,12 @@ pub(crate) const CTX: CUcontext = 0x1000 as CUcontext;
 pub(crate) const STREAM: CUstream = 0x2000 as CUstream;
 
 fn k(scalar: u32, ptr: u64) -> K {
-    K { func: 0x10, grid: 4, scalar, ptr, ctx: CTX, tag: 0 }
+    K { func: 0x10, grid: 4, scalar, ptr, ctx: CTX, tag: 0, programmatic: false }
+}
+
+/// [`k`] of a kernel declared `#[programmatic]`.
+fn pk(scalar: u32, ptr: u64) -> K {
+    K { programmatic: true, ..k(scalar, ptr) }
 }
 
 fn copy(len: usize) -> MemcpyParams<'static> {
@@ -471,6 +489,7 @@ fn over_limit_dims_and_foreign_buffers_are_refused_before_any_driver_call() {
         block: (1024, 1024, 64),
         grid: (i32::MAX as u32, 65535, 65535),
         shared_bytes: 232_448,
+        programmatic: true,
     });
     let mut big = k(1, 0xa0);
     big.grid = u32::MAX;
@@ -599,6 +618,7 @@ fn block_and_shared_memory_limits() {
         block: (1024, 1024, 64),
         grid: (i32::MAX as u32, 65535, 65535),
         shared_bytes: 232_448,
+        programmatic: true,
     };
     let d = |block, shared_bytes| LaunchDims { grid: (1, 1, 1), block, shared_bytes };
     assert_eq!(l.exceeded(&d((1024, 1, 1), 0)), None);
@@ -747,4 +767,154 @@ fn a_run_time_loop_beside_a_device_while_keeps_each_body_a_graph_of_its_own() {
     );
     // A loop whose range would cut a device body out of its conditional node does not fit.
     assert!(super::looped::Looped::new(plan, &[(1, 2)], &[2]).is_none());
+}
+
+// Programmatic edges: the plan's n0 (kernel) -> n1 (kernel) edge, n1 -> n2 (memcpy) and
+// n2 -> n4 (memcpy -> kernel).
+
+/// Limits of a device with (or without) programmatic dependent launch.
+fn limits(programmatic: bool) -> Limits {
+    Limits {
+        ctx: CTX,
+        threads_per_block: 1024,
+        block: (1024, 1024, 64),
+        grid: (i32::MAX as u32, 65535, 65535),
+        shared_bytes: 232_448,
+        programmatic,
+    }
+}
+
+#[test]
+fn only_edges_from_a_kernel_into_a_programmatic_kernel_are_programmatic() {
+    let (mock, mut cache, plan) = setup();
+    let k4 = pk(3, 0xc0);
+    run(&mut cache, plan, &pk(1, 0xa0), &pk(2, 0xb0), copy(4), memset(0), Some(&k4)).unwrap();
+    assert_eq!(
+        mock.calls(),
+        [
+            "graph_create",
+            "add_kernel deps=0",
+            "add_kernel deps=1 programmatic=1",
+            "add_memcpy deps=1",
+            "add_memset deps=0",
+            "add_kernel deps=1",
+            "instantiate",
+            "launch"
+        ]
+    );
+    let (p, plain) = (EdgeKind::Programmatic, EdgeKind::Plain);
+    assert_eq!(cache.edges(), [(0, 1, p), (1, 2, plain), (2, 4, plain)]);
+    let s = cache.stats();
+    assert_eq!((s.programmatic_edges, s.programmatic_fallbacks), (1, 0), "{s:?}");
+    // The plan alone gives the same kinds, knowing which kernels are programmatic by name.
+    let all = plan.edge_kinds(|name| name != "z");
+    assert_eq!(all, [(0, 1, p), (1, 2, plain), (2, 4, plain)]);
+    assert!(plan.edge_kinds(|_| false).iter().all(|e| e.2 == plain));
+    // A plain kernel into a programmatic one: programmatic too (n0 is plain here).
+    let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    run(&mut cache, plan, &k(1, 0xa0), &pk(2, 0xb0), copy(4), memset(0), None).unwrap();
+    assert!(mock.calls().contains(&"add_kernel deps=1 programmatic=1".to_string()));
+    // A programmatic kernel into a plain one: plain.
+    let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    run(&mut cache, plan, &pk(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    assert!(!mock.calls().iter().any(|c| c.contains("programmatic")));
+    assert_eq!(cache.stats().programmatic_edges, 0);
+}
+
+#[test]
+fn programmatic_nodes_update_in_place() {
+    let (mock, mut cache, plan) = setup();
+    run(&mut cache, plan, &pk(1, 0xa0), &pk(2, 0xb0), copy(4), memset(0), None).unwrap();
+    mock.calls();
+    // A scalar, a pointer and a grid change: per-node set-params, no rebuild.
+    let mut wide = pk(2, 0xb8);
+    wide.grid = 8;
+    run(&mut cache, plan, &pk(5, 0xa0), &wide, copy(4), memset(0), None).unwrap();
+    assert_eq!(mock.calls(), ["set_kernel grid=4", "set_kernel grid=8", "launch"]);
+    let s = cache.stats();
+    assert_eq!((s.builds, s.node_updates, s.exec_updates, s.reinstantiations), (1, 2, 0, 0));
+    // A refused set-params falls to the whole-exec update of a graph with the same edges.
+    mock.0.borrow_mut().refuse_set = true;
+    run(&mut cache, plan, &pk(6, 0xa0), &wide, copy(4), memset(0), None).unwrap();
+    let c = mock.calls();
+    assert!(c.contains(&"add_kernel deps=1 programmatic=1".to_string()), "{c:?}");
+    assert!(c.contains(&"exec_update".to_string()), "{c:?}");
+    let s = cache.stats();
+    assert_eq!((s.builds, s.exec_updates, s.programmatic_edges), (1, 1, 1), "{s:?}");
+}
+
+#[test]
+fn without_device_support_edges_are_plain_and_counted() {
+    let (mock, mut cache, plan) = setup();
+    cache.limits = Some(limits(false));
+    run(&mut cache, plan, &pk(1, 0xa0), &pk(2, 0xb0), copy(4), memset(0), None).unwrap();
+    let calls = mock.calls();
+    assert!(calls.contains(&"add_kernel deps=1".to_string()), "{calls:?}");
+    assert!(!calls.iter().any(|c| c.contains("programmatic")), "{calls:?}");
+    let s = cache.stats();
+    assert_eq!((s.programmatic_edges, s.programmatic_fallbacks), (0, 1), "{s:?}");
+    assert!(cache.edges().iter().all(|e| e.2 == EdgeKind::Plain));
+    // With support: programmatic.
+    cache.limits = Some(limits(true));
+    cache.clear();
+    run(&mut cache, plan, &pk(1, 0xa0), &pk(2, 0xb0), copy(4), memset(0), None).unwrap();
+    assert_eq!(cache.stats().programmatic_edges, 1);
+}
+
+#[test]
+fn set_programmatic_false_gives_plain_edges_in_a_variant_of_its_own() {
+    let (mock, mut cache, plan) = setup();
+    cache.set_programmatic(false);
+    run(&mut cache, plan, &pk(1, 0xa0), &pk(2, 0xb0), copy(4), memset(0), None).unwrap();
+    assert!(!mock.calls().iter().any(|c| c.contains("programmatic")));
+    let s = cache.stats();
+    assert_eq!((s.programmatic_edges, s.programmatic_fallbacks), (0, 0), "{s:?}");
+    cache.set_programmatic(true);
+    run(&mut cache, plan, &pk(1, 0xa0), &pk(2, 0xb0), copy(4), memset(0), None).unwrap();
+    assert!(mock.calls().contains(&"add_kernel deps=1 programmatic=1".to_string()));
+    cache.set_programmatic(false);
+    run(&mut cache, plan, &pk(1, 0xa0), &pk(2, 0xb0), copy(4), memset(0), None).unwrap();
+    assert_eq!(mock.calls(), ["launch"], "the plain variant is hit again");
+    let s = cache.stats();
+    assert_eq!((s.builds, s.hits, cache.len()), (2, 1, 2), "{s:?}");
+}
+
+#[test]
+fn a_kernel_declared_otherwise_than_when_built_gets_another_graph() {
+    // A method of the user's that returns a programmatic kernel in one call and a plain one in
+    // the next: the edge into it changes kind, so the exec must not keep the programmatic edge
+    // for a kernel that does not wait.
+    let (mock, mut cache, plan) = setup();
+    run(&mut cache, plan, &pk(1, 0xa0), &pk(2, 0xb0), copy(4), memset(0), None).unwrap();
+    mock.calls();
+    run(&mut cache, plan, &pk(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    let c = mock.calls();
+    assert!(c.contains(&"add_kernel deps=1".to_string()), "{c:?}");
+    assert!(!c.iter().any(|c| c.starts_with("set_") || c.contains("programmatic")), "{c:?}");
+    let s = cache.stats();
+    assert_eq!((s.builds, s.launches, cache.len()), (2, 2, 1), "{s:?}");
+    assert!(cache.edges().iter().all(|e| e.2 == EdgeKind::Plain));
+}
+
+#[test]
+fn edges_of_programmatic_kernels_inside_a_device_body_and_around_a_conditional_stay_plain() {
+    // n0 kernel -> n1 while (body: n2 -> n3, kernels) -> n4 kernel: every kernel programmatic,
+    // but no edge joins two kernel nodes of the top graph, and body edges stay plain.
+    let (mock, mut cache, _) = setup();
+    let plan = conditional_plan();
+    let (k0, k2, k3, k4) = (pk(1, 0xa0), pk(2, 0xb0), pk(3, 0xc0), pk(4, 0xd0));
+    let cond = crate::kind::ConditionalParams::new(0, crate::ConditionalType::While, 1, 1);
+    let nodes = [
+        Some(NodeParams::Kernel(&k0 as &dyn KernelNode)),
+        Some(NodeParams::Conditional(cond)),
+        Some(NodeParams::Kernel(&k2)),
+        Some(NodeParams::Kernel(&k3)),
+        Some(NodeParams::Kernel(&k4)),
+    ];
+    cache.run_raw(plan, 0, (CTX, None), STREAM, &nodes).unwrap();
+    let c = mock.calls();
+    assert!(!c.iter().any(|c| c.contains("programmatic")), "{c:?}");
+    assert!(cache.edges().iter().all(|e| e.2 == EdgeKind::Plain));
+    assert!(plan.edge_kinds(|_| true).iter().all(|e| e.2 == EdgeKind::Plain));
+    assert_eq!(cache.stats().programmatic_edges, 0);
 }

@@ -186,6 +186,9 @@ pub struct KernelCall<'f, A> {
     function: &'f CudaFunction,
     name: &'static str,
     args: A,
+    /// Declared `#[programmatic]` in `kernels!`: every thread waits for the kernels before it
+    /// (`griddepcontrol.wait`) before it touches memory or returns.
+    programmatic: bool,
 }
 
 impl<'f, A: KernelArgs> KernelCall<'f, A> {
@@ -197,7 +200,25 @@ impl<'f, A: KernelArgs> KernelCall<'f, A> {
     /// within their lengths: the contract of `kernels!`'s `load`.
     #[doc(hidden)]
     pub unsafe fn new(function: &'f CudaFunction, name: &'static str, args: A) -> Self {
-        KernelCall { function, name, args }
+        KernelCall { function, name, args, programmatic: false }
+    }
+
+    /// Made by the methods of a [`kernels!`](crate::kernels) struct for a kernel declared
+    /// `#[programmatic]`: edges into its node from kernel nodes become programmatic edges, and
+    /// its eager launch lets it start before the kernel before it finished.
+    ///
+    /// # Safety
+    /// As [`Self::new`]; and, when it runs on a device of compute capability 9.0 or later,
+    /// every thread of `function` executes `griddepcontrol.wait` (CUDA C:
+    /// `cudaGridDependencySynchronize()`) before it reads or writes any buffer and before it
+    /// returns: the `#[programmatic]` contract of `kernels!`'s `load`.
+    #[doc(hidden)]
+    pub unsafe fn new_programmatic(
+        function: &'f CudaFunction,
+        name: &'static str,
+        args: A,
+    ) -> Self {
+        KernelCall { function, name, args, programmatic: true }
     }
 
     /// Launch configuration: a cudarc `LaunchConfig`, a [`LaunchDims`]
@@ -230,6 +251,11 @@ impl<'f, A: KernelArgs> KernelLaunch<'f, A> {
     /// Grid, block and shared memory.
     pub fn dims(&self) -> LaunchDims {
         self.dims
+    }
+    /// Whether the kernel is declared `#[programmatic]` in `kernels!` (see
+    /// [`EdgeKind`](crate::EdgeKind)).
+    pub fn programmatic(&self) -> bool {
+        self.call.programmatic
     }
 }
 
@@ -265,6 +291,11 @@ pub trait KernelNode: sealed::Sealed {
     }
     /// Grid, block and shared memory.
     fn dims(&self) -> LaunchDims;
+    /// Whether the kernel is declared `#[programmatic]` (waits for the kernels before it in
+    /// every thread, see [`EdgeKind`](crate::EdgeKind)).
+    fn programmatic(&self) -> bool {
+        false
+    }
     /// Number of arguments.
     fn arg_count(&self) -> usize;
     /// Calls `f` with each argument's bytes, in order.
@@ -296,6 +327,9 @@ impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
     }
     fn dims(&self) -> LaunchDims {
         self.dims
+    }
+    fn programmatic(&self) -> bool {
+        self.call.programmatic
     }
     fn arg_count(&self) -> usize {
         A::LEN
@@ -339,6 +373,9 @@ pub(crate) struct KernelState {
     /// with; per-node updates change only the exec), kept loaded while the template lives.
     template: Option<CudaFunction>,
     dims: LaunchDims,
+    /// Declared `#[programmatic]`, as when the node was added: the kinds of its edges follow
+    /// from it, so a call whose kernel for this node is declared otherwise needs another graph.
+    programmatic: bool,
     args: Box<[u64]>,
     offsets: Box<[(u32, u32)]>,
     /// [`Condition`](crate::Condition) arguments `(index, slot)`: their stored bytes are the
@@ -359,6 +396,7 @@ impl KernelState {
             owner: k.function_owner().cloned(),
             template: k.function_owner().cloned(),
             dims: k.dims(),
+            programmatic: k.programmatic(),
             args: vec![0u64; words as usize].into_boxed_slice(),
             offsets: offsets.into_boxed_slice(),
             conds: Box::new([]),
@@ -449,6 +487,8 @@ pub(crate) struct Limits {
     pub(crate) block: (u32, u32, u32),
     pub(crate) grid: (u32, u32, u32),
     pub(crate) shared_bytes: u32,
+    /// Programmatic dependent launch works here ([`supports_programmatic`]).
+    pub(crate) programmatic: bool,
 }
 
 impl Limits {
@@ -470,6 +510,7 @@ impl Limits {
                 a(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
             ),
             shared_bytes: a(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+            programmatic: supports_programmatic(c)?,
         })
     }
 
@@ -500,6 +541,21 @@ impl Limits {
 
 /// The kernel node kind.
 pub(crate) struct Kernel;
+
+impl Kernel {
+    /// The eager launch of a programmatic kernel, named in errors.
+    const EAGER_PROGRAMMATIC: &'static str = "cuLaunchKernelEx (programmatic stream serialization)";
+}
+
+/// Whether programmatic dependent launch works on `ctx`'s device: compute capability 9.0 or
+/// later and a driver of CUDA 12.3 or later (`cuDeviceGetAttribute`, `cuDriverGetVersion`).
+/// Elsewhere edges into programmatic kernels are plain and their eager launches ordinary.
+pub(crate) fn supports_programmatic(ctx: &cudarc::driver::CudaContext) -> Result<bool, CudaError> {
+    let major = ctx
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+        .call("cuDeviceGetAttribute")?;
+    Ok(major >= 9 && raw::driver_version().call("cuDriverGetVersion")? >= 12030)
+}
 
 impl NodeKind for Kernel {
     type Params<'a> = &'a dyn KernelNode;
@@ -582,6 +638,14 @@ impl NodeKind for Kernel {
         })
     }
 
+    fn kernel(k: &&dyn KernelNode) -> Option<bool> {
+        Some(k.programmatic())
+    }
+
+    fn same_edges(s: &KernelState, k: &&dyn KernelNode) -> bool {
+        s.programmatic == k.programmatic()
+    }
+
     fn carry(old: &mut KernelState, new: &mut KernelState) {
         // The kept graph still names the functions it was built with.
         new.template = old.template.take();
@@ -593,14 +657,26 @@ impl NodeKind for Kernel {
         _: &std::sync::Arc<super::Reports>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
-        let mut state = KernelState::new(*k);
+        let state = KernelState::new(*k);
         if !state.conds.is_empty() {
             return Err(super::conditional::eager_refused(site()));
         }
-        // SAFETY: the caller's contract; `kernelParams` points into the state during the call.
-        state
-            .with_params(|p| unsafe { raw::launch_kernel(p, stream.cu_stream()) })
-            .call(Self::EAGER)
-            .map_err(|source| Error::Node { site: site(), source })
+        let err = |source| Error::Node { site: site(), source };
+        let programmatic =
+            k.programmatic() && supports_programmatic(stream.context()).map_err(err)?;
+        let s = stream.cu_stream();
+        type Launch = unsafe fn(
+            &CUDA_KERNEL_NODE_PARAMS_v3,
+            sys::CUstream,
+        ) -> Result<(), cudarc::driver::DriverError>;
+        let (launch, call): (Launch, _) = if programmatic {
+            (raw::launch_kernel_programmatic, Self::EAGER_PROGRAMMATIC)
+        } else {
+            (raw::launch_kernel, Self::EAGER)
+        };
+        // SAFETY: the caller's contract; `kernelParams` points into the state during the call;
+        // a programmatic launch is of a kernel declared `#[programmatic]` (it waits).
+        let mut state = state;
+        state.with_params(|p| unsafe { launch(p, s) }).call(call).map_err(err)
     }
 }

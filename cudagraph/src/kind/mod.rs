@@ -13,7 +13,9 @@
 //! [`NodeKind`](crate::plan::NodeKind) entry in the plan (for the static plan and DOT).
 
 use cudarc::driver::CudaStream;
-use cudarc::driver::sys::{CUcontext, CUgraph, CUgraphExec, CUgraphNode, CUgraphNodeParams};
+use cudarc::driver::sys::{
+    CUcontext, CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphNode, CUgraphNodeParams,
+};
 
 use std::sync::{Arc, Mutex};
 
@@ -75,6 +77,18 @@ pub(crate) trait NodeKind {
     /// `cuGraphExecNodeSetParams` from `old` to `new` (measured on the H200, see DESIGN.md), so
     /// the ladder goes straight to a whole-exec update. Called before [`Self::record`].
     fn settable(_old: &Self::State, _new: &Self::Params<'_>) -> bool {
+        true
+    }
+    /// `Some(programmatic)` for a kernel node (whether its kernel is declared
+    /// `#[programmatic]`), `None` for every other kind: an edge is programmatic only from a
+    /// kernel node into a programmatic kernel's node (see [`EdgeKind`](crate::EdgeKind)).
+    fn kernel(_p: &Self::Params<'_>) -> Option<bool> {
+        None
+    }
+    /// Whether an exec's node made from `old` can take `new` in the same graph: `false` when
+    /// what the kinds of its edges were made from changed ([`Self::kernel`]), so that the call
+    /// needs another graph. Called before [`Self::record`].
+    fn same_edges(_old: &Self::State, _new: &Self::Params<'_>) -> bool {
         true
     }
     /// Calls `f` with the driver's view of `state` (`ctx`: the exec's context). Pointers in it
@@ -167,7 +181,8 @@ pub(crate) enum Update {
     NotSent,
     /// The driver refused the per-node update.
     Refused(&'static str, cudarc::driver::DriverError),
-    /// Not a node of this state's kind (a misused key): the variant must be rebuilt.
+    /// Not a node of this state's kind (a misused key), or one whose edges would be of other
+    /// kinds ([`NodeKind::same_edges`]): the variant must be rebuilt.
     Mismatch,
 }
 
@@ -219,16 +234,25 @@ macro_rules! node_kinds {
                 }
             }
 
-            /// Adds the node to `graph` after `deps` (`cuGraphAddNode_v2`).
+            /// See [`NodeKind::kernel`].
+            pub(crate) fn kernel(&self) -> Option<bool> {
+                match self {
+                    $(NodeParams::$variant(p) => <$kind>::kernel(p),)*
+                }
+            }
+
+            /// Adds the node to `graph` after `deps` (`cuGraphAddNode_v2`), with edge data
+            /// `edges` (see [`raw::add_node`](crate::raw::add_node); empty: plain edges).
             ///
             /// # Safety
             /// `graph` is live, `deps` are its nodes, `ctx` is current; the parameters were
-            /// validated.
+            /// validated; a programmatic edge comes from a kernel node and this node is a
+            /// programmatic kernel's.
             pub(crate) unsafe fn add(
                 &self,
                 driver: &mut impl Driver,
                 graph: CUgraph,
-                deps: &[CUgraphNode],
+                (deps, edges): (&[CUgraphNode], &[CUgraphEdgeData]),
                 ctx: CUcontext,
             ) -> Result<NodeState, CudaError> {
                 match self {
@@ -236,7 +260,7 @@ macro_rules! node_kinds {
                         let mut state = <$kind>::state(p);
                         // SAFETY: the caller's contract; the parameters point into `state`.
                         let node = <$kind>::with_params(&mut state, ctx, |params| unsafe {
-                            driver.add_node(graph, deps, params)
+                            driver.add_node(graph, deps, edges, params)
                         })
                         .map_err(|error| CudaError { call: <$kind>::ADD, error })?;
                         Ok(NodeState::$variant(node, state))
@@ -309,6 +333,9 @@ macro_rules! node_kinds {
                 match (self, new) {
                     (NodeState::Absent, None) => Update::Absent,
                     $((NodeState::$variant(handle, state), Some(NodeParams::$variant(p))) => {
+                        if !<$kind>::same_edges(state, p) {
+                            return Update::Mismatch;
+                        }
                         let settable = <$kind>::settable(state, p);
                         if !<$kind>::record(state, p) {
                             return Update::Unchanged;
