@@ -14,3 +14,29 @@ extern "C" __global__ void acc(unsigned n, const unsigned *src, unsigned *dst) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] += src[i];
 }
+
+// x[i] += v, after waiting for the kernels before it (griddepcontrol.wait, first, in every
+// thread): the kernel of the programmatic rows, declared `#[programmatic]` in bench.rs and
+// compiled for the device's own architecture (the instruction exists from compute capability
+// 9.0 on; the programmatic rows run only there).
+extern "C" __global__ void add_wait(unsigned n, unsigned v, unsigned *x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += v;
+}
+
+// add_wait, then griddepcontrol.launch_dependents (cudaTriggerProgrammaticLaunchCompletion())
+// last: the kernel of row pt, which checks whether signalling changes a chain with programmatic
+// edges from port LAUNCH_ORDER (DESIGN.md's measurement used both instructions).
+extern "C" __global__ void add_wait_trigger(unsigned n, unsigned v, unsigned *x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}

@@ -1,7 +1,21 @@
 // 2-D heat diffusion on an nx x ny grid of f32, row-major (index = y * nx + x).
 // Explicit Euler, 5-point stencil; the top edge is held at 1, the other edges at 0.
+//
+// Every kernel is declared `#[programmatic]` in heat.rs: in a graph it may start before the
+// kernel it depends on finished, so every thread first waits for that kernel
+// (`griddepcontrol.wait`, CUDA C's cudaGridDependencySynchronize()), before it touches memory or
+// returns; launched any other way the wait does nothing. It exists from compute capability 9.0
+// on: heat.rs compiles this file for the device's own architecture, so it is there whenever the
+// graph's edges are programmatic (before 9.0 they are plain and the macro is empty).
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define WAIT_FOR_PREDECESSORS() asm volatile("griddepcontrol.wait;" ::: "memory")
+#else
+#define WAIT_FOR_PREDECESSORS()
+#endif
 
 extern "C" __global__ void stencil(unsigned nx, unsigned ny, float alpha, const float *src, float *dst) {
+    WAIT_FOR_PREDECESSORS();
     unsigned x = blockIdx.x * blockDim.x + threadIdx.x;
     unsigned y = blockIdx.y * blockDim.y + threadIdx.y;
     if (x == 0 || y == 0 || x >= nx - 1 || y >= ny - 1) return;  // interior only
@@ -12,6 +26,7 @@ extern "C" __global__ void stencil(unsigned nx, unsigned ny, float alpha, const 
 
 // Dirichlet boundary: every edge cell written by exactly one thread.
 extern "C" __global__ void boundary(unsigned nx, unsigned ny, float *u) {
+    WAIT_FOR_PREDECESSORS();
     unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t > 0 && t < nx - 1) {
         u[t] = 1.0f;                    // top row, without corners
@@ -25,6 +40,7 @@ extern "C" __global__ void boundary(unsigned nx, unsigned ny, float *u) {
 
 // flags[0] |= 1 if any cell is not finite (the scheme went unstable).
 extern "C" __global__ void check_finite(unsigned n, const float *u, unsigned *flags) {
+    WAIT_FOR_PREDECESSORS();
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n && !isfinite(u[i])) atomicOr(flags, 1u);
 }
@@ -32,6 +48,7 @@ extern "C" __global__ void check_finite(unsigned n, const float *u, unsigned *fl
 // r[0] = max over cells of |v - u| (the step's largest change), for r[0] zeroed before.
 // Non-negative floats order like their bit patterns as ints, so atomicMax on the bits is exact.
 extern "C" __global__ void residual(unsigned n, const float *u, const float *v, float *r) {
+    WAIT_FOR_PREDECESSORS();
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) atomicMax((int *)r, __float_as_int(fabsf(v[i] - u[i])));
 }

@@ -1,10 +1,13 @@
 //! The benchmark: what a step of K tiny kernels costs with `graph!`, next to what one would
 //! otherwise use — cudarc stream launches, cudarc stream capture — and next to the floor,
-//! hand-written raw driver graphs (`cudarc::driver::sys`); and what a `capture` statement, recorded
-//! anew on every call, costs against the same kernels as direct nodes (row dc).
+//! hand-written raw driver graphs (`cudarc::driver::sys`); what a `capture` statement, recorded
+//! anew on every call, costs against the same kernels as direct nodes (row dc); and, on devices
+//! of compute capability 9.0 and later, chains of `#[programmatic]` kernels with programmatic
+//! edges against raw graphs with plain and with programmatic edges (rows pc, pp, pt, pd, pn,
+//! pf, pnf; `--programmatic-only` runs them alone).
 //!
 //! ```text
-//! bench [--reps N] [--steps S] [--max-k K] [--quick] [--json PATH] [--svg PATH]
+//! bench [--reps N] [--steps S] [--max-k K] [--quick] [--programmatic-only] [--json PATH] [--svg PATH]
 //! ```
 //! `--reps N`: repetitions per measurement (default 200; 20 with `--quick`). `--steps S`: steps
 //! per repetition. `--max-k K`: steady rows up to K. `--quick`: K up to 100 and smaller build
@@ -37,7 +40,7 @@ use cudagraph::cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
     PushKernelArg,
 };
-use cudagraph::cudarc::nvrtc::compile_ptx;
+use cudagraph::cudarc::nvrtc::{CompileOptions, compile_ptx, compile_ptx_with_opts};
 use cudagraph::{GraphCache, Stats, graph, kernels};
 use serde::Serialize;
 
@@ -112,6 +115,18 @@ kernels! {
         fn add(n: u32, v: u32, x: &mut [u32]);
         /// `dst[i] += src[i]` for `i < n`.
         fn acc(n: u32, src: &[u32], dst: &mut [u32]);
+    }
+}
+
+kernels! {
+    /// The kernel of the programmatic rows (`add_wait` of `kernels/bench.cu`, compiled for the
+    /// device's architecture): `x[i] += v` after `griddepcontrol.wait`.
+    pub struct BenchPdl {
+        #[programmatic]
+        fn add_wait(n: u32, v: u32, x: &mut [u32]);
+        /// `add_wait`, then `griddepcontrol.launch_dependents` (row pt only, raw).
+        #[programmatic]
+        fn add_wait_trigger(n: u32, v: u32, x: &mut [u32]);
     }
 }
 
@@ -221,6 +236,50 @@ macro_rules! fan_graphs {
             })
         }
     };
+}
+
+/// A chain of `1 + $rest` programmatic kernels `add_wait` (the first adds `s`, the others 1):
+/// `$rest` programmatic edges.
+macro_rules! pdl_chain_graph {
+    ($step:ident, $rest:tt) => {
+        fn $step(
+            cache: &mut GraphCache,
+            stream: &CudaStream,
+            k: &BenchPdl,
+            s: u32,
+            mut x: &mut CudaSlice<u32>,
+        ) -> cudagraph::Result<()> {
+            graph!(cache, stream, {
+                k.add_wait(ELEMS, s, &mut x).launch(CFG);
+                for _ in 0..$rest {
+                    k.add_wait(ELEMS, 1, &mut x).launch(CFG);
+                }
+            })
+        }
+    };
+}
+
+pdl_chain_graph!(pdl_chain_10, 9);
+pdl_chain_graph!(pdl_chain_100, 99);
+pdl_chain_graph!(pdl_chain_1000, 999);
+
+/// K of the programmatic rows (chains only).
+const PDL_K: [usize; 3] = [10, 100, 1000];
+
+fn pdl_chain(
+    nodes: usize,
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    k: &BenchPdl,
+    s: u32,
+    x: &mut CudaSlice<u32>,
+) -> cudagraph::Result<()> {
+    match nodes {
+        10 => pdl_chain_10(cache, stream, k, s, x),
+        100 => pdl_chain_100(cache, stream, k, s, x),
+        1000 => pdl_chain_1000(cache, stream, k, s, x),
+        _ => panic!("no graph! programmatic chain of {nodes} nodes is compiled in"),
+    }
 }
 
 chain_graphs!(chain_1, chain_alt_1, 0);
@@ -429,6 +488,49 @@ impl OwnedGraph {
             })
             .result()?;
             g.nodes.push(handle);
+        }
+        Ok(g)
+    }
+}
+
+impl OwnedGraph {
+    /// A chain of `k` kernels `func` (`add`-like: `x += v`, the first adds `s`, the others 1),
+    /// each after the one before, with programmatic edges (type
+    /// `CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC` from port `CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER`,
+    /// `cuGraphAddDependencies_v2`) or plain ones: the raw floor of the programmatic rows.
+    fn build_chain(
+        func: CUfunction,
+        k: usize,
+        s: u32,
+        x: CUdeviceptr,
+        programmatic: bool,
+    ) -> Res<OwnedGraph> {
+        let spec: Vec<RawNode> = (0..k)
+            .map(|j| RawNode {
+                func,
+                args: KArgs::Add { n: ELEMS, v: if j == 0 { s } else { 1 }, x },
+                deps: vec![],
+            })
+            .collect();
+        let g = OwnedGraph::build(&spec)?;
+        let edge = sys::CUgraphEdgeData {
+            from_port: if programmatic {
+                sys::CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER as u8
+            } else {
+                0
+            },
+            to_port: 0,
+            type_: if programmatic {
+                sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8
+            } else {
+                0
+            },
+            reserved: [0; 5],
+        };
+        for j in 1..k {
+            let (from, to) = (g.nodes[j - 1], g.nodes[j]);
+            // SAFETY: both are kernel nodes of the live graph; one edge datum for one edge.
+            unsafe { sys::cuGraphAddDependencies_v2(g.graph, &from, &to, &edge, 1) }.result()?;
         }
         Ok(g)
     }
@@ -965,6 +1067,21 @@ fn describe(id: &str) -> &'static str {
         }
         "h" => "GraphBuilder: the same K nodes recorded and launched every step, nothing changed",
         "hf" => "GraphBuilder: as h, every pointer changed per step (as f)",
+        "pc" => {
+            "raw driver: chain of K add_wait kernels (griddepcontrol.wait first), plain edges, cuGraphLaunch per step"
+        }
+        "pp" => {
+            "raw driver: the same chain with programmatic edges (CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC from port LAUNCH_ORDER, cuGraphAddDependencies_v2), cuGraphLaunch per step"
+        }
+        "pt" => {
+            "raw driver: as pp, with add_wait_trigger (griddepcontrol.launch_dependents after the write)"
+        }
+        "pd" => {
+            "graph!: the same chain of #[programmatic] add_wait kernels (programmatic edges), nothing changed"
+        }
+        "pn" => "graph!: as pd with set_programmatic(false) (plain edges)",
+        "pf" => "graph!: as pd, every pointer changed per step (as f: K node updates per step)",
+        "pnf" => "graph!: as pf with set_programmatic(false) (plain edges)",
         "a*" => "a with cudarc's event tracking on (buffers allocated while tracking)",
         "d*" => "d with cudarc's event tracking on (buffers allocated while tracking)",
         _ => "?",
@@ -974,6 +1091,8 @@ fn describe(id: &str) -> &'static str {
 /// Row ids in the order of the legend.
 const LEGEND: [&str; 14] =
     ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "dc", "h", "hf", "a*", "d*"];
+/// The programmatic rows (not in the plot: one kernel, chains only).
+const PDL_LEGEND: [&str; 7] = ["pc", "pp", "pt", "pd", "pn", "pf", "pnf"];
 
 #[derive(Default)]
 struct Report {
@@ -992,7 +1111,11 @@ impl Report {
     fn json(&self) -> String {
         let report = ReportJson {
             meta: self.meta.as_ref(),
-            legend: LEGEND.iter().map(|id| LegendJson { row: id, what: describe(id) }).collect(),
+            legend: LEGEND
+                .iter()
+                .chain(&PDL_LEGEND)
+                .map(|id| LegendJson { row: id, what: describe(id) })
+                .collect(),
             steady: self.rows.iter().map(Row::json).collect(),
             capture: &self.capture,
             build: &self.build,
@@ -1404,8 +1527,8 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
 
 fn print_block(rows: &[Row]) {
     let order = ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "do", "dc", "h", "hf", "a*", "d*"];
-    for id in order {
-        let Some(r) = rows.iter().find(|r| r.id == id) else { continue };
+    for id in order.iter().chain(&PDL_LEGEND) {
+        let Some(r) = rows.iter().find(|r| r.id == *id) else { continue };
         let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.3}"));
         let floor = r.floor.map_or(String::new(), |f| format!(" (÷{f})"));
         out!(
@@ -1422,6 +1545,82 @@ fn print_block(rows: &[Row]) {
         );
     }
     out!();
+}
+
+/// The programmatic rows of one K (chain): raw plain edges (pc), raw programmatic edges (pp),
+/// `graph!` with programmatic edges (pd) and with plain ones (pn), one kernel (`add_wait`, which
+/// waits first) for all four, measured side by side.
+fn programmatic_rows(env: &Env, pdl: &BenchPdl, k: usize, report: &mut Report) -> Res<()> {
+    progress::status(&format!("bench: measuring programmatic chain K={k} …"));
+    progress::message(&format!("programmatic chain K={k}"));
+    let shape = Shape::Chain;
+    let steps = env.steps.unwrap_or_else(|| steps_per_rep(k));
+    let first = report.rows.len();
+    let label = |id: &str| format!("programmatic chain K={k} row {id}");
+    let mut b = Bufs::new(&env.stream, shape, k)?;
+    let (a_ptr, _) = b.ptrs(&env.stream);
+    let func = pdl.function("add_wait").expect("declared in kernels!").cu_function();
+    let mut rows = Vec::new();
+    let trigger = pdl.function("add_wait_trigger").expect("declared in kernels!").cu_function();
+    for (id, f, programmatic) in [("pc", func, false), ("pp", func, true), ("pt", trigger, true)] {
+        let g = OwnedGraph::build_chain(f, k, 1, a_ptr[0], programmatic)?;
+        let exec = OwnedExec::instantiate(&g)?;
+        let cs = env.cu_stream();
+        let t = timed_row(env, &mut b, shape, k, Change::None, steps, &label(id), &mut |_, _| {
+            exec.launch(cs)
+        })?;
+        rows.push((id, t, None));
+        env.stream.synchronize()?;
+    }
+    for (id, programmatic, change) in [
+        ("pd", true, Change::None),
+        ("pn", false, Change::None),
+        ("pf", true, Change::Pointer),
+        ("pnf", false, Change::Pointer),
+    ] {
+        let mut cache = GraphCache::new();
+        cache.set_programmatic(programmatic);
+        let t = timed_row(env, &mut b, shape, k, change, steps, &label(id), &mut |b, i| {
+            let w = slot(i, change);
+            Ok(pdl_chain(k, &mut cache, &env.stream, pdl, 1, &mut b.a[w])?)
+        })?;
+        let stats = cache.stats();
+        check_stats(&label(id), &stats, 1, report);
+        let want = if programmatic { k as u64 - 1 } else { 0 };
+        if stats.programmatic_edges != want || stats.programmatic_fallbacks != 0 {
+            return Err(
+                format!("{}: {stats:?}, expected {want} programmatic edges", label(id)).into()
+            );
+        }
+        rows.push((id, t, Some(stats)));
+    }
+    env.stream.synchronize()?;
+    let pc = rows.iter().find(|r| r.0 == "pc").map(|r| r.1.median);
+    let pp = rows.iter().find(|r| r.0 == "pp").map(|r| r.1.median);
+    let pnf = rows.iter().find(|r| r.0 == "pnf").map(|r| r.1.median);
+    for (id, t, stats) in rows {
+        let floor = match id {
+            "pd" => Some(("pp", pp)),
+            "pn" => Some(("pc", pc)),
+            "pf" => pnf.map(|v| ("pnf", Some(v))),
+            _ => None,
+        };
+        report.rows.push(Row {
+            section: "programmatic",
+            shape,
+            k,
+            id,
+            what: describe(id),
+            steps_per_rep: steps,
+            t,
+            floor: floor.map(|f| f.0),
+            ratio_raw: pc.map(|c| t.median / c),
+            ratio_floor: floor.and_then(|f| f.1).map(|v| t.median / v),
+            stats,
+        });
+    }
+    print_block(&report.rows[first..]);
+    Ok(())
 }
 
 /// A captured region's per-call cost: row dc (the chain's K launches in one `capture` statement,
@@ -1845,6 +2044,23 @@ fn goals(report: &mut Report) {
     }
     let builds: Vec<(usize, f64)> =
         report.build.iter().filter_map(|b| b.ratio_graph_to_raw.map(|r| (b.nodes, r))).collect();
+    for k in PDL_K {
+        let (pc, pp, pd) =
+            (find(Shape::Chain, k, "pc"), find(Shape::Chain, k, "pp"), find(Shape::Chain, k, "pd"));
+        let ratio = |x: Option<f64>, y: Option<f64>| x.zip(y).map(|(x, y)| x / y);
+        check(
+            format!("programmatic chain K={k} graph! / raw plain edges"),
+            ratio(pd, pc),
+            0.60,
+            true,
+        );
+        check(
+            format!("programmatic chain K={k} graph! / raw programmatic edges"),
+            ratio(pd, pp),
+            1.05,
+            true,
+        );
+    }
     for (nodes, ratio) in builds {
         check(format!("{nodes} nodes graph! first call / raw first call"), Some(ratio), 1.2, true);
     }
@@ -1913,7 +2129,7 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
         "  (rows a and b issue the fan's launches on one stream, so they run one after another; b's captured graph is a chain.)"
     );
     out!("Rows:");
-    for id in LEGEND {
+    for id in LEGEND.iter().chain(&PDL_LEGEND) {
         out!("  {id:<3} {}", describe(id));
     }
     out!("  Event tracking is off for every row but a* and d* (see the notes at the end).");
@@ -1933,8 +2149,9 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
     );
     // The bar counts measurements: each steady (shape, K), each build size, each upload size.
     let steady_units = ks.iter().map(|&k| if k >= 3 { 2 } else { 1 }).sum::<usize>();
-    progress::start("bench", (steady_units + build_sizes.len() + upload_sizes.len()) as u64);
-    for &k in &ks {
+    let units = steady_units + build_sizes.len() + upload_sizes.len();
+    progress::start("bench", if args.programmatic_only { 0 } else { units as u64 });
+    for &k in ks.iter().filter(|_| !args.programmatic_only) {
         steady(&env, Shape::Chain, k, report)?;
         progress::inc();
         if k >= 3 {
@@ -1943,11 +2160,35 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
         }
     }
     capture_costs(report);
+    // Programmatic rows: compute capability 9.0 (griddepcontrol) and CUDA 12.3.
+    let major =
+        env.ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor =
+        env.ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    if major >= 9 && version >= 12030 {
+        let options = vec![format!("--gpu-architecture=compute_{major}{minor}")];
+        let ptx = compile_ptx_with_opts(SOURCE, CompileOptions { options, ..Default::default() })?;
+        // SAFETY: `add_wait` and `add_wait_trigger` have this signature, stay within their buffer
+        // and wait (`griddepcontrol.wait`, compiled in for this architecture) first in every
+        // thread.
+        let pdl = unsafe { BenchPdl::load(&env.ctx, ptx) }?;
+        for &k in ks.iter().filter(|k| PDL_K.contains(k)) {
+            programmatic_rows(&env, &pdl, k, report)?;
+        }
+    } else {
+        report.notes.push(format!(
+            "no programmatic rows: compute capability {major}.{minor}, driver {version} (9.0 and 12030 needed)"
+        ));
+    }
     if !ks.contains(&1000) {
         report.notes.push("--quick: K up to 100, build sizes up to 100".into());
     }
-    build_costs(&env, &build_sizes, report)?;
-    upload_costs(&env, &upload_sizes, report)?;
+    if args.programmatic_only {
+        report.notes.push("--programmatic-only: the programmatic rows alone".into());
+    } else {
+        build_costs(&env, &build_sizes, report)?;
+        upload_costs(&env, &upload_sizes, report)?;
+    }
     goals(report);
     let notes = [
         "Event tracking: cudarc records and waits on per-buffer events around every use once a context has a second stream; it is off for all rows except a* and d* (the same as a and d with tracking on: a pays it per kernel launch, graph! per distinct buffer per call).",
@@ -1986,6 +2227,10 @@ struct Cli {
     /// A fast sanity run: K up to 100, build and upload sizes up to 100 nodes.
     #[arg(long)]
     quick: bool,
+    /// Only the programmatic rows (pc, pp, pt, pd, pn, pf, pnf: chains of `#[programmatic]`
+    /// kernels against raw graphs with plain and programmatic edges; compute capability 9.0).
+    #[arg(long)]
+    programmatic_only: bool,
     /// Where the JSON report goes.
     #[arg(long, value_name = "PATH", default_value = "bench.json")]
     json: PathBuf,
@@ -2119,7 +2364,7 @@ mod tests {
         assert_eq!(row["us_per_step"]["samples"], 20);
         assert_eq!(row["graph_stats"]["launches"], 0);
         assert_eq!(v["upload"][0]["raw_upload_us"]["median"], 2.0);
-        assert_eq!(v["legend"].as_array().unwrap().len(), LEGEND.len());
+        assert_eq!(v["legend"].as_array().unwrap().len(), LEGEND.len() + PDL_LEGEND.len());
         assert_eq!(v["error"], serde_json::Value::Null);
         // Upload keys stay in the order measured.
         let text = r.json();

@@ -423,5 +423,5 @@ fn run(a: &Args) -> Result<bool, Box<dyn std::error::Error>> {
 }
 
 fn main() -> ExitCode {
-    cli::main("cg", |a: &Args| a.plan, |a| run(a).map_err(|e| e.to_string()))
+    cli::main("cg", &[], |a: &Args| a.plan, |a| run(a).map_err(|e| e.to_string()))
 }

@@ -1,11 +1,15 @@
 //! The main job: 2-D heat diffusion, one `graph!` call per step.
 //!
 //! ```text
-//! heat [--n N] [--steps S] [--residual-every R] [--image PATH] [--plan]
+//! heat [--n N] [--steps S] [--residual-every R] [--plain-first] [--image PATH] [--plan]
 //! ```
-//! Runs `S` steps (default 1000) on an `N`×`N` f32 grid (default 512) as a CUDA graph, then the
-//! same steps launched eagerly on a stream (`cudagraph::eager!`), compares the final fields (expect bit-exact), and
-//! prints per-step times and the speed-up. Every `R` steps (default 100; 0 = never) the step
+//! Runs `S` steps (default 1000) on an `N`×`N` f32 grid (default 512) as a CUDA graph, then as
+//! the same graph with plain edges only, then the same steps launched eagerly on a stream
+//! (`cudagraph::eager!`), compares the final fields (expect bit-exact), and prints per-step
+//! times and the speed-up. Every kernel is declared `#[programmatic]` (each waits first with
+//! `griddepcontrol.wait`, see `kernels/heat.cu`), so the edges between kernels are programmatic
+//! on devices of compute capability 9.0 and later; the second graph (`set_programmatic(false)`)
+//! shows what they save (`--plain-first` times it first). Every `R` steps (default 100; 0 = never) the step
 //! also computes the residual max |v − u| and copies it to pinned host memory: a host `if`
 //! inside `graph!`, so the cache holds two variants (with and without the residual).
 //! `--image PATH` writes the final field as a colour-mapped PNG. `--plan` prints the step's graph
@@ -14,10 +18,11 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use cudagraph::cudarc::driver::sys::CUdevice_attribute;
 use cudagraph::cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice,
 };
-use cudagraph::cudarc::nvrtc::compile_ptx;
+use cudagraph::cudarc::nvrtc::{CompileOptions, Ptx, compile_ptx_with_opts};
 use cudagraph::{GraphCache, graph, kernels};
 use std::sync::Arc;
 
@@ -27,17 +32,35 @@ mod cli;
 const SOURCE: &str = include_str!("../kernels/heat.cu");
 
 kernels! {
-    /// Kernels of `kernels/heat.cu`.
+    /// Kernels of `kernels/heat.cu`. Each waits for its predecessors first
+    /// (`griddepcontrol.wait`), so each is declared `#[programmatic]`.
     pub struct Heat {
         /// One explicit Euler step of the interior: `dst = src + alpha * laplacian(src)`.
+        #[programmatic]
         fn stencil(nx: u32, ny: u32, alpha: f32, src: &[f32], dst: &mut [f32]);
         /// Dirichlet boundary: top edge 1, others 0.
+        #[programmatic]
         fn boundary(nx: u32, ny: u32, u: &mut [f32]);
         /// `flags[0] |= 1` if any of the `n` cells is not finite.
+        #[programmatic]
         fn check_finite(n: u32, u: &[f32], flags: &mut [u32]);
         /// `r[0] = max |v - u|` over `n` cells, `r[0]` zeroed before.
+        #[programmatic]
         fn residual(n: u32, u: &[f32], v: &[f32], r: &mut [f32]);
     }
+}
+
+/// `heat.cu` compiled by NVRTC for the device's own architecture: `griddepcontrol.wait`, which
+/// the `#[programmatic]` declarations promise, exists from compute capability 9.0 on, and
+/// NVRTC's default architecture is older (the wait would be compiled out).
+fn compile(ctx: &CudaContext) -> cudagraph::Result<(Ptx, (i32, i32))> {
+    let major = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    let options = vec![format!("--gpu-architecture=compute_{major}{minor}")];
+    Ok((
+        compile_ptx_with_opts(SOURCE, CompileOptions { options, ..Default::default() })?,
+        (major, minor),
+    ))
 }
 
 /// 2-D heat diffusion on the GPU, one `graph!` call per step, checked against the same steps
@@ -59,6 +82,10 @@ struct Args {
     /// Print the step's graph plan as Graphviz DOT and exit, without touching CUDA.
     #[arg(long)]
     plan: bool,
+    /// Time the graph with plain edges before the one with programmatic edges (the default
+    /// order is the other way round).
+    #[arg(long)]
+    plain_first: bool,
     /// Write the graph run's final temperature field to this PNG file (N x N pixels, one per
     /// cell, top edge at the top; colour scale 0 (black) to 1 (white), the boundary's range).
     #[arg(long, value_name = "PATH")]
@@ -195,28 +222,47 @@ fn timed(
 fn run(a: &Args) -> cudagraph::Result<bool> {
     let ctx = CudaContext::new(0)?;
     let stream = ctx.new_stream()?;
-    println!("device: {}", ctx.name().unwrap_or_default());
-    // SAFETY: the declarations match the kernels, which stay within their buffers.
-    let k = unsafe { Heat::load(&ctx, compile_ptx(SOURCE)?) }?;
+    let (ptx, (major, minor)) = compile(&ctx)?;
+    println!("device: {} (compute capability {major}.{minor})", ctx.name().unwrap_or_default());
+    // SAFETY: the declarations match the kernels, which stay within their buffers; compiled for
+    // this device's architecture, every thread of each kernel executes `griddepcontrol.wait`
+    // first (from compute capability 9.0 on; before it, the edges are plain).
+    let k = unsafe { Heat::load(&ctx, ptx) }?;
     let c = Config::new(a.n, a.residual_every);
 
-    let mut g = Fields::new(&stream, a.n)?;
-    let mut cache = GraphCache::new();
-    let (g_first, g_step) =
-        timed(&stream, a.steps, || step_graph(&mut cache, &stream, &k, &mut g, &c))?;
+    // The graph with programmatic edges, and the same graph with plain edges only, timed in
+    // the order asked for (`--plain-first`: plain edges first).
+    let graph_run = |programmatic: bool| -> cudagraph::Result<_> {
+        let mut f = Fields::new(&stream, a.n)?;
+        let mut cache = GraphCache::new();
+        cache.set_programmatic(programmatic);
+        let t = timed(&stream, a.steps, || step_graph(&mut cache, &stream, &k, &mut f, &c))?;
+        Ok((f, cache, t))
+    };
+    let ((g, cache, (g_first, g_step)), (p, plain, (p_first, p_step))) = if a.plain_first {
+        let p = graph_run(false)?;
+        (graph_run(true)?, p)
+    } else {
+        let g = graph_run(true)?;
+        (g, graph_run(false)?)
+    };
 
     let mut e = Fields::new(&stream, a.n)?;
     let (e_first, e_step) = timed(&stream, a.steps, || step_eager(&stream, &k, &mut e, &c))?;
 
     let gu = stream.clone_dtoh(&g.u)?;
+    let pu = stream.clone_dtoh(&p.u)?;
     let eu = stream.clone_dtoh(&e.u)?;
     let gf = stream.clone_dtoh(&g.flags)?;
     let max_diff = gu.iter().zip(&eu).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    let bit_exact = gu.iter().zip(&eu).all(|(a, b)| a.to_bits() == b.to_bits());
+    let same = |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(a, b)| a.to_bits() == b.to_bits());
+    let bit_exact = same(&gu, &eu) && same(&pu, &eu);
     let heat: f64 = gu.iter().map(|&x| f64::from(x)).sum();
     let (gr, er) = (g.host_r.as_slice()?[0], e.host_r.as_slice()?[0]);
+    let pr = p.host_r.as_slice()?[0];
     let variants = if a.residual_every > 0 && a.steps > 1 { 2 } else { 1 };
     let s = cache.stats();
+    let ps = plain.stats();
     println!(
         "grid {n}x{n}, {steps} steps, 4 nodes per step (+3 every {r} steps)",
         n = a.n,
@@ -237,6 +283,10 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
     );
     println!("variants (hits): {:?}", cache.variant_hits());
     println!(
+        "edges: {} programmatic, {} plain where programmatic was declared but the device or driver lacks it (compute capability 9.0 and CUDA 12.3 needed); the second graph has plain edges only",
+        s.programmatic_edges, s.programmatic_fallbacks
+    );
+    println!(
         "total heat {heat:.6}; non-finite flag {}; last residual graph {gr:e} eager {er:e}",
         gf[0]
     );
@@ -246,15 +296,18 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
     );
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     println!(
-        "first step: graph {:9.1} µs (build + instantiate + launch), eager {:9.1} µs",
+        "first step: graph {:9.1} µs (build + instantiate + launch), plain-edge graph {:9.1} µs, eager {:9.1} µs",
         us(g_first),
+        us(p_first),
         us(e_first)
     );
     println!(
-        "per step:   graph {:9.2} µs, eager {:9.2} µs, speed-up {:.2}x",
+        "per step:   graph {:9.2} µs, plain-edge graph {:9.2} µs, eager {:9.2} µs, speed-up {:.2}x over eager, {:.3}x of plain edges",
         us(g_step),
+        us(p_step),
         us(e_step),
-        us(e_step) / us(g_step)
+        us(e_step) / us(g_step),
+        us(g_step) / us(p_step)
     );
     if let Some(path) = &a.image {
         match write_image(path, a.n, &gu) {
@@ -272,10 +325,14 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
     // One build and instantiation per variant, then only updates: never a rebuild.
     let ok = bit_exact
         && gr.to_bits() == er.to_bits()
-        && s.builds == variants
-        && s.instantiations == variants
-        && s.reinstantiations == 0
-        && s.launches == u64::from(a.steps)
+        && pr.to_bits() == er.to_bits()
+        && [s, ps].iter().all(|s| {
+            s.builds == variants
+                && s.instantiations == variants
+                && s.reinstantiations == 0
+                && s.launches == u64::from(a.steps)
+        })
+        && ps.programmatic_edges == 0
         && gf[0] == 0;
     if !ok {
         eprintln!(
@@ -311,5 +368,5 @@ fn write_image(path: &std::path::Path, n: u32, u: &[f32]) -> image::ImageResult<
 }
 
 fn main() -> ExitCode {
-    cli::main("heat", |a: &Args| a.plan, run)
+    cli::main("heat", Heat::PROGRAMMATIC, |a: &Args| a.plan, run)
 }

@@ -228,5 +228,5 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
 }
 
 fn main() -> ExitCode {
-    cli::main("mlp", |a: &Args| a.plan, run)
+    cli::main("mlp", &[], |a: &Args| a.plan, run)
 }
