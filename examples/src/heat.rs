@@ -9,11 +9,13 @@
 //! times and the speed-up. Every kernel is declared `#[programmatic]` (each waits first with
 //! `griddepcontrol.wait`, see `kernels/heat.cu`), so the edges between kernels are programmatic
 //! on devices of compute capability 9.0 and later; the second graph (`set_programmatic(false)`)
-//! shows what they save (`--plain-first` times it first). Every `R` steps (default 100; 0 = never) the step
-//! also computes the residual max |v − u| and copies it to pinned host memory: a host `if`
-//! inside `graph!`, so the cache holds two variants (with and without the residual).
-//! `--image PATH` writes the final field as a colour-mapped PNG. `--plan` prints the step's graph
-//! as Graphviz DOT without touching CUDA; `--help` lists the arguments. Without a CUDA driver the run exits with status 2 and one line saying so.
+//! shows what they save (`--plain-first` times it first). Every `R` steps (default 100;
+//! 0 = never) the step also computes the residual max |v − u| and copies it to pinned host
+//! memory: a host `if` inside `graph!`, so the cache holds two variants (with and without the
+//! residual). `--image PATH` writes the final field as a colour-mapped PNG. `--plan` prints the
+//! step's graph as Graphviz DOT, programmatic edges drawn bold blue, without touching CUDA;
+//! `--help` lists the arguments. Without a CUDA driver the run exits with status 2 and one line
+//! saying so.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
