@@ -47,12 +47,22 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
     let acquisitions = acquisitions(&order, &places, &stream.to_token_stream(), &call);
     let guards: Vec<syn::Ident> = (0..order.len()).map(|i| handles(i).2).collect();
 
-    let mut counter = NodeCounter { next: 0, ifs: 0, loops: 0, conds: 0 };
+    let mut counter = NodeCounter {
+        next: 0,
+        ifs: 0,
+        loops: 0,
+        conds: 0,
+        chunks: 0,
+        looped_body: checked.nodes.iter().any(|f| f.looped.is_some()),
+        chunked: Vec::new(),
+    };
     let mut decls = TokenStream::new();
     let body = emit_items(&input.body, &places, &mut counter, Holder::Plain, &mut decls);
     let entry = |i: usize| {
         let n = local(format!("__cudagraph_n{i}"));
-        if checked.nodes[i].condition.is_empty() {
+        if counter.chunked.get(i) == Some(&true) {
+            quote!(::cudagraph::__private::node(#n))
+        } else if checked.nodes[i].condition.is_empty() {
             quote!(::cudagraph::__private::node(&#n))
         } else {
             quote!(::cudagraph::__private::node_if(&#n))
@@ -79,15 +89,43 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
     } else {
         quote!(let #stream: &::cudagraph::__private::CudaStream = #stream_expr;)
     };
+    let count = proc_macro2::Literal::usize_unsuffixed(checked.nodes.len());
+    let list_decl = if loops {
+        TokenStream::new()
+    } else {
+        let list = local("__cudagraph_list");
+        quote! {
+            #[allow(unused_mut)]
+            let mut #list: [&dyn ::cudagraph::__private::Entry; #count] =
+                [::cudagraph::__private::ABSENT; #count];
+        }
+    };
     let run = if loops {
         crate::loops::run_call(checked, &entry, &cache_var, &call, &key, &stream, guards.clone())
     } else {
-        let entries = (0..checked.nodes.len()).map(entry);
+        let entries =
+            (0..checked.nodes.len()).filter(|&i| counter.chunked.get(i) != Some(&true)).map(|i| {
+                let n = local(format!("__cudagraph_n{i}"));
+                let at = proc_macro2::Literal::usize_unsuffixed(i);
+                let list = local("__cudagraph_list");
+                let e = if checked.nodes[i].condition.is_empty() {
+                    quote!(::cudagraph::__private::entry(&#n))
+                } else {
+                    quote!(::cudagraph::__private::entry_if(&#n))
+                };
+                quote!(#list[#at] = #e;)
+            });
+        let (list, nodes) = (local("__cudagraph_list"), local("__cudagraph_nodes"));
         quote! {
+            // The node list: one fat pointer per statement (set right after each chunk for the
+            // chunked ones), converted out of line (a literal of every statement's parameters
+            // makes large bodies slow to compile).
+            #(#entries)*
+            let mut #nodes = [::core::option::Option::None; #count];
             // SAFETY: the plan was generated from this body (`run` checks each node's handles
             // against its accesses), and the guards are its places' borrows, in place order.
             unsafe {
-                #cache_var.run(&__CUDAGRAPH_PLAN, &#call, #key, #stream, &[#(#entries),*], &[#(#guards),*])
+                #cache_var.run(&__CUDAGRAPH_PLAN, &#call, #key, #stream, ::cudagraph::__private::entries(&#list, &mut #nodes), &[#(#guards),*])
             }
         }
     };
@@ -98,6 +136,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         let #call = ::cudagraph::__private::begin_call();
         #acquisitions
         #key_decl
+        #list_decl
         #decls
         #body
         #run
@@ -225,6 +264,12 @@ pub(crate) struct NodeCounter {
     pub(crate) next: usize,
     ifs: u32,
     pub(crate) loops: usize,
+    /// Chunks emitted so far (see [`emit_items`]).
+    pub(crate) chunks: usize,
+    /// Whether the body has run-time loops (its node list is a `Vec`, not the array).
+    pub(crate) looped_body: bool,
+    /// The statements built in chunks, by node index: their names are references.
+    pub(crate) chunked: Vec<bool>,
     /// Device conditions declared so far (the next one's slot).
     conds: u32,
 }
@@ -248,7 +293,30 @@ pub(crate) fn emit_items(
     decls: &mut TokenStream,
 ) -> TokenStream {
     let mut out = TokenStream::new();
+    // Consecutive plain statements are built in chunks, each inside a closure called through
+    // an `#[inline(never)]` function: one function per chunk instead of one function holding
+    // every statement, which LLVM optimizes in super-linear time (issue 18).
+    let mut chunk: Vec<(syn::Ident, TokenStream)> = Vec::new();
     for item in items {
+        if holder == Holder::Plain
+            && let Item::Node(node) = item
+            && chunkable(node)
+        {
+            let n = local(format!("__cudagraph_n{}", counter.next));
+            counter.chunked.resize(counter.next + 1, false);
+            counter.chunked[counter.next] = true;
+            counter.next += 1;
+            chunk.push((n, node_value(node, places)));
+            if chunk.len() == CHUNK {
+                out.extend(emit_chunk(&mut chunk, counter.chunks, !counter.looped_body));
+                counter.chunks += 1;
+            }
+            continue;
+        }
+        if !chunk.is_empty() {
+            out.extend(emit_chunk(&mut chunk, counter.chunks, !counter.looped_body));
+            counter.chunks += 1;
+        }
         match item {
             Item::Node(node) => {
                 let n = local(format!("__cudagraph_n{}", counter.next));
@@ -312,6 +380,70 @@ pub(crate) fn emit_items(
             }
         }
     }
+    if !chunk.is_empty() {
+        out.extend(emit_chunk(&mut chunk, counter.chunks, !counter.looped_body));
+        counter.chunks += 1;
+    }
+    out
+}
+
+/// Statements per chunk (see [`emit_items`]).
+const CHUNK: usize = 16;
+
+/// Whether a plain statement can be built inside a chunk's closure: a kernel, copy, memset,
+/// zero, fill, empty or event statement whose tokens hold no `?`, `return`, `break`,
+/// `continue` or `.await` (which would act on the closure instead of the enclosing function).
+fn chunkable(node: &Node) -> bool {
+    let kind = matches!(
+        node.op,
+        Op::Launch { .. }
+            | Op::Copy { .. }
+            | Op::Memset { .. }
+            | Op::Zero { .. }
+            | Op::Fill { .. }
+            | Op::Empty { .. }
+            | Op::Event { .. }
+    );
+    fn plain(t: TokenStream) -> bool {
+        t.into_iter().all(|t| match t {
+            proc_macro2::TokenTree::Group(g) => plain(g.stream()),
+            proc_macro2::TokenTree::Punct(p) => p.as_char() != '?',
+            proc_macro2::TokenTree::Ident(i) => {
+                !["return", "break", "continue", "await", "yield"].iter().any(|k| i == k)
+            }
+            proc_macro2::TokenTree::Literal(_) => true,
+        })
+    }
+    kind && plain(node.tokens.clone())
+}
+
+/// One chunk: its statements built inside `__private::chunk(|| …)`, returned as one tuple that
+/// stays in place; each statement's name is a reference into it.
+fn emit_chunk(
+    chunk: &mut Vec<(syn::Ident, TokenStream)>,
+    number: usize,
+    set_list: bool,
+) -> TokenStream {
+    let c = local(format!("__cudagraph_chunk{number}"));
+    let names: Vec<&syn::Ident> = chunk.iter().map(|(n, _)| n).collect();
+    let lets = chunk.iter().map(|(n, v)| quote!(#[allow(unused_braces)] let #n = #v;));
+    let out = quote! {
+        let #c = ::cudagraph::__private::chunk(|| {
+            #(#lets)*
+            (#(#names,)*)
+        });
+        let (#(ref #names,)*) = #c;
+    };
+    let mut out = out;
+    if set_list {
+        let list = local("__cudagraph_list");
+        for (n, _) in chunk.iter() {
+            let i: usize = n.to_string()["__cudagraph_n".len()..].parse().expect("node index");
+            let i = proc_macro2::Literal::usize_unsuffixed(i);
+            out.extend(quote!(#list[#i] = ::cudagraph::__private::entry(#n);));
+        }
+    }
+    chunk.clear();
     out
 }
 

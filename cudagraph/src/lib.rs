@@ -649,4 +649,67 @@ pub mod __private {
     pub fn node_if<N: IntoNode>(n: &Option<N>) -> Option<NodeParams<'_>> {
         n.as_ref().map(IntoNode::node)
     }
+
+    /// A statement's entry in the node list of a `graph!` call: its node parameters, or none
+    /// for a statement in a host `if` branch not taken. The list is an array of `&dyn Entry`
+    /// (a fat pointer per statement), turned into parameters by [`entries`], one loop out of
+    /// line: an array literal of each statement's `Option<NodeParams>` made the release build
+    /// of a large body super-linear (issue 18).
+    pub trait Entry {
+        /// The node's parameters, `None` when absent from this call.
+        fn entry(&self) -> Option<NodeParams<'_>>;
+    }
+    impl<N: IntoNode> Entry for N {
+        #[inline]
+        fn entry(&self) -> Option<NodeParams<'_>> {
+            Some(self.node())
+        }
+    }
+    impl<N: IntoNode> Entry for Option<N> {
+        #[inline]
+        fn entry(&self) -> Option<NodeParams<'_>> {
+            self.as_ref().map(IntoNode::node)
+        }
+    }
+
+    /// Runs `f`, a chunk of a `graph!` body's statements, in a function of its own (LLVM's
+    /// optimization time grows faster than linearly in the size of one function).
+    #[inline(never)]
+    pub fn chunk<R, F: FnOnce() -> R>(f: F) -> R {
+        f()
+    }
+
+    /// The placeholder a node list starts with, before each statement sets its entry.
+    pub struct Absent;
+    impl Entry for Absent {
+        fn entry(&self) -> Option<NodeParams<'_>> {
+            None
+        }
+    }
+    /// See [`Absent`].
+    pub const ABSENT: &dyn Entry = &Absent;
+
+    /// Node list entry of a statement (see [`Entry`]).
+    #[inline(always)]
+    pub fn entry<N: IntoNode>(n: &N) -> &dyn Entry {
+        n
+    }
+
+    /// Node list entry of a statement in a host `if` branch (see [`Entry`]).
+    #[inline(always)]
+    pub fn entry_if<N: IntoNode>(n: &Option<N>) -> &dyn Entry {
+        n
+    }
+
+    /// Each entry's node parameters, written into `out` (as long as `list`), which is returned.
+    #[inline(never)]
+    pub fn entries<'o, 'a>(
+        list: &[&'a dyn Entry],
+        out: &'o mut [Option<NodeParams<'a>>],
+    ) -> &'o [Option<NodeParams<'a>>] {
+        for (o, e) in out.iter_mut().zip(list) {
+            *o = e.entry();
+        }
+        out
+    }
 }
