@@ -121,11 +121,11 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
             // chunked ones), converted out of line (a literal of every statement's parameters
             // makes large bodies slow to compile).
             #(#entries)*
-            let mut #nodes = [::core::option::Option::None; #count];
+            let #nodes = ::cudagraph::__private::entries(&#list);
             // SAFETY: the plan was generated from this body (`run` checks each node's handles
             // against its accesses), and the guards are its places' borrows, in place order.
             unsafe {
-                #cache_var.run(&__CUDAGRAPH_PLAN, &#call, #key, #stream, ::cudagraph::__private::entries(&#list, &mut #nodes), &[#(#guards),*])
+                #cache_var.run(&__CUDAGRAPH_PLAN, &#call, #key, #stream, &#nodes, &[#(#guards),*])
             }
         }
     };

@@ -181,58 +181,85 @@ fn expanded() -> ::cudagraph::Result<()> {
         6u32,
     );
     let __cudagraph_key: u64 = 0;
-    #[allow(unused_braces)]
-    let __cudagraph_n0 = ::cudagraph::__private::copy(
-        { __cudagraph_r0 },
-        { __cudagraph_w1 },
-    );
-    #[allow(unused_braces)]
-    let __cudagraph_n1 = ::cudagraph::__private::kernel_node(
-        ::cudagraph::__private::kernels(&k)
-            .scale(
-                ::cudagraph::__private::scalar(n),
-                ::cudagraph::__private::scalar(2.0),
-                { __cudagraph_w2 },
-            )
-            .launch(cfg),
-    );
-    #[allow(unused_braces)]
-    let __cudagraph_n2 = ::cudagraph::__private::kernel_node(
-        ::cudagraph::__private::kernels(&k)
-            .scale(
-                ::cudagraph::__private::scalar(n),
-                ::cudagraph::__private::scalar(3.0),
-                { __cudagraph_w3 },
-            )
-            .launch(cfg),
-    );
-    #[allow(unused_braces)]
-    let __cudagraph_n3 = ::cudagraph::__private::kernel_node(
-        ::cudagraph::__private::kernels(&k)
-            .axpy(
-                ::cudagraph::__private::scalar(n),
-                { __cudagraph_r1 },
-                { __cudagraph_w4 },
-            )
-            .launch(cfg),
-    );
-    #[allow(unused_braces)]
-    let __cudagraph_n4 = ::cudagraph::__private::kernel_node(
-        ::cudagraph::__private::kernels(&k)
-            .sum3(
-                ::cudagraph::__private::scalar(n),
-                { __cudagraph_r2 },
-                { __cudagraph_r3 },
-                { __cudagraph_r4 },
-                { __cudagraph_w5 },
-            )
-            .launch(cfg),
-    );
-    #[allow(unused_braces)]
-    let __cudagraph_n5 = ::cudagraph::__private::copy(
-        { __cudagraph_r5 },
-        { __cudagraph_w6 },
-    );
+    #[allow(unused_mut)]
+    let mut __cudagraph_list: [&dyn ::cudagraph::__private::Entry; 6] = [::cudagraph::__private::ABSENT; 6];
+    let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
+        #[allow(unused_braces)]
+        let __cudagraph_n0 = ::cudagraph::__private::copy(
+            { __cudagraph_r0 },
+            { __cudagraph_w1 },
+        );
+        #[allow(unused_braces)]
+        let __cudagraph_n1 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .scale(
+                    ::cudagraph::__private::scalar(n),
+                    ::cudagraph::__private::scalar(2.0),
+                    { __cudagraph_w2 },
+                )
+                .launch(cfg),
+        );
+        #[allow(unused_braces)]
+        let __cudagraph_n2 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .scale(
+                    ::cudagraph::__private::scalar(n),
+                    ::cudagraph::__private::scalar(3.0),
+                    { __cudagraph_w3 },
+                )
+                .launch(cfg),
+        );
+        #[allow(unused_braces)]
+        let __cudagraph_n3 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .axpy(
+                    ::cudagraph::__private::scalar(n),
+                    { __cudagraph_r1 },
+                    { __cudagraph_w4 },
+                )
+                .launch(cfg),
+        );
+        #[allow(unused_braces)]
+        let __cudagraph_n4 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .sum3(
+                    ::cudagraph::__private::scalar(n),
+                    { __cudagraph_r2 },
+                    { __cudagraph_r3 },
+                    { __cudagraph_r4 },
+                    { __cudagraph_w5 },
+                )
+                .launch(cfg),
+        );
+        #[allow(unused_braces)]
+        let __cudagraph_n5 = ::cudagraph::__private::copy(
+            { __cudagraph_r5 },
+            { __cudagraph_w6 },
+        );
+        (
+            __cudagraph_n0,
+            __cudagraph_n1,
+            __cudagraph_n2,
+            __cudagraph_n3,
+            __cudagraph_n4,
+            __cudagraph_n5,
+        )
+    });
+    let (
+        ref __cudagraph_n0,
+        ref __cudagraph_n1,
+        ref __cudagraph_n2,
+        ref __cudagraph_n3,
+        ref __cudagraph_n4,
+        ref __cudagraph_n5,
+    ) = __cudagraph_chunk0;
+    __cudagraph_list[0] = ::cudagraph::__private::entry(__cudagraph_n0);
+    __cudagraph_list[1] = ::cudagraph::__private::entry(__cudagraph_n1);
+    __cudagraph_list[2] = ::cudagraph::__private::entry(__cudagraph_n2);
+    __cudagraph_list[3] = ::cudagraph::__private::entry(__cudagraph_n3);
+    __cudagraph_list[4] = ::cudagraph::__private::entry(__cudagraph_n4);
+    __cudagraph_list[5] = ::cudagraph::__private::entry(__cudagraph_n5);
+    let __cudagraph_nodes = ::cudagraph::__private::entries(&__cudagraph_list);
     unsafe {
         __cudagraph_cache
             .run(
@@ -240,14 +267,7 @@ fn expanded() -> ::cudagraph::Result<()> {
                 &__cudagraph_call,
                 __cudagraph_key,
                 __cudagraph_stream,
-                &[
-                    ::cudagraph::__private::node(&__cudagraph_n0),
-                    ::cudagraph::__private::node(&__cudagraph_n1),
-                    ::cudagraph::__private::node(&__cudagraph_n2),
-                    ::cudagraph::__private::node(&__cudagraph_n3),
-                    ::cudagraph::__private::node(&__cudagraph_n4),
-                    ::cudagraph::__private::node(&__cudagraph_n5),
-                ],
+                &__cudagraph_nodes,
                 &[
                     __cudagraph_g0,
                     __cudagraph_g1,

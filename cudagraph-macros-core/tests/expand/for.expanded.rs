@@ -373,99 +373,153 @@ fn expanded() -> ::cudagraph::Result<()> {
         9u32,
     );
     let __cudagraph_key: u64 = 0;
-    #[allow(unused_braces)]
-    let __cudagraph_n0 = ::cudagraph::__private::copy(
-        { __cudagraph_r0 },
-        { __cudagraph_w1 },
-    );
-    #[allow(unused_braces)]
-    let __cudagraph_n1 = ::cudagraph::__private::memset({ __cudagraph_w2 }, 0u32);
-    #[allow(unused_braces)]
-    let __cudagraph_n2 = ::cudagraph::__private::kernel_node(
-        ::cudagraph::__private::kernels(&k)
-            .scale(
-                ::cudagraph::__private::scalar(n),
-                ::cudagraph::__private::scalar(0.5),
-                { __cudagraph_w1 },
-            )
-            .launch(cfg),
-    );
-    #[allow(unused_braces)]
-    let __cudagraph_n3 = ::cudagraph::__private::copy(
-        { __cudagraph_r3 },
-        { __cudagraph_w4 },
-    );
-    #[allow(unused_braces)]
-    let __cudagraph_n4 = ::cudagraph::__private::memset({ __cudagraph_w5 }, 0u32);
-    #[allow(unused_braces)]
-    let __cudagraph_n5 = ::cudagraph::__private::kernel_node(
-        ::cudagraph::__private::kernels(&k)
-            .scale(
-                ::cudagraph::__private::scalar(n),
-                ::cudagraph::__private::scalar(0.5),
-                { __cudagraph_w4 },
-            )
-            .launch(cfg),
-    );
-    #[allow(unused_braces)]
-    let __cudagraph_n6 = ::cudagraph::__private::copy(
-        { __cudagraph_r6 },
-        { __cudagraph_w7 },
-    );
-    #[allow(unused_braces)]
-    let __cudagraph_n7 = ::cudagraph::__private::memset({ __cudagraph_w8 }, 0u32);
-    #[allow(unused_braces)]
-    let __cudagraph_n8 = ::cudagraph::__private::kernel_node(
-        ::cudagraph::__private::kernels(&k)
-            .scale(
-                ::cudagraph::__private::scalar(n),
-                ::cudagraph::__private::scalar(0.5),
-                { __cudagraph_w7 },
-            )
-            .launch(cfg),
-    );
-    #[allow(unused_braces)]
-    let __cudagraph_n9 = ::cudagraph::__private::zero({ __cudagraph_w9 });
-    #[allow(unused_braces)]
-    let __cudagraph_n10 = ::cudagraph::__private::kernel_node(
-        ::cudagraph::__private::kernels(&k)
-            .axpy(
-                ::cudagraph::__private::scalar(n),
-                { __cudagraph_r1 },
-                { __cudagraph_w9 },
-            )
-            .launch(cfg),
-    );
-    #[allow(unused_braces)]
-    let __cudagraph_n11 = ::cudagraph::__private::kernel_node(
-        ::cudagraph::__private::kernels(&k)
-            .axpy(
-                ::cudagraph::__private::scalar(n),
-                { __cudagraph_r4 },
-                { __cudagraph_w9 },
-            )
-            .launch(cfg),
-    );
-    #[allow(unused_braces)]
-    let __cudagraph_n12 = ::cudagraph::__private::kernel_node(
-        ::cudagraph::__private::kernels(&k)
-            .axpy(
-                ::cudagraph::__private::scalar(n),
-                { __cudagraph_r7 },
-                { __cudagraph_w9 },
-            )
-            .launch(cfg),
-    );
-    #[allow(unused_braces)]
-    let __cudagraph_n13 = ::cudagraph::__private::copy(
-        { __cudagraph_r1 },
-        { __cudagraph_w4 },
-    );
-    #[allow(unused_braces)]
-    let __cudagraph_n14 = ::cudagraph::__private::copy(
-        { __cudagraph_r1 },
-        { __cudagraph_w7 },
-    );
+    #[allow(unused_mut)]
+    let mut __cudagraph_list: [&dyn ::cudagraph::__private::Entry; 15] = [::cudagraph::__private::ABSENT; 15];
+    let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
+        #[allow(unused_braces)]
+        let __cudagraph_n0 = ::cudagraph::__private::copy(
+            { __cudagraph_r0 },
+            { __cudagraph_w1 },
+        );
+        #[allow(unused_braces)]
+        let __cudagraph_n1 = ::cudagraph::__private::memset({ __cudagraph_w2 }, 0u32);
+        #[allow(unused_braces)]
+        let __cudagraph_n2 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .scale(
+                    ::cudagraph::__private::scalar(n),
+                    ::cudagraph::__private::scalar(0.5),
+                    { __cudagraph_w1 },
+                )
+                .launch(cfg),
+        );
+        (__cudagraph_n0, __cudagraph_n1, __cudagraph_n2)
+    });
+    let (ref __cudagraph_n0, ref __cudagraph_n1, ref __cudagraph_n2) = __cudagraph_chunk0;
+    __cudagraph_list[0] = ::cudagraph::__private::entry(__cudagraph_n0);
+    __cudagraph_list[1] = ::cudagraph::__private::entry(__cudagraph_n1);
+    __cudagraph_list[2] = ::cudagraph::__private::entry(__cudagraph_n2);
+    let __cudagraph_chunk1 = ::cudagraph::__private::chunk(|| {
+        #[allow(unused_braces)]
+        let __cudagraph_n3 = ::cudagraph::__private::copy(
+            { __cudagraph_r3 },
+            { __cudagraph_w4 },
+        );
+        #[allow(unused_braces)]
+        let __cudagraph_n4 = ::cudagraph::__private::memset({ __cudagraph_w5 }, 0u32);
+        #[allow(unused_braces)]
+        let __cudagraph_n5 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .scale(
+                    ::cudagraph::__private::scalar(n),
+                    ::cudagraph::__private::scalar(0.5),
+                    { __cudagraph_w4 },
+                )
+                .launch(cfg),
+        );
+        (__cudagraph_n3, __cudagraph_n4, __cudagraph_n5)
+    });
+    let (ref __cudagraph_n3, ref __cudagraph_n4, ref __cudagraph_n5) = __cudagraph_chunk1;
+    __cudagraph_list[3] = ::cudagraph::__private::entry(__cudagraph_n3);
+    __cudagraph_list[4] = ::cudagraph::__private::entry(__cudagraph_n4);
+    __cudagraph_list[5] = ::cudagraph::__private::entry(__cudagraph_n5);
+    let __cudagraph_chunk2 = ::cudagraph::__private::chunk(|| {
+        #[allow(unused_braces)]
+        let __cudagraph_n6 = ::cudagraph::__private::copy(
+            { __cudagraph_r6 },
+            { __cudagraph_w7 },
+        );
+        #[allow(unused_braces)]
+        let __cudagraph_n7 = ::cudagraph::__private::memset({ __cudagraph_w8 }, 0u32);
+        #[allow(unused_braces)]
+        let __cudagraph_n8 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .scale(
+                    ::cudagraph::__private::scalar(n),
+                    ::cudagraph::__private::scalar(0.5),
+                    { __cudagraph_w7 },
+                )
+                .launch(cfg),
+        );
+        (__cudagraph_n6, __cudagraph_n7, __cudagraph_n8)
+    });
+    let (ref __cudagraph_n6, ref __cudagraph_n7, ref __cudagraph_n8) = __cudagraph_chunk2;
+    __cudagraph_list[6] = ::cudagraph::__private::entry(__cudagraph_n6);
+    __cudagraph_list[7] = ::cudagraph::__private::entry(__cudagraph_n7);
+    __cudagraph_list[8] = ::cudagraph::__private::entry(__cudagraph_n8);
+    let __cudagraph_chunk3 = ::cudagraph::__private::chunk(|| {
+        #[allow(unused_braces)]
+        let __cudagraph_n9 = ::cudagraph::__private::zero({ __cudagraph_w9 });
+        (__cudagraph_n9,)
+    });
+    let (ref __cudagraph_n9,) = __cudagraph_chunk3;
+    __cudagraph_list[9] = ::cudagraph::__private::entry(__cudagraph_n9);
+    let __cudagraph_chunk4 = ::cudagraph::__private::chunk(|| {
+        #[allow(unused_braces)]
+        let __cudagraph_n10 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .axpy(
+                    ::cudagraph::__private::scalar(n),
+                    { __cudagraph_r1 },
+                    { __cudagraph_w9 },
+                )
+                .launch(cfg),
+        );
+        (__cudagraph_n10,)
+    });
+    let (ref __cudagraph_n10,) = __cudagraph_chunk4;
+    __cudagraph_list[10] = ::cudagraph::__private::entry(__cudagraph_n10);
+    let __cudagraph_chunk5 = ::cudagraph::__private::chunk(|| {
+        #[allow(unused_braces)]
+        let __cudagraph_n11 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .axpy(
+                    ::cudagraph::__private::scalar(n),
+                    { __cudagraph_r4 },
+                    { __cudagraph_w9 },
+                )
+                .launch(cfg),
+        );
+        (__cudagraph_n11,)
+    });
+    let (ref __cudagraph_n11,) = __cudagraph_chunk5;
+    __cudagraph_list[11] = ::cudagraph::__private::entry(__cudagraph_n11);
+    let __cudagraph_chunk6 = ::cudagraph::__private::chunk(|| {
+        #[allow(unused_braces)]
+        let __cudagraph_n12 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .axpy(
+                    ::cudagraph::__private::scalar(n),
+                    { __cudagraph_r7 },
+                    { __cudagraph_w9 },
+                )
+                .launch(cfg),
+        );
+        (__cudagraph_n12,)
+    });
+    let (ref __cudagraph_n12,) = __cudagraph_chunk6;
+    __cudagraph_list[12] = ::cudagraph::__private::entry(__cudagraph_n12);
+    let __cudagraph_chunk7 = ::cudagraph::__private::chunk(|| {
+        #[allow(unused_braces)]
+        let __cudagraph_n13 = ::cudagraph::__private::copy(
+            { __cudagraph_r1 },
+            { __cudagraph_w4 },
+        );
+        (__cudagraph_n13,)
+    });
+    let (ref __cudagraph_n13,) = __cudagraph_chunk7;
+    __cudagraph_list[13] = ::cudagraph::__private::entry(__cudagraph_n13);
+    let __cudagraph_chunk8 = ::cudagraph::__private::chunk(|| {
+        #[allow(unused_braces)]
+        let __cudagraph_n14 = ::cudagraph::__private::copy(
+            { __cudagraph_r1 },
+            { __cudagraph_w7 },
+        );
+        (__cudagraph_n14,)
+    });
+    let (ref __cudagraph_n14,) = __cudagraph_chunk8;
+    __cudagraph_list[14] = ::cudagraph::__private::entry(__cudagraph_n14);
+    let __cudagraph_nodes = ::cudagraph::__private::entries(&__cudagraph_list);
     unsafe {
         __cudagraph_cache
             .run(
@@ -473,23 +527,7 @@ fn expanded() -> ::cudagraph::Result<()> {
                 &__cudagraph_call,
                 __cudagraph_key,
                 __cudagraph_stream,
-                &[
-                    ::cudagraph::__private::node(&__cudagraph_n0),
-                    ::cudagraph::__private::node(&__cudagraph_n1),
-                    ::cudagraph::__private::node(&__cudagraph_n2),
-                    ::cudagraph::__private::node(&__cudagraph_n3),
-                    ::cudagraph::__private::node(&__cudagraph_n4),
-                    ::cudagraph::__private::node(&__cudagraph_n5),
-                    ::cudagraph::__private::node(&__cudagraph_n6),
-                    ::cudagraph::__private::node(&__cudagraph_n7),
-                    ::cudagraph::__private::node(&__cudagraph_n8),
-                    ::cudagraph::__private::node(&__cudagraph_n9),
-                    ::cudagraph::__private::node(&__cudagraph_n10),
-                    ::cudagraph::__private::node(&__cudagraph_n11),
-                    ::cudagraph::__private::node(&__cudagraph_n12),
-                    ::cudagraph::__private::node(&__cudagraph_n13),
-                    ::cudagraph::__private::node(&__cudagraph_n14),
-                ],
+                &__cudagraph_nodes,
                 &[
                     __cudagraph_g0,
                     __cudagraph_g1,

@@ -183,43 +183,58 @@ fn expanded() -> ::cudagraph::Result<()> {
         4u32,
     );
     let mut __cudagraph_key: u64 = 0;
+    #[allow(unused_mut)]
+    let mut __cudagraph_list: [&dyn ::cudagraph::__private::Entry; 7] = [::cudagraph::__private::ABSENT; 7];
     let mut __cudagraph_n4 = ::core::option::Option::None;
     let mut __cudagraph_n5 = ::core::option::Option::None;
     let mut __cudagraph_n6 = ::core::option::Option::None;
-    #[allow(unused_braces)]
-    let __cudagraph_n0 = ::cudagraph::__private::memset({ __cudagraph_w0 }, 0u32);
-    #[allow(unused_braces)]
-    let __cudagraph_n1 = ::cudagraph::__private::kernel_node(
-        ::cudagraph::__private::kernels(&k)
-            .stencil(
-                ::cudagraph::__private::scalar(n),
-                ::cudagraph::__private::scalar(n),
-                ::cudagraph::__private::scalar(alpha),
-                { __cudagraph_r1 },
-                { __cudagraph_w2 },
-            )
-            .launch(c.grid2d),
-    );
-    #[allow(unused_braces)]
-    let __cudagraph_n2 = ::cudagraph::__private::kernel_node(
-        ::cudagraph::__private::kernels(&k)
-            .boundary(
-                ::cudagraph::__private::scalar(n),
-                ::cudagraph::__private::scalar(n),
-                { __cudagraph_w2 },
-            )
-            .launch(c.edge),
-    );
-    #[allow(unused_braces)]
-    let __cudagraph_n3 = ::cudagraph::__private::kernel_node(
-        ::cudagraph::__private::kernels(&k)
-            .check_finite(
-                ::cudagraph::__private::scalar(cells),
-                { __cudagraph_r2 },
-                { __cudagraph_w0 },
-            )
-            .launch(c.cells),
-    );
+    let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
+        #[allow(unused_braces)]
+        let __cudagraph_n0 = ::cudagraph::__private::memset({ __cudagraph_w0 }, 0u32);
+        #[allow(unused_braces)]
+        let __cudagraph_n1 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .stencil(
+                    ::cudagraph::__private::scalar(n),
+                    ::cudagraph::__private::scalar(n),
+                    ::cudagraph::__private::scalar(alpha),
+                    { __cudagraph_r1 },
+                    { __cudagraph_w2 },
+                )
+                .launch(c.grid2d),
+        );
+        #[allow(unused_braces)]
+        let __cudagraph_n2 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .boundary(
+                    ::cudagraph::__private::scalar(n),
+                    ::cudagraph::__private::scalar(n),
+                    { __cudagraph_w2 },
+                )
+                .launch(c.edge),
+        );
+        #[allow(unused_braces)]
+        let __cudagraph_n3 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .check_finite(
+                    ::cudagraph::__private::scalar(cells),
+                    { __cudagraph_r2 },
+                    { __cudagraph_w0 },
+                )
+                .launch(c.cells),
+        );
+        (__cudagraph_n0, __cudagraph_n1, __cudagraph_n2, __cudagraph_n3)
+    });
+    let (
+        ref __cudagraph_n0,
+        ref __cudagraph_n1,
+        ref __cudagraph_n2,
+        ref __cudagraph_n3,
+    ) = __cudagraph_chunk0;
+    __cudagraph_list[0] = ::cudagraph::__private::entry(__cudagraph_n0);
+    __cudagraph_list[1] = ::cudagraph::__private::entry(__cudagraph_n1);
+    __cudagraph_list[2] = ::cudagraph::__private::entry(__cudagraph_n2);
+    __cudagraph_list[3] = ::cudagraph::__private::entry(__cudagraph_n3);
     if residual {
         __cudagraph_key |= 1u64 << 0u32;
         #[allow(unused_braces)]
@@ -244,6 +259,10 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         __cudagraph_n6 = ::core::option::Option::Some(__cudagraph_v);
     } else {}
+    __cudagraph_list[4] = ::cudagraph::__private::entry_if(&__cudagraph_n4);
+    __cudagraph_list[5] = ::cudagraph::__private::entry_if(&__cudagraph_n5);
+    __cudagraph_list[6] = ::cudagraph::__private::entry_if(&__cudagraph_n6);
+    let __cudagraph_nodes = ::cudagraph::__private::entries(&__cudagraph_list);
     unsafe {
         __cudagraph_cache
             .run(
@@ -251,15 +270,7 @@ fn expanded() -> ::cudagraph::Result<()> {
                 &__cudagraph_call,
                 __cudagraph_key,
                 __cudagraph_stream,
-                &[
-                    ::cudagraph::__private::node(&__cudagraph_n0),
-                    ::cudagraph::__private::node(&__cudagraph_n1),
-                    ::cudagraph::__private::node(&__cudagraph_n2),
-                    ::cudagraph::__private::node(&__cudagraph_n3),
-                    ::cudagraph::__private::node_if(&__cudagraph_n4),
-                    ::cudagraph::__private::node_if(&__cudagraph_n5),
-                    ::cudagraph::__private::node_if(&__cudagraph_n6),
-                ],
+                &__cudagraph_nodes,
                 &[
                     __cudagraph_g0,
                     __cudagraph_g1,

@@ -84,17 +84,21 @@ fn expanded() -> ::cudagraph::Result<()> {
     let mut __cudagraph_c0: usize = 0;
     let mut __cudagraph_n1 = ::std::vec::Vec::new();
     let mut __cudagraph_n2 = ::std::vec::Vec::new();
-    #[allow(unused_braces)]
-    let __cudagraph_n0 = ::cudagraph::__private::kernel_node(
-        ::cudagraph::__private::kernels(&k)
-            .iota(
-                ::cudagraph::__private::scalar(n),
-                ::cudagraph::__private::scalar(1),
-                ::cudagraph::__private::scalar(0),
-                { __cudagraph_w0 },
-            )
-            .launch(cfg),
-    );
+    let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
+        #[allow(unused_braces)]
+        let __cudagraph_n0 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .iota(
+                    ::cudagraph::__private::scalar(n),
+                    ::cudagraph::__private::scalar(1),
+                    ::cudagraph::__private::scalar(0),
+                    { __cudagraph_w0 },
+                )
+                .launch(cfg),
+        );
+        (__cudagraph_n0,)
+    });
+    let (ref __cudagraph_n0,) = __cudagraph_chunk0;
     {
         let __cudagraph_s: usize = 0;
         let __cudagraph_e: usize = count;
@@ -122,7 +126,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         }
     }
     let mut __cudagraph_nodes = ::std::vec::Vec::new();
-    __cudagraph_nodes.push(::cudagraph::__private::node(&__cudagraph_n0));
+    __cudagraph_nodes.push(::cudagraph::__private::node(__cudagraph_n0));
     for __cudagraph_t in 0..__cudagraph_c0 {
         __cudagraph_nodes
             .push(::cudagraph::__private::node(&__cudagraph_n1[__cudagraph_t]));
