@@ -300,8 +300,9 @@ impl<'a> GraphBuilder<'a> {
     /// # let ctx = cudagraph::context(0)?;
     /// let stream = ctx.new_stream()?;
     /// let x = stream.alloc_zeros::<u32>(1024)?;
-    /// // SAFETY: plain u32s, written by the copy before they are read.
-    /// let mut pinned = unsafe { ctx.alloc_pinned::<u32>(1024)? };
+    /// // SAFETY: plain u32s, written by the copy before they are read. Flags 0: not
+    /// // write-combined, since the host reads it (see the crate docs on pinned memory).
+    /// let mut pinned = unsafe { ctx.alloc_pinned_with_flags::<u32>(1024, 0)? };
     /// let mut cache = GraphCache::new();
     /// let mut g = cache.builder(&stream);
     /// let (xr, p) = (g.read(&x), g.write(&mut pinned));

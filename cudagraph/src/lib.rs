@@ -97,7 +97,7 @@
 //!
 //! For `fn axpy(n: u32, a: f32, x: &[f32], y: &mut [f32]);` in [`kernels!`], the struct gets
 //!
-//! ```ignore
+//! ```text
 //! fn axpy<'b>(&'b self, n: u32, a: f32, x: impl ReadArg<'b, f32>, y: impl WriteArg<'b, f32>)
 //!     -> KernelCall<'b, …>;          // then `.launch(cfg)`
 //! ```
@@ -230,6 +230,21 @@ pub use plan::{Access, EdgeKind, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, in
 /// - `fill(&mut dst, value)`: every element set to `value` of any `bytemuck::NoUninit` type of 1
 ///   to 64 bytes (`u64`, `f64`, …), by a kernel node of the crate's fill kernel
 ///   ([`FillNode`]).
+/// - `host(&a, &mut b, move |(a, b)| { … })`: a host function node. The closure (`FnOnce +
+///   Send + 'static`, a new one every call) runs once per launch on a driver thread when the
+///   launch reaches the node, with the listed **pinned host** buffers as `&[T]` / `&mut [T]`
+///   (`host(move |()| …)` lists none); it must not call CUDA. A panic inside is caught and
+///   returned as [`Error::HostFunction`] by the cache's next call. Not allowed in device bodies.
+/// - `empty()`: an empty node, a join point: `let j = empty().after(a, b);`.
+/// - `event_record(&e)` / `event_wait(&e)` with an `Arc<CudaEvent>`: event record / wait nodes,
+///   ordered only by `.after` (they touch no buffer); the exec keeps the event alive. Timing
+///   needs events made with `CU_EVENT_DEFAULT` (cudarc's `new_event(None)` has no timing).
+/// - `let c = condition(default);` then `device_while(c, { … })`, `device_if(c, { … })`,
+///   `device_if(c, { … }, { … })` or `device_switch(c, { … }, …)`: conditional nodes whose
+///   bodies are graphs of ordinary statements, looping or branching on the device on the value
+///   that a kernel taking `c: Condition` sets (`use cudagraph::Condition;` for the `kernels!`
+///   declaration); see the README's "Device control flow". Refused by [`Mode::Eager`] and
+///   [`eager!`] (the condition means nothing outside a graph).
 ///
 /// Edges from a kernel node into the node of a kernel declared `#[programmatic]` in
 /// [`kernels!`] are programmatic edges ([`EdgeKind`]): that kernel may start before the kernel
@@ -262,7 +277,12 @@ pub use cudagraph_macros::graph;
 /// `heat.function("stencil") -> Option<&CudaFunction>`, and one method per kernel for use
 /// inside [`graph!`]. Scalar parameters take any `DeviceRepr` type without padding bytes
 /// (`bytemuck::NoUninit`); `&[T]` parameters take a `&buffer` of device memory of `T`, `&mut [T]`
-/// a `&mut buffer`. At most 16 parameters; `load`, `function`, `module`, `NAMES` and
+/// a `&mut buffer`; `&T` / `&mut T` parameters are device scalars, a `&buffer` / `&mut buffer` of
+/// exactly one element of `T` (the kernel gets a `const T*` / `T*`: a solver's `alpha` or
+/// residual that never leaves the device; another length is [`Error::InvalidNode`]); a
+/// `c: Condition` parameter takes a device condition of the body (`let c = condition(default);`,
+/// see [`graph!`]'s device statements), and needs `use cudagraph::Condition;` where the
+/// `kernels!` block is. At most 16 parameters; `load`, `function`, `module`, `NAMES` and
 /// `PROGRAMMATIC` are reserved.
 ///
 /// # Programmatic kernels

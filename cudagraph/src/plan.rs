@@ -240,7 +240,8 @@ impl Plan {
             let style = if n.condition.is_empty() {
                 String::new()
             } else {
-                let _ = write!(label, "\\nif {}", escape(n.condition));
+                let word = if n.condition.starts_with("for ") { "in" } else { "if" };
+                let _ = write!(label, "\\n{word} {}", escape(n.condition));
                 ", style=dashed".to_string()
             };
             let _ = writeln!(s, "  n{i} [shape={shape}{style}, label=\"{label}\"];");
@@ -272,7 +273,11 @@ impl fmt::Display for Plan {
             let preds: Vec<String> =
                 edges.iter().filter(|e| e.1 as usize == i).map(|e| format!("n{}", e.0)).collect();
             write!(f, "  n{i} {:<12} {:?} after [{}]", n.label, n.kind, preds.join(", "))?;
-            if !n.condition.is_empty() {
+            if n.condition.starts_with("for ") {
+                // A run-time `for` body: repeated per iteration, edges across iterations made
+                // per call.
+                write!(f, " in {} (run-time count)", n.condition)?;
+            } else if !n.condition.is_empty() {
                 write!(f, " if {}", n.condition)?;
             }
             if let Some((c, b)) = self.parent(i) {

@@ -41,11 +41,11 @@ pub fn event_wait(event: &Arc<CudaEvent>) -> EventWaitParams<'_> {
     EventWaitParams(EventParams { event })
 }
 
-/// The parameters of an event record node (see [`event_record`]).
+/// The parameters of an event record node (see [`event_record()`]).
 #[derive(Clone, Copy, Debug)]
 pub struct EventRecordParams<'a>(pub(crate) EventParams<'a>);
 
-/// The parameters of an event wait node (see [`event_wait`]).
+/// The parameters of an event wait node (see [`event_wait()`]).
 #[derive(Clone, Copy, Debug)]
 pub struct EventWaitParams<'a>(pub(crate) EventParams<'a>);
 
