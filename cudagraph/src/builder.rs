@@ -327,6 +327,56 @@ impl<'a> GraphBuilder<'a> {
         node
     }
 
+    /// A graph-owned buffer of `len` elements of `T` (a memory allocation node,
+    /// `cuGraphAddNode_v2` with `CU_GRAPH_NODE_TYPE_MEM_ALLOC`), as `let tmp = alloc::<T>(len);`
+    /// does in `graph!`: later nodes use it through [`Scratch::read`](crate::Scratch::read) and
+    /// [`Scratch::write`](crate::Scratch::write) with the usual hazard rules (every use is
+    /// ordered after the alloc node), and it is freed by a memory free node after its last use:
+    /// [`free`](Self::free), or at [`launch`](Self::launch) for one not freed before. It exists
+    /// only while the launch runs between those two nodes: nothing outside the graph can reach
+    /// it. A use after [`free`](Self::free), a buffer of 0 elements, or an `alloc` inside a
+    /// device body (the driver allows memory nodes only in the top graph) is
+    /// [`Error::InvalidNode`] at `launch`. In [`Mode::Eager`](crate::Mode::Eager): a
+    /// `cuMemAllocAsync` / `cuMemFreeAsync` pair on the stream. Label: `alloc`.
+    /// See [`kind::alloc`](crate::GraphCache::graph_owned_bytes) for the driver's rules and
+    /// how updates behave (re-instantiation instead of whole-exec update).
+    #[track_caller]
+    pub fn alloc<T: cudarc::driver::DeviceRepr>(&mut self, len: usize) -> crate::Scratch<'a, T> {
+        let at = Location::caller();
+        let tag = self.rec.new_place();
+        let slot = place_of(tag, self.rec.id).unwrap_or(u32::MAX);
+        let scratch = crate::Scratch::<T>::new(self.stream, slot, len, tag);
+        self.guards.push(crate::operand::scratch_guard());
+        let site = site("alloc", "GraphBuilder::alloc", at);
+        if self.rec.scope.is_some() {
+            let why = "a graph-owned buffer allocated inside a device body (memory nodes are                        allowed in the top graph only)";
+            self.rec.fail(site, why.into());
+        } else if slot >= crate::kind::alloc::MAX_SLOTS {
+            self.rec.fail(site, "more than 2^20 buffers registered with one GraphBuilder".into());
+        }
+        self.rec.scratch.push((slot, false, scratch.free_node().erased()));
+        self.rec.push(site, RecKind::MemAlloc(scratch.alloc_node().erased()), &[(tag, true)]);
+        scratch
+    }
+
+    /// Frees a graph-owned buffer of [`alloc`](Self::alloc): a memory free node
+    /// (`cuGraphAddNode_v2` with `CU_GRAPH_NODE_TYPE_MEM_FREE`) ordered after every earlier use
+    /// of it. A later node using it, or a second `free`, is [`Error::InvalidNode`] at `launch`.
+    /// Label: `free`.
+    #[track_caller]
+    pub fn free<T>(&mut self, buffer: crate::Scratch<'a, T>) -> Node {
+        let site = site("free", "GraphBuilder::free", Location::caller());
+        let tag = buffer.write().tag;
+        let place = place_of(tag, self.rec.id);
+        let found = self.rec.scratch.iter().position(|s| Some(s.0) == place && place.is_some());
+        let node = self.rec.push(site, RecKind::MemFree(buffer.free_node().erased()), &[(tag, true)]);
+        match found {
+            Some(i) if !self.rec.scratch[i].1 => self.rec.scratch[i].1 = true,
+            _ => self.rec.fail(site, "a graph-owned buffer freed twice, or not this builder's".into()),
+        }
+        node
+    }
+
     /// Adds an empty node (`cuGraphAddNode_v2`, empty): no work, a join point for
     /// [`after`](Self::after) edges, as `empty()` does in `graph!`. Label: `empty`.
     #[track_caller]
@@ -505,6 +555,17 @@ impl<'a> GraphBuilder<'a> {
         if let Some(e) = self.rec.error.take() {
             return Err(e);
         }
+        // Graph-owned buffers not freed yet get their free node now, after every use.
+        self.rec.scope = None;
+        let at = self.rec.location;
+        for i in 0..self.rec.scratch.len() {
+            let (_, freed, free) = self.rec.scratch[i];
+            if !freed {
+                self.rec.scratch[i].1 = true;
+                let site = site("free", "GraphBuilder::launch (free of a graph-owned buffer)", at);
+                self.rec.push(site, RecKind::MemFree(free), &[(free.tag(), true)]);
+            }
+        }
         let key = self.rec.signature();
         let rec = &self.rec;
         let views: Vec<KernelView<'_>> = rec.kernel_views().collect();
@@ -555,6 +616,8 @@ pub(crate) struct Recording {
     slots: Vec<bool>,
     /// The body that nodes are being added to: `(conditional node, body)`.
     scope: Option<(u32, u32)>,
+    /// Graph-owned buffers: `(place, freed, free node)`.
+    scratch: Vec<(u32, bool, crate::FreeParams<'static>)>,
 }
 
 pub(crate) struct RecNode {
@@ -581,6 +644,10 @@ enum RecKind {
     EventRecord(usize),
     /// An event wait node: index of the event in the builder's `events`.
     EventWait(usize),
+    /// A graph-owned buffer's memory allocation node.
+    MemAlloc(crate::AllocParams<'static>),
+    /// A graph-owned buffer's memory free node.
+    MemFree(crate::FreeParams<'static>),
     /// A device `while`, `if` or `switch`; its bodies' nodes follow it.
     Conditional(crate::kind::ConditionalParams),
 }
@@ -676,6 +743,7 @@ impl Recording {
             scalars: Vec::new(),
             slots: Vec::new(),
             scope: None,
+            scratch: Vec::new(),
         }
     }
 
@@ -694,6 +762,7 @@ impl Recording {
         self.scalars.clear();
         self.slots.clear();
         self.scope = None;
+        self.scratch.clear();
     }
 
     /// A new place's tag: the builder's number above [`PLACE_BITS`], the place's number (from
@@ -732,6 +801,9 @@ impl Recording {
                 self.fail(site, why.into());
                 continue;
             };
+            if self.scratch.iter().any(|s| s.0 == place && s.1) {
+                self.fail(site, "a graph-owned buffer used after its free node".into());
+            }
             match self.accesses[start..].iter_mut().find(|a| a.place == place) {
                 Some(a) if a.write || write => self.fail(
                     site,
@@ -934,6 +1006,8 @@ impl Recording {
                 RecKind::EventRecord(_) => 9,
                 RecKind::EventWait(_) => 10,
                 RecKind::Conditional(_) => 11,
+                RecKind::MemAlloc(_) => 12,
+                RecKind::MemFree(_) => 13,
             });
             // The body it is in, and a conditional node's type and number of bodies.
             match n.parent {
@@ -1026,6 +1100,8 @@ impl Recording {
                         _borrow: core::marker::PhantomData,
                     }),
                     RecKind::Conditional(p) => NodeParams::Conditional(*p),
+                    RecKind::MemAlloc(p) => NodeParams::MemAlloc(*p),
+                    RecKind::MemFree(p) => NodeParams::MemFree(*p),
                 })
             })
             .collect()

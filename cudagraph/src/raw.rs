@@ -216,6 +216,40 @@ pub unsafe fn memset_async(
     }
 }
 
+/// `cuMemAllocAsync`: `bytes` bytes of device memory from the device's default memory pool,
+/// usable by work enqueued on `stream` after this call (stream-ordered allocation).
+///
+/// # Safety
+/// `stream` is alive and its context current.
+pub unsafe fn mem_alloc_async(bytes: usize, stream: CUstream) -> Result<sys::CUdeviceptr, DriverError> {
+    let mut d: sys::CUdeviceptr = 0;
+    // SAFETY: the caller's contract; `d` is a valid out-pointer.
+    unsafe { sys::cuMemAllocAsync(&mut d, bytes, stream) }.result()?;
+    Ok(d)
+}
+
+/// `cuMemFreeAsync`: frees `d` once the work enqueued on `stream` so far is done.
+///
+/// # Safety
+/// `d` came from [`mem_alloc_async`] and is not freed yet; nothing enqueued after this call
+/// uses it; `stream` live.
+pub unsafe fn mem_free_async(d: sys::CUdeviceptr, stream: CUstream) -> Result<(), DriverError> {
+    // SAFETY: the caller's contract.
+    unsafe { sys::cuMemFreeAsync(d, stream) }.result()
+}
+
+/// `cuDeviceGetGraphMemAttribute` of a 64-bit attribute (every `CUgraphMem_attribute`).
+pub fn graph_mem_attribute(
+    device: sys::CUdevice,
+    attr: sys::CUgraphMem_attribute,
+) -> Result<u64, DriverError> {
+    let mut v: u64 = 0;
+    // SAFETY: every graph memory attribute is a `cuuint64_t`; `v` is a valid out-pointer; an
+    // invalid device is an error return.
+    unsafe { sys::cuDeviceGetGraphMemAttribute(device, attr, (&raw mut v).cast()) }.result()?;
+    Ok(v)
+}
+
 /// `cuLaunchHostFunc`: `f(user)` runs on a driver thread once `stream`'s earlier work is done.
 ///
 /// # Safety

@@ -7,7 +7,7 @@ use cudarc::driver::sys::{CUcontext, CUgraph, CUgraphExec, CUgraphNode};
 
 use super::{GraphCache, Shape};
 use crate::error::{Call, CudaError, Error, Result};
-use crate::kind::{NodeParams, NodeState, Update, conditional};
+use crate::kind::{NodeParams, NodeState, Update, alloc, conditional};
 use crate::raw::Driver;
 
 impl<D: Driver> GraphCache<D> {
@@ -40,7 +40,9 @@ impl<D: Driver> GraphCache<D> {
         let mut rebuild = false;
         let mut refusal: Option<(usize, &'static str, cudarc::driver::DriverError)> = None;
         let handles = core::mem::take(&mut v.handles);
-        let bound = conditional::with_handles(&handles, || {
+        // The graph-owned buffers' addresses in this variant's graph, for the nodes using them.
+        let mut scratch = scratch_table(&v.nodes);
+        let bound = conditional::with_handles(&handles, || alloc::with_scratch(&mut scratch, || {
             for (j, (state, new)) in v.nodes.iter_mut().zip(nodes).enumerate() {
                 // SAFETY: the state's node belongs to the graph v.exec was instantiated from, in
                 // context v.ctx (current); `new` was validated.
@@ -60,7 +62,7 @@ impl<D: Driver> GraphCache<D> {
                 }
             }
             true
-        });
+        }));
         v.handles = handles;
         if !bound {
             return Ok(false);
@@ -94,8 +96,11 @@ impl<D: Driver> GraphCache<D> {
         };
         let exec = self.variants[i].exec;
         // A graph with conditional nodes has new handles, which the exec's conditional nodes
-        // do not use: it is instantiated anew rather than updated into the exec.
-        let updated = if handles.is_empty() {
+        // do not use: it is instantiated anew rather than updated into the exec. So is a graph
+        // with memory allocation or free nodes, whose whole-exec update the driver refuses (and
+        // whose new allocations have new addresses, which the exec's nodes do not use).
+        let memory_nodes = states.iter().any(|s| s.scratch().is_some());
+        let updated = if handles.is_empty() && !memory_nodes {
             // SAFETY: both live, same context, same topology (same variant key).
             unsafe { self.driver.exec_update(exec, graph) }
         } else {
@@ -191,8 +196,11 @@ pub(super) fn build(
             }
         }
     }
-    let built =
-        conditional::with_handles(&handles, || add_nodes(driver, shape, nodes, ctx, graph, &edges));
+    // Each alloc node binds its address as it is added, for the nodes after it.
+    let mut scratch = Vec::new();
+    let built = conditional::with_handles(&handles, || {
+        alloc::with_scratch(&mut scratch, || add_nodes(driver, shape, nodes, ctx, graph, &edges))
+    });
     match built {
         Ok(states) => Ok((graph, states, handles)),
         Err(e) => {
@@ -253,4 +261,16 @@ fn add_nodes(
         }
     }
     Ok(states)
+}
+
+/// The addresses of the graph-owned buffers of a variant's graph, by place slot.
+pub(super) fn scratch_table(nodes: &[NodeState]) -> Vec<u64> {
+    let mut table = Vec::new();
+    for (slot, addr, _) in nodes.iter().filter_map(NodeState::scratch) {
+        if table.len() <= slot as usize {
+            table.resize(slot as usize + 1, 0);
+        }
+        table[slot as usize] = addr;
+    }
+    table
 }

@@ -382,12 +382,25 @@ impl GraphCache {
         stream: &CudaStream,
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
-        for (i, n) in nodes.iter().enumerate() {
-            let Some(n) = n else { continue };
-            // SAFETY: parameters validated; pointers come from places the caller keeps
-            // borrowed until after this call, with guards recording these uses on `stream`.
-            unsafe { n.eager(stream, &self.reports, &|| shape.site(i)) }?;
-        }
+        // Graph-owned buffers: `cuMemAllocAsync`'s addresses by place slot, bound for the
+        // statements after each `alloc`; any that an error (or a panic) part way left unfreed
+        // is freed on the stream after what was enqueued.
+        let mut scratch = Vec::new();
+        let r = crate::kind::alloc::with_scratch(&mut scratch, || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                for (i, n) in nodes.iter().enumerate() {
+                    let Some(n) = n else { continue };
+                    // SAFETY: parameters validated; pointers come from places the caller keeps
+                    // borrowed until after this call, with guards recording these uses on
+                    // `stream`, or from this call's allocations, freed after their last use.
+                    unsafe { n.eager(stream, &self.reports, &|| shape.site(i)) }?;
+                }
+                Ok::<(), Error>(())
+            }))
+        });
+        crate::kind::alloc::free_unfreed(&mut scratch, stream);
+        let r = r.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        r?;
         self.stats.eager_calls += 1;
         Ok(())
     }
@@ -466,6 +479,18 @@ impl<D: Driver> GraphCache<D> {
             ledger: ledger::Ledger::default(),
             reports: Arc::default(),
         }
+    }
+
+    /// Bytes of graph-owned buffers (`alloc` statements, [`GraphBuilder::alloc`]) allocated
+    /// by each launch of the most recently used variant: the sum of its alloc nodes' sizes,
+    /// memory that user-held buffers would occupy between calls too, and that graph allocations
+    /// occupy only while a launch runs (see [`graph_mem_usage`](crate::graph_mem_usage) for
+    /// what the device's graph memory pool holds). 0 on an empty cache.
+    pub fn graph_owned_bytes(&self) -> usize {
+        let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
+            return 0;
+        };
+        v.nodes.iter().filter_map(NodeState::scratch).map(|(_, _, bytes)| bytes).sum()
     }
 
     /// The counters so far.

@@ -131,7 +131,7 @@ pub fn copy<'x, S: CopyTo<D> + 'x, D: 'x>(src: S, dst: D) -> MemcpyParams<'x> {
 
 fn memory_fields(m: Memory) -> (CUmemorytype, *const c_void, CUdeviceptr) {
     match m {
-        Memory::Device(p) => (CUmemorytype::CU_MEMORYTYPE_DEVICE, ptr::null(), p),
+        Memory::Device(p) => (CUmemorytype::CU_MEMORYTYPE_DEVICE, ptr::null(), super::alloc::resolve(p)),
         Memory::Host(p) => (CUmemorytype::CU_MEMORYTYPE_HOST, p, 0),
     }
 }
@@ -241,7 +241,7 @@ impl NodeKind for Memcpy {
     ) -> Result<(), Error> {
         let c = &c.raw;
         let addr = |m: Memory| match m {
-            Memory::Device(p) => p,
+            Memory::Device(p) => super::alloc::resolve(p),
             Memory::Host(p) => p as CUdeviceptr,
         };
         let bytes = c.src_len * c.elem_size;

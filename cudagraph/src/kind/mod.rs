@@ -21,6 +21,7 @@ use crate::error::{CudaError, Error, NodeSite};
 use crate::operand::Accesses;
 use crate::raw::Driver;
 
+pub(crate) mod alloc;
 pub(crate) mod captured;
 pub(crate) mod child;
 pub(crate) mod conditional;
@@ -32,6 +33,7 @@ pub(crate) mod kernel;
 pub(crate) mod memcpy;
 pub(crate) mod memset;
 
+pub use alloc::{AllocParams, FreeParams, GraphMemUsage, MAX_ALLOC_BYTES, Scratch};
 pub use captured::{CaptureOperand, CaptureOperands, CaptureParams, CapturedWork};
 pub use child::{GraphRef, NoGraphRead};
 pub use conditional::{Condition, ConditionalParams, ConditionalType};
@@ -115,6 +117,11 @@ pub(crate) trait NodeKind {
     /// the caller to drop once every node's work was taken back (dropping it runs user code,
     /// which may panic).
     fn unlaunched(_state: &mut Self::State) -> Option<Box<dyn Send>> {
+        None
+    }
+    /// A memory allocation node's `(place slot, address, bytes)` (see [`alloc`]); `None` for
+    /// every other kind.
+    fn scratch(_state: &Self::State) -> Option<(u32, u64, usize)> {
         None
     }
     /// Runs the node eagerly on `stream` (the oracle of [`Mode::Eager`](crate::Mode::Eager)).
@@ -361,6 +368,14 @@ macro_rules! node_kinds {
                 }
             }
 
+            /// See [`NodeKind::scratch`].
+            pub(crate) fn scratch(&self) -> Option<(u32, u64, usize)> {
+                match self {
+                    NodeState::Absent => None,
+                    $(NodeState::$variant(_, s) => <$kind>::scratch(s),)*
+                }
+            }
+
             /// See [`NodeKind::carry`].
             pub(crate) fn carry(old: &mut NodeState, new: &mut NodeState) {
                 match (old, new) {
@@ -395,6 +410,10 @@ node_kinds! {
     EventRecord(EventRecordParams<'a>) => event::Record,
     /// Event wait node, `event_wait(&e)`.
     EventWait(EventWaitParams<'a>) => event::Wait,
+    /// Memory allocation node of a graph-owned buffer, `let tmp = alloc::<T>(n);`.
+    MemAlloc(AllocParams<'a>) => alloc::Alloc,
+    /// Memory free node of a graph-owned buffer (after its last use, or `free(&mut tmp)`).
+    MemFree(FreeParams<'a>) => alloc::Free,
     /// Conditional node (device `while`, `if`, `if`/`else`, `switch`).
     Conditional(ConditionalParams) => conditional::Conditional,
 }
@@ -465,6 +484,18 @@ impl crate::operand::sealed::Sealed for EventWaitParams<'_> {}
 impl IntoNode for EventWaitParams<'_> {
     fn node(&self) -> NodeParams<'_> {
         NodeParams::EventWait(*self)
+    }
+}
+impl crate::operand::sealed::Sealed for AllocParams<'_> {}
+impl IntoNode for AllocParams<'_> {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::MemAlloc(*self)
+    }
+}
+impl crate::operand::sealed::Sealed for FreeParams<'_> {}
+impl IntoNode for FreeParams<'_> {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::MemFree(*self)
     }
 }
 impl crate::operand::sealed::Sealed for GraphRef<'_> {}
