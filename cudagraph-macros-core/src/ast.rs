@@ -152,6 +152,27 @@ pub enum Op {
         /// The event expression (`&Arc<CudaEvent>`).
         event: Expr,
     },
+    /// `let NAME = alloc::<TY>(LEN);`: a graph-owned buffer, made by a memory allocation node
+    /// (which writes it) and usable as `&NAME` / `&mut NAME` by later statements.
+    Alloc {
+        /// The `alloc` word.
+        func: Ident,
+        /// The element type.
+        ty: syn::Type,
+        /// The length in elements (a `usize` expression, evaluated once per call, before the
+        /// statements' parameters).
+        len: Expr,
+        /// The buffer as a place (its `let` name), written.
+        buffer: Operand,
+    },
+    /// `free(&mut NAME)`: the memory free node of a graph-owned buffer; added by the macro after
+    /// the last statement of the body for a buffer not freed explicitly.
+    Free {
+        /// The `free` word (the `alloc` word's span when added by the macro).
+        func: Ident,
+        /// The buffer, written.
+        buffer: Operand,
+    },
     /// `empty()`: a node without work, a join point for `.after`.
     Empty {
         /// The `empty` word.
@@ -197,6 +218,7 @@ pub enum Arg {
 }
 
 /// `&place` or `&mut place`.
+#[derive(Clone)]
 pub struct Operand {
     /// `true` for `&mut`.
     pub write: bool,
@@ -220,6 +242,8 @@ impl Op {
             Op::Capture { .. } => "capture".into(),
             Op::Host { .. } => "host".into(),
             Op::Empty { .. } => "empty".into(),
+            Op::Alloc { .. } => "alloc".into(),
+            Op::Free { .. } => "free".into(),
             Op::Event { func, .. } => func.to_string(),
             Op::Child { .. } => "child".into(),
             Op::Conditional { func, .. } => func.to_string(),
@@ -240,6 +264,7 @@ impl Op {
             Op::Memset { dst, .. } | Op::Zero { dst, .. } | Op::Fill { dst, .. } => vec![dst],
             Op::Capture { operands, .. } | Op::Host { operands, .. } => operands.iter().collect(),
             Op::Child { graph, .. } => vec![graph],
+            Op::Alloc { buffer, .. } | Op::Free { buffer, .. } => vec![buffer],
             Op::Empty { .. } | Op::Event { .. } => vec![],
             Op::Conditional { .. } => Vec::new(),
         }

@@ -44,7 +44,17 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
     let key = local("__cudagraph_key");
     let call = local("__cudagraph_call");
 
-    let acquisitions = acquisitions(&order, &places, &stream.to_token_stream(), &call);
+    // Graph-owned buffers: their element type and length, by place key.
+    let scratch: HashMap<String, (&syn::Type, &Expr)> = checked
+        .nodes
+        .iter()
+        .filter_map(|f| match &f.node.op {
+            Op::Alloc { ty, len, buffer, .. } => Some((buffer.key.clone(), (ty, len))),
+            _ => None,
+        })
+        .collect();
+    let acquisitions =
+        acquisitions(&order, &places, &scratch, &stream.to_token_stream(), &call);
     let guards: Vec<syn::Ident> = (0..order.len()).map(|i| handles(i).2).collect();
 
     let mut counter = NodeCounter { next: 0, ifs: 0, loops: 0, conds: 0 };
@@ -110,6 +120,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
 fn acquisitions(
     order: &[String],
     places: &HashMap<String, PlaceInfo<'_>>,
+    scratch: &HashMap<String, (&syn::Type, &Expr)>,
     stream: &TokenStream,
     call: &syn::Ident,
 ) -> TokenStream {
@@ -172,6 +183,17 @@ fn acquisitions(
     for key in order {
         let p = &places[key];
         let (r, w, g) = handles(p.index);
+        if let Some((ty, len)) = scratch.get(key) {
+            // A graph-owned buffer: no place to borrow; its handles are made for this call.
+            let s = local(format!("__cudagraph_s{}", p.index));
+            let index = p.index as u32;
+            let len = quote_spanned!(len.span()=> { let __n: usize = #len; __n });
+            out.extend(quote_spanned! {p.first.span=>
+                let (#s, #g) = ::cudagraph::__private::scratch::<#ty>(#stream, &#call, #index, #len);
+                let (#r, #w) = (#s.read(), #s.write());
+            });
+            continue;
+        }
         let place = match split.get(&p.index) {
             Some(e) if p.written => quote!(#e),
             Some(e) => quote!(&*#e),
@@ -366,6 +388,14 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
             quote_spanned!(func.span()=> ::cudagraph::__private::child(#g))
         }
         Op::Empty { func } => quote_spanned!(func.span()=> ::cudagraph::__private::empty()),
+        Op::Alloc { func, buffer, .. } => {
+            let s = local(format!("__cudagraph_s{}", places[&buffer.key].index));
+            quote_spanned!(func.span()=> #s.alloc_node())
+        }
+        Op::Free { func, buffer } => {
+            let s = local(format!("__cudagraph_s{}", places[&buffer.key].index));
+            quote_spanned!(func.span()=> #s.free_node())
+        }
         Op::Event { func, event } => {
             quote_spanned!(func.span()=> ::cudagraph::__private::#func(#event))
         }
@@ -438,6 +468,8 @@ fn plan(
             Op::Child { .. } => quote!(::cudagraph::NodeKind::Child),
             Op::Host { .. } => quote!(::cudagraph::NodeKind::Host),
             Op::Empty { .. } => quote!(::cudagraph::NodeKind::Empty),
+            Op::Alloc { .. } => quote!(::cudagraph::NodeKind::MemAlloc),
+            Op::Free { .. } => quote!(::cudagraph::NodeKind::MemFree),
             Op::Event { func, .. } if func == "event_record" => {
                 quote!(::cudagraph::NodeKind::EventRecord)
             }

@@ -46,6 +46,8 @@ fn summary(c: &Checked<'_>) -> Vec<String> {
                 Op::Child { .. } => "child".into(),
                 Op::Host { .. } => "host".into(),
                 Op::Empty { .. } => "empty".into(),
+                Op::Alloc { .. } => "alloc".into(),
+                Op::Free { .. } => "free".into(),
                 Op::Event { func, .. } => func.to_string(),
                 Op::Conditional { func, cond, .. } => format!("{func}({cond})"),
             };
