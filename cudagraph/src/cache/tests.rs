@@ -23,6 +23,8 @@ pub(crate) struct Log {
     refuse_update: bool,
     /// Argument bytes the driver read through `kernelParams` in each set-params call.
     set_args: Vec<Vec<Vec<u8>>>,
+    /// The same for each kernel node added.
+    add_args: Vec<Vec<Vec<u8>>>,
 }
 
 #[derive(Clone, Default)]
@@ -78,8 +80,30 @@ impl Driver for Mock {
             CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => "memset",
             CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH => "graph",
             CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL => "conditional",
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
+                // The driver returns the allocation's address in `dptr`.
+                let dptr = 0x7000_0000 + self.handle::<u8>() as u64 * 0x1000;
+                // SAFETY: the cache fills the union member of the node's type.
+                let a = unsafe { &mut p.__bindgen_anon_1.alloc };
+                a.dptr = dptr;
+                let at = a.poolProps.location.type_;
+                self.log(format!("add_mem_alloc bytes={} dptr={dptr:#x} deps={}", a.bytesize, deps.len()));
+                assert_eq!(at, sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE);
+                return Ok(self.handle());
+            }
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE => {
+                // SAFETY: as above.
+                let d = unsafe { p.__bindgen_anon_1.free.dptr };
+                self.log(format!("add_mem_free dptr={d:#x} deps={}", deps.len()));
+                return Ok(self.handle());
+            }
             _ => "other",
         };
+        if p.type_ == CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
+            // SAFETY: as above.
+            let args = read_args(unsafe { &p.__bindgen_anon_1.kernel }, &[4, 8]);
+            self.0.borrow_mut().add_args.push(args);
+        }
         self.log(format!("add_{kind} deps={}", deps.len()));
         Ok(self.handle())
     }
@@ -747,4 +771,131 @@ fn a_run_time_loop_beside_a_device_while_keeps_each_body_a_graph_of_its_own() {
     );
     // A loop whose range would cut a device body out of its conditional node does not fit.
     assert!(super::looped::Looped::new(plan, &[(1, 2)], &[2]).is_none());
+}
+
+/// Plan of a graph-owned buffer (place 0): n0 alloc, n1 kernel writing it, n2 memset of it,
+/// n3 free.
+fn memory_plan() -> &'static Plan {
+    static PLAN: std::sync::OnceLock<&'static Plan> = std::sync::OnceLock::new();
+    PLAN.get_or_init(new_memory_plan)
+}
+
+fn new_memory_plan() -> &'static Plan {
+    let w = |p| Access { place: p, write: true };
+    let node = |kind, accesses: Vec<Access>| PlanNode {
+        label: "n",
+        text: "stmt",
+        kind,
+        line: 3,
+        column: 5,
+        accesses: Box::leak(accesses.into_boxed_slice()),
+        after: &[],
+        condition: "",
+    };
+    let nodes = vec![
+        node(NodeKind::MemAlloc, vec![w(0)]),
+        node(NodeKind::Kernel("a"), vec![w(0)]),
+        node(NodeKind::Memset, vec![w(0)]),
+        node(NodeKind::MemFree, vec![w(0)]),
+    ];
+    Box::leak(Box::new(Plan {
+        file: "mock.rs",
+        line: 1,
+        places: &["tmp"],
+        nodes: Box::leak(nodes.into_boxed_slice()),
+        conditions: 0,
+        bodies: &[],
+    }))
+}
+
+fn run_memory(cache: &mut GraphCache<Mock>, bytes: usize, scalar: u32) -> Result<()> {
+    let slot = 0;
+    let ph = crate::kind::alloc::placeholder(slot);
+    let kernel = k(scalar, ph);
+    let set = MemsetParams::recorded(Set1d { dst: ph, len: 8, elem_size: 4, value: 0, ctx: CTX });
+    let nodes = [
+        Some(NodeParams::MemAlloc(crate::kind::AllocParams::for_test(slot, bytes, CTX))),
+        Some(NodeParams::Kernel(&kernel as &dyn KernelNode)),
+        Some(NodeParams::Memset(set)),
+        Some(NodeParams::MemFree(crate::kind::FreeParams::for_test(slot, CTX))),
+    ];
+    cache.run_raw(memory_plan(), 0, (CTX, None), STREAM, &nodes)
+}
+
+fn dptr_of(call: &str) -> u64 {
+    let d = call.split("dptr=0x").nth(1).expect("a dptr").split(' ').next().unwrap();
+    u64::from_str_radix(d, 16).unwrap()
+}
+
+#[test]
+fn graph_owned_memory_nodes_get_the_alloc_address_and_are_never_exec_updated() {
+    let (mock, mut cache, _) = setup();
+    run_memory(&mut cache, 256, 1).unwrap();
+    let calls = mock.calls();
+    assert_eq!(calls[0], "graph_create");
+    assert!(calls[1].starts_with("add_mem_alloc bytes=256 ") && calls[1].ends_with("deps=0"));
+    assert_eq!(calls[2], "add_kernel deps=1");
+    assert_eq!(calls[3], "add_memset deps=1");
+    assert!(calls[4].starts_with("add_mem_free ") && calls[4].ends_with("deps=1"));
+    assert_eq!(calls[5..], ["instantiate", "launch"]);
+    // The kernel and the free node got the driver's address, not the placeholder.
+    let dptr = dptr_of(&calls[1]);
+    assert_eq!(dptr_of(&calls[4]), dptr);
+    let added = mock.0.borrow().add_args.clone();
+    assert_eq!(added[0][1], dptr.to_ne_bytes());
+    assert_eq!(cache.graph_owned_bytes(), 256);
+
+    // A changed scalar: a per-node update of the kernel, with the same address.
+    run_memory(&mut cache, 256, 2).unwrap();
+    assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"]);
+    let sent = mock.0.borrow().set_args.last().cloned().unwrap();
+    assert_eq!(sent[1], dptr.to_ne_bytes(), "the placeholder was resolved");
+    // Unchanged: nothing sent.
+    run_memory(&mut cache, 256, 2).unwrap();
+    assert_eq!(mock.calls(), ["launch"]);
+
+    // A changed size: no per-node set of the alloc node, no whole-exec update: a new graph
+    // and a new instantiation, whose nodes use its new address.
+    run_memory(&mut cache, 512, 2).unwrap();
+    let calls = mock.calls();
+    assert!(!calls.iter().any(|c| c == "exec_update" || c.starts_with("set_")), "{calls:?}");
+    assert!(calls[1].starts_with("add_mem_alloc bytes=512 "), "{calls:?}");
+    let new = dptr_of(&calls[1]);
+    assert_ne!(new, dptr);
+    assert_eq!(dptr_of(&calls[4]), new);
+    assert_eq!(calls[5..], ["instantiate", "exec_destroy", "graph_destroy", "launch"]);
+    assert_eq!(mock.0.borrow().add_args.last().unwrap()[1], new.to_ne_bytes());
+    let s = cache.stats();
+    assert_eq!((s.builds, s.reinstantiations, s.exec_updates), (1, 1, 0), "{s:?}");
+    assert_eq!(cache.graph_owned_bytes(), 512);
+    assert!(matches!(cache.last_refusal(), Some(Error::UpdateRefused { .. })));
+
+    // Later per-node updates use the re-instantiated graph's address.
+    run_memory(&mut cache, 512, 3).unwrap();
+    assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"]);
+    assert_eq!(mock.0.borrow().set_args.last().unwrap()[1], new.to_ne_bytes());
+}
+
+#[test]
+fn a_graph_owned_buffer_of_zero_bytes_is_refused_before_any_driver_call() {
+    let (mock, mut cache, _) = setup();
+    let e = run_memory(&mut cache, 0, 1).unwrap_err();
+    assert!(matches!(e, Error::Empty { .. }), "{e}");
+    assert!(mock.calls().is_empty());
+    run_memory(&mut cache, 64, 1).unwrap();
+}
+
+#[test]
+fn placeholders_resolve_only_while_bound_and_never_to_another_value() {
+    use crate::kind::alloc::{placeholder, resolve, with_scratch};
+    let p = placeholder(3);
+    assert_eq!(resolve(p), p, "unbound: left as is (an invalid address)");
+    assert_eq!(resolve(0x7f00_1234), 0x7f00_1234, "a real address is never touched");
+    let mut table = vec![0, 0, 0, 0x9000_0000];
+    with_scratch(&mut table, || {
+        assert_eq!(resolve(p), 0x9000_0000);
+        assert_eq!(resolve(p + 40), 0x9000_0028);
+        assert_eq!(resolve(placeholder(2)), placeholder(2));
+    });
+    assert_eq!(resolve(p), p, "unbound again after the build or update");
 }

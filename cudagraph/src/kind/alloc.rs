@@ -205,6 +205,22 @@ pub struct AllocParams<'a> {
     _call: PhantomData<&'a ()>,
 }
 
+impl AllocParams<'static> {
+    /// An alloc node of `bytes` bytes for graph-owned place `slot`, for the mock driver's tests.
+    #[cfg(test)]
+    pub(crate) fn for_test(slot: u32, bytes: usize, ctx: CUcontext) -> Self {
+        AllocParams { slot, bytes, tag: 0, ctx, device: 0, _call: PhantomData }
+    }
+}
+
+impl FreeParams<'static> {
+    /// The free node of graph-owned place `slot`, for the mock driver's tests.
+    #[cfg(test)]
+    pub(crate) fn for_test(slot: u32, ctx: CUcontext) -> Self {
+        FreeParams { slot, tag: 0, ctx, _call: PhantomData }
+    }
+}
+
 impl AllocParams<'_> {
     /// The same parameters without the call's lifetime (a builder's recording: the builder
     /// holds the lifetime).
