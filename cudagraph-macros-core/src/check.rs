@@ -294,7 +294,7 @@ fn check_graph_owned(nodes: &[Flat<'_>], errors: &mut Errors) {
                 if !top {
                     errors.push(
                         func,
-                        "`alloc` is a statement of the top level of the body only (not inside an                          `if`, a `for` or a device body): a graph-owned buffer exists once per                          call, and the driver allows memory nodes in the top graph only",
+                        "`alloc` is a statement of the top level of the body only (not inside an `if`, a `for` or a device body): a graph-owned buffer exists once per call, and the driver allows memory nodes in the top graph only",
                     );
                 }
                 live.insert(&buffer.key, (line_column(func.span()).0, None));
@@ -317,7 +317,7 @@ fn check_graph_owned(nodes: &[Flat<'_>], errors: &mut Errors) {
                         if !top {
                             errors.push(
                                 func,
-                                "`free` is a statement of the top level of the body only (not                                  inside an `if`, a `for` or a device body): the buffer is freed                                  once per call",
+                                "`free` is a statement of the top level of the body only (not inside an `if`, a `for` or a device body): the buffer is freed once per call",
                             );
                         }
                         *freed = Some(line_column(func.span()).0);
@@ -333,7 +333,7 @@ fn check_graph_owned(nodes: &[Flat<'_>], errors: &mut Errors) {
                 Some((_, Some(line))) => errors.push(
                     &o.place,
                     format!(
-                        "`{key}` is used after its `free` at line {line}: a graph-owned buffer                          exists only between its `alloc` and its `free`"
+                        "`{key}` is used after its `free` at line {line}: a graph-owned buffer exists only between its `alloc` and its `free`"
                     ),
                 ),
                 Some(_) => {
@@ -343,7 +343,7 @@ fn check_graph_owned(nodes: &[Flat<'_>], errors: &mut Errors) {
                         errors.push(
                             &o.place,
                             format!(
-                                "`{key}` is a graph-owned buffer: `{func}` cannot use it (its                                  memory exists only inside the graph, at an address the graph                                  gives it); use kernel, copy, memset, zero and fill statements"
+                                "`{key}` is a graph-owned buffer: `{func}` cannot use it (its memory exists only inside the graph, at an address the graph gives it); use kernel, copy, memset, zero and fill statements"
                             ),
                         );
                     }
@@ -351,7 +351,7 @@ fn check_graph_owned(nodes: &[Flat<'_>], errors: &mut Errors) {
                 None if allocated.contains(&key) => errors.push(
                     &o.place,
                     format!(
-                        "`{key}` is used before its `let {key} = alloc::<T>(n);`: a graph-owned                          buffer exists only after its `alloc`"
+                        "`{key}` is used before its `let {key} = alloc::<T>(n);`: a graph-owned buffer exists only after its `alloc`"
                     ),
                 ),
                 None => {}

@@ -53,8 +53,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
             _ => None,
         })
         .collect();
-    let acquisitions =
-        acquisitions(&order, &places, &scratch, &stream.to_token_stream(), &call);
+    let acquisitions = acquisitions(&order, &places, &scratch, &stream.to_token_stream(), &call);
     let guards: Vec<syn::Ident> = (0..order.len()).map(|i| handles(i).2).collect();
 
     let mut counter = NodeCounter { next: 0, ifs: 0, loops: 0, conds: 0 };

@@ -170,10 +170,8 @@ fn lower_alloc(c: &syn::ExprCall, name: Option<&Ident>, errors: &mut Errors) -> 
         return None;
     }
     let Some(name) = name else {
-        errors.push(
-            c,
-            format!("a graph-owned buffer is used through its name: bind it, `{USAGE}`"),
-        );
+        errors
+            .push(c, format!("a graph-owned buffer is used through its name: bind it, `{USAGE}`"));
         return None;
     };
     let place: Expr = syn::parse_quote_spanned!(name.span()=> #name);

@@ -338,8 +338,9 @@ impl<'a> GraphBuilder<'a> {
     /// device body (the driver allows memory nodes only in the top graph) is
     /// [`Error::InvalidNode`] at `launch`. In [`Mode::Eager`](crate::Mode::Eager): a
     /// `cuMemAllocAsync` / `cuMemFreeAsync` pair on the stream. Label: `alloc`.
-    /// See [`kind::alloc`](crate::GraphCache::graph_owned_bytes) for the driver's rules and
-    /// how updates behave (re-instantiation instead of whole-exec update).
+    /// See [`Scratch`](crate::Scratch) for the driver's rules and how updates behave
+    /// (re-instantiation instead of whole-exec update), and
+    /// [`GraphCache::graph_owned_bytes`] for the memory it saves.
     #[track_caller]
     pub fn alloc<T: cudarc::driver::DeviceRepr>(&mut self, len: usize) -> crate::Scratch<'a, T> {
         let at = Location::caller();
@@ -349,7 +350,7 @@ impl<'a> GraphBuilder<'a> {
         self.guards.push(crate::operand::scratch_guard());
         let site = site("alloc", "GraphBuilder::alloc", at);
         if self.rec.scope.is_some() {
-            let why = "a graph-owned buffer allocated inside a device body (memory nodes are                        allowed in the top graph only)";
+            let why = "a graph-owned buffer allocated inside a device body (memory nodes are allowed in the top graph only)";
             self.rec.fail(site, why.into());
         } else if slot >= crate::kind::alloc::MAX_SLOTS {
             self.rec.fail(site, "more than 2^20 buffers registered with one GraphBuilder".into());
@@ -369,10 +370,13 @@ impl<'a> GraphBuilder<'a> {
         let tag = buffer.write().tag;
         let place = place_of(tag, self.rec.id);
         let found = self.rec.scratch.iter().position(|s| Some(s.0) == place && place.is_some());
-        let node = self.rec.push(site, RecKind::MemFree(buffer.free_node().erased()), &[(tag, true)]);
+        let node =
+            self.rec.push(site, RecKind::MemFree(buffer.free_node().erased()), &[(tag, true)]);
         match found {
             Some(i) if !self.rec.scratch[i].1 => self.rec.scratch[i].1 = true,
-            _ => self.rec.fail(site, "a graph-owned buffer freed twice, or not this builder's".into()),
+            _ => self
+                .rec
+                .fail(site, "a graph-owned buffer freed twice, or not this builder's".into()),
         }
         node
     }

@@ -175,11 +175,11 @@ pub use cudarc;
 pub use error::{CudaError, Error, NodeSite, Refusal, Result};
 pub use kind::kernel::MAX_KERNEL_PARAMS;
 pub use kind::{
-    AllocParams, FreeParams, GraphMemUsage, MAX_ALLOC_BYTES, Scratch,
-    CaptureOperand, CaptureOperands, CopyTo, EmptyParams, EventParams, EventRecordParams,
-    EventWaitParams, FillNode, HostOperand, HostOperands, HostParams, HostWork, KernelArgs,
-    KernelCall, KernelLaunch, LaunchCfg, LaunchDims, MAX_FILL_BYTES, MemcpyParams, Memory,
-    MemsetParams, MemsetValue, MemsetValueOf,
+    AllocParams, CaptureOperand, CaptureOperands, CopyTo, EmptyParams, EventParams,
+    EventRecordParams, EventWaitParams, FillNode, FreeParams, GraphMemUsage, HostOperand,
+    HostOperands, HostParams, HostWork, KernelArgs, KernelCall, KernelLaunch, LaunchCfg,
+    LaunchDims, MAX_ALLOC_BYTES, MAX_FILL_BYTES, MemcpyParams, Memory, MemsetParams, MemsetValue,
+    MemsetValueOf, Scratch,
 };
 pub use kind::{Condition, ConditionalType};
 pub use operand::{

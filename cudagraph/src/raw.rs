@@ -221,7 +221,10 @@ pub unsafe fn memset_async(
 ///
 /// # Safety
 /// `stream` is alive and its context current.
-pub unsafe fn mem_alloc_async(bytes: usize, stream: CUstream) -> Result<sys::CUdeviceptr, DriverError> {
+pub unsafe fn mem_alloc_async(
+    bytes: usize,
+    stream: CUstream,
+) -> Result<sys::CUdeviceptr, DriverError> {
     let mut d: sys::CUdeviceptr = 0;
     // SAFETY: the caller's contract; `d` is a valid out-pointer.
     unsafe { sys::cuMemAllocAsync(&mut d, bytes, stream) }.result()?;

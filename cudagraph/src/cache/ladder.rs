@@ -42,27 +42,29 @@ impl<D: Driver> GraphCache<D> {
         let handles = core::mem::take(&mut v.handles);
         // The graph-owned buffers' addresses in this variant's graph, for the nodes using them.
         let mut scratch = scratch_table(&v.nodes);
-        let bound = conditional::with_handles(&handles, || alloc::with_scratch(&mut scratch, || {
-            for (j, (state, new)) in v.nodes.iter_mut().zip(nodes).enumerate() {
-                // SAFETY: the state's node belongs to the graph v.exec was instantiated from, in
-                // context v.ctx (current); `new` was validated.
-                let sent = unsafe {
-                    state.update(new.as_ref(), &mut self.driver, v.exec, v.ctx, !rebuild)
-                };
-                match sent {
-                    Update::Absent => {}
-                    Update::Unchanged => self.stats.nodes_unchanged += 1,
-                    Update::Sent => self.stats.node_updates += 1,
-                    Update::NotSent => rebuild = true,
-                    Update::Refused(call, error) => {
-                        refusal = Some((j, call, error));
-                        rebuild = true;
+        let bound = conditional::with_handles(&handles, || {
+            alloc::with_scratch(&mut scratch, || {
+                for (j, (state, new)) in v.nodes.iter_mut().zip(nodes).enumerate() {
+                    // SAFETY: the state's node belongs to the graph v.exec was instantiated from, in
+                    // context v.ctx (current); `new` was validated.
+                    let sent = unsafe {
+                        state.update(new.as_ref(), &mut self.driver, v.exec, v.ctx, !rebuild)
+                    };
+                    match sent {
+                        Update::Absent => {}
+                        Update::Unchanged => self.stats.nodes_unchanged += 1,
+                        Update::Sent => self.stats.node_updates += 1,
+                        Update::NotSent => rebuild = true,
+                        Update::Refused(call, error) => {
+                            refusal = Some((j, call, error));
+                            rebuild = true;
+                        }
+                        Update::Mismatch => return false,
                     }
-                    Update::Mismatch => return false,
                 }
-            }
-            true
-        }));
+                true
+            })
+        });
         v.handles = handles;
         if !bound {
             return Ok(false);

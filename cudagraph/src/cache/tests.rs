@@ -87,7 +87,11 @@ impl Driver for Mock {
                 let a = unsafe { &mut p.__bindgen_anon_1.alloc };
                 a.dptr = dptr;
                 let at = a.poolProps.location.type_;
-                self.log(format!("add_mem_alloc bytes={} dptr={dptr:#x} deps={}", a.bytesize, deps.len()));
+                self.log(format!(
+                    "add_mem_alloc bytes={} dptr={dptr:#x} deps={}",
+                    a.bytesize,
+                    deps.len()
+                ));
                 assert_eq!(at, sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE);
                 return Ok(self.handle());
             }

@@ -119,8 +119,28 @@ pub(crate) fn is_placeholder(p: u64) -> bool {
 
 /// A graph-owned buffer of `len` elements of `T`, made by `alloc::<T>(len)` in `graph!` or
 /// [`GraphBuilder::alloc`](crate::GraphBuilder::alloc): its alloc node's parameters, and the
-/// handles statements use it through. It borrows the call (`'a`): it cannot outlive it, and
-/// its handles are refused by any other call.
+/// handles statements use it through. It borrows the call (`'a`), and its handles are refused
+/// by any other call (they carry the call's tag).
+///
+/// What the driver documents, and how this crate follows it:
+/// - `cuGraphAddMemAllocNode` (here `cuGraphAddNode_v2` with `CU_GRAPH_NODE_TYPE_MEM_ALLOC`)
+///   returns the allocation's address when the node is added, "fixed across instantiations and
+///   launches" of that graph. Each cached variant is a graph of its own with its own address,
+///   so the handles carry a placeholder that the cache replaces with the variant's address when
+///   it adds or updates nodes using the buffer.
+/// - An allocation freed in its graph (`cuGraphAddMemFreeNode`, here `cuGraphAddNode_v2` with
+///   `CU_GRAPH_NODE_TYPE_MEM_FREE`) "can be accessed by nodes ordered after the allocation node
+///   but before the free node", "cannot be freed outside the owning graph, and can only be freed
+///   once": both nodes write the buffer's place, so the hazard rules put every use between them.
+/// - `cuGraphInstantiateWithFlags`: a graph with allocation or free nodes may have "at most one
+///   executable graph in existence" at a time: each variant has one exec of its own graph.
+/// - `cuGraphExecUpdate` refuses graphs with memory nodes, and these nodes have no per-node
+///   set-params: a changed size re-instantiates the variant (`Stats::reinstantiations`).
+/// - Memory nodes are not allowed in child graphs or conditional bodies: `alloc` is a top-level
+///   statement only.
+/// - Graph allocations come from the device's graph memory pool, kept between launches:
+///   `cuDeviceGetGraphMemAttribute` ([`graph_mem_usage`](crate::graph_mem_usage)),
+///   `cuDeviceGraphMemTrim`.
 pub struct Scratch<'a, T> {
     read: DevRead<'a, T>,
     write: DevWrite<'a, T>,
@@ -304,7 +324,10 @@ impl NodeKind for Alloc {
         if p.bytes > MAX_ALLOC_BYTES {
             return Err(Error::InvalidNode {
                 site: site(),
-                why: format!("a graph-owned buffer of {} bytes (at most {MAX_ALLOC_BYTES})", p.bytes),
+                why: format!(
+                    "a graph-owned buffer of {} bytes (at most {MAX_ALLOC_BYTES})",
+                    p.bytes
+                ),
             });
         }
         Ok(())

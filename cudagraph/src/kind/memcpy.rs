@@ -131,7 +131,9 @@ pub fn copy<'x, S: CopyTo<D> + 'x, D: 'x>(src: S, dst: D) -> MemcpyParams<'x> {
 
 fn memory_fields(m: Memory) -> (CUmemorytype, *const c_void, CUdeviceptr) {
     match m {
-        Memory::Device(p) => (CUmemorytype::CU_MEMORYTYPE_DEVICE, ptr::null(), super::alloc::resolve(p)),
+        Memory::Device(p) => {
+            (CUmemorytype::CU_MEMORYTYPE_DEVICE, ptr::null(), super::alloc::resolve(p))
+        }
         Memory::Host(p) => (CUmemorytype::CU_MEMORYTYPE_HOST, p, 0),
     }
 }

@@ -165,8 +165,16 @@ impl NodeKind for Memset {
     ) -> Result<(), Error> {
         let m = &m.raw;
         // SAFETY: the caller's contract: `dst` valid for the set until it ran.
-        unsafe { raw::memset_async(super::alloc::resolve(m.dst), m.value, m.elem_size, m.len, stream.cu_stream()) }
-            .call(Self::EAGER)
-            .map_err(|source| Error::Node { site: site(), source })
+        unsafe {
+            raw::memset_async(
+                super::alloc::resolve(m.dst),
+                m.value,
+                m.elem_size,
+                m.len,
+                stream.cu_stream(),
+            )
+        }
+        .call(Self::EAGER)
+        .map_err(|source| Error::Node { site: site(), source })
     }
 }
