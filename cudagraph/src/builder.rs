@@ -343,20 +343,12 @@ impl<'a> GraphBuilder<'a> {
     /// [`GraphCache::graph_owned_bytes`] for the memory it saves.
     #[track_caller]
     pub fn alloc<T: cudarc::driver::DeviceRepr>(&mut self, len: usize) -> crate::Scratch<'a, T> {
-        let at = Location::caller();
+        let site = site("alloc", "GraphBuilder::alloc", Location::caller());
         let tag = self.rec.new_place();
         let slot = place_of(tag, self.rec.id).unwrap_or(u32::MAX);
         let scratch = crate::Scratch::<T>::new(self.stream, slot, len, tag);
         self.guards.push(crate::operand::scratch_guard());
-        let site = site("alloc", "GraphBuilder::alloc", at);
-        if self.rec.scope.is_some() {
-            let why = "a graph-owned buffer allocated inside a device body (memory nodes are allowed in the top graph only)";
-            self.rec.fail(site, why.into());
-        } else if slot >= crate::kind::alloc::MAX_SLOTS {
-            self.rec.fail(site, "more than 2^20 buffers registered with one GraphBuilder".into());
-        }
-        self.rec.scratch.push((slot, false, scratch.free_node().erased()));
-        self.rec.push(site, RecKind::MemAlloc(scratch.alloc_node().erased()), &[(tag, true)]);
+        self.rec.alloc(site, scratch.alloc_node().erased(), scratch.free_node().erased());
         scratch
     }
 
@@ -367,18 +359,7 @@ impl<'a> GraphBuilder<'a> {
     #[track_caller]
     pub fn free<T>(&mut self, buffer: crate::Scratch<'a, T>) -> Node {
         let site = site("free", "GraphBuilder::free", Location::caller());
-        let tag = buffer.write().tag;
-        let place = place_of(tag, self.rec.id);
-        let found = self.rec.scratch.iter().position(|s| Some(s.0) == place && place.is_some());
-        let node =
-            self.rec.push(site, RecKind::MemFree(buffer.free_node().erased()), &[(tag, true)]);
-        match found {
-            Some(i) if !self.rec.scratch[i].1 => self.rec.scratch[i].1 = true,
-            _ => self
-                .rec
-                .fail(site, "a graph-owned buffer freed twice, or not this builder's".into()),
-        }
-        node
+        self.rec.free(site, buffer.free_node().erased())
     }
 
     /// Adds an empty node (`cuGraphAddNode_v2`, empty): no work, a join point for
@@ -559,17 +540,7 @@ impl<'a> GraphBuilder<'a> {
         if let Some(e) = self.rec.error.take() {
             return Err(e);
         }
-        // Graph-owned buffers not freed yet get their free node now, after every use.
-        self.rec.scope = None;
-        let at = self.rec.location;
-        for i in 0..self.rec.scratch.len() {
-            let (_, freed, free) = self.rec.scratch[i];
-            if !freed {
-                self.rec.scratch[i].1 = true;
-                let site = site("free", "GraphBuilder::launch (free of a graph-owned buffer)", at);
-                self.rec.push(site, RecKind::MemFree(free), &[(free.tag(), true)]);
-            }
-        }
+        self.rec.free_remaining();
         let key = self.rec.signature();
         let rec = &self.rec;
         let views: Vec<KernelView<'_>> = rec.kernel_views().collect();
@@ -862,6 +833,57 @@ impl Recording {
         self.push(site, RecKind::Kernel(k), &operands[..len])
     }
 
+    /// A graph-owned buffer's alloc node (see [`GraphBuilder::alloc`]); `free` is its free
+    /// node's parameters, added by [`Self::free`] or [`Self::free_remaining`].
+    pub(crate) fn alloc(
+        &mut self,
+        site: NodeSite,
+        alloc: crate::AllocParams<'static>,
+        free: crate::FreeParams<'static>,
+    ) -> Node {
+        let tag = free.tag();
+        let slot = place_of(tag, self.id).unwrap_or(u32::MAX);
+        if self.scope.is_some() {
+            let why = "a graph-owned buffer allocated inside a device body (memory nodes are \
+                       allowed in the top graph only)";
+            self.fail(site, why.into());
+        } else if slot >= crate::kind::alloc::MAX_SLOTS {
+            self.fail(site, "more than 2^20 buffers registered with one GraphBuilder".into());
+        }
+        self.scratch.push((slot, false, free));
+        self.push(site, RecKind::MemAlloc(alloc), &[(tag, true)])
+    }
+
+    /// A graph-owned buffer's free node, after every earlier use of it.
+    pub(crate) fn free(&mut self, site: NodeSite, free: crate::FreeParams<'static>) -> Node {
+        let place = place_of(free.tag(), self.id);
+        let found = self.scratch.iter().position(|s| place == Some(s.0));
+        let node = self.push(site, RecKind::MemFree(free), &[(free.tag(), true)]);
+        match found {
+            Some(i) if !self.scratch[i].1 => self.scratch[i].1 = true,
+            _ => {
+                let why = "a graph-owned buffer freed twice, or not this builder's";
+                self.fail(site, why.into())
+            }
+        }
+        node
+    }
+
+    /// At `launch`: the free node of every graph-owned buffer not freed yet, at the top level
+    /// after every node (so after every use).
+    pub(crate) fn free_remaining(&mut self) {
+        self.scope = None;
+        for i in 0..self.scratch.len() {
+            let (_, freed, free) = self.scratch[i];
+            if !freed {
+                let text = "GraphBuilder::launch (free of a graph-owned buffer)";
+                let site = site("free", text, self.location);
+                self.push(site, RecKind::MemFree(free), &[(free.tag(), true)]);
+                self.scratch[i].1 = true;
+            }
+        }
+    }
+
     pub(crate) fn memcpy(&mut self, site: NodeSite, p: Copy1d, src: u64, dst: u64) -> Node {
         self.push(site, RecKind::Memcpy(p), &[(src, false), (dst, true)])
     }
@@ -890,6 +912,15 @@ impl Recording {
         let mut ops = [(0u64, false); 16];
         for (o, a) in ops.iter_mut().zip(&all[..len]) {
             *o = (a.0, a.1);
+        }
+        // Captured stream work cannot use a graph-owned buffer: it is recorded into a graph of
+        // its own, outside the alloc and free nodes, where the buffer has no address.
+        let scratch = ops[..len]
+            .iter()
+            .any(|o| self.scratch.iter().any(|s| Some(s.0) == place_of(o.0, self.id)));
+        if scratch {
+            let why = "a graph-owned buffer (`GraphBuilder::alloc`) passed to `capture`: captured                        work is recorded outside the graph's alloc and free nodes";
+            self.fail(site, why.into());
         }
         self.push(site, RecKind::Captured(index), &ops[..len])
     }
@@ -1401,6 +1432,68 @@ mod tests {
         run(&mut cache, rec(14, [0x200, 0x100, 0x300, 0x400], 1)).unwrap();
         let s = cache.stats();
         assert_eq!((s.builds, s.hits, s.launches, cache.len()), (2, 3, 5, 2), "{s:?}");
+    }
+
+    fn scratch(rec: &mut Recording, bytes: usize) -> (crate::FreeParams<'static>, u64) {
+        let tag = rec.new_place();
+        let slot = place_of(tag, rec.id).unwrap();
+        let a = crate::AllocParams::for_test_tagged(slot, bytes, tag, CTX);
+        let f = crate::FreeParams::for_test_tagged(slot, tag, CTX);
+        rec.alloc(at(), a, f);
+        (f, tag)
+    }
+
+    #[test]
+    fn graph_owned_buffers_are_freed_once_after_their_last_use_and_never_used_after() {
+        let mut rec = Recording::new(40);
+        let (_, w) = buf(&mut rec, 0x100);
+        let (_, t) = scratch(&mut rec, 64);
+        let (f2, t2) = scratch(&mut rec, 32);
+        let ph = DevWrite::<u32>::new(crate::kind::alloc::placeholder(1), 16, CTX);
+        let tw = ph.with_tag(t, Token(()));
+        rec.kernel(at(), F, DIMS, &(1u32, tw));
+        let u = DevWrite::<u32>::new(crate::kind::alloc::placeholder(2), 8, CTX);
+        let uw = u.with_tag(t2, Token(()));
+        rec.kernel(at(), F, DIMS, &(tw.read(), uw));
+        rec.free(at(), f2);
+        rec.kernel(at(), F, DIMS, &(tw.read(), w));
+        assert!(rec.error.is_none(), "{:?}", rec.error);
+        rec.free_remaining();
+        assert!(rec.error.is_none(), "{:?}", rec.error);
+        let kinds: Vec<&str> = rec
+            .nodes
+            .iter()
+            .map(|n| match n.kind {
+                RecKind::MemAlloc(_) => "alloc",
+                RecKind::MemFree(_) => "free",
+                RecKind::Kernel(_) => "kernel",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(kinds, ["alloc", "alloc", "kernel", "kernel", "free", "kernel", "free"]);
+        // Every use of `t` is ordered after its alloc (node 0) and before its free (node 6), the
+        // use of `u` between its alloc (1) and free (4); the two reads of `t` are unordered.
+        let mut edges = Shape::edges(&rec, &[true; 7]);
+        edges.sort_unstable();
+        assert_eq!(edges, [(0, 2), (1, 3), (2, 3), (2, 5), (3, 4), (3, 6), (5, 6)]);
+        // A use after the free, and a second free, are refused.
+        let mut bad = Recording::new(41);
+        let (f, t) = scratch(&mut bad, 64);
+        bad.free(at(), f);
+        let tw = DevWrite::<u32>::new(crate::kind::alloc::placeholder(0), 16, CTX)
+            .with_tag(t, Token(()));
+        bad.kernel(at(), F, DIMS, &(1u32, tw));
+        assert!(invalid(&bad).0.contains("used after its free node"), "{:?}", bad.error);
+        let mut twice = Recording::new(42);
+        let (f, _) = scratch(&mut twice, 64);
+        twice.free(at(), f);
+        twice.free(at(), f);
+        assert!(twice.error.is_some());
+        // Zero bytes is refused at launch by validation (the cache), not here.
+        let mut body = Recording::new(43);
+        body.scope = Some((0, 0));
+        scratch(&mut body, 64);
+        assert!(invalid(&body).0.contains("inside a device body"));
     }
 
     #[track_caller]

@@ -229,7 +229,13 @@ impl AllocParams<'static> {
     /// An alloc node of `bytes` bytes for graph-owned place `slot`, for the mock driver's tests.
     #[cfg(test)]
     pub(crate) fn for_test(slot: u32, bytes: usize, ctx: CUcontext) -> Self {
-        AllocParams { slot, bytes, tag: 0, ctx, device: 0, _call: PhantomData }
+        Self::for_test_tagged(slot, bytes, 0, ctx)
+    }
+
+    /// The same with a handle tag.
+    #[cfg(test)]
+    pub(crate) fn for_test_tagged(slot: u32, bytes: usize, tag: u64, ctx: CUcontext) -> Self {
+        AllocParams { slot, bytes, tag, ctx, device: 0, _call: PhantomData }
     }
 }
 
@@ -237,7 +243,13 @@ impl FreeParams<'static> {
     /// The free node of graph-owned place `slot`, for the mock driver's tests.
     #[cfg(test)]
     pub(crate) fn for_test(slot: u32, ctx: CUcontext) -> Self {
-        FreeParams { slot, tag: 0, ctx, _call: PhantomData }
+        Self::for_test_tagged(slot, 0, ctx)
+    }
+
+    /// The same with a handle tag.
+    #[cfg(test)]
+    pub(crate) fn for_test_tagged(slot: u32, tag: u64, ctx: CUcontext) -> Self {
+        FreeParams { slot, tag, ctx, _call: PhantomData }
     }
 }
 
