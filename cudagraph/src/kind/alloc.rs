@@ -67,7 +67,7 @@ pub(crate) fn placeholder(slot: u32) -> CUdeviceptr {
 
 /// `(slot, offset)` of a placeholder address, `None` for any other value.
 fn slot_of(p: u64) -> Option<(u32, u64)> {
-    (p & TAG == TAG).then(|| (((p & !TAG) >> SLOT_SHIFT) as u32, p & OFFSET_MASK))
+    (p & TAG == TAG).then_some((((p & !TAG) >> SLOT_SHIFT) as u32, p & OFFSET_MASK))
 }
 
 thread_local! {
