@@ -166,7 +166,7 @@ mod plan;
 pub mod raw;
 
 pub use builder::{GraphBuilder, Node};
-pub use cache::{GraphCache, Mode, Stats};
+pub use cache::{GraphCache, InstantiateFlags, Mode, Stats};
 pub use capture::{
     Capture, CaptureView, CapturedKernel, DeviceBuffer, DeviceBufferMut, Exec, Graph, Operand,
     Operands, Released, UpdateRefused, capture,

@@ -80,6 +80,35 @@ pub unsafe fn instantiate(graph: CUgraph) -> Result<CUgraphExec, DriverError> {
     Ok(exec)
 }
 
+/// `cuGraphInstantiateWithParams`: [`instantiate`] with `flags`
+/// (`CUgraphInstantiate_flags`: `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`,
+/// `…_UPLOAD` (uploads the exec on `upload` as part of the instantiation, as `cuGraphUpload`
+/// would), `…_USE_NODE_PRIORITY`); with no flag, `cuGraphInstantiateWithFlags(graph, 0)`.
+///
+/// # Safety
+/// `graph` is live and its context is current; `upload` is live and of that context when the
+/// upload flag is set.
+pub unsafe fn instantiate_with(
+    graph: CUgraph,
+    flags: u64,
+    upload: CUstream,
+) -> Result<CUgraphExec, DriverError> {
+    if flags == 0 {
+        // SAFETY: the caller's contract.
+        return unsafe { instantiate(graph) };
+    }
+    let mut exec = ptr::null_mut();
+    let mut p = sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
+        flags,
+        hUploadStream: upload,
+        hErrNode_out: ptr::null_mut(),
+        result_out: sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS,
+    };
+    // SAFETY: the caller's contract; `p` and `exec` are valid for the call.
+    unsafe { sys::cuGraphInstantiateWithParams(&mut exec, graph, &mut p) }.result()?;
+    Ok(exec)
+}
+
 /// `cuGraphExecDestroy`.
 ///
 /// # Safety
@@ -308,8 +337,14 @@ pub trait Driver {
         deps: &[CUgraphNode],
         params: &mut CUgraphNodeParams,
     ) -> Result<CUgraphNode, DriverError>;
-    /// [`instantiate`].
-    unsafe fn instantiate(&mut self, graph: CUgraph) -> Result<CUgraphExec, DriverError>;
+    /// [`instantiate_with`]: `flags` are `CUgraphInstantiate_flags` bits, `upload` the stream of
+    /// the upload flag.
+    unsafe fn instantiate(
+        &mut self,
+        graph: CUgraph,
+        flags: u64,
+        upload: CUstream,
+    ) -> Result<CUgraphExec, DriverError>;
     /// [`exec_destroy`]; errors are ignored.
     unsafe fn exec_destroy(&mut self, exec: CUgraphExec);
     /// [`exec_node_set_params`].
@@ -358,8 +393,13 @@ impl Driver for Cuda {
     ) -> Result<CUgraphNode, DriverError> {
         unsafe { add_node(graph, deps, params) }
     }
-    unsafe fn instantiate(&mut self, graph: CUgraph) -> Result<CUgraphExec, DriverError> {
-        unsafe { instantiate(graph) }
+    unsafe fn instantiate(
+        &mut self,
+        graph: CUgraph,
+        flags: u64,
+        upload: CUstream,
+    ) -> Result<CUgraphExec, DriverError> {
+        unsafe { instantiate_with(graph, flags, upload) }
     }
     unsafe fn exec_destroy(&mut self, exec: CUgraphExec) {
         let _ = unsafe { exec_destroy(exec) };

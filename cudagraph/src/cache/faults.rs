@@ -141,7 +141,12 @@ impl Driver for Strict {
         self.0.borrow_mut().graphs.entry(graph as usize).or_default().push(n);
         Ok(n as CUgraphNode)
     }
-    unsafe fn instantiate(&mut self, graph: CUgraph) -> Result<CUgraphExec, DriverError> {
+    unsafe fn instantiate(
+        &mut self,
+        graph: CUgraph,
+        _: u64,
+        _: CUstream,
+    ) -> Result<CUgraphExec, DriverError> {
         self.live_graph(graph, "instantiate");
         if self.fails("instantiate") {
             return Err(INJECTED);

@@ -13,8 +13,13 @@ use crate::raw::Driver;
 impl<D: Driver> GraphCache<D> {
     pub(super) fn instantiate(&mut self, shape: &dyn Shape, graph: CUgraph) -> Result<CUgraphExec> {
         // SAFETY: graph is live and its context current.
-        let exec = unsafe { self.driver.instantiate(graph) }
-            .call("cuGraphInstantiateWithFlags")
+        let (flags, upload) = (self.flags.bits(), self.stream);
+        let call =
+            if flags == 0 { "cuGraphInstantiateWithFlags" } else { "cuGraphInstantiateWithParams" };
+        // SAFETY: graph is live and its context current; `upload` is the call's stream (of
+        // that context), used only with the upload flag.
+        let exec = unsafe { self.driver.instantiate(graph, flags, upload) }
+            .call(call)
             .map_err(|source| shape.graph_error(source))?;
         self.stats.instantiations += 1;
         Ok(exec)

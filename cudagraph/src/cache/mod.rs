@@ -105,6 +105,45 @@ impl Site {
     }
 }
 
+/// Flags of the cache's instantiations (`cuGraphInstantiateWithParams` with
+/// `CUgraphInstantiate_flags`; all off by default, which is `cuGraphInstantiateWithFlags(graph, 0)`).
+/// Set with [`GraphCache::set_instantiate_flags`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InstantiateFlags {
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD`: upload the exec to the device on the call's stream
+    /// as part of the instantiation, so that its first launch does not pay for it (as
+    /// [`GraphCache::upload`] does afterwards).
+    pub upload: bool,
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`: before each launch, the driver frees
+    /// allocations of the graph's alloc nodes that are still live. `graph!`'s and the builder's
+    /// graph-owned buffers are always freed in their graph, so this changes nothing for them; it
+    /// is there for graphs whose allocations outlive the launch.
+    pub auto_free_on_launch: bool,
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY`: kernel nodes run with the priority of
+    /// their per-node launch attribute (`CU_LAUNCH_ATTRIBUTE_PRIORITY`, copied from the stream's
+    /// priority when captured) instead of the launch stream's priority. (A whole-exec update
+    /// then may not change a node's priority.)
+    pub node_priority: bool,
+}
+
+impl InstantiateFlags {
+    /// The `CUgraphInstantiate_flags` bits.
+    pub(crate) fn bits(self) -> u64 {
+        use sys::CUgraphInstantiate_flags as F;
+        let mut b = 0;
+        if self.auto_free_on_launch {
+            b |= F::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH.0 as u64;
+        }
+        if self.upload {
+            b |= F::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD.0 as u64;
+        }
+        if self.node_priority {
+            b |= F::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY.0 as u64;
+        }
+        b
+    }
+}
+
 /// Counters of a [`GraphCache`]: what each call cost in driver work.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -167,6 +206,10 @@ pub enum Mode {
 pub struct GraphCache<D: Driver = Cuda> {
     driver: D,
     mode: Mode,
+    /// How variants are instantiated ([`GraphCache::set_instantiate_flags`]).
+    flags: InstantiateFlags,
+    /// The stream of the call being run (the upload stream of [`InstantiateFlags::upload`]).
+    stream: CUstream,
     last_refusal: Option<Error>,
     limits: Option<Limits>,
     site: Option<Site>,
@@ -461,10 +504,24 @@ impl<D: Driver> GraphCache<D> {
         self.mode
     }
 
+    /// How later instantiations are made (new variants, re-instantiations): see
+    /// [`InstantiateFlags`]. Variants already instantiated keep theirs ([`clear`](Self::clear)
+    /// to re-instantiate them all).
+    pub fn set_instantiate_flags(&mut self, flags: InstantiateFlags) {
+        self.flags = flags;
+    }
+
+    /// The current [`InstantiateFlags`].
+    pub fn instantiate_flags(&self) -> InstantiateFlags {
+        self.flags
+    }
+
     pub(crate) fn with_driver(driver: D, max: usize) -> Self {
         GraphCache {
             driver,
             mode: Mode::Graph,
+            flags: InstantiateFlags::default(),
+            stream: ptr::null_mut(),
             last_refusal: None,
             limits: None,
             site: None,
@@ -575,6 +632,7 @@ impl<D: Driver> GraphCache<D> {
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
         let GraphCall { shape, site, key, signature } = call;
+        self.stream = stream;
         if self.site.is_some_and(|s| !s.same(site)) {
             // Another call site: its graphs have nothing in common with ours.
             self.clear();

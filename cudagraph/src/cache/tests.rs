@@ -111,10 +111,19 @@ impl Driver for Mock {
         self.log(format!("add_{kind} deps={}", deps.len()));
         Ok(self.handle())
     }
-    unsafe fn instantiate(&mut self, _: CUgraph) -> Result<CUgraphExec, DriverError> {
+    unsafe fn instantiate(
+        &mut self,
+        _: CUgraph,
+        flags: u64,
+        upload: CUstream,
+    ) -> Result<CUgraphExec, DriverError> {
         let e: CUgraphExec = self.handle();
         self.0.borrow_mut().live_execs.push(e as usize);
-        self.log("instantiate");
+        if flags == 0 {
+            self.log("instantiate");
+        } else {
+            self.log(format!("instantiate flags={flags} upload={}", upload as usize));
+        }
         Ok(e)
     }
     unsafe fn exec_destroy(&mut self, exec: CUgraphExec) {
@@ -902,4 +911,27 @@ fn placeholders_resolve_only_while_bound_and_never_to_another_value() {
         assert_eq!(resolve(placeholder(2)), placeholder(2));
     });
     assert_eq!(resolve(p), p, "unbound again after the build or update");
+}
+
+#[test]
+fn instantiate_flags_reach_every_instantiation_with_the_calls_stream() {
+    let (mock, mut cache, plan) = setup();
+    assert_eq!(cache.instantiate_flags(), crate::InstantiateFlags::default());
+    cache.set_instantiate_flags(crate::InstantiateFlags {
+        upload: true,
+        auto_free_on_launch: true,
+        node_priority: true,
+    });
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    let want = format!("instantiate flags=11 upload={}", STREAM as usize);
+    assert!(mock.calls().contains(&want), "{want}");
+    // A re-instantiation uses them too.
+    mock.0.borrow_mut().refuse_set = true;
+    mock.0.borrow_mut().refuse_update = true;
+    run(&mut cache, plan, &k(1, 0xa0), &k(9, 0xb0), copy(4), memset(0), None).unwrap();
+    assert!(mock.calls().contains(&want));
+    // Off again: plain `cuGraphInstantiateWithFlags(graph, 0)` for the next variant.
+    cache.set_instantiate_flags(crate::InstantiateFlags::default());
+    run(&mut cache, plan, &k(1, 0xa0), &k(9, 0xb0), copy(4), memset(0), Some(&k(3, 0xc0))).unwrap();
+    assert!(mock.calls().contains(&"instantiate".to_string()));
 }
