@@ -160,6 +160,7 @@ mod builder;
 mod cache;
 mod capture;
 mod error;
+mod introspect;
 mod kind;
 mod operand;
 mod plan;
@@ -173,6 +174,7 @@ pub use capture::{
 };
 pub use cudarc;
 pub use error::{CudaError, Error, NodeSite, Refusal, Result};
+pub use introspect::{ClonedGraph, GraphInfo, GraphNode, GraphNodeKind, NodeDetails};
 pub use kind::kernel::MAX_KERNEL_PARAMS;
 pub use kind::{
     AllocParams, CaptureOperand, CaptureOperands, CopyTo, EmptyParams, EventParams,

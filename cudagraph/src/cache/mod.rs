@@ -12,6 +12,7 @@ use cudarc::driver::sys::{self, CUcontext, CUgraph, CUgraphExec, CUstream};
 use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::error::{Call, CudaError, Error, NodeSite, Result};
+use crate::introspect::{ClonedGraph, GraphInfo, GraphNode};
 use crate::kind::{Limits, NodeParams, NodeState, Reports};
 use crate::operand::Guard;
 use crate::plan::Plan;
@@ -466,6 +467,59 @@ impl GraphCache {
         unsafe { self.driver.upload(v.exec, stream.cu_stream()) }
             .call("cuGraphUpload")
             .map_err(graph_err)
+    }
+
+    /// The nodes (kind and main parameters) and edges of the most recently used variant's
+    /// graph, as the driver reports them (`cuGraphGetNodes`, `cuGraphGetEdges_v2`,
+    /// `cuGraphNodeGetType`, `cuGraph*NodeGetParams`; see [`GraphInfo`]): for `graph!`, the
+    /// variant the last call ran; for a [`GraphBuilder`](crate::GraphBuilder), its last launch.
+    /// `None` on an empty cache. Parameters are those of the graph as built (or last rebuilt):
+    /// per-node updates change the exec only.
+    ///
+    /// # Errors
+    /// [`Error::Graph`] naming the cache's call site if a driver call fails.
+    pub fn graph_info(&self) -> Result<Option<GraphInfo>> {
+        let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
+            return Ok(None);
+        };
+        let (file, line) = self.location;
+        // SAFETY: the graph is live while `self` is.
+        let (_, info) =
+            unsafe { crate::introspect::describe(v.graph) }.map_err(|(call, error)| {
+                Error::Graph { file, line, source: CudaError { call, error } }
+            })?;
+        Ok(Some(info))
+    }
+
+    /// The nodes of [`graph_info`](Self::graph_info) (empty on an empty cache).
+    ///
+    /// # Errors
+    /// As [`graph_info`](Self::graph_info).
+    pub fn nodes(&self) -> Result<Vec<GraphNode>> {
+        Ok(self.graph_info()?.map(|i| i.nodes).unwrap_or_default())
+    }
+
+    /// The edges of [`graph_info`](Self::graph_info), `(from, to)` indices into
+    /// [`nodes`](Self::nodes) (empty on an empty cache).
+    ///
+    /// # Errors
+    /// As [`graph_info`](Self::graph_info).
+    pub fn edges(&self) -> Result<Vec<(usize, usize)>> {
+        Ok(self.graph_info()?.map(|i| i.edges).unwrap_or_default())
+    }
+
+    /// A copy (`cuGraphClone`) of the most recently used variant's graph, for introspection
+    /// and node lookup ([`ClonedGraph::find`], `cuGraphNodeFindInClone`); it borrows the cache,
+    /// so the original stays alive. `None` on an empty cache.
+    ///
+    /// # Errors
+    /// [`Error::Graph`] if the driver refuses (it may refuse graphs it cannot clone).
+    pub fn clone_graph(&self) -> Result<Option<ClonedGraph<'_>>> {
+        let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
+            return Ok(None);
+        };
+        // SAFETY: the graph is live while `self` is borrowed by the clone.
+        unsafe { ClonedGraph::of(v.graph, self.location) }.map(Some)
     }
 
     /// Writes the driver's own Graphviz DOT (`cuGraphDebugDotPrint`, verbose) of the most recently

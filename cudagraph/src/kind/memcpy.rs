@@ -140,7 +140,7 @@ fn memory_fields(m: Memory) -> (CUmemorytype, *const c_void, CUdeviceptr) {
 
 /// A 1-D `CUDA_MEMCPY3D`, built field by field (`mem::zeroed` is invalid for it: its memory
 /// type enum has no zero value).
-fn memcpy3d(p: &Copy1d) -> CUDA_MEMCPY3D {
+pub(crate) fn memcpy3d(p: &Copy1d) -> CUDA_MEMCPY3D {
     let bytes = p.src_len * p.elem_size;
     let (src_type, src_host, src_dev) = memory_fields(p.src);
     let (dst_type, dst_host, dst_dev) = memory_fields(p.dst);
