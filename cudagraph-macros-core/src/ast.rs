@@ -122,6 +122,30 @@ pub enum Op {
         /// The value.
         value: Expr,
     },
+    /// `copy_2d(&SRC, SRC_ROWS, &mut DST, DST_ROWS)`: a pitched 2-D copy.
+    Copy2d {
+        /// The `copy_2d` word.
+        func: Ident,
+        /// Source (read).
+        src: Operand,
+        /// The source's rows (`cudagraph::Rows`).
+        src_rows: Expr,
+        /// Destination (written).
+        dst: Operand,
+        /// The destination's rows.
+        dst_rows: Expr,
+    },
+    /// `memset_2d(&mut DST, ROWS, VALUE)`: a pitched 2-D memset.
+    Memset2d {
+        /// The `memset_2d` word.
+        func: Ident,
+        /// Destination.
+        dst: Operand,
+        /// Its rows (`cudagraph::Rows`).
+        rows: Expr,
+        /// The value.
+        value: Expr,
+    },
     /// `fill(&mut DST, VALUE)`: every element set to a value of any size, by the crate's fill
     /// kernel (see `cudagraph::fill`).
     Fill {
@@ -244,6 +268,8 @@ impl Op {
             Op::Host { .. } => "host".into(),
             Op::Empty { .. } => "empty".into(),
             Op::Alloc { .. } => "alloc".into(),
+            Op::Copy2d { .. } => "copy_2d".into(),
+            Op::Memset2d { .. } => "memset_2d".into(),
             Op::Free { .. } => "free".into(),
             Op::Event { func, .. } => func.to_string(),
             Op::Child { .. } => "child".into(),
@@ -261,7 +287,8 @@ impl Op {
                     Arg::Scalar(_) => None,
                 })
                 .collect(),
-            Op::Copy { src, dst, .. } => vec![src, dst],
+            Op::Copy { src, dst, .. } | Op::Copy2d { src, dst, .. } => vec![src, dst],
+            Op::Memset2d { dst, .. } => vec![dst],
             Op::Memset { dst, .. } | Op::Zero { dst, .. } | Op::Fill { dst, .. } => vec![dst],
             Op::Capture { operands, .. } | Op::Host { operands, .. } => operands.iter().collect(),
             Op::Child { graph, .. } => vec![graph],

@@ -369,6 +369,19 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
             let (s, d) = (operand(src), operand(dst));
             quote_spanned!(func.span()=> ::cudagraph::__private::copy(#s, #d))
         }
+        Op::Copy2d { func, src, src_rows, dst, dst_rows } => {
+            let (s, d) = (operand(src), operand(dst));
+            let sr =
+                quote_spanned!(src_rows.span()=> { let __r: ::cudagraph::Rows = #src_rows; __r });
+            let dr =
+                quote_spanned!(dst_rows.span()=> { let __r: ::cudagraph::Rows = #dst_rows; __r });
+            quote_spanned!(func.span()=> ::cudagraph::__private::copy_2d(#s, #sr, #d, #dr))
+        }
+        Op::Memset2d { func, dst, rows, value } => {
+            let d = operand(dst);
+            let r = quote_spanned!(rows.span()=> { let __r: ::cudagraph::Rows = #rows; __r });
+            quote_spanned!(func.span()=> ::cudagraph::__private::memset_2d(#d, #r, #value))
+        }
         Op::Memset { func, dst, value } => {
             let d = operand(dst);
             quote_spanned!(func.span()=> ::cudagraph::__private::memset(#d, #value))
@@ -460,7 +473,8 @@ fn plan(
                 let k = kernel.to_string();
                 quote!(::cudagraph::NodeKind::Kernel(#k))
             }
-            Op::Copy { .. } => quote!(::cudagraph::NodeKind::Memcpy),
+            Op::Copy { .. } | Op::Copy2d { .. } => quote!(::cudagraph::NodeKind::Memcpy),
+            Op::Memset2d { .. } => quote!(::cudagraph::NodeKind::Memset),
             Op::Memset { .. } | Op::Zero { .. } => quote!(::cudagraph::NodeKind::Memset),
             Op::Fill { .. } => quote!(::cudagraph::NodeKind::Kernel("fill")),
             Op::Capture { .. } => quote!(::cudagraph::NodeKind::Captured),

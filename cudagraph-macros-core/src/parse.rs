@@ -18,7 +18,7 @@ pub const MAX_UNROLL: u64 = 4096;
 pub const MAX_UNROLLED_STATEMENTS: usize = 16384;
 
 const ALLOWED: &str = "allowed statements: `KERNELS.name(args).launch(cfg)`, `copy(&src, &mut dst)`, \
-`memset(&mut dst, value)`, `fill(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, `child(&mut graph)`, `host(&a, &mut b, move |(a, b)| { … })`, `empty()`, `event_record(&event)`, `event_wait(&event)`, `let tmp = alloc::<T>(n)` (a graph-owned buffer; `free(&mut tmp)`), each optionally `let name = …` and `.after(names)`; \
+`memset(&mut dst, value)`, `fill(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, `child(&mut graph)`, `host(&a, &mut b, move |(a, b)| { … })`, `empty()`, `event_record(&event)`, `event_wait(&event)`, `let tmp = alloc::<T>(n)` (a graph-owned buffer; `free(&mut tmp)`), `copy_2d(&src, src_rows, &mut dst, dst_rows)`, `memset_2d(&mut dst, rows, value)`, each optionally `let name = …` and `.after(names)`; \
 `if cond { … } else { … }`; `for i in 0..N { … }` (integer literal bounds: unrolled; other `usize` bounds: a run-time count); \
 `let c = condition(default);` then `device_while(c, { … })`, `device_if(c, { … })`, `device_if(c, { … }, { … })` or `device_switch(c, { … }, …)`";
 
@@ -617,6 +617,27 @@ fn lower_call(c: &syn::ExprCall, errors: &mut Errors) -> Option<Op> {
                 return None;
             }
             Some(Op::Event { func, event: args[0].clone() })
+        }
+        "copy_2d" => {
+            if !arity(4, "copy_2d(&src, src_rows, &mut dst, dst_rows)", errors) {
+                return None;
+            }
+            let src = lower_operand(args[0], Some(false), errors);
+            let dst = lower_operand(args[2], Some(true), errors);
+            Some(Op::Copy2d {
+                func,
+                src: src?,
+                src_rows: args[1].clone(),
+                dst: dst?,
+                dst_rows: args[3].clone(),
+            })
+        }
+        "memset_2d" => {
+            if !arity(3, "memset_2d(&mut dst, rows, value)", errors) {
+                return None;
+            }
+            let dst = lower_operand(args[0], Some(true), errors)?;
+            Some(Op::Memset2d { func, dst, rows: args[1].clone(), value: args[2].clone() })
         }
         "free" => {
             if !arity(1, "free(&mut tmp)", errors) {

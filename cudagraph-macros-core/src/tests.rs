@@ -47,6 +47,8 @@ fn summary(c: &Checked<'_>) -> Vec<String> {
                 Op::Host { .. } => "host".into(),
                 Op::Empty { .. } => "empty".into(),
                 Op::Alloc { .. } => "alloc".into(),
+                Op::Copy2d { .. } => "copy_2d".into(),
+                Op::Memset2d { .. } => "memset_2d".into(),
                 Op::Free { .. } => "free".into(),
                 Op::Event { func, .. } => func.to_string(),
                 Op::Conditional { func, cond, .. } => format!("{func}({cond})"),
@@ -570,7 +572,7 @@ fn too_many_ifs_are_an_error() {
 fn non_graph_statements_are_errors() {
     let allowed = "allowed statements: `KERNELS.name(args).launch(cfg)`, `copy(&src, &mut dst)`, \
 `memset(&mut dst, value)`, `fill(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, \
-`child(&mut graph)`, `host(&a, &mut b, move |(a, b)| { … })`, `empty()`, `event_record(&event)`, `event_wait(&event)`, `let tmp = alloc::<T>(n)` (a graph-owned buffer; `free(&mut tmp)`), each optionally `let name = …` and `.after(names)`; \
+`child(&mut graph)`, `host(&a, &mut b, move |(a, b)| { … })`, `empty()`, `event_record(&event)`, `event_wait(&event)`, `let tmp = alloc::<T>(n)` (a graph-owned buffer; `free(&mut tmp)`), `copy_2d(&src, src_rows, &mut dst, dst_rows)`, `memset_2d(&mut dst, rows, value)`, each optionally `let name = …` and `.after(names)`; \
 `if cond { … } else { … }`; `for i in 0..N { … }` (integer literal bounds: unrolled; other `usize` bounds: a run-time count); \
 `let c = condition(default);` then `device_while(c, { … })`, `device_if(c, { … })`, `device_if(c, { … }, { … })` or `device_switch(c, { … }, …)`";
     let not_graph = format!("not a graph statement; {allowed}");

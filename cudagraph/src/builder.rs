@@ -327,6 +327,39 @@ impl<'a> GraphBuilder<'a> {
         node
     }
 
+    /// Adds a 2-D memcpy node (`cuGraphAddNode_v2`, memcpy with rows and pitches), as
+    /// `copy_2d(&src, src_rows, &mut dst, dst_rows)` does in `graph!`: row `r` of `src` to row
+    /// `r` of `dst` ([`Rows`](crate::Rows), in elements). Rows that do not fit their buffer, or
+    /// differ in width or height, are [`Error::InvalidNode`] at launch. Label: `copy_2d`.
+    #[track_caller]
+    pub fn copy_2d<S: CopyTo<D> + Handle + 'a, D: Handle + 'a>(
+        &mut self,
+        src: S,
+        src_rows: crate::Rows,
+        dst: D,
+        dst_rows: crate::Rows,
+    ) -> Node {
+        let (s, d) = (src.tag(), dst.tag());
+        let p = crate::kind::copy_2d(src, src_rows, dst, dst_rows);
+        let site = site("copy_2d", "GraphBuilder::copy_2d", Location::caller());
+        self.rec.push(site, RecKind::Memcpy2d(p.raw), &[(s, false), (d, true)])
+    }
+
+    /// Adds a 2-D memset node (`cuGraphAddNode_v2`, memset with height and pitch), as
+    /// `memset_2d(&mut dst, rows, value)` does in `graph!`. Label: `memset_2d`.
+    #[track_caller]
+    pub fn memset_2d<T, V: MemsetValueOf<T>>(
+        &mut self,
+        dst: DevWrite<'a, T>,
+        rows: crate::Rows,
+        value: V,
+    ) -> Node {
+        let t = dst.tag;
+        let p = crate::kind::memset_2d(dst, rows, value);
+        let site = site("memset_2d", "GraphBuilder::memset_2d", Location::caller());
+        self.rec.push(site, RecKind::Memset2d(p.raw), &[(t, true)])
+    }
+
     /// A graph-owned buffer of `len` elements of `T` (a memory allocation node,
     /// `cuGraphAddNode_v2` with `CU_GRAPH_NODE_TYPE_MEM_ALLOC`), as `let tmp = alloc::<T>(len);`
     /// does in `graph!`: later nodes use it through [`Scratch::read`](crate::Scratch::read) and
@@ -619,6 +652,10 @@ enum RecKind {
     EventRecord(usize),
     /// An event wait node: index of the event in the builder's `events`.
     EventWait(usize),
+    /// A 2-D copy.
+    Memcpy2d(crate::kind::pitched::Copy2d),
+    /// A 2-D memset.
+    Memset2d(crate::kind::pitched::Set2d),
     /// A graph-owned buffer's memory allocation node.
     MemAlloc(crate::AllocParams<'static>),
     /// A graph-owned buffer's memory free node.
@@ -1041,6 +1078,12 @@ impl Recording {
                 RecKind::EventRecord(_) => 9,
                 RecKind::EventWait(_) => 10,
                 RecKind::Conditional(_) => 11,
+                RecKind::Memcpy2d(c) => match (c.base.src, c.base.dst) {
+                    (Memory::Device(_), Memory::Device(_)) => 14,
+                    (Memory::Host(_), _) => 15,
+                    (_, Memory::Host(_)) => 16,
+                },
+                RecKind::Memset2d(_) => 17,
                 RecKind::MemAlloc(_) => 12,
                 RecKind::MemFree(_) => 13,
             });
@@ -1135,6 +1178,12 @@ impl Recording {
                         _borrow: core::marker::PhantomData,
                     }),
                     RecKind::Conditional(p) => NodeParams::Conditional(*p),
+                    RecKind::Memcpy2d(c) => {
+                        NodeParams::Memcpy2d(crate::kind::Copy2dParams::recorded(*c))
+                    }
+                    RecKind::Memset2d(m) => {
+                        NodeParams::Memset2d(crate::kind::Memset2dParams::recorded(*m))
+                    }
                     RecKind::MemAlloc(p) => NodeParams::MemAlloc(*p),
                     RecKind::MemFree(p) => NodeParams::MemFree(*p),
                 })

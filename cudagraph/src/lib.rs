@@ -183,7 +183,7 @@ pub use kind::{
     LaunchDims, MAX_ALLOC_BYTES, MAX_FILL_BYTES, MemcpyParams, Memory, MemsetParams, MemsetValue,
     MemsetValueOf, Scratch,
 };
-pub use kind::{Condition, ConditionalType};
+pub use kind::{Condition, ConditionalType, Copy2dParams, Memset2dParams, Rows};
 pub use operand::{
     DevRead, DevWrite, DeviceScalar, Handle, HostRead, HostWrite, KernelArg, Place, PlaceMut,
     ReadArg, WriteArg,
@@ -362,8 +362,8 @@ pub fn driver_available() -> bool {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::kind::{
-        IntoNode, KernelArgs, LaunchNode, NodeParams, copy, empty, event_record, event_wait,
-        memset, zero,
+        IntoNode, KernelArgs, LaunchNode, NodeParams, copy, copy_2d, empty, event_record,
+        event_wait, memset, memset_2d, zero,
     };
     pub use crate::operand::Guard;
     pub use crate::operand::{ReadArg, WriteArg};

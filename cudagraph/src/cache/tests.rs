@@ -25,6 +25,10 @@ pub(crate) struct Log {
     set_args: Vec<Vec<Vec<u8>>>,
     /// The same for each kernel node added.
     add_args: Vec<Vec<Vec<u8>>>,
+    /// `(width bytes, height, src pitch, dst pitch)` of each memcpy node added, and
+    /// `(element size, width, height, pitch)` of each memset node.
+    add_copies: Vec<(usize, usize, usize, usize)>,
+    add_sets: Vec<(u32, usize, usize, usize)>,
 }
 
 #[derive(Clone, Default)]
@@ -103,6 +107,18 @@ impl Driver for Mock {
             }
             _ => "other",
         };
+        if p.type_ == CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY {
+            // SAFETY: as above.
+            let c = unsafe { &p.__bindgen_anon_1.memcpy.copyParams };
+            let row = (c.WidthInBytes, c.Height, c.srcPitch, c.dstPitch);
+            self.0.borrow_mut().add_copies.push(row);
+        }
+        if p.type_ == CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET {
+            // SAFETY: as above.
+            let m = unsafe { &p.__bindgen_anon_1.memset };
+            let row = (m.elementSize, m.width, m.height, m.pitch);
+            self.0.borrow_mut().add_sets.push(row);
+        }
         if p.type_ == CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
             // SAFETY: as above.
             let args = read_args(unsafe { &p.__bindgen_anon_1.kernel }, &[4, 8]);
@@ -934,4 +950,93 @@ fn instantiate_flags_reach_every_instantiation_with_the_calls_stream() {
     cache.set_instantiate_flags(crate::InstantiateFlags::default());
     run(&mut cache, plan, &k(1, 0xa0), &k(9, 0xb0), copy(4), memset(0), Some(&k(3, 0xc0))).unwrap();
     assert!(mock.calls().contains(&"instantiate".to_string()));
+}
+
+/// Plan of a 2-D copy (reads place 0, writes place 1) and a 2-D memset of place 1.
+fn pitched_plan() -> &'static Plan {
+    static PLAN: std::sync::OnceLock<&'static Plan> = std::sync::OnceLock::new();
+    PLAN.get_or_init(|| {
+        let node = |kind, accesses: Vec<Access>| PlanNode {
+            label: "n",
+            text: "stmt",
+            kind,
+            line: 2,
+            column: 5,
+            accesses: Box::leak(accesses.into_boxed_slice()),
+            after: &[],
+            condition: "",
+        };
+        let nodes = vec![
+            node(
+                NodeKind::Memcpy,
+                vec![Access { place: 0, write: false }, Access { place: 1, write: true }],
+            ),
+            node(NodeKind::Memset, vec![Access { place: 1, write: true }]),
+        ];
+        Box::leak(Box::new(Plan {
+            file: "mock.rs",
+            line: 1,
+            places: &["a", "b"],
+            nodes: Box::leak(nodes.into_boxed_slice()),
+            conditions: 0,
+            bodies: &[],
+        }))
+    })
+}
+
+fn run_pitched(
+    cache: &mut GraphCache<Mock>,
+    src: crate::Rows,
+    dst: crate::Rows,
+    set: crate::Rows,
+    value: u32,
+) -> Result<()> {
+    use crate::kind::pitched::{Copy2d, Set2d};
+    let base = Copy1d {
+        src: Memory::Device(0x1000),
+        dst: Memory::Device(0x9000),
+        src_len: 100,
+        dst_len: 60,
+        elem_size: 4,
+        src_ctx: CTX,
+        dst_ctx: CTX,
+    };
+    let c = Copy2d { base, src_rows: src, dst_rows: dst };
+    let s = Set2d { dst: 0x9000, len: 60, rows: set, elem_size: 2, value, ctx: CTX };
+    let nodes = [
+        Some(NodeParams::Memcpy2d(crate::kind::Copy2dParams::recorded(c))),
+        Some(NodeParams::Memset2d(crate::kind::Memset2dParams::recorded(s))),
+    ];
+    cache.run_raw(pitched_plan(), 0, (CTX, None), STREAM, &nodes)
+}
+
+#[test]
+fn pitched_copies_and_memsets_reach_the_driver_in_bytes_and_misfits_are_refused_first() {
+    use crate::Rows;
+    let (mock, mut cache, _) = setup();
+    run_pitched(&mut cache, Rows::new(3, 5, 7), Rows::new(3, 5, 11), Rows::new(4, 6, 9), 1)
+        .unwrap();
+    assert_eq!(
+        mock.calls(),
+        ["graph_create", "add_memcpy deps=0", "add_memset deps=1", "instantiate", "launch"]
+    );
+    assert_eq!(mock.0.borrow().add_copies, [(12, 5, 28, 44)]);
+    assert_eq!(mock.0.borrow().add_sets, [(2, 4, 6, 18)]);
+    // A changed value: a per-node update of the memset only.
+    run_pitched(&mut cache, Rows::new(3, 5, 7), Rows::new(3, 5, 11), Rows::new(4, 6, 9), 2)
+        .unwrap();
+    assert_eq!(mock.calls(), ["set_memset value=2", "launch"]);
+    // Rows that do not fit, are wider than their pitch, or differ between the sides.
+    for (src, dst, set, want) in [
+        (Rows::new(3, 15, 7), Rows::new(3, 15, 4), Rows::new(1, 1, 1), "do not fit"),
+        (Rows::new(3, 5, 7), Rows::new(3, 5, 2), Rows::new(1, 1, 1), "wider than its pitch"),
+        (Rows::new(3, 5, 7), Rows::new(4, 5, 11), Rows::new(1, 1, 1), "must match"),
+        (Rows::new(3, 5, 7), Rows::new(3, 5, 11), Rows::new(9, 7, 9), "do not fit in its 60"),
+    ] {
+        let e = run_pitched(&mut cache, src, dst, set, 2).unwrap_err();
+        assert!(e.to_string().contains(want), "{e}");
+        assert!(mock.calls().is_empty(), "nothing sent for {want}");
+    }
+    let e = run_pitched(&mut cache, Rows::new(0, 5, 7), Rows::new(0, 5, 11), Rows::new(1, 1, 1), 2);
+    assert!(matches!(e, Err(Error::Empty { .. })));
 }

@@ -32,6 +32,7 @@ pub(crate) mod host;
 pub(crate) mod kernel;
 pub(crate) mod memcpy;
 pub(crate) mod memset;
+pub(crate) mod pitched;
 
 pub use alloc::{AllocParams, FreeParams, GraphMemUsage, MAX_ALLOC_BYTES, Scratch};
 pub use captured::{CaptureOperand, CaptureOperands, CaptureParams, CapturedWork};
@@ -47,6 +48,7 @@ pub use kernel::{
 };
 pub use memcpy::{CopyTo, MemcpyParams, Memory, copy};
 pub use memset::{MemsetParams, MemsetValue, MemsetValueOf, memset, zero};
+pub use pitched::{Copy2dParams, Memset2dParams, Rows, copy_2d, memset_2d};
 
 /// What one node kind needs to say about its nodes. Implemented by a unit type per kind.
 pub(crate) trait NodeKind {
@@ -410,6 +412,10 @@ node_kinds! {
     EventRecord(EventRecordParams<'a>) => event::Record,
     /// Event wait node, `event_wait(&e)`.
     EventWait(EventWaitParams<'a>) => event::Wait,
+    /// 2-D (pitched) memcpy node, `copy_2d(&src, src_rows, &mut dst, dst_rows)`.
+    Memcpy2d(Copy2dParams<'a>) => pitched::Memcpy2d,
+    /// 2-D (pitched) memset node, `memset_2d(&mut dst, rows, value)`.
+    Memset2d(Memset2dParams<'a>) => pitched::Memset2d,
     /// Memory allocation node of a graph-owned buffer, `let tmp = alloc::<T>(n);`.
     MemAlloc(AllocParams<'a>) => alloc::Alloc,
     /// Memory free node of a graph-owned buffer (after its last use, or `free(&mut tmp)`).
@@ -484,6 +490,18 @@ impl crate::operand::sealed::Sealed for EventWaitParams<'_> {}
 impl IntoNode for EventWaitParams<'_> {
     fn node(&self) -> NodeParams<'_> {
         NodeParams::EventWait(*self)
+    }
+}
+impl crate::operand::sealed::Sealed for Copy2dParams<'_> {}
+impl IntoNode for Copy2dParams<'_> {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::Memcpy2d(*self)
+    }
+}
+impl crate::operand::sealed::Sealed for Memset2dParams<'_> {}
+impl IntoNode for Memset2dParams<'_> {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::Memset2d(*self)
     }
 }
 impl crate::operand::sealed::Sealed for AllocParams<'_> {}
