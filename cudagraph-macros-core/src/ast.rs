@@ -87,6 +87,7 @@ pub struct Node {
 }
 
 /// The operation of a node.
+#[allow(clippy::large_enum_variant)] // a short-lived AST, built once per expansion
 pub enum Op {
     /// `RECEIVER.KERNEL(ARGS).launch(CFG)`.
     Launch {
@@ -121,6 +122,30 @@ pub enum Op {
         /// The value.
         value: Expr,
     },
+    /// `copy_2d(&SRC, SRC_ROWS, &mut DST, DST_ROWS)`: a pitched 2-D copy.
+    Copy2d {
+        /// The `copy_2d` word.
+        func: Ident,
+        /// Source (read).
+        src: Operand,
+        /// The source's rows (`cudagraph::Rows`).
+        src_rows: Expr,
+        /// Destination (written).
+        dst: Operand,
+        /// The destination's rows.
+        dst_rows: Expr,
+    },
+    /// `memset_2d(&mut DST, ROWS, VALUE)`: a pitched 2-D memset.
+    Memset2d {
+        /// The `memset_2d` word.
+        func: Ident,
+        /// Destination.
+        dst: Operand,
+        /// Its rows (`cudagraph::Rows`).
+        rows: Expr,
+        /// The value.
+        value: Expr,
+    },
     /// `fill(&mut DST, VALUE)`: every element set to a value of any size, by the crate's fill
     /// kernel (see `cudagraph::fill`).
     Fill {
@@ -151,6 +176,27 @@ pub enum Op {
         func: Ident,
         /// The event expression (`&Arc<CudaEvent>`).
         event: Expr,
+    },
+    /// `let NAME = alloc::<TY>(LEN);`: a graph-owned buffer, made by a memory allocation node
+    /// (which writes it) and usable as `&NAME` / `&mut NAME` by later statements.
+    Alloc {
+        /// The `alloc` word.
+        func: Ident,
+        /// The element type.
+        ty: syn::Type,
+        /// The length in elements (a `usize` expression, evaluated once per call, before the
+        /// statements' parameters).
+        len: Expr,
+        /// The buffer as a place (its `let` name), written.
+        buffer: Operand,
+    },
+    /// `free(&mut NAME)`: the memory free node of a graph-owned buffer; added by the macro after
+    /// the last statement of the body for a buffer not freed explicitly.
+    Free {
+        /// The `free` word (the `alloc` word's span when added by the macro).
+        func: Ident,
+        /// The buffer, written.
+        buffer: Operand,
     },
     /// `empty()`: a node without work, a join point for `.after`.
     Empty {
@@ -197,6 +243,7 @@ pub enum Arg {
 }
 
 /// `&place` or `&mut place`.
+#[derive(Clone)]
 pub struct Operand {
     /// `true` for `&mut`.
     pub write: bool,
@@ -220,6 +267,10 @@ impl Op {
             Op::Capture { .. } => "capture".into(),
             Op::Host { .. } => "host".into(),
             Op::Empty { .. } => "empty".into(),
+            Op::Alloc { .. } => "alloc".into(),
+            Op::Copy2d { .. } => "copy_2d".into(),
+            Op::Memset2d { .. } => "memset_2d".into(),
+            Op::Free { .. } => "free".into(),
             Op::Event { func, .. } => func.to_string(),
             Op::Child { .. } => "child".into(),
             Op::Conditional { func, .. } => func.to_string(),
@@ -236,10 +287,12 @@ impl Op {
                     Arg::Scalar(_) => None,
                 })
                 .collect(),
-            Op::Copy { src, dst, .. } => vec![src, dst],
+            Op::Copy { src, dst, .. } | Op::Copy2d { src, dst, .. } => vec![src, dst],
+            Op::Memset2d { dst, .. } => vec![dst],
             Op::Memset { dst, .. } | Op::Zero { dst, .. } | Op::Fill { dst, .. } => vec![dst],
             Op::Capture { operands, .. } | Op::Host { operands, .. } => operands.iter().collect(),
             Op::Child { graph, .. } => vec![graph],
+            Op::Alloc { buffer, .. } | Op::Free { buffer, .. } => vec![buffer],
             Op::Empty { .. } | Op::Event { .. } => vec![],
             Op::Conditional { .. } => Vec::new(),
         }

@@ -103,6 +103,7 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
             ),
         );
     }
+    check_graph_owned(&nodes, errors);
     let mut after = Vec::with_capacity(nodes.len());
     for (i, f) in nodes.iter().enumerate() {
         let mut deps = Vec::new();
@@ -265,6 +266,95 @@ fn check_places(node: &Node, errors: &mut Errors) {
                         a.key
                     ),
                 );
+            }
+        }
+    }
+}
+
+/// Graph-owned buffers (`let tmp = alloc::<T>(n);`): allocated at the top level only (the
+/// driver allows memory nodes in the top graph only, and the buffer exists once per call), used
+/// only between its `alloc` and its `free` (the driver: "accessed by nodes ordered after the
+/// allocation node but before the free node"), freed once, and never handed to `capture`,
+/// `host` or `child` (stream work, host code and embedded graphs cannot reach graph memory
+/// through this crate: its address is the graph's).
+fn check_graph_owned(nodes: &[Flat<'_>], errors: &mut Errors) {
+    let allocated: Vec<&str> = nodes
+        .iter()
+        .filter_map(|f| match &f.node.op {
+            Op::Alloc { buffer, .. } => Some(buffer.key.as_str()),
+            _ => None,
+        })
+        .collect();
+    // Key -> (line of its alloc, line of its free if freed).
+    let mut live: HashMap<&str, (u32, Option<u32>)> = HashMap::new();
+    for f in nodes {
+        let top = f.scope.is_empty() && f.body.is_none() && f.looped.is_none();
+        match &f.node.op {
+            Op::Alloc { func, buffer, .. } => {
+                if !top {
+                    errors.push(
+                        func,
+                        "`alloc` is a statement of the top level of the body only (not inside an `if`, a `for` or a device body): a graph-owned buffer exists once per call, and the driver allows memory nodes in the top graph only",
+                    );
+                }
+                live.insert(&buffer.key, (line_column(func.span()).0, None));
+                continue;
+            }
+            Op::Free { func, buffer } => {
+                match live.get_mut(buffer.key.as_str()) {
+                    None => errors.push(
+                        &buffer.place,
+                        format!(
+                            "`free` takes a graph-owned buffer made earlier in this body by `let {} = alloc::<T>(n);`",
+                            buffer.key
+                        ),
+                    ),
+                    Some((_, Some(line))) => errors.push(
+                        &buffer.place,
+                        format!("`{}` is already freed at line {line}: a graph-owned buffer is freed once", buffer.key),
+                    ),
+                    Some((_, freed)) => {
+                        if !top {
+                            errors.push(
+                                func,
+                                "`free` is a statement of the top level of the body only (not inside an `if`, a `for` or a device body): the buffer is freed once per call",
+                            );
+                        }
+                        *freed = Some(line_column(func.span()).0);
+                    }
+                }
+                continue;
+            }
+            _ => {}
+        }
+        for o in f.node.op.operands() {
+            let key = o.key.as_str();
+            match live.get(key) {
+                Some((_, Some(line))) => errors.push(
+                    &o.place,
+                    format!(
+                        "`{key}` is used after its `free` at line {line}: a graph-owned buffer exists only between its `alloc` and its `free`"
+                    ),
+                ),
+                Some(_) => {
+                    if let Op::Capture { func, .. } | Op::Host { func, .. } | Op::Child { func, .. } =
+                        &f.node.op
+                    {
+                        errors.push(
+                            &o.place,
+                            format!(
+                                "`{key}` is a graph-owned buffer: `{func}` cannot use it (its memory exists only inside the graph, at an address the graph gives it); use kernel, copy, memset, zero and fill statements"
+                            ),
+                        );
+                    }
+                }
+                None if allocated.contains(&key) => errors.push(
+                    &o.place,
+                    format!(
+                        "`{key}` is used before its `let {key} = alloc::<T>(n);`: a graph-owned buffer exists only after its `alloc`"
+                    ),
+                ),
+                None => {}
             }
         }
     }

@@ -44,7 +44,16 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
     let key = local("__cudagraph_key");
     let call = local("__cudagraph_call");
 
-    let acquisitions = acquisitions(&order, &places, &stream.to_token_stream(), &call);
+    // Graph-owned buffers: their element type and length, by place key.
+    let scratch: HashMap<String, (&syn::Type, &Expr)> = checked
+        .nodes
+        .iter()
+        .filter_map(|f| match &f.node.op {
+            Op::Alloc { ty, len, buffer, .. } => Some((buffer.key.clone(), (ty, len))),
+            _ => None,
+        })
+        .collect();
+    let acquisitions = acquisitions(&order, &places, &scratch, &stream.to_token_stream(), &call);
     let guards: Vec<syn::Ident> = (0..order.len()).map(|i| handles(i).2).collect();
 
     let mut counter = NodeCounter {
@@ -149,6 +158,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
 fn acquisitions(
     order: &[String],
     places: &HashMap<String, PlaceInfo<'_>>,
+    scratch: &HashMap<String, (&syn::Type, &Expr)>,
     stream: &TokenStream,
     call: &syn::Ident,
 ) -> TokenStream {
@@ -211,6 +221,17 @@ fn acquisitions(
     for key in order {
         let p = &places[key];
         let (r, w, g) = handles(p.index);
+        if let Some((ty, len)) = scratch.get(key) {
+            // A graph-owned buffer: no place to borrow; its handles are made for this call.
+            let s = local(format!("__cudagraph_s{}", p.index));
+            let index = p.index as u32;
+            let len = quote_spanned!(len.span()=> { let __n: usize = #len; __n });
+            out.extend(quote_spanned! {p.first.span=>
+                let (#s, #g) = ::cudagraph::__private::scratch::<#ty>(#stream, &#call, #index, #len);
+                let (#r, #w) = (#s.read(), #s.write());
+            });
+            continue;
+        }
         let place = match split.get(&p.index) {
             Some(e) if p.written => quote!(#e),
             Some(e) => quote!(&*#e),
@@ -480,6 +501,19 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
             let (s, d) = (operand(src), operand(dst));
             quote_spanned!(func.span()=> ::cudagraph::__private::copy(#s, #d))
         }
+        Op::Copy2d { func, src, src_rows, dst, dst_rows } => {
+            let (s, d) = (operand(src), operand(dst));
+            let sr =
+                quote_spanned!(src_rows.span()=> { let __r: ::cudagraph::Rows = #src_rows; __r });
+            let dr =
+                quote_spanned!(dst_rows.span()=> { let __r: ::cudagraph::Rows = #dst_rows; __r });
+            quote_spanned!(func.span()=> ::cudagraph::__private::copy_2d(#s, #sr, #d, #dr))
+        }
+        Op::Memset2d { func, dst, rows, value } => {
+            let d = operand(dst);
+            let r = quote_spanned!(rows.span()=> { let __r: ::cudagraph::Rows = #rows; __r });
+            quote_spanned!(func.span()=> ::cudagraph::__private::memset_2d(#d, #r, #value))
+        }
         Op::Memset { func, dst, value } => {
             let d = operand(dst);
             quote_spanned!(func.span()=> ::cudagraph::__private::memset(#d, #value))
@@ -498,6 +532,14 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
             quote_spanned!(func.span()=> ::cudagraph::__private::child(#g))
         }
         Op::Empty { func } => quote_spanned!(func.span()=> ::cudagraph::__private::empty()),
+        Op::Alloc { func, buffer, .. } => {
+            let s = local(format!("__cudagraph_s{}", places[&buffer.key].index));
+            quote_spanned!(func.span()=> #s.alloc_node())
+        }
+        Op::Free { func, buffer } => {
+            let s = local(format!("__cudagraph_s{}", places[&buffer.key].index));
+            quote_spanned!(func.span()=> #s.free_node())
+        }
         Op::Event { func, event } => {
             quote_spanned!(func.span()=> ::cudagraph::__private::#func(#event))
         }
@@ -563,13 +605,16 @@ fn plan(
                 let k = kernel.to_string();
                 quote!(::cudagraph::NodeKind::Kernel(#k))
             }
-            Op::Copy { .. } => quote!(::cudagraph::NodeKind::Memcpy),
+            Op::Copy { .. } | Op::Copy2d { .. } => quote!(::cudagraph::NodeKind::Memcpy),
+            Op::Memset2d { .. } => quote!(::cudagraph::NodeKind::Memset),
             Op::Memset { .. } | Op::Zero { .. } => quote!(::cudagraph::NodeKind::Memset),
             Op::Fill { .. } => quote!(::cudagraph::NodeKind::Kernel("fill")),
             Op::Capture { .. } => quote!(::cudagraph::NodeKind::Captured),
             Op::Child { .. } => quote!(::cudagraph::NodeKind::Child),
             Op::Host { .. } => quote!(::cudagraph::NodeKind::Host),
             Op::Empty { .. } => quote!(::cudagraph::NodeKind::Empty),
+            Op::Alloc { .. } => quote!(::cudagraph::NodeKind::MemAlloc),
+            Op::Free { .. } => quote!(::cudagraph::NodeKind::MemFree),
             Op::Event { func, .. } if func == "event_record" => {
                 quote!(::cudagraph::NodeKind::EventRecord)
             }

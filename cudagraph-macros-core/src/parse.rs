@@ -18,7 +18,7 @@ pub const MAX_UNROLL: u64 = 4096;
 pub const MAX_UNROLLED_STATEMENTS: usize = 16384;
 
 const ALLOWED: &str = "allowed statements: `KERNELS.name(args).launch(cfg)`, `copy(&src, &mut dst)`, \
-`memset(&mut dst, value)`, `fill(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, `child(&mut graph)`, `host(&a, &mut b, move |(a, b)| { … })`, `empty()`, `event_record(&event)`, `event_wait(&event)`, each optionally `let name = …` and `.after(names)`; \
+`memset(&mut dst, value)`, `fill(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, `child(&mut graph)`, `host(&a, &mut b, move |(a, b)| { … })`, `empty()`, `event_record(&event)`, `event_wait(&event)`, `let tmp = alloc::<T>(n)` (a graph-owned buffer; `free(&mut tmp)`), `copy_2d(&src, src_rows, &mut dst, dst_rows)`, `memset_2d(&mut dst, rows, value)`, each optionally `let name = …` and `.after(names)`; \
 `if cond { … } else { … }`; `for i in 0..N { … }` (integer literal bounds: unrolled; other `usize` bounds: a run-time count); \
 `let c = condition(default);` then `device_while(c, { … })`, `device_if(c, { … })`, `device_if(c, { … }, { … })` or `device_switch(c, { … }, …)`";
 
@@ -46,7 +46,8 @@ impl Parse for RawInput {
 pub fn parse(tokens: TokenStream) -> syn::Result<(GraphInput, Errors)> {
     let raw: RawInput = syn::parse2(tokens)?;
     let mut errors = Errors::default();
-    let body = lower_block(&raw.body.stmts, &mut errors);
+    let mut body = lower_block(&raw.body.stmts, &mut errors);
+    add_frees(&mut body);
     let input = GraphInput {
         cache: raw.cache,
         stream: raw.stream,
@@ -88,7 +89,8 @@ pub fn parse_eager(tokens: TokenStream) -> syn::Result<(GraphInput, Errors)> {
     }
     let raw: RawEager = syn::parse2(tokens)?;
     let mut errors = Errors::default();
-    let body = lower_block(&raw.body.stmts, &mut errors);
+    let mut body = lower_block(&raw.body.stmts, &mut errors);
+    add_frees(&mut body);
     let input = GraphInput {
         cache: syn::parse_quote!(&mut ::cudagraph::GraphCache::eager()),
         stream: raw.stream,
@@ -97,6 +99,89 @@ pub fn parse_eager(tokens: TokenStream) -> syn::Result<(GraphInput, Errors)> {
         register_plan: false,
     };
     Ok((input, errors))
+}
+
+/// Appends, after the last statement of the body, the free node of every graph-owned buffer
+/// (`let tmp = alloc::<T>(n);` at the top level) that no `free(&mut tmp)` frees: so it is freed
+/// after its last use, wherever that is (an `if` branch, a `for` body, a device body), and its
+/// hazards order the free node after every use.
+pub(crate) fn add_frees(body: &mut Vec<Item>) {
+    fn frees(items: &[Item], out: &mut Vec<String>) {
+        for item in items {
+            match item {
+                Item::Node(n) => match &n.op {
+                    Op::Free { buffer, .. } => out.push(buffer.key.clone()),
+                    Op::Conditional { bodies, .. } => bodies.iter().for_each(|b| frees(b, out)),
+                    _ => {}
+                },
+                Item::If(i) => {
+                    frees(&i.then, out);
+                    frees(&i.els, out);
+                }
+                Item::Scope(b) => frees(b, out),
+                Item::Loop(l) => frees(&l.body, out),
+                Item::Condition(_) => {}
+            }
+        }
+    }
+    let mut freed = Vec::new();
+    frees(body, &mut freed);
+    let mut added = Vec::new();
+    for item in body.iter() {
+        let Item::Node(n) = item else { continue };
+        let Op::Alloc { func, buffer, .. } = &n.op else { continue };
+        if freed.contains(&buffer.key) {
+            continue;
+        }
+        let func = Ident::new("free", func.span());
+        let place = &buffer.place;
+        let tokens = quote::quote_spanned!(n.span=> free(&mut #place););
+        let buffer = Operand { write: true, ..buffer.clone() };
+        added.push(Item::Node(Node {
+            name: None,
+            op: Op::Free { func, buffer },
+            after: Vec::new(),
+            tokens,
+            span: n.span,
+        }));
+    }
+    body.extend(added);
+}
+
+/// `let NAME = alloc::<TY>(LEN)`: `c` is the call, `name` the `let` name.
+fn lower_alloc(c: &syn::ExprCall, name: Option<&Ident>, errors: &mut Errors) -> Option<Op> {
+    const USAGE: &str = "let tmp = alloc::<f32>(n);";
+    let Expr::Path(p) = &*c.func else { return None };
+    let seg = &p.path.segments[0];
+    let func = seg.ident.clone();
+    let ty = match &seg.arguments {
+        syn::PathArguments::AngleBracketed(a) if a.args.len() == 1 => match &a.args[0] {
+            syn::GenericArgument::Type(t) => Some(t.clone()),
+            _ => None,
+        },
+        _ => None,
+    };
+    let Some(ty) = ty else {
+        errors.push(c, format!("`alloc` takes the element type and the length: `{USAGE}`"));
+        return None;
+    };
+    if c.args.len() != 1 {
+        errors.push(c, format!("`alloc` takes one argument, the length in elements: `{USAGE}`"));
+        return None;
+    }
+    let Some(name) = name else {
+        errors
+            .push(c, format!("a graph-owned buffer is used through its name: bind it, `{USAGE}`"));
+        return None;
+    };
+    let place: Expr = syn::parse_quote_spanned!(name.span()=> #name);
+    let buffer = Operand { write: true, place, key: name.to_string(), span: c.span() };
+    Some(Op::Alloc { func, ty, len: c.args[0].clone(), buffer })
+}
+
+fn is_alloc(c: &syn::ExprCall) -> bool {
+    matches!(&*c.func, Expr::Path(p) if p.qself.is_none() && p.path.segments.len() == 1
+        && p.path.leading_colon.is_none() && p.path.segments[0].ident == "alloc")
 }
 
 pub(crate) fn lower_block(stmts: &[Stmt], errors: &mut Errors) -> Vec<Item> {
@@ -403,6 +488,7 @@ fn lower_node(expr: &Expr, stmt: &Stmt, name: Option<Ident>, errors: &mut Errors
             );
             return None;
         }
+        Expr::Call(c) if is_alloc(c) => lower_alloc(c, name.as_ref(), errors)?,
         Expr::Call(c) => lower_call(c, errors)?,
         other => {
             errors.push(other, format!("not a graph statement; {ALLOWED}"));
@@ -531,6 +617,34 @@ fn lower_call(c: &syn::ExprCall, errors: &mut Errors) -> Option<Op> {
                 return None;
             }
             Some(Op::Event { func, event: args[0].clone() })
+        }
+        "copy_2d" => {
+            if !arity(4, "copy_2d(&src, src_rows, &mut dst, dst_rows)", errors) {
+                return None;
+            }
+            let src = lower_operand(args[0], Some(false), errors);
+            let dst = lower_operand(args[2], Some(true), errors);
+            Some(Op::Copy2d {
+                func,
+                src: src?,
+                src_rows: args[1].clone(),
+                dst: dst?,
+                dst_rows: args[3].clone(),
+            })
+        }
+        "memset_2d" => {
+            if !arity(3, "memset_2d(&mut dst, rows, value)", errors) {
+                return None;
+            }
+            let dst = lower_operand(args[0], Some(true), errors)?;
+            Some(Op::Memset2d { func, dst, rows: args[1].clone(), value: args[2].clone() })
+        }
+        "free" => {
+            if !arity(1, "free(&mut tmp)", errors) {
+                return None;
+            }
+            let buffer = lower_operand(args[0], Some(true), errors)?;
+            Some(Op::Free { func, buffer })
         }
         "empty" => {
             if !arity(0, "let joined = empty().after(a, b);", errors) {

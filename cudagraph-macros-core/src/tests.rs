@@ -46,6 +46,10 @@ fn summary(c: &Checked<'_>) -> Vec<String> {
                 Op::Child { .. } => "child".into(),
                 Op::Host { .. } => "host".into(),
                 Op::Empty { .. } => "empty".into(),
+                Op::Alloc { .. } => "alloc".into(),
+                Op::Copy2d { .. } => "copy_2d".into(),
+                Op::Memset2d { .. } => "memset_2d".into(),
+                Op::Free { .. } => "free".into(),
                 Op::Event { func, .. } => func.to_string(),
                 Op::Conditional { func, cond, .. } => format!("{func}({cond})"),
             };
@@ -568,7 +572,7 @@ fn too_many_ifs_are_an_error() {
 fn non_graph_statements_are_errors() {
     let allowed = "allowed statements: `KERNELS.name(args).launch(cfg)`, `copy(&src, &mut dst)`, \
 `memset(&mut dst, value)`, `fill(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| { … })`, \
-`child(&mut graph)`, `host(&a, &mut b, move |(a, b)| { … })`, `empty()`, `event_record(&event)`, `event_wait(&event)`, each optionally `let name = …` and `.after(names)`; \
+`child(&mut graph)`, `host(&a, &mut b, move |(a, b)| { … })`, `empty()`, `event_record(&event)`, `event_wait(&event)`, `let tmp = alloc::<T>(n)` (a graph-owned buffer; `free(&mut tmp)`), `copy_2d(&src, src_rows, &mut dst, dst_rows)`, `memset_2d(&mut dst, rows, value)`, each optionally `let name = …` and `.after(names)`; \
 `if cond { … } else { … }`; `for i in 0..N { … }` (integer literal bounds: unrolled; other `usize` bounds: a run-time count); \
 `let c = condition(default);` then `device_while(c, { … })`, `device_if(c, { … })`, `device_if(c, { … }, { … })` or `device_switch(c, { … }, …)`";
     let not_graph = format!("not a graph statement; {allowed}");
@@ -871,4 +875,157 @@ fn eager_refuses_device_statements_at_compile_time() {
     assert!(out.contains("compile_error"), "{out}");
     assert!(out.contains("cannot run in `eager!`"), "{out}");
     assert!(!out.contains("drives no device statement"), "{out}");
+}
+
+#[test]
+fn a_graph_owned_buffer_is_a_place_from_its_alloc_to_its_free_added_after_the_last_statement() {
+    checked(
+        quote!(&mut c, &s, {
+            let tmp = alloc::<f32>(n);
+            k.a(n, &x, &mut tmp).launch(cfg);
+            if flag {
+                k.b(n, &tmp, &mut y).launch(cfg);
+            }
+            copy(&tmp, &mut z);
+        }),
+        |c| {
+            assert_eq!(
+                summary(c),
+                [
+                    "tmp: alloc tmp/w",
+                    "a: kernel a x/r tmp/w",
+                    "b: kernel b tmp/r y/w if flag",
+                    "copy: copy tmp/r z/w",
+                    "free: free tmp/w",
+                ]
+            );
+        },
+    );
+    // An explicit free: no other is added, and it may come before other statements.
+    checked(
+        quote!(&mut c, &s, {
+            let t = alloc::<u32>(8);
+            zero(&mut t);
+            free(&mut t);
+            zero(&mut y);
+        }),
+        |c| {
+            assert_eq!(
+                summary(c),
+                ["t: alloc t/w", "zero: zero t/w", "free: free t/w", "zero: zero y/w"]
+            )
+        },
+    );
+}
+
+#[test]
+fn graph_owned_buffer_misuse_is_refused() {
+    let cases: Vec<(TokenStream, &str)> = vec![
+        (
+            quote!({
+                let t = alloc::<f32>(n);
+                free(&mut t);
+                zero(&mut t);
+            }),
+            "`t` is used after its `free` at line",
+        ),
+        (
+            quote!({
+                zero(&mut t);
+                let t = alloc::<f32>(n);
+            }),
+            "`t` is used before its `let t = alloc::<T>(n);`",
+        ),
+        (
+            quote!({
+                if f {
+                    let t = alloc::<f32>(n);
+                    zero(&mut t);
+                }
+            }),
+            "`alloc` is a statement of the top level of the body only",
+        ),
+        (
+            quote!({
+                for i in 0..2 {
+                    let t = alloc::<f32>(n);
+                }
+            }),
+            "`alloc` is a statement of the top level of the body only",
+        ),
+        (
+            quote!({
+                let t = alloc::<f32>(n);
+                if f {
+                    free(&mut t);
+                }
+            }),
+            "`free` is a statement of the top level of the body only",
+        ),
+        (
+            quote!({
+                free(&mut x);
+            }),
+            "`free` takes a graph-owned buffer made earlier in this body",
+        ),
+        (
+            quote!({
+                let t = alloc::<f32>(n);
+                free(&mut t);
+                free(&mut t);
+            }),
+            "`t` is already freed at line",
+        ),
+        (
+            quote!({
+                let t = alloc::<f32>(n);
+                host(&t, move |(t,)| {});
+            }),
+            "`t` is a graph-owned buffer: `host` cannot use it",
+        ),
+        (
+            quote!({
+                let t = alloc::<f32>(n);
+                capture(&mut t, |s, (t,)| Ok(()));
+            }),
+            "`t` is a graph-owned buffer: `capture` cannot use it",
+        ),
+        (
+            quote!({
+                alloc::<f32>(n);
+            }),
+            "a graph-owned buffer is used through its name",
+        ),
+        (
+            quote!({
+                let t = alloc(n);
+            }),
+            "`alloc` takes the element type and the length",
+        ),
+        (
+            quote!({
+                let t = alloc::<f32>(n, 4);
+            }),
+            "`alloc` takes one argument",
+        ),
+    ];
+    for (body, want) in cases {
+        let errors = errors_of(quote!(&mut c, &s, #body));
+        assert!(
+            errors.iter().any(|e| e.contains(want)),
+            "body {body}: want an error containing {want:?}, got {errors:?}"
+        );
+    }
+    // Inside a device body.
+    let errors = errors_of(quote!(&mut c, &s, {
+        let c = condition(1);
+        device_while(c, {
+            let t = alloc::<u32>(4);
+            k.step(c, &mut t).launch(cfg);
+        });
+    }));
+    assert!(
+        errors.iter().any(|e| e.contains("`alloc` is a statement of the top level")),
+        "{errors:?}"
+    );
 }

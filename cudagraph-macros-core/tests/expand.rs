@@ -174,3 +174,18 @@ fn runtime_for_and_fill() {
 }"#,
     );
 }
+
+/// A graph-owned scratch buffer: made for the call (no place borrowed), used by two kernels and
+/// a copy, freed by the free node added after the last statement.
+#[test]
+fn graph_owned_scratch() {
+    snapshot(
+        "alloc",
+        r#"&mut cache, &stream, {
+    let tmp = alloc::<f32>(n as usize);
+    k.stencil(n, n, alpha, &u, &mut tmp).launch(cfg);
+    k.stencil(n, n, alpha, &tmp, &mut v).launch(cfg);
+    copy(&tmp, &mut host_out);
+}"#,
+    );
+}

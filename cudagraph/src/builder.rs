@@ -329,6 +329,74 @@ impl<'a> GraphBuilder<'a> {
         node
     }
 
+    /// Adds a 2-D memcpy node (`cuGraphAddNode_v2`, memcpy with rows and pitches), as
+    /// `copy_2d(&src, src_rows, &mut dst, dst_rows)` does in `graph!`: row `r` of `src` to row
+    /// `r` of `dst` ([`Rows`](crate::Rows), in elements). Rows that do not fit their buffer, or
+    /// differ in width or height, are [`Error::InvalidNode`] at launch. Label: `copy_2d`.
+    #[track_caller]
+    pub fn copy_2d<S: CopyTo<D> + Handle + 'a, D: Handle + 'a>(
+        &mut self,
+        src: S,
+        src_rows: crate::Rows,
+        dst: D,
+        dst_rows: crate::Rows,
+    ) -> Node {
+        let (s, d) = (src.tag(), dst.tag());
+        let p = crate::kind::copy_2d(src, src_rows, dst, dst_rows);
+        let site = site("copy_2d", "GraphBuilder::copy_2d", Location::caller());
+        self.rec.push(site, RecKind::Memcpy2d(p.raw), &[(s, false), (d, true)])
+    }
+
+    /// Adds a 2-D memset node (`cuGraphAddNode_v2`, memset with height and pitch), as
+    /// `memset_2d(&mut dst, rows, value)` does in `graph!`. Label: `memset_2d`.
+    #[track_caller]
+    pub fn memset_2d<T, V: MemsetValueOf<T>>(
+        &mut self,
+        dst: DevWrite<'a, T>,
+        rows: crate::Rows,
+        value: V,
+    ) -> Node {
+        let t = dst.tag;
+        let p = crate::kind::memset_2d(dst, rows, value);
+        let site = site("memset_2d", "GraphBuilder::memset_2d", Location::caller());
+        self.rec.push(site, RecKind::Memset2d(p.raw), &[(t, true)])
+    }
+
+    /// A graph-owned buffer of `len` elements of `T` (a memory allocation node,
+    /// `cuGraphAddNode_v2` with `CU_GRAPH_NODE_TYPE_MEM_ALLOC`), as `let tmp = alloc::<T>(len);`
+    /// does in `graph!`: later nodes use it through [`Scratch::read`](crate::Scratch::read) and
+    /// [`Scratch::write`](crate::Scratch::write) with the usual hazard rules (every use is
+    /// ordered after the alloc node), and it is freed by a memory free node after its last use:
+    /// [`free`](Self::free), or at [`launch`](Self::launch) for one not freed before. It exists
+    /// only while the launch runs between those two nodes: nothing outside the graph can reach
+    /// it. A use after [`free`](Self::free), a buffer of 0 elements, or an `alloc` inside a
+    /// device body (the driver allows memory nodes only in the top graph) is
+    /// [`Error::InvalidNode`] at `launch`. In [`Mode::Eager`](crate::Mode::Eager): a
+    /// `cuMemAllocAsync` / `cuMemFreeAsync` pair on the stream. Label: `alloc`.
+    /// See [`Scratch`](crate::Scratch) for the driver's rules and how updates behave
+    /// (re-instantiation instead of whole-exec update), and
+    /// [`GraphCache::graph_owned_bytes`] for the memory it saves.
+    #[track_caller]
+    pub fn alloc<T: cudarc::driver::DeviceRepr>(&mut self, len: usize) -> crate::Scratch<'a, T> {
+        let site = site("alloc", "GraphBuilder::alloc", Location::caller());
+        let tag = self.rec.new_place();
+        let slot = place_of(tag, self.rec.id).unwrap_or(u32::MAX);
+        let scratch = crate::Scratch::<T>::new(self.stream, slot, len, tag);
+        self.guards.push(crate::operand::scratch_guard());
+        self.rec.alloc(site, scratch.alloc_node().erased(), scratch.free_node().erased());
+        scratch
+    }
+
+    /// Frees a graph-owned buffer of [`alloc`](Self::alloc): a memory free node
+    /// (`cuGraphAddNode_v2` with `CU_GRAPH_NODE_TYPE_MEM_FREE`) ordered after every earlier use
+    /// of it. A later node using it, or a second `free`, is [`Error::InvalidNode`] at `launch`.
+    /// Label: `free`.
+    #[track_caller]
+    pub fn free<T>(&mut self, buffer: crate::Scratch<'a, T>) -> Node {
+        let site = site("free", "GraphBuilder::free", Location::caller());
+        self.rec.free(site, buffer.free_node().erased())
+    }
+
     /// Adds an empty node (`cuGraphAddNode_v2`, empty): no work, a join point for
     /// [`after`](Self::after) edges, as `empty()` does in `graph!`. Label: `empty`.
     #[track_caller]
@@ -516,6 +584,7 @@ impl<'a> GraphBuilder<'a> {
         if let Some(e) = self.rec.error.take() {
             return Err(e);
         }
+        self.rec.free_remaining();
         let key = self.rec.signature();
         let rec = &self.rec;
         let views: Vec<KernelView<'_>> = rec.kernel_views().collect();
@@ -566,6 +635,8 @@ pub(crate) struct Recording {
     slots: Vec<bool>,
     /// The body that nodes are being added to: `(conditional node, body)`.
     scope: Option<(u32, u32)>,
+    /// Graph-owned buffers: `(place, freed, free node)`.
+    scratch: Vec<(u32, bool, crate::FreeParams<'static>)>,
 }
 
 pub(crate) struct RecNode {
@@ -592,6 +663,14 @@ enum RecKind {
     EventRecord(usize),
     /// An event wait node: index of the event in the builder's `events`.
     EventWait(usize),
+    /// A 2-D copy.
+    Memcpy2d(crate::kind::pitched::Copy2d),
+    /// A 2-D memset.
+    Memset2d(crate::kind::pitched::Set2d),
+    /// A graph-owned buffer's memory allocation node.
+    MemAlloc(crate::AllocParams<'static>),
+    /// A graph-owned buffer's memory free node.
+    MemFree(crate::FreeParams<'static>),
     /// A device `while`, `if` or `switch`; its bodies' nodes follow it.
     Conditional(crate::kind::ConditionalParams),
 }
@@ -692,6 +771,7 @@ impl Recording {
             scalars: Vec::new(),
             slots: Vec::new(),
             scope: None,
+            scratch: Vec::new(),
         }
     }
 
@@ -710,6 +790,7 @@ impl Recording {
         self.scalars.clear();
         self.slots.clear();
         self.scope = None;
+        self.scratch.clear();
     }
 
     /// A new place's tag: the builder's number above [`PLACE_BITS`], the place's number (from
@@ -748,6 +829,9 @@ impl Recording {
                 self.fail(site, why.into());
                 continue;
             };
+            if self.scratch.iter().any(|s| s.0 == place && s.1) {
+                self.fail(site, "a graph-owned buffer used after its free node".into());
+            }
             match self.accesses[start..].iter_mut().find(|a| a.place == place) {
                 Some(a) if a.write || write => self.fail(
                     site,
@@ -805,6 +889,57 @@ impl Recording {
         self.push(site, RecKind::Kernel(k), &operands[..len])
     }
 
+    /// A graph-owned buffer's alloc node (see [`GraphBuilder::alloc`]); `free` is its free
+    /// node's parameters, added by [`Self::free`] or [`Self::free_remaining`].
+    pub(crate) fn alloc(
+        &mut self,
+        site: NodeSite,
+        alloc: crate::AllocParams<'static>,
+        free: crate::FreeParams<'static>,
+    ) -> Node {
+        let tag = free.tag();
+        let slot = place_of(tag, self.id).unwrap_or(u32::MAX);
+        if self.scope.is_some() {
+            let why = "a graph-owned buffer allocated inside a device body (memory nodes are \
+                       allowed in the top graph only)";
+            self.fail(site, why.into());
+        } else if slot >= crate::kind::alloc::MAX_SLOTS {
+            self.fail(site, "more than 2^20 buffers registered with one GraphBuilder".into());
+        }
+        self.scratch.push((slot, false, free));
+        self.push(site, RecKind::MemAlloc(alloc), &[(tag, true)])
+    }
+
+    /// A graph-owned buffer's free node, after every earlier use of it.
+    pub(crate) fn free(&mut self, site: NodeSite, free: crate::FreeParams<'static>) -> Node {
+        let place = place_of(free.tag(), self.id);
+        let found = self.scratch.iter().position(|s| place == Some(s.0));
+        let node = self.push(site, RecKind::MemFree(free), &[(free.tag(), true)]);
+        match found {
+            Some(i) if !self.scratch[i].1 => self.scratch[i].1 = true,
+            _ => {
+                let why = "a graph-owned buffer freed twice, or not this builder's";
+                self.fail(site, why.into())
+            }
+        }
+        node
+    }
+
+    /// At `launch`: the free node of every graph-owned buffer not freed yet, at the top level
+    /// after every node (so after every use).
+    pub(crate) fn free_remaining(&mut self) {
+        self.scope = None;
+        for i in 0..self.scratch.len() {
+            let (_, freed, free) = self.scratch[i];
+            if !freed {
+                let text = "GraphBuilder::launch (free of a graph-owned buffer)";
+                let site = site("free", text, self.location);
+                self.push(site, RecKind::MemFree(free), &[(free.tag(), true)]);
+                self.scratch[i].1 = true;
+            }
+        }
+    }
+
     pub(crate) fn memcpy(&mut self, site: NodeSite, p: Copy1d, src: u64, dst: u64) -> Node {
         self.push(site, RecKind::Memcpy(p), &[(src, false), (dst, true)])
     }
@@ -833,6 +968,15 @@ impl Recording {
         let mut ops = [(0u64, false); 16];
         for (o, a) in ops.iter_mut().zip(&all[..len]) {
             *o = (a.0, a.1);
+        }
+        // Captured stream work cannot use a graph-owned buffer: it is recorded into a graph of
+        // its own, outside the alloc and free nodes, where the buffer has no address.
+        let scratch = ops[..len]
+            .iter()
+            .any(|o| self.scratch.iter().any(|s| Some(s.0) == place_of(o.0, self.id)));
+        if scratch {
+            let why = "a graph-owned buffer (`GraphBuilder::alloc`) passed to `capture`: captured                        work is recorded outside the graph's alloc and free nodes";
+            self.fail(site, why.into());
         }
         self.push(site, RecKind::Captured(index), &ops[..len])
     }
@@ -956,6 +1100,14 @@ impl Recording {
                 RecKind::EventRecord(_) => 9,
                 RecKind::EventWait(_) => 10,
                 RecKind::Conditional(_) => 11,
+                RecKind::Memcpy2d(c) => match (c.base.src, c.base.dst) {
+                    (Memory::Device(_), Memory::Device(_)) => 14,
+                    (Memory::Host(_), _) => 15,
+                    (_, Memory::Host(_)) => 16,
+                },
+                RecKind::Memset2d(_) => 17,
+                RecKind::MemAlloc(_) => 12,
+                RecKind::MemFree(_) => 13,
             });
             // The body it is in, and a conditional node's type and number of bodies.
             match n.parent {
@@ -1062,6 +1214,14 @@ impl Recording {
                         _borrow: core::marker::PhantomData,
                     }),
                     RecKind::Conditional(p) => NodeParams::Conditional(*p),
+                    RecKind::Memcpy2d(c) => {
+                        NodeParams::Memcpy2d(crate::kind::Copy2dParams::recorded(*c))
+                    }
+                    RecKind::Memset2d(m) => {
+                        NodeParams::Memset2d(crate::kind::Memset2dParams::recorded(*m))
+                    }
+                    RecKind::MemAlloc(p) => NodeParams::MemAlloc(*p),
+                    RecKind::MemFree(p) => NodeParams::MemFree(*p),
                 })
             })
             .collect()
@@ -1399,6 +1559,68 @@ mod tests {
         run(&mut cache, rec(14, [0x200, 0x100, 0x300, 0x400], 1)).unwrap();
         let s = cache.stats();
         assert_eq!((s.builds, s.hits, s.launches, cache.len()), (2, 3, 5, 2), "{s:?}");
+    }
+
+    fn scratch(rec: &mut Recording, bytes: usize) -> (crate::FreeParams<'static>, u64) {
+        let tag = rec.new_place();
+        let slot = place_of(tag, rec.id).unwrap();
+        let a = crate::AllocParams::for_test_tagged(slot, bytes, tag, CTX);
+        let f = crate::FreeParams::for_test_tagged(slot, tag, CTX);
+        rec.alloc(at(), a, f);
+        (f, tag)
+    }
+
+    #[test]
+    fn graph_owned_buffers_are_freed_once_after_their_last_use_and_never_used_after() {
+        let mut rec = Recording::new(40);
+        let (_, w) = buf(&mut rec, 0x100);
+        let (_, t) = scratch(&mut rec, 64);
+        let (f2, t2) = scratch(&mut rec, 32);
+        let ph = DevWrite::<u32>::new(crate::kind::alloc::placeholder(1), 16, CTX);
+        let tw = ph.with_tag(t, Token(()));
+        rec.kernel(at(), F, DIMS, &(1u32, tw));
+        let u = DevWrite::<u32>::new(crate::kind::alloc::placeholder(2), 8, CTX);
+        let uw = u.with_tag(t2, Token(()));
+        rec.kernel(at(), F, DIMS, &(tw.read(), uw));
+        rec.free(at(), f2);
+        rec.kernel(at(), F, DIMS, &(tw.read(), w));
+        assert!(rec.error.is_none(), "{:?}", rec.error);
+        rec.free_remaining();
+        assert!(rec.error.is_none(), "{:?}", rec.error);
+        let kinds: Vec<&str> = rec
+            .nodes
+            .iter()
+            .map(|n| match n.kind {
+                RecKind::MemAlloc(_) => "alloc",
+                RecKind::MemFree(_) => "free",
+                RecKind::Kernel(_) => "kernel",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(kinds, ["alloc", "alloc", "kernel", "kernel", "free", "kernel", "free"]);
+        // Every use of `t` is ordered after its alloc (node 0) and before its free (node 6), the
+        // use of `u` between its alloc (1) and free (4); the two reads of `t` are unordered.
+        let mut edges = Shape::edges(&rec, &[true; 7]);
+        edges.sort_unstable();
+        assert_eq!(edges, [(0, 2), (1, 3), (2, 3), (2, 5), (3, 4), (3, 6), (5, 6)]);
+        // A use after the free, and a second free, are refused.
+        let mut bad = Recording::new(41);
+        let (f, t) = scratch(&mut bad, 64);
+        bad.free(at(), f);
+        let tw = DevWrite::<u32>::new(crate::kind::alloc::placeholder(0), 16, CTX)
+            .with_tag(t, Token(()));
+        bad.kernel(at(), F, DIMS, &(1u32, tw));
+        assert!(invalid(&bad).0.contains("used after its free node"), "{:?}", bad.error);
+        let mut twice = Recording::new(42);
+        let (f, _) = scratch(&mut twice, 64);
+        twice.free(at(), f);
+        twice.free(at(), f);
+        assert!(twice.error.is_some());
+        // Zero bytes is refused at launch by validation (the cache), not here.
+        let mut body = Recording::new(43);
+        body.scope = Some((0, 0));
+        scratch(&mut body, 64);
+        assert!(invalid(&body).0.contains("inside a device body"));
     }
 
     #[track_caller]

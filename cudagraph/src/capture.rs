@@ -1199,6 +1199,31 @@ impl<'a> Graph<'a> {
         edges.into_iter().map(|(from, to, _)| Ok((find(from)?, find(to)?))).collect()
     }
 
+    /// Each node's kind and main parameters and the edges, as the driver reports them (see
+    /// [`GraphInfo`](crate::GraphInfo)); node indices as in [`edges`](Self::edges).
+    ///
+    /// # Errors
+    /// [`Error::Graph`] (naming the `capture` call) if a driver call fails.
+    pub fn node_info(&self) -> Result<crate::GraphInfo> {
+        let h = &self.handle;
+        // SAFETY: the graph is alive while `self` is.
+        let (_, info) =
+            unsafe { crate::introspect::describe(h.raw) }.map_err(|(call, e)| h.error(call, e))?;
+        Ok(info)
+    }
+
+    /// A copy of the graph (`cuGraphClone`) with lookup of this graph's nodes in it
+    /// ([`ClonedGraph::find`](crate::ClonedGraph::find), `cuGraphNodeFindInClone`).
+    ///
+    /// # Errors
+    /// [`Error::Graph`] if the driver refuses.
+    pub fn clone_graph(&self) -> Result<crate::ClonedGraph<'_>> {
+        let h = &self.handle;
+        h.ctx.bind_to_thread().map_err(|e| h.error("cuCtxSetCurrent", e))?;
+        // SAFETY: the graph is alive while the clone borrows `self`; its context is current.
+        unsafe { crate::ClonedGraph::of(h.raw, (h.file, h.line)) }
+    }
+
     /// Writes the driver's Graphviz DOT of the graph (`cuGraphDebugDotPrint`, verbose) to
     /// `path`, given as the path's own bytes (a non-UTF-8 path is written as given on Unix).
     ///

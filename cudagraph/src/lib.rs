@@ -160,27 +160,30 @@ mod builder;
 mod cache;
 mod capture;
 mod error;
+mod introspect;
 mod kind;
 mod operand;
 mod plan;
 pub mod raw;
 
 pub use builder::{GraphBuilder, Node};
-pub use cache::{GraphCache, Mode, Stats};
+pub use cache::{GraphCache, InstantiateFlags, Mode, Stats};
 pub use capture::{
     Capture, CaptureView, CapturedKernel, DeviceBuffer, DeviceBufferMut, Exec, Graph, Operand,
     Operands, Released, UpdateRefused, capture,
 };
 pub use cudarc;
 pub use error::{CudaError, Error, NodeSite, Refusal, Result};
+pub use introspect::{ClonedGraph, GraphInfo, GraphNode, GraphNodeKind, NodeDetails};
 pub use kind::kernel::MAX_KERNEL_PARAMS;
 pub use kind::{
-    CaptureOperand, CaptureOperands, CopyTo, EmptyParams, EventParams, EventRecordParams,
-    EventWaitParams, FillNode, HostOperand, HostOperands, HostParams, HostWork, KernelArgs,
-    KernelCall, KernelLaunch, LaunchCfg, LaunchDims, MAX_FILL_BYTES, MemcpyParams, Memory,
-    MemsetParams, MemsetValue, MemsetValueOf,
+    AllocParams, CaptureOperand, CaptureOperands, CopyTo, EmptyParams, EventParams,
+    EventRecordParams, EventWaitParams, FillNode, FreeParams, GraphMemUsage, HostOperand,
+    HostOperands, HostParams, HostWork, KernelArgs, KernelCall, KernelLaunch, LaunchCfg,
+    LaunchDims, MAX_ALLOC_BYTES, MAX_FILL_BYTES, MemcpyParams, Memory, MemsetParams, MemsetValue,
+    MemsetValueOf, Scratch,
 };
-pub use kind::{Condition, ConditionalType};
+pub use kind::{Condition, ConditionalType, Copy2dParams, Memset2dParams, Rows};
 pub use operand::{
     DevRead, DevWrite, DeviceScalar, Handle, HostRead, HostWrite, KernelArg, Place, PlaceMut,
     ReadArg, WriteArg,
@@ -377,6 +380,33 @@ compile_error!(
     "cudagraph needs one CUDA version feature, e.g. `cuda-13000` (the default) or `cuda-12080` with `default-features = false`"
 );
 
+/// The device's graph memory pool (`cuDeviceGetGraphMemAttribute`): how much physical memory
+/// graph-owned buffers (`alloc` statements, [`GraphBuilder::alloc`]) of every graph of the
+/// device use and reserve, in bytes.
+///
+/// How to read it against a buffer held by the user: a `CudaSlice` of `n` bytes occupies its
+/// `n` bytes from allocation to drop, between calls too. A graph-owned buffer occupies memory of
+/// the pool only while a launch runs between its alloc and free nodes; the pool
+/// (`reserved_current`) keeps the physical memory between launches and hands it to the next
+/// launch of any graph of the device, so several graphs' (or several variants') scratch buffers
+/// share it, and buffers whose lifetimes do not overlap within one graph may share it too.
+/// What is saved against user-held buffers is then `sum of the alloc nodes' bytes` (of every
+/// graph of the device: [`GraphCache::graph_owned_bytes`] per cache) minus
+/// `reserved_high`; `used_high` is the peak actually used. `cuDeviceGraphMemTrim` gives the
+/// unused reserve back to the device; `cuDeviceSetGraphMemAttribute` resets the high marks.
+pub fn graph_mem_usage(ctx: &cudarc::driver::CudaContext) -> Result<GraphMemUsage> {
+    use crate::error::Call;
+    use cudarc::driver::sys::CUgraphMem_attribute as A;
+    let device = ctx.cu_device();
+    let get = |a| raw::graph_mem_attribute(device, a).call("cuDeviceGetGraphMemAttribute");
+    Ok(GraphMemUsage {
+        used_current: get(A::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT)?,
+        used_high: get(A::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH)?,
+        reserved_current: get(A::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT)?,
+        reserved_high: get(A::CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)?,
+    })
+}
+
 /// `true` when the CUDA driver library can be loaded on this machine (`libcuda.so` on Linux).
 /// Nothing else touches the driver before a context is created, so a program can check this first
 /// and exit with a clear message on machines without a GPU.
@@ -388,8 +418,8 @@ pub fn driver_available() -> bool {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::kind::{
-        IntoNode, KernelArgs, LaunchNode, NodeParams, copy, empty, event_record, event_wait,
-        memset, zero,
+        IntoNode, KernelArgs, LaunchNode, NodeParams, copy, copy_2d, empty, event_record,
+        event_wait, memset, memset_2d, zero,
     };
     pub use crate::operand::Guard;
     pub use crate::operand::{ReadArg, WriteArg};
@@ -439,6 +469,20 @@ pub mod __private {
         let (r, w, g) = place.acquire_mut(stream);
         let t = crate::builder::tag(call.0, index);
         (r.with_tag(t, Token(())), w.with_tag(t, Token(())), g)
+    }
+
+    /// `let name = alloc::<T>(len);`, place number `index` of `call`: a graph-owned buffer of
+    /// `len` elements on `stream`'s device (see [`Scratch`](crate::Scratch)), and the guard
+    /// of its place (nothing to order: no one else can reach it).
+    #[inline]
+    pub fn scratch<'a, T: cudarc::driver::DeviceRepr>(
+        stream: &'a CudaStream,
+        call: &CallId,
+        index: u32,
+        len: usize,
+    ) -> (crate::Scratch<'a, T>, Guard<'a>) {
+        let t = crate::builder::tag(call.0, index);
+        (crate::Scratch::new(stream, index, len, t), crate::operand::scratch_guard())
     }
 
     /// A scalar kernel argument of `graph!`: any argument not written `&place`/`&mut place`.

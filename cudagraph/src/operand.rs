@@ -280,6 +280,12 @@ fn no_sync<'a>() -> Guard<'a> {
     Guard::new(GuardKind::Cudarc(SyncOnDrop::Sync(None)), None, (0, 0), false)
 }
 
+/// The guard of a graph-owned buffer's place (`alloc` in `graph!`): nothing to order, no
+/// address range for the aliasing check (no other place can overlap it).
+pub(crate) fn scratch_guard<'a>() -> Guard<'a> {
+    Guard::new(GuardKind::Cudarc(SyncOnDrop::Sync(None)), None, (0, 0), true)
+}
+
 /// The event cudarc's guard would record, taken out (cudarc's guard then does nothing) to be
 /// recorded unconditionally (see [`GuardKind::Event`]).
 fn take_event<'a>(cudarc: &mut SyncOnDrop<'a>) -> Option<GuardKind<'a>> {

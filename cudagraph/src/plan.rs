@@ -27,6 +27,12 @@ pub enum NodeKind {
     Host,
     /// A node without work, a join point, `empty()` (`cuGraphAddNode_v2`, empty).
     Empty,
+    /// A graph-owned buffer's memory allocation node, `let tmp = alloc::<T>(n);`
+    /// (`cuGraphAddNode_v2`, memory allocation).
+    MemAlloc,
+    /// A graph-owned buffer's memory free node, after its last use or `free(&mut tmp);`
+    /// (`cuGraphAddNode_v2`, memory free).
+    MemFree,
     /// Records a cudarc `CudaEvent`, `event_record(&e)` (`cuGraphAddNode_v2`, event record).
     EventRecord,
     /// Waits for a cudarc `CudaEvent`, `event_wait(&e)` (`cuGraphAddNode_v2`, wait event).
@@ -219,6 +225,8 @@ impl Plan {
                 NodeKind::Child => ("component", "child graph".to_string()),
                 NodeKind::Host => ("cds", "host function".to_string()),
                 NodeKind::Empty => ("point", "empty".to_string()),
+                NodeKind::MemAlloc => ("invhouse", "mem alloc".to_string()),
+                NodeKind::MemFree => ("house", "mem free".to_string()),
                 NodeKind::EventRecord => ("triangle", "event record".to_string()),
                 NodeKind::EventWait => ("invtriangle", "event wait".to_string()),
                 NodeKind::Conditional(w) => ("diamond", w.to_string()),

@@ -112,6 +112,35 @@ pub unsafe fn instantiate(graph: CUgraph) -> Result<CUgraphExec, DriverError> {
     Ok(exec)
 }
 
+/// `cuGraphInstantiateWithParams`: [`instantiate`] with `flags`
+/// (`CUgraphInstantiate_flags`: `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`,
+/// `…_UPLOAD` (uploads the exec on `upload` as part of the instantiation, as `cuGraphUpload`
+/// would), `…_USE_NODE_PRIORITY`); with no flag, `cuGraphInstantiateWithFlags(graph, 0)`.
+///
+/// # Safety
+/// `graph` is live and its context is current; `upload` is live and of that context when the
+/// upload flag is set.
+pub unsafe fn instantiate_with(
+    graph: CUgraph,
+    flags: u64,
+    upload: CUstream,
+) -> Result<CUgraphExec, DriverError> {
+    if flags == 0 {
+        // SAFETY: the caller's contract.
+        return unsafe { instantiate(graph) };
+    }
+    let mut exec = ptr::null_mut();
+    let mut p = sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
+        flags,
+        hUploadStream: upload,
+        hErrNode_out: ptr::null_mut(),
+        result_out: sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS,
+    };
+    // SAFETY: the caller's contract; `p` and `exec` are valid for the call.
+    unsafe { sys::cuGraphInstantiateWithParams(&mut exec, graph, &mut p) }.result()?;
+    Ok(exec)
+}
+
 /// `cuGraphExecDestroy`.
 ///
 /// # Safety
@@ -286,6 +315,43 @@ pub unsafe fn memset_async(
     }
 }
 
+/// `cuMemAllocAsync`: `bytes` bytes of device memory from the device's default memory pool,
+/// usable by work enqueued on `stream` after this call (stream-ordered allocation).
+///
+/// # Safety
+/// `stream` is alive and its context current.
+pub unsafe fn mem_alloc_async(
+    bytes: usize,
+    stream: CUstream,
+) -> Result<sys::CUdeviceptr, DriverError> {
+    let mut d: sys::CUdeviceptr = 0;
+    // SAFETY: the caller's contract; `d` is a valid out-pointer.
+    unsafe { sys::cuMemAllocAsync(&mut d, bytes, stream) }.result()?;
+    Ok(d)
+}
+
+/// `cuMemFreeAsync`: frees `d` once the work enqueued on `stream` so far is done.
+///
+/// # Safety
+/// `d` came from [`mem_alloc_async`] and is not freed yet; nothing enqueued after this call
+/// uses it; `stream` live.
+pub unsafe fn mem_free_async(d: sys::CUdeviceptr, stream: CUstream) -> Result<(), DriverError> {
+    // SAFETY: the caller's contract.
+    unsafe { sys::cuMemFreeAsync(d, stream) }.result()
+}
+
+/// `cuDeviceGetGraphMemAttribute` of a 64-bit attribute (every `CUgraphMem_attribute`).
+pub fn graph_mem_attribute(
+    device: sys::CUdevice,
+    attr: sys::CUgraphMem_attribute,
+) -> Result<u64, DriverError> {
+    let mut v: u64 = 0;
+    // SAFETY: every graph memory attribute is a `cuuint64_t`; `v` is a valid out-pointer; an
+    // invalid device is an error return.
+    unsafe { sys::cuDeviceGetGraphMemAttribute(device, attr, (&raw mut v).cast()) }.result()?;
+    Ok(v)
+}
+
 /// `cuLaunchHostFunc`: `f(user)` runs on a driver thread once `stream`'s earlier work is done.
 ///
 /// # Safety
@@ -342,8 +408,14 @@ pub trait Driver {
         edges: &[CUgraphEdgeData],
         params: &mut CUgraphNodeParams,
     ) -> Result<CUgraphNode, DriverError>;
-    /// [`instantiate`].
-    unsafe fn instantiate(&mut self, graph: CUgraph) -> Result<CUgraphExec, DriverError>;
+    /// [`instantiate_with`]: `flags` are `CUgraphInstantiate_flags` bits, `upload` the stream of
+    /// the upload flag.
+    unsafe fn instantiate(
+        &mut self,
+        graph: CUgraph,
+        flags: u64,
+        upload: CUstream,
+    ) -> Result<CUgraphExec, DriverError>;
     /// [`exec_destroy`]; errors are ignored.
     unsafe fn exec_destroy(&mut self, exec: CUgraphExec);
     /// [`exec_node_set_params`].
@@ -393,8 +465,13 @@ impl Driver for Cuda {
     ) -> Result<CUgraphNode, DriverError> {
         unsafe { add_node(graph, deps, edges, params) }
     }
-    unsafe fn instantiate(&mut self, graph: CUgraph) -> Result<CUgraphExec, DriverError> {
-        unsafe { instantiate(graph) }
+    unsafe fn instantiate(
+        &mut self,
+        graph: CUgraph,
+        flags: u64,
+        upload: CUstream,
+    ) -> Result<CUgraphExec, DriverError> {
+        unsafe { instantiate_with(graph, flags, upload) }
     }
     unsafe fn exec_destroy(&mut self, exec: CUgraphExec) {
         let _ = unsafe { exec_destroy(exec) };

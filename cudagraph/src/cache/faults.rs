@@ -150,7 +150,12 @@ impl Driver for Strict {
         self.0.borrow_mut().graphs.entry(graph as usize).or_default().push(n);
         Ok(n as CUgraphNode)
     }
-    unsafe fn instantiate(&mut self, graph: CUgraph) -> Result<CUgraphExec, DriverError> {
+    unsafe fn instantiate(
+        &mut self,
+        graph: CUgraph,
+        _: u64,
+        _: CUstream,
+    ) -> Result<CUgraphExec, DriverError> {
         self.live_graph(graph, "instantiate");
         if self.fails("instantiate") {
             return Err(INJECTED);
@@ -265,8 +270,12 @@ enum Kind {
     Fill,
     Host,
     Empty,
+    MemAlloc,
+    MemFree,
+    Memcpy2d,
+    Memset2d,
 }
-const KINDS: [Kind; 8] = [
+const KINDS: [Kind; 12] = [
     Kind::Kernel,
     Kind::Memcpy,
     Kind::Memset,
@@ -275,6 +284,10 @@ const KINDS: [Kind; 8] = [
     Kind::Fill,
     Kind::Host,
     Kind::Empty,
+    Kind::MemAlloc,
+    Kind::Memcpy2d,
+    Kind::Memset2d,
+    Kind::MemFree,
 ];
 
 /// One node's parameters in version `v` (each version changes what the kind can change).
@@ -285,6 +298,10 @@ struct Params {
     set: MemsetParams<'static>,
     child: GraphRef<'static>,
     host: crate::kind::HostParams<'static, (), fn(())>,
+    alloc: crate::AllocParams<'static>,
+    free: crate::FreeParams<'static>,
+    copy2d: crate::Copy2dParams<'static>,
+    set2d: crate::Memset2dParams<'static>,
 }
 
 impl Params {
@@ -321,6 +338,22 @@ impl Params {
                 _borrow: core::marker::PhantomData,
             },
             host: crate::kind::HostParams::new((), (|()| {}) as fn(())),
+            // Another size every other version: no per-node update, a re-instantiation.
+            alloc: crate::AllocParams::for_test(0, 64 + (v as usize % 2) * 64, CTX),
+            free: crate::FreeParams::for_test(0, CTX),
+            copy2d: crate::Copy2dParams::recorded(crate::kind::pitched::Copy2d {
+                base: copy.raw,
+                src_rows: crate::Rows::new(1, 2 + v as usize % 2, 2),
+                dst_rows: crate::Rows::new(1, 2 + v as usize % 2, 2),
+            }),
+            set2d: crate::Memset2dParams::recorded(crate::kind::pitched::Set2d {
+                dst: 0x300,
+                len: 8,
+                rows: crate::Rows::new(2, 2, 4),
+                elem_size: 4,
+                value: v,
+                ctx: CTX,
+            }),
         }
     }
     fn node(&self, kind: Kind) -> NodeParams<'_> {
@@ -333,6 +366,10 @@ impl Params {
             Kind::Fill => NodeParams::Fill(&self.fill),
             Kind::Host => NodeParams::Host(&self.host),
             Kind::Empty => NodeParams::Empty(crate::kind::empty()),
+            Kind::MemAlloc => NodeParams::MemAlloc(self.alloc),
+            Kind::MemFree => NodeParams::MemFree(self.free),
+            Kind::Memcpy2d => NodeParams::Memcpy2d(self.copy2d),
+            Kind::Memset2d => NodeParams::Memset2d(self.set2d),
         }
     }
 }

@@ -7,15 +7,20 @@ use cudarc::driver::sys::{CUcontext, CUgraph, CUgraphEdgeData, CUgraphExec, CUgr
 
 use super::{GraphCache, Shape};
 use crate::error::{Call, CudaError, Error, Result};
-use crate::kind::{NodeParams, NodeState, Update, conditional};
+use crate::kind::{NodeParams, NodeState, Update, alloc, conditional};
 use crate::plan::{EdgeKind, edge_kind};
 use crate::raw::{self, Driver};
 
 impl<D: Driver> GraphCache<D> {
     pub(super) fn instantiate(&mut self, shape: &dyn Shape, graph: CUgraph) -> Result<CUgraphExec> {
         // SAFETY: graph is live and its context current.
-        let exec = unsafe { self.driver.instantiate(graph) }
-            .call("cuGraphInstantiateWithFlags")
+        let (flags, upload) = (self.flags.bits(), self.stream);
+        let call =
+            if flags == 0 { "cuGraphInstantiateWithFlags" } else { "cuGraphInstantiateWithParams" };
+        // SAFETY: graph is live and its context current; `upload` is the call's stream (of
+        // that context), used only with the upload flag.
+        let exec = unsafe { self.driver.instantiate(graph, flags, upload) }
+            .call(call)
             .map_err(|source| shape.graph_error(source))?;
         self.stats.instantiations += 1;
         Ok(exec)
@@ -41,26 +46,30 @@ impl<D: Driver> GraphCache<D> {
         let mut rebuild = false;
         let mut refusal: Option<(usize, &'static str, cudarc::driver::DriverError)> = None;
         let handles = core::mem::take(&mut v.handles);
+        // The graph-owned buffers' addresses in this variant's graph, for the nodes using them.
+        let mut scratch = scratch_table(&v.nodes);
         let bound = conditional::with_handles(&handles, || {
-            for (j, (state, new)) in v.nodes.iter_mut().zip(nodes).enumerate() {
-                // SAFETY: the state's node belongs to the graph v.exec was instantiated from, in
-                // context v.ctx (current); `new` was validated.
-                let sent = unsafe {
-                    state.update(new.as_ref(), &mut self.driver, v.exec, v.ctx, !rebuild)
-                };
-                match sent {
-                    Update::Absent => {}
-                    Update::Unchanged => self.stats.nodes_unchanged += 1,
-                    Update::Sent => self.stats.node_updates += 1,
-                    Update::NotSent => rebuild = true,
-                    Update::Refused(call, error) => {
-                        refusal = Some((j, call, error));
-                        rebuild = true;
+            alloc::with_scratch(&mut scratch, || {
+                for (j, (state, new)) in v.nodes.iter_mut().zip(nodes).enumerate() {
+                    // SAFETY: the state's node belongs to the graph v.exec was instantiated from, in
+                    // context v.ctx (current); `new` was validated.
+                    let sent = unsafe {
+                        state.update(new.as_ref(), &mut self.driver, v.exec, v.ctx, !rebuild)
+                    };
+                    match sent {
+                        Update::Absent => {}
+                        Update::Unchanged => self.stats.nodes_unchanged += 1,
+                        Update::Sent => self.stats.node_updates += 1,
+                        Update::NotSent => rebuild = true,
+                        Update::Refused(call, error) => {
+                            refusal = Some((j, call, error));
+                            rebuild = true;
+                        }
+                        Update::Mismatch => return false,
                     }
-                    Update::Mismatch => return false,
                 }
-            }
-            true
+                true
+            })
         });
         v.handles = handles;
         if !bound {
@@ -98,8 +107,11 @@ impl<D: Driver> GraphCache<D> {
         debug_assert!(edges == self.variants[i].edges);
         let exec = self.variants[i].exec;
         // A graph with conditional nodes has new handles, which the exec's conditional nodes
-        // do not use: it is instantiated anew rather than updated into the exec.
-        let updated = if handles.is_empty() {
+        // do not use: it is instantiated anew rather than updated into the exec. So is a graph
+        // with memory allocation or free nodes, whose whole-exec update the driver refuses (and
+        // whose new allocations have new addresses, which the exec's nodes do not use).
+        let memory_nodes = states.iter().any(|s| s.scratch().is_some());
+        let updated = if handles.is_empty() && !memory_nodes {
             // SAFETY: both live, same context, same topology (same variant key).
             unsafe { self.driver.exec_update(exec, graph) }
         } else {
@@ -220,8 +232,12 @@ pub(super) fn build(
             }
         }
     }
+    // Each alloc node binds its address as it is added, for the nodes after it.
+    let mut scratch = Vec::new();
     let built = conditional::with_handles(&handles, || {
-        add_nodes(driver, shape, nodes, (ctx, graph), &edges, programmatic)
+        alloc::with_scratch(&mut scratch, || {
+            add_nodes(driver, shape, nodes, (ctx, graph), &edges, programmatic)
+        })
     });
     match built {
         Ok(states) => Ok(Built { graph, states, handles, edges }),
@@ -295,4 +311,16 @@ fn add_nodes(
         }
     }
     Ok(states)
+}
+
+/// The addresses of the graph-owned buffers of a variant's graph, by place slot.
+pub(super) fn scratch_table(nodes: &[NodeState]) -> Vec<u64> {
+    let mut table = Vec::new();
+    for (slot, addr, _) in nodes.iter().filter_map(NodeState::scratch) {
+        if table.len() <= slot as usize {
+            table.resize(slot as usize + 1, 0);
+        }
+        table[slot as usize] = addr;
+    }
+    table
 }

@@ -12,6 +12,7 @@ use cudarc::driver::sys::{self, CUcontext, CUgraph, CUgraphExec, CUstream};
 use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::error::{Call, CudaError, Error, NodeSite, Result};
+use crate::introspect::{ClonedGraph, GraphInfo, GraphNode};
 use crate::kind::{Limits, NodeParams, NodeState, Reports};
 use crate::operand::Guard;
 use crate::plan::{EdgeKind, Plan};
@@ -105,6 +106,45 @@ impl Site {
     }
 }
 
+/// Flags of the cache's instantiations (`cuGraphInstantiateWithParams` with
+/// `CUgraphInstantiate_flags`; all off by default, which is `cuGraphInstantiateWithFlags(graph, 0)`).
+/// Set with [`GraphCache::set_instantiate_flags`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InstantiateFlags {
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD`: upload the exec to the device on the call's stream
+    /// as part of the instantiation, so that its first launch does not pay for it (as
+    /// [`GraphCache::upload`] does afterwards).
+    pub upload: bool,
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`: before each launch, the driver frees
+    /// allocations of the graph's alloc nodes that are still live. `graph!`'s and the builder's
+    /// graph-owned buffers are always freed in their graph, so this changes nothing for them; it
+    /// is there for graphs whose allocations outlive the launch.
+    pub auto_free_on_launch: bool,
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY`: kernel nodes run with the priority of
+    /// their per-node launch attribute (`CU_LAUNCH_ATTRIBUTE_PRIORITY`, copied from the stream's
+    /// priority when captured) instead of the launch stream's priority. (A whole-exec update
+    /// then may not change a node's priority.)
+    pub node_priority: bool,
+}
+
+impl InstantiateFlags {
+    /// The `CUgraphInstantiate_flags` bits.
+    pub(crate) fn bits(self) -> u64 {
+        use sys::CUgraphInstantiate_flags as F;
+        let mut b = 0;
+        if self.auto_free_on_launch {
+            b |= F::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH.0 as u64;
+        }
+        if self.upload {
+            b |= F::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD.0 as u64;
+        }
+        if self.node_priority {
+            b |= F::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY.0 as u64;
+        }
+        b
+    }
+}
+
 /// Counters of a [`GraphCache`]: what each call cost in driver work.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -178,6 +218,10 @@ pub struct GraphCache<D: Driver = Cuda> {
     mode: Mode,
     /// [`GraphCache::set_programmatic`].
     programmatic: bool,
+    /// How variants are instantiated ([`GraphCache::set_instantiate_flags`]).
+    flags: InstantiateFlags,
+    /// The stream of the call being run (the upload stream of [`InstantiateFlags::upload`]).
+    stream: CUstream,
     last_refusal: Option<Error>,
     limits: Option<Limits>,
     site: Option<Site>,
@@ -397,12 +441,25 @@ impl GraphCache {
         stream: &CudaStream,
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
-        for (i, n) in nodes.iter().enumerate() {
-            let Some(n) = n else { continue };
-            // SAFETY: parameters validated; pointers come from places the caller keeps
-            // borrowed until after this call, with guards recording these uses on `stream`.
-            unsafe { n.eager(stream, &self.reports, &|| shape.site(i)) }?;
-        }
+        // Graph-owned buffers: `cuMemAllocAsync`'s addresses by place slot, bound for the
+        // statements after each `alloc`; any that an error (or a panic) part way left unfreed
+        // is freed on the stream after what was enqueued.
+        let mut scratch = Vec::new();
+        let r = crate::kind::alloc::with_scratch(&mut scratch, || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                for (i, n) in nodes.iter().enumerate() {
+                    let Some(n) = n else { continue };
+                    // SAFETY: parameters validated; pointers come from places the caller keeps
+                    // borrowed until after this call, with guards recording these uses on
+                    // `stream`, or from this call's allocations, freed after their last use.
+                    unsafe { n.eager(stream, &self.reports, &|| shape.site(i)) }?;
+                }
+                Ok::<(), Error>(())
+            }))
+        });
+        crate::kind::alloc::free_unfreed(&mut scratch, stream);
+        let r = r.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        r?;
         self.stats.eager_calls += 1;
         Ok(())
     }
@@ -459,6 +516,50 @@ impl GraphCache {
             .collect::<Result<Vec<_>>>()?;
         out.sort_unstable_by_key(|&(a, b, _)| (b, a));
         Ok(out)
+    }
+
+    /// The nodes (kind and main parameters) and edges of the most recently used variant's
+    /// graph, as the driver reports them (`cuGraphGetNodes`, `cuGraphGetEdges_v2`,
+    /// `cuGraphNodeGetType`, `cuGraph*NodeGetParams`; see [`GraphInfo`]): for `graph!`, the
+    /// variant the last call ran; for a [`GraphBuilder`](crate::GraphBuilder), its last launch.
+    /// `None` on an empty cache. Parameters are those of the graph as built (or last rebuilt):
+    /// per-node updates change the exec only.
+    ///
+    /// # Errors
+    /// [`Error::Graph`] naming the cache's call site if a driver call fails.
+    pub fn graph_info(&self) -> Result<Option<GraphInfo>> {
+        let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
+            return Ok(None);
+        };
+        let (file, line) = self.location;
+        // SAFETY: the graph is live while `self` is.
+        let (_, info) =
+            unsafe { crate::introspect::describe(v.graph) }.map_err(|(call, error)| {
+                Error::Graph { file, line, source: CudaError { call, error } }
+            })?;
+        Ok(Some(info))
+    }
+
+    /// The nodes of [`graph_info`](Self::graph_info) (empty on an empty cache).
+    ///
+    /// # Errors
+    /// As [`graph_info`](Self::graph_info).
+    pub fn nodes(&self) -> Result<Vec<GraphNode>> {
+        Ok(self.graph_info()?.map(|i| i.nodes).unwrap_or_default())
+    }
+
+    /// A copy (`cuGraphClone`) of the most recently used variant's graph, for introspection
+    /// and node lookup ([`ClonedGraph::find`], `cuGraphNodeFindInClone`); it borrows the cache,
+    /// so the original stays alive. `None` on an empty cache.
+    ///
+    /// # Errors
+    /// [`Error::Graph`] if the driver refuses (it may refuse graphs it cannot clone).
+    pub fn clone_graph(&self) -> Result<Option<ClonedGraph<'_>>> {
+        let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
+            return Ok(None);
+        };
+        // SAFETY: the graph is live while `self` is borrowed by the clone.
+        unsafe { ClonedGraph::of(v.graph, self.location) }.map(Some)
     }
 
     /// Writes the driver's own Graphviz DOT (`cuGraphDebugDotPrint`, verbose) of the most recently
@@ -533,11 +634,25 @@ impl<D: Driver> GraphCache<D> {
         v.edges.iter().map(|&(a, b, k)| (a, b, built(k))).collect()
     }
 
+    /// How later instantiations are made (new variants, re-instantiations): see
+    /// [`InstantiateFlags`]. Variants already instantiated keep theirs ([`clear`](Self::clear)
+    /// to re-instantiate them all).
+    pub fn set_instantiate_flags(&mut self, flags: InstantiateFlags) {
+        self.flags = flags;
+    }
+
+    /// The current [`InstantiateFlags`].
+    pub fn instantiate_flags(&self) -> InstantiateFlags {
+        self.flags
+    }
+
     pub(crate) fn with_driver(driver: D, max: usize) -> Self {
         GraphCache {
             driver,
             mode: Mode::Graph,
             programmatic: true,
+            flags: InstantiateFlags::default(),
+            stream: ptr::null_mut(),
             last_refusal: None,
             limits: None,
             site: None,
@@ -552,6 +667,18 @@ impl<D: Driver> GraphCache<D> {
             ledger: ledger::Ledger::default(),
             reports: Arc::default(),
         }
+    }
+
+    /// Bytes of graph-owned buffers (`alloc` statements, [`GraphBuilder::alloc`]) allocated
+    /// by each launch of the most recently used variant: the sum of its alloc nodes' sizes,
+    /// memory that user-held buffers would occupy between calls too, and that graph allocations
+    /// occupy only while a launch runs (see [`graph_mem_usage`](crate::graph_mem_usage) for
+    /// what the device's graph memory pool holds). 0 on an empty cache.
+    pub fn graph_owned_bytes(&self) -> usize {
+        let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
+            return 0;
+        };
+        v.nodes.iter().filter_map(NodeState::scratch).map(|(_, _, bytes)| bytes).sum()
     }
 
     /// The counters so far.
@@ -636,6 +763,7 @@ impl<D: Driver> GraphCache<D> {
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
         let GraphCall { shape, site, key, signature } = call;
+        self.stream = stream;
         if self.site.is_some_and(|s| !s.same(site)) {
             // Another call site: its graphs have nothing in common with ours.
             self.clear();

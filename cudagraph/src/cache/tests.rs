@@ -23,6 +23,14 @@ pub(crate) struct Log {
     refuse_update: bool,
     /// Argument bytes the driver read through `kernelParams` in each set-params call.
     set_args: Vec<Vec<Vec<u8>>>,
+    /// The same for each kernel node added.
+    add_args: Vec<Vec<Vec<u8>>>,
+    /// Whether `add_node` reads kernel arguments into `add_args` (only for `K` kernels).
+    read_args: bool,
+    /// `(width bytes, height, src pitch, dst pitch)` of each memcpy node added, and
+    /// `(element size, width, height, pitch)` of each memset node.
+    add_copies: Vec<(usize, usize, usize, usize)>,
+    add_sets: Vec<(u32, usize, usize, usize)>,
 }
 
 #[derive(Clone, Default)]
@@ -79,11 +87,51 @@ impl Driver for Mock {
             CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => "memset",
             CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH => "graph",
             CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL => "conditional",
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
+                // The driver returns the allocation's address in `dptr`.
+                let dptr = 0x7000_0000 + self.handle::<u8>() as u64 * 0x1000;
+                // SAFETY: the cache fills the union member of the node's type.
+                let a = unsafe { &mut p.__bindgen_anon_1.alloc };
+                a.dptr = dptr;
+                let at = a.poolProps.location.type_;
+                self.log(format!(
+                    "add_mem_alloc bytes={} dptr={dptr:#x} deps={}",
+                    a.bytesize,
+                    deps.len()
+                ));
+                assert_eq!(at, sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE);
+                return Ok(self.handle());
+            }
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE => {
+                // SAFETY: as above.
+                let d = unsafe { p.__bindgen_anon_1.free.dptr };
+                self.log(format!("add_mem_free dptr={d:#x} deps={}", deps.len()));
+                return Ok(self.handle());
+            }
             _ => "other",
         };
         assert!(edges.is_empty() || edges.len() == deps.len(), "one edge datum per dependency");
         let programmatic = edges.iter().filter(|e| **e == crate::raw::PROGRAMMATIC_EDGE).count();
         assert!(programmatic == 0 || kind == "kernel", "a programmatic edge into a {kind} node");
+        if p.type_ == CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY {
+            // SAFETY: as above.
+            let c = unsafe { &p.__bindgen_anon_1.memcpy.copyParams };
+            let row = (c.WidthInBytes, c.Height, c.srcPitch, c.dstPitch);
+            self.0.borrow_mut().add_copies.push(row);
+        }
+        if p.type_ == CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET {
+            // SAFETY: as above.
+            let m = unsafe { &p.__bindgen_anon_1.memset };
+            let row = (m.elementSize, m.width, m.height, m.pitch);
+            self.0.borrow_mut().add_sets.push(row);
+        }
+        // Only when a test asks: its kernels are this file's `K` (a u32 and a u64 argument);
+        // other tests add kernels of other parameter lists through this mock.
+        if p.type_ == CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL && self.0.borrow().read_args {
+            // SAFETY: as above.
+            let args = read_args(unsafe { &p.__bindgen_anon_1.kernel }, &[4, 8]);
+            self.0.borrow_mut().add_args.push(args);
+        }
         if programmatic == 0 {
             self.log(format!("add_{kind} deps={}", deps.len()));
         } else {
@@ -91,10 +139,19 @@ impl Driver for Mock {
         }
         Ok(self.handle())
     }
-    unsafe fn instantiate(&mut self, _: CUgraph) -> Result<CUgraphExec, DriverError> {
+    unsafe fn instantiate(
+        &mut self,
+        _: CUgraph,
+        flags: u64,
+        upload: CUstream,
+    ) -> Result<CUgraphExec, DriverError> {
         let e: CUgraphExec = self.handle();
         self.0.borrow_mut().live_execs.push(e as usize);
-        self.log("instantiate");
+        if flags == 0 {
+            self.log("instantiate");
+        } else {
+            self.log(format!("instantiate flags={flags} upload={}", upload as usize));
+        }
         Ok(e)
     }
     unsafe fn exec_destroy(&mut self, exec: CUgraphExec) {
@@ -917,4 +974,244 @@ fn edges_of_programmatic_kernels_inside_a_device_body_and_around_a_conditional_s
     assert!(cache.edges().iter().all(|e| e.2 == EdgeKind::Plain));
     assert!(plan.edge_kinds(|_| true).iter().all(|e| e.2 == EdgeKind::Plain));
     assert_eq!(cache.stats().programmatic_edges, 0);
+}
+
+/// Plan of a graph-owned buffer (place 0): n0 alloc, n1 kernel writing it, n2 memset of it,
+/// n3 free.
+fn memory_plan() -> &'static Plan {
+    static PLAN: std::sync::OnceLock<&'static Plan> = std::sync::OnceLock::new();
+    PLAN.get_or_init(new_memory_plan)
+}
+
+fn new_memory_plan() -> &'static Plan {
+    let w = |p| Access { place: p, write: true };
+    let node = |kind, accesses: Vec<Access>| PlanNode {
+        label: "n",
+        text: "stmt",
+        kind,
+        line: 3,
+        column: 5,
+        accesses: Box::leak(accesses.into_boxed_slice()),
+        after: &[],
+        condition: "",
+    };
+    let nodes = vec![
+        node(NodeKind::MemAlloc, vec![w(0)]),
+        node(NodeKind::Kernel("a"), vec![w(0)]),
+        node(NodeKind::Memset, vec![w(0)]),
+        node(NodeKind::MemFree, vec![w(0)]),
+    ];
+    Box::leak(Box::new(Plan {
+        file: "mock.rs",
+        line: 1,
+        places: &["tmp"],
+        nodes: Box::leak(nodes.into_boxed_slice()),
+        conditions: 0,
+        bodies: &[],
+    }))
+}
+
+fn run_memory(cache: &mut GraphCache<Mock>, bytes: usize, scalar: u32) -> Result<()> {
+    let slot = 0;
+    let ph = crate::kind::alloc::placeholder(slot);
+    let kernel = k(scalar, ph);
+    let set = MemsetParams::recorded(Set1d { dst: ph, len: 8, elem_size: 4, value: 0, ctx: CTX });
+    let nodes = [
+        Some(NodeParams::MemAlloc(crate::kind::AllocParams::for_test(slot, bytes, CTX))),
+        Some(NodeParams::Kernel(&kernel as &dyn KernelNode)),
+        Some(NodeParams::Memset(set)),
+        Some(NodeParams::MemFree(crate::kind::FreeParams::for_test(slot, CTX))),
+    ];
+    cache.run_raw(memory_plan(), 0, (CTX, None), STREAM, &nodes)
+}
+
+fn dptr_of(call: &str) -> u64 {
+    let d = call.split("dptr=0x").nth(1).expect("a dptr").split(' ').next().unwrap();
+    u64::from_str_radix(d, 16).unwrap()
+}
+
+#[test]
+fn graph_owned_memory_nodes_get_the_alloc_address_and_are_never_exec_updated() {
+    let (mock, mut cache, _) = setup();
+    mock.0.borrow_mut().read_args = true;
+    run_memory(&mut cache, 256, 1).unwrap();
+    let calls = mock.calls();
+    assert_eq!(calls[0], "graph_create");
+    assert!(calls[1].starts_with("add_mem_alloc bytes=256 ") && calls[1].ends_with("deps=0"));
+    assert_eq!(calls[2], "add_kernel deps=1");
+    assert_eq!(calls[3], "add_memset deps=1");
+    assert!(calls[4].starts_with("add_mem_free ") && calls[4].ends_with("deps=1"));
+    assert_eq!(calls[5..], ["instantiate", "launch"]);
+    // The kernel and the free node got the driver's address, not the placeholder.
+    let dptr = dptr_of(&calls[1]);
+    assert_eq!(dptr_of(&calls[4]), dptr);
+    let added = mock.0.borrow().add_args.clone();
+    assert_eq!(added[0][1], dptr.to_ne_bytes());
+    assert_eq!(cache.graph_owned_bytes(), 256);
+
+    // A changed scalar: a per-node update of the kernel, with the same address.
+    run_memory(&mut cache, 256, 2).unwrap();
+    assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"]);
+    let sent = mock.0.borrow().set_args.last().cloned().unwrap();
+    assert_eq!(sent[1], dptr.to_ne_bytes(), "the placeholder was resolved");
+    // Unchanged: nothing sent.
+    run_memory(&mut cache, 256, 2).unwrap();
+    assert_eq!(mock.calls(), ["launch"]);
+
+    // A changed size: no per-node set of the alloc node, no whole-exec update: a new graph
+    // and a new instantiation, whose nodes use its new address.
+    run_memory(&mut cache, 512, 2).unwrap();
+    let calls = mock.calls();
+    assert!(!calls.iter().any(|c| c == "exec_update" || c.starts_with("set_")), "{calls:?}");
+    assert!(calls[1].starts_with("add_mem_alloc bytes=512 "), "{calls:?}");
+    let new = dptr_of(&calls[1]);
+    assert_ne!(new, dptr);
+    assert_eq!(dptr_of(&calls[4]), new);
+    assert_eq!(calls[5..], ["instantiate", "exec_destroy", "graph_destroy", "launch"]);
+    assert_eq!(mock.0.borrow().add_args.last().unwrap()[1], new.to_ne_bytes());
+    let s = cache.stats();
+    assert_eq!((s.builds, s.reinstantiations, s.exec_updates), (1, 1, 0), "{s:?}");
+    assert_eq!(cache.graph_owned_bytes(), 512);
+    assert!(matches!(cache.last_refusal(), Some(Error::UpdateRefused { .. })));
+
+    // Later per-node updates use the re-instantiated graph's address.
+    run_memory(&mut cache, 512, 3).unwrap();
+    assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"]);
+    assert_eq!(mock.0.borrow().set_args.last().unwrap()[1], new.to_ne_bytes());
+}
+
+#[test]
+fn a_graph_owned_buffer_of_zero_bytes_is_refused_before_any_driver_call() {
+    let (mock, mut cache, _) = setup();
+    let e = run_memory(&mut cache, 0, 1).unwrap_err();
+    assert!(matches!(e, Error::Empty { .. }), "{e}");
+    assert!(mock.calls().is_empty());
+    run_memory(&mut cache, 64, 1).unwrap();
+}
+
+#[test]
+fn placeholders_resolve_only_while_bound_and_never_to_another_value() {
+    use crate::kind::alloc::{placeholder, resolve, with_scratch};
+    let p = placeholder(3);
+    assert_eq!(resolve(p), p, "unbound: left as is (an invalid address)");
+    assert_eq!(resolve(0x7f00_1234), 0x7f00_1234, "a real address is never touched");
+    let mut table = vec![0, 0, 0, 0x9000_0000];
+    with_scratch(&mut table, || {
+        assert_eq!(resolve(p), 0x9000_0000);
+        assert_eq!(resolve(p + 40), 0x9000_0028);
+        assert_eq!(resolve(placeholder(2)), placeholder(2));
+    });
+    assert_eq!(resolve(p), p, "unbound again after the build or update");
+}
+
+#[test]
+fn instantiate_flags_reach_every_instantiation_with_the_calls_stream() {
+    let (mock, mut cache, plan) = setup();
+    assert_eq!(cache.instantiate_flags(), crate::InstantiateFlags::default());
+    cache.set_instantiate_flags(crate::InstantiateFlags {
+        upload: true,
+        auto_free_on_launch: true,
+        node_priority: true,
+    });
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    let want = format!("instantiate flags=11 upload={}", STREAM as usize);
+    assert!(mock.calls().contains(&want), "{want}");
+    // A re-instantiation uses them too.
+    mock.0.borrow_mut().refuse_set = true;
+    mock.0.borrow_mut().refuse_update = true;
+    run(&mut cache, plan, &k(1, 0xa0), &k(9, 0xb0), copy(4), memset(0), None).unwrap();
+    assert!(mock.calls().contains(&want));
+    // Off again: plain `cuGraphInstantiateWithFlags(graph, 0)` for the next variant.
+    cache.set_instantiate_flags(crate::InstantiateFlags::default());
+    run(&mut cache, plan, &k(1, 0xa0), &k(9, 0xb0), copy(4), memset(0), Some(&k(3, 0xc0))).unwrap();
+    assert!(mock.calls().contains(&"instantiate".to_string()));
+}
+
+/// Plan of a 2-D copy (reads place 0, writes place 1) and a 2-D memset of place 1.
+fn pitched_plan() -> &'static Plan {
+    static PLAN: std::sync::OnceLock<&'static Plan> = std::sync::OnceLock::new();
+    PLAN.get_or_init(|| {
+        let node = |kind, accesses: Vec<Access>| PlanNode {
+            label: "n",
+            text: "stmt",
+            kind,
+            line: 2,
+            column: 5,
+            accesses: Box::leak(accesses.into_boxed_slice()),
+            after: &[],
+            condition: "",
+        };
+        let nodes = vec![
+            node(
+                NodeKind::Memcpy,
+                vec![Access { place: 0, write: false }, Access { place: 1, write: true }],
+            ),
+            node(NodeKind::Memset, vec![Access { place: 1, write: true }]),
+        ];
+        Box::leak(Box::new(Plan {
+            file: "mock.rs",
+            line: 1,
+            places: &["a", "b"],
+            nodes: Box::leak(nodes.into_boxed_slice()),
+            conditions: 0,
+            bodies: &[],
+        }))
+    })
+}
+
+fn run_pitched(
+    cache: &mut GraphCache<Mock>,
+    src: crate::Rows,
+    dst: crate::Rows,
+    set: crate::Rows,
+    value: u32,
+) -> Result<()> {
+    use crate::kind::pitched::{Copy2d, Set2d};
+    let base = Copy1d {
+        src: Memory::Device(0x1000),
+        dst: Memory::Device(0x9000),
+        src_len: 100,
+        dst_len: 60,
+        elem_size: 4,
+        src_ctx: CTX,
+        dst_ctx: CTX,
+    };
+    let c = Copy2d { base, src_rows: src, dst_rows: dst };
+    let s = Set2d { dst: 0x9000, len: 60, rows: set, elem_size: 2, value, ctx: CTX };
+    let nodes = [
+        Some(NodeParams::Memcpy2d(crate::kind::Copy2dParams::recorded(c))),
+        Some(NodeParams::Memset2d(crate::kind::Memset2dParams::recorded(s))),
+    ];
+    cache.run_raw(pitched_plan(), 0, (CTX, None), STREAM, &nodes)
+}
+
+#[test]
+fn pitched_copies_and_memsets_reach_the_driver_in_bytes_and_misfits_are_refused_first() {
+    use crate::Rows;
+    let (mock, mut cache, _) = setup();
+    run_pitched(&mut cache, Rows::new(3, 5, 7), Rows::new(3, 5, 11), Rows::new(4, 6, 9), 1)
+        .unwrap();
+    assert_eq!(
+        mock.calls(),
+        ["graph_create", "add_memcpy deps=0", "add_memset deps=1", "instantiate", "launch"]
+    );
+    assert_eq!(mock.0.borrow().add_copies, [(12, 5, 28, 44)]);
+    assert_eq!(mock.0.borrow().add_sets, [(2, 4, 6, 18)]);
+    // A changed value: a per-node update of the memset only.
+    run_pitched(&mut cache, Rows::new(3, 5, 7), Rows::new(3, 5, 11), Rows::new(4, 6, 9), 2)
+        .unwrap();
+    assert_eq!(mock.calls(), ["set_memset value=2", "launch"]);
+    // Rows that do not fit, are wider than their pitch, or differ between the sides.
+    for (src, dst, set, want) in [
+        (Rows::new(3, 15, 7), Rows::new(3, 15, 4), Rows::new(1, 1, 1), "do not fit"),
+        (Rows::new(3, 5, 7), Rows::new(3, 5, 2), Rows::new(1, 1, 1), "wider than its pitch"),
+        (Rows::new(3, 5, 7), Rows::new(4, 5, 11), Rows::new(1, 1, 1), "must match"),
+        (Rows::new(3, 5, 7), Rows::new(3, 5, 11), Rows::new(9, 7, 9), "do not fit in its 60"),
+    ] {
+        let e = run_pitched(&mut cache, src, dst, set, 2).unwrap_err();
+        assert!(e.to_string().contains(want), "{e}");
+        assert!(mock.calls().is_empty(), "nothing sent for {want}");
+    }
+    let e = run_pitched(&mut cache, Rows::new(0, 5, 7), Rows::new(0, 5, 11), Rows::new(1, 1, 1), 2);
+    assert!(matches!(e, Err(Error::Empty { .. })));
 }

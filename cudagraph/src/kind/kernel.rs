@@ -452,6 +452,22 @@ impl KernelState {
             // SAFETY: `off` is within `args` by construction in `new`.
             *p = unsafe { base.add(off as usize) }.cast();
         }
+        // Pointer arguments to graph-owned buffers point at their bound addresses instead of
+        // their placeholders (see `super::alloc`): the stored bytes keep the placeholder, so an
+        // unchanged argument stays unchanged between calls.
+        let mut scratch = [0u64; MAX_KERNEL_PARAMS];
+        for ((p, &(off, len)), r) in ptrs.iter_mut().zip(self.offsets.iter()).zip(&mut scratch) {
+            if len != 8 {
+                continue;
+            }
+            let at = off as usize / 8;
+            if let Some(&word) = self.args.get(at)
+                && super::alloc::is_placeholder(word)
+            {
+                *r = super::alloc::resolve(word);
+                *p = ptr::from_mut(r).cast();
+            }
+        }
         // Condition arguments point at the bound handles instead of their slots.
         let mut handles = [0u64; MAX_KERNEL_PARAMS];
         for (h, &(i, slot)) in handles.iter_mut().zip(self.conds.iter()) {

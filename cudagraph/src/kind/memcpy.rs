@@ -131,14 +131,16 @@ pub fn copy<'x, S: CopyTo<D> + 'x, D: 'x>(src: S, dst: D) -> MemcpyParams<'x> {
 
 fn memory_fields(m: Memory) -> (CUmemorytype, *const c_void, CUdeviceptr) {
     match m {
-        Memory::Device(p) => (CUmemorytype::CU_MEMORYTYPE_DEVICE, ptr::null(), p),
+        Memory::Device(p) => {
+            (CUmemorytype::CU_MEMORYTYPE_DEVICE, ptr::null(), super::alloc::resolve(p))
+        }
         Memory::Host(p) => (CUmemorytype::CU_MEMORYTYPE_HOST, p, 0),
     }
 }
 
 /// A 1-D `CUDA_MEMCPY3D`, built field by field (`mem::zeroed` is invalid for it: its memory
 /// type enum has no zero value).
-fn memcpy3d(p: &Copy1d) -> CUDA_MEMCPY3D {
+pub(crate) fn memcpy3d(p: &Copy1d) -> CUDA_MEMCPY3D {
     let bytes = p.src_len * p.elem_size;
     let (src_type, src_host, src_dev) = memory_fields(p.src);
     let (dst_type, dst_host, dst_dev) = memory_fields(p.dst);
@@ -241,7 +243,7 @@ impl NodeKind for Memcpy {
     ) -> Result<(), Error> {
         let c = &c.raw;
         let addr = |m: Memory| match m {
-            Memory::Device(p) => p,
+            Memory::Device(p) => super::alloc::resolve(p),
             Memory::Host(p) => p as CUdeviceptr,
         };
         let bytes = c.src_len * c.elem_size;

@@ -146,7 +146,7 @@ impl NodeKind for Memset {
     ) -> R {
         let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET);
         p.__bindgen_anon_1.memset = sys::CUDA_MEMSET_NODE_PARAMS_v2 {
-            dst: s.dst,
+            dst: super::alloc::resolve(s.dst),
             pitch: s.len * s.elem_size as usize,
             value: s.value,
             elementSize: s.elem_size,
@@ -165,8 +165,16 @@ impl NodeKind for Memset {
     ) -> Result<(), Error> {
         let m = &m.raw;
         // SAFETY: the caller's contract: `dst` valid for the set until it ran.
-        unsafe { raw::memset_async(m.dst, m.value, m.elem_size, m.len, stream.cu_stream()) }
-            .call(Self::EAGER)
-            .map_err(|source| Error::Node { site: site(), source })
+        unsafe {
+            raw::memset_async(
+                super::alloc::resolve(m.dst),
+                m.value,
+                m.elem_size,
+                m.len,
+                stream.cu_stream(),
+            )
+        }
+        .call(Self::EAGER)
+        .map_err(|source| Error::Node { site: site(), source })
     }
 }

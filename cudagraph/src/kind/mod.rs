@@ -23,6 +23,7 @@ use crate::error::{CudaError, Error, NodeSite};
 use crate::operand::Accesses;
 use crate::raw::Driver;
 
+pub(crate) mod alloc;
 pub(crate) mod captured;
 pub(crate) mod child;
 pub(crate) mod conditional;
@@ -33,7 +34,9 @@ pub(crate) mod host;
 pub(crate) mod kernel;
 pub(crate) mod memcpy;
 pub(crate) mod memset;
+pub(crate) mod pitched;
 
+pub use alloc::{AllocParams, FreeParams, GraphMemUsage, MAX_ALLOC_BYTES, Scratch};
 pub use captured::{CaptureOperand, CaptureOperands, CaptureParams, CapturedWork};
 pub use child::{GraphRef, NoGraphRead};
 pub use conditional::{Condition, ConditionalParams, ConditionalType};
@@ -47,6 +50,7 @@ pub use kernel::{
 };
 pub use memcpy::{CopyTo, MemcpyParams, Memory, copy};
 pub use memset::{MemsetParams, MemsetValue, MemsetValueOf, memset, zero};
+pub use pitched::{Copy2dParams, Memset2dParams, Rows, copy_2d, memset_2d};
 
 /// What one node kind needs to say about its nodes. Implemented by a unit type per kind.
 pub(crate) trait NodeKind {
@@ -129,6 +133,11 @@ pub(crate) trait NodeKind {
     /// the caller to drop once every node's work was taken back (dropping it runs user code,
     /// which may panic).
     fn unlaunched(_state: &mut Self::State) -> Option<Box<dyn Send>> {
+        None
+    }
+    /// A memory allocation node's `(place slot, address, bytes)` (see [`alloc`]); `None` for
+    /// every other kind.
+    fn scratch(_state: &Self::State) -> Option<(u32, u64, usize)> {
         None
     }
     /// Runs the node eagerly on `stream` (the oracle of [`Mode::Eager`](crate::Mode::Eager)).
@@ -388,6 +397,14 @@ macro_rules! node_kinds {
                 }
             }
 
+            /// See [`NodeKind::scratch`].
+            pub(crate) fn scratch(&self) -> Option<(u32, u64, usize)> {
+                match self {
+                    NodeState::Absent => None,
+                    $(NodeState::$variant(_, s) => <$kind>::scratch(s),)*
+                }
+            }
+
             /// See [`NodeKind::carry`].
             pub(crate) fn carry(old: &mut NodeState, new: &mut NodeState) {
                 match (old, new) {
@@ -422,6 +439,14 @@ node_kinds! {
     EventRecord(EventRecordParams<'a>) => event::Record,
     /// Event wait node, `event_wait(&e)`.
     EventWait(EventWaitParams<'a>) => event::Wait,
+    /// 2-D (pitched) memcpy node, `copy_2d(&src, src_rows, &mut dst, dst_rows)`.
+    Memcpy2d(Copy2dParams<'a>) => pitched::Memcpy2d,
+    /// 2-D (pitched) memset node, `memset_2d(&mut dst, rows, value)`.
+    Memset2d(Memset2dParams<'a>) => pitched::Memset2d,
+    /// Memory allocation node of a graph-owned buffer, `let tmp = alloc::<T>(n);`.
+    MemAlloc(AllocParams<'a>) => alloc::Alloc,
+    /// Memory free node of a graph-owned buffer (after its last use, or `free(&mut tmp)`).
+    MemFree(FreeParams<'a>) => alloc::Free,
     /// Conditional node (device `while`, `if`, `if`/`else`, `switch`).
     Conditional(ConditionalParams) => conditional::Conditional,
 }
@@ -492,6 +517,30 @@ impl crate::operand::sealed::Sealed for EventWaitParams<'_> {}
 impl IntoNode for EventWaitParams<'_> {
     fn node(&self) -> NodeParams<'_> {
         NodeParams::EventWait(*self)
+    }
+}
+impl crate::operand::sealed::Sealed for Copy2dParams<'_> {}
+impl IntoNode for Copy2dParams<'_> {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::Memcpy2d(*self)
+    }
+}
+impl crate::operand::sealed::Sealed for Memset2dParams<'_> {}
+impl IntoNode for Memset2dParams<'_> {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::Memset2d(*self)
+    }
+}
+impl crate::operand::sealed::Sealed for AllocParams<'_> {}
+impl IntoNode for AllocParams<'_> {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::MemAlloc(*self)
+    }
+}
+impl crate::operand::sealed::Sealed for FreeParams<'_> {}
+impl IntoNode for FreeParams<'_> {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::MemFree(*self)
     }
 }
 impl crate::operand::sealed::Sealed for GraphRef<'_> {}

@@ -1,0 +1,362 @@
+//! 2-D (pitched) copies and memsets: `copy_2d(&src, src_rows, &mut dst, dst_rows)` and
+//! `memset_2d(&mut dst, rows, value)` in `graph!` (and [`GraphBuilder::copy_2d`] /
+//! [`GraphBuilder::memset_2d`](crate::GraphBuilder::memset_2d)), on buffers seen as rows with a
+//! row pitch ([`Rows`]). Memcpy nodes (`cuGraphAddNode_v2` with `CU_GRAPH_NODE_TYPE_MEMCPY`, a
+//! `CUDA_MEMCPY3D` of depth 1) and memset nodes (`CU_GRAPH_NODE_TYPE_MEMSET` with `height` and
+//! `pitch`); eagerly `cuMemcpy3DAsync_v2` and `cuMemsetD2D{8,16,32}Async`.
+//!
+//! [`GraphBuilder::copy_2d`]: crate::GraphBuilder::copy_2d
+
+use core::marker::PhantomData;
+
+use cudarc::driver::CudaStream;
+use cudarc::driver::sys::{self, CUcontext, CUdeviceptr, CUgraphNodeParams, CUgraphNodeType};
+
+use super::memcpy::{Copy1d, CopyTo, Memory, memcpy3d};
+use super::memset::MemsetValueOf;
+use super::{NodeKind, Reports};
+use crate::error::{Call, Error, NodeSite};
+use crate::operand::{Accesses, WriteArg};
+
+/// A buffer seen as `height` rows of `width` elements, row `r` starting at element
+/// `r * pitch` (all in elements of the buffer's type): a view with a row pitch. The rows must
+/// lie within the buffer (`(height - 1) * pitch + width <= len`) and `width <= pitch`; checked
+/// when the call runs ([`Error::InvalidNode`], nothing enqueued).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Rows {
+    /// Elements per row.
+    pub width: usize,
+    /// Rows.
+    pub height: usize,
+    /// Elements from the start of one row to the start of the next.
+    pub pitch: usize,
+}
+
+impl Rows {
+    /// `height` rows of `width` elements, `pitch` elements apart.
+    pub const fn new(width: usize, height: usize, pitch: usize) -> Self {
+        Rows { width, height, pitch }
+    }
+
+    /// The rows of a dense `width × height` array (`pitch == width`).
+    pub const fn dense(width: usize, height: usize) -> Self {
+        Rows { width, height, pitch: width }
+    }
+
+    /// Why these rows do not fit a buffer of `len` elements, if they do not.
+    fn misfit(&self, len: usize, side: &str) -> Option<String> {
+        let Rows { width, height, pitch } = *self;
+        if width > pitch {
+            return Some(format!(
+                "{side}: a row of {width} elements is wider than its pitch {pitch}"
+            ));
+        }
+        let end = (height - 1).checked_mul(pitch).and_then(|x| x.checked_add(width));
+        match end {
+            Some(end) if end <= len => None,
+            _ => Some(format!(
+                "{side}: {height} rows of {width} elements, {pitch} apart, do not fit in its {len} elements"
+            )),
+        }
+    }
+}
+
+/// A 2-D copy: the 1-D copy of the two handles (pointers, lengths, types) and the rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Copy2d {
+    pub(crate) base: Copy1d,
+    pub(crate) src_rows: Rows,
+    pub(crate) dst_rows: Rows,
+}
+
+/// A 2-D copy node's parameters, made by `copy_2d(&src, src_rows, &mut dst, dst_rows)`;
+/// borrows both sides like [`MemcpyParams`](crate::MemcpyParams).
+#[derive(Clone, Copy, Debug)]
+pub struct Copy2dParams<'a> {
+    pub(crate) raw: Copy2d,
+    pub(crate) src_tag: u64,
+    pub(crate) dst_tag: u64,
+    _borrow: PhantomData<&'a ()>,
+}
+
+impl Copy2dParams<'_> {
+    /// See [`MemcpyParams::recorded`](crate::MemcpyParams).
+    pub(crate) fn recorded(raw: Copy2d) -> Self {
+        Copy2dParams { raw, src_tag: 0, dst_tag: 0, _borrow: PhantomData }
+    }
+}
+
+/// `copy_2d(&src, src_rows, &mut dst, dst_rows)`: row `r` of `src` (its first `width`
+/// elements) to row `r` of `dst`, for every row; the same directions and element types as
+/// `copy`, the same `width` and `height` on both sides.
+pub fn copy_2d<'x, S: CopyTo<D> + 'x, D: 'x>(
+    src: S,
+    src_rows: Rows,
+    dst: D,
+    dst_rows: Rows,
+) -> Copy2dParams<'x> {
+    let m = src.memcpy(dst);
+    let raw = Copy2d { base: m.raw, src_rows, dst_rows };
+    Copy2dParams { raw, src_tag: m.src_tag, dst_tag: m.dst_tag, _borrow: PhantomData }
+}
+
+/// A 2-D memset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Set2d {
+    pub(crate) dst: CUdeviceptr,
+    pub(crate) len: usize,
+    pub(crate) rows: Rows,
+    pub(crate) elem_size: u32,
+    pub(crate) value: u32,
+    pub(crate) ctx: CUcontext,
+}
+
+/// A 2-D memset node's parameters, made by `memset_2d(&mut dst, rows, value)`.
+#[derive(Clone, Copy, Debug)]
+pub struct Memset2dParams<'a> {
+    pub(crate) raw: Set2d,
+    pub(crate) dst_tag: u64,
+    _borrow: PhantomData<&'a ()>,
+}
+
+impl Memset2dParams<'_> {
+    /// See [`MemcpyParams::recorded`](crate::MemcpyParams).
+    pub(crate) fn recorded(raw: Set2d) -> Self {
+        Memset2dParams { raw, dst_tag: 0, _borrow: PhantomData }
+    }
+}
+
+/// `memset_2d(&mut dst, rows, value)`: the first `width` elements of each of the `height`
+/// rows set to `value` (of the buffer's element type, 1, 2 or 4 bytes); the gaps between rows
+/// are left as they are.
+pub fn memset_2d<'a, T, V: MemsetValueOf<T>>(
+    dst: impl WriteArg<'a, T>,
+    rows: Rows,
+    value: V,
+) -> Memset2dParams<'a> {
+    let dst = dst.into_write();
+    let raw = Set2d {
+        dst: dst.ptr,
+        len: dst.len,
+        rows,
+        elem_size: size_of::<T>() as u32,
+        value: value.bits_of(),
+        ctx: dst.ctx,
+    };
+    Memset2dParams { raw, dst_tag: dst.tag, _borrow: PhantomData }
+}
+
+/// The driver's view of a 2-D copy: `CUDA_MEMCPY3D` of depth 1, pitches and sizes in bytes.
+fn memcpy2d(c: &Copy2d) -> sys::CUDA_MEMCPY3D {
+    let es = c.base.elem_size;
+    let mut p = memcpy3d(&c.base);
+    p.WidthInBytes = c.src_rows.width * es;
+    p.Height = c.src_rows.height;
+    p.srcPitch = c.src_rows.pitch * es;
+    p.dstPitch = c.dst_rows.pitch * es;
+    p.srcHeight = c.src_rows.height;
+    p.dstHeight = c.dst_rows.height;
+    p
+}
+
+fn invalid(site: NodeSite, why: String) -> Error {
+    Error::InvalidNode { site, why }
+}
+
+/// The 2-D copy node kind.
+pub(crate) struct Memcpy2d;
+
+impl NodeKind for Memcpy2d {
+    type Params<'a> = Copy2dParams<'a>;
+    type State = Copy2d;
+    const ADD: &'static str = "cuGraphAddNode_v2 (memcpy, 2-D)";
+    const SET: &'static str = "cuGraphExecNodeSetParams (memcpy, 2-D)";
+    const EAGER: &'static str = "cuMemcpy3DAsync_v2";
+
+    fn validate(
+        c: &Copy2dParams<'_>,
+        _: Option<&super::Limits>,
+        site: &dyn Fn() -> NodeSite,
+    ) -> Result<(), Error> {
+        let c = &c.raw;
+        let (s, d) = (c.src_rows, c.dst_rows);
+        if s.width == 0 || s.height == 0 {
+            return Err(Error::Empty { site: site(), what: "2-D memcpy" });
+        }
+        if (s.width, s.height) != (d.width, d.height) {
+            let why = format!(
+                "copy_2d of {}×{} source rows into {}×{} destination rows: width and height must match",
+                s.width, s.height, d.width, d.height
+            );
+            return Err(invalid(site(), why));
+        }
+        if let Some(why) =
+            s.misfit(c.base.src_len, "source").or_else(|| d.misfit(c.base.dst_len, "destination"))
+        {
+            return Err(invalid(site(), why));
+        }
+        Ok(())
+    }
+
+    fn accesses(c: &Copy2dParams<'_>, out: &mut Accesses) -> usize {
+        out[0] = (c.src_tag, false, c.raw.base.src_ctx);
+        out[1] = (c.dst_tag, true, c.raw.base.dst_ctx);
+        2
+    }
+
+    fn state(c: &Copy2dParams<'_>) -> Copy2d {
+        c.raw
+    }
+
+    fn record(s: &mut Copy2d, c: &Copy2dParams<'_>) -> bool {
+        let changed = *s != c.raw;
+        *s = c.raw;
+        changed
+    }
+
+    /// As for 1-D copies: the driver refuses to turn a copy's memory types by set-params.
+    fn settable(old: &Copy2d, new: &Copy2dParams<'_>) -> bool {
+        let kind = |m: Memory| matches!(m, Memory::Device(_));
+        kind(old.base.src) == kind(new.raw.base.src) && kind(old.base.dst) == kind(new.raw.base.dst)
+    }
+
+    fn with_params<R>(
+        s: &mut Copy2d,
+        ctx: CUcontext,
+        f: impl FnOnce(&mut CUgraphNodeParams) -> R,
+    ) -> R {
+        let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY);
+        p.__bindgen_anon_1.memcpy = sys::CUDA_MEMCPY_NODE_PARAMS {
+            flags: 0,
+            reserved: 0,
+            copyCtx: ctx,
+            copyParams: memcpy2d(s),
+        };
+        f(&mut p)
+    }
+
+    unsafe fn eager(
+        c: &Copy2dParams<'_>,
+        stream: &CudaStream,
+        _: &std::sync::Arc<Reports>,
+        site: &dyn Fn() -> NodeSite,
+    ) -> Result<(), Error> {
+        let p = memcpy2d(&c.raw);
+        // SAFETY: validated: every row lies within both sides' buffers, which stay borrowed
+        // until the copy ran (the caller's contract).
+        unsafe { sys::cuMemcpy3DAsync_v2(&p, stream.cu_stream()) }
+            .result()
+            .call(Self::EAGER)
+            .map_err(|source| Error::Node { site: site(), source })
+    }
+}
+
+/// The 2-D memset node kind.
+pub(crate) struct Memset2d;
+
+impl NodeKind for Memset2d {
+    type Params<'a> = Memset2dParams<'a>;
+    type State = Set2d;
+    const ADD: &'static str = "cuGraphAddNode_v2 (memset, 2-D)";
+    const SET: &'static str = "cuGraphExecNodeSetParams (memset, 2-D)";
+    const EAGER: &'static str = "cuMemsetD2D32Async";
+
+    fn validate(
+        m: &Memset2dParams<'_>,
+        _: Option<&super::Limits>,
+        site: &dyn Fn() -> NodeSite,
+    ) -> Result<(), Error> {
+        let m = &m.raw;
+        if m.rows.width == 0 || m.rows.height == 0 {
+            return Err(Error::Empty { site: site(), what: "2-D memset" });
+        }
+        if let Some(why) = m.rows.misfit(m.len, "destination") {
+            return Err(invalid(site(), why));
+        }
+        Ok(())
+    }
+
+    fn accesses(m: &Memset2dParams<'_>, out: &mut Accesses) -> usize {
+        out[0] = (m.dst_tag, true, m.raw.ctx);
+        1
+    }
+
+    fn state(m: &Memset2dParams<'_>) -> Set2d {
+        m.raw
+    }
+
+    fn record(s: &mut Set2d, m: &Memset2dParams<'_>) -> bool {
+        let changed = *s != m.raw;
+        *s = m.raw;
+        changed
+    }
+
+    fn with_params<R>(
+        s: &mut Set2d,
+        ctx: CUcontext,
+        f: impl FnOnce(&mut CUgraphNodeParams) -> R,
+    ) -> R {
+        let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET);
+        p.__bindgen_anon_1.memset = sys::CUDA_MEMSET_NODE_PARAMS_v2 {
+            dst: super::alloc::resolve(s.dst),
+            pitch: s.rows.pitch * s.elem_size as usize,
+            value: s.value,
+            elementSize: s.elem_size,
+            width: s.rows.width,
+            height: s.rows.height,
+            ctx,
+        };
+        f(&mut p)
+    }
+
+    unsafe fn eager(
+        m: &Memset2dParams<'_>,
+        stream: &CudaStream,
+        _: &std::sync::Arc<Reports>,
+        site: &dyn Fn() -> NodeSite,
+    ) -> Result<(), Error> {
+        let m = &m.raw;
+        let (d, pitch) = (super::alloc::resolve(m.dst), m.rows.pitch * m.elem_size as usize);
+        let (w, h, s) = (m.rows.width, m.rows.height, stream.cu_stream());
+        // SAFETY: validated: every row lies within the buffer, borrowed until the set ran.
+        let r = unsafe {
+            match m.elem_size {
+                1 => sys::cuMemsetD2D8Async(d, pitch, m.value as u8, w, h, s),
+                2 => sys::cuMemsetD2D16Async(d, pitch, m.value as u16, w, h, s),
+                _ => sys::cuMemsetD2D32Async(d, pitch, m.value, w, h, s),
+            }
+        };
+        r.result().call(Self::EAGER).map_err(|source| Error::Node { site: site(), source })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_fit_or_say_why_not() {
+        assert_eq!(Rows::new(3, 4, 5).misfit(18, "x"), None);
+        assert!(Rows::new(3, 4, 5).misfit(17, "x").unwrap().contains("do not fit in its 17"));
+        assert!(Rows::new(6, 1, 5).misfit(100, "x").unwrap().contains("wider than its pitch 5"));
+        assert!(Rows::new(1, usize::MAX, usize::MAX).misfit(usize::MAX, "x").is_some());
+        assert_eq!(Rows::dense(4, 2), Rows::new(4, 2, 4));
+    }
+
+    #[test]
+    fn the_drivers_view_has_byte_pitches_and_rows() {
+        let base = Copy1d {
+            src: Memory::Device(0x1000),
+            dst: Memory::Device(0x9000),
+            src_len: 100,
+            dst_len: 100,
+            elem_size: 4,
+            src_ctx: core::ptr::null_mut(),
+            dst_ctx: core::ptr::null_mut(),
+        };
+        let c = Copy2d { base, src_rows: Rows::new(3, 5, 7), dst_rows: Rows::new(3, 5, 11) };
+        let p = memcpy2d(&c);
+        assert_eq!((p.WidthInBytes, p.Height, p.Depth), (12, 5, 1));
+        assert_eq!((p.srcPitch, p.dstPitch, p.srcDevice, p.dstDevice), (28, 44, 0x1000, 0x9000));
+    }
+}
