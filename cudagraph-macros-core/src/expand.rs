@@ -64,6 +64,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         chunks: 0,
         looped_body: checked.nodes.iter().any(|f| f.looped.is_some()),
         chunked: Vec::new(),
+        chunk_of: Vec::new(),
     };
     let mut decls = TokenStream::new();
     let body = emit_items(&input.body, &places, &mut counter, Holder::Plain, &mut decls);
@@ -99,38 +100,35 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         quote!(let #stream: &::cudagraph::__private::CudaStream = #stream_expr;)
     };
     let count = proc_macro2::Literal::usize_unsuffixed(checked.nodes.len());
-    let list_decl = if loops {
-        TokenStream::new()
-    } else {
-        let list = local("__cudagraph_list");
-        quote! {
-            #[allow(unused_mut)]
-            let mut #list: [&dyn ::cudagraph::__private::Entry; #count] =
-                [::cudagraph::__private::ABSENT; #count];
-        }
-    };
     let run = if loops {
         crate::loops::run_call(checked, &entry, &cache_var, &call, &key, &stream, guards.clone())
     } else {
-        let entries =
-            (0..checked.nodes.len()).filter(|&i| counter.chunked.get(i) != Some(&true)).map(|i| {
-                let n = local(format!("__cudagraph_n{i}"));
-                let at = proc_macro2::Literal::usize_unsuffixed(i);
-                let list = local("__cudagraph_list");
-                let e = if checked.nodes[i].condition.is_empty() {
-                    quote!(::cudagraph::__private::entry(&#n))
-                } else {
-                    quote!(::cudagraph::__private::entry_if(&#n))
-                };
-                quote!(#list[#at] = #e;)
-            });
-        let (list, nodes) = (local("__cudagraph_list"), local("__cudagraph_nodes"));
+        // The node list in segments: one array per chunk (see `emit_chunk`), one entry per
+        // other statement, in node order.
+        let mut segments = Vec::new();
+        for i in 0..checked.nodes.len() {
+            match counter.chunk_of.get(i).copied().flatten() {
+                Some((chunk, first)) => {
+                    if first {
+                        let l = local(format!("__cudagraph_l{chunk}"));
+                        segments.push(quote!(&#l[..]));
+                    }
+                }
+                None => {
+                    let n = local(format!("__cudagraph_n{i}"));
+                    segments.push(if checked.nodes[i].condition.is_empty() {
+                        quote!(&[::cudagraph::__private::entry(&#n)][..])
+                    } else {
+                        quote!(&[::cudagraph::__private::entry_if(&#n)][..])
+                    });
+                }
+            }
+        }
+        let nodes = local("__cudagraph_nodes");
         quote! {
-            // The node list: one fat pointer per statement (set right after each chunk for the
-            // chunked ones), converted out of line (a literal of every statement's parameters
-            // makes large bodies slow to compile).
-            #(#entries)*
-            let #nodes = ::cudagraph::__private::entries(&#list);
+            // One fat pointer per statement, in segments, converted out of line (a literal of
+            // every statement's parameters makes large bodies slow to compile).
+            let #nodes = ::cudagraph::__private::entries::<#count>(&[#(#segments),*]);
             // SAFETY: the plan was generated from this body (`run` checks each node's handles
             // against its accesses), and the guards are its places' borrows, in place order.
             unsafe {
@@ -145,7 +143,6 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         let #call = ::cudagraph::__private::begin_call();
         #acquisitions
         #key_decl
-        #list_decl
         #decls
         #body
         #run
@@ -291,6 +288,8 @@ pub(crate) struct NodeCounter {
     pub(crate) looped_body: bool,
     /// The statements built in chunks, by node index: their names are references.
     pub(crate) chunked: Vec<bool>,
+    /// Each chunked statement's chunk, and whether it is the chunk's first.
+    pub(crate) chunk_of: Vec<Option<(usize, bool)>>,
     /// Device conditions declared so far (the next one's slot).
     conds: u32,
 }
@@ -326,6 +325,8 @@ pub(crate) fn emit_items(
             let n = local(format!("__cudagraph_n{}", counter.next));
             counter.chunked.resize(counter.next + 1, false);
             counter.chunked[counter.next] = true;
+            counter.chunk_of.resize(counter.next + 1, None);
+            counter.chunk_of[counter.next] = Some((counter.chunks, chunk.is_empty()));
             counter.next += 1;
             chunk.push((n, node_value(node, places)));
             if chunk.len() == CHUNK {
@@ -457,12 +458,12 @@ fn emit_chunk(
     };
     let mut out = out;
     if set_list {
-        let list = local("__cudagraph_list");
-        for (n, _) in chunk.iter() {
-            let i: usize = n.to_string()["__cudagraph_n".len()..].parse().expect("node index");
-            let i = proc_macro2::Literal::usize_unsuffixed(i);
-            out.extend(quote!(#list[#i] = ::cudagraph::__private::entry(#n);));
-        }
+        let l = local(format!("__cudagraph_l{number}"));
+        let len = proc_macro2::Literal::usize_unsuffixed(chunk.len());
+        out.extend(quote! {
+            let #l: [&dyn ::cudagraph::__private::Entry; #len] =
+                [#(::cudagraph::__private::entry(#names)),*];
+        });
     }
     chunk.clear();
     out

@@ -743,16 +743,6 @@ pub mod __private {
         f()
     }
 
-    /// The placeholder a node list starts with, before each statement sets its entry.
-    pub struct Absent;
-    impl Entry for Absent {
-        fn entry(&self) -> Option<NodeParams<'_>> {
-            None
-        }
-    }
-    /// See [`Absent`].
-    pub const ABSENT: &dyn Entry = &Absent;
-
     /// Node list entry of a statement (see [`Entry`]).
     #[inline(always)]
     pub fn entry<N: IntoNode>(n: &N) -> &dyn Entry {
@@ -765,9 +755,13 @@ pub mod __private {
         n
     }
 
-    /// Each entry's node parameters, in one loop out of line (one instance per body size).
+    /// Each entry's node parameters, in one loop out of line (one instance per body size): the
+    /// entries in `segments`, in order (`N` in all).
     #[inline(never)]
-    pub fn entries<'a, const N: usize>(list: &[&'a dyn Entry; N]) -> [Option<NodeParams<'a>>; N] {
-        core::array::from_fn(|i| list[i].entry())
+    pub fn entries<'a, const N: usize>(
+        segments: &[&[&'a dyn Entry]],
+    ) -> [Option<NodeParams<'a>>; N] {
+        let mut all = segments.iter().flat_map(|s| s.iter().copied());
+        core::array::from_fn(|_| all.next().and_then(|e: &'a dyn Entry| e.entry()))
     }
 }

@@ -143,8 +143,6 @@ fn expanded() -> ::cudagraph::Result<()> {
         3u32,
     );
     let __cudagraph_key: u64 = 0;
-    #[allow(unused_mut)]
-    let mut __cudagraph_list: [&dyn ::cudagraph::__private::Entry; 5] = [::cudagraph::__private::ABSENT; 5];
     #[allow(unused_braces)]
     let __cudagraph_n0 = __cudagraph_s0.alloc_node();
     let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
@@ -180,14 +178,22 @@ fn expanded() -> ::cudagraph::Result<()> {
         (__cudagraph_n1, __cudagraph_n2, __cudagraph_n3)
     });
     let (ref __cudagraph_n1, ref __cudagraph_n2, ref __cudagraph_n3) = __cudagraph_chunk0;
-    __cudagraph_list[1] = ::cudagraph::__private::entry(__cudagraph_n1);
-    __cudagraph_list[2] = ::cudagraph::__private::entry(__cudagraph_n2);
-    __cudagraph_list[3] = ::cudagraph::__private::entry(__cudagraph_n3);
+    let __cudagraph_l0: [&dyn ::cudagraph::__private::Entry; 3] = [
+        ::cudagraph::__private::entry(__cudagraph_n1),
+        ::cudagraph::__private::entry(__cudagraph_n2),
+        ::cudagraph::__private::entry(__cudagraph_n3),
+    ];
     #[allow(unused_braces)]
     let __cudagraph_n4 = __cudagraph_s0.free_node();
-    __cudagraph_list[0] = ::cudagraph::__private::entry(&__cudagraph_n0);
-    __cudagraph_list[4] = ::cudagraph::__private::entry(&__cudagraph_n4);
-    let __cudagraph_nodes = ::cudagraph::__private::entries(&__cudagraph_list);
+    let __cudagraph_nodes = ::cudagraph::__private::entries::<
+        5,
+    >(
+        &[
+            &[::cudagraph::__private::entry(&__cudagraph_n0)][..],
+            &__cudagraph_l0[..],
+            &[::cudagraph::__private::entry(&__cudagraph_n4)][..],
+        ],
+    );
     unsafe {
         __cudagraph_cache
             .run(

@@ -181,8 +181,6 @@ fn expanded() -> ::cudagraph::Result<()> {
         6u32,
     );
     let __cudagraph_key: u64 = 0;
-    #[allow(unused_mut)]
-    let mut __cudagraph_list: [&dyn ::cudagraph::__private::Entry; 6] = [::cudagraph::__private::ABSENT; 6];
     let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n0 = ::cudagraph::__private::copy(
@@ -253,13 +251,15 @@ fn expanded() -> ::cudagraph::Result<()> {
         ref __cudagraph_n4,
         ref __cudagraph_n5,
     ) = __cudagraph_chunk0;
-    __cudagraph_list[0] = ::cudagraph::__private::entry(__cudagraph_n0);
-    __cudagraph_list[1] = ::cudagraph::__private::entry(__cudagraph_n1);
-    __cudagraph_list[2] = ::cudagraph::__private::entry(__cudagraph_n2);
-    __cudagraph_list[3] = ::cudagraph::__private::entry(__cudagraph_n3);
-    __cudagraph_list[4] = ::cudagraph::__private::entry(__cudagraph_n4);
-    __cudagraph_list[5] = ::cudagraph::__private::entry(__cudagraph_n5);
-    let __cudagraph_nodes = ::cudagraph::__private::entries(&__cudagraph_list);
+    let __cudagraph_l0: [&dyn ::cudagraph::__private::Entry; 6] = [
+        ::cudagraph::__private::entry(__cudagraph_n0),
+        ::cudagraph::__private::entry(__cudagraph_n1),
+        ::cudagraph::__private::entry(__cudagraph_n2),
+        ::cudagraph::__private::entry(__cudagraph_n3),
+        ::cudagraph::__private::entry(__cudagraph_n4),
+        ::cudagraph::__private::entry(__cudagraph_n5),
+    ];
+    let __cudagraph_nodes = ::cudagraph::__private::entries::<6>(&[&__cudagraph_l0[..]]);
     unsafe {
         __cudagraph_cache
             .run(

@@ -373,8 +373,6 @@ fn expanded() -> ::cudagraph::Result<()> {
         9u32,
     );
     let __cudagraph_key: u64 = 0;
-    #[allow(unused_mut)]
-    let mut __cudagraph_list: [&dyn ::cudagraph::__private::Entry; 15] = [::cudagraph::__private::ABSENT; 15];
     let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n0 = ::cudagraph::__private::copy(
@@ -396,9 +394,11 @@ fn expanded() -> ::cudagraph::Result<()> {
         (__cudagraph_n0, __cudagraph_n1, __cudagraph_n2)
     });
     let (ref __cudagraph_n0, ref __cudagraph_n1, ref __cudagraph_n2) = __cudagraph_chunk0;
-    __cudagraph_list[0] = ::cudagraph::__private::entry(__cudagraph_n0);
-    __cudagraph_list[1] = ::cudagraph::__private::entry(__cudagraph_n1);
-    __cudagraph_list[2] = ::cudagraph::__private::entry(__cudagraph_n2);
+    let __cudagraph_l0: [&dyn ::cudagraph::__private::Entry; 3] = [
+        ::cudagraph::__private::entry(__cudagraph_n0),
+        ::cudagraph::__private::entry(__cudagraph_n1),
+        ::cudagraph::__private::entry(__cudagraph_n2),
+    ];
     let __cudagraph_chunk1 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n3 = ::cudagraph::__private::copy(
@@ -420,9 +420,11 @@ fn expanded() -> ::cudagraph::Result<()> {
         (__cudagraph_n3, __cudagraph_n4, __cudagraph_n5)
     });
     let (ref __cudagraph_n3, ref __cudagraph_n4, ref __cudagraph_n5) = __cudagraph_chunk1;
-    __cudagraph_list[3] = ::cudagraph::__private::entry(__cudagraph_n3);
-    __cudagraph_list[4] = ::cudagraph::__private::entry(__cudagraph_n4);
-    __cudagraph_list[5] = ::cudagraph::__private::entry(__cudagraph_n5);
+    let __cudagraph_l1: [&dyn ::cudagraph::__private::Entry; 3] = [
+        ::cudagraph::__private::entry(__cudagraph_n3),
+        ::cudagraph::__private::entry(__cudagraph_n4),
+        ::cudagraph::__private::entry(__cudagraph_n5),
+    ];
     let __cudagraph_chunk2 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n6 = ::cudagraph::__private::copy(
@@ -444,16 +446,20 @@ fn expanded() -> ::cudagraph::Result<()> {
         (__cudagraph_n6, __cudagraph_n7, __cudagraph_n8)
     });
     let (ref __cudagraph_n6, ref __cudagraph_n7, ref __cudagraph_n8) = __cudagraph_chunk2;
-    __cudagraph_list[6] = ::cudagraph::__private::entry(__cudagraph_n6);
-    __cudagraph_list[7] = ::cudagraph::__private::entry(__cudagraph_n7);
-    __cudagraph_list[8] = ::cudagraph::__private::entry(__cudagraph_n8);
+    let __cudagraph_l2: [&dyn ::cudagraph::__private::Entry; 3] = [
+        ::cudagraph::__private::entry(__cudagraph_n6),
+        ::cudagraph::__private::entry(__cudagraph_n7),
+        ::cudagraph::__private::entry(__cudagraph_n8),
+    ];
     let __cudagraph_chunk3 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n9 = ::cudagraph::__private::zero({ __cudagraph_w9 });
         (__cudagraph_n9,)
     });
     let (ref __cudagraph_n9,) = __cudagraph_chunk3;
-    __cudagraph_list[9] = ::cudagraph::__private::entry(__cudagraph_n9);
+    let __cudagraph_l3: [&dyn ::cudagraph::__private::Entry; 1] = [
+        ::cudagraph::__private::entry(__cudagraph_n9),
+    ];
     let __cudagraph_chunk4 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n10 = ::cudagraph::__private::kernel_node(
@@ -468,7 +474,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         (__cudagraph_n10,)
     });
     let (ref __cudagraph_n10,) = __cudagraph_chunk4;
-    __cudagraph_list[10] = ::cudagraph::__private::entry(__cudagraph_n10);
+    let __cudagraph_l4: [&dyn ::cudagraph::__private::Entry; 1] = [
+        ::cudagraph::__private::entry(__cudagraph_n10),
+    ];
     let __cudagraph_chunk5 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n11 = ::cudagraph::__private::kernel_node(
@@ -483,7 +491,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         (__cudagraph_n11,)
     });
     let (ref __cudagraph_n11,) = __cudagraph_chunk5;
-    __cudagraph_list[11] = ::cudagraph::__private::entry(__cudagraph_n11);
+    let __cudagraph_l5: [&dyn ::cudagraph::__private::Entry; 1] = [
+        ::cudagraph::__private::entry(__cudagraph_n11),
+    ];
     let __cudagraph_chunk6 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n12 = ::cudagraph::__private::kernel_node(
@@ -498,7 +508,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         (__cudagraph_n12,)
     });
     let (ref __cudagraph_n12,) = __cudagraph_chunk6;
-    __cudagraph_list[12] = ::cudagraph::__private::entry(__cudagraph_n12);
+    let __cudagraph_l6: [&dyn ::cudagraph::__private::Entry; 1] = [
+        ::cudagraph::__private::entry(__cudagraph_n12),
+    ];
     let __cudagraph_chunk7 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n13 = ::cudagraph::__private::copy(
@@ -508,7 +520,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         (__cudagraph_n13,)
     });
     let (ref __cudagraph_n13,) = __cudagraph_chunk7;
-    __cudagraph_list[13] = ::cudagraph::__private::entry(__cudagraph_n13);
+    let __cudagraph_l7: [&dyn ::cudagraph::__private::Entry; 1] = [
+        ::cudagraph::__private::entry(__cudagraph_n13),
+    ];
     let __cudagraph_chunk8 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n14 = ::cudagraph::__private::copy(
@@ -518,8 +532,24 @@ fn expanded() -> ::cudagraph::Result<()> {
         (__cudagraph_n14,)
     });
     let (ref __cudagraph_n14,) = __cudagraph_chunk8;
-    __cudagraph_list[14] = ::cudagraph::__private::entry(__cudagraph_n14);
-    let __cudagraph_nodes = ::cudagraph::__private::entries(&__cudagraph_list);
+    let __cudagraph_l8: [&dyn ::cudagraph::__private::Entry; 1] = [
+        ::cudagraph::__private::entry(__cudagraph_n14),
+    ];
+    let __cudagraph_nodes = ::cudagraph::__private::entries::<
+        15,
+    >(
+        &[
+            &__cudagraph_l0[..],
+            &__cudagraph_l1[..],
+            &__cudagraph_l2[..],
+            &__cudagraph_l3[..],
+            &__cudagraph_l4[..],
+            &__cudagraph_l5[..],
+            &__cudagraph_l6[..],
+            &__cudagraph_l7[..],
+            &__cudagraph_l8[..],
+        ],
+    );
     unsafe {
         __cudagraph_cache
             .run(

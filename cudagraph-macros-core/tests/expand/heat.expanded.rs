@@ -183,8 +183,6 @@ fn expanded() -> ::cudagraph::Result<()> {
         4u32,
     );
     let mut __cudagraph_key: u64 = 0;
-    #[allow(unused_mut)]
-    let mut __cudagraph_list: [&dyn ::cudagraph::__private::Entry; 7] = [::cudagraph::__private::ABSENT; 7];
     let mut __cudagraph_n4 = ::core::option::Option::None;
     let mut __cudagraph_n5 = ::core::option::Option::None;
     let mut __cudagraph_n6 = ::core::option::Option::None;
@@ -231,10 +229,12 @@ fn expanded() -> ::cudagraph::Result<()> {
         ref __cudagraph_n2,
         ref __cudagraph_n3,
     ) = __cudagraph_chunk0;
-    __cudagraph_list[0] = ::cudagraph::__private::entry(__cudagraph_n0);
-    __cudagraph_list[1] = ::cudagraph::__private::entry(__cudagraph_n1);
-    __cudagraph_list[2] = ::cudagraph::__private::entry(__cudagraph_n2);
-    __cudagraph_list[3] = ::cudagraph::__private::entry(__cudagraph_n3);
+    let __cudagraph_l0: [&dyn ::cudagraph::__private::Entry; 4] = [
+        ::cudagraph::__private::entry(__cudagraph_n0),
+        ::cudagraph::__private::entry(__cudagraph_n1),
+        ::cudagraph::__private::entry(__cudagraph_n2),
+        ::cudagraph::__private::entry(__cudagraph_n3),
+    ];
     if residual {
         __cudagraph_key |= 1u64 << 0u32;
         #[allow(unused_braces)]
@@ -259,10 +259,16 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         __cudagraph_n6 = ::core::option::Option::Some(__cudagraph_v);
     } else {}
-    __cudagraph_list[4] = ::cudagraph::__private::entry_if(&__cudagraph_n4);
-    __cudagraph_list[5] = ::cudagraph::__private::entry_if(&__cudagraph_n5);
-    __cudagraph_list[6] = ::cudagraph::__private::entry_if(&__cudagraph_n6);
-    let __cudagraph_nodes = ::cudagraph::__private::entries(&__cudagraph_list);
+    let __cudagraph_nodes = ::cudagraph::__private::entries::<
+        7,
+    >(
+        &[
+            &__cudagraph_l0[..],
+            &[::cudagraph::__private::entry_if(&__cudagraph_n4)][..],
+            &[::cudagraph::__private::entry_if(&__cudagraph_n5)][..],
+            &[::cudagraph::__private::entry_if(&__cudagraph_n6)][..],
+        ],
+    );
     unsafe {
         __cudagraph_cache
             .run(
