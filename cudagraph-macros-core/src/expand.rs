@@ -414,8 +414,11 @@ const CHUNK: usize = 16;
 
 /// Whether a plain statement can be built inside a chunk's closure: a kernel, copy, memset,
 /// zero, fill, empty or event statement whose tokens hold no `?`, `return`, `break`,
-/// `continue` or `.await` (which would act on the closure instead of the enclosing function).
-fn chunkable(node: &Node) -> bool {
+/// `continue`, `.await` or `yield` (which would act on the closure instead of the enclosing
+/// function), no macro call (which could expand to one of them), and no assignment (a local
+/// moved and assigned again in an argument would be captured by value: its new value would stay
+/// in the closure). Other statements are built in place, as before chunks existed.
+pub(crate) fn chunkable(node: &Node) -> bool {
     let kind = matches!(
         node.op,
         Op::Launch { .. }
@@ -427,16 +430,46 @@ fn chunkable(node: &Node) -> bool {
             | Op::Event { .. }
     );
     fn plain(t: TokenStream) -> bool {
-        t.into_iter().all(|t| match t {
-            proc_macro2::TokenTree::Group(g) => plain(g.stream()),
-            proc_macro2::TokenTree::Punct(p) => p.as_char() != '?',
-            proc_macro2::TokenTree::Ident(i) => {
+        use proc_macro2::{Spacing, TokenTree};
+        let tokens: Vec<TokenTree> = t.into_iter().collect();
+        tokens.iter().enumerate().all(|(i, t)| match t {
+            TokenTree::Group(g) => plain(g.stream()),
+            TokenTree::Punct(p) => match p.as_char() {
+                '?' => false,
+                // A macro call: `name!`.
+                '!' if i > 0
+                    && matches!(tokens[i - 1], TokenTree::Ident(_))
+                    && p.spacing() == Spacing::Alone =>
+                {
+                    false
+                }
+                // An assignment: an `=` that is not part of `==`, `!=`, `<=`, `>=` or `=>`.
+                '=' => {
+                    let joined_before = i > 0
+                        && matches!(&tokens[i - 1], TokenTree::Punct(q)
+                            if q.spacing() == Spacing::Joint && "=!<>".contains(q.as_char()));
+                    let joined_after = p.spacing() == Spacing::Joint
+                        && matches!(tokens.get(i + 1), Some(TokenTree::Punct(q)) if "=>".contains(q.as_char()));
+                    joined_before || joined_after
+                }
+                _ => true,
+            },
+            TokenTree::Ident(i) => {
                 !["return", "break", "continue", "await", "yield"].iter().any(|k| i == k)
             }
-            proc_macro2::TokenTree::Literal(_) => true,
+            TokenTree::Literal(_) => true,
         })
     }
-    kind && plain(node.tokens.clone())
+    // The statement's own `let name =` is not an assignment in an argument.
+    let mut tokens = node.tokens.clone().into_iter().peekable();
+    if matches!(tokens.peek(), Some(proc_macro2::TokenTree::Ident(i)) if i == "let") {
+        for t in tokens.by_ref() {
+            if matches!(&t, proc_macro2::TokenTree::Punct(p) if p.as_char() == '=') {
+                break;
+            }
+        }
+    }
+    kind && plain(tokens.collect())
 }
 
 /// One chunk: its statements built inside `__private::chunk(|| …)`, returned as one tuple that

@@ -3,7 +3,7 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use crate::ast::{Arg, GraphInput, Op};
+use crate::ast::{Arg, GraphInput, Item, Op};
 use crate::check::{Checked, Errors, check};
 use crate::parse::{MAX_UNROLL, parse};
 
@@ -1028,4 +1028,47 @@ fn graph_owned_buffer_misuse_is_refused() {
         errors.iter().any(|e| e.contains("`alloc` is a statement of the top level")),
         "{errors:?}"
     );
+}
+
+#[test]
+fn statements_that_could_act_on_a_closure_are_not_chunked() {
+    let (input, _) = lower(quote!(&mut c, &s, {
+        k.f(n, &mut x).launch(cfg);
+        let named = k.f(n != m, a <= b, &mut x).launch(cfg);
+        k.f(
+            |v| match v {
+                _ => 1,
+            },
+            &mut x,
+        )
+        .launch(cfg);
+        k.f(or_return!(n), &mut x).launch(cfg);
+        k.f(
+            {
+                state = state.next();
+                state.v
+            },
+            &mut x,
+        )
+        .launch(cfg);
+        k.f(n.parse()?, &mut x).launch(cfg);
+        k.f(
+            {
+                a += 1;
+                a
+            },
+            &mut x,
+        )
+        .launch(cfg);
+        k.f(v.await, &mut x).launch(cfg);
+    }));
+    let chunked: Vec<bool> = input
+        .body
+        .iter()
+        .map(|item| match item {
+            Item::Node(n) => crate::expand::chunkable(n),
+            _ => panic!("statements only"),
+        })
+        .collect();
+    assert_eq!(chunked, [true, true, true, false, false, false, false, false]);
 }

@@ -761,6 +761,8 @@ pub mod __private {
     pub fn entries<'a, const N: usize>(
         segments: &[&[&'a dyn Entry]],
     ) -> [Option<NodeParams<'a>>; N] {
+        // The segments are generated with the body: a count that differs is a bug of the macro.
+        assert_eq!(segments.iter().map(|s| s.len()).sum::<usize>(), N, "graph! node list");
         let mut all = segments.iter().flat_map(|s| s.iter().copied());
         core::array::from_fn(|_| all.next().and_then(|e: &'a dyn Entry| e.entry()))
     }
