@@ -63,14 +63,13 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         conds: 0,
         chunks: 0,
         looped_body: checked.nodes.iter().any(|f| f.looped.is_some()),
-        chunked: Vec::new(),
         chunk_of: Vec::new(),
     };
     let mut decls = TokenStream::new();
     let body = emit_items(&input.body, &places, &mut counter, Holder::Plain, &mut decls);
     let entry = |i: usize| {
         let n = local(format!("__cudagraph_n{i}"));
-        if counter.chunked.get(i) == Some(&true) {
+        if counter.chunk_of.get(i).is_some_and(Option::is_some) {
             quote!(::cudagraph::__private::node(#n))
         } else if checked.nodes[i].condition.is_empty() {
             quote!(::cudagraph::__private::node(&#n))
@@ -286,9 +285,8 @@ pub(crate) struct NodeCounter {
     pub(crate) chunks: usize,
     /// Whether the body has run-time loops (its node list is a `Vec`, not the array).
     pub(crate) looped_body: bool,
-    /// The statements built in chunks, by node index: their names are references.
-    pub(crate) chunked: Vec<bool>,
-    /// Each chunked statement's chunk, and whether it is the chunk's first.
+    /// By node index, the chunk of each statement built in one (its name is then a reference
+    /// into the chunk), and whether it is the chunk's first.
     pub(crate) chunk_of: Vec<Option<(usize, bool)>>,
     /// Device conditions declared so far (the next one's slot).
     conds: u32,
@@ -323,8 +321,6 @@ pub(crate) fn emit_items(
             && chunkable(node)
         {
             let n = local(format!("__cudagraph_n{}", counter.next));
-            counter.chunked.resize(counter.next + 1, false);
-            counter.chunked[counter.next] = true;
             counter.chunk_of.resize(counter.next + 1, None);
             counter.chunk_of[counter.next] = Some((counter.chunks, chunk.is_empty()));
             counter.next += 1;

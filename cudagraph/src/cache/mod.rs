@@ -272,6 +272,19 @@ struct Variant {
     hits: u64,
 }
 
+impl Variant {
+    /// Takes back the work handed at launch to the first `count` of its launch-work nodes (the
+    /// launch did not happen): every node's work is taken back before any of it is dropped,
+    /// since dropping it runs user code, which may panic.
+    fn take_back(&mut self, count: usize) {
+        let taken: Vec<_> = self.launch_work[..count]
+            .iter()
+            .map(|&m| self.nodes[m as usize].unlaunched())
+            .collect();
+        drop(taken);
+    }
+}
+
 /// One call of [`GraphCache::run_call`]: its nodes' shape, call site and variant.
 pub(crate) struct GraphCall<'s> {
     pub(crate) shape: &'s dyn Shape,
@@ -803,10 +816,7 @@ impl<D: Driver> GraphCache<D> {
             let n = n as usize;
             let r = v.nodes[n].launching(nodes[n].as_ref(), &self.reports, &|| shape.site(n));
             if let Err(e) = r {
-                // Every node's work is taken back before any of it is dropped (user code).
-                let taken: Vec<_> =
-                    v.launch_work[..j].iter().map(|&m| v.nodes[m as usize].unlaunched()).collect();
-                drop(taken);
+                v.take_back(j);
                 return Err(e);
             }
         }
@@ -815,9 +825,7 @@ impl<D: Driver> GraphCache<D> {
         // guard that records the launch on the buffer's events.
         let launched = unsafe { self.driver.launch(v.exec, stream) }.call("cuGraphLaunch");
         if let Err(source) = launched {
-            let taken: Vec<_> =
-                v.launch_work.iter().map(|&m| v.nodes[m as usize].unlaunched()).collect();
-            drop(taken);
+            v.take_back(v.launch_work.len());
             return Err(shape.graph_error(source));
         }
         self.stats.launches += 1;

@@ -446,9 +446,7 @@ impl NodeKind for Free {
     }
 
     fn record(s: &mut u32, p: &FreeParams<'_>) -> bool {
-        let changed = *s != p.slot;
-        *s = p.slot;
-        changed
+        super::record_value(s, p.slot)
     }
 
     fn settable(_: &u32, _: &FreeParams<'_>) -> bool {

@@ -204,6 +204,20 @@ struct Queued {
 }
 
 impl Queued {
+    /// The statement's closure, taken out of its parameters (once: a second take is an error
+    /// naming the statement), with the site and the cache's reports.
+    fn take(
+        h: &&dyn HostWork,
+        reports: &Arc<Reports>,
+        site: &dyn Fn() -> NodeSite,
+    ) -> Result<Self, Error> {
+        let Some(job) = h.take_job() else {
+            let why = "the statement's closure was already taken by an earlier launch".into();
+            return Err(Error::InvalidNode { site: site(), why });
+        };
+        Ok(Queued { job, site: site(), reports: reports.clone() })
+    }
+
     fn run(self) {
         let Queued { job, site, reports } = self;
         if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) {
@@ -335,11 +349,7 @@ impl NodeKind for Host {
         reports: &Arc<Reports>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
-        let Some(job) = h.take_job() else {
-            let why = "the statement's closure was already taken by an earlier launch".into();
-            return Err(Error::InvalidNode { site: site(), why });
-        };
-        let queued = Queued { job, site: site(), reports: reports.clone() };
+        let queued = Queued::take(h, reports, site)?;
         with_queues(|q| q.entry(s.id).or_default().jobs.push_back(queued));
         Ok(())
     }
@@ -355,12 +365,7 @@ impl NodeKind for Host {
         reports: &Arc<Reports>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
-        let Some(job) = h.take_job() else {
-            let why = "the statement's closure was already taken".into();
-            return Err(Error::InvalidNode { site: site(), why });
-        };
-        let queued =
-            Box::into_raw(Box::new(Queued { job, site: site(), reports: reports.clone() }));
+        let queued = Box::into_raw(Box::new(Queued::take(h, reports, site)?));
         // SAFETY: the stream is alive and its context current; `run_once` takes ownership of
         // `queued` when the driver calls it (exactly once, after the stream's earlier work).
         let r = unsafe { raw::launch_host_func(stream.cu_stream(), run_once, queued.cast()) };

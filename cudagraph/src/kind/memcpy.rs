@@ -209,9 +209,7 @@ impl NodeKind for Memcpy {
     }
 
     fn record(s: &mut Copy1d, c: &MemcpyParams<'_>) -> bool {
-        let changed = *s != c.raw;
-        *s = c.raw;
-        changed
+        super::record_value(s, c.raw)
     }
 
     /// The driver refuses to turn a copy's memory types (device↔host) by set-params.

@@ -103,6 +103,29 @@ pub fn zero<'a, T: ValidAsZeroBits>(dst: impl WriteArg<'a, T>) -> MemsetParams<'
     MemsetParams { raw, dst_tag: dst.tag, _borrow: PhantomData }
 }
 
+/// The driver's view of a memset node: `height` rows of `width` elements of `elem_size` bytes
+/// set to `value`, rows `pitch` elements apart (a 1-D set is one row), at `dst` (a graph-owned
+/// buffer's placeholder resolved to the variant's address).
+pub(crate) fn memset_node(
+    dst: CUdeviceptr,
+    value: u32,
+    elem_size: u32,
+    (width, height, pitch): (usize, usize, usize),
+    ctx: CUcontext,
+) -> CUgraphNodeParams {
+    let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET);
+    p.__bindgen_anon_1.memset = sys::CUDA_MEMSET_NODE_PARAMS_v2 {
+        dst: super::alloc::resolve(dst),
+        pitch: pitch * elem_size as usize,
+        value,
+        elementSize: elem_size,
+        width,
+        height,
+        ctx,
+    };
+    p
+}
+
 /// The memset node kind.
 pub(crate) struct Memset;
 
@@ -134,9 +157,7 @@ impl NodeKind for Memset {
     }
 
     fn record(s: &mut Set1d, m: &MemsetParams<'_>) -> bool {
-        let changed = *s != m.raw;
-        *s = m.raw;
-        changed
+        super::record_value(s, m.raw)
     }
 
     fn with_params<R>(
@@ -144,17 +165,7 @@ impl NodeKind for Memset {
         ctx: CUcontext,
         f: impl FnOnce(&mut CUgraphNodeParams) -> R,
     ) -> R {
-        let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET);
-        p.__bindgen_anon_1.memset = sys::CUDA_MEMSET_NODE_PARAMS_v2 {
-            dst: super::alloc::resolve(s.dst),
-            pitch: s.len * s.elem_size as usize,
-            value: s.value,
-            elementSize: s.elem_size,
-            width: s.len,
-            height: 1,
-            ctx,
-        };
-        f(&mut p)
+        f(&mut memset_node(s.dst, s.value, s.elem_size, (s.len, 1, s.len), ctx))
     }
 
     unsafe fn eager(

@@ -195,6 +195,14 @@ pub(crate) enum Update {
     Mismatch,
 }
 
+/// [`NodeKind::record`] of a kind whose state is its parameters' plain value: stores `new`,
+/// returns whether it differs from what was there.
+pub(crate) fn record_value<T: PartialEq>(state: &mut T, new: T) -> bool {
+    let changed = *state != new;
+    *state = new;
+    changed
+}
+
 /// A zeroed `CUgraphNodeParams` of node type `t`: the union's fields are then filled in by the
 /// kind. (All-zero bytes are valid: `type_` has a zero variant and the rest is a union of
 /// plain data and reserved words.)

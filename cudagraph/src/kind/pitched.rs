@@ -209,9 +209,7 @@ impl NodeKind for Memcpy2d {
     }
 
     fn record(s: &mut Copy2d, c: &Copy2dParams<'_>) -> bool {
-        let changed = *s != c.raw;
-        *s = c.raw;
-        changed
+        super::record_value(s, c.raw)
     }
 
     /// As for 1-D copies: the driver refuses to turn a copy's memory types by set-params.
@@ -286,9 +284,7 @@ impl NodeKind for Memset2d {
     }
 
     fn record(s: &mut Set2d, m: &Memset2dParams<'_>) -> bool {
-        let changed = *s != m.raw;
-        *s = m.raw;
-        changed
+        super::record_value(s, m.raw)
     }
 
     fn with_params<R>(
@@ -296,17 +292,14 @@ impl NodeKind for Memset2d {
         ctx: CUcontext,
         f: impl FnOnce(&mut CUgraphNodeParams) -> R,
     ) -> R {
-        let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET);
-        p.__bindgen_anon_1.memset = sys::CUDA_MEMSET_NODE_PARAMS_v2 {
-            dst: super::alloc::resolve(s.dst),
-            pitch: s.rows.pitch * s.elem_size as usize,
-            value: s.value,
-            elementSize: s.elem_size,
-            width: s.rows.width,
-            height: s.rows.height,
+        let r = s.rows;
+        f(&mut super::memset::memset_node(
+            s.dst,
+            s.value,
+            s.elem_size,
+            (r.width, r.height, r.pitch),
             ctx,
-        };
-        f(&mut p)
+        ))
     }
 
     unsafe fn eager(
