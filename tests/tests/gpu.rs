@@ -1199,3 +1199,47 @@ fn after_an_outer_node_holds_in_every_variant() -> Result {
     assert_eq!(cache.len(), 2, "two variants");
     Ok(())
 }
+
+/// A pinned host buffer dropped after a call and a new one allocated before the next (the
+/// allocator often hands back the same address): the next call must copy into the new buffer
+/// and must not make the driver touch the freed one. (The `cg` example crashed inside
+/// `cuGraphLaunch` this way when its pinned flag was allocated per solve.) Both pinned kinds,
+/// write-combined (`alloc_pinned`) and plain (`alloc_pinned_with_flags(_, 0)`), and both
+/// directions.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_pinned_buffer_freed_and_reallocated_between_calls() -> Result {
+    let (ctx, stream, k) = gpu()?;
+    let n: u32 = 1000;
+    let cfg = LaunchConfig::for_num_elems(n);
+    let mut d = stream.alloc_zeros::<u32>(n as usize)?;
+    let mut back = stream.alloc_zeros::<u32>(n as usize)?;
+    let mut cache = GraphCache::new();
+    let mut addresses = Vec::new();
+    for round in 0..12u32 {
+        // SAFETY: written by the graph's copy (or by the host) before it is read.
+        let (mut out, mut input) = unsafe {
+            if round % 2 == 0 {
+                (ctx.alloc_pinned::<u32>(n as usize)?, ctx.alloc_pinned::<u32>(n as usize)?)
+            } else {
+                (
+                    ctx.alloc_pinned_with_flags::<u32>(n as usize, 0)?,
+                    ctx.alloc_pinned_with_flags::<u32>(n as usize, 0)?,
+                )
+            }
+        };
+        addresses.push(out.as_slice()?.as_ptr() as usize);
+        let src: Vec<u32> = (0..n).map(|i| i * 7 + round).collect();
+        input.as_mut_slice()?.copy_from_slice(&src);
+        graph!(&mut cache, &stream, {
+            copy(&input, &mut back);
+            k.affine(n, 3, round, &back, &mut d).launch(cfg);
+            copy(&d, &mut out);
+        })?;
+        let got = out.as_slice()?.to_vec();
+        assert_same(&got, &host::affine(&src, 3, round), &format!("round {round}"));
+        drop((out, input));
+    }
+    eprintln!("pinned addresses per round: {addresses:x?}");
+    Ok(())
+}

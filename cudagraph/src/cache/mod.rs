@@ -566,7 +566,8 @@ impl GraphCache {
     /// so the original stays alive. `None` on an empty cache.
     ///
     /// # Errors
-    /// [`Error::Graph`] if the driver refuses (it may refuse graphs it cannot clone).
+    /// [`Error::Graph`] if the driver refuses: it does not clone a graph with memory (alloc or
+    /// free) nodes (`CUDA_ERROR_NOT_SUPPORTED`, measured on the H200 with driver 580).
     pub fn clone_graph(&self) -> Result<Option<ClonedGraph<'_>>> {
         let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
             return Ok(None);

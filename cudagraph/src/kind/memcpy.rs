@@ -129,6 +129,16 @@ pub fn copy<'x, S: CopyTo<D> + 'x, D: 'x>(src: S, dst: D) -> MemcpyParams<'x> {
     src.memcpy(dst)
 }
 
+/// Whether a copy has a pinned host side. The driver resolves a host address when a memcpy
+/// node's parameters are set, and keeps what it resolved: if that pinned buffer is freed and a
+/// new one is allocated at the same address (the allocator often hands the address back), a
+/// launch with unchanged parameters crashes inside `cuGraphLaunch` (measured on the H200,
+/// driver 580). So such a node's parameters are set again on every call, which costs one
+/// `cuGraphExecNodeSetParams` per host copy per call.
+pub(crate) fn host_side(c: &Copy1d) -> bool {
+    matches!(c.src, Memory::Host(_)) || matches!(c.dst, Memory::Host(_))
+}
+
 fn memory_fields(m: Memory) -> (CUmemorytype, *const c_void, CUdeviceptr) {
     match m {
         Memory::Device(p) => {
@@ -208,8 +218,9 @@ impl NodeKind for Memcpy {
         c.raw
     }
 
+    /// A copy with a pinned host side counts as changed on every call: see [`host_side`].
     fn record(s: &mut Copy1d, c: &MemcpyParams<'_>) -> bool {
-        super::record_value(s, c.raw)
+        super::record_value(s, c.raw) | host_side(&c.raw)
     }
 
     /// The driver refuses to turn a copy's memory types (device↔host) by set-params.

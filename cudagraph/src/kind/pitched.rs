@@ -208,8 +208,10 @@ impl NodeKind for Memcpy2d {
         c.raw
     }
 
+    /// As for 1-D copies ([`host_side`](super::memcpy::host_side)): a pinned host side is
+    /// set again on every call.
     fn record(s: &mut Copy2d, c: &Copy2dParams<'_>) -> bool {
-        super::record_value(s, c.raw)
+        super::record_value(s, c.raw) | super::memcpy::host_side(&c.raw.base)
     }
 
     /// As for 1-D copies: the driver refuses to turn a copy's memory types by set-params.
