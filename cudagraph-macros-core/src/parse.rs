@@ -184,6 +184,20 @@ fn is_alloc(c: &syn::ExprCall) -> bool {
         && p.path.leading_colon.is_none() && p.path.segments[0].ident == "alloc")
 }
 
+/// How many statements `items` hold once unrolled (both branches of a host `if`, a run-time
+/// `for`'s body once): what [`MAX_UNROLLED_STATEMENTS`] limits.
+fn statements(items: &[Item]) -> usize {
+    items
+        .iter()
+        .map(|i| match i {
+            Item::Node(_) | Item::Condition(_) => 1,
+            Item::Scope(v) => statements(v),
+            Item::If(f) => statements(&f.then) + statements(&f.els),
+            Item::Loop(l) => statements(&l.body),
+        })
+        .sum()
+}
+
 pub(crate) fn lower_block(stmts: &[Stmt], errors: &mut Errors) -> Vec<Item> {
     let mut items = Vec::new();
     for stmt in stmts {
@@ -319,8 +333,11 @@ fn unroll(f: &syn::ExprForLoop, errors: &mut Errors) -> Vec<Item> {
         }
         match syn::parse2::<Block>(tokens) {
             Ok(block) => {
+                // The iteration's statements, those of `for`s nested in it included (they
+                // counted themselves while lowering: set, not add, so none counts twice).
+                let before = errors.1;
                 let lowered = lower_block(&block.stmts, errors);
-                errors.1 += lowered.len();
+                errors.1 = before + statements(&lowered);
                 items.push(Item::Scope(lowered));
             }
             Err(e) => {

@@ -734,6 +734,21 @@ fn nested_loops_have_a_total_cap() {
 }
 
 #[test]
+fn nested_loops_count_each_statement_once() {
+    // 3 × 3333 + 1 = 10 000 statements, under the cap (the inner loop's statements were
+    // once counted again by the outer one, which refused this at 19 998).
+    let e = errors_of(quote! { &mut c, &s, {
+        zero(&mut x);
+        for _ in 0..3 { for _ in 0..3333 { zero(&mut x); } }
+    }});
+    assert!(e.is_empty(), "{e:?}");
+    let e = errors_of(quote! { &mut c, &s, {
+        for _ in 0..5 { for _ in 0..3333 { zero(&mut x); } }
+    }});
+    assert!(e.iter().any(|m| m.contains("unroll to more than 16384 statements")), "{e:?}");
+}
+
+#[test]
 fn device_statements_lower_to_a_conditional_node_followed_by_its_bodies() {
     checked(
         text(
