@@ -1,116 +1,166 @@
 // Conjugate gradients on the 2-D Poisson problem (5-point Laplacian, zero Dirichlet boundary,
-// n x n interior points), f64, every scalar (alpha's and beta's parts, residual norms, the
-// iteration count, the "converged" flag) in device memory. Used by examples/src/cg.rs.
+// n x n interior points), f64, every scalar (residual norms, the iteration count, the
+// "converged" flag) in device memory. Used by examples/src/cg.rs.
+//
+// An iteration is 4 kernels: matvec_dot, update_xr_dot, update_p, finish. No kernel adds up the
+// partial sums of a dot product alone: each block of the kernel that needs alpha or beta adds the
+// PARTS partial sums itself, in the same fixed order in every block and every variant, so the
+// results are deterministic and the same wherever they are computed.
 //
 // Every kernel of an iteration returns at once when `done` is set, so iterations unrolled past
 // convergence change nothing: the solution and count are those of the first iteration whose
 // residual fell below the tolerance.
 #include <cuda_device_runtime_api.h>
 
+// Blocks of every kernel that sums over the grid (and so the number of partial sums), and threads
+// per block of every kernel here.
 #define PARTS 256
 
-// q = A p, A = 4 I - (neighbours), on the n x n grid
-extern "C" __global__ void matvec(unsigned int n, const unsigned int *done, const double *p,
-                                  double *q) {
-    if (*done) return;
-    unsigned int k = blockIdx.x * blockDim.x + threadIdx.x;
-    if (k >= n * n) return;
+// sh[0] = the block's sum of sh[0..256), a fixed tree; returned to every thread, after which sh
+// may be written again.
+__device__ double block_sum(double *sh) {
+    __syncthreads();
+    for (unsigned int w = blockDim.x / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    double v = sh[0];
+    __syncthreads();
+    return v;
+}
+
+// The sum of partial[0..PARTS) (a block of 256 threads, one value each, then the fixed tree):
+// every block that calls it gets the same value, added in the same order, so a kernel of many
+// blocks can use a dot product without a separate kernel that adds the partial sums up.
+__device__ double sum_parts(const double *partial, double *sh) {
+    sh[threadIdx.x] = partial[threadIdx.x];
+    return block_sum(sh);
+}
+
+// The elements of the grid-stride loop of thread (blockIdx.x, threadIdx.x) in PARTS blocks of
+// 256 threads: k = blockIdx.x * 256 + threadIdx.x, k + PARTS * 256, ...
+#define FOR_EACH(k, len)                                                                  \
+    for (unsigned int k = blockIdx.x * blockDim.x + threadIdx.x; k < (len);              \
+         k += gridDim.x * blockDim.x)
+
+// (A p)[k] = 4 p[k] - (neighbours), on the n x n grid
+__device__ double apply_a(unsigned int n, unsigned int k, const double *p) {
     unsigned int i = k / n, j = k % n;
     double s = 4.0 * p[k];
     if (i > 0) s -= p[k - n];
     if (i + 1 < n) s -= p[k + n];
     if (j > 0) s -= p[k - 1];
     if (j + 1 < n) s -= p[k + 1];
-    q[k] = s;
+    return s;
 }
 
-// partial[b] = sum over a grid-stride slice of a[k] * b[k] (PARTS blocks of 256 threads);
-// deterministic: a fixed tree in each block, a fixed order in dot_final
+// partial[b] = block b's part of a . b (PARTS blocks): the start's r . r
 extern "C" __global__ void dot_partial(unsigned int len, const unsigned int *done,
                                        const double *a, const double *b, double *partial) {
     if (*done) return;
-    __shared__ double sh[256];
+    __shared__ double sh[PARTS];
     double s = 0.0;
-    for (unsigned int k = blockIdx.x * blockDim.x + threadIdx.x; k < len;
-         k += gridDim.x * blockDim.x)
-        s += a[k] * b[k];
+    FOR_EACH(k, len) s += a[k] * b[k];
     sh[threadIdx.x] = s;
-    __syncthreads();
-    for (unsigned int w = blockDim.x / 2; w > 0; w /= 2) {
-        if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+    double v = block_sum(sh);
+    if (threadIdx.x == 0) partial[blockIdx.x] = v;
 }
 
-// out = sum of partial[0..PARTS] (one block of 256 threads)
-extern "C" __global__ void dot_final(const unsigned int *done, const double *partial,
-                                     double *out) {
+// q = A p, and partial_pq[b] = block b's part of p . q (PARTS blocks)
+extern "C" __global__ void matvec_dot(unsigned int n, const unsigned int *done, const double *p,
+                                      double *q, double *partial_pq) {
     if (*done) return;
-    __shared__ double sh[256];
-    sh[threadIdx.x] = partial[threadIdx.x];
-    __syncthreads();
-    for (unsigned int w = blockDim.x / 2; w > 0; w /= 2) {
-        if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
+    __shared__ double sh[PARTS];
+    double s = 0.0;
+    FOR_EACH(k, n * n) {
+        double v = apply_a(n, k, p);
+        q[k] = v;
+        s += p[k] * v;
     }
-    if (threadIdx.x == 0) *out = sh[0];
+    sh[threadIdx.x] = s;
+    double v = block_sum(sh);
+    if (threadIdx.x == 0) partial_pq[blockIdx.x] = v;
 }
 
-// alpha = rr / pq; x += alpha p; r -= alpha q
-extern "C" __global__ void update_xr(unsigned int len, const unsigned int *done,
-                                     const double *rr, const double *pq, const double *p,
-                                     const double *q, double *x, double *r) {
+// alpha = rr / (p . q), p . q summed from partial_pq by every block; x += alpha p;
+// r -= alpha q; partial_rr[b] = block b's part of the new r . r (PARTS blocks)
+extern "C" __global__ void update_xr_dot(unsigned int len, const unsigned int *done,
+                                         const double *rr, const double *partial_pq,
+                                         const double *p, const double *q, double *x, double *r,
+                                         double *partial_rr) {
     if (*done) return;
-    unsigned int k = blockIdx.x * blockDim.x + threadIdx.x;
-    if (k >= len) return;
-    double alpha = *rr / *pq;
-    x[k] += alpha * p[k];
-    r[k] -= alpha * q[k];
+    __shared__ double sh[PARTS];
+    double alpha = *rr / sum_parts(partial_pq, sh);
+    double s = 0.0;
+    FOR_EACH(k, len) {
+        x[k] += alpha * p[k];
+        double v = r[k] - alpha * q[k];
+        r[k] = v;
+        s += v * v;
+    }
+    sh[threadIdx.x] = s;
+    double v = block_sum(sh);
+    if (threadIdx.x == 0) partial_rr[blockIdx.x] = v;
 }
 
-// beta = rr_new / rr; p = r + beta p
+// beta = rr_new / rr, rr_new = r . r summed from partial_rr by every block; p = r + beta p
+// (PARTS blocks)
 extern "C" __global__ void update_p(unsigned int len, const unsigned int *done,
-                                    const double *rr_new, const double *rr, const double *r,
+                                    const double *partial_rr, const double *rr, const double *r,
                                     double *p) {
     if (*done) return;
-    unsigned int k = blockIdx.x * blockDim.x + threadIdx.x;
-    if (k >= len) return;
-    p[k] = r[k] + (*rr_new / *rr) * p[k];
+    __shared__ double sh[PARTS];
+    double beta = sum_parts(partial_rr, sh) / *rr;
+    FOR_EACH(k, len) p[k] = r[k] + beta * p[k];
 }
 
-// End of an iteration (one thread): count it, rr = rr_new, converged when rr_new < thresh;
-// the loop goes on while not converged and below max_it.
+// End of an iteration (one block of 256 threads): rr_new = r . r summed from partial_rr; count
+// the iteration, rr = rr_new, converged when rr_new < thresh; the loop goes on while not
+// converged and below max_it.
 extern "C" __global__ void finish(cudaGraphConditionalHandle c, unsigned int max_it,
-                                  const double *rr_new, const double *thresh, double *rr,
+                                  const double *partial_rr, const double *thresh, double *rr,
                                   unsigned int *it, unsigned int *done) {
+    __shared__ double sh[PARTS];
     if (!*done) {
-        *it += 1;
-        *rr = *rr_new;
-        if (*rr_new < *thresh) *done = 1;
+        double rr_new = sum_parts(partial_rr, sh);
+        if (threadIdx.x == 0) {
+            *it += 1;
+            *rr = rr_new;
+            if (rr_new < *thresh) *done = 1;
+        }
     }
-    cudaGraphSetConditional(c, !*done && *it < max_it);
+    if (threadIdx.x == 0) cudaGraphSetConditional(c, !*done && *it < max_it);
 }
 
 // The same without a condition (the host-checked variants).
-extern "C" __global__ void finish_host(unsigned int max_it, const double *rr_new,
+extern "C" __global__ void finish_host(unsigned int max_it, const double *partial_rr,
                                        const double *thresh, double *rr, unsigned int *it,
                                        unsigned int *done) {
+    __shared__ double sh[PARTS];
     if (!*done) {
-        *it += 1;
-        *rr = *rr_new;
-        if (*rr_new < *thresh) *done = 1;
+        double rr_new = sum_parts(partial_rr, sh);
+        if (threadIdx.x == 0) {
+            *it += 1;
+            *rr = rr_new;
+            if (rr_new < *thresh) *done = 1;
+        }
     }
-    if (*it >= max_it) *done = 1;
+    if (threadIdx.x == 0 && *it >= max_it) *done = 1;
 }
 
-// Start (one thread): thresh = tol2 * rr0, rr = rr0, it = 0, done = (rr0 <= thresh)
-extern "C" __global__ void start(double tol2, const double *rr0, double *thresh, double *rr,
-                                 unsigned int *it, unsigned int *done) {
-    *thresh = tol2 * *rr0;
-    *rr = *rr0;
-    *it = 0;
-    *done = *rr0 <= *thresh;
+// Start (one block of 256 threads): rr0 = r . r summed from partial; thresh = tol2 * rr0,
+// rr = rr0, it = 0, done = (rr0 <= thresh)
+extern "C" __global__ void start(double tol2, const double *partial, double *rr0, double *thresh,
+                                 double *rr, unsigned int *it, unsigned int *done) {
+    __shared__ double sh[PARTS];
+    double v = sum_parts(partial, sh);
+    if (threadIdx.x == 0) {
+        *rr0 = v;
+        *thresh = tol2 * v;
+        *rr = v;
+        *it = 0;
+        *done = v <= tol2 * v;
+    }
 }
 
 // c = !done

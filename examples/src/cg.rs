@@ -10,11 +10,14 @@
 //! 1e-8), four ways:
 //! - `device while`: one `graph!` call for the whole solve; alpha, beta, the residual norms,
 //!   the iteration count and the converged flag stay in device memory (`&f64`/`&mut u32` device
-//!   scalars), and the loop is a `device_while` whose body unrolls 4 iterations (8 kernels
-//!   each); kernels after convergence return at once, so the solution and count are those of
-//!   the first iteration below the tolerance;
+//!   scalars), and the loop is a `device_while` whose body unrolls 8 iterations (4 kernels
+//!   each: `matvec_dot`, `update_xr_dot`, `update_p`, `finish`; each block of the kernels that
+//!   need alpha or beta adds up the partial sums of the dot product itself, so no kernel does
+//!   that alone); kernels after convergence return at once, so the solution and count are
+//!   those of the first iteration below the tolerance;
 //! - `host every 1` / `host every 10`: the same kernels, one `graph!` call per 1 or 10
-//!   iterations, the converged flag copied to pinned host memory and checked after each call;
+//!   iterations, the converged flag copied to pinned host memory (allocated once per solver)
+//!   and checked after each call;
 //! - `cpu`: the same algorithm on the host (for sizes up to `--cpu-max`, default 256).
 //!
 //! Prints iterations, final relative residual, max error against the exact solution and µs
@@ -26,7 +29,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
+use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, PinnedHostSlice};
 use cudagraph::cudarc::nvrtc::{CompileOptions, compile_ptx_with_opts};
 use cudagraph::{Condition, GraphCache, graph, kernels};
 
@@ -34,20 +37,20 @@ use cudagraph::{Condition, GraphCache, graph, kernels};
 mod cli;
 
 const SOURCE: &str = include_str!("../kernels/cg.cu");
-/// Blocks of `dot_partial` (`PARTS` in cg.cu).
+/// Blocks of every kernel but `start`/`finish`, and partial sums of each dot product (`PARTS`
+/// in cg.cu); every kernel has 256 threads per block.
 const PARTS: u32 = 256;
 
 kernels! {
     /// Kernels of `kernels/cg.cu`.
     struct Cg {
-        fn matvec(n: u32, done: &u32, p: &[f64], q: &mut [f64]);
         fn dot_partial(len: u32, done: &u32, a: &[f64], b: &[f64], partial: &mut [f64]);
-        fn dot_final(done: &u32, partial: &[f64], out: &mut f64);
-        fn update_xr(len: u32, done: &u32, rr: &f64, pq: &f64, p: &[f64], q: &[f64], x: &mut [f64], r: &mut [f64]);
-        fn update_p(len: u32, done: &u32, rr_new: &f64, rr: &f64, r: &[f64], p: &mut [f64]);
-        fn finish(c: Condition, max_it: u32, rr_new: &f64, thresh: &f64, rr: &mut f64, it: &mut u32, done: &mut u32);
-        fn finish_host(max_it: u32, rr_new: &f64, thresh: &f64, rr: &mut f64, it: &mut u32, done: &mut u32);
-        fn start(tol2: f64, rr0: &f64, thresh: &mut f64, rr: &mut f64, it: &mut u32, done: &mut u32);
+        fn matvec_dot(n: u32, done: &u32, p: &[f64], q: &mut [f64], partial_pq: &mut [f64]);
+        fn update_xr_dot(len: u32, done: &u32, rr: &f64, partial_pq: &[f64], p: &[f64], q: &[f64], x: &mut [f64], r: &mut [f64], partial_rr: &mut [f64]);
+        fn update_p(len: u32, done: &u32, partial_rr: &[f64], rr: &f64, r: &[f64], p: &mut [f64]);
+        fn finish(c: Condition, max_it: u32, partial_rr: &[f64], thresh: &f64, rr: &mut f64, it: &mut u32, done: &mut u32);
+        fn finish_host(max_it: u32, partial_rr: &[f64], thresh: &f64, rr: &mut f64, it: &mut u32, done: &mut u32);
+        fn start(tol2: f64, partial: &[f64], rr0: &mut f64, thresh: &mut f64, rr: &mut f64, it: &mut u32, done: &mut u32);
         fn set_running(c: Condition, done: &u32);
         fn tick(v: &mut f64);
         fn tick_last(c: Condition, left: &mut u32);
@@ -81,15 +84,17 @@ struct Solver {
     r: CudaSlice<f64>,
     p: CudaSlice<f64>,
     q: CudaSlice<f64>,
-    partial: CudaSlice<f64>,
+    /// Per-block parts of `p · q` and of `r · r` (`PARTS` each).
+    partial_pq: CudaSlice<f64>,
+    partial_rr: CudaSlice<f64>,
     // Device scalars (one-element buffers).
     rr0: CudaSlice<f64>,
     rr: CudaSlice<f64>,
-    rr_new: CudaSlice<f64>,
-    pq: CudaSlice<f64>,
     thresh: CudaSlice<f64>,
     it: CudaSlice<u32>,
     done: CudaSlice<u32>,
+    /// The converged flag, copied here by the host-checked variants: allocated once per solver.
+    flag: PinnedHostSlice<u32>,
     caches: [GraphCache; 3],
 }
 
@@ -131,6 +136,8 @@ impl Solver {
     fn new(stream: &Arc<CudaStream>, n: u32) -> Result<Self, Box<dyn std::error::Error>> {
         let len = (n * n) as usize;
         let z = |l| stream.alloc_zeros::<f64>(l);
+        // SAFETY: pinned host memory of one u32, read only after the stream synchronized.
+        let flag = unsafe { stream.context().alloc_pinned_with_flags::<u32>(1, 0) }?;
         Ok(Solver {
             n,
             b: stream.clone_htod(&rhs(n))?,
@@ -138,45 +145,67 @@ impl Solver {
             r: z(len)?,
             p: z(len)?,
             q: z(len)?,
-            partial: z(PARTS as usize)?,
+            partial_pq: z(PARTS as usize)?,
+            partial_rr: z(PARTS as usize)?,
             rr0: z(1)?,
             rr: z(1)?,
-            rr_new: z(1)?,
-            pq: z(1)?,
             thresh: z(1)?,
             it: stream.alloc_zeros::<u32>(1)?,
             done: stream.alloc_zeros::<u32>(1)?,
+            flag,
             caches: [GraphCache::new(), GraphCache::new(), GraphCache::new()],
         })
     }
 
-    /// The whole solve as one graph: a `device_while` of 4 unrolled iterations.
+    /// The whole solve as one graph: a `device_while` of 8 unrolled iterations.
     fn device(&mut self, stream: &Arc<CudaStream>, k: &Cg, tol: f64) -> cudagraph::Result<()> {
-        let Solver { n, b, x, r, p, q, partial, rr0, rr, rr_new, pq, thresh, it, done, caches } =
-            self;
+        let Solver {
+            n,
+            b,
+            x,
+            r,
+            p,
+            q,
+            partial_pq,
+            partial_rr,
+            rr0,
+            rr,
+            thresh,
+            it,
+            done,
+            caches,
+            ..
+        } = self;
         let (n, len, tol2, max_it) = (*n, *n * *n, tol * tol, 10 * *n * *n);
-        let (grid, parts) = (LaunchConfig::for_num_elems(len), (PARTS, 256));
+        let parts = (PARTS, 256);
         graph!(&mut caches[0], stream, {
             zero(&mut *x);
             copy(&*b, &mut *r);
             copy(&*b, &mut *p);
             zero(&mut *done);
-            k.dot_partial(len, &*done, &*r, &*r, &mut *partial).launch(parts);
-            k.dot_final(&*done, &*partial, &mut *rr0).launch((1, 256));
-            k.start(tol2, &*rr0, &mut *thresh, &mut *rr, &mut *it, &mut *done).launch((1, 1));
+            k.dot_partial(len, &*done, &*r, &*r, &mut *partial_rr).launch(parts);
+            k.start(tol2, &*partial_rr, &mut *rr0, &mut *thresh, &mut *rr, &mut *it, &mut *done)
+                .launch((1, 256));
             let c = condition(1);
             k.set_running(c, &*done).launch((1, 1));
             device_while(c, {
-                for _ in 0..4 {
-                    k.matvec(n, &*done, &*p, &mut *q).launch(grid);
-                    k.dot_partial(len, &*done, &*p, &*q, &mut *partial).launch(parts);
-                    k.dot_final(&*done, &*partial, &mut *pq).launch((1, 256));
-                    k.update_xr(len, &*done, &*rr, &*pq, &*p, &*q, &mut *x, &mut *r).launch(grid);
-                    k.dot_partial(len, &*done, &*r, &*r, &mut *partial).launch(parts);
-                    k.dot_final(&*done, &*partial, &mut *rr_new).launch((1, 256));
-                    k.update_p(len, &*done, &*rr_new, &*rr, &*r, &mut *p).launch(grid);
-                    k.finish(c, max_it, &*rr_new, &*thresh, &mut *rr, &mut *it, &mut *done)
-                        .launch((1, 1));
+                for _ in 0..8 {
+                    k.matvec_dot(n, &*done, &*p, &mut *q, &mut *partial_pq).launch(parts);
+                    k.update_xr_dot(
+                        len,
+                        &*done,
+                        &*rr,
+                        &*partial_pq,
+                        &*p,
+                        &*q,
+                        &mut *x,
+                        &mut *r,
+                        &mut *partial_rr,
+                    )
+                    .launch(parts);
+                    k.update_p(len, &*done, &*partial_rr, &*rr, &*r, &mut *p).launch(parts);
+                    k.finish(c, max_it, &*partial_rr, &*thresh, &mut *rr, &mut *it, &mut *done)
+                        .launch((1, 256));
                 }
             });
         })
@@ -191,49 +220,81 @@ impl Solver {
         tol: f64,
         every10: bool,
     ) -> Result<(), Box<dyn std::error::Error>> {
-        let ctx = stream.context();
-        // SAFETY: pinned host memory, read after the stream synchronized.
-        let mut flag = unsafe { ctx.alloc_pinned_with_flags::<u32>(1, 0) }?;
-        let Solver { n, b, x, r, p, q, partial, rr0, rr, rr_new, pq, thresh, it, done, caches } =
-            self;
+        let Solver {
+            n,
+            b,
+            x,
+            r,
+            p,
+            q,
+            partial_pq,
+            partial_rr,
+            rr0,
+            rr,
+            thresh,
+            it,
+            done,
+            flag,
+            caches,
+        } = self;
         let (n, len, tol2, max_it) = (*n, *n * *n, tol * tol, 10 * *n * *n);
-        let (grid, parts) = (LaunchConfig::for_num_elems(len), (PARTS, 256));
+        let parts = (PARTS, 256);
         graph!(&mut caches[1], stream, {
             zero(&mut *x);
             copy(&*b, &mut *r);
             copy(&*b, &mut *p);
             zero(&mut *done);
-            k.dot_partial(len, &*done, &*r, &*r, &mut *partial).launch(parts);
-            k.dot_final(&*done, &*partial, &mut *rr0).launch((1, 256));
-            k.start(tol2, &*rr0, &mut *thresh, &mut *rr, &mut *it, &mut *done).launch((1, 1));
+            k.dot_partial(len, &*done, &*r, &*r, &mut *partial_rr).launch(parts);
+            k.start(tol2, &*partial_rr, &mut *rr0, &mut *thresh, &mut *rr, &mut *it, &mut *done)
+                .launch((1, 256));
         })?;
         loop {
             graph!(&mut caches[2], stream, {
                 if every10 {
                     for _ in 0..10 {
-                        k.matvec(n, &*done, &*p, &mut *q).launch(grid);
-                        k.dot_partial(len, &*done, &*p, &*q, &mut *partial).launch(parts);
-                        k.dot_final(&*done, &*partial, &mut *pq).launch((1, 256));
-                        k.update_xr(len, &*done, &*rr, &*pq, &*p, &*q, &mut *x, &mut *r)
-                            .launch(grid);
-                        k.dot_partial(len, &*done, &*r, &*r, &mut *partial).launch(parts);
-                        k.dot_final(&*done, &*partial, &mut *rr_new).launch((1, 256));
-                        k.update_p(len, &*done, &*rr_new, &*rr, &*r, &mut *p).launch(grid);
-                        k.finish_host(max_it, &*rr_new, &*thresh, &mut *rr, &mut *it, &mut *done)
-                            .launch((1, 1));
+                        k.matvec_dot(n, &*done, &*p, &mut *q, &mut *partial_pq).launch(parts);
+                        k.update_xr_dot(
+                            len,
+                            &*done,
+                            &*rr,
+                            &*partial_pq,
+                            &*p,
+                            &*q,
+                            &mut *x,
+                            &mut *r,
+                            &mut *partial_rr,
+                        )
+                        .launch(parts);
+                        k.update_p(len, &*done, &*partial_rr, &*rr, &*r, &mut *p).launch(parts);
+                        k.finish_host(
+                            max_it,
+                            &*partial_rr,
+                            &*thresh,
+                            &mut *rr,
+                            &mut *it,
+                            &mut *done,
+                        )
+                        .launch((1, 256));
                     }
                 } else {
-                    k.matvec(n, &*done, &*p, &mut *q).launch(grid);
-                    k.dot_partial(len, &*done, &*p, &*q, &mut *partial).launch(parts);
-                    k.dot_final(&*done, &*partial, &mut *pq).launch((1, 256));
-                    k.update_xr(len, &*done, &*rr, &*pq, &*p, &*q, &mut *x, &mut *r).launch(grid);
-                    k.dot_partial(len, &*done, &*r, &*r, &mut *partial).launch(parts);
-                    k.dot_final(&*done, &*partial, &mut *rr_new).launch((1, 256));
-                    k.update_p(len, &*done, &*rr_new, &*rr, &*r, &mut *p).launch(grid);
-                    k.finish_host(max_it, &*rr_new, &*thresh, &mut *rr, &mut *it, &mut *done)
-                        .launch((1, 1));
+                    k.matvec_dot(n, &*done, &*p, &mut *q, &mut *partial_pq).launch(parts);
+                    k.update_xr_dot(
+                        len,
+                        &*done,
+                        &*rr,
+                        &*partial_pq,
+                        &*p,
+                        &*q,
+                        &mut *x,
+                        &mut *r,
+                        &mut *partial_rr,
+                    )
+                    .launch(parts);
+                    k.update_p(len, &*done, &*partial_rr, &*rr, &*r, &mut *p).launch(parts);
+                    k.finish_host(max_it, &*partial_rr, &*thresh, &mut *rr, &mut *it, &mut *done)
+                        .launch((1, 256));
                 }
-                copy(&*done, &mut flag);
+                copy(&*done, &mut *flag);
             })?;
             stream.synchronize()?;
             if flag.as_slice()?[0] != 0 {
