@@ -220,6 +220,14 @@ impl Driver for Mock {
         self.log(format!("conditional_handle default={default}"));
         Ok(self.handle::<*mut u8>() as u64)
     }
+    unsafe fn enable_peer_access(
+        &mut self,
+        ctx: CUcontext,
+        peer: CUcontext,
+    ) -> Result<bool, DriverError> {
+        self.log(format!("enable_peer_access {:#x}->{:#x}", ctx as usize, peer as usize));
+        Ok(true)
+    }
 }
 
 /// A kernel node with a `u32` scalar and a `u64` pointer argument.
