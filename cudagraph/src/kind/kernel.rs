@@ -317,6 +317,11 @@ pub trait KernelNode: sealed::Sealed {
     fn context(&self) -> Option<&Arc<CudaContext>> {
         None
     }
+    /// [`Self::context`]'s handle.
+    #[doc(hidden)]
+    fn node_context(&self) -> Option<CUcontext> {
+        self.context().map(|c| c.cu_ctx())
+    }
     /// Grid, block and shared memory.
     fn dims(&self) -> LaunchDims;
     /// Whether the kernel is declared `#[programmatic]` (waits for the kernels before it in
@@ -426,7 +431,7 @@ impl KernelState {
         });
         let mut s = KernelState {
             func: k.function(),
-            ctx: k.context().map_or(ptr::null_mut(), |c| c.cu_ctx()),
+            ctx: k.node_context().unwrap_or(ptr::null_mut()),
             owner: k.function_owner().cloned(),
             template: k.function_owner().cloned(),
             dims: k.dims(),
@@ -678,7 +683,7 @@ impl NodeKind for Kernel {
             s.owner = k.function_owner().cloned();
             changed = true;
         }
-        let ctx = k.context().map_or(ptr::null_mut(), |c| c.cu_ctx());
+        let ctx = k.node_context().unwrap_or(ptr::null_mut());
         changed |= s.ctx != ctx;
         s.ctx = ctx;
         changed |= s.dims != k.dims();
@@ -689,11 +694,11 @@ impl NodeKind for Kernel {
     /// A function of another context is not set into a node of this one: the driver's rule
     /// for that is not measured, so the ladder goes to a whole-exec update.
     fn settable(old: &KernelState, new: &&dyn KernelNode) -> bool {
-        old.ctx == new.context().map_or(ptr::null_mut(), |c| c.cu_ctx())
+        old.ctx == new.node_context().unwrap_or(ptr::null_mut())
     }
 
     fn context(k: &&dyn KernelNode) -> Option<CUcontext> {
-        k.context().map(|c| c.cu_ctx())
+        k.node_context()
     }
 
     fn with_params<R>(
@@ -712,8 +717,10 @@ impl NodeKind for Kernel {
         Some(k.programmatic())
     }
 
+    /// A kernel moved to another context (device) changes the kinds of its edges (plain
+    /// across devices) and is never set into the node per node: another graph.
     fn same_edges(s: &KernelState, k: &&dyn KernelNode) -> bool {
-        s.programmatic == k.programmatic()
+        s.programmatic == k.programmatic() && s.ctx == k.node_context().unwrap_or(ptr::null_mut())
     }
 
     fn carry(old: &mut KernelState, new: &mut KernelState) {
