@@ -21,6 +21,7 @@ use crate::raw::{self, Driver};
 /// whichever context object allocated it. Nothing to do while every buffer lives on the launch
 /// stream. Own streams of other contexts (buffers of another device in a multi-device call) are
 /// ordered the same way, with events of their own contexts recorded on them.
+#[derive(Default)]
 pub(crate) struct Ledger {
     /// The own streams other than the launch stream, each once, with the index of their
     /// context's pool: scratch of one launch, filled by [`Self::before`] and used by
@@ -46,12 +47,6 @@ struct Pool {
 // buffers that hold those streams are alive; the events and contexts are cudarc's, which are
 // `Send`.
 unsafe impl Send for Ledger {}
-
-impl Default for Ledger {
-    fn default() -> Self {
-        Ledger { own: Vec::new(), pools: Vec::new() }
-    }
-}
 
 impl Ledger {
     /// Before the launch on `stream`: `owns` are the launch's buffers' own streams (`None` for a
