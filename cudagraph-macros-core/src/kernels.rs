@@ -176,7 +176,7 @@ pub fn expand(input: KernelsInput) -> TokenStream {
             {
                 // SAFETY: function #index was resolved by `load`, whose caller vouched that the
                 // kernel takes exactly these parameter types and stays within its buffers.
-                unsafe { ::cudagraph::KernelCall::#ctor(self.__cudagraph.get(#index), #kstr, (#(#values,)*)) }
+                unsafe { ::cudagraph::KernelCall::#ctor(self.__cudagraph.kernel(#index), #kstr, (#(#values,)*)) }
             }
         });
         names.push((kstr, index));
@@ -227,6 +227,12 @@ pub fn expand(input: KernelsInput) -> TokenStream {
             /// The loaded module.
             #vis fn module(&self) -> &::std::sync::Arc<::cudagraph::__private::CudaModule> {
                 self.__cudagraph.module()
+            }
+
+            /// The context the module was loaded in (`load`'s): kernel nodes of this struct's
+            /// kernels run on its device, whichever stream the `graph!` call uses.
+            #vis fn context(&self) -> &::std::sync::Arc<::cudagraph::__private::CudaContext> {
+                self.__cudagraph.context()
             }
 
             #(#methods)*

@@ -144,16 +144,75 @@ impl Capture {
     /// of running at once ahead of the buffer's earlier users; eagerly they stand for the
     /// stream's work so far, which waited for those users. (Without this the aliases' events are
     /// never recorded, and such a wait is a no-op.)
+    ///
+    /// An operand of another device has its alias on the thread's stream of that device (see
+    /// [`CapturedWork`](crate::CapturedWork)), forked into the capture before this: its events
+    /// are recorded there, with that context current.
     fn prime(&self) {
-        let s = self.stream.cu_stream();
+        let (s, ctx) = (self.stream.cu_stream(), self.stream.context().cu_ctx());
         for l in &self.operands {
+            let foreign = l.on_ctx != ctx;
+            if foreign {
+                // SAFETY: the context is alive (its buffer is borrowed by the call).
+                let _ = unsafe { sys::cuCtxSetCurrent(l.on_ctx) };
+            }
             for e in [l.read_event, l.write_event].into_iter().flatten() {
                 // SAFETY: the event is an alias's, alive while the capture is (the aliases
-                // outlive it); the stream is alive and its context current. An error here shows
-                // again at the end of the capture (or in cudarc's next call): ignored.
-                let _ = unsafe { raw::record_event(e, s) };
+                // outlive it); its stream is alive and of the current context. An error here
+                // shows again at the end of the capture (or in cudarc's next call): ignored.
+                let _ = unsafe { raw::record_event(e, if foreign { l.on } else { s }) };
+            }
+            if foreign {
+                let _ = self.stream.context().bind_to_thread();
             }
         }
+    }
+
+    /// Makes `other` (a stream of any device, e.g. an NCCL communicator's) join the capture:
+    /// it waits for the work enqueued on the capturing stream so far (`cuEventRecord` there,
+    /// `cuStreamWaitEvent` on `other`), so that what is enqueued on it next is recorded, ordered
+    /// after that work. Eagerly it only orders `other` after it. Work joined this way must be
+    /// joined back with [`join`](Self::join) before the closure returns, or the capture fails
+    /// (`CUDA_ERROR_STREAM_CAPTURE_UNJOINED`, [`Error::CaptureInvalidated`]). (Using a view of a
+    /// listed operand on `other` through cudarc also makes it join, in cudarc's multi-stream
+    /// mode.)
+    ///
+    /// # Errors
+    /// [`Error::Node`] naming this call's location if a driver call fails.
+    #[track_caller]
+    pub fn fork(&self, other: &CudaStream) -> Result<()> {
+        let at = Location::caller();
+        let err = |error| Error::Node {
+            site: site_at("fork", "Capture::fork", at),
+            source: CudaError { call: "cuEventRecord / cuStreamWaitEvent (Capture::fork)", error },
+        };
+        let here = origin_stream(self.stream.context()).map_err(err)?;
+        let r = order_streams(&self.stream, here.fork_event(), other);
+        let _ = self.stream.context().bind_to_thread();
+        r.map_err(err)
+    }
+
+    /// Makes the capturing stream wait for the work enqueued on `other` so far (a stream of any
+    /// device: `cuEventRecord` on `other` with an event of its context, `cuStreamWaitEvent` on
+    /// the capturing stream): work that `other` joined into the capture ([`fork`](Self::fork),
+    /// or a view used on it) is joined back, so the recording holds it, ordered before what
+    /// follows. Call it after the last work on `other`: for NCCL, after `group_end()` (the
+    /// collectives of a group are enqueued there, after cudarc's guards of the views recorded
+    /// their events).
+    ///
+    /// # Errors
+    /// [`Error::Node`] naming this call's location if a driver call fails.
+    #[track_caller]
+    pub fn join(&self, other: &CudaStream) -> Result<()> {
+        let at = Location::caller();
+        let err = |error| Error::Node {
+            site: site_at("join", "Capture::join", at),
+            source: CudaError { call: "cuEventRecord / cuStreamWaitEvent (Capture::join)", error },
+        };
+        let there = origin_stream(other.context()).map_err(err)?;
+        let r = order_streams(other, there.join_event(), &self.stream);
+        let _ = self.stream.context().bind_to_thread();
+        r.map_err(err)
     }
 
     /// The driver error that made the recording unusable, if any (see `broken`).
@@ -191,8 +250,8 @@ impl Capture {
     #[track_caller]
     pub fn read<'s, V: CaptureView<'s>>(&self, view: &V) -> Result<DevRead<'s, V::Elem>> {
         let at = Location::caller();
-        let (ptr, len) = self.locate(view, false, at)?;
-        Ok(DevRead::new(ptr, len, self.stream.context().cu_ctx()))
+        let (ptr, len, ctx) = self.locate(view, false, at)?;
+        Ok(DevRead::new(ptr, len, ctx))
     }
 
     /// A write handle of `view` (a `CudaViewMut` of a `&mut` operand, or a part of one) for a
@@ -206,18 +265,18 @@ impl Capture {
     #[track_caller]
     pub fn write<'s, T: 'static>(&self, view: &mut CudaViewMut<'s, T>) -> Result<DevWrite<'s, T>> {
         let at = Location::caller();
-        let (ptr, len) = self.locate(&*view, true, at)?;
-        Ok(DevWrite::new(ptr, len, self.stream.context().cu_ctx()))
+        let (ptr, len, ctx) = self.locate(&*view, true, at)?;
+        Ok(DevWrite::new(ptr, len, ctx))
     }
 
-    /// The address and length of `view`, checked to lie inside the listed operand it is a view
-    /// of (a written one when `write`).
+    /// The address, length and context of `view`, checked to lie inside the listed operand it
+    /// is a view of (a written one when `write`).
     fn locate<'s, V: CaptureView<'s>>(
         &self,
         view: &V,
         write: bool,
         at: &'static Location<'static>,
-    ) -> Result<(CUdeviceptr, usize)> {
+    ) -> Result<(CUdeviceptr, usize, CUcontext)> {
         let (label, text) =
             if write { ("write", "Capture::write") } else { ("read", "Capture::read") };
         let refuse = |why| Error::NodeRefused { site: site_at(label, text, at), why };
@@ -239,7 +298,7 @@ impl Capture {
         if !inside {
             return Err(refuse(Refusal::NotAnOperand { arg: None }));
         }
-        Ok((ptr, len))
+        Ok((ptr, len, op.on_ctx))
     }
 
     /// Adds `launch` to the graph being captured as a kernel node (`cuGraphAddNode_v2`,
@@ -587,6 +646,10 @@ pub(crate) mod imp {
         pub(crate) identity: *const Arc<CudaStream>,
         pub(crate) read_event: Option<CUevent>,
         pub(crate) write_event: Option<CUevent>,
+        /// The alias's stream and its context: the capturing stream for an operand of its
+        /// context, else the thread's stream of the operand's context (device).
+        pub(crate) on: sys::CUstream,
+        pub(crate) on_ctx: CUcontext,
     }
 
     // SAFETY: plain addresses and event handles, only compared or passed to thread-safe driver
@@ -626,13 +689,15 @@ pub(crate) mod imp {
         pub(crate) fn listed(&mut self, stream: &CudaStream, write: bool) -> Listed {
             let slice = self.slice();
             let identity: *const Arc<CudaStream> = DeviceSlice::stream(&*slice);
+            let on = DeviceSlice::stream(&*slice).cu_stream();
+            let on_ctx = DeviceSlice::stream(&*slice).context().cu_ctx();
             let bytes = slice.num_bytes() as u64;
             let (start, mut guard) = DevicePtr::device_ptr(&*slice, stream);
             let read_event = disarm(&mut guard);
             drop(guard);
             let (_, mut guard) = DevicePtrMut::device_ptr_mut(slice, stream);
             let write_event = disarm(&mut guard);
-            Listed { start, bytes, write, identity, read_event, write_event }
+            Listed { start, bytes, write, identity, read_event, write_event, on, on_ctx }
         }
     }
 
@@ -1744,6 +1809,42 @@ pub(crate) struct CaptureOrigin {
     stream: Arc<CudaStream>,
     fork: Arc<CudaEvent>,
     join: Arc<CudaEvent>,
+}
+
+impl CaptureOrigin {
+    /// The stream: also the thread's helper stream of its context, on which eager work of
+    /// another device runs and aliases of that device's capture operands are made.
+    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The event that orders other streams after work on this origin's context's streams.
+    pub(crate) fn fork_event(&self) -> &CudaEvent {
+        &self.fork
+    }
+
+    /// The event that orders other streams after work on this origin's stream.
+    pub(crate) fn join_event(&self) -> &CudaEvent {
+        &self.join
+    }
+}
+
+/// `to` waits for the work enqueued on `from` so far, the two of any contexts (devices):
+/// `cuEventRecord` of `event` (of `from`'s context) on `from`, then `cuStreamWaitEvent` on `to`,
+/// each with its stream's context current (a legacy default stream is the current context's).
+/// Inside a capture this joins `to` into it (when `from` is capturing), or `from`'s work back
+/// into `to`'s capture. Leaves `to`'s context current.
+pub(crate) fn order_streams(
+    from: &CudaStream,
+    event: &CudaEvent,
+    to: &CudaStream,
+) -> Result<(), DriverError> {
+    from.context().bind_to_thread()?;
+    // SAFETY: both streams and the event are alive (borrowed); the event is of `from`'s
+    // context, which is current; `cuStreamWaitEvent` accepts an event of another context.
+    unsafe { raw::record_event(event.cu_event(), from.cu_stream()) }?;
+    to.context().bind_to_thread()?;
+    unsafe { raw::wait_event(to.cu_stream(), event.cu_event()) }
 }
 
 /// `cuStreamBeginCapture_v2` (thread-local) on the origin, then `stream` joins the capture

@@ -178,8 +178,12 @@ pub enum Error {
         /// The first statement (or builder node) using the other.
         second: NodeSite,
     },
-    /// A buffer or stream that belongs to another CUDA context than the graph's stream.
-    #[error("{site}: buffer belongs to another CUDA context than the stream")]
+    /// A buffer of another CUDA context than the one its node runs on: a kernel node runs on
+    /// its `kernels!` struct's context (device), every other node on the stream's; only copies
+    /// between device buffers (peer copies) and captured work may cross contexts.
+    #[error(
+        "{site}: buffer belongs to another CUDA context than the stream (or, for a kernel, than its `kernels!` struct's context): a node reads and writes memory of the device it runs on; only device-to-device copies and captured work may cross devices"
+    )]
     WrongContext {
         /// The failing node.
         site: NodeSite,

@@ -179,7 +179,7 @@ pub use kind::kernel::MAX_KERNEL_PARAMS;
 pub use kind::{
     AllocParams, CaptureOperand, CaptureOperands, CopyTo, EmptyParams, EventParams,
     EventRecordParams, EventWaitParams, FillNode, FreeParams, GraphMemUsage, HostOperand,
-    HostOperands, HostParams, HostWork, KernelArgs, KernelCall, KernelLaunch, LaunchCfg,
+    HostOperands, HostParams, HostWork, KernelArgs, KernelCall, KernelFn, KernelLaunch, LaunchCfg,
     LaunchDims, MAX_ALLOC_BYTES, MAX_FILL_BYTES, MemcpyParams, Memory, MemsetParams, MemsetValue,
     MemsetValueOf, Scratch,
 };
@@ -561,6 +561,8 @@ pub mod __private {
     /// make one nor move one into a struct with other signatures.
     pub struct Functions<K: ?Sized> {
         module: Arc<CudaModule>,
+        /// The context the module was loaded in: the kernels' nodes run on its device.
+        ctx: Arc<CudaContext>,
         functions: Box<[CudaFunction]>,
         _kernels: core::marker::PhantomData<fn() -> K>,
     }
@@ -582,7 +584,8 @@ pub mod __private {
             let module = load_module(ctx, ptx, kernels)?;
             let functions =
                 names.iter().map(|n| load_function(&module, n)).collect::<Result<_, _>>()?;
-            Ok(Functions { module, functions, _kernels: core::marker::PhantomData })
+            let ctx = ctx.clone();
+            Ok(Functions { module, ctx, functions, _kernels: core::marker::PhantomData })
         }
 
         /// Kernel `i`, in declaration order. Not inlined: its bounds check would otherwise be
@@ -591,6 +594,18 @@ pub mod __private {
         #[inline(never)]
         pub fn get(&self, i: usize) -> &CudaFunction {
             &self.functions[i]
+        }
+
+        /// Kernel `i` with the context it was loaded in, for a kernel call (its node runs on
+        /// that context's device). Not inlined, as [`Self::get`].
+        #[inline(never)]
+        pub fn kernel(&self, i: usize) -> crate::kind::KernelFn<'_> {
+            crate::kind::KernelFn::new(&self.functions[i], &self.ctx)
+        }
+
+        /// The context the module was loaded in.
+        pub fn context(&self) -> &Arc<CudaContext> {
+            &self.ctx
         }
 
         /// The loaded module.

@@ -5,9 +5,10 @@
 
 use core::ffi::c_void;
 use core::marker::PhantomData;
+use std::sync::Arc;
 
 use bytemuck::NoUninit;
-use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUstream};
+use cudarc::driver::sys::{CUcontext, CUdeviceptr};
 use cudarc::driver::{
     CudaEvent, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr,
     DeviceSlice, HostSlice, PinnedHostSlice, SyncOnDrop,
@@ -26,6 +27,11 @@ macro_rules! pointer_type {
             pub(crate) ctx: CUcontext,
             /// Which [`GraphBuilder`](crate::GraphBuilder) place this is (0 inside `graph!`).
             pub(crate) tag: u64,
+            /// The stream the buffer was allocated on (device memory borrowed by `graph!`):
+            /// a capture statement makes the alias of a buffer of another context than the
+            /// call's stream on a stream of the buffer's own context object.
+            #[allow(dead_code)] // read for device memory only
+            pub(crate) own: Option<&'a CudaStream>,
             _borrow: PhantomData<(&'a (), fn() -> T)>,
         }
         impl<T> Clone for $name<'_, T> {
@@ -44,9 +50,15 @@ macro_rules! pointer_type {
                 self
             }
         }
-        impl<T> $name<'_, T> {
+        impl<'a, T> $name<'a, T> {
             pub(crate) fn new(ptr: $ptr, len: usize, ctx: CUcontext) -> Self {
-                $name { ptr, len, ctx, tag: 0, _borrow: PhantomData }
+                $name { ptr, len, ctx, tag: 0, own: None, _borrow: PhantomData }
+            }
+            /// The same handle, with the buffer's own stream.
+            #[allow(dead_code)] // used for device memory only
+            pub(crate) fn owned_by(mut self, own: &'a CudaStream) -> Self {
+                self.own = Some(own);
+                self
             }
             /// Length in elements.
             pub fn len(&self) -> usize {
@@ -81,7 +93,14 @@ impl<'a, T> DevWrite<'a, T> {
     /// The same buffer, read: for a [`GraphBuilder`](crate::GraphBuilder) node that reads a
     /// buffer registered with [`GraphBuilder::write`](crate::GraphBuilder::write).
     pub fn read(self) -> DevRead<'a, T> {
-        DevRead { ptr: self.ptr, len: self.len, ctx: self.ctx, tag: self.tag, _borrow: PhantomData }
+        DevRead {
+            ptr: self.ptr,
+            len: self.len,
+            ctx: self.ctx,
+            tag: self.tag,
+            own: self.own,
+            _borrow: PhantomData,
+        }
     }
 }
 
@@ -93,6 +112,7 @@ impl<'a, T> HostWrite<'a, T> {
             len: self.len,
             ctx: self.ctx,
             tag: self.tag,
+            own: self.own,
             _borrow: PhantomData,
         }
     }
@@ -148,8 +168,10 @@ pub trait Acquire {
     where
         Self: 'a;
     /// Makes `stream` wait for earlier writers (cudarc's events) and returns the read handle and
-    /// a guard that records this use on `stream` when dropped, after the graph launch. A buffer
-    /// of another context than the stream's is not touched (the call then fails validation).
+    /// a guard that records this use on `stream` when dropped, after the graph launch. Device
+    /// memory of another context than the stream's is acquired on its own stream instead (the
+    /// cache's ledger orders that stream with the graph's); pinned host memory of another
+    /// context is not touched (the call then fails validation).
     fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (Self::Read<'a>, Guard<'a>);
 }
 
@@ -210,9 +232,9 @@ impl<P: PlaceMut + ?Sized> AcquireMut for &mut P {
 #[doc(hidden)]
 pub struct Guard<'a> {
     kind: GuardKind<'a>,
-    /// The stream the buffer was allocated on, which frees it (device memory of the stream's
-    /// context only). Alive for `'a`: the borrowed buffer holds it.
-    pub(crate) own: Option<CUstream>,
+    /// The stream the buffer was allocated on, which frees it (device memory only). Borrowed
+    /// for `'a` from the buffer, which holds it.
+    pub(crate) own: Option<&'a CudaStream>,
     /// Address range, bytes.
     pub(crate) start: u64,
     pub(crate) bytes: u64,
@@ -239,7 +261,12 @@ enum GuardKind<'a> {
 }
 
 impl<'a> Guard<'a> {
-    fn new(kind: GuardKind<'a>, own: Option<CUstream>, range: (u64, u64), write: bool) -> Self {
+    fn new(
+        kind: GuardKind<'a>,
+        own: Option<&'a CudaStream>,
+        range: (u64, u64),
+        write: bool,
+    ) -> Self {
         Guard { kind, own, start: range.0, bytes: range.1, write, children: Vec::new() }
     }
 
@@ -275,7 +302,8 @@ impl Drop for Guard<'_> {
     }
 }
 
-/// No synchronization: for a buffer of another context, which validation then refuses.
+/// No synchronization: for a pinned host buffer of another context, which validation then
+/// refuses.
 fn no_sync<'a>() -> Guard<'a> {
     Guard::new(GuardKind::Cudarc(SyncOnDrop::Sync(None)), None, (0, 0), false)
 }
@@ -308,6 +336,18 @@ fn device_guard(mut cudarc: SyncOnDrop<'_>) -> GuardKind<'_> {
     take_event(&mut cudarc).unwrap_or(GuardKind::Cudarc(cudarc))
 }
 
+/// A buffer's own stream (`DeviceSlice::stream`) for `'a`, detached from the borrow of the
+/// buffer it was read from: it points into the stream's `Arc` allocation.
+///
+/// # Safety
+/// The buffer holding `s` is borrowed for `'a` and neither drops nor replaces its stream
+/// meanwhile (cudarc's `device_ptr`/`device_ptr_mut` do not), so the `Arc` keeps the stream
+/// alive for `'a`.
+unsafe fn own_stream<'a>(s: &Arc<CudaStream>) -> &'a CudaStream {
+    // SAFETY: the caller's contract.
+    unsafe { &*Arc::as_ptr(s) }
+}
+
 /// Bytes of `len` elements of `T`.
 fn bytes_of<T>(len: usize) -> u64 {
     (len as u64).saturating_mul(size_of::<T>() as u64)
@@ -323,15 +363,19 @@ macro_rules! device_place {
             where
                 Self: 'a;
             fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (DevRead<'a, T>, Guard<'a>) {
-                let ctx = DeviceSlice::stream(self).context().cu_ctx();
+                // SAFETY: the buffer holds its stream for `'a` (it is borrowed that long).
+                let own: &'a CudaStream = unsafe { own_stream(DeviceSlice::stream(self)) };
+                let ctx = own.context().cu_ctx();
                 let len = DeviceSlice::len(self);
-                if ctx != stream.context().cu_ctx() {
-                    return (DevRead::new(0, len, ctx), no_sync());
-                }
-                let own = Some(DeviceSlice::stream(self).cu_stream());
-                let (ptr, guard) = DevicePtr::device_ptr(self, stream);
+                // A buffer of another context (another device, for a kernel of that device or
+                // a peer copy) is acquired on its own stream: cudarc's events of that context
+                // are waited for and recorded there, and the cache's ledger orders the own
+                // stream with the graph's stream both ways.
+                let on = if ctx == stream.context().cu_ctx() { stream } else { own };
+                let (ptr, guard) = DevicePtr::device_ptr(self, on);
                 let range = (ptr, bytes_of::<T>(len));
-                (DevRead::new(ptr, len, ctx), Guard::new(device_guard(guard), own, range, false))
+                let guard = Guard::new(device_guard(guard), Some(own), range, false);
+                (DevRead::new(ptr, len, ctx).owned_by(own), guard)
             }
         }
     };
@@ -348,15 +392,19 @@ macro_rules! device_place_mut {
                 &'a mut self,
                 stream: &'a CudaStream,
             ) -> (DevRead<'a, T>, DevWrite<'a, T>, Guard<'a>) {
-                let ctx = DeviceSlice::stream(self).context().cu_ctx();
+                // SAFETY: the buffer holds its stream for `'a` (it is borrowed that long), and
+                // `device_ptr_mut` neither drops nor replaces it: the reference points into the
+                // stream's `Arc` allocation, not into the mutably borrowed buffer.
+                let own: &'a CudaStream = unsafe { own_stream(DeviceSlice::stream(&*self)) };
+                let ctx = own.context().cu_ctx();
                 let len = DeviceSlice::len(self);
-                if ctx != stream.context().cu_ctx() {
-                    return (DevRead::new(0, len, ctx), DevWrite::new(0, len, ctx), no_sync());
-                }
-                let own = Some(DeviceSlice::stream(self).cu_stream());
-                let (ptr, guard) = DevicePtrMut::device_ptr_mut(self, stream);
-                let guard = Guard::new(device_guard(guard), own, (ptr, bytes_of::<T>(len)), true);
-                (DevRead::new(ptr, len, ctx), DevWrite::new(ptr, len, ctx), guard)
+                // See `acquire`: a buffer of another context is acquired on its own stream.
+                let on = if ctx == stream.context().cu_ctx() { stream } else { own };
+                let (ptr, guard) = DevicePtrMut::device_ptr_mut(self, on);
+                let guard =
+                    Guard::new(device_guard(guard), Some(own), (ptr, bytes_of::<T>(len)), true);
+                let (r, w) = (DevRead::new(ptr, len, ctx), DevWrite::new(ptr, len, ctx));
+                (r.owned_by(own), w.owned_by(own), guard)
             }
         }
     };

@@ -75,6 +75,48 @@ pub unsafe fn conditional_handle_create(
     Ok(handle)
 }
 
+/// `cuCtxEnablePeerAccess(peer, 0)` with `ctx` current: kernels and copies of `ctx` may access
+/// `peer`'s memory directly. Returns `false`, enabling nothing, when the two contexts are of
+/// one device or `cuDeviceCanAccessPeer` says `ctx`'s device cannot access `peer`'s (a copy
+/// between them then goes through host memory); `true` when enabled, or already enabled
+/// (`CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED`, from an earlier cache or from the user). The
+/// current context is restored (`cuCtxPushCurrent` / `cuCtxPopCurrent`).
+///
+/// # Safety
+/// Both contexts are alive.
+pub unsafe fn enable_peer_access(
+    ctx: sys::CUcontext,
+    peer: sys::CUcontext,
+) -> Result<bool, DriverError> {
+    /// The device of `c` (`cuCtxGetDevice` with `c` pushed).
+    unsafe fn device(c: sys::CUcontext) -> Result<sys::CUdevice, DriverError> {
+        unsafe { sys::cuCtxPushCurrent_v2(c) }.result()?;
+        let mut d: sys::CUdevice = 0;
+        let r = unsafe { sys::cuCtxGetDevice(&mut d) }.result();
+        let mut popped = ptr::null_mut();
+        unsafe { sys::cuCtxPopCurrent_v2(&mut popped) }.result()?;
+        r.map(|()| d)
+    }
+    // SAFETY (each call): the caller's contract; every push is popped.
+    let (a, b) = unsafe { (device(ctx)?, device(peer)?) };
+    if a == b {
+        return Ok(false);
+    }
+    let mut can = 0;
+    unsafe { sys::cuDeviceCanAccessPeer(&mut can, a, b) }.result()?;
+    if can == 0 {
+        return Ok(false);
+    }
+    unsafe { sys::cuCtxPushCurrent_v2(ctx) }.result()?;
+    let r = unsafe { sys::cuCtxEnablePeerAccess(peer, 0) };
+    let mut popped = ptr::null_mut();
+    unsafe { sys::cuCtxPopCurrent_v2(&mut popped) }.result()?;
+    match r {
+        sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(true),
+        r => r.result().map(|()| true),
+    }
+}
+
 /// A plain edge: the dependent node starts once the node before it finished (the driver's
 /// default edge data).
 pub const PLAIN_EDGE: CUgraphEdgeData =
@@ -442,6 +484,12 @@ pub trait Driver {
         ctx: sys::CUcontext,
         default: u32,
     ) -> Result<u64, DriverError>;
+    /// [`enable_peer_access`].
+    unsafe fn enable_peer_access(
+        &mut self,
+        ctx: sys::CUcontext,
+        peer: sys::CUcontext,
+    ) -> Result<bool, DriverError>;
 }
 
 /// The CUDA driver, loaded at run time by cudarc.
@@ -504,6 +552,13 @@ impl Driver for Cuda {
         default: u32,
     ) -> Result<u64, DriverError> {
         unsafe { conditional_handle_create(graph, ctx, default) }
+    }
+    unsafe fn enable_peer_access(
+        &mut self,
+        ctx: sys::CUcontext,
+        peer: sys::CUcontext,
+    ) -> Result<bool, DriverError> {
+        unsafe { enable_peer_access(ctx, peer) }
     }
 }
 

@@ -107,6 +107,16 @@ impl Driver for Strict {
         }
         Ok(self.handle() as u64)
     }
+    unsafe fn enable_peer_access(
+        &mut self,
+        _: cudarc::driver::sys::CUcontext,
+        _: cudarc::driver::sys::CUcontext,
+    ) -> Result<bool, DriverError> {
+        if self.fails("enable_peer_access") {
+            return Err(INJECTED);
+        }
+        Ok(true)
+    }
     unsafe fn graph_create(&mut self) -> Result<CUgraph, DriverError> {
         if self.fails("graph_create") {
             return Err(INJECTED);

@@ -203,9 +203,12 @@ pub(super) fn build(
     // The kinds come from the ends of each edge of the reduction (see `EdgeKind` for why the
     // reduction stays sound with programmatic edges).
     let end = |i: u32| nodes[i as usize].as_ref().and_then(NodeParams::kernel);
+    // Where each node runs: an edge between kernels of two devices is plain (programmatic
+    // dependent launch is within one device).
+    let on = |i: u32| nodes[i as usize].as_ref().and_then(NodeParams::context).unwrap_or(ctx);
     let kind = |a: u32, b: u32| match shape.parent(b as usize) {
-        None => edge_kind(end(a), end(b)),
-        Some(_) => EdgeKind::Plain,
+        None if on(a) == on(b) => edge_kind(end(a), end(b)),
+        _ => EdgeKind::Plain,
     };
     let edges: Vec<(u32, u32, EdgeKind)> =
         shape.edges(&present).into_iter().map(|(a, b)| (a, b, kind(a, b))).collect();

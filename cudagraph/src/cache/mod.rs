@@ -188,6 +188,9 @@ pub struct Stats {
     /// same, with plain edges' launch cost. (Edges made plain by
     /// [`GraphCache::set_programmatic`]`(false)` are not counted.)
     pub programmatic_fallbacks: u64,
+    /// Pairs of contexts (devices) whose peer access the cache enabled, both ways
+    /// (`cuCtxEnablePeerAccess`), for copies between them: once per pair and cache.
+    pub peer_enables: u64,
 }
 
 /// How a [`GraphCache`] runs each `graph!` call.
@@ -242,6 +245,8 @@ pub struct GraphCache<D: Driver = Cuda> {
     ledger: ledger::Ledger,
     /// Panics of host nodes' closures run by this cache's launches, returned by the next call.
     reports: Arc<Reports>,
+    /// The pairs of contexts whose peer access this cache enabled for its peer copies.
+    peers: validate::Peers,
 }
 
 // SAFETY: the raw driver handles inside are only used through `&mut self` (or `Drop`), so
@@ -392,8 +397,9 @@ impl GraphCache {
             (Site::Plan(plan), Some(id)) => Some((plan, id)),
             _ => None,
         };
-        validate(call.shape, nodes, ctx, self.limits.as_ref(), handles)?;
+        validate(call.shape, nodes, ctx, self.limits.as_ref(), handles, &mut self.peers)?;
         self.check_aliasing(call.shape, guards)?;
+        self.enable_peers(call.shape)?;
         if self.mode == Mode::Eager
             && let Some(i) = nodes.iter().position(|n| n.is_some_and(|n| n.conditional().is_some()))
         {
@@ -680,6 +686,7 @@ impl<D: Driver> GraphCache<D> {
             scratch: Vec::new(),
             ledger: ledger::Ledger::default(),
             reports: Arc::default(),
+            peers: validate::Peers::default(),
         }
     }
 
@@ -764,7 +771,8 @@ impl<D: Driver> GraphCache<D> {
         stream: CUstream,
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
-        validate(call.shape, nodes, ctx.0, self.limits.as_ref(), None)?;
+        validate(call.shape, nodes, ctx.0, self.limits.as_ref(), None, &mut self.peers)?;
+        self.enable_peers(call.shape)?;
         self.run_validated(call, ctx, stream, nodes)
     }
 
@@ -830,6 +838,33 @@ impl<D: Driver> GraphCache<D> {
             return Err(shape.graph_error(source));
         }
         self.stats.launches += 1;
+        Ok(())
+    }
+
+    /// Enables peer access both ways (`cuCtxEnablePeerAccess`) for each pair of contexts that
+    /// a copy of the call crosses and that this cache has not enabled yet ([`Peers`]), once per
+    /// pair: a copy between devices then goes device to device (over NVLink where there is
+    /// one) instead of through host memory. Pairs the devices cannot access
+    /// (`cuDeviceCanAccessPeer`), or of one device, are left as they are: the copy still works.
+    /// Counted in [`Stats::peer_enables`].
+    fn enable_peers(&mut self, shape: &dyn Shape) -> Result<()> {
+        while let Some((a, b, node)) = self.peers.pending.pop() {
+            // SAFETY: both contexts are alive: each has a buffer borrowed by the call (a
+            // copy's sides); the driver call restores the current context.
+            let r = unsafe { self.driver.enable_peer_access(a, b) }
+                .and_then(|_| unsafe { self.driver.enable_peer_access(b, a) });
+            match r {
+                Ok(_) => {
+                    self.peers.enabled.push((a, b));
+                    self.stats.peer_enables += 1;
+                }
+                Err(error) => {
+                    self.peers.pending.clear();
+                    let source = CudaError { call: "cuCtxEnablePeerAccess", error };
+                    return Err(Error::Node { site: shape.site(node), source });
+                }
+            }
+        }
         Ok(())
     }
 

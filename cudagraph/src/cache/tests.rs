@@ -31,6 +31,9 @@ pub(crate) struct Log {
     /// `(element size, width, height, pitch)` of each memset node.
     add_copies: Vec<(usize, usize, usize, usize)>,
     add_sets: Vec<(u32, usize, usize, usize)>,
+    /// The context of each kernel node added (`ctx` of its parameters) and of each memcpy node
+    /// (`copyCtx`), in order.
+    add_ctx: Vec<(&'static str, usize)>,
 }
 
 #[derive(Clone, Default)]
@@ -118,6 +121,14 @@ impl Driver for Mock {
             let c = unsafe { &p.__bindgen_anon_1.memcpy.copyParams };
             let row = (c.WidthInBytes, c.Height, c.srcPitch, c.dstPitch);
             self.0.borrow_mut().add_copies.push(row);
+            // SAFETY: as above.
+            let ctx = unsafe { p.__bindgen_anon_1.memcpy.copyCtx };
+            self.0.borrow_mut().add_ctx.push(("memcpy", ctx as usize));
+        }
+        if p.type_ == CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
+            // SAFETY: as above.
+            let ctx = unsafe { p.__bindgen_anon_1.kernel.ctx };
+            self.0.borrow_mut().add_ctx.push(("kernel", ctx as usize));
         }
         if p.type_ == CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET {
             // SAFETY: as above.
@@ -220,6 +231,14 @@ impl Driver for Mock {
         self.log(format!("conditional_handle default={default}"));
         Ok(self.handle::<*mut u8>() as u64)
     }
+    unsafe fn enable_peer_access(
+        &mut self,
+        ctx: CUcontext,
+        peer: CUcontext,
+    ) -> Result<bool, DriverError> {
+        self.log(format!("enable_peer_access {:#x}->{:#x}", ctx as usize, peer as usize));
+        Ok(true)
+    }
 }
 
 /// A kernel node with a `u32` scalar and a `u64` pointer argument.
@@ -233,6 +252,8 @@ struct K {
     tag: u64,
     /// Declared `#[programmatic]`.
     programmatic: bool,
+    /// The context its function was loaded in (`None`: the call's).
+    on: Option<CUcontext>,
 }
 
 impl KernelNode for K {
@@ -256,6 +277,9 @@ impl KernelNode for K {
         out[0] = (self.tag, true, self.ctx);
         1
     }
+    fn node_context(&self) -> Option<CUcontext> {
+        self.on
+    }
 }
 impl crate::operand::sealed::Sealed for K {}
 
@@ -263,7 +287,7 @@ pub(crate) const CTX: CUcontext = 0x1000 as CUcontext;
 pub(crate) const STREAM: CUstream = 0x2000 as CUstream;
 
 fn k(scalar: u32, ptr: u64) -> K {
-    K { func: 0x10, grid: 4, scalar, ptr, ctx: CTX, tag: 0, programmatic: false }
+    K { func: 0x10, grid: 4, scalar, ptr, ctx: CTX, tag: 0, programmatic: false, on: None }
 }
 
 /// [`k`] of a kernel declared `#[programmatic]`.
@@ -557,10 +581,14 @@ fn over_limit_dims_and_foreign_buffers_are_refused_before_any_driver_call() {
     foreign.ctx = 0x9999 as CUcontext;
     let e = run(&mut cache, plan, &k(1, 0xa0), &foreign, copy(4), memset(0), None).unwrap_err();
     assert!(matches!(e, Error::WrongContext { .. }), "{e}");
+    // A copy with a pinned host side of another context (a device-to-device copy may cross
+    // contexts: `peer_copies_…`).
     let mut c = copy(4);
+    c.raw.dst = Memory::Host(0x4000 as *const core::ffi::c_void);
     c.raw.dst_ctx = 0x9999 as CUcontext;
     let e = run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), c, memset(0), None).unwrap_err();
     assert!(matches!(e, Error::WrongContext { .. }), "{e}");
+    assert!(e.to_string().contains("mock.rs:7:9"), "{e}");
     assert!(mock.calls().is_empty());
     run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
     assert_eq!(cache.stats().launches, 1);
@@ -1214,4 +1242,94 @@ fn pitched_copies_and_memsets_reach_the_driver_in_bytes_and_misfits_are_refused_
     }
     let e = run_pitched(&mut cache, Rows::new(0, 5, 7), Rows::new(0, 5, 11), Rows::new(1, 1, 1), 2);
     assert!(matches!(e, Err(Error::Empty { .. })));
+}
+
+/// Another context than [`CTX`]: a second device's.
+const CTX1: CUcontext = 0x1100 as CUcontext;
+
+#[test]
+fn peer_copies_cross_contexts_and_enable_peer_access_once_per_pair() {
+    let (mock, mut cache, plan) = setup();
+    // n2 copies a buffer of CTX into one of CTX1: a peer copy.
+    let mut c = copy(4);
+    c.raw.dst_ctx = CTX1;
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), c, memset(0), None).unwrap();
+    let calls = mock.calls();
+    let peers: Vec<_> = calls.iter().filter(|c| c.starts_with("enable_peer_access")).collect();
+    assert_eq!(peers, ["enable_peer_access 0x1000->0x1100", "enable_peer_access 0x1100->0x1000"]);
+    // Enabled before the graph is built: nothing is added before peer access works.
+    assert!(
+        calls.iter().position(|c| c.starts_with("enable"))
+            < calls.iter().position(|c| c.starts_with("add"))
+    );
+    // The copy runs in the launch stream's context (a side is of it).
+    assert!(mock.0.borrow().add_ctx.contains(&("memcpy", CTX as usize)));
+    assert_eq!(cache.stats().peer_enables, 1);
+    // Later calls, and the pair the other way round, enable nothing again.
+    let mut back = copy(4);
+    back.raw.src_ctx = CTX1;
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), c, memset(0), None).unwrap();
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), back, memset(0), None).unwrap();
+    assert!(!mock.calls().iter().any(|c| c.starts_with("enable_peer_access")));
+    assert_eq!(cache.stats().peer_enables, 1);
+    // A copy between two other devices runs in its source's context.
+    let other = 0x1200 as CUcontext;
+    let (mock, mut cache, plan) = setup();
+    let mut c = copy(4);
+    (c.raw.src_ctx, c.raw.dst_ctx) = (CTX1, other);
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), c, memset(0), None).unwrap();
+    assert!(mock.0.borrow().add_ctx.contains(&("memcpy", CTX1 as usize)));
+    assert_eq!(cache.stats().peer_enables, 1);
+}
+
+#[test]
+fn a_kernel_runs_on_its_own_context_and_its_buffers_must_be_of_it() {
+    let (mock, mut cache, plan) = setup();
+    // n1's kernel was loaded in CTX1 (another device) and writes a buffer of CTX1: its node
+    // names CTX1; n0's kernel of the stream's context names none (null: the current one).
+    let mut k1 = k(2, 0xb0);
+    (k1.on, k1.ctx) = (Some(CTX1), CTX1);
+    run(&mut cache, plan, &k(1, 0xa0), &k1, copy(4), memset(0), None).unwrap();
+    let kernels: Vec<usize> =
+        mock.0.borrow().add_ctx.iter().filter(|c| c.0 == "kernel").map(|c| c.1).collect();
+    assert_eq!(kernels, [0, CTX1 as usize]);
+    // A buffer of the stream's context passed to the kernel of CTX1: no node of that device
+    // reads it there, refused before any driver call, naming the statement.
+    mock.calls();
+    let mut wrong = k(2, 0xb0);
+    wrong.on = Some(CTX1);
+    let e = run(&mut cache, plan, &k(1, 0xa0), &wrong, copy(4), memset(0), None).unwrap_err();
+    assert!(matches!(e, Error::WrongContext { .. }), "{e}");
+    assert!(e.to_string().contains("mock.rs:7:9"), "{e}");
+    // And a buffer of CTX1 passed to a kernel of the stream's context.
+    let mut foreign = k(1, 0xa0);
+    foreign.ctx = CTX1;
+    let e = run(&mut cache, plan, &foreign, &k1, copy(4), memset(0), None).unwrap_err();
+    assert!(matches!(e, Error::WrongContext { .. }), "{e}");
+    assert!(mock.calls().is_empty());
+}
+
+#[test]
+fn edges_between_kernels_of_two_devices_are_plain_and_a_moved_kernel_is_not_set_per_node() {
+    let (mock, mut cache, plan) = setup();
+    // n0 -> n1, n1 programmatic: a programmatic edge on one device...
+    run(&mut cache, plan, &k(1, 0xa0), &pk(2, 0xb0), copy(4), memset(0), None).unwrap();
+    assert!(cache.edges().iter().any(|e| e.2 == EdgeKind::Programmatic));
+    // ... but plain when n1's kernel runs on another device.
+    let (mock2, mut other, plan2) = setup();
+    let mut p1 = pk(2, 0xb0);
+    (p1.on, p1.ctx) = (Some(CTX1), CTX1);
+    run(&mut other, plan2, &k(1, 0xa0), &p1, copy(4), memset(0), None).unwrap();
+    assert!(other.edges().iter().all(|e| e.2 == EdgeKind::Plain), "{:?}", other.edges());
+    assert!(!mock2.calls().iter().any(|c| c.contains("programmatic=")));
+    // The same node's kernel moved to another device between calls: its edges change kind,
+    // and the driver's rule for such a per-node set is not measured: another graph.
+    mock.calls();
+    let mut moved = pk(2, 0xb0);
+    (moved.on, moved.ctx) = (Some(CTX1), CTX1);
+    run(&mut cache, plan, &k(1, 0xa0), &moved, copy(4), memset(0), None).unwrap();
+    let calls = mock.calls();
+    assert!(!calls.iter().any(|c| c.starts_with("set_kernel")), "{calls:?}");
+    assert!(calls.iter().any(|c| c == "instantiate"), "{calls:?}");
+    assert!(cache.edges().iter().all(|e| e.2 == EdgeKind::Plain), "{:?}", cache.edges());
 }

@@ -13,22 +13,34 @@ use crate::plan::Plan;
 /// another context; and for a `graph!` call (`handles`: its plan and
 /// [`CallId`](crate::__private::CallId)), that every node's buffer handles are its own
 /// ([`check_handles`]).
+///
+/// Contexts: each node's buffers must be of the context the node runs on (a kernel: its
+/// `kernels!` struct's; every other node: the stream's), except that a copy between device
+/// buffers may cross contexts (a peer copy) and captured work may use buffers of any context
+/// ([`NodeKind::contexts_ok`](crate::kind::NodeKind::contexts_ok)); else
+/// [`Error::WrongContext`]. Peer copies whose pair of contexts `peers` has not enabled yet are
+/// noted in it, for the cache to enable before anything is enqueued.
 pub(super) fn validate(
     shape: &dyn Shape,
     nodes: &[Option<NodeParams<'_>>],
     ctx: CUcontext,
     limits: Option<&Limits>,
     handles: Option<(&Plan, u64)>,
+    peers: &mut Peers,
 ) -> Result<()> {
     let mut ops = crate::operand::NO_ACCESSES;
+    peers.pending.clear();
     for (i, n) in nodes.iter().enumerate() {
         let site = || shape.site(i);
         let Some(n) = n else { continue };
         n.validate(limits, &site)?;
         let len = n.accesses(&mut ops);
         let ops = &mut ops[..len];
-        if ops.iter().any(|o| o.2 != ctx) {
+        if !n.contexts_ok(ctx, ops) {
             return Err(Error::WrongContext { site: site() });
+        }
+        if let Some((a, b)) = n.peer() {
+            peers.need(a, b, i);
         }
         if let Some((plan, call)) = handles {
             check_handles(plan, shape.plan_index(i), call, ops)?;
@@ -73,4 +85,30 @@ pub(super) fn check_handles(
         "one buffer passed twice to one node, and written: the operands would alias"
     };
     Err(Error::InvalidNode { site: NodeSite::of(plan, &plan.nodes[i]), why: why.into() })
+}
+
+/// The pairs of contexts whose peer access a cache enabled (`cuCtxEnablePeerAccess`, both
+/// ways), and those that the call being validated needs and that are not enabled yet.
+#[derive(Debug, Default)]
+pub(crate) struct Peers {
+    /// Enabled pairs, each ordered `(lower, higher)`.
+    pub(crate) enabled: Vec<(CUcontext, CUcontext)>,
+    /// Pairs to enable for this call, ordered, with the first node needing each.
+    pub(crate) pending: Vec<(CUcontext, CUcontext, usize)>,
+}
+
+// SAFETY: context handles, only compared and passed to the driver by the cache that owns them
+// (not `Sync`), while the contexts are alive (their buffers are borrowed by the call).
+unsafe impl Send for Peers {}
+
+impl Peers {
+    /// Notes that node `node` copies between contexts `a` and `b`.
+    fn need(&mut self, a: CUcontext, b: CUcontext, node: usize) {
+        let (lo, hi) = if (a as usize) <= (b as usize) { (a, b) } else { (b, a) };
+        let known =
+            self.enabled.contains(&(lo, hi)) || self.pending.iter().any(|p| (p.0, p.1) == (lo, hi));
+        if !known {
+            self.pending.push((lo, hi, node));
+        }
+    }
 }

@@ -20,7 +20,7 @@ use cudarc::driver::{CudaStream, CudaView, CudaViewMut, DriverError};
 
 use super::NodeKind;
 use crate::capture::imp::{Alias, Listed};
-use crate::capture::{Capture, next_capture_id};
+use crate::capture::{Capture, CaptureOrigin, next_capture_id, order_streams, origin_stream};
 use crate::error::{CudaError, Error, NodeSite};
 use crate::operand::{Accesses, DevRead, DevWrite, sealed};
 use crate::raw;
@@ -60,6 +60,9 @@ pub trait CaptureOperand: sealed::Sealed {
     /// `(pointer, length, context, tag, written)`.
     #[doc(hidden)]
     fn parts(&self) -> (sys::CUdeviceptr, usize, CUcontext, u64, bool);
+    /// The stream the buffer was allocated on (set by `graph!`).
+    #[doc(hidden)]
+    fn own(&self) -> Option<&CudaStream>;
     /// The closure's view of the operand's alias.
     #[doc(hidden)]
     fn view<'s>(alias: &'s mut Alias<Self::Elem>) -> Self::View<'s>;
@@ -71,6 +74,9 @@ impl<T: 'static> CaptureOperand for DevRead<'_, T> {
     fn parts(&self) -> (sys::CUdeviceptr, usize, CUcontext, u64, bool) {
         (self.ptr, self.len, self.ctx, self.tag, false)
     }
+    fn own(&self) -> Option<&CudaStream> {
+        self.own
+    }
     fn view<'s>(alias: &'s mut Alias<T>) -> CudaView<'s, T> {
         alias.slice().as_view()
     }
@@ -81,6 +87,9 @@ impl<T: 'static> CaptureOperand for DevWrite<'_, T> {
     type View<'s> = CudaViewMut<'s, T>;
     fn parts(&self) -> (sys::CUdeviceptr, usize, CUcontext, u64, bool) {
         (self.ptr, self.len, self.ctx, self.tag, true)
+    }
+    fn own(&self) -> Option<&CudaStream> {
+        self.own
     }
     fn view<'s>(alias: &'s mut Alias<T>) -> CudaViewMut<'s, T> {
         alias.slice().as_view_mut()
@@ -97,13 +106,22 @@ pub trait CaptureOperands: sealed::Sealed {
     /// Each operand's `(tag, written, context)` into `out`; returns how many.
     #[doc(hidden)]
     fn accesses(&self, out: &mut Accesses) -> usize;
-    /// One alias per operand, over its memory, on `stream`.
+    /// The own stream of each operand of another context than `ctx` (`None` for such an
+    /// operand without one), into `out`.
+    #[doc(hidden)]
+    fn foreign<'x>(&'x self, ctx: CUcontext, out: &mut Vec<Option<&'x CudaStream>>);
+    /// One alias per operand, over its memory: on `stream` for an operand of its context, else
+    /// on the stream of `helpers` of the operand's context.
     ///
     /// # Safety
     /// The handles' memory stays borrowed (allocated) while the aliases live, and is of
-    /// `stream`'s context.
+    /// `stream`'s context or of the context of a stream in `helpers`.
     #[doc(hidden)]
-    unsafe fn aliases(&self, stream: &Arc<CudaStream>) -> Self::Aliases;
+    unsafe fn aliases(
+        &self,
+        stream: &Arc<CudaStream>,
+        helpers: &[Arc<CudaStream>],
+    ) -> Self::Aliases;
     /// The closure's views of the aliases.
     #[doc(hidden)]
     fn views<'s>(aliases: &'s mut Self::Aliases) -> Self::Views<'s>;
@@ -125,11 +143,22 @@ macro_rules! capture_operands {
                 n += 1;)*
                 n
             }
-            unsafe fn aliases(&self, stream: &Arc<CudaStream>) -> Self::Aliases {
+            fn foreign<'x>(&'x self, ctx: CUcontext, out: &mut Vec<Option<&'x CudaStream>>) {
+                $(if self.$i.parts().2 != ctx {
+                    out.push(self.$i.own());
+                })*
+            }
+            unsafe fn aliases(
+                &self,
+                stream: &Arc<CudaStream>,
+                helpers: &[Arc<CudaStream>],
+            ) -> Self::Aliases {
                 // SAFETY: the caller's contract, operand by operand.
                 ($({
-                    let (ptr, len, ..) = self.$i.parts();
-                    unsafe { Alias::new(stream, ptr, len) }
+                    let (ptr, len, ctx, ..) = self.$i.parts();
+                    let on =
+                        helpers.iter().find(|h| h.context().cu_ctx() == ctx).unwrap_or(stream);
+                    unsafe { Alias::new(on, ptr, len) }
                 },)*)
             }
             fn views<'s>(aliases: &'s mut Self::Aliases) -> Self::Views<'s> {
@@ -182,27 +211,88 @@ impl<'a, H: CaptureOperands, F> CaptureParams<'a, H, F> {
     /// Runs `f` on aliases of the operands, with the stream capturing or not. Returns the
     /// closure's result, or the panic, and the driver error that made the recording unusable
     /// (an explicit node of [`Capture::kernel`] whose successors could not be set), if any.
+    ///
+    /// Operands of other devices (`helpers`: the thread's stream of each of their contexts)
+    /// have their aliases on those streams, which first join the capture (eagerly: wait for
+    /// the stream's work so far) and are joined back after the aliases were dropped (whose
+    /// `leak` makes them wait for the views' last uses on any stream of their device).
     #[allow(clippy::type_complexity)]
     fn call<E>(
         &self,
         f: F,
         capturing: bool,
+        helpers: &[CaptureOrigin],
     ) -> (std::thread::Result<Result<(), E>>, Option<CudaError>)
     where
         F: for<'s> FnOnce(&'s Capture, H::Views<'s>) -> Result<(), E>,
     {
+        let mut forked = None;
+        if let Some(here) = helpers.first().map(|_| origin_stream(self.stream.context())) {
+            let fork = |here: &CaptureOrigin| {
+                helpers
+                    .iter()
+                    .try_for_each(|h| order_streams(self.stream, here.fork_event(), h.stream()))
+            };
+            if let Err(error) = here.and_then(|here| fork(&here)) {
+                forked = Some(CudaError { call: Self::FORK, error });
+            }
+            let _ = self.stream.context().bind_to_thread();
+        }
         // SAFETY: the handles borrow their buffers for the whole graph call, which outlives
-        // the aliases (dropped at the end of this function); `validate` checked that they are
-        // of the stream's context. An alias is never freed (its drop leaks it), and the closure
-        // gets only views of it, for a lifetime it must accept for any `'s`: they cannot
-        // escape the closure.
-        let mut aliases = unsafe { self.handles.aliases(self.stream) };
+        // the aliases (dropped below); `validate` and `helpers` made sure that each is of the
+        // stream's context or of a helper's. An alias is never freed (its drop leaks it), and
+        // the closure gets only views of it, for a lifetime it must accept for any `'s`: they
+        // cannot escape the closure.
+        let streams: Vec<Arc<CudaStream>> = helpers.iter().map(|h| h.stream().clone()).collect();
+        let mut aliases = unsafe { self.handles.aliases(self.stream, &streams) };
         let listed = self.handles.listed(&mut aliases, self.stream);
         let cap = Capture::new(self.stream.clone(), capturing, listed, next_capture_id());
         let result = catch_unwind(AssertUnwindSafe(|| f(&cap, H::views(&mut aliases))));
-        (result, cap.broken())
-        // `aliases` dropped here: still capturing when `capturing`, so their `leak` waits
-        // only on events recorded inside this capture.
+        let broken = cap.broken();
+        drop(cap);
+        // Still capturing when `capturing`, so their `leak` waits only on events recorded
+        // inside this capture.
+        drop(aliases);
+        let mut joined = None;
+        for h in helpers {
+            if let Err(error) = order_streams(h.stream(), h.join_event(), self.stream) {
+                joined.get_or_insert(CudaError { call: Self::JOIN, error });
+            }
+        }
+        if !helpers.is_empty() {
+            let _ = self.stream.context().bind_to_thread();
+        }
+        (result, broken.or(forked).or(joined))
+    }
+
+    const FORK: &'static str =
+        "cuEventRecord / cuStreamWaitEvent (another device's stream into the capture)";
+    const JOIN: &'static str =
+        "cuEventRecord / cuStreamWaitEvent (another device's stream back from the capture)";
+
+    /// The thread's stream of each other context (device) of the operands, once per context
+    /// (made on the operand's own context object the first time: `ctx.new_stream()`). Refused
+    /// ([`Error::WrongContext`]) for an operand of another context without an own stream (not
+    /// made by `graph!`), and ([`Error::Node`]) unless cudarc manages stream synchronization
+    /// for that context object, as for the call's stream (see `require_tracking`).
+    fn helpers(&self, site: &dyn Fn() -> NodeSite) -> Result<Vec<CaptureOrigin>, Error> {
+        let mut owns = Vec::new();
+        self.handles.foreign(self.stream.context().cu_ctx(), &mut owns);
+        let mut helpers: Vec<CaptureOrigin> = Vec::new();
+        for own in owns {
+            let Some(own) = own else { return Err(Error::WrongContext { site: site() }) };
+            let ctx = own.context();
+            if helpers.iter().any(|h| h.stream().context().cu_ctx() == ctx.cu_ctx()) {
+                continue;
+            }
+            let err = |call, error| Error::Node { site: site(), source: CudaError { call, error } };
+            let h = origin_stream(ctx)
+                .map_err(|e| err("cuStreamCreate (another device's helper stream)", e))?;
+            crate::capture::require_tracking(h.stream())
+                .map_err(|why| err(why, DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED)))?;
+            helpers.push(h);
+        }
+        Ok(helpers)
     }
 
     /// The closure, taken: each statement value runs it once (the cache records or runs it
@@ -234,13 +324,14 @@ where
         // `run_call`).
         unsafe { crate::capture::can_capture(self.stream) }
             .map_err(|(call, e)| graph_err(call, e))?;
+        let helpers = self.helpers(site)?;
         let f = self.take(site)?;
         let origin = crate::capture::origin_stream(self.stream.context())
             .map_err(|e| graph_err("cuStreamCreate (capture origin)", e))?;
         // SAFETY: as above; neither stream is capturing (the origin is this thread's own).
         unsafe { crate::capture::begin_joined(&origin, self.stream) }
             .map_err(|e| graph_err("cuStreamBeginCapture", e))?;
-        let (result, broken) = self.call(f, true);
+        let (result, broken) = self.call(f, true, &helpers);
         let ctx = self.stream.context();
         let _ = ctx.bind_to_thread();
         // SAFETY: this thread began the capture on `origin` and joined the stream, both alive;
@@ -297,14 +388,16 @@ where
             let error = DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED);
             Error::Node { site: site(), source: CudaError { call: why, error } }
         })?;
+        let helpers = self.helpers(site)?;
         let f = self.take(site)?;
-        match self.call(f, false).0 {
-            Err(panic) => resume_unwind(panic),
-            Ok(Err(e)) => {
+        match self.call(f, false, &helpers) {
+            (Err(panic), _) => resume_unwind(panic),
+            (Ok(Err(e)), _) => {
                 let at = site();
                 Err(Error::Capture { file: at.file, line: at.line, source: e.into() })
             }
-            Ok(Ok(())) => Ok(()),
+            (Ok(Ok(())), Some(source)) => Err(Error::Node { site: site(), source }),
+            (Ok(Ok(())), None) => Ok(()),
         }
     }
 }
@@ -333,6 +426,12 @@ impl NodeKind for Captured {
         _: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
         Ok(())
+    }
+
+    /// Captured work may use buffers of any context (collectives and send/recv of NCCL over
+    /// the devices of the host, on streams of their devices).
+    fn contexts_ok(_: &&dyn CapturedWork, _: CUcontext, _: &[(u64, bool, CUcontext)]) -> bool {
+        true
     }
 
     /// The closure may use buffers it did not list.

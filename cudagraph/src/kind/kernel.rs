@@ -7,7 +7,8 @@ use core::ptr;
 use cudarc::driver::sys::{
     self, CUDA_KERNEL_NODE_PARAMS_v3, CUcontext, CUfunction, CUgraphNodeParams, CUgraphNodeType,
 };
-use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig};
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig};
+use std::sync::Arc;
 
 use super::NodeKind;
 use crate::error::{Call, CudaError, Error, NodeSite};
@@ -180,10 +181,28 @@ launch_cfg! {
     ((u32, u32, u32), (u32, u32, u32), u32) => |t| LaunchDims { grid: t.0, block: t.1, shared_bytes: t.2 };
 }
 
+/// A kernel function of a `kernels!` struct with the context its module was loaded in: the
+/// context (device) its nodes run on. Made by generated code (`Functions::kernel`).
+#[doc(hidden)]
+#[derive(Clone, Copy)]
+pub struct KernelFn<'f> {
+    pub(crate) function: &'f CudaFunction,
+    pub(crate) ctx: &'f Arc<CudaContext>,
+}
+
+impl<'f> KernelFn<'f> {
+    /// `function`, loaded in `ctx`.
+    pub(crate) fn new(function: &'f CudaFunction, ctx: &'f Arc<CudaContext>) -> Self {
+        KernelFn { function, ctx }
+    }
+}
+
 /// A typed kernel call made by a `kernels!` method, waiting for `.launch(cfg)`.
 #[must_use = "a kernel call does nothing until `.launch(cfg)` inside `graph!`"]
 pub struct KernelCall<'f, A> {
     function: &'f CudaFunction,
+    /// The context the function's module was loaded in: its node runs there.
+    ctx: &'f Arc<CudaContext>,
     name: &'static str,
     args: A,
     /// Declared `#[programmatic]` in `kernels!`: every thread waits for the kernels before it
@@ -199,8 +218,9 @@ impl<'f, A: KernelArgs> KernelCall<'f, A> {
     /// only the buffers passed as [`DevRead`] and writes only those passed as [`DevWrite`],
     /// within their lengths: the contract of `kernels!`'s `load`.
     #[doc(hidden)]
-    pub unsafe fn new(function: &'f CudaFunction, name: &'static str, args: A) -> Self {
-        KernelCall { function, name, args, programmatic: false }
+    pub unsafe fn new(function: KernelFn<'f>, name: &'static str, args: A) -> Self {
+        let KernelFn { function, ctx } = function;
+        KernelCall { function, ctx, name, args, programmatic: false }
     }
 
     /// Made by the methods of a [`kernels!`](crate::kernels) struct for a kernel declared
@@ -213,12 +233,9 @@ impl<'f, A: KernelArgs> KernelCall<'f, A> {
     /// `cudaGridDependencySynchronize()`) before it reads or writes any buffer and before it
     /// returns: the `#[programmatic]` contract of `kernels!`'s `load`.
     #[doc(hidden)]
-    pub unsafe fn new_programmatic(
-        function: &'f CudaFunction,
-        name: &'static str,
-        args: A,
-    ) -> Self {
-        KernelCall { function, name, args, programmatic: true }
+    pub unsafe fn new_programmatic(function: KernelFn<'f>, name: &'static str, args: A) -> Self {
+        let KernelFn { function, ctx } = function;
+        KernelCall { function, ctx, name, args, programmatic: true }
     }
 
     /// Launch configuration: a cudarc `LaunchConfig`, a [`LaunchDims`]
@@ -248,6 +265,11 @@ impl<'f, A: KernelArgs> KernelLaunch<'f, A> {
     pub fn function(&self) -> &CudaFunction {
         self.call.function
     }
+    /// The context the function was loaded in (its `kernels!` struct's): the node runs on its
+    /// device.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        self.call.ctx
+    }
     /// Grid, block and shared memory.
     pub fn dims(&self) -> LaunchDims {
         self.dims
@@ -265,7 +287,9 @@ impl<A: KernelArgs> KernelLaunch<'_, A> {
     /// `kernelParams` points into storage that lives only during `f`.
     pub(crate) fn with_node_params<R>(&self, f: impl FnOnce(&mut CUgraphNodeParams) -> R) -> R {
         let mut state = KernelState::new(self);
-        Kernel::with_params(&mut state, ptr::null_mut(), f)
+        // The node's own context: no `ctx` in the parameters (the current one, as before).
+        let ctx = state.ctx;
+        Kernel::with_params(&mut state, ctx, f)
     }
 
     /// Each argument's size in bytes, in parameter order.
@@ -288,6 +312,15 @@ pub trait KernelNode: sealed::Sealed {
     /// The function itself, which keeps its module loaded while a graph holds it.
     fn function_owner(&self) -> Option<&CudaFunction> {
         None
+    }
+    /// The context the function was loaded in, where the node runs (`None`: the call's).
+    fn context(&self) -> Option<&Arc<CudaContext>> {
+        None
+    }
+    /// [`Self::context`]'s handle.
+    #[doc(hidden)]
+    fn node_context(&self) -> Option<CUcontext> {
+        self.context().map(|c| c.cu_ctx())
     }
     /// Grid, block and shared memory.
     fn dims(&self) -> LaunchDims;
@@ -324,6 +357,9 @@ impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
     }
     fn function_owner(&self) -> Option<&CudaFunction> {
         Some(self.call.function)
+    }
+    fn context(&self) -> Option<&Arc<CudaContext>> {
+        Some(self.call.ctx)
     }
     fn dims(&self) -> LaunchDims {
         self.dims
@@ -367,6 +403,8 @@ impl<'f, A: KernelArgs> LaunchNode for KernelLaunch<'f, A> {
 /// 8-byte-aligned offset, so `kernelParams` can point into it.
 pub(crate) struct KernelState {
     func: CUfunction,
+    /// The context the function was loaded in (null: the call's), where the node runs.
+    ctx: CUcontext,
     /// Keeps `func`'s module loaded while this node may run or be updated.
     owner: Option<CudaFunction>,
     /// The function the variant's template graph names for this node (the one it was built
@@ -393,6 +431,7 @@ impl KernelState {
         });
         let mut s = KernelState {
             func: k.function(),
+            ctx: k.node_context().unwrap_or(ptr::null_mut()),
             owner: k.function_owner().cloned(),
             template: k.function_owner().cloned(),
             dims: k.dims(),
@@ -444,8 +483,15 @@ impl KernelState {
     }
 
     /// Calls `f` with the driver's view of these parameters. `kernelParams` points into
-    /// `self.args` and is only valid during `f`.
-    fn with_params<R>(&mut self, f: impl FnOnce(&CUDA_KERNEL_NODE_PARAMS_v3) -> R) -> R {
+    /// `self.args` and is only valid during `f`. `ctx`: the context of the graph (or stream);
+    /// a node of another context names its own in the parameters' `ctx` (a kernel of another
+    /// device in a multi-device graph), else the field stays null (the current context).
+    fn with_params<R>(
+        &mut self,
+        ctx: CUcontext,
+        f: impl FnOnce(&CUDA_KERNEL_NODE_PARAMS_v3) -> R,
+    ) -> R {
+        let own = if self.ctx.is_null() || self.ctx == ctx { ptr::null_mut() } else { self.ctx };
         let mut ptrs = [ptr::null_mut::<c_void>(); MAX_KERNEL_PARAMS];
         let base = self.args.as_mut_ptr().cast::<u8>();
         for (p, &(off, _)) in ptrs.iter_mut().zip(self.offsets.iter()) {
@@ -489,7 +535,7 @@ impl KernelState {
             kernelParams: ptrs.as_mut_ptr(),
             extra: raw::NO_EXTRA,
             kern: ptr::null_mut(),
-            ctx: ptr::null_mut(),
+            ctx: own,
         };
         f(&params)
     }
@@ -637,17 +683,30 @@ impl NodeKind for Kernel {
             s.owner = k.function_owner().cloned();
             changed = true;
         }
+        let ctx = k.node_context().unwrap_or(ptr::null_mut());
+        changed |= s.ctx != ctx;
+        s.ctx = ctx;
         changed |= s.dims != k.dims();
         s.dims = k.dims();
         changed
     }
 
+    /// A function of another context is not set into a node of this one: the driver's rule
+    /// for that is not measured, so the ladder goes to a whole-exec update.
+    fn settable(old: &KernelState, new: &&dyn KernelNode) -> bool {
+        old.ctx == new.node_context().unwrap_or(ptr::null_mut())
+    }
+
+    fn context(k: &&dyn KernelNode) -> Option<CUcontext> {
+        k.node_context()
+    }
+
     fn with_params<R>(
         s: &mut KernelState,
-        _ctx: CUcontext,
+        ctx: CUcontext,
         f: impl FnOnce(&mut CUgraphNodeParams) -> R,
     ) -> R {
-        s.with_params(|k| {
+        s.with_params(ctx, |k| {
             let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL);
             p.__bindgen_anon_1.kernel = *k;
             f(&mut p)
@@ -658,8 +717,10 @@ impl NodeKind for Kernel {
         Some(k.programmatic())
     }
 
+    /// A kernel moved to another context (device) changes the kinds of its edges (plain
+    /// across devices) and is never set into the node per node: another graph.
     fn same_edges(s: &KernelState, k: &&dyn KernelNode) -> bool {
-        s.programmatic == k.programmatic()
+        s.programmatic == k.programmatic() && s.ctx == k.node_context().unwrap_or(ptr::null_mut())
     }
 
     fn carry(old: &mut KernelState, new: &mut KernelState) {
@@ -678,21 +739,32 @@ impl NodeKind for Kernel {
             return Err(super::conditional::eager_refused(site()));
         }
         let err = |source| Error::Node { site: site(), source };
-        let programmatic =
-            k.programmatic() && supports_programmatic(stream.context()).map_err(err)?;
-        let s = stream.cu_stream();
-        type Launch = unsafe fn(
-            &CUDA_KERNEL_NODE_PARAMS_v3,
-            sys::CUstream,
-        ) -> Result<(), cudarc::driver::DriverError>;
-        let (launch, call): (Launch, _) = if programmatic {
-            (raw::launch_kernel_programmatic, Self::EAGER_PROGRAMMATIC)
-        } else {
-            (raw::launch_kernel, Self::EAGER)
+        let run = |stream: &CudaStream| {
+            let programmatic =
+                k.programmatic() && supports_programmatic(stream.context()).map_err(err)?;
+            let s = stream.cu_stream();
+            type Launch = unsafe fn(
+                &CUDA_KERNEL_NODE_PARAMS_v3,
+                sys::CUstream,
+            ) -> Result<(), cudarc::driver::DriverError>;
+            let (launch, call): (Launch, _) = if programmatic {
+                (raw::launch_kernel_programmatic, Self::EAGER_PROGRAMMATIC)
+            } else {
+                (raw::launch_kernel, Self::EAGER)
+            };
+            // SAFETY: the caller's contract; `kernelParams` points into the state during the
+            // call; a programmatic launch is of a kernel declared `#[programmatic]` (it waits);
+            // the stream is of the function's context, which is current.
+            let mut state = state;
+            let ctx = stream.context().cu_ctx();
+            state.with_params(ctx, |p| unsafe { launch(p, s) }).call(call).map_err(err)
         };
-        // SAFETY: the caller's contract; `kernelParams` points into the state during the call;
-        // a programmatic launch is of a kernel declared `#[programmatic]` (it waits).
-        let mut state = state;
-        state.with_params(|p| unsafe { launch(p, s) }).call(call).map_err(err)
+        match k.context() {
+            // A kernel of another device runs on a stream of its own context.
+            Some(c) if c.cu_ctx() != stream.context().cu_ctx() => {
+                super::on_context(stream, c, site, run)
+            }
+            _ => run(stream),
+        }
     }
 }

@@ -129,6 +129,29 @@ pub fn copy<'x, S: CopyTo<D> + 'x, D: 'x>(src: S, dst: D) -> MemcpyParams<'x> {
     src.memcpy(dst)
 }
 
+/// Where a copy runs (the memcpy node's `copyCtx`) in a graph of context `exec`: `exec` when a
+/// side is of it (every copy of a single-device graph; a peer copy to or from the launch
+/// stream's device, as measured on the 2-GPU H200 machine), else the source's context (a copy
+/// between two other devices).
+pub(crate) fn copy_ctx(c: &Copy1d, exec: CUcontext) -> CUcontext {
+    if exec.is_null() || c.src_ctx == exec || c.dst_ctx == exec { exec } else { c.src_ctx }
+}
+
+/// The contexts a copy's sides may be of, in a call on context `call`: a copy between device
+/// buffers may cross contexts (a peer copy, on any devices); a copy with a pinned host side
+/// is of the call's context on both sides.
+pub(crate) fn contexts_ok(c: &Copy1d, call: CUcontext) -> bool {
+    let device = matches!(c.src, Memory::Device(_)) && matches!(c.dst, Memory::Device(_));
+    device || (c.src_ctx == call && c.dst_ctx == call)
+}
+
+/// A peer copy's `(source, destination)` contexts: device memory on both sides, of two
+/// contexts.
+pub(crate) fn peer(c: &Copy1d) -> Option<(CUcontext, CUcontext)> {
+    let device = matches!(c.src, Memory::Device(_)) && matches!(c.dst, Memory::Device(_));
+    (device && c.src_ctx != c.dst_ctx).then_some((c.src_ctx, c.dst_ctx))
+}
+
 /// Whether a copy has a pinned host side. The driver resolves a host address when a memcpy
 /// node's parameters are set, and keeps what it resolved: if that pinned buffer is freed and a
 /// new one is allocated at the same address (the allocator often hands the address back), a
@@ -214,6 +237,14 @@ impl NodeKind for Memcpy {
         2
     }
 
+    fn contexts_ok(c: &MemcpyParams<'_>, call: CUcontext, _: &[(u64, bool, CUcontext)]) -> bool {
+        contexts_ok(&c.raw, call)
+    }
+
+    fn peer(c: &MemcpyParams<'_>) -> Option<(CUcontext, CUcontext)> {
+        peer(&c.raw)
+    }
+
     fn state(c: &MemcpyParams<'_>) -> Copy1d {
         c.raw
     }
@@ -238,7 +269,7 @@ impl NodeKind for Memcpy {
         p.__bindgen_anon_1.memcpy = sys::CUDA_MEMCPY_NODE_PARAMS {
             flags: 0,
             reserved: 0,
-            copyCtx: ctx,
+            copyCtx: copy_ctx(s, ctx),
             copyParams: memcpy3d(s),
         };
         f(&mut p)
@@ -256,7 +287,9 @@ impl NodeKind for Memcpy {
             Memory::Host(p) => p as CUdeviceptr,
         };
         let bytes = c.src_len * c.elem_size;
-        // SAFETY: the caller's contract: both sides valid for `bytes` until the copy ran.
+        // SAFETY: the caller's contract: both sides valid for `bytes` until the copy ran. With
+        // unified addressing `cuMemcpyAsync` copies between any devices' memory (a peer copy),
+        // on the call's stream.
         unsafe { raw::memcpy_async(addr(c.dst), addr(c.src), bytes, stream.cu_stream()) }
             .call(Self::EAGER)
             .map_err(|source| Error::Node { site: site(), source })

@@ -46,7 +46,7 @@ pub use fill::{FillNode, MAX_FILL_BYTES};
 pub use host::{HostOperand, HostOperands, HostParams, HostWork};
 pub(crate) use kernel::Limits;
 pub use kernel::{
-    KernelArgs, KernelCall, KernelLaunch, KernelNode, LaunchCfg, LaunchDims, LaunchNode,
+    KernelArgs, KernelCall, KernelFn, KernelLaunch, KernelNode, LaunchCfg, LaunchDims, LaunchNode,
 };
 pub use memcpy::{CopyTo, MemcpyParams, Memory, copy};
 pub use memset::{MemsetParams, MemsetValue, MemsetValueOf, memset, zero};
@@ -73,6 +73,26 @@ pub(crate) trait NodeKind {
     ) -> Result<(), Error>;
     /// Each buffer operand's `(tag, written, context)` into `out`; returns how many.
     fn accesses(p: &Self::Params<'_>, out: &mut Accesses) -> usize;
+    /// The context the node's work runs on when it is not the call's stream's (a kernel of a
+    /// `kernels!` struct loaded in another context: another device); `None` for the call's.
+    fn context(_p: &Self::Params<'_>) -> Option<CUcontext> {
+        None
+    }
+    /// Whether the node's buffer operands `ops` (from [`Self::accesses`]) may be of their
+    /// contexts, in a call on a stream of context `call`. By default every buffer is of the
+    /// context the node runs on ([`Self::context`], else `call`): a device has no node reading
+    /// another device's memory. Copies between device buffers may cross devices (peer copies),
+    /// and captured work may use buffers of any device.
+    fn contexts_ok(p: &Self::Params<'_>, call: CUcontext, ops: &[(u64, bool, CUcontext)]) -> bool {
+        let on = Self::context(p).unwrap_or(call);
+        ops.iter().all(|o| o.2 == on)
+    }
+    /// A copy between device buffers of two different contexts: `(source, destination)`, the
+    /// pair whose peer access the cache enables (`cuCtxEnablePeerAccess`, both ways) before the
+    /// first graph or eager call that has it.
+    fn peer(_p: &Self::Params<'_>) -> Option<(CUcontext, CUcontext)> {
+        None
+    }
     /// The state of a node made from `p`.
     fn state(p: &Self::Params<'_>) -> Self::State;
     /// Records `p` in `state`; returns whether anything the exec holds changed.
@@ -151,6 +171,33 @@ pub(crate) trait NodeKind {
         reports: &Arc<Reports>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error>;
+}
+
+/// Runs eager `work` of another context (device) than `stream`'s, ordered as though it ran on
+/// `stream`: the calling thread's stream of `ctx` (its capture origin, made once with
+/// `ctx.new_stream()`) first waits for `stream`'s work so far, `work` runs on it with `ctx`
+/// current, then `stream` waits for it (`cuEventRecord` and `cuStreamWaitEvent` each way, with
+/// events of each side's context), and `stream`'s context is current again. Two records and two
+/// waits per node: the eager oracle of a multi-device call, not its fast path.
+pub(crate) fn on_context(
+    stream: &CudaStream,
+    ctx: &Arc<cudarc::driver::CudaContext>,
+    site: &dyn Fn() -> NodeSite,
+    work: impl FnOnce(&CudaStream) -> Result<(), Error>,
+) -> Result<(), Error> {
+    use crate::capture::{order_streams, origin_stream};
+    let err = |call, error| Error::Node { site: site(), source: CudaError { call, error } };
+    let here =
+        origin_stream(stream.context()).map_err(|e| err("cuStreamCreate (eager helper)", e))?;
+    let there = origin_stream(ctx).map_err(|e| err("cuStreamCreate (eager helper)", e))?;
+    order_streams(stream, here.fork_event(), there.stream())
+        .map_err(|e| err("cuEventRecord / cuStreamWaitEvent (into another device's stream)", e))?;
+    let r = work(there.stream());
+    // Joined back even after an error: what `work` enqueued stays ordered before `stream`.
+    let joined = order_streams(there.stream(), there.join_event(), stream).map_err(|e| {
+        err("cuEventRecord / cuStreamWaitEvent (back from another device's stream)", e)
+    });
+    r.and(joined)
 }
 
 /// What goes wrong in nodes that run asynchronously on the host (a panic in a host node's
@@ -248,6 +295,31 @@ macro_rules! node_kinds {
             pub(crate) fn accesses(&self, out: &mut Accesses) -> usize {
                 match self {
                     $(NodeParams::$variant(p) => <$kind>::accesses(p, out),)*
+                }
+            }
+
+            /// See [`NodeKind::context`].
+            pub(crate) fn context(&self) -> Option<CUcontext> {
+                match self {
+                    $(NodeParams::$variant(p) => <$kind>::context(p),)*
+                }
+            }
+
+            /// See [`NodeKind::contexts_ok`].
+            pub(crate) fn contexts_ok(
+                &self,
+                call: CUcontext,
+                ops: &[(u64, bool, CUcontext)],
+            ) -> bool {
+                match self {
+                    $(NodeParams::$variant(p) => <$kind>::contexts_ok(p, call, ops),)*
+                }
+            }
+
+            /// See [`NodeKind::peer`].
+            pub(crate) fn peer(&self) -> Option<(CUcontext, CUcontext)> {
+                match self {
+                    $(NodeParams::$variant(p) => <$kind>::peer(p),)*
                 }
             }
 

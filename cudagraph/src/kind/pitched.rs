@@ -19,9 +19,15 @@ use crate::error::{Call, Error, NodeSite};
 use crate::operand::{Accesses, WriteArg};
 
 /// A buffer seen as `height` rows of `width` elements, row `r` starting at element
-/// `r * pitch` (all in elements of the buffer's type): a view with a row pitch. The rows must
-/// lie within the buffer (`(height - 1) * pitch + width <= len`) and `width <= pitch`; checked
-/// when the call runs ([`Error::InvalidNode`], nothing enqueued).
+/// `(first + r) * pitch` (all in elements of the buffer's type): a view with a row pitch,
+/// starting at row `first` of the buffer. The rows must lie within the buffer
+/// (`(first + height - 1) * pitch + width <= len`) and `width <= pitch`; checked when the call
+/// runs ([`Error::InvalidNode`], nothing enqueued).
+///
+/// `first` lets one statement address rows inside a buffer the other statements use whole,
+/// such as the halo rows of a field that a stencil kernel reads whole (`Rows::dense(nx,
+/// 1).from_row(ny - 1)`: the last row), without a view of the buffer (which would be another
+/// place, borrowed apart from the whole).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Rows {
     /// Elements per row.
@@ -30,30 +36,49 @@ pub struct Rows {
     pub height: usize,
     /// Elements from the start of one row to the start of the next.
     pub pitch: usize,
+    /// The buffer's row where the first row starts (its element `first * pitch`); 0 by
+    /// default.
+    pub first: usize,
 }
 
 impl Rows {
-    /// `height` rows of `width` elements, `pitch` elements apart.
+    /// `height` rows of `width` elements, `pitch` elements apart, from the buffer's start.
     pub const fn new(width: usize, height: usize, pitch: usize) -> Self {
-        Rows { width, height, pitch }
+        Rows { width, height, pitch, first: 0 }
     }
 
-    /// The rows of a dense `width × height` array (`pitch == width`).
+    /// The rows of a dense `width × height` array (`pitch == width`), from the buffer's start.
     pub const fn dense(width: usize, height: usize) -> Self {
-        Rows { width, height, pitch: width }
+        Rows { width, height, pitch: width, first: 0 }
+    }
+
+    /// The same rows starting at the buffer's row `first` (element `first * pitch`).
+    pub const fn from_row(self, first: usize) -> Self {
+        Rows { first, ..self }
+    }
+
+    /// Elements before the first row.
+    pub(crate) fn offset(&self) -> usize {
+        self.first * self.pitch
     }
 
     /// Why these rows do not fit a buffer of `len` elements, if they do not.
     fn misfit(&self, len: usize, side: &str) -> Option<String> {
-        let Rows { width, height, pitch } = *self;
+        let Rows { width, height, pitch, first } = *self;
         if width > pitch {
             return Some(format!(
                 "{side}: a row of {width} elements is wider than its pitch {pitch}"
             ));
         }
-        let end = (height - 1).checked_mul(pitch).and_then(|x| x.checked_add(width));
+        let end = (height - 1)
+            .checked_add(first)
+            .and_then(|r| r.checked_mul(pitch))
+            .and_then(|x| x.checked_add(width));
         match end {
             Some(end) if end <= len => None,
+            _ if first > 0 => Some(format!(
+                "{side}: {height} rows of {width} elements, {pitch} apart, from row {first}, do not fit in its {len} elements"
+            )),
             _ => Some(format!(
                 "{side}: {height} rows of {width} elements, {pitch} apart, do not fit in its {len} elements"
             )),
@@ -156,6 +181,9 @@ fn memcpy2d(c: &Copy2d) -> sys::CUDA_MEMCPY3D {
     p.dstPitch = c.dst_rows.pitch * es;
     p.srcHeight = c.src_rows.height;
     p.dstHeight = c.dst_rows.height;
+    // The first rows: the driver adds `Y * pitch` to each side's address.
+    p.srcY = c.src_rows.first;
+    p.dstY = c.dst_rows.first;
     p
 }
 
@@ -204,6 +232,15 @@ impl NodeKind for Memcpy2d {
         2
     }
 
+    /// As for 1-D copies: device to device may cross contexts (a peer copy).
+    fn contexts_ok(c: &Copy2dParams<'_>, call: CUcontext, _: &[(u64, bool, CUcontext)]) -> bool {
+        super::memcpy::contexts_ok(&c.raw.base, call)
+    }
+
+    fn peer(c: &Copy2dParams<'_>) -> Option<(CUcontext, CUcontext)> {
+        super::memcpy::peer(&c.raw.base)
+    }
+
     fn state(c: &Copy2dParams<'_>) -> Copy2d {
         c.raw
     }
@@ -229,7 +266,7 @@ impl NodeKind for Memcpy2d {
         p.__bindgen_anon_1.memcpy = sys::CUDA_MEMCPY_NODE_PARAMS {
             flags: 0,
             reserved: 0,
-            copyCtx: ctx,
+            copyCtx: super::memcpy::copy_ctx(&s.base, ctx),
             copyParams: memcpy2d(s),
         };
         f(&mut p)
@@ -241,6 +278,27 @@ impl NodeKind for Memcpy2d {
         _: &std::sync::Arc<Reports>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
+        if super::memcpy::peer(&c.raw.base).is_some() {
+            // Between devices: one `cuMemcpyAsync` per row (a peer copy with unified
+            // addressing, as for 1-D copies), rather than relying on `cuMemcpy3DAsync` across
+            // devices.
+            let (b, es) = (&c.raw.base, c.raw.base.elem_size);
+            let addr = |m: Memory| match m {
+                Memory::Device(p) => super::alloc::resolve(p),
+                Memory::Host(p) => p as CUdeviceptr,
+            };
+            let (s, d) = (c.raw.src_rows, c.raw.dst_rows);
+            for r in 0..s.height {
+                let from = addr(b.src) + ((s.first + r) * s.pitch * es) as CUdeviceptr;
+                let to = addr(b.dst) + ((d.first + r) * d.pitch * es) as CUdeviceptr;
+                // SAFETY: validated: every row lies within both sides' buffers, which stay
+                // borrowed until the copy ran (the caller's contract).
+                unsafe { crate::raw::memcpy_async(to, from, s.width * es, stream.cu_stream()) }
+                    .call("cuMemcpyAsync (a row of a 2-D copy between devices)")
+                    .map_err(|source| Error::Node { site: site(), source })?;
+            }
+            return Ok(());
+        }
         let p = memcpy2d(&c.raw);
         // SAFETY: validated: every row lies within both sides' buffers, which stay borrowed
         // until the copy ran (the caller's contract).
@@ -295,13 +353,17 @@ impl NodeKind for Memset2d {
         f: impl FnOnce(&mut CUgraphNodeParams) -> R,
     ) -> R {
         let r = s.rows;
-        f(&mut super::memset::memset_node(
+        let mut p = super::memset::memset_node(
             s.dst,
             s.value,
             s.elem_size,
             (r.width, r.height, r.pitch),
             ctx,
-        ))
+        );
+        // SAFETY: `memset_node` filled the `memset` member; the first row's offset is added to
+        // the resolved address (a graph-owned buffer's placeholder resolves first).
+        unsafe { p.__bindgen_anon_1.memset.dst += (r.offset() * s.elem_size as usize) as u64 };
+        f(&mut p)
     }
 
     unsafe fn eager(
@@ -312,6 +374,7 @@ impl NodeKind for Memset2d {
     ) -> Result<(), Error> {
         let m = &m.raw;
         let (d, pitch) = (super::alloc::resolve(m.dst), m.rows.pitch * m.elem_size as usize);
+        let d = d + (m.rows.offset() * m.elem_size as usize) as CUdeviceptr;
         let (w, h, s) = (m.rows.width, m.rows.height, stream.cu_stream());
         // SAFETY: validated: every row lies within the buffer, borrowed until the set ran.
         let r = unsafe {
