@@ -697,6 +697,8 @@ struct KernelRec {
     ctxs: Range<usize>,
     conds: Range<usize>,
     scalars: Range<usize>,
+    /// [`KernelArgs::pointers`]: which arguments carry a device address.
+    pointers: u16,
 }
 
 /// A recorded kernel node as the cache reads it.
@@ -742,6 +744,9 @@ impl KernelNode for KernelView<'_> {
         for &(i, len) in self.scalars {
             f(i as usize, len as usize);
         }
+    }
+    fn pointer_args(&self) -> u16 {
+        self.k.pointers
     }
     /// The contexts; the recording holds the places (checked when the node was added).
     fn accesses(&self, out: &mut crate::operand::Accesses) -> usize {
@@ -885,6 +890,7 @@ impl Recording {
             ctxs: c0..self.ctxs.len(),
             conds: q0..self.conds.len(),
             scalars: s0..self.scalars.len(),
+            pointers: args.pointers(),
         };
         self.push(site, RecKind::Kernel(k), &operands[..len])
     }

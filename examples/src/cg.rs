@@ -71,6 +71,10 @@ struct Args {
     /// Largest n for which the CPU reference runs.
     #[arg(long = "cpu-max", default_value_t = 256)]
     cpu_max: u32,
+    /// Loop iterations of each conditional-node overhead measurement (fewer under
+    /// compute-sanitizer, where every launch costs milliseconds).
+    #[arg(long = "overhead-iters", default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
+    overhead_iters: u32,
     /// Print the graph plans as Graphviz DOT and exit (no GPU needed).
     #[arg(long)]
     plan: bool,
@@ -366,8 +370,8 @@ fn overhead(
     stream: &Arc<CudaStream>,
     k: &Cg,
     kernels: u32,
+    iters: u32,
 ) -> Result<(f64, f64), Box<dyn std::error::Error>> {
-    const ITERS: u32 = 2000;
     const REPEATS: u32 = 50;
     let mut v = stream.alloc_zeros::<f64>(1)?;
     let mut left = stream.alloc_zeros::<u32>(1)?;
@@ -383,7 +387,7 @@ fn overhead(
     let while_us = timed(&mut || {
         let mut g = loop_cache.builder(stream);
         let (vw, lw) = (g.write(&mut v), g.write(&mut left));
-        g.memset(lw, ITERS);
+        g.memset(lw, iters);
         let c = g.condition(1);
         g.device_while(c, |g| {
             for _ in 1..kernels {
@@ -392,7 +396,7 @@ fn overhead(
             g.kernel(k.tick_last(c, lw).launch((1, 32)));
         });
         g.launch()
-    })? / f64::from(ITERS);
+    })? / f64::from(iters);
     let chain_us = timed(&mut || {
         let mut g = chain_cache.builder(stream);
         let vw = g.write(&mut v);
@@ -477,7 +481,7 @@ fn run(a: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     println!("|---|---|---|---|");
     for kernels in [1, 4, 16] {
         eprintln!("cg: overhead, {kernels} kernels");
-        let (w, c) = overhead(&stream, &k, kernels)?;
+        let (w, c) = overhead(&stream, &k, kernels, a.overhead_iters)?;
         println!("| {kernels} | {w:.2} | {c:.2} | {:.2} |", w - c);
     }
     Ok(ok)

@@ -254,9 +254,14 @@ struct K {
     programmatic: bool,
     /// The context its function was loaded in (`None`: the call's).
     on: Option<CUcontext>,
+    /// Whether `ptr` is declared a pointer (else a plain `u64` scalar).
+    ptr_is_pointer: bool,
 }
 
 impl KernelNode for K {
+    fn pointer_args(&self) -> u16 {
+        if self.ptr_is_pointer { 0b10 } else { 0 }
+    }
     fn function(&self) -> CUfunction {
         self.func as CUfunction
     }
@@ -287,7 +292,17 @@ pub(crate) const CTX: CUcontext = 0x1000 as CUcontext;
 pub(crate) const STREAM: CUstream = 0x2000 as CUstream;
 
 fn k(scalar: u32, ptr: u64) -> K {
-    K { func: 0x10, grid: 4, scalar, ptr, ctx: CTX, tag: 0, programmatic: false, on: None }
+    K {
+        func: 0x10,
+        grid: 4,
+        scalar,
+        ptr,
+        ctx: CTX,
+        tag: 0,
+        programmatic: false,
+        on: None,
+        ptr_is_pointer: true,
+    }
 }
 
 /// [`k`] of a kernel declared `#[programmatic]`.
@@ -1106,6 +1121,50 @@ fn graph_owned_memory_nodes_get_the_alloc_address_and_are_never_exec_updated() {
     run_memory(&mut cache, 512, 3).unwrap();
     assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"]);
     assert_eq!(mock.0.borrow().set_args.last().unwrap()[1], new.to_ne_bytes());
+}
+
+/// A plain `u64` scalar whose value happens to equal a graph-owned buffer's placeholder reaches
+/// the kernel as it is: only arguments that carry a device address are resolved.
+#[test]
+fn a_scalar_equal_to_a_placeholder_is_never_rewritten() {
+    let (mock, mut cache, _) = setup();
+    mock.0.borrow_mut().read_args = true;
+    let slot = 0;
+    let ph = crate::kind::alloc::placeholder(slot);
+    let run = |cache: &mut GraphCache<Mock>, scalar: u32| {
+        let user = k(scalar, ph + 8);
+        let scalar_only = K { ptr_is_pointer: false, ..k(scalar, ph + 8) };
+        let nodes = [
+            Some(NodeParams::MemAlloc(crate::kind::AllocParams::for_test(slot, 64, CTX))),
+            Some(NodeParams::Kernel(&user as &dyn KernelNode)),
+            Some(NodeParams::Kernel(&scalar_only as &dyn KernelNode)),
+            Some(NodeParams::MemFree(crate::kind::FreeParams::for_test(slot, CTX))),
+        ];
+        cache.run_raw(scalar_plan(), 0, (CTX, None), STREAM, &nodes)
+    };
+    run(&mut cache, 1).unwrap();
+    let calls = mock.calls();
+    let dptr = dptr_of(&calls[1]);
+    let added = mock.0.borrow().add_args.clone();
+    assert_eq!(added[0][1], (dptr + 8).to_ne_bytes(), "the pointer argument is resolved");
+    assert_eq!(added[1][1], (ph + 8).to_ne_bytes(), "the scalar argument is sent as it is");
+    // And on a per-node update.
+    run(&mut cache, 2).unwrap();
+    let sets = mock.0.borrow().set_args.clone();
+    assert_eq!(sets.len(), 2, "{:?}", mock.calls());
+    assert_eq!(sets[0][1], (dptr + 8).to_ne_bytes());
+    assert_eq!(sets[1][1], (ph + 8).to_ne_bytes());
+}
+
+/// [`memory_plan`] with a second kernel between the alloc and the free.
+fn scalar_plan() -> &'static Plan {
+    static PLAN: std::sync::OnceLock<&'static Plan> = std::sync::OnceLock::new();
+    PLAN.get_or_init(|| {
+        let base = new_memory_plan();
+        let mut nodes = base.nodes.to_vec();
+        nodes[2] = nodes[1].clone();
+        Box::leak(Box::new(Plan { nodes: Box::leak(nodes.into_boxed_slice()), ..*base }))
+    })
 }
 
 #[test]

@@ -168,6 +168,10 @@ impl KernelNode for FillNode<'_> {
     fn arg_count(&self) -> usize {
         5
     }
+    /// Only `dst` is an address.
+    fn pointer_args(&self) -> u16 {
+        1
+    }
     fn for_each_arg(&self, f: &mut dyn FnMut(&[u8])) {
         f(&self.dst.to_ne_bytes());
         f(&self.words.to_ne_bytes());

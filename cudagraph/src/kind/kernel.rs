@@ -40,6 +40,10 @@ pub trait KernelArgs {
     /// Each [`DeviceScalar`](crate::DeviceScalar) argument's `(index, buffer length)`.
     #[doc(hidden)]
     fn device_scalars(&self, f: &mut dyn FnMut(usize, usize));
+    /// Bit `i` set when argument `i` carries a device address (a buffer or device scalar: it
+    /// reports a context), clear for plain scalars.
+    #[doc(hidden)]
+    fn pointers(&self) -> u16;
 }
 
 macro_rules! kernel_args {
@@ -67,6 +71,12 @@ macro_rules! kernel_args {
             #[allow(unused_variables)]
             fn device_scalars(&self, f: &mut dyn FnMut(usize, usize)) {
                 $(if let Some(len) = self.$i.device_scalar_len() { f($i, len) })*
+            }
+            #[allow(unused_mut)]
+            fn pointers(&self) -> u16 {
+                let mut m = 0u16;
+                $(if self.$i.context().is_some() { m |= 1 << $i; })*
+                m
             }
             #[allow(unused_variables)]
             fn conditions(&self, f: &mut dyn FnMut(usize, u32)) {
@@ -343,6 +353,14 @@ pub trait KernelNode: sealed::Sealed {
     /// Each [`DeviceScalar`](crate::DeviceScalar) argument's `(index, buffer length)`.
     #[doc(hidden)]
     fn for_each_device_scalar(&self, _f: &mut dyn FnMut(usize, usize)) {}
+    /// Bit `i` set when argument `i` carries a device address: only those may be a graph-owned
+    /// buffer's placeholder, which the cache resolves (see `kind::alloc`); a plain scalar is
+    /// sent as it is, whatever its value. The default, every argument, suits kinds whose
+    /// arguments are all addresses or too small to be one.
+    #[doc(hidden)]
+    fn pointer_args(&self) -> u16 {
+        u16::MAX
+    }
 }
 
 impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
@@ -351,6 +369,9 @@ impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
     }
     fn for_each_device_scalar(&self, f: &mut dyn FnMut(usize, usize)) {
         self.call.args.device_scalars(f)
+    }
+    fn pointer_args(&self) -> u16 {
+        self.call.args.pointers()
     }
     fn function(&self) -> CUfunction {
         self.call.function.cu_function()
@@ -419,6 +440,8 @@ pub(crate) struct KernelState {
     /// [`Condition`](crate::Condition) arguments `(index, slot)`: their stored bytes are the
     /// slot; the driver gets the bound conditional handle ([`super::conditional::handle`]).
     conds: Box<[(u32, u32)]>,
+    /// [`KernelNode::pointer_args`]: the arguments a placeholder may be resolved in.
+    pointers: u16,
 }
 
 impl KernelState {
@@ -439,6 +462,7 @@ impl KernelState {
             args: vec![0u64; words as usize].into_boxed_slice(),
             offsets: offsets.into_boxed_slice(),
             conds: Box::new([]),
+            pointers: k.pointer_args(),
         };
         let mut conds = Vec::new();
         k.for_each_condition(&mut |i, slot| conds.push((i as u32, slot)));
@@ -502,8 +526,9 @@ impl KernelState {
         // their placeholders (see `super::alloc`): the stored bytes keep the placeholder, so an
         // unchanged argument stays unchanged between calls.
         let mut scratch = [0u64; MAX_KERNEL_PARAMS];
-        for ((p, &(off, len)), r) in ptrs.iter_mut().zip(self.offsets.iter()).zip(&mut scratch) {
-            if len != 8 {
+        let args = ptrs.iter_mut().zip(self.offsets.iter()).zip(&mut scratch).enumerate();
+        for (i, ((p, &(off, len)), r)) in args {
+            if len != 8 || self.pointers & (1 << i) == 0 {
                 continue;
             }
             let at = off as usize / 8;
@@ -681,6 +706,7 @@ impl NodeKind for Kernel {
         if s.func != k.function() {
             s.func = k.function();
             s.owner = k.function_owner().cloned();
+            s.pointers = k.pointer_args();
             changed = true;
         }
         let ctx = k.node_context().unwrap_or(ptr::null_mut());
