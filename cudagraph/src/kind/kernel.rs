@@ -420,6 +420,20 @@ impl<'f, A: KernelArgs> LaunchNode for KernelLaunch<'f, A> {
     }
 }
 
+/// `a == b` for two argument byte strings of one length, without a `memcmp` call for the
+/// 4- and 8-byte arguments that make up almost every kernel's list (the comparison runs for
+/// every argument of every node on every call).
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    match (<[u8; 8]>::try_from(a), <[u8; 8]>::try_from(b)) {
+        (Ok(x), Ok(y)) => u64::from_ne_bytes(x) == u64::from_ne_bytes(y),
+        _ => match (<[u8; 4]>::try_from(a), <[u8; 4]>::try_from(b)) {
+            (Ok(x), Ok(y)) => u32::from_ne_bytes(x) == u32::from_ne_bytes(y),
+            _ => a == b,
+        },
+    }
+}
+
 /// A kernel node's last parameters: the argument bytes live in `args`, each argument at an
 /// 8-byte-aligned offset, so `kernelParams` can point into it.
 pub(crate) struct KernelState {
@@ -493,7 +507,7 @@ impl KernelState {
             match offsets.get(i) {
                 Some(&(off, len)) if len as usize == b.len() => {
                     let slot = &mut bytes[off as usize..(off + len) as usize];
-                    if slot != b {
+                    if !same_bytes(slot, b) {
                         slot.copy_from_slice(b);
                         changed = true;
                     }
@@ -712,8 +726,9 @@ impl NodeKind for Kernel {
         let ctx = k.node_context().unwrap_or(ptr::null_mut());
         changed |= s.ctx != ctx;
         s.ctx = ctx;
-        changed |= s.dims != k.dims();
-        s.dims = k.dims();
+        let dims = k.dims();
+        changed |= s.dims != dims;
+        s.dims = dims;
         changed
     }
 
