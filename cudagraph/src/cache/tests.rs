@@ -1162,7 +1162,7 @@ fn scalar_plan() -> &'static Plan {
     PLAN.get_or_init(|| {
         let base = new_memory_plan();
         let mut nodes = base.nodes.to_vec();
-        nodes[2] = nodes[1].clone();
+        nodes[2] = nodes[1];
         Box::leak(Box::new(Plan { nodes: Box::leak(nodes.into_boxed_slice()), ..*base }))
     })
 }
