@@ -1011,6 +1011,19 @@ fn graph_owned_buffer_misuse_is_refused() {
             }),
             "a graph-owned buffer is used through its name",
         ),
+        // A name allocated again after its free would give two alloc nodes one place (one
+        // slot): a per-node update would resolve the first buffer's uses to the second's
+        // address. Refused as a duplicate node name.
+        (
+            quote!({
+                let t = alloc::<f32>(n);
+                zero(&mut t);
+                free(&mut t);
+                let t = alloc::<f32>(n);
+                zero(&mut t);
+            }),
+            "duplicate node name `t`",
+        ),
         (
             quote!({
                 let t = alloc(n);

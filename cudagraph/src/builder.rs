@@ -377,7 +377,7 @@ impl<'a> GraphBuilder<'a> {
     /// (re-instantiation instead of whole-exec update), and
     /// [`GraphCache::graph_owned_bytes`] for the memory it saves.
     #[track_caller]
-    pub fn alloc<T: cudarc::driver::DeviceRepr>(&mut self, len: usize) -> crate::Scratch<'a, T> {
+    pub fn alloc<T: crate::ScratchElem>(&mut self, len: usize) -> crate::Scratch<'a, T> {
         let site = site("alloc", "GraphBuilder::alloc", Location::caller());
         let tag = self.rec.new_place();
         let slot = place_of(tag, self.rec.id).unwrap_or(u32::MAX);
@@ -389,8 +389,9 @@ impl<'a> GraphBuilder<'a> {
 
     /// Frees a graph-owned buffer of [`alloc`](Self::alloc): a memory free node
     /// (`cuGraphAddNode_v2` with `CU_GRAPH_NODE_TYPE_MEM_FREE`) ordered after every earlier use
-    /// of it. A later node using it, or a second `free`, is [`Error::InvalidNode`] at `launch`.
-    /// Label: `free`.
+    /// of it. A later node using it, a second `free`, or a `free` inside a device body (which
+    /// would run never or many times; the driver allows memory nodes in the top graph only) is
+    /// [`Error::InvalidNode`] at `launch`. Label: `free`.
     #[track_caller]
     pub fn free<T>(&mut self, buffer: crate::Scratch<'a, T>) -> Node {
         let site = site("free", "GraphBuilder::free", Location::caller());
@@ -921,6 +922,14 @@ impl Recording {
         let place = place_of(free.tag(), self.id);
         let found = self.scratch.iter().position(|s| place == Some(s.0));
         let node = self.push(site, RecKind::MemFree(free), &[(free.tag(), true)]);
+        if self.scope.is_some() {
+            // A body runs any number of times (a `while`, an `if` not taken): its free node
+            // would free the buffer never or more than once; and the driver allows memory
+            // nodes in the top graph only.
+            let why = "a graph-owned buffer freed inside a device body (memory nodes are \
+                       allowed in the top graph only)";
+            self.fail(site, why.into());
+        }
         match found {
             Some(i) if !self.scratch[i].1 => self.scratch[i].1 = true,
             _ => {
@@ -1627,6 +1636,12 @@ mod tests {
         body.scope = Some((0, 0));
         scratch(&mut body, 64);
         assert!(invalid(&body).0.contains("inside a device body"));
+        // So is a free inside a device body (it would run never or many times).
+        let mut freed_in_body = Recording::new(44);
+        let (f, _) = scratch(&mut freed_in_body, 64);
+        freed_in_body.scope = Some((0, 0));
+        freed_in_body.free(at(), f);
+        assert!(invalid(&freed_in_body).0.contains("freed inside a device body"));
     }
 
     #[track_caller]

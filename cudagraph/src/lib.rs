@@ -181,7 +181,7 @@ pub use kind::{
     EventRecordParams, EventWaitParams, FillNode, FreeParams, GraphMemUsage, HostOperand,
     HostOperands, HostParams, HostWork, KernelArgs, KernelCall, KernelFn, KernelLaunch, LaunchCfg,
     LaunchDims, MAX_ALLOC_BYTES, MAX_FILL_BYTES, MemcpyParams, Memory, MemsetParams, MemsetValue,
-    MemsetValueOf, Scratch,
+    MemsetValueOf, Scratch, ScratchElem,
 };
 pub use kind::{Condition, ConditionalType, Copy2dParams, Memset2dParams, Rows};
 pub use operand::{
@@ -475,7 +475,7 @@ pub mod __private {
     /// `len` elements on `stream`'s device (see [`Scratch`](crate::Scratch)), and the guard
     /// of its place (nothing to order: no one else can reach it).
     #[inline]
-    pub fn scratch<'a, T: cudarc::driver::DeviceRepr>(
+    pub fn scratch<'a, T: crate::ScratchElem>(
         stream: &'a CudaStream,
         call: &CallId,
         index: u32,

@@ -141,6 +141,13 @@ pub(crate) fn is_placeholder(p: u64) -> bool {
 /// - Graph allocations come from the device's graph memory pool, kept between launches:
 ///   `cuDeviceGetGraphMemAttribute` ([`graph_mem_usage`](crate::graph_mem_usage)),
 ///   `cuDeviceGraphMemTrim`.
+///
+/// Its memory starts with whatever the device's graph memory pool (or, eagerly, its stream-ordered
+/// pool) held: the driver does not clear it, so a statement that reads it before one writes it
+/// reads stale bytes. The element type is therefore [`ScratchElem`]: valid for any bytes
+/// (`bytemuck::AnyBitPattern`), so such a read gives arbitrary values, never an invalid one
+/// (`alloc::<bool>` then `copy` to a `CudaSlice<bool>` read back on the host would be undefined
+/// behaviour; it does not compile).
 pub struct Scratch<'a, T> {
     read: DevRead<'a, T>,
     write: DevWrite<'a, T>,
@@ -154,7 +161,21 @@ impl<T> Clone for Scratch<'_, T> {
 }
 impl<T> Copy for Scratch<'_, T> {}
 
-impl<'a, T> Scratch<'a, T> {
+/// The element type of a graph-owned buffer (`alloc::<T>(n)`, [`GraphBuilder::alloc`]):
+/// a `DeviceRepr` type for which every bit pattern is a valid value (`bytemuck::AnyBitPattern`:
+/// integers, floats, arrays of them, `#[derive(AnyBitPattern)]` structs), since the buffer
+/// starts with whatever its memory held. Not `bool`, `char` or enums.
+///
+/// [`GraphBuilder::alloc`]: crate::GraphBuilder::alloc
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the element type of a graph-owned buffer",
+    label = "not valid for every bit pattern",
+    note = "a graph-owned buffer starts with whatever its memory held (the driver does not clear it): its element type must be valid for any bytes (`DeviceRepr` + `bytemuck::AnyBitPattern`: integers, floats, `#[derive(AnyBitPattern)]` structs), not `bool`, `char` or an enum"
+)]
+pub trait ScratchElem: cudarc::driver::DeviceRepr + bytemuck::AnyBitPattern {}
+impl<T: cudarc::driver::DeviceRepr + bytemuck::AnyBitPattern> ScratchElem for T {}
+
+impl<'a, T: ScratchElem> Scratch<'a, T> {
     /// Graph-owned place `slot` (its place index) of `len` elements on `stream`'s device.
     pub(crate) fn new(stream: &'a CudaStream, slot: u32, len: usize, tag: u64) -> Self {
         let ctx = stream.context();
@@ -165,7 +186,9 @@ impl<'a, T> Scratch<'a, T> {
         write.tag = tag;
         Scratch { read, write, device: ctx.ordinal() as i32 }
     }
+}
 
+impl<'a, T> Scratch<'a, T> {
     /// The buffer, read by a node.
     pub fn read(&self) -> DevRead<'a, T> {
         self.read

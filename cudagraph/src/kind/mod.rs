@@ -36,7 +36,7 @@ pub(crate) mod memcpy;
 pub(crate) mod memset;
 pub(crate) mod pitched;
 
-pub use alloc::{AllocParams, FreeParams, GraphMemUsage, MAX_ALLOC_BYTES, Scratch};
+pub use alloc::{AllocParams, FreeParams, GraphMemUsage, MAX_ALLOC_BYTES, Scratch, ScratchElem};
 pub use captured::{CaptureOperand, CaptureOperands, CaptureParams, CapturedWork};
 pub use child::{GraphRef, NoGraphRead};
 pub use conditional::{Condition, ConditionalParams, ConditionalType};

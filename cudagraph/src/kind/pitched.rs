@@ -62,12 +62,21 @@ impl Rows {
         self.first * self.pitch
     }
 
-    /// Why these rows do not fit a buffer of `len` elements, if they do not.
-    fn misfit(&self, len: usize, side: &str) -> Option<String> {
+    /// Why these rows do not fit a buffer of `len` elements of `elem_size` bytes, if they do
+    /// not.
+    fn misfit(&self, len: usize, elem_size: usize, side: &str) -> Option<String> {
         let Rows { width, height, pitch, first } = *self;
         if width > pitch {
             return Some(format!(
                 "{side}: a row of {width} elements is wider than its pitch {pitch}"
+            ));
+        }
+        // The driver gets the pitch in bytes. One row from the buffer's start fits whatever
+        // the pitch, so the checks below do not bound it: an overflowing byte pitch would
+        // panic (debug) or wrap (release) when the node's parameters are made.
+        if pitch.checked_mul(elem_size).is_none() {
+            return Some(format!(
+                "{side}: a pitch of {pitch} elements of {elem_size} bytes overflows a byte count"
             ));
         }
         let end = (height - 1)
@@ -218,8 +227,9 @@ impl NodeKind for Memcpy2d {
             );
             return Err(invalid(site(), why));
         }
-        if let Some(why) =
-            s.misfit(c.base.src_len, "source").or_else(|| d.misfit(c.base.dst_len, "destination"))
+        if let Some(why) = s
+            .misfit(c.base.src_len, c.base.elem_size, "source")
+            .or_else(|| d.misfit(c.base.dst_len, c.base.elem_size, "destination"))
         {
             return Err(invalid(site(), why));
         }
@@ -328,7 +338,7 @@ impl NodeKind for Memset2d {
         if m.rows.width == 0 || m.rows.height == 0 {
             return Err(Error::Empty { site: site(), what: "2-D memset" });
         }
-        if let Some(why) = m.rows.misfit(m.len, "destination") {
+        if let Some(why) = m.rows.misfit(m.len, m.elem_size as usize, "destination") {
             return Err(invalid(site(), why));
         }
         Ok(())
@@ -394,10 +404,16 @@ mod tests {
 
     #[test]
     fn rows_fit_or_say_why_not() {
-        assert_eq!(Rows::new(3, 4, 5).misfit(18, "x"), None);
-        assert!(Rows::new(3, 4, 5).misfit(17, "x").unwrap().contains("do not fit in its 17"));
-        assert!(Rows::new(6, 1, 5).misfit(100, "x").unwrap().contains("wider than its pitch 5"));
-        assert!(Rows::new(1, usize::MAX, usize::MAX).misfit(usize::MAX, "x").is_some());
+        assert_eq!(Rows::new(3, 4, 5).misfit(18, 4, "x"), None);
+        assert!(Rows::new(3, 4, 5).misfit(17, 4, "x").unwrap().contains("do not fit in its 17"));
+        assert!(Rows::new(6, 1, 5).misfit(100, 4, "x").unwrap().contains("wider than its pitch 5"));
+        assert!(Rows::new(1, usize::MAX, usize::MAX).misfit(usize::MAX, 1, "x").is_some());
+        // One row fits whatever its pitch; a byte pitch that overflows is refused all the same
+        // (it would panic, or wrap, when the driver's parameters are made).
+        assert_eq!(Rows::new(1, 1, usize::MAX).misfit(1, 1, "x"), None);
+        let huge = Rows::new(1, 1, usize::MAX / 2);
+        assert!(huge.misfit(1, 4, "x").unwrap().contains("overflows"));
+        assert!(huge.from_row(0).misfit(8, 8, "x").unwrap().contains("overflows"));
         assert_eq!(Rows::dense(4, 2), Rows::new(4, 2, 4));
     }
 
