@@ -297,7 +297,16 @@ fn check_graph_owned(nodes: &[Flat<'_>], errors: &mut Errors) {
                         "`alloc` is a statement of the top level of the body only (not inside an `if`, a `for` or a device body): a graph-owned buffer exists once per call, and the driver allows memory nodes in the top graph only",
                     );
                 }
-                live.insert(&buffer.key, (line_column(func.span()).0, None));
+                let line = line_column(func.span()).0;
+                if let Some((first, _)) = live.insert(&buffer.key, (line, None)) {
+                    errors.push(
+                        &buffer.place,
+                        format!(
+                            "`{}` is already a graph-owned buffer (its `alloc` is at line {first}): each `alloc` needs a name of its own, even after a `free`",
+                            buffer.key
+                        ),
+                    );
+                }
                 continue;
             }
             Op::Free { func, buffer } => {

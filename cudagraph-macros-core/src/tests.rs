@@ -1013,7 +1013,7 @@ fn graph_owned_buffer_misuse_is_refused() {
         ),
         // A name allocated again after its free would give two alloc nodes one place (one
         // slot): a per-node update would resolve the first buffer's uses to the second's
-        // address. Refused as a duplicate node name.
+        // address. Refused, with a message of its own (and as a duplicate node name).
         (
             quote!({
                 let t = alloc::<f32>(n);
@@ -1023,6 +1023,16 @@ fn graph_owned_buffer_misuse_is_refused() {
                 zero(&mut t);
             }),
             "duplicate node name `t`",
+        ),
+        (
+            quote!({
+                let t = alloc::<f32>(n);
+                zero(&mut t);
+                free(&mut t);
+                let t = alloc::<f32>(n);
+                zero(&mut t);
+            }),
+            "`t` is already a graph-owned buffer (its `alloc` is at line",
         ),
         (
             quote!({
