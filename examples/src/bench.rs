@@ -137,6 +137,8 @@ const CFG: (u32, u32) = (1, 32);
 /// The same as a cudarc `LaunchConfig`.
 const LAUNCH: LaunchConfig =
     LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
+/// Calls timed one at a time, the GPU idle, for the host enqueue line of each steady section.
+const ENQUEUE_REPS: u64 = 50;
 /// Steps run and checked before a row is timed.
 const VERIFY_STEPS: u64 = 3;
 
@@ -1456,6 +1458,40 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
         }
         push(report, "steady", "dc", t, Some(stats));
         env.stream.synchronize()?;
+    }
+    // Host enqueue time of one unchanged call with the GPU idle: `graph!` (as row d) against
+    // the raw cuGraphLaunch (as row c). Where the first exceeds the GPU time of a step, the
+    // steady rows are host-bound (issue 18: the fan at K = 1000). These calls change the
+    // buffers; every timed row zeroes them first.
+    {
+        let spec = raw_spec(shape, k, env, 1, a_ptr[0], &mid_ptrs);
+        let g = OwnedGraph::build(&spec)?;
+        let exec = OwnedExec::instantiate(&g)?;
+        let cs = env.cu_stream();
+        let mut cache = GraphCache::new();
+        graph_step(env, &mut cache, shape, k, &mut b, 0, Change::None)?;
+        let (mut graph_t, mut raw_t) = (Vec::new(), Vec::new());
+        for i in 1..=ENQUEUE_REPS {
+            env.stream.synchronize()?;
+            let t = Instant::now();
+            graph_step(env, &mut cache, shape, k, &mut b, i, Change::None)?;
+            graph_t.push(us(t.elapsed()));
+            env.stream.synchronize()?;
+            let t = Instant::now();
+            exec.launch(cs)?;
+            raw_t.push(us(t.elapsed()));
+        }
+        env.stream.synchronize()?;
+        let (gt, rt) = (summarize(graph_t), summarize(raw_t));
+        let line = format!(
+            "{} K={k}: host enqueue of one unchanged call, GPU idle, median of {ENQUEUE_REPS}: graph! {:.2} µs ({:.0} ns per node), raw cuGraphLaunch {:.2} µs",
+            shape.name(),
+            gt.median,
+            gt.median * 1000.0 / k as f64,
+            rt.median
+        );
+        out!("{line}");
+        report.notes.push(line);
     }
     env.stream.synchronize()?;
     drop(b);
