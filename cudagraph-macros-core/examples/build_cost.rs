@@ -2,10 +2,13 @@
 //! crate holding one `graph!` of N statements, on top of the same crate with an empty body.
 //!
 //! ```text
-//! cargo run --release -p cudagraph-macros-core --example build_cost [-- --sizes 10,100,1000,4000] [--debug]
+//! cargo run --release -p cudagraph-macros-core --example build_cost [-- --sizes 10,100,1000,4000] [--debug | --clippy]
 //! ```
-//! Shapes: `chain` (N kernels writing one buffer, each after the last) and `fan` (N kernels
-//! reading one buffer and writing one of 64 elements of an array, `bufs[i % 64]`). The crate
+//! `--clippy` times `cargo clippy` (a debug check with clippy's lints, what a user's CI runs)
+//! instead of a build.
+//! Shapes: `chain` (N kernels writing one buffer, each after the last), `fan` (N kernels
+//! reading one buffer and writing one of 64 elements of an array, `bufs[i % 64]`) and `unrolled`
+//! (the chain written as graph `for`s unrolled at compile time, at most 4000 iterations each). The crate
 //! depends on this workspace's `cudagraph` by path and is built in a temporary directory with its
 //! own target directory; dependencies are built once first, so each row times only the crate
 //! itself (expansion, type checking, code generation). Prints one row per shape and size: build
@@ -18,6 +21,16 @@ use std::time::Instant;
 
 fn body(shape: &str, n: usize) -> String {
     let mut s = String::new();
+    if shape == "unrolled" {
+        // One graph `for` unrolls at most 4096 iterations: nested, n = outer × inner + rest.
+        let (outer, inner) = if n > 4000 { (n / 4000, 4000) } else { (1, n) };
+        let rest = n - outer * inner;
+        writeln!(s, "        for _ in 0..{outer} {{ for _ in 0..{inner} {{ k.add(n, 1, &mut x).launch(cfg); }} }}").unwrap();
+        for _ in 0..rest {
+            s += "        k.add(n, 1, &mut x).launch(cfg);\n";
+        }
+        return s;
+    }
     for i in 0..n {
         match shape {
             "chain" => s += "        k.add(n, 1, &mut x).launch(cfg);\n",
@@ -39,7 +52,7 @@ kernels! {{
     }}
 }}
 
-#[allow(unused_variables, unused_mut, clippy::all)]
+#[allow(unused_variables, unused_mut)]
 pub fn step(
     cache: &mut GraphCache,
     stream: &CudaStream,
@@ -59,10 +72,21 @@ pub fn step(
     )
 }
 
-fn build(dir: &Path, release: bool) -> Result<f64, String> {
+/// What each row times.
+#[derive(Clone, Copy)]
+enum Mode {
+    Release,
+    Debug,
+    Clippy,
+}
+
+fn build(dir: &Path, mode: Mode) -> Result<f64, String> {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.arg("build").arg("--quiet").current_dir(dir).env("CARGO_TARGET_DIR", dir.join("target"));
-    if release {
+    cmd.arg(if matches!(mode, Mode::Clippy) { "clippy" } else { "build" })
+        .arg("--quiet")
+        .current_dir(dir)
+        .env("CARGO_TARGET_DIR", dir.join("target"));
+    if matches!(mode, Mode::Release) {
         cmd.arg("--release");
     }
     let t = Instant::now();
@@ -81,7 +105,13 @@ fn main() -> ExitCode {
         .and_then(|i| args.get(i + 1))
         .map(|s| s.split(',').map(|x| x.parse().expect("--sizes takes numbers")).collect())
         .unwrap_or_else(|| vec![10, 100, 1000, 4000]);
-    let release = !args.iter().any(|a| a == "--debug");
+    let mode = if args.iter().any(|a| a == "--clippy") {
+        Mode::Clippy
+    } else if args.iter().any(|a| a == "--debug") {
+        Mode::Debug
+    } else {
+        Mode::Release
+    };
     let workspace =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().expect("workspace");
     let dir = std::env::temp_dir().join(format!("cudagraph-build-cost-{}", std::process::id()));
@@ -93,10 +123,14 @@ fn main() -> ExitCode {
     std::fs::write(dir.join("Cargo.toml"), manifest).expect("manifest");
     std::fs::copy(workspace.join("rust-toolchain.toml"), dir.join("rust-toolchain.toml")).ok();
     std::fs::copy(workspace.join("Cargo.lock"), dir.join("Cargo.lock")).ok();
-    let profile = if release { "release" } else { "debug" };
+    let profile = match mode {
+        Mode::Release => "release build",
+        Mode::Debug => "debug build",
+        Mode::Clippy => "cargo clippy",
+    };
     let run = |shape: &str, n: usize| -> Result<f64, String> {
         std::fs::write(dir.join("src/lib.rs"), lib_rs(shape, n)).map_err(|e| e.to_string())?;
-        build(&dir, release)
+        build(&dir, mode)
     };
     // Dependencies, then the empty body twice (the second is the baseline).
     if let Err(e) = run("chain", 0).and_then(|_| run("chain", 0)) {
@@ -104,10 +138,10 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let empty = run("chain", 0).expect("built before");
-    println!("{profile} build of one graph! of N statements, seconds (empty body: {empty:.2} s)");
+    println!("{profile} of one graph! of N statements, seconds (empty body: {empty:.2} s)");
     println!("{:<6}{:>7}{:>10}{:>12}{:>12}", "shape", "N", "build", "over empty", "÷ N=1000");
     let mut status = ExitCode::SUCCESS;
-    for shape in ["chain", "fan"] {
+    for shape in ["chain", "fan", "unrolled"] {
         let mut rows = Vec::new();
         for &n in &sizes {
             match run(shape, n) {

@@ -315,7 +315,13 @@ pub(crate) fn emit_items(
     // an `#[inline(never)]` function: one function per chunk instead of one function holding
     // every statement, which LLVM optimizes in super-linear time (issue 18).
     let mut chunk: Vec<(syn::Ident, TokenStream)> = Vec::new();
-    for item in items {
+    // The iterations of an unrolled `for` are emitted in line, so that their statements share
+    // chunks: one chunk (a closure and three `let`s) per iteration made type checking and
+    // clippy quadratic and overflowed rustc's stack in debug builds (nested debug-info scopes)
+    // at 1000 iterations. Their names were resolved when the body was checked.
+    let mut flat = Vec::with_capacity(items.len());
+    unscope(items, &mut flat);
+    for item in flat {
         if holder == Holder::Plain
             && let Item::Node(node) = item
             && chunkable(node)
@@ -376,7 +382,7 @@ pub(crate) fn emit_items(
                         ::cudagraph::__private::condition(#slot, #default);
                 });
             }
-            Item::Scope(body) => out.extend(emit_items(body, places, counter, holder, decls)),
+            Item::Scope(_) => unreachable!("`unscope` leaves no scope"),
             Item::Loop(l) => {
                 out.extend(crate::loops::emit(l, places, counter, decls));
             }
@@ -403,6 +409,17 @@ pub(crate) fn emit_items(
         counter.chunks += 1;
     }
     out
+}
+
+/// `items` with the iterations of unrolled `for`s (scopes, nested or not) replaced by their
+/// statements, in order.
+fn unscope<'a>(items: &'a [Item], out: &mut Vec<&'a Item>) {
+    for item in items {
+        match item {
+            Item::Scope(body) => unscope(body, out),
+            _ => out.push(item),
+        }
+    }
 }
 
 /// Statements per chunk (see [`emit_items`]).

@@ -391,15 +391,6 @@ fn expanded() -> ::cudagraph::Result<()> {
                 )
                 .launch(cfg),
         );
-        (__cudagraph_n0, __cudagraph_n1, __cudagraph_n2)
-    });
-    let (ref __cudagraph_n0, ref __cudagraph_n1, ref __cudagraph_n2) = __cudagraph_chunk0;
-    let __cudagraph_l0: [&dyn ::cudagraph::__private::Entry; 3] = [
-        ::cudagraph::__private::entry(__cudagraph_n0),
-        ::cudagraph::__private::entry(__cudagraph_n1),
-        ::cudagraph::__private::entry(__cudagraph_n2),
-    ];
-    let __cudagraph_chunk1 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n3 = ::cudagraph::__private::copy(
             { __cudagraph_r3 },
@@ -417,15 +408,6 @@ fn expanded() -> ::cudagraph::Result<()> {
                 )
                 .launch(cfg),
         );
-        (__cudagraph_n3, __cudagraph_n4, __cudagraph_n5)
-    });
-    let (ref __cudagraph_n3, ref __cudagraph_n4, ref __cudagraph_n5) = __cudagraph_chunk1;
-    let __cudagraph_l1: [&dyn ::cudagraph::__private::Entry; 3] = [
-        ::cudagraph::__private::entry(__cudagraph_n3),
-        ::cudagraph::__private::entry(__cudagraph_n4),
-        ::cudagraph::__private::entry(__cudagraph_n5),
-    ];
-    let __cudagraph_chunk2 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n6 = ::cudagraph::__private::copy(
             { __cudagraph_r6 },
@@ -443,24 +425,8 @@ fn expanded() -> ::cudagraph::Result<()> {
                 )
                 .launch(cfg),
         );
-        (__cudagraph_n6, __cudagraph_n7, __cudagraph_n8)
-    });
-    let (ref __cudagraph_n6, ref __cudagraph_n7, ref __cudagraph_n8) = __cudagraph_chunk2;
-    let __cudagraph_l2: [&dyn ::cudagraph::__private::Entry; 3] = [
-        ::cudagraph::__private::entry(__cudagraph_n6),
-        ::cudagraph::__private::entry(__cudagraph_n7),
-        ::cudagraph::__private::entry(__cudagraph_n8),
-    ];
-    let __cudagraph_chunk3 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n9 = ::cudagraph::__private::zero({ __cudagraph_w9 });
-        (__cudagraph_n9,)
-    });
-    let (ref __cudagraph_n9,) = __cudagraph_chunk3;
-    let __cudagraph_l3: [&dyn ::cudagraph::__private::Entry; 1] = [
-        ::cudagraph::__private::entry(__cudagraph_n9),
-    ];
-    let __cudagraph_chunk4 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n10 = ::cudagraph::__private::kernel_node(
             ::cudagraph::__private::kernels(&k)
@@ -471,13 +437,6 @@ fn expanded() -> ::cudagraph::Result<()> {
                 )
                 .launch(cfg),
         );
-        (__cudagraph_n10,)
-    });
-    let (ref __cudagraph_n10,) = __cudagraph_chunk4;
-    let __cudagraph_l4: [&dyn ::cudagraph::__private::Entry; 1] = [
-        ::cudagraph::__private::entry(__cudagraph_n10),
-    ];
-    let __cudagraph_chunk5 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n11 = ::cudagraph::__private::kernel_node(
             ::cudagraph::__private::kernels(&k)
@@ -488,13 +447,6 @@ fn expanded() -> ::cudagraph::Result<()> {
                 )
                 .launch(cfg),
         );
-        (__cudagraph_n11,)
-    });
-    let (ref __cudagraph_n11,) = __cudagraph_chunk5;
-    let __cudagraph_l5: [&dyn ::cudagraph::__private::Entry; 1] = [
-        ::cudagraph::__private::entry(__cudagraph_n11),
-    ];
-    let __cudagraph_chunk6 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n12 = ::cudagraph::__private::kernel_node(
             ::cudagraph::__private::kernels(&k)
@@ -505,51 +457,71 @@ fn expanded() -> ::cudagraph::Result<()> {
                 )
                 .launch(cfg),
         );
-        (__cudagraph_n12,)
-    });
-    let (ref __cudagraph_n12,) = __cudagraph_chunk6;
-    let __cudagraph_l6: [&dyn ::cudagraph::__private::Entry; 1] = [
-        ::cudagraph::__private::entry(__cudagraph_n12),
-    ];
-    let __cudagraph_chunk7 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n13 = ::cudagraph::__private::copy(
             { __cudagraph_r1 },
             { __cudagraph_w4 },
         );
-        (__cudagraph_n13,)
-    });
-    let (ref __cudagraph_n13,) = __cudagraph_chunk7;
-    let __cudagraph_l7: [&dyn ::cudagraph::__private::Entry; 1] = [
-        ::cudagraph::__private::entry(__cudagraph_n13),
-    ];
-    let __cudagraph_chunk8 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n14 = ::cudagraph::__private::copy(
             { __cudagraph_r1 },
             { __cudagraph_w7 },
         );
-        (__cudagraph_n14,)
+        (
+            __cudagraph_n0,
+            __cudagraph_n1,
+            __cudagraph_n2,
+            __cudagraph_n3,
+            __cudagraph_n4,
+            __cudagraph_n5,
+            __cudagraph_n6,
+            __cudagraph_n7,
+            __cudagraph_n8,
+            __cudagraph_n9,
+            __cudagraph_n10,
+            __cudagraph_n11,
+            __cudagraph_n12,
+            __cudagraph_n13,
+            __cudagraph_n14,
+        )
     });
-    let (ref __cudagraph_n14,) = __cudagraph_chunk8;
-    let __cudagraph_l8: [&dyn ::cudagraph::__private::Entry; 1] = [
+    let (
+        ref __cudagraph_n0,
+        ref __cudagraph_n1,
+        ref __cudagraph_n2,
+        ref __cudagraph_n3,
+        ref __cudagraph_n4,
+        ref __cudagraph_n5,
+        ref __cudagraph_n6,
+        ref __cudagraph_n7,
+        ref __cudagraph_n8,
+        ref __cudagraph_n9,
+        ref __cudagraph_n10,
+        ref __cudagraph_n11,
+        ref __cudagraph_n12,
+        ref __cudagraph_n13,
+        ref __cudagraph_n14,
+    ) = __cudagraph_chunk0;
+    let __cudagraph_l0: [&dyn ::cudagraph::__private::Entry; 15] = [
+        ::cudagraph::__private::entry(__cudagraph_n0),
+        ::cudagraph::__private::entry(__cudagraph_n1),
+        ::cudagraph::__private::entry(__cudagraph_n2),
+        ::cudagraph::__private::entry(__cudagraph_n3),
+        ::cudagraph::__private::entry(__cudagraph_n4),
+        ::cudagraph::__private::entry(__cudagraph_n5),
+        ::cudagraph::__private::entry(__cudagraph_n6),
+        ::cudagraph::__private::entry(__cudagraph_n7),
+        ::cudagraph::__private::entry(__cudagraph_n8),
+        ::cudagraph::__private::entry(__cudagraph_n9),
+        ::cudagraph::__private::entry(__cudagraph_n10),
+        ::cudagraph::__private::entry(__cudagraph_n11),
+        ::cudagraph::__private::entry(__cudagraph_n12),
+        ::cudagraph::__private::entry(__cudagraph_n13),
         ::cudagraph::__private::entry(__cudagraph_n14),
     ];
     let __cudagraph_nodes = ::cudagraph::__private::entries::<
         15,
-    >(
-        &[
-            &__cudagraph_l0[..],
-            &__cudagraph_l1[..],
-            &__cudagraph_l2[..],
-            &__cudagraph_l3[..],
-            &__cudagraph_l4[..],
-            &__cudagraph_l5[..],
-            &__cudagraph_l6[..],
-            &__cudagraph_l7[..],
-            &__cudagraph_l8[..],
-        ],
-    );
+    >(&[&__cudagraph_l0[..]]);
     unsafe {
         __cudagraph_cache
             .run(
