@@ -109,23 +109,23 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
             match counter.chunk_of.get(i).copied().flatten() {
                 Some((chunk, first)) => {
                     if first {
-                        let l = local(format!("__cudagraph_l{chunk}"));
-                        segments.push(quote!(&#l[..]));
+                        let c = local(format!("__cudagraph_chunk{chunk}"));
+                        segments.push(quote!(&&#c));
                     }
                 }
                 None => {
                     let n = local(format!("__cudagraph_n{i}"));
                     segments.push(if checked.nodes[i].condition.is_empty() {
-                        quote!(&[::cudagraph::__private::entry(&#n)][..])
+                        quote!(&::cudagraph::__private::entry(&#n))
                     } else {
-                        quote!(&[::cudagraph::__private::entry_if(&#n)][..])
+                        quote!(&::cudagraph::__private::entry_if(&#n))
                     });
                 }
             }
         }
         let nodes = local("__cudagraph_nodes");
         quote! {
-            // One fat pointer per statement, in segments, converted out of line (a literal of
+            // One fat pointer per chunk or other statement, converted out of line (a literal of
             // every statement's parameters makes large bodies slow to compile).
             let #nodes = ::cudagraph::__private::entries::<#count>(&[#(#segments),*]);
             // SAFETY: the plan was generated from this body (`run` checks each node's handles
@@ -486,7 +486,8 @@ pub(crate) fn chunkable(node: &Node) -> bool {
 }
 
 /// One chunk: its statements built inside `__private::chunk(|| …)`, returned as one tuple that
-/// stays in place; each statement's name is a reference into it.
+/// stays in place and is one segment of the node list (`set_list`), or, in a body with a
+/// run-time `for`, whose statements' names are references into it.
 fn emit_chunk(
     chunk: &mut Vec<(syn::Ident, TokenStream)>,
     number: usize,
@@ -495,21 +496,16 @@ fn emit_chunk(
     let c = local(format!("__cudagraph_chunk{number}"));
     let names: Vec<&syn::Ident> = chunk.iter().map(|(n, _)| n).collect();
     let lets = chunk.iter().map(|(n, v)| quote!(#[allow(unused_braces)] let #n = #v;));
-    let out = quote! {
+    let mut out = quote! {
         let #c = ::cudagraph::__private::chunk(|| {
             #(#lets)*
             (#(#names,)*)
         });
-        let (#(ref #names,)*) = #c;
     };
-    let mut out = out;
-    if set_list {
-        let l = local(format!("__cudagraph_l{number}"));
-        let len = proc_macro2::Literal::usize_unsuffixed(chunk.len());
-        out.extend(quote! {
-            let #l: [&dyn ::cudagraph::__private::Entry; #len] =
-                [#(::cudagraph::__private::entry(#names)),*];
-        });
+    if !set_list {
+        // A body with a run-time `for` lists its nodes by name (see `crate::loops`); the
+        // node list of any other body takes the chunk's tuple as one segment.
+        out.extend(quote!(let (#(ref #names,)*) = #c;));
     }
     chunk.clear();
     out

@@ -770,15 +770,67 @@ pub mod __private {
         n
     }
 
-    /// Each entry's node parameters, in one loop out of line (one instance per body size): the
-    /// entries in `segments`, in order (`N` in all).
+    /// A run of consecutive statements of the node list: a chunk's tuple of nodes (see
+    /// [`chunk`]), or one statement's [`Entry`]. The list is a slice of `&dyn Segment` (one fat
+    /// pointer per chunk of up to 16 statements), so that the function holding the body does
+    /// not name every statement a second time (its type and borrow checking grow faster than
+    /// linearly with its size: issue 18).
+    pub trait Segment<'a> {
+        /// Statements in it.
+        fn len(&self) -> usize;
+        /// Statement `i`'s node parameters (`None` when absent from this call, or `i` out of
+        /// range).
+        fn get(&self, i: usize) -> Option<NodeParams<'a>>;
+    }
+    impl<'a> Segment<'a> for &'a dyn Entry {
+        fn len(&self) -> usize {
+            1
+        }
+        fn get(&self, i: usize) -> Option<NodeParams<'a>> {
+            if i == 0 { (*self).entry() } else { None }
+        }
+    }
+    macro_rules! tuple_segment {
+        ($n:literal: $($t:ident $i:tt),+) => {
+            impl<'a, $($t: IntoNode),+> Segment<'a> for &'a ($($t,)+) {
+                fn len(&self) -> usize {
+                    $n
+                }
+                fn get(&self, i: usize) -> Option<NodeParams<'a>> {
+                    match i {
+                        $($i => Some(self.$i.node()),)+
+                        _ => None,
+                    }
+                }
+            }
+        };
+    }
+    tuple_segment!(1: A 0);
+    tuple_segment!(2: A 0, B 1);
+    tuple_segment!(3: A 0, B 1, C 2);
+    tuple_segment!(4: A 0, B 1, C 2, D 3);
+    tuple_segment!(5: A 0, B 1, C 2, D 3, E 4);
+    tuple_segment!(6: A 0, B 1, C 2, D 3, E 4, F 5);
+    tuple_segment!(7: A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+    tuple_segment!(8: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+    tuple_segment!(9: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
+    tuple_segment!(10: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
+    tuple_segment!(11: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10);
+    tuple_segment!(12: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
+    tuple_segment!(13: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12);
+    tuple_segment!(14: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13);
+    tuple_segment!(15: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14);
+    tuple_segment!(16: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14, P 15);
+
+    /// Each statement's node parameters, in one loop out of line (one instance per body size):
+    /// the statements of `segments`, in order (`N` in all).
     #[inline(never)]
     pub fn entries<'a, const N: usize>(
-        segments: &[&[&'a dyn Entry]],
+        segments: &[&dyn Segment<'a>],
     ) -> [Option<NodeParams<'a>>; N] {
         // The segments are generated with the body: a count that differs is a bug of the macro.
         assert_eq!(segments.iter().map(|s| s.len()).sum::<usize>(), N, "graph! node list");
-        let mut all = segments.iter().flat_map(|s| s.iter().copied());
-        core::array::from_fn(|_| all.next().and_then(|e: &'a dyn Entry| e.entry()))
+        let mut all = segments.iter().flat_map(|s| (0..s.len()).map(move |i| s.get(i)));
+        core::array::from_fn(|_| all.next().flatten())
     }
 }

@@ -177,21 +177,15 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         (__cudagraph_n1, __cudagraph_n2, __cudagraph_n3)
     });
-    let (ref __cudagraph_n1, ref __cudagraph_n2, ref __cudagraph_n3) = __cudagraph_chunk0;
-    let __cudagraph_l0: [&dyn ::cudagraph::__private::Entry; 3] = [
-        ::cudagraph::__private::entry(__cudagraph_n1),
-        ::cudagraph::__private::entry(__cudagraph_n2),
-        ::cudagraph::__private::entry(__cudagraph_n3),
-    ];
     #[allow(unused_braces)]
     let __cudagraph_n4 = __cudagraph_s0.free_node();
     let __cudagraph_nodes = ::cudagraph::__private::entries::<
         5,
     >(
         &[
-            &[::cudagraph::__private::entry(&__cudagraph_n0)][..],
-            &__cudagraph_l0[..],
-            &[::cudagraph::__private::entry(&__cudagraph_n4)][..],
+            &::cudagraph::__private::entry(&__cudagraph_n0),
+            &&__cudagraph_chunk0,
+            &::cudagraph::__private::entry(&__cudagraph_n4),
         ],
     );
     unsafe {

@@ -243,23 +243,9 @@ fn expanded() -> ::cudagraph::Result<()> {
             __cudagraph_n5,
         )
     });
-    let (
-        ref __cudagraph_n0,
-        ref __cudagraph_n1,
-        ref __cudagraph_n2,
-        ref __cudagraph_n3,
-        ref __cudagraph_n4,
-        ref __cudagraph_n5,
-    ) = __cudagraph_chunk0;
-    let __cudagraph_l0: [&dyn ::cudagraph::__private::Entry; 6] = [
-        ::cudagraph::__private::entry(__cudagraph_n0),
-        ::cudagraph::__private::entry(__cudagraph_n1),
-        ::cudagraph::__private::entry(__cudagraph_n2),
-        ::cudagraph::__private::entry(__cudagraph_n3),
-        ::cudagraph::__private::entry(__cudagraph_n4),
-        ::cudagraph::__private::entry(__cudagraph_n5),
-    ];
-    let __cudagraph_nodes = ::cudagraph::__private::entries::<6>(&[&__cudagraph_l0[..]]);
+    let __cudagraph_nodes = ::cudagraph::__private::entries::<
+        6,
+    >(&[&&__cudagraph_chunk0]);
     unsafe {
         __cudagraph_cache
             .run(

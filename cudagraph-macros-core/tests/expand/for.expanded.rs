@@ -485,43 +485,9 @@ fn expanded() -> ::cudagraph::Result<()> {
             __cudagraph_n14,
         )
     });
-    let (
-        ref __cudagraph_n0,
-        ref __cudagraph_n1,
-        ref __cudagraph_n2,
-        ref __cudagraph_n3,
-        ref __cudagraph_n4,
-        ref __cudagraph_n5,
-        ref __cudagraph_n6,
-        ref __cudagraph_n7,
-        ref __cudagraph_n8,
-        ref __cudagraph_n9,
-        ref __cudagraph_n10,
-        ref __cudagraph_n11,
-        ref __cudagraph_n12,
-        ref __cudagraph_n13,
-        ref __cudagraph_n14,
-    ) = __cudagraph_chunk0;
-    let __cudagraph_l0: [&dyn ::cudagraph::__private::Entry; 15] = [
-        ::cudagraph::__private::entry(__cudagraph_n0),
-        ::cudagraph::__private::entry(__cudagraph_n1),
-        ::cudagraph::__private::entry(__cudagraph_n2),
-        ::cudagraph::__private::entry(__cudagraph_n3),
-        ::cudagraph::__private::entry(__cudagraph_n4),
-        ::cudagraph::__private::entry(__cudagraph_n5),
-        ::cudagraph::__private::entry(__cudagraph_n6),
-        ::cudagraph::__private::entry(__cudagraph_n7),
-        ::cudagraph::__private::entry(__cudagraph_n8),
-        ::cudagraph::__private::entry(__cudagraph_n9),
-        ::cudagraph::__private::entry(__cudagraph_n10),
-        ::cudagraph::__private::entry(__cudagraph_n11),
-        ::cudagraph::__private::entry(__cudagraph_n12),
-        ::cudagraph::__private::entry(__cudagraph_n13),
-        ::cudagraph::__private::entry(__cudagraph_n14),
-    ];
     let __cudagraph_nodes = ::cudagraph::__private::entries::<
         15,
-    >(&[&__cudagraph_l0[..]]);
+    >(&[&&__cudagraph_chunk0]);
     unsafe {
         __cudagraph_cache
             .run(

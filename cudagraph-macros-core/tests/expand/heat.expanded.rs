@@ -223,18 +223,6 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         (__cudagraph_n0, __cudagraph_n1, __cudagraph_n2, __cudagraph_n3)
     });
-    let (
-        ref __cudagraph_n0,
-        ref __cudagraph_n1,
-        ref __cudagraph_n2,
-        ref __cudagraph_n3,
-    ) = __cudagraph_chunk0;
-    let __cudagraph_l0: [&dyn ::cudagraph::__private::Entry; 4] = [
-        ::cudagraph::__private::entry(__cudagraph_n0),
-        ::cudagraph::__private::entry(__cudagraph_n1),
-        ::cudagraph::__private::entry(__cudagraph_n2),
-        ::cudagraph::__private::entry(__cudagraph_n3),
-    ];
     if residual {
         __cudagraph_key |= 1u64 << 0u32;
         #[allow(unused_braces)]
@@ -263,10 +251,10 @@ fn expanded() -> ::cudagraph::Result<()> {
         7,
     >(
         &[
-            &__cudagraph_l0[..],
-            &[::cudagraph::__private::entry_if(&__cudagraph_n4)][..],
-            &[::cudagraph::__private::entry_if(&__cudagraph_n5)][..],
-            &[::cudagraph::__private::entry_if(&__cudagraph_n6)][..],
+            &&__cudagraph_chunk0,
+            &::cudagraph::__private::entry_if(&__cudagraph_n4),
+            &::cudagraph::__private::entry_if(&__cudagraph_n5),
+            &::cudagraph::__private::entry_if(&__cudagraph_n6),
         ],
     );
     unsafe {

@@ -1392,3 +1392,46 @@ fn edges_between_kernels_of_two_devices_are_plain_and_a_moved_kernel_is_not_set_
     assert!(calls.iter().any(|c| c == "instantiate"), "{calls:?}");
     assert!(cache.edges().iter().all(|e| e.2 == EdgeKind::Plain), "{:?}", cache.edges());
 }
+
+/// Not a test: a loop of unchanged calls of a 1000-node fan for `perf` (the cache's part of the
+/// host cost per node; `cargo test --release -p cudagraph --lib -- --ignored profile_fan`).
+#[test]
+#[ignore = "a profiling loop, not a test"]
+fn profile_fan() {
+    const N: usize = 1000;
+    let (r, w) = (|p| Access { place: p, write: false }, |p| Access { place: p, write: true });
+    let nodes: Vec<PlanNode> = (0..N)
+        .map(|i| PlanNode {
+            label: "n",
+            text: "stmt",
+            kind: NodeKind::Kernel("acc"),
+            line: 7,
+            column: 9,
+            accesses: Box::leak(vec![r(0), w(i as u32 + 1)].into_boxed_slice()),
+            after: &[],
+            condition: "",
+        })
+        .collect();
+    let places: Vec<&'static str> = (0..=N).map(|_| "p").collect();
+    let plan: &'static Plan = Box::leak(Box::new(Plan {
+        file: "mock.rs",
+        line: 5,
+        places: Box::leak(places.into_boxed_slice()),
+        nodes: Box::leak(nodes.into_boxed_slice()),
+        conditions: 0,
+        bodies: &[],
+    }));
+    let mock = Mock::default();
+    let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    let ks: Vec<K> = (0..N).map(|i| k(1, 0x1000 + 0x100 * i as u64)).collect();
+    let t = std::time::Instant::now();
+    let calls = 20_000;
+    for _ in 0..calls {
+        let params: Vec<Option<NodeParams<'_>>> =
+            ks.iter().map(|k| Some(NodeParams::Kernel(k as &dyn KernelNode))).collect();
+        cache.run_raw(plan, 0, (CTX, None), STREAM, &params).unwrap();
+        mock.calls();
+    }
+    let ns = t.elapsed().as_nanos() as f64 / (calls * N) as f64;
+    println!("{ns:.1} ns per node");
+}
