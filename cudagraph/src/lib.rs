@@ -777,13 +777,13 @@ pub mod __private {
     /// linearly with its size: issue 18).
     pub trait Segment<'a> {
         /// Statements in it.
-        fn len(&self) -> usize;
+        fn statements(&self) -> usize;
         /// Statement `i`'s node parameters (`None` when absent from this call, or `i` out of
         /// range).
         fn get(&self, i: usize) -> Option<NodeParams<'a>>;
     }
     impl<'a> Segment<'a> for &'a dyn Entry {
-        fn len(&self) -> usize {
+        fn statements(&self) -> usize {
             1
         }
         fn get(&self, i: usize) -> Option<NodeParams<'a>> {
@@ -793,7 +793,7 @@ pub mod __private {
     macro_rules! tuple_segment {
         ($n:literal: $($t:ident $i:tt),+) => {
             impl<'a, $($t: IntoNode),+> Segment<'a> for &'a ($($t,)+) {
-                fn len(&self) -> usize {
+                fn statements(&self) -> usize {
                     $n
                 }
                 fn get(&self, i: usize) -> Option<NodeParams<'a>> {
@@ -829,8 +829,8 @@ pub mod __private {
         segments: &[&dyn Segment<'a>],
     ) -> [Option<NodeParams<'a>>; N] {
         // The segments are generated with the body: a count that differs is a bug of the macro.
-        assert_eq!(segments.iter().map(|s| s.len()).sum::<usize>(), N, "graph! node list");
-        let mut all = segments.iter().flat_map(|s| (0..s.len()).map(move |i| s.get(i)));
+        assert_eq!(segments.iter().map(|s| s.statements()).sum::<usize>(), N, "graph! node list");
+        let mut all = segments.iter().flat_map(|s| (0..s.statements()).map(move |i| s.get(i)));
         core::array::from_fn(|_| all.next().flatten())
     }
 }
