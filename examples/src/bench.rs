@@ -33,8 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use cudagraph::cudarc::driver::sys::{
-    self, CUDA_KERNEL_NODE_PARAMS, CUdeviceptr, CUfunction, CUgraph, CUgraphExec, CUgraphNode,
-    CUstream,
+    self, CUDA_KERNEL_NODE_PARAMS, CUdeviceptr, CUfunction, CUgraphNode, CUstream,
 };
 use cudagraph::cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
@@ -49,6 +48,9 @@ mod progress;
 use progress::out;
 
 mod plot;
+#[path = "raw_graph.rs"]
+mod raw_graph;
+use raw_graph::{OwnedExec, OwnedGraph};
 
 const SOURCE: &str = include_str!("../kernels/bench.cu");
 
@@ -469,19 +471,10 @@ struct RawNode {
     deps: Vec<usize>,
 }
 
-/// A `CUgraph` and its node handles, destroyed on drop.
-struct OwnedGraph {
-    graph: CUgraph,
-    nodes: Vec<CUgraphNode>,
-}
-
 impl OwnedGraph {
     /// `cuGraphCreate`, then one `cuGraphAddKernelNode_v2` per node, in order.
     fn build(spec: &[RawNode]) -> Res<OwnedGraph> {
-        let mut graph = ptr::null_mut();
-        // SAFETY: the benchmark's context is current on this thread.
-        unsafe { sys::cuGraphCreate(&mut graph, 0) }.result()?;
-        let mut g = OwnedGraph { graph, nodes: Vec::with_capacity(spec.len()) };
+        let mut g = OwnedGraph::create(spec.len())?;
         let mut deps: Vec<CUgraphNode> = Vec::new();
         for node in spec {
             deps.clear();
@@ -544,42 +537,7 @@ impl OwnedGraph {
     }
 }
 
-impl Drop for OwnedGraph {
-    fn drop(&mut self) {
-        // SAFETY: the graph is ours and used by nothing after this (execs copy it).
-        if let Err(e) = unsafe { sys::cuGraphDestroy(self.graph) }.result() {
-            eprintln!("bench: cuGraphDestroy failed: {e}");
-        }
-    }
-}
-
-/// A `CUgraphExec`, destroyed on drop.
-struct OwnedExec(CUgraphExec);
-
 impl OwnedExec {
-    /// `cuGraphInstantiateWithFlags(graph, 0)`.
-    fn instantiate(g: &OwnedGraph) -> Res<OwnedExec> {
-        let mut exec = ptr::null_mut();
-        // SAFETY: the graph is live and its context current.
-        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, g.graph, 0) }.result()?;
-        Ok(OwnedExec(exec))
-    }
-
-    /// `cuGraphLaunch`.
-    fn launch(&self, stream: CUstream) -> Res<()> {
-        // SAFETY: exec and stream are live and of one context; the buffers the nodes use outlive
-        // every launch (each row synchronizes before its buffers drop).
-        unsafe { sys::cuGraphLaunch(self.0, stream) }.result()?;
-        Ok(())
-    }
-
-    /// `cuGraphUpload`.
-    fn upload(&self, stream: CUstream) -> Res<()> {
-        // SAFETY: as `launch`.
-        unsafe { sys::cuGraphUpload(self.0, stream) }.result()?;
-        Ok(())
-    }
-
     /// `cuGraphExecKernelNodeSetParams_v2`.
     fn set(&self, node: CUgraphNode, func: CUfunction, args: KArgs) -> Res<()> {
         with_params(func, args, |p| {
@@ -601,15 +559,6 @@ impl OwnedExec {
         // SAFETY: both live and of the current context.
         let r = unsafe { sys::cuGraphExecUpdate_v2(self.0, g.graph, &mut info) }.result();
         r.map_err(|e| format!("cuGraphExecUpdate_v2 failed: {e} ({:?})", info.result).into())
-    }
-}
-
-impl Drop for OwnedExec {
-    fn drop(&mut self) {
-        // SAFETY: the exec is ours; the driver lets launches in flight finish.
-        if let Err(e) = unsafe { sys::cuGraphExecDestroy(self.0) }.result() {
-            eprintln!("bench: cuGraphExecDestroy failed: {e}");
-        }
     }
 }
 

@@ -35,6 +35,9 @@ use cudagraph::{Condition, GraphCache, graph, kernels};
 
 #[path = "cli.rs"]
 mod cli;
+#[path = "poisson.rs"]
+mod poisson;
+use poisson::{exact_error, rhs};
 
 const SOURCE: &str = include_str!("../kernels/cg.cu");
 /// Blocks of every kernel but `start`/`finish`, and partial sums of each dot product (`PARTS`
@@ -108,32 +111,6 @@ struct Outcome {
     residual: f64,
     x: Vec<f64>,
     us_per_it: f64,
-}
-
-/// The grid coordinates `(x, y)` of unknown `k`.
-fn at(n: u32, k: u32) -> (f64, f64) {
-    let h = 1.0 / f64::from(n + 1);
-    (f64::from(k / n + 1) * h, f64::from(k % n + 1) * h)
-}
-
-/// `h² f` at every unknown (the system is `A u = h² f`).
-fn rhs(n: u32) -> Vec<f64> {
-    let h = 1.0 / f64::from(n + 1);
-    (0..n * n)
-        .map(|k| {
-            let (x, y) = at(n, k);
-            h * h * 2.0 * (x * (1.0 - x) + y * (1.0 - y))
-        })
-        .collect()
-}
-
-fn exact_error(n: u32, u: &[f64]) -> f64 {
-    (0..n * n)
-        .map(|k| {
-            let (x, y) = at(n, k);
-            (u[k as usize] - x * (1.0 - x) * y * (1.0 - y)).abs()
-        })
-        .fold(0.0, f64::max)
 }
 
 impl Solver {

@@ -41,6 +41,9 @@ use cudagraph::{Condition, GraphCache, graph, kernels};
 
 #[path = "cli.rs"]
 mod cli;
+#[path = "poisson.rs"]
+mod poisson;
+use poisson::{exact_error, rhs};
 
 const SOURCE: &str = include_str!("../kernels/jacobi.cu");
 /// Threads per block of both kernels (`THREADS` in jacobi.cu).
@@ -79,32 +82,6 @@ struct Args {
     /// Print the graph plans as Graphviz DOT and exit (no GPU needed).
     #[arg(long)]
     plan: bool,
-}
-
-/// The grid coordinates `(x, y)` of unknown `k`.
-fn at(n: u32, k: u32) -> (f64, f64) {
-    let h = 1.0 / f64::from(n + 1);
-    (f64::from(k / n + 1) * h, f64::from(k % n + 1) * h)
-}
-
-/// `h² f` at every unknown (the system is `A u = h² f`).
-fn rhs(n: u32) -> Vec<f64> {
-    let h = 1.0 / f64::from(n + 1);
-    (0..n * n)
-        .map(|k| {
-            let (x, y) = at(n, k);
-            h * h * 2.0 * (x * (1.0 - x) + y * (1.0 - y))
-        })
-        .collect()
-}
-
-fn exact_error(n: u32, u: &[f64]) -> f64 {
-    (0..n * n)
-        .map(|k| {
-            let (x, y) = at(n, k);
-            (u[k as usize] - x * (1.0 - x) * y * (1.0 - y)).abs()
-        })
-        .fold(0.0, f64::max)
 }
 
 /// The device state of one problem size.

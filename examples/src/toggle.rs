@@ -43,8 +43,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cudagraph::cudarc::driver::sys::{
-    self, CUDA_KERNEL_NODE_PARAMS, CUdeviceptr, CUfunction, CUgraph, CUgraphExec, CUgraphNode,
-    CUstream,
+    self, CUDA_KERNEL_NODE_PARAMS, CUdeviceptr, CUfunction, CUgraphNode, CUstream,
 };
 use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use cudagraph::cudarc::nvrtc::compile_ptx;
@@ -52,6 +51,9 @@ use cudagraph::{GraphCache, graph, kernels};
 
 #[path = "cli.rs"]
 mod cli;
+#[path = "raw_graph.rs"]
+mod raw_graph;
+use raw_graph::{OwnedExec, OwnedGraph};
 
 const SOURCE: &str = include_str!("../kernels/toggle.cu");
 
@@ -175,20 +177,11 @@ fn host_if(
 // ---------------------------------------------------------------------------------------------
 // Raw driver graphs.
 
-/// A `CUgraph` of kernel nodes `affine`, one chain, and its node handles; destroyed on drop.
-struct RawGraph {
-    graph: CUgraph,
-    nodes: Vec<CUgraphNode>,
-}
-
-impl RawGraph {
-    /// `cuGraphCreate`, then one `cuGraphAddKernelNode_v2` of `affine(ELEMS, a, b, x)` per
-    /// `(a, b)` of `maps`, each after the one before.
-    fn chain(func: CUfunction, maps: &[(u32, u32)], x: CUdeviceptr) -> Res<RawGraph> {
-        let mut graph = ptr::null_mut();
-        // SAFETY: the benchmark's context is current on this thread.
-        unsafe { sys::cuGraphCreate(&mut graph, 0) }.result()?;
-        let mut g = RawGraph { graph, nodes: Vec::with_capacity(maps.len()) };
+impl OwnedGraph {
+    /// A chain of kernel nodes `affine`, one `cuGraphAddKernelNode_v2` of `affine(ELEMS, a, b, x)`
+    /// per `(a, b)` of `maps`, each after the one before.
+    fn chain(func: CUfunction, maps: &[(u32, u32)], x: CUdeviceptr) -> Res<OwnedGraph> {
+        let mut g = OwnedGraph::create(maps.len())?;
         for &(mut a, mut b) in maps {
             let (mut n, mut x) = (ELEMS, x);
             let mut args: [*mut c_void; 4] = [
@@ -229,57 +222,13 @@ impl RawGraph {
     }
 }
 
-impl Drop for RawGraph {
-    fn drop(&mut self) {
-        // SAFETY: the graph is ours; execs made from it are independent copies.
-        if let Err(e) = unsafe { sys::cuGraphDestroy(self.graph) }.result() {
-            eprintln!("toggle: cuGraphDestroy failed: {e}");
-        }
-    }
-}
-
-/// A `CUgraphExec`, destroyed on drop.
-struct RawExec(CUgraphExec);
-
-impl RawExec {
-    /// `cuGraphInstantiateWithFlags(graph, 0)`.
-    fn new(g: &RawGraph) -> Res<RawExec> {
-        let mut exec = ptr::null_mut();
-        // SAFETY: the graph is live and its context current.
-        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, g.graph, 0) }.result()?;
-        Ok(RawExec(exec))
-    }
-
-    /// `cuGraphLaunch`.
-    fn launch(&self, stream: CUstream) -> Res<()> {
-        // SAFETY: exec and stream are live and of one context; the buffer the nodes use outlives
-        // every launch (each measurement synchronizes before its buffers drop).
-        unsafe { sys::cuGraphLaunch(self.0, stream) }.result()?;
-        Ok(())
-    }
-
-    /// `cuGraphUpload`.
-    fn upload(&self, stream: CUstream) -> Res<()> {
-        // SAFETY: as `launch`.
-        unsafe { sys::cuGraphUpload(self.0, stream) }.result()?;
-        Ok(())
-    }
-
+impl OwnedExec {
     /// `cuGraphNodeSetEnabled` of `node` (a kernel node of the graph this exec was made from).
     fn set_enabled(&self, node: CUgraphNode, on: bool) -> Res<()> {
         // SAFETY: `node` is a kernel node of the graph this exec was instantiated from, which
         // is still alive; launches already enqueued are not affected (the driver's rule).
         unsafe { sys::cuGraphNodeSetEnabled(self.0, node, u32::from(on)) }.result()?;
         Ok(())
-    }
-}
-
-impl Drop for RawExec {
-    fn drop(&mut self) {
-        // SAFETY: the exec is ours; the driver lets launches in flight finish.
-        if let Err(e) = unsafe { sys::cuGraphExecDestroy(self.0) }.result() {
-            eprintln!("toggle: cuGraphExecDestroy failed: {e}");
-        }
     }
 }
 
@@ -291,8 +240,8 @@ fn maps(branch: Branch, k: usize) -> Vec<(u32, u32)> {
 /// One exec holding both branches (A's K nodes, then B's K nodes, one chain), B disabled, and
 /// which branch is enabled now.
 struct Toggled {
-    graph: RawGraph,
-    exec: RawExec,
+    graph: OwnedGraph,
+    exec: OwnedExec,
     k: usize,
     on: Branch,
 }
@@ -301,8 +250,8 @@ impl Toggled {
     fn new(func: CUfunction, k: usize, x: CUdeviceptr) -> Res<Toggled> {
         let both: Vec<(u32, u32)> =
             maps(Branch::A, k).into_iter().chain(maps(Branch::B, k)).collect();
-        let graph = RawGraph::chain(func, &both, x)?;
-        let exec = RawExec::new(&graph)?;
+        let graph = OwnedGraph::chain(func, &both, x)?;
+        let exec = OwnedExec::instantiate(&graph)?;
         let t = Toggled { graph, exec, k, on: Branch::A };
         for &node in t.nodes(Branch::B) {
             t.exec.set_enabled(node, false)?;
@@ -434,14 +383,14 @@ fn per_step(env: &Env, k: usize, pattern: Pattern) -> Res<([Summary; 4], u64)> {
     let zeros = || env.stream.alloc_zeros::<u32>(ELEMS as usize);
     let (x_floor, x_graph, x_two, x_tog) = (zeros()?, zeros()?, zeros()?, zeros()?);
 
-    let floor_graph = RawGraph::chain(func, &maps(Branch::A, k), dptr(&x_floor, &env.stream))?;
-    let floor = RawExec::new(&floor_graph)?;
+    let floor_graph = OwnedGraph::chain(func, &maps(Branch::A, k), dptr(&x_floor, &env.stream))?;
+    let floor = OwnedExec::instantiate(&floor_graph)?;
     let p_two = dptr(&x_two, &env.stream);
     let (ga, gb) = (
-        RawGraph::chain(func, &maps(Branch::A, k), p_two)?,
-        RawGraph::chain(func, &maps(Branch::B, k), p_two)?,
+        OwnedGraph::chain(func, &maps(Branch::A, k), p_two)?,
+        OwnedGraph::chain(func, &maps(Branch::B, k), p_two)?,
     );
-    let (ea, eb) = (RawExec::new(&ga)?, RawExec::new(&gb)?);
+    let (ea, eb) = (OwnedExec::instantiate(&ga)?, OwnedExec::instantiate(&gb)?);
     let mut toggled = Toggled::new(func, k, dptr(&x_tog, &env.stream))?;
     let mut cache = GraphCache::new();
 
@@ -534,14 +483,14 @@ struct ExecCost {
 }
 
 fn exec_cost(env: &Env, maps: &[(u32, u32)], x: CUdeviceptr) -> Res<ExecCost> {
-    let g = RawGraph::chain(env.func(), maps, x)?;
+    let g = OwnedGraph::chain(env.func(), maps, x)?;
     env.stream.synchronize()?;
     let (free0, rss0) = (free_device_bytes()?, resident_host_bytes());
     let mut execs = Vec::with_capacity(env.copies);
     let mut times = Vec::with_capacity(env.copies);
     for _ in 0..env.copies {
         let t = Instant::now();
-        execs.push(RawExec::new(&g)?);
+        execs.push(OwnedExec::instantiate(&g)?);
         times.push(t.elapsed().as_secs_f64() * 1e6);
     }
     let free1 = free_device_bytes()?;
