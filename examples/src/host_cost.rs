@@ -1,0 +1,198 @@
+//! Where the host time of an unchanged `graph!` call goes (issue 18): the call of a 1000-node
+//! fan and a 1000-node chain (the shapes of `bench`), with the GPU idle, against its parts done
+//! one by one through the same hidden functions the expansion calls.
+//!
+//! ```text
+//! host_cost [--reps N]
+//! ```
+//! Rows, µs per call, median of N (default 200) with the GPU idle before each:
+//! - `graph! call`: the whole unchanged call (acquire, nodes, validation, ledger, ladder,
+//!   `cuGraphLaunch`);
+//! - `acquire`: one `acquire_mut` per place (the borrow, cudarc's pointer and guard);
+//! - `nodes`: each statement's kernel node made from the handles, and its node-list entry;
+//! - `guards dropped`: dropping the call's guards (after the launch, in the call);
+//! - `rest`: the call minus the parts above: the cache's validation, aliasing and ledger
+//!   checks, the ladder's comparisons and bookkeeping, and `cuGraphLaunch` (`bench`'s row c
+//!   measures the raw launch alone: about 20 µs for this fan, 2.6 µs for this chain).
+//!
+//! Exits with status 1 if an unchanged call built or updated anything, or a part lost a node.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use cudagraph::__private as p;
+use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+use cudagraph::cudarc::nvrtc::compile_ptx;
+use cudagraph::{GraphCache, graph, kernels};
+
+#[path = "cli.rs"]
+mod cli;
+
+kernels! {
+    /// Kernels of `kernels/bench.cu`.
+    pub struct Bench {
+        /// `x[i] += v` for `i < n`.
+        fn add(n: u32, v: u32, x: &mut [u32]);
+        /// `dst[i] += src[i]` for `i < n`.
+        fn acc(n: u32, src: &[u32], dst: &mut [u32]);
+    }
+}
+
+const SOURCE: &str = include_str!("../kernels/bench.cu");
+const ELEMS: u32 = 32;
+const CFG: (u32, u32) = (1, 32);
+/// Statements of each body.
+const NODES: usize = 1000;
+
+#[derive(clap::Parser)]
+#[command(about = "Where the host time of an unchanged graph! call goes (1000-node fan and chain)")]
+struct Args {
+    /// Calls timed per row.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    reps: u32,
+    /// Print the graph plans as Graphviz DOT and exit (no GPU needed).
+    #[arg(long)]
+    plan: bool,
+}
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn fan(
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    k: &Bench,
+    mut p: &mut CudaSlice<u32>,
+    bufs: &mut [CudaSlice<u32>],
+) -> cudagraph::Result<()> {
+    graph!(cache, stream, {
+        k.add(ELEMS, 1, &mut p).launch(CFG);
+        for i in 0..998 {
+            k.acc(ELEMS, &p, &mut bufs[i]).launch(CFG);
+        }
+        k.add(ELEMS, 1, &mut p).launch(CFG);
+    })
+}
+
+fn chain(
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    k: &Bench,
+    mut x: &mut CudaSlice<u32>,
+) -> cudagraph::Result<()> {
+    graph!(cache, stream, {
+        for _ in 0..1000 {
+            k.add(ELEMS, 1, &mut x).launch(CFG);
+        }
+    })
+}
+
+/// Median of `reps` timings of `f`, each after the stream is idle.
+fn median(stream: &CudaStream, reps: u32, mut f: impl FnMut() -> Res<Duration>) -> Res<f64> {
+    let mut t = Vec::with_capacity(reps as usize);
+    for _ in 0..=reps {
+        stream.synchronize()?;
+        t.push(f()?.as_secs_f64() * 1e6);
+    }
+    t.remove(0); // first-use costs
+    t.sort_by(f64::total_cmp);
+    Ok(t[t.len() / 2])
+}
+
+/// The parts of one fan call, timed one by one: acquire, nodes, guards dropped.
+fn fan_parts(
+    stream: &CudaStream,
+    k: &Bench,
+    pbuf: &mut CudaSlice<u32>,
+    bufs: &mut [CudaSlice<u32>],
+) -> (Duration, Duration, Duration, usize) {
+    let call = p::begin_call();
+    let t0 = Instant::now();
+    let (r0, _, g0) = p::acquire_mut(pbuf, stream, &call, 0);
+    let mut handles = Vec::with_capacity(bufs.len());
+    for (i, b) in bufs.iter_mut().enumerate() {
+        handles.push(p::acquire_mut(b, stream, &call, i as u32 + 1));
+    }
+    let t1 = Instant::now();
+    let nodes: Vec<_> = handles
+        .iter()
+        .map(|(_, w, _)| p::kernel_node(p::kernels(k).acc(p::scalar(ELEMS), r0, *w).launch(CFG)))
+        .collect();
+    let entries: Vec<_> = nodes.iter().map(|n| p::entry(n).entry()).collect();
+    let t2 = Instant::now();
+    let present = entries.iter().flatten().count();
+    drop(entries);
+    drop(nodes);
+    let t3 = Instant::now();
+    // The guards last.
+    drop(handles);
+    drop(g0);
+    (t1 - t0, t2 - t1, t3.elapsed(), present)
+}
+
+fn run(a: &Args) -> Res<bool> {
+    let ctx = CudaContext::new(0)?;
+    // As in `bench`: event tracking off, every buffer used on one stream.
+    // SAFETY: every buffer is used on the one stream made below only.
+    unsafe { ctx.disable_event_tracking() };
+    let stream = ctx.new_stream()?;
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    let k = unsafe { Bench::load(&ctx, compile_ptx(SOURCE)?) }?;
+    let mut pbuf = stream.alloc_zeros::<u32>(ELEMS as usize)?;
+    let mut bufs = (0..NODES - 2)
+        .map(|_| stream.alloc_zeros::<u32>(ELEMS as usize))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut x = stream.alloc_zeros::<u32>(ELEMS as usize)?;
+    let (mut fan_cache, mut chain_cache) = (GraphCache::new(), GraphCache::new());
+    let reps = a.reps;
+
+    let fan_call = median(&stream, reps, || {
+        let t = Instant::now();
+        fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs)?;
+        Ok(t.elapsed())
+    })?;
+    let chain_call = median(&stream, reps, || {
+        let t = Instant::now();
+        chain(&mut chain_cache, &stream, &k, &mut x)?;
+        Ok(t.elapsed())
+    })?;
+    let mut parts = Vec::new();
+    for _ in 0..=reps {
+        stream.synchronize()?;
+        parts.push(fan_parts(&stream, &k, &mut pbuf, &mut bufs));
+    }
+    parts.remove(0);
+    let part = |f: fn(&(Duration, Duration, Duration, usize)) -> Duration| {
+        let mut v: Vec<f64> = parts.iter().map(|p| f(p).as_secs_f64() * 1e6).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (acquire, nodes, dropped) = (part(|p| p.0), part(|p| p.1), part(|p| p.2));
+    let ok = parts.iter().all(|p| p.3 == NODES - 2);
+    let fs = fan_cache.stats();
+    let cs = chain_cache.stats();
+    let ok = ok && fs.builds == 1 && cs.builds == 1 && fs.node_updates == 0 && cs.node_updates == 0;
+
+    println!("host_cost: µs per unchanged call with the GPU idle, median of {reps}");
+    println!("{:<34}{:>10}{:>14}", "row", "µs", "ns per node");
+    let row =
+        |name: &str, us: f64| println!("{name:<34}{us:>10.2}{:>14.0}", us * 1e3 / NODES as f64);
+    row("fan graph! call", fan_call);
+    row("fan acquire (999 places)", acquire);
+    row("fan nodes + entries (998)", nodes);
+    row("fan guards dropped", dropped);
+    row("fan rest (call - parts)", fan_call - acquire - nodes - dropped);
+    row("chain graph! call", chain_call);
+    println!(
+        "note: `rest` holds the cache's validation, aliasing and ledger checks, the ladder's \
+         comparisons and cuGraphLaunch (bench row c: about 20 µs for this fan, 2.6 µs for this \
+         chain)."
+    );
+    if !ok {
+        println!("FAILED: an unchanged call rebuilt or updated nodes, or a part lost a node");
+    }
+    Ok(ok)
+}
+
+fn main() -> ExitCode {
+    cli::main("host_cost", &[], |a: &Args| a.plan, |a| run(a).map_err(|e| e.to_string()))
+}
