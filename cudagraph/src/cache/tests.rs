@@ -1393,11 +1393,11 @@ fn edges_between_kernels_of_two_devices_are_plain_and_a_moved_kernel_is_not_set_
     assert!(cache.edges().iter().all(|e| e.2 == EdgeKind::Plain), "{:?}", cache.edges());
 }
 
-/// Not a test: a loop of unchanged calls of a 1000-node fan for `perf` (the cache's part of the
-/// host cost per node; `cargo test --release -p cudagraph --lib -- --ignored profile_fan`).
+/// Unchanged calls of a 1000-node fan send nothing but the launch; also the loop to profile
+/// the cache's part of an unchanged call's host cost (`CUDAGRAPH_PROFILE_CALLS=20000 perf
+/// record cargo test --release -p cudagraph --lib unchanged_fan -- --nocapture`).
 #[test]
-#[ignore = "a profiling loop, not a test"]
-fn profile_fan() {
+fn unchanged_fan_of_1000_nodes_sends_only_launches() {
     const N: usize = 1000;
     let (r, w) = (|p| Access { place: p, write: false }, |p| Access { place: p, write: true });
     let nodes: Vec<PlanNode> = (0..N)
@@ -1424,14 +1424,20 @@ fn profile_fan() {
     let mock = Mock::default();
     let mut cache = GraphCache::with_driver(mock.clone(), 8);
     let ks: Vec<K> = (0..N).map(|i| k(1, 0x1000 + 0x100 * i as u64)).collect();
+    let params = || -> Vec<Option<NodeParams<'_>>> {
+        ks.iter().map(|k| Some(NodeParams::Kernel(k as &dyn KernelNode))).collect()
+    };
+    cache.run_raw(plan, 0, (CTX, None), STREAM, &params()).unwrap();
+    assert_eq!(mock.calls().len(), N + 3, "graph_create, {N} nodes, instantiate, launch");
+    let calls: u32 =
+        std::env::var("CUDAGRAPH_PROFILE_CALLS").ok().and_then(|c| c.parse().ok()).unwrap_or(3);
     let t = std::time::Instant::now();
-    let calls = 20_000;
     for _ in 0..calls {
-        let params: Vec<Option<NodeParams<'_>>> =
-            ks.iter().map(|k| Some(NodeParams::Kernel(k as &dyn KernelNode))).collect();
-        cache.run_raw(plan, 0, (CTX, None), STREAM, &params).unwrap();
-        mock.calls();
+        cache.run_raw(plan, 0, (CTX, None), STREAM, &params()).unwrap();
+        assert_eq!(mock.calls(), ["launch"]);
     }
-    let ns = t.elapsed().as_nanos() as f64 / (calls * N) as f64;
-    println!("{ns:.1} ns per node");
+    let ns = t.elapsed().as_nanos() as f64 / (f64::from(calls) * N as f64);
+    let s = cache.stats();
+    assert_eq!((s.builds, s.hits, s.node_updates), (1, u64::from(calls), 0), "{s:?}");
+    println!("{ns:.1} ns per node per unchanged call (mock driver)");
 }
