@@ -751,6 +751,14 @@ pub mod __private {
         }
     }
 
+    /// Host time of each phase of the `graph!` calls made on this thread since the last read
+    /// (names and nanoseconds; feature `phase-times`, for the `host_cost` diagnostic), and
+    /// resets the totals.
+    #[cfg(feature = "phase-times")]
+    pub fn phase_times() -> [(&'static str, i64); 7] {
+        crate::cache::phases::take()
+    }
+
     /// Runs `f`, a chunk of a `graph!` body's statements, in a function of its own (LLVM's
     /// optimization time grows faster than linearly in the size of one function).
     #[inline(never)]

@@ -15,6 +15,10 @@
 //!   checks, the ladder's comparisons and bookkeeping, and `cuGraphLaunch` (`bench`'s row c
 //!   measures the raw launch alone: about 20 µs for this fan, 2.6 µs for this chain).
 //!
+//! Built with the feature `phase-times` (`cargo build --release -p cudagraph-examples --bin
+//! host_cost --features phase-times`), it also prints the cache's part of the fan's call by
+//! phase (validation, aliasing check, ledger, ladder, `cuGraphLaunch`).
+//!
 //! Exits with status 1 if an unchanged call built or updated anything, or a part lost a node.
 
 use std::process::ExitCode;
@@ -187,6 +191,21 @@ fn run(a: &Args) -> Res<bool> {
          comparisons and cuGraphLaunch (bench row c: about 20 µs for this fan, 2.6 µs for this \
          chain)."
     );
+    #[cfg(feature = "phase-times")]
+    {
+        // The phases of the fan's calls: its own calls, timed again with the phases read.
+        p::phase_times();
+        let calls = reps;
+        for _ in 0..calls {
+            stream.synchronize()?;
+            fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs)?;
+        }
+        println!("fan graph! call by phase (feature phase-times), mean of {calls} calls:");
+        for (name, ns) in p::phase_times() {
+            let us = ns as f64 / 1e3 / f64::from(calls);
+            row(&format!("  {name}"), us);
+        }
+    }
     if !ok {
         println!("FAILED: an unchanged call rebuilt or updated nodes, or a part lost a node");
     }

@@ -23,6 +23,7 @@ mod faults;
 mod ladder;
 pub(crate) mod ledger;
 mod looped;
+pub(crate) mod phases;
 #[cfg(test)]
 pub(crate) mod tests;
 mod validate;
@@ -387,18 +388,22 @@ impl GraphCache {
         if let Some(panicked) = self.reports.take() {
             return Err(panicked);
         }
+        let mut clock = phases::Clock::start();
         stream.context().bind_to_thread().call("cuCtxSetCurrent").map_err(graph_err)?;
         let ctx = stream.context().cu_ctx();
         if self.limits.is_none_or(|l| l.ctx != ctx) {
             self.limits = Some(Limits::of(stream).map_err(graph_err)?);
         }
+        clock.lap(phases::BIND);
         let handles = match (call.site, call_id) {
             // `handles` checks against the plan's node `shape.plan_index(i)`.
             (Site::Plan(plan), Some(id)) => Some((plan, id)),
             _ => None,
         };
         validate(call.shape, nodes, ctx, self.limits.as_ref(), handles, &mut self.peers)?;
+        clock.lap(phases::VALIDATE);
         self.check_aliasing(call.shape, guards)?;
+        clock.lap(phases::ALIASING);
         self.enable_peers(call.shape)?;
         if self.mode == Mode::Eager
             && let Some(i) = nodes.iter().position(|n| n.is_some_and(|n| n.conditional().is_some()))
@@ -427,8 +432,10 @@ impl GraphCache {
                 }
             }
         }
+        clock.lap(phases::PREPARE);
         self.order_before(stream, guards).map_err(graph_err)?;
         let unlisted = nodes.iter().flatten().any(|n| n.unlisted_work());
+        clock.lap(phases::LEDGER);
         let r = if self.mode == Mode::Eager {
             // A panic in a statement (a capture statement's closure) still orders the buffers'
             // own streams after what the call enqueued before it, then continues.
@@ -445,10 +452,12 @@ impl GraphCache {
         } else {
             self.run_validated(call, (ctx, Some(stream.context())), stream.cu_stream(), nodes)
         };
+        clock.lap(phases::LADDER_LAUNCH);
         // After an error part way through an eager call, its earlier nodes are enqueued.
         if r.is_ok() || self.mode == Mode::Eager {
             self.order_after(stream, unlisted).map_err(graph_err)?;
         }
+        clock.lap(phases::LEDGER);
         r
     }
 
@@ -832,7 +841,9 @@ impl<D: Driver> GraphCache<D> {
         // SAFETY: exec is live and was built in the stream's context; every pointer in it was
         // acquired from a place that the caller keeps borrowed until after this launch, with a
         // guard that records the launch on the buffer's events.
+        let clock = phases::Clock::start();
         let launched = unsafe { self.driver.launch(v.exec, stream) }.call("cuGraphLaunch");
+        clock.charge(phases::LAUNCH, phases::LADDER_LAUNCH);
         if let Err(source) = launched {
             v.take_back(v.launch_work.len());
             return Err(shape.graph_error(source));
