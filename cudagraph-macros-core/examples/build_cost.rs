@@ -2,8 +2,10 @@
 //! crate holding one `graph!` of N statements, on top of the same crate with an empty body.
 //!
 //! ```text
-//! cargo run --release -p cudagraph-macros-core --example build_cost [-- --sizes 10,100,1000,4000] [--debug | --clippy]
+//! cargo run --release -p cudagraph-macros-core --example build_cost [-- --sizes 10,100,1000,4000] [--debug | --clippy] [--runs R]
 //! ```
+//! Each row is the median of `R` builds (default 1; on a small shared machine the ratios move
+//! by ±10 % from run to run).
 //! `--clippy` times `cargo clippy` (a debug check with clippy's lints, what a user's CI runs)
 //! instead of a build.
 //! Shapes: `chain` (N kernels writing one buffer, each after the last), `fan` (N kernels
@@ -128,9 +130,20 @@ fn main() -> ExitCode {
         Mode::Debug => "debug build",
         Mode::Clippy => "cargo clippy",
     };
+    let runs: usize = args
+        .iter()
+        .position(|a| a == "--runs")
+        .and_then(|i| args.get(i + 1))
+        .map_or(1, |r| r.parse().expect("--runs takes a number"));
+    // The median of `runs` builds (the file rewritten each time, so that cargo rebuilds it).
     let run = |shape: &str, n: usize| -> Result<f64, String> {
-        std::fs::write(dir.join("src/lib.rs"), lib_rs(shape, n)).map_err(|e| e.to_string())?;
-        build(&dir, mode)
+        let mut t = Vec::with_capacity(runs);
+        for _ in 0..runs.max(1) {
+            std::fs::write(dir.join("src/lib.rs"), lib_rs(shape, n)).map_err(|e| e.to_string())?;
+            t.push(build(&dir, mode)?);
+        }
+        t.sort_by(f64::total_cmp);
+        Ok(t[t.len() / 2])
     };
     // Dependencies, then the empty body twice (the second is the baseline).
     if let Err(e) = run("chain", 0).and_then(|_| run("chain", 0)) {
@@ -138,7 +151,9 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let empty = run("chain", 0).expect("built before");
-    println!("{profile} of one graph! of N statements, seconds (empty body: {empty:.2} s)");
+    println!(
+        "{profile} of one graph! of N statements, seconds, median of {runs} (empty body: {empty:.2} s)"
+    );
     println!("{:<6}{:>7}{:>10}{:>12}{:>12}", "shape", "N", "build", "over empty", "÷ N=1000");
     let mut status = ExitCode::SUCCESS;
     for shape in ["chain", "fan", "unrolled"] {
