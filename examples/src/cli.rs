@@ -20,19 +20,16 @@ pub fn main<A: clap::Parser, E: std::fmt::Display>(
     let file = format!("{name}.rs");
     let plans = || cudagraph::plans().filter(|p| p.file.ends_with(&file));
     if plan(&args) {
-        for p in plans() {
-            print!("{}", p.to_dot_with(&p.edge_kinds(|k| programmatic.contains(&k))));
-        }
+        let dots = plans().map(|p| p.to_dot_with(&p.edge_kinds(|k| programmatic.contains(&k))));
+        print_all(dots);
         return ExitCode::SUCCESS;
     }
     if !cudagraph::driver_available() {
         eprintln!(
             "{name}: no CUDA GPU here (the CUDA driver, libcuda, could not be loaded), so nothing ran.\n\
-             {name}: the step's graph plan follows; `--plan` prints it as Graphviz DOT"
+             {name}: its graph plans follow; `--plan` prints them as Graphviz DOT"
         );
-        for p in plans() {
-            print!("{p}");
-        }
+        print_all(plans().map(|p| p.to_string()));
         return ExitCode::from(2);
     }
     match run(&args) {
@@ -43,4 +40,17 @@ pub fn main<A: clap::Parser, E: std::fmt::Display>(
             ExitCode::FAILURE
         }
     }
+}
+
+/// Prints `texts` to standard output, stopping quietly when the reader has gone (`--plan | head`
+/// closes the pipe: `print!` would panic).
+fn print_all(texts: impl Iterator<Item = String>) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    for t in texts {
+        if out.write_all(t.as_bytes()).is_err() {
+            return;
+        }
+    }
+    let _ = out.flush();
 }
