@@ -1110,3 +1110,29 @@ fn statements_that_could_act_on_a_closure_are_not_chunked() {
         .collect();
     assert_eq!(chunked, [true, true, true, false, false, false, false, false]);
 }
+
+#[test]
+fn the_iterations_of_an_unrolled_for_share_chunks() {
+    // 1000 iterations of one statement, nested or not: ceil(1000 / 16) = 63 chunks, as 1000
+    // written-out statements get. One chunk per iteration made type checking and clippy
+    // quadratic and overflowed rustc's stack in debug builds.
+    for body in [
+        quote!({
+            for _ in 0..1000 {
+                k.add(n, 1, &mut x).launch(cfg);
+            }
+        }),
+        quote!({
+            for _ in 0..10 {
+                for i in 0..100 {
+                    k.add(n, i, &mut x).launch(cfg);
+                }
+            }
+        }),
+    ] {
+        let out = crate::graph(quote!(&mut c, &s, #body)).to_string();
+        assert!(!out.contains("compile_error"), "{out}");
+        let chunks = out.matches("__private :: chunk (").count();
+        assert_eq!(chunks, 63, "chunks of {body}");
+    }
+}
