@@ -935,6 +935,14 @@ fn a_graph_owned_buffer_is_a_place_from_its_alloc_to_its_free_added_after_the_la
 
 #[test]
 fn graph_owned_buffer_misuse_is_refused() {
+    // The name `t` allocated again after its free (two errors, checked below).
+    let realloc = quote!({
+        let t = alloc::<f32>(n);
+        zero(&mut t);
+        free(&mut t);
+        let t = alloc::<f32>(n);
+        zero(&mut t);
+    });
     let cases: Vec<(TokenStream, &str)> = vec![
         (
             quote!({
@@ -1014,26 +1022,8 @@ fn graph_owned_buffer_misuse_is_refused() {
         // A name allocated again after its free would give two alloc nodes one place (one
         // slot): a per-node update would resolve the first buffer's uses to the second's
         // address. Refused, with a message of its own (and as a duplicate node name).
-        (
-            quote!({
-                let t = alloc::<f32>(n);
-                zero(&mut t);
-                free(&mut t);
-                let t = alloc::<f32>(n);
-                zero(&mut t);
-            }),
-            "duplicate node name `t`",
-        ),
-        (
-            quote!({
-                let t = alloc::<f32>(n);
-                zero(&mut t);
-                free(&mut t);
-                let t = alloc::<f32>(n);
-                zero(&mut t);
-            }),
-            "`t` is already a graph-owned buffer (its `alloc` is at line",
-        ),
+        (realloc.clone(), "duplicate node name `t`"),
+        (realloc, "`t` is already a graph-owned buffer (its `alloc` is at line"),
         (
             quote!({
                 let t = alloc(n);

@@ -47,12 +47,13 @@ use serde::Serialize;
 mod progress;
 use progress::out;
 
+#[path = "bench_kernels.rs"]
+mod bench_kernels;
 mod plot;
+use bench_kernels::{Bench, CFG, ELEMS, SOURCE};
 #[path = "raw_graph.rs"]
 mod raw_graph;
 use raw_graph::{OwnedExec, OwnedGraph};
-
-const SOURCE: &str = include_str!("../kernels/bench.cu");
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -111,16 +112,6 @@ fn heap() -> (u64, u64) {
 // Kernels and the graph! steps.
 
 kernels! {
-    /// Kernels of `kernels/bench.cu`.
-    pub struct Bench {
-        /// `x[i] += v` for `i < n`.
-        fn add(n: u32, v: u32, x: &mut [u32]);
-        /// `dst[i] += src[i]` for `i < n`.
-        fn acc(n: u32, src: &[u32], dst: &mut [u32]);
-    }
-}
-
-kernels! {
     /// The kernel of the programmatic rows (`add_wait` of `kernels/bench.cu`, compiled for the
     /// device's architecture): `x[i] += v` after `griddepcontrol.wait`.
     pub struct BenchPdl {
@@ -132,10 +123,6 @@ kernels! {
     }
 }
 
-/// Elements of every buffer; each kernel is one block of 32 threads over them.
-const ELEMS: u32 = 32;
-/// `(grid, block)` of every kernel.
-const CFG: (u32, u32) = (1, 32);
 /// The same as a cudarc `LaunchConfig`.
 const LAUNCH: LaunchConfig =
     LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };

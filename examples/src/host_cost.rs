@@ -27,24 +27,14 @@ use std::time::{Duration, Instant};
 use cudagraph::__private as p;
 use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use cudagraph::cudarc::nvrtc::compile_ptx;
-use cudagraph::{GraphCache, graph, kernels};
+use cudagraph::{GraphCache, graph};
 
 #[path = "cli.rs"]
 mod cli;
 
-kernels! {
-    /// Kernels of `kernels/bench.cu`.
-    pub struct Bench {
-        /// `x[i] += v` for `i < n`.
-        fn add(n: u32, v: u32, x: &mut [u32]);
-        /// `dst[i] += src[i]` for `i < n`.
-        fn acc(n: u32, src: &[u32], dst: &mut [u32]);
-    }
-}
-
-const SOURCE: &str = include_str!("../kernels/bench.cu");
-const ELEMS: u32 = 32;
-const CFG: (u32, u32) = (1, 32);
+#[path = "bench_kernels.rs"]
+mod bench_kernels;
+use bench_kernels::{Bench, CFG, ELEMS, SOURCE};
 /// Statements of each body.
 const NODES: usize = 1000;
 
@@ -98,8 +88,13 @@ fn median(stream: &CudaStream, reps: u32, mut f: impl FnMut() -> Res<Duration>) 
         t.push(f()?.as_secs_f64() * 1e6);
     }
     t.remove(0); // first-use costs
-    t.sort_by(f64::total_cmp);
-    Ok(t[t.len() / 2])
+    Ok(middle(t))
+}
+
+/// The median of `v` (the upper one of an even count).
+fn middle(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 /// The parts of one fan call, timed one by one: acquire, nodes, guards dropped.
@@ -166,9 +161,7 @@ fn run(a: &Args) -> Res<bool> {
     }
     parts.remove(0);
     let part = |f: fn(&(Duration, Duration, Duration, usize)) -> Duration| {
-        let mut v: Vec<f64> = parts.iter().map(|p| f(p).as_secs_f64() * 1e6).collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+        middle(parts.iter().map(|p| f(p).as_secs_f64() * 1e6).collect())
     };
     let (acquire, nodes, dropped) = (part(|p| p.0), part(|p| p.1), part(|p| p.2));
     let ok = parts.iter().all(|p| p.3 == NODES - 2);
