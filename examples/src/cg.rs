@@ -10,15 +10,17 @@
 //! 1e-8), four ways:
 //! - `device while`: one `graph!` call for the whole solve; alpha, beta, the residual norms,
 //!   the iteration count and the converged flag stay in device memory (`&f64`/`&mut u32` device
-//!   scalars), and the loop is a `device_while` whose body unrolls 8 iterations (4 kernels
-//!   each: `matvec_dot`, `update_xr_dot`, `update_p`, `finish`; each block of the kernels that
-//!   need alpha or beta adds up the partial sums of the dot product itself, so no kernel does
-//!   that alone); kernels after convergence return at once, so the solution and count are
-//!   those of the first iteration below the tolerance;
+//!   scalars), and the loop is a `device_while` whose body unrolls 16 iterations. An iteration
+//!   is one kernel, `step`: the single-reduction form of CG (Chronopoulos and Gear), which sums
+//!   both dot products of an iteration in one pass, with every block adding up the last step's
+//!   partial sums itself (`kernels/cg.cu` explains the double-buffered state). A step that
+//!   starts from a converged iterate returns at once, so the solution and count are those of
+//!   the first iteration below the tolerance;
 //! - `host every 1` / `host every 10`: the same kernels, one `graph!` call per 1 or 10
 //!   iterations, the converged flag copied to pinned host memory (allocated once per solver)
 //!   and checked after each call;
-//! - `cpu`: the same algorithm on the host (for sizes up to `--cpu-max`, default 256).
+//! - `cpu`: textbook CG (two reductions per iteration) on the host, for sizes up to
+//!   `--cpu-max` (default 256): the device's iteration count must be within 1 of it.
 //!
 //! Prints iterations, final relative residual, max error against the exact solution and µs
 //! per iteration for each, then the per-iteration overhead of the conditional node for bodies
@@ -40,20 +42,20 @@ mod poisson;
 use poisson::{exact_error, rhs};
 
 const SOURCE: &str = include_str!("../kernels/cg.cu");
-/// Blocks of every kernel but `start`/`finish`, and partial sums of each dot product (`PARTS`
-/// in cg.cu); every kernel has 256 threads per block.
+/// Blocks of `start` and `step`, and partial sums of each dot product (`PARTS` in cg.cu); every
+/// kernel has 256 threads per block.
 const PARTS: u32 = 256;
+/// Length of a step's scalar buffer `s`: gamma, alpha, iterations done, then `PARTS` parts of
+/// `r · r` and `PARTS` of `w · r` (`S_PARTS` in cg.cu).
+const S_LEN: usize = 3 + 2 * PARTS as usize;
 
 kernels! {
-    /// Kernels of `kernels/cg.cu`.
+    /// Kernels of `kernels/cg.cu`. `v`: 3 n² doubles (r, w = A r, z = A p); `s`: `S_LEN`.
     struct Cg {
-        fn dot_partial(len: u32, done: &u32, a: &[f64], b: &[f64], partial: &mut [f64]);
-        fn matvec_dot(n: u32, done: &u32, p: &[f64], q: &mut [f64], partial_pq: &mut [f64]);
-        fn update_xr_dot(len: u32, done: &u32, rr: &f64, partial_pq: &[f64], p: &[f64], q: &[f64], x: &mut [f64], r: &mut [f64], partial_rr: &mut [f64]);
-        fn update_p(len: u32, done: &u32, partial_rr: &[f64], rr: &f64, r: &[f64], p: &mut [f64]);
-        fn finish(c: Condition, max_it: u32, partial_rr: &[f64], thresh: &f64, rr: &mut f64, it: &mut u32, done: &mut u32);
-        fn finish_host(max_it: u32, partial_rr: &[f64], thresh: &f64, rr: &mut f64, it: &mut u32, done: &mut u32);
-        fn start(tol2: f64, partial: &[f64], rr0: &mut f64, thresh: &mut f64, rr: &mut f64, it: &mut u32, done: &mut u32);
+        fn start(n: u32, b: &[f64], v: &mut [f64], s: &mut [f64]);
+        fn start_scalars(tol2: f64, s: &mut [f64], rr0: &mut f64, thresh: &mut f64, rr: &mut f64, it: &mut u32, done: &mut u32);
+        fn step(c: Condition, n: u32, max_it: u32, thresh: &f64, s_in: &[f64], v_in: &[f64], s_out: &mut [f64], v_out: &mut [f64], p: &mut [f64], x: &mut [f64], rr: &mut f64, it: &mut u32, done: &mut u32);
+        fn step_host(n: u32, max_it: u32, thresh: &f64, s_in: &[f64], v_in: &[f64], s_out: &mut [f64], v_out: &mut [f64], p: &mut [f64], x: &mut [f64], rr: &mut f64, it: &mut u32, done: &mut u32);
         fn set_running(c: Condition, done: &u32);
         fn tick(v: &mut f64);
         fn tick_last(c: Condition, left: &mut u32);
@@ -88,12 +90,11 @@ struct Solver {
     n: u32,
     b: CudaSlice<f64>,
     x: CudaSlice<f64>,
-    r: CudaSlice<f64>,
     p: CudaSlice<f64>,
-    q: CudaSlice<f64>,
-    /// Per-block parts of `p · q` and of `r · r` (`PARTS` each).
-    partial_pq: CudaSlice<f64>,
-    partial_rr: CudaSlice<f64>,
+    /// The two sets of vectors (r, w, z; 3 n² each) that the steps alternate.
+    v: [CudaSlice<f64>; 2],
+    /// The two sets of a step's scalars and partial sums (`S_LEN` each).
+    s: [CudaSlice<f64>; 2],
     // Device scalars (one-element buffers).
     rr0: CudaSlice<f64>,
     rr: CudaSlice<f64>,
@@ -123,11 +124,9 @@ impl Solver {
             n,
             b: stream.clone_htod(&rhs(n))?,
             x: z(len)?,
-            r: z(len)?,
             p: z(len)?,
-            q: z(len)?,
-            partial_pq: z(PARTS as usize)?,
-            partial_rr: z(PARTS as usize)?,
+            v: [z(3 * len)?, z(3 * len)?],
+            s: [z(S_LEN)?, z(S_LEN)?],
             rr0: z(1)?,
             rr: z(1)?,
             thresh: z(1)?,
@@ -138,62 +137,51 @@ impl Solver {
         })
     }
 
-    /// The whole solve as one graph: a `device_while` of 8 unrolled iterations.
+    /// The whole solve as one graph: a `device_while` of 16 unrolled iterations.
     fn device(&mut self, stream: &Arc<CudaStream>, k: &Cg, tol: f64) -> cudagraph::Result<()> {
         let Solver {
-            n,
-            b,
-            x,
-            r,
-            p,
-            q,
-            partial_pq,
-            partial_rr,
-            rr0,
-            rr,
-            thresh,
-            it,
-            done,
-            caches,
-            ..
+            n, b, x, p, v: [v0, v1], s: [s0, s1], rr0, rr, thresh, it, done, caches, ..
         } = self;
-        let (n, len, tol2, max_it) = (*n, *n * *n, tol * tol, 10 * *n * *n);
-        let parts = (PARTS, 256);
+        let (n, tol2, max_it) = (*n, tol * tol, 10 * *n * *n);
+        let grid = (PARTS, 256);
         graph!(&mut caches[0], stream, {
             zero(&mut *x);
-            copy(&*b, &mut *r);
-            copy(&*b, &mut *p);
+            zero(&mut *p);
             zero(&mut *done);
-            k.dot_partial(len, &*done, &*r, &*r, &mut *partial_rr).launch(parts);
-            k.start(tol2, &*partial_rr, &mut *rr0, &mut *thresh, &mut *rr, &mut *it, &mut *done)
-                .launch((1, 256));
+            k.start(n, &*b, &mut *v0, &mut *s0).launch(grid);
+            k.start_scalars(
+                tol2,
+                &mut *s0,
+                &mut *rr0,
+                &mut *thresh,
+                &mut *rr,
+                &mut *it,
+                &mut *done,
+            )
+            .launch((1, 256));
             let c = condition(1);
             k.set_running(c, &*done).launch((1, 1));
+            // 16 iterations per body, 2 per round: the steps alternate the two sets.
             device_while(c, {
                 for _ in 0..8 {
-                    k.matvec_dot(n, &*done, &*p, &mut *q, &mut *partial_pq).launch(parts);
-                    k.update_xr_dot(
-                        len,
-                        &*done,
-                        &*rr,
-                        &*partial_pq,
-                        &*p,
-                        &*q,
-                        &mut *x,
-                        &mut *r,
-                        &mut *partial_rr,
+                    k.step(
+                        c, n, max_it, &*thresh, &*s0, &*v0, &mut *s1, &mut *v1, &mut *p, &mut *x,
+                        &mut *rr, &mut *it, &mut *done,
                     )
-                    .launch(parts);
-                    k.update_p(len, &*done, &*partial_rr, &*rr, &*r, &mut *p).launch(parts);
-                    k.finish(c, max_it, &*partial_rr, &*thresh, &mut *rr, &mut *it, &mut *done)
-                        .launch((1, 256));
+                    .launch(grid);
+                    k.step(
+                        c, n, max_it, &*thresh, &*s1, &*v1, &mut *s0, &mut *v0, &mut *p, &mut *x,
+                        &mut *rr, &mut *it, &mut *done,
+                    )
+                    .launch(grid);
                 }
             });
         })
     }
 
     /// The same solve driven from the host: a `graph!` call per `every` (1 or 10) iterations,
-    /// the converged flag checked on the host after each.
+    /// the converged flag checked on the host after each. A step sees that the iterate it
+    /// starts from has converged, so the host stops after the call that holds that step.
     fn host(
         &mut self,
         stream: &Arc<CudaStream>,
@@ -205,11 +193,9 @@ impl Solver {
             n,
             b,
             x,
-            r,
             p,
-            q,
-            partial_pq,
-            partial_rr,
+            v: [v0, v1],
+            s: [s0, s1],
             rr0,
             rr,
             thresh,
@@ -218,65 +204,57 @@ impl Solver {
             flag,
             caches,
         } = self;
-        let (n, len, tol2, max_it) = (*n, *n * *n, tol * tol, 10 * *n * *n);
-        let parts = (PARTS, 256);
+        let (n, tol2, max_it) = (*n, tol * tol, 10 * *n * *n);
+        let grid = (PARTS, 256);
         graph!(&mut caches[1], stream, {
             zero(&mut *x);
-            copy(&*b, &mut *r);
-            copy(&*b, &mut *p);
+            zero(&mut *p);
             zero(&mut *done);
-            k.dot_partial(len, &*done, &*r, &*r, &mut *partial_rr).launch(parts);
-            k.start(tol2, &*partial_rr, &mut *rr0, &mut *thresh, &mut *rr, &mut *it, &mut *done)
-                .launch((1, 256));
+            k.start(n, &*b, &mut *v0, &mut *s0).launch(grid);
+            k.start_scalars(
+                tol2,
+                &mut *s0,
+                &mut *rr0,
+                &mut *thresh,
+                &mut *rr,
+                &mut *it,
+                &mut *done,
+            )
+            .launch((1, 256));
         })?;
+        // Whether the next step reads set 1 (after an odd number of single steps).
+        let mut odd = false;
         loop {
             graph!(&mut caches[2], stream, {
                 if every10 {
-                    for _ in 0..10 {
-                        k.matvec_dot(n, &*done, &*p, &mut *q, &mut *partial_pq).launch(parts);
-                        k.update_xr_dot(
-                            len,
-                            &*done,
-                            &*rr,
-                            &*partial_pq,
-                            &*p,
-                            &*q,
-                            &mut *x,
-                            &mut *r,
-                            &mut *partial_rr,
+                    for _ in 0..5 {
+                        k.step_host(
+                            n, max_it, &*thresh, &*s0, &*v0, &mut *s1, &mut *v1, &mut *p, &mut *x,
+                            &mut *rr, &mut *it, &mut *done,
                         )
-                        .launch(parts);
-                        k.update_p(len, &*done, &*partial_rr, &*rr, &*r, &mut *p).launch(parts);
-                        k.finish_host(
-                            max_it,
-                            &*partial_rr,
-                            &*thresh,
-                            &mut *rr,
-                            &mut *it,
-                            &mut *done,
+                        .launch(grid);
+                        k.step_host(
+                            n, max_it, &*thresh, &*s1, &*v1, &mut *s0, &mut *v0, &mut *p, &mut *x,
+                            &mut *rr, &mut *it, &mut *done,
                         )
-                        .launch((1, 256));
+                        .launch(grid);
                     }
-                } else {
-                    k.matvec_dot(n, &*done, &*p, &mut *q, &mut *partial_pq).launch(parts);
-                    k.update_xr_dot(
-                        len,
-                        &*done,
-                        &*rr,
-                        &*partial_pq,
-                        &*p,
-                        &*q,
-                        &mut *x,
-                        &mut *r,
-                        &mut *partial_rr,
+                } else if odd {
+                    k.step_host(
+                        n, max_it, &*thresh, &*s1, &*v1, &mut *s0, &mut *v0, &mut *p, &mut *x,
+                        &mut *rr, &mut *it, &mut *done,
                     )
-                    .launch(parts);
-                    k.update_p(len, &*done, &*partial_rr, &*rr, &*r, &mut *p).launch(parts);
-                    k.finish_host(max_it, &*partial_rr, &*thresh, &mut *rr, &mut *it, &mut *done)
-                        .launch((1, 256));
+                    .launch(grid);
+                } else {
+                    k.step_host(
+                        n, max_it, &*thresh, &*s0, &*v0, &mut *s1, &mut *v1, &mut *p, &mut *x,
+                        &mut *rr, &mut *it, &mut *done,
+                    )
+                    .launch(grid);
                 }
                 copy(&*done, &mut *flag);
             })?;
+            odd = !every10 && !odd;
             stream.synchronize()?;
             if flag.as_slice()?[0] != 0 {
                 return Ok(());
@@ -297,7 +275,7 @@ impl Solver {
     }
 }
 
-/// The same algorithm on the host.
+/// Textbook conjugate gradients on the host (two reductions per iteration).
 fn cpu(n: u32, tol: f64) -> Outcome {
     let (nn, len) = (n as usize, (n * n) as usize);
     let b = rhs(n);
@@ -392,8 +370,9 @@ fn run(a: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         include_paths: vec!["/usr/local/cuda/include".into()],
         ..Default::default()
     };
-    // SAFETY: the declarations match cg.cu; every kernel stays within its buffers (n*n
-    // elements, PARTS partial sums, one element for the scalars).
+    // SAFETY: the declarations match cg.cu; every kernel stays within its buffers when they
+    // have the lengths `Solver::new` gives them (n² for b, x and p, 3 n² for v, S_LEN for s,
+    // one element for the scalars), as every call here passes.
     let k = unsafe { Cg::load(&ctx, compile_ptx_with_opts(SOURCE, opts)?) }?;
     let mut ok = true;
     println!("| n | variant | iterations | rel. residual | max error vs exact | µs/iteration |");
