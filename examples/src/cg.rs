@@ -1,7 +1,7 @@
 //! Conjugate gradients converging on the device: a `device_while` loop.
 //!
 //! ```text
-//! cg [--sizes 64,256,1024] [--tol T] [--cpu-max N] [--plan]
+//! cg [--sizes 64,256,1024] [--tol T] [--cpu-max N] [--reps R] [--overhead-iters N] [--plan]
 //! ```
 //! Solves the 2-D Poisson problem `-Δu = 2 (x(1-x) + y(1-y))` on the unit square (zero
 //! boundary, `n`×`n` interior points, 5-point Laplacian, f64; exact solution
@@ -23,9 +23,9 @@
 //!   `--cpu-max` (default 256): the device's iteration count must be within 1 of it.
 //!
 //! Prints iterations, final relative residual, max error against the exact solution and µs
-//! per iteration for each, then the per-iteration overhead of the conditional node for bodies
-//! of 1, 4 and 16 kernels (a `device_while` of tiny kernels against the same kernels as a
-//! straight chain). The device variants must agree bit for bit (deterministic reductions).
+//! per iteration for each (the median of `--reps` timed solves; the CPU's: one solve), then
+//! the per-iteration overhead of the conditional node for bodies of 1, 4 and 16 kernels (a
+//! `device_while` of tiny kernels against the same kernels as a straight chain). The device variants must agree bit for bit (deterministic reductions).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -80,6 +80,10 @@ struct Args {
     /// compute-sanitizer, where every launch costs milliseconds).
     #[arg(long = "overhead-iters", default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
     overhead_iters: u32,
+    /// Timed solves per variant (after one that builds the graphs); µs per iteration is their
+    /// median.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..))]
+    reps: u32,
     /// Print the graph plans as Graphviz DOT and exit (no GPU needed).
     #[arg(long)]
     plan: bool,
@@ -393,10 +397,14 @@ fn run(a: &Args) -> Result<bool, Box<dyn std::error::Error>> {
             };
             eprintln!("cg: {n}² {variant}");
             solve(&mut s)?; // builds the graphs
-            let t = Instant::now();
-            solve(&mut s)?;
-            let secs = t.elapsed().as_secs_f64();
-            rows.push((variant, s.outcome(&stream, secs)?));
+            let mut secs = Vec::with_capacity(a.reps as usize);
+            for _ in 0..a.reps {
+                let t = Instant::now();
+                solve(&mut s)?;
+                secs.push(t.elapsed().as_secs_f64());
+            }
+            secs.sort_by(f64::total_cmp);
+            rows.push((variant, s.outcome(&stream, secs[secs.len() / 2])?));
         }
         if n <= a.cpu_max {
             rows.push(("cpu", cpu(n, a.tol)));
