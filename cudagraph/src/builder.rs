@@ -1163,16 +1163,14 @@ impl Recording {
         key
     }
 
-    /// [`GraphBuilder::edge_kinds`]: inside device control flow bodies, plain.
+    /// [`GraphBuilder::edge_kinds`]: in the top graph and inside device control flow bodies
+    /// alike.
     fn edge_kinds(&self) -> Vec<(u32, u32, EdgeKind)> {
         let end = |i: u32| match &self.nodes[i as usize].kind {
             RecKind::Kernel(k) => Some(k.programmatic),
             _ => None,
         };
-        let kind = |a: u32, b: u32| match self.nodes[b as usize].parent {
-            None => edge_kind(end(a), end(b)),
-            Some(_) => EdgeKind::Plain,
-        };
+        let kind = |a: u32, b: u32| edge_kind(end(a), end(b));
         let edges = self.edges(&vec![true; self.nodes.len()]);
         edges.into_iter().map(|(a, b)| (a, b, kind(a, b))).collect()
     }

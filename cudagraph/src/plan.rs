@@ -49,11 +49,12 @@ pub enum NodeKind {
 /// of a kernel declared `#[programmatic]` in [`kernels!`](crate::kernels) (an inferred hazard
 /// edge or an `.after` edge alike), on a device and driver that support programmatic dependent
 /// launch (compute capability 9.0 and CUDA 12.3 or later; elsewhere it is added plain and
-/// counted in [`Stats::programmatic_fallbacks`](crate::Stats::programmatic_fallbacks)). Every
-/// other edge is [`Plain`](Self::Plain): the driver allows programmatic edges between kernel
-/// nodes only; and edges inside the body of a device `while`, `if` or `switch` stay plain
-/// (programmatic edges in conditional bodies were never measured). A conditional node is not a
-/// kernel node, so the edges into and out of it are plain too.
+/// counted in [`Stats::programmatic_fallbacks`](crate::Stats::programmatic_fallbacks)). This
+/// holds inside the body of a device `while`, `if` or `switch` too: both ends of an edge are
+/// always in the same graph (the top graph or one body). Every other edge is
+/// [`Plain`](Self::Plain): the driver allows programmatic edges between kernel nodes only. A
+/// conditional node is not a kernel node, so the edges into and out of it are plain, and so the
+/// first kernel of a body starts only after everything before the conditional node finished.
 ///
 /// # What a programmatic edge orders
 ///
@@ -178,18 +179,15 @@ impl Plan {
     /// Edges `(from, to, kind)` when every node is present, with the kind each edge has on a
     /// device that supports programmatic dependent launch: [`EdgeKind::Programmatic`] from a
     /// kernel node into a kernel `programmatic(name)` says is declared `#[programmatic]` (the
-    /// plan knows kernels by name only, e.g. `|k| Heat::PROGRAMMATIC.contains(&k)`); edges
-    /// inside device control flow bodies plain. Needs no GPU. The kinds of the edges a cache
+    /// plan knows kernels by name only, e.g. `|k| Heat::PROGRAMMATIC.contains(&k)`), inside
+    /// device control flow bodies too. Needs no GPU. The kinds of the edges a cache
     /// built are [`GraphCache::edges`](crate::GraphCache::edges).
     pub fn edge_kinds(&self, programmatic: impl Fn(&str) -> bool) -> Vec<(u32, u32, EdgeKind)> {
         let end = |i: u32| match self.nodes[i as usize].kind {
             NodeKind::Kernel(name) => Some(programmatic(name)),
             _ => None,
         };
-        let kind = |a: u32, b: u32| match self.parent(b as usize) {
-            None => edge_kind(end(a), end(b)),
-            Some(_) => EdgeKind::Plain,
-        };
+        let kind = |a: u32, b: u32| edge_kind(end(a), end(b));
         self.edges().into_iter().map(|(a, b)| (a, b, kind(a, b))).collect()
     }
 

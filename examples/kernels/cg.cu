@@ -149,6 +149,12 @@ __device__ void step_body(bool with_condition, cudaGraphConditionalHandle c, uns
                           double *__restrict__ p, double *__restrict__ x,
                           double *__restrict__ rr, unsigned int *__restrict__ it,
                           unsigned int *__restrict__ done) {
+    // `step` and `step_host` are declared #[programmatic]: every thread waits for the kernel
+    // before it (griddepcontrol.wait, compute capability 9.0 and later) before it reads any
+    // buffer or returns, so that a programmatic edge into it orders its accesses.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
     unsigned int len = n * n, stride = gridDim.x * blockDim.x;
     unsigned int k = blockIdx.x * blockDim.x + threadIdx.x;
     const double *r_in = v_in, *w_in = v_in + len, *z_in = v_in + 2 * len;

@@ -31,6 +31,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
+use cudagraph::cudarc::driver::sys::CUdevice_attribute;
 use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, PinnedHostSlice};
 use cudagraph::cudarc::nvrtc::{CompileOptions, compile_ptx_with_opts};
 use cudagraph::{Condition, GraphCache, graph, kernels};
@@ -54,7 +55,11 @@ kernels! {
     struct Cg {
         fn start(n: u32, b: &[f64], v: &mut [f64], s: &mut [f64]);
         fn start_scalars(tol2: f64, s: &mut [f64], rr0: &mut f64, thresh: &mut f64, rr: &mut f64, it: &mut u32, done: &mut u32);
+        /// One iteration; waits for the kernel before it first (griddepcontrol.wait).
+        #[programmatic]
         fn step(c: Condition, n: u32, max_it: u32, thresh: &f64, s_in: &[f64], v_in: &[f64], s_out: &mut [f64], v_out: &mut [f64], p: &mut [f64], x: &mut [f64], rr: &mut f64, it: &mut u32, done: &mut u32);
+        /// `step` without a condition (the host-checked variants); waits first too.
+        #[programmatic]
         fn step_host(n: u32, max_it: u32, thresh: &f64, s_in: &[f64], v_in: &[f64], s_out: &mut [f64], v_out: &mut [f64], p: &mut [f64], x: &mut [f64], rr: &mut f64, it: &mut u32, done: &mut u32);
         fn set_running(c: Condition, done: &u32);
         fn tick(v: &mut f64);
@@ -84,6 +89,10 @@ struct Args {
     /// median.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..))]
     reps: u32,
+    /// Plain edges between the steps (`GraphCache::set_programmatic(false)`), instead of
+    /// programmatic ones (where the device has them: compute capability 9.0, CUDA 12.3).
+    #[arg(long = "plain-edges")]
+    plain_edges: bool,
     /// Print the graph plans as Graphviz DOT and exit (no GPU needed).
     #[arg(long)]
     plan: bool,
@@ -119,7 +128,11 @@ struct Outcome {
 }
 
 impl Solver {
-    fn new(stream: &Arc<CudaStream>, n: u32) -> Result<Self, Box<dyn std::error::Error>> {
+    fn new(
+        stream: &Arc<CudaStream>,
+        n: u32,
+        programmatic: bool,
+    ) -> Result<Self, Box<dyn std::error::Error>> {
         let len = (n * n) as usize;
         let z = |l| stream.alloc_zeros::<f64>(l);
         // SAFETY: pinned host memory of one u32, read only after the stream synchronized.
@@ -137,7 +150,11 @@ impl Solver {
             it: stream.alloc_zeros::<u32>(1)?,
             done: stream.alloc_zeros::<u32>(1)?,
             flag,
-            caches: [GraphCache::new(), GraphCache::new(), GraphCache::new()],
+            caches: [0; 3].map(|_| {
+                let mut c = GraphCache::new();
+                c.set_programmatic(programmatic);
+                c
+            }),
         })
     }
 
@@ -370,8 +387,13 @@ fn overhead(
 fn run(a: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     let ctx = CudaContext::new(0)?;
     let stream = ctx.new_stream()?;
+    // For the device's own architecture: `griddepcontrol` (the programmatic steps' wait) needs
+    // compute capability 9.0, and NVRTC's default architecture is older.
+    let major = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     let opts = CompileOptions {
         include_paths: vec!["/usr/local/cuda/include".into()],
+        options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
         ..Default::default()
     };
     // SAFETY: the declarations match cg.cu; every kernel stays within its buffers when they
@@ -383,7 +405,7 @@ fn run(a: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     println!("|---|---|---|---|---|---|");
     for &n in &a.sizes {
         eprintln!("cg: {n}²");
-        let mut s = Solver::new(&stream, n)?;
+        let mut s = Solver::new(&stream, n, !a.plain_edges)?;
         let mut rows: Vec<(&str, Outcome)> = Vec::new();
         for variant in ["device while", "host every 1", "host every 10"] {
             let solve = |s: &mut Solver| -> Result<(), Box<dyn std::error::Error>> {
@@ -437,6 +459,15 @@ fn run(a: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         println!(
             "speed: device while {:.2}x the µs/iteration of host every 10",
             d.us_per_it / rows[2].1.us_per_it
+        );
+        let (dev, every10) = (s.caches[0].stats(), s.caches[2].stats());
+        println!(
+            "edges between steps: programmatic {} in the device graph, {} in the every-10 graphs \
+             (fallen back to plain: {} and {})",
+            dev.programmatic_edges,
+            every10.programmatic_edges,
+            dev.programmatic_fallbacks,
+            every10.programmatic_fallbacks
         );
     }
     println!(

@@ -12,9 +12,10 @@ use std::sync::Arc;
 use cudagraph::cudarc::driver::sys::CUdevice_attribute;
 use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
 use cudagraph::cudarc::nvrtc::{CompileOptions, compile_ptx_with_opts};
-use cudagraph::{EdgeKind, GraphCache, Mode, Result, Stats, graph, kernels};
+use cudagraph::{Condition, EdgeKind, GraphCache, Mode, Result, Stats, graph, kernels};
 
 const SRC: &str = include_str!("../kernels/programmatic.cu");
+const LOOP_SRC: &str = include_str!("../kernels/conditional.cu");
 /// Elements of every buffer: 256 blocks of 256 threads at full grid.
 const N: u32 = 1 << 16;
 /// Spin steps per element before each write (see `step` in the kernel source).
@@ -40,8 +41,15 @@ kernels! {
     }
 }
 
+kernels! {
+    /// `count_down` of `kernels/conditional.cu` (a plain kernel): a device loop's counter.
+    pub struct Loop {
+        fn count_down(c: Condition, counter: &mut [u32]);
+    }
+}
+
 struct Setup {
-    _ctx: Arc<CudaContext>,
+    ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     k: Pdl,
     plain: Plain,
@@ -70,7 +78,7 @@ fn setup() -> Result<Setup> {
     // SAFETY: as above.
     let plain = unsafe { Plain::load(&ctx, ptx) }?;
     let supported = major >= 9 && cudagraph::raw::driver_version()? >= 12030;
-    Ok(Setup { _ctx: ctx, stream, k, plain, supported })
+    Ok(Setup { ctx, stream, k, plain, supported })
 }
 
 /// `blocks` blocks of 256 threads (the kernels loop over all `N` elements whatever the grid).
@@ -439,5 +447,89 @@ fn the_driver_holds_the_programmatic_edges() -> Result<()> {
     let programmatic = held.iter().filter(|e| e.2 == EdgeKind::Programmatic).count();
     assert_eq!(programmatic, if s.supported { 15 } else { 0 }, "{held:?}");
     assert_eq!(sorted(held), sorted(cache.edges()));
+    Ok(())
+}
+
+/// `count_down` compiled (it needs the CUDA headers for `cudaGraphSetConditional`).
+fn load_loop(ctx: &Arc<CudaContext>) -> Result<Loop> {
+    let opts = CompileOptions {
+        include_paths: vec!["/usr/local/cuda/include".into()],
+        ..Default::default()
+    };
+    // SAFETY: `count_down` has the declared parameters and touches only `counter[0]`.
+    unsafe { Loop::load(ctx, compile_ptx_with_opts(LOOP_SRC, opts)?) }
+}
+
+/// A device `while` whose body is a chain of three programmatic kernels (two programmatic
+/// edges, inside the body graph) beside a plain kernel that counts the iterations down, with
+/// the iteration count, the kernels' scalars and a grid changed between calls (updates of
+/// nodes inside the body). Compared with the same graph with plain edges, with the body's
+/// kernels launched eagerly as many times (programmatic stream serialization), and with the
+/// host model.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn programmatic_kernels_inside_a_device_while_body() -> Result<()> {
+    let s = setup()?;
+    let (stream, k) = (&s.stream, &s.k);
+    let lp = load_loop(&s.ctx)?;
+    let calls = [(5u32, 3u32, 256u32), (1, 5, 256), (7, 5, 64), (3, 9, 1000)];
+    let mut results = Vec::new();
+    for how in [How::Graph, How::PlainEdges] {
+        let mut cache = cache(how);
+        let mut x = upload(stream, &start(3));
+        let mut y = stream.alloc_zeros::<u32>(N as usize)?;
+        let mut counter = stream.alloc_zeros::<u32>(1)?;
+        let mut model = start(3);
+        for (call, &(n, a, blocks)) in calls.iter().enumerate() {
+            let c2 = cfg(blocks);
+            graph!(&mut cache, stream, {
+                memset(&mut counter, n);
+                let c = condition(1);
+                device_while(c, {
+                    k.step(N, SPINS, a, &x, &mut y).launch(c2);
+                    k.step(N, SPINS, a + 1, &y, &mut x).launch(cfg(256));
+                    k.scale(N, 3, a, &mut x).launch(cfg(64));
+                    lp.count_down(c, &mut counter).launch((1, 1));
+                });
+            })?;
+            for _ in 0..n {
+                let m = model::step(a, &model);
+                model = model::step(a + 1, &m);
+                model::scale(3, a, &mut model);
+            }
+            assert_eq!(host(stream, &x), model, "{how:?} call {call}: x");
+            assert_eq!(host(stream, &counter), [0], "{how:?} call {call}: counter");
+        }
+        let st = cache.stats();
+        assert_eq!(st.builds, 1, "{how:?}: {st:?}");
+        let want = match (how, s.supported) {
+            (How::Graph, true) => (2, 0),
+            (How::Graph, false) => (0, 2),
+            _ => (0, 0),
+        };
+        assert_eq!((st.programmatic_edges, st.programmatic_fallbacks), want, "{how:?}: {st:?}");
+        if how == How::Graph {
+            let kinds = cache.edges();
+            let n = kinds.iter().filter(|e| e.2 == EdgeKind::Programmatic).count();
+            assert_eq!(n, if s.supported { 2 } else { 0 }, "{kinds:?}");
+        }
+        results.push(host(stream, &x));
+    }
+    // The eager oracle: the body's kernels, call by call, `n` times each.
+    let mut cache = cache(How::Eager);
+    let mut x = upload(stream, &start(3));
+    let mut y = stream.alloc_zeros::<u32>(N as usize)?;
+    for &(n, a, blocks) in &calls {
+        let c2 = cfg(blocks);
+        for _ in 0..n {
+            graph!(&mut cache, stream, {
+                k.step(N, SPINS, a, &x, &mut y).launch(c2);
+                k.step(N, SPINS, a + 1, &y, &mut x).launch(cfg(256));
+                k.scale(N, 3, a, &mut x).launch(cfg(64));
+            })?;
+        }
+    }
+    results.push(host(stream, &x));
+    assert!(results.windows(2).all(|w| w[0] == w[1]), "graph, plain edges and eager agree");
     Ok(())
 }

@@ -178,7 +178,7 @@ pub(super) struct Built {
     /// The conditional handles by slot (empty without device control flow).
     pub(super) handles: Vec<u64>,
     /// Its edges `(from, to, kind)`, ordered by `to` ([`Shape::edges`]), with the kinds
-    /// declared by the nodes ([`edge_kind`]; inside a conditional node's body always plain);
+    /// declared by the nodes ([`edge_kind`]), in the top graph and in bodies alike;
     /// programmatic ones were added as such only if `programmatic` was passed to [`build`],
     /// else plain.
     pub(super) edges: Vec<(u32, u32, EdgeKind)>,
@@ -186,10 +186,10 @@ pub(super) struct Built {
 
 /// Builds a `CUgraph` of the present nodes with explicit `cuGraphAddNode_v2` calls in plan
 /// order, with the plan's edges; nodes inside a conditional node's body go into that body's
-/// graph. Each edge of the top graph from a kernel node into a programmatic kernel's node is a
-/// programmatic edge ([`raw::PROGRAMMATIC_EDGE`]) if `programmatic` (the device supports it and
-/// the cache uses it); every other edge is plain, edges inside bodies included (programmatic
-/// edges in conditional bodies were never measured). First creates one conditional handle per
+/// graph. Each edge from a kernel node into a programmatic kernel's node of the same device is
+/// a programmatic edge ([`raw::PROGRAMMATIC_EDGE`]) if `programmatic` (the device supports it
+/// and the cache uses it), in the top graph and inside bodies alike (an edge never joins two
+/// graphs); every other edge is plain. First creates one conditional handle per
 /// condition slot of the present conditional nodes (`cuGraphConditionalHandleCreate`),
 /// returned by slot. On error the partial graph is destroyed.
 pub(super) fn build(
@@ -206,9 +206,9 @@ pub(super) fn build(
     // Where each node runs: an edge between kernels of two devices is plain (programmatic
     // dependent launch is within one device).
     let on = |i: u32| nodes[i as usize].as_ref().and_then(NodeParams::context).unwrap_or(ctx);
-    let kind = |a: u32, b: u32| match shape.parent(b as usize) {
-        None if on(a) == on(b) => edge_kind(end(a), end(b)),
-        _ => EdgeKind::Plain,
+    let kind = |a: u32, b: u32| {
+        debug_assert_eq!(shape.parent(a as usize), shape.parent(b as usize), "edge across graphs");
+        if on(a) == on(b) { edge_kind(end(a), end(b)) } else { EdgeKind::Plain }
     };
     let edges: Vec<(u32, u32, EdgeKind)> =
         shape.edges(&present).into_iter().map(|(a, b)| (a, b, kind(a, b))).collect();

@@ -997,9 +997,11 @@ fn a_kernel_declared_otherwise_than_when_built_gets_another_graph() {
 }
 
 #[test]
-fn edges_of_programmatic_kernels_inside_a_device_body_and_around_a_conditional_stay_plain() {
-    // n0 kernel -> n1 while (body: n2 -> n3, kernels) -> n4 kernel: every kernel programmatic,
-    // but no edge joins two kernel nodes of the top graph, and body edges stay plain.
+fn edges_between_programmatic_kernels_inside_a_device_body_are_programmatic_those_around_it_plain()
+{
+    // n0 kernel -> n1 while (body: n2 -> n3, kernels) -> n4 kernel: every kernel programmatic.
+    // No edge joins two kernel nodes of the top graph (the conditional node is between), so
+    // those stay plain; the body's n2 -> n3 joins two kernels of one graph: programmatic.
     let (mock, mut cache, _) = setup();
     let plan = conditional_plan();
     let (k0, k2, k3, k4) = (pk(1, 0xa0), pk(2, 0xb0), pk(3, 0xc0), pk(4, 0xd0));
@@ -1013,10 +1015,23 @@ fn edges_of_programmatic_kernels_inside_a_device_body_and_around_a_conditional_s
     ];
     cache.run_raw(plan, 0, (CTX, None), STREAM, &nodes).unwrap();
     let c = mock.calls();
-    assert!(!c.iter().any(|c| c.contains("programmatic")), "{c:?}");
-    assert!(cache.edges().iter().all(|e| e.2 == EdgeKind::Plain));
-    assert!(plan.edge_kinds(|_| true).iter().all(|e| e.2 == EdgeKind::Plain));
-    assert_eq!(cache.stats().programmatic_edges, 0);
+    let programmatic: Vec<&String> = c.iter().filter(|c| c.contains("programmatic")).collect();
+    assert_eq!(programmatic.len(), 1, "{c:?}");
+    let (p, plain) = (EdgeKind::Programmatic, EdgeKind::Plain);
+    let want = [(0, 1, plain), (1, 4, plain), (2, 3, p)];
+    let mut got = cache.edges();
+    got.sort_unstable_by_key(|e| (e.0, e.1));
+    assert_eq!(got, want);
+    let mut planned = plan.edge_kinds(|_| true);
+    planned.sort_unstable_by_key(|e| (e.0, e.1));
+    assert_eq!(planned, want);
+    assert_eq!(cache.stats().programmatic_edges, 1);
+    // With programmatic edges off, the body's edge is plain too.
+    let (mock, mut cache, _) = setup();
+    cache.set_programmatic(false);
+    cache.run_raw(plan, 0, (CTX, None), STREAM, &nodes).unwrap();
+    assert!(!mock.calls().iter().any(|c| c.contains("programmatic")));
+    assert!(cache.edges().iter().all(|e| e.2 == plain));
 }
 
 /// Plan of a graph-owned buffer (place 0): n0 alloc, n1 kernel writing it, n2 memset of it,
