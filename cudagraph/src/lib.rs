@@ -310,10 +310,11 @@ pub use cudagraph_macros::graph;
 /// [`GraphBuilder`], is a programmatic edge (programmatic dependent launch, [`EdgeKind`]): the
 /// kernel may start while the kernel before it still runs, which cuts the launch latency of a
 /// chain of dependent kernels (0.41 µs instead of 0.73 µs per node on an H200). Edges from other
-/// nodes (copies, memsets, captured work, device control flow) stay plain; inside the body of a
-/// `device_while`/`device_if`/`device_switch` the same rule holds. On devices before compute capability
-/// 9.0 or drivers before CUDA 12.3 every edge is plain ([`Stats::programmatic_fallbacks`]), never
-/// an error. In [`Mode::Eager`] such a kernel is launched with programmatic stream serialization.
+/// nodes (copies, memsets, captured work, device control flow) stay plain; inside the body of
+/// a `device_while`/`device_if`/`device_switch` the same rule holds (with a driver of CUDA 13.0
+/// or later; older ones get plain edges there). On devices before compute capability 9.0 or
+/// drivers before CUDA 12.3 every edge is plain ([`Stats::programmatic_fallbacks`]), never an
+/// error. In [`Mode::Eager`] such a kernel is launched with programmatic stream serialization.
 /// `Heat::PROGRAMMATIC` lists the kernels declared so (for [`Plan::edge_kinds`]).
 ///
 /// # Safety of `load`

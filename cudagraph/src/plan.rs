@@ -50,8 +50,9 @@ pub enum NodeKind {
 /// edge or an `.after` edge alike), on a device and driver that support programmatic dependent
 /// launch (compute capability 9.0 and CUDA 12.3 or later; elsewhere it is added plain and
 /// counted in [`Stats::programmatic_fallbacks`](crate::Stats::programmatic_fallbacks)). This
-/// holds inside the body of a device `while`, `if` or `switch` too: both ends of an edge are
-/// always in the same graph (the top graph or one body). Every other edge is
+/// holds inside the body of a device `while`, `if` or `switch` too (both ends of an edge are
+/// always in the same graph, the top graph or one body), with a driver of CUDA 13.0 or later,
+/// where it was measured; with older drivers those edges are plain, and counted as fallbacks. Every other edge is
 /// [`Plain`](Self::Plain): the driver allows programmatic edges between kernel nodes only. A
 /// conditional node is not a kernel node, so the edges into and out of it are plain, and so the
 /// first kernel of a body starts only after everything before the conditional node finished.
@@ -180,7 +181,8 @@ impl Plan {
     /// device that supports programmatic dependent launch: [`EdgeKind::Programmatic`] from a
     /// kernel node into a kernel `programmatic(name)` says is declared `#[programmatic]` (the
     /// plan knows kernels by name only, e.g. `|k| Heat::PROGRAMMATIC.contains(&k)`), inside
-    /// device control flow bodies too. Needs no GPU. The kinds of the edges a cache
+    /// device control flow bodies too (there with a driver of CUDA 13.0 or later). Needs no
+    /// GPU. The kinds of the edges a cache
     /// built are [`GraphCache::edges`](crate::GraphCache::edges).
     pub fn edge_kinds(&self, programmatic: impl Fn(&str) -> bool) -> Vec<(u32, u32, EdgeKind)> {
         let end = |i: u32| match self.nodes[i as usize].kind {

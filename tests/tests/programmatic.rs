@@ -512,6 +512,8 @@ fn programmatic_kernels_inside_a_device_while_body() -> Result<()> {
             let kinds = cache.edges();
             let n = kinds.iter().filter(|e| e.2 == EdgeKind::Programmatic).count();
             assert_eq!(n, if s.supported { 2 } else { 0 }, "{kinds:?}");
+            // What the driver holds, body graph included, edge types read back.
+            assert_eq!(sorted(cache.driver_edges()?), sorted(kinds));
         }
         results.push(host(stream, &x));
     }

@@ -95,7 +95,7 @@ impl<D: Driver> GraphCache<D> {
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
         let (ctx, programmatic) = (self.variants[i].ctx, self.variants[i].programmatic);
-        let Built { graph, states, handles, edges } =
+        let Built { graph, states, handles, edges, .. } =
             match build(&mut self.driver, shape, nodes, ctx, programmatic) {
                 Ok(b) => b,
                 Err(e) => {
@@ -177,19 +177,29 @@ pub(super) struct Built {
     pub(super) states: Vec<NodeState>,
     /// The conditional handles by slot (empty without device control flow).
     pub(super) handles: Vec<u64>,
-    /// Its edges `(from, to, kind)`, ordered by `to` ([`Shape::edges`]), with the kinds
-    /// declared by the nodes ([`edge_kind`]), in the top graph and in bodies alike;
-    /// programmatic ones were added as such only if `programmatic` was passed to [`build`],
-    /// else plain.
+    /// Its edges `(from, to, kind)`, ordered by `to` ([`Shape::edges`]), with the kinds they
+    /// were added with: those the nodes declare ([`edge_kind`]) where the [`Pdl`] passed to
+    /// [`build`] allows programmatic edges, else plain.
     pub(super) edges: Vec<(u32, u32, EdgeKind)>,
+    /// How many edges the nodes declare programmatic (added so or not).
+    pub(super) declared: u64,
+}
+
+/// Where the graph being built may have programmatic edges: in the top graph, and inside the
+/// bodies of conditional nodes (only where [`Limits::programmatic_bodies`] says so).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Pdl {
+    pub(crate) top: bool,
+    pub(crate) bodies: bool,
 }
 
 /// Builds a `CUgraph` of the present nodes with explicit `cuGraphAddNode_v2` calls in plan
 /// order, with the plan's edges; nodes inside a conditional node's body go into that body's
 /// graph. Each edge from a kernel node into a programmatic kernel's node of the same device is
-/// a programmatic edge ([`raw::PROGRAMMATIC_EDGE`]) if `programmatic` (the device supports it
-/// and the cache uses it), in the top graph and inside bodies alike (an edge never joins two
-/// graphs); every other edge is plain. First creates one conditional handle per
+/// a programmatic edge ([`raw::PROGRAMMATIC_EDGE`]) where `pdl` allows (the device supports it
+/// and the cache uses it; inside bodies, the driver too): in the top graph and inside bodies
+/// alike (an edge never joins two graphs). Every other edge is plain. First creates one
+/// conditional handle per
 /// condition slot of the present conditional nodes (`cuGraphConditionalHandleCreate`),
 /// returned by slot. On error the partial graph is destroyed.
 pub(super) fn build(
@@ -197,7 +207,7 @@ pub(super) fn build(
     shape: &dyn Shape,
     nodes: &[Option<NodeParams<'_>>],
     ctx: CUcontext,
-    programmatic: bool,
+    pdl: Pdl,
 ) -> Result<Built> {
     let present: Vec<bool> = nodes.iter().map(Option::is_some).collect();
     // The kinds come from the ends of each edge of the reduction (see `EdgeKind` for why the
@@ -206,12 +216,23 @@ pub(super) fn build(
     // Where each node runs: an edge between kernels of two devices is plain (programmatic
     // dependent launch is within one device).
     let on = |i: u32| nodes[i as usize].as_ref().and_then(NodeParams::context).unwrap_or(ctx);
-    let kind = |a: u32, b: u32| {
+    let declared = |a: u32, b: u32| {
         debug_assert_eq!(shape.parent(a as usize), shape.parent(b as usize), "edge across graphs");
         if on(a) == on(b) { edge_kind(end(a), end(b)) } else { EdgeKind::Plain }
     };
-    let edges: Vec<(u32, u32, EdgeKind)> =
-        shape.edges(&present).into_iter().map(|(a, b)| (a, b, kind(a, b))).collect();
+    let allowed = |b: u32| if shape.parent(b as usize).is_none() { pdl.top } else { pdl.bodies };
+    let mut count = 0;
+    let edges: Vec<(u32, u32, EdgeKind)> = shape
+        .edges(&present)
+        .into_iter()
+        .map(|(a, b)| match declared(a, b) {
+            EdgeKind::Programmatic => {
+                count += 1;
+                (a, b, if allowed(b) { EdgeKind::Programmatic } else { EdgeKind::Plain })
+            }
+            EdgeKind::Plain => (a, b, EdgeKind::Plain),
+        })
+        .collect();
     // SAFETY: the context is current (bound by `run`).
     let graph = unsafe { driver.graph_create() }
         .call("cuGraphCreate")
@@ -238,12 +259,10 @@ pub(super) fn build(
     // Each alloc node binds its address as it is added, for the nodes after it.
     let mut scratch = Vec::new();
     let built = conditional::with_handles(&handles, || {
-        alloc::with_scratch(&mut scratch, || {
-            add_nodes(driver, shape, nodes, (ctx, graph), &edges, programmatic)
-        })
+        alloc::with_scratch(&mut scratch, || add_nodes(driver, shape, nodes, (ctx, graph), &edges))
     });
     match built {
-        Ok(states) => Ok(Built { graph, states, handles, edges }),
+        Ok(states) => Ok(Built { graph, states, handles, edges, declared: count }),
         Err(e) => {
             // SAFETY: the graph is ours and unused.
             unsafe { driver.graph_destroy(graph) };
@@ -253,14 +272,13 @@ pub(super) fn build(
 }
 
 /// The nodes of [`build`], each into its graph (the top graph or a body of an earlier
-/// conditional node), after its predecessors, programmatic edges as such if `programmatic`.
+/// conditional node), after its predecessors, each edge of the kind `edges` gives.
 fn add_nodes(
     driver: &mut impl Driver,
     shape: &dyn Shape,
     nodes: &[Option<NodeParams<'_>>],
     (ctx, graph): (CUcontext, CUgraph),
     edges: &[(u32, u32, EdgeKind)],
-    programmatic: bool,
 ) -> Result<Vec<NodeState>> {
     let mut states: Vec<NodeState> = Vec::with_capacity(nodes.len());
     let mut handles: Vec<CUgraphNode> = vec![ptr::null_mut(); nodes.len()];
@@ -274,8 +292,8 @@ fn add_nodes(
             let (from, _, kind) = edges[e];
             deps.push(handles[from as usize]);
             data.push(match kind {
-                EdgeKind::Programmatic if programmatic => raw::PROGRAMMATIC_EDGE,
-                _ => raw::PLAIN_EDGE,
+                EdgeKind::Programmatic => raw::PROGRAMMATIC_EDGE,
+                EdgeKind::Plain => raw::PLAIN_EDGE,
             });
             e += 1;
         }

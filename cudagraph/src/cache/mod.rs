@@ -185,7 +185,9 @@ pub struct Stats {
     pub programmatic_edges: u64,
     /// Edges that would have been programmatic but were added plain, in the graphs built for
     /// new variants, because the device (compute capability before 9.0) or the driver (before
-    /// CUDA 12.3) has no programmatic dependent launch. Not an error: the graph computes the
+    /// CUDA 12.3) has no programmatic dependent launch, or, for edges inside the body of a
+    /// `device_while`/`device_if`/`device_switch`, the driver is older than CUDA 13.0 (the
+    /// driver they were measured with). Not an error: the graph computes the
     /// same, with plain edges' launch cost. (Edges made plain by
     /// [`GraphCache::set_programmatic`]`(false)` are not counted.)
     pub programmatic_fallbacks: u64,
@@ -270,8 +272,8 @@ struct Variant {
     launch_work: Vec<u32>,
     /// The exec's conditional handles by slot (empty without device control flow).
     handles: Vec<u64>,
-    /// Whether its edges from kernel nodes into programmatic kernels were added programmatic.
-    programmatic: bool,
+    /// Where its edges from kernel nodes into programmatic kernels were added programmatic.
+    programmatic: ladder::Pdl,
     /// Its edges with their declared kinds (see [`ladder::Built::edges`]).
     edges: Vec<(u32, u32, EdgeKind)>,
     last_use: u64,
@@ -513,7 +515,8 @@ impl GraphCache {
     }
 
     /// The edges `(from, to, kind)` of the most recently used variant's graph as the driver holds
-    /// them (`cuGraphGetEdges_v2`), by node index as in [`Self::edges`], sorted by `(to, from)`:
+    /// them (`cuGraphGetEdges_v2` on the top graph and on every body graph of its conditional
+    /// nodes), by node index as in [`Self::edges`], sorted by `(to, from)`:
     /// [`EdgeKind::Programmatic`] for an edge of type `CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC`.
     /// For debugging and tests: it holds the edges of [`Self::edges`]. Empty on an empty cache.
     ///
@@ -525,9 +528,13 @@ impl GraphCache {
         };
         let (file, line) = self.location;
         let err = |call, error| Error::Graph { file, line, source: CudaError { call, error } };
-        // SAFETY: the graph is live while `self` is.
-        let edges =
-            unsafe { raw::graph_edges(v.graph) }.map_err(|e| err("cuGraphGetEdges_v2", e))?;
+        let mut edges = Vec::new();
+        let bodies = v.nodes.iter().flat_map(|s| s.bodies().iter().copied());
+        for g in core::iter::once(v.graph).chain(bodies) {
+            // SAFETY: the graph and its conditional nodes' body graphs live while `self` does.
+            let e = unsafe { raw::graph_edges(g) }.map_err(|e| err("cuGraphGetEdges_v2", e))?;
+            edges.extend(e);
+        }
         let index = |n| {
             let i = v.nodes.iter().position(|s| s.handle() == Some(n));
             let unknown = cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_UNKNOWN);
@@ -643,11 +650,12 @@ impl<D: Driver> GraphCache<D> {
         self.programmatic
     }
 
-    /// Whether the next graph built gets programmatic edges: asked for, and supported by the
+    /// Where the next graph built gets programmatic edges: asked for, and supported by the
     /// device of the last call's context (assumed so before its limits are read: only the mock
-    /// driver of the tests builds without them).
-    fn programmatic_edges(&self) -> bool {
-        self.programmatic && self.limits.is_none_or(|l| l.programmatic)
+    /// driver of the tests builds without them); inside bodies, by its driver too.
+    fn programmatic_edges(&self) -> ladder::Pdl {
+        let top = self.programmatic && self.limits.is_none_or(|l| l.programmatic);
+        ladder::Pdl { top, bodies: top && self.limits.is_none_or(|l| l.programmatic_bodies) }
     }
 
     /// The edges `(from, to, kind)` of the most recently launched variant's graph, as built:
@@ -659,8 +667,7 @@ impl<D: Driver> GraphCache<D> {
         let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
             return Vec::new();
         };
-        let built = |k| if v.programmatic { k } else { EdgeKind::Plain };
-        v.edges.iter().map(|&(a, b, k)| (a, b, built(k))).collect()
+        v.edges.clone()
     }
 
     /// How later instantiations are made (new variants, re-instantiations): see
@@ -887,14 +894,13 @@ impl<D: Driver> GraphCache<D> {
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<usize> {
         let programmatic = self.programmatic_edges();
-        let Built { graph, states, handles, edges } =
+        let Built { graph, states, handles, edges, declared } =
             build(&mut self.driver, shape, nodes, ctx, programmatic)?;
         self.stats.builds += 1;
-        let declared = edges.iter().filter(|e| e.2 == EdgeKind::Programmatic).count() as u64;
-        if programmatic {
-            self.stats.programmatic_edges += declared;
-        } else if self.programmatic {
-            self.stats.programmatic_fallbacks += declared;
+        let added = edges.iter().filter(|e| e.2 == EdgeKind::Programmatic).count() as u64;
+        self.stats.programmatic_edges += added;
+        if self.programmatic {
+            self.stats.programmatic_fallbacks += declared - added;
         }
         let exec = match self.instantiate(shape, graph) {
             Ok(e) => e,

@@ -586,6 +586,7 @@ fn over_limit_dims_and_foreign_buffers_are_refused_before_any_driver_call() {
         grid: (i32::MAX as u32, 65535, 65535),
         shared_bytes: 232_448,
         programmatic: true,
+        programmatic_bodies: true,
     });
     let mut big = k(1, 0xa0);
     big.grid = u32::MAX;
@@ -719,6 +720,7 @@ fn block_and_shared_memory_limits() {
         grid: (i32::MAX as u32, 65535, 65535),
         shared_bytes: 232_448,
         programmatic: true,
+        programmatic_bodies: true,
     };
     let d = |block, shared_bytes| LaunchDims { grid: (1, 1, 1), block, shared_bytes };
     assert_eq!(l.exceeded(&d((1024, 1, 1), 0)), None);
@@ -872,7 +874,7 @@ fn a_run_time_loop_beside_a_device_while_keeps_each_body_a_graph_of_its_own() {
 // Programmatic edges: the plan's n0 (kernel) -> n1 (kernel) edge, n1 -> n2 (memcpy) and
 // n2 -> n4 (memcpy -> kernel).
 
-/// Limits of a device with (or without) programmatic dependent launch.
+/// Limits of a device with (or without) programmatic dependent launch (inside bodies too).
 fn limits(programmatic: bool) -> Limits {
     Limits {
         ctx: CTX,
@@ -881,6 +883,7 @@ fn limits(programmatic: bool) -> Limits {
         grid: (i32::MAX as u32, 65535, 65535),
         shared_bytes: 232_448,
         programmatic,
+        programmatic_bodies: programmatic,
     }
 }
 
@@ -1032,6 +1035,16 @@ fn edges_between_programmatic_kernels_inside_a_device_body_are_programmatic_thos
     cache.run_raw(plan, 0, (CTX, None), STREAM, &nodes).unwrap();
     assert!(!mock.calls().iter().any(|c| c.contains("programmatic")));
     assert!(cache.edges().iter().all(|e| e.2 == plain));
+    assert_eq!((cache.stats().programmatic_edges, cache.stats().programmatic_fallbacks), (0, 0));
+    // A driver before CUDA 13.0 (programmatic edges, but not measured inside bodies): the
+    // body's edge is plain and counted as a fallback.
+    let (mock, mut cache, _) = setup();
+    cache.limits = Some(Limits { programmatic_bodies: false, ..limits(true) });
+    cache.run_raw(plan, 0, (CTX, None), STREAM, &nodes).unwrap();
+    assert!(!mock.calls().iter().any(|c| c.contains("programmatic")));
+    assert!(cache.edges().iter().all(|e| e.2 == plain));
+    let s = cache.stats();
+    assert_eq!((s.programmatic_edges, s.programmatic_fallbacks), (0, 1), "{s:?}");
 }
 
 /// Plan of a graph-owned buffer (place 0): n0 alloc, n1 kernel writing it, n2 memset of it,

@@ -590,6 +590,10 @@ pub(crate) struct Limits {
     pub(crate) shared_bytes: u32,
     /// Programmatic dependent launch works here ([`supports_programmatic`]).
     pub(crate) programmatic: bool,
+    /// And programmatic edges inside the bodies of conditional nodes are used: only with a
+    /// driver of CUDA 13.0 or later, the one they were measured with (H200, 2026-12-01);
+    /// older drivers get plain edges there ([`Stats::programmatic_fallbacks`](crate::Stats)).
+    pub(crate) programmatic_bodies: bool,
 }
 
 impl Limits {
@@ -612,6 +616,8 @@ impl Limits {
             ),
             shared_bytes: a(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
             programmatic: supports_programmatic(c)?,
+            programmatic_bodies: supports_programmatic(c)?
+                && raw::driver_version().call("cuDriverGetVersion")? >= 13000,
         })
     }
 
