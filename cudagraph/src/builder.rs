@@ -1122,7 +1122,7 @@ impl Recording {
                     (_, Memory::Host(_)) => 16,
                 },
                 RecKind::Memset2d(_) => 17,
-                RecKind::MemAlloc(_) => 12,
+                RecKind::MemAlloc(_) => 18,
                 RecKind::MemFree(_) => 13,
             });
             // The body it is in, and a conditional node's type and number of bodies.

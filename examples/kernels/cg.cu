@@ -23,16 +23,19 @@
 // last step itself, in the same fixed order in every block and every variant, so the results are
 // deterministic and the same wherever they are computed.
 //
-// A step first checks the residual of the iterate it starts from: below the threshold (or the
-// iteration cap reached), block 0 sets `done` and records the residual and count, and no block
-// changes anything; every later kernel returns at once. So the reported solution and count are
-// those of the first iterate whose residual fell below the tolerance, however many steps are
-// unrolled past it. (Every block takes that decision alike, from the same sums, so a block that
-// sees `done` already set by block 0 of the same step returns as it would have anyway.)
+// A step first checks the residual of the iterate it starts from: not above the threshold (as
+// the host loop's `while rr >= thresh`: a NaN stops too) or the iteration cap reached, block 0
+// sets `done` and records the residual and count, and no block changes anything; every later
+// kernel returns at once. So the reported solution and count are those of the first iterate
+// whose residual fell below the tolerance, however many steps are unrolled past it. Every block
+// takes that decision alike, from the same sums; `done` itself is read once per block (thread 0,
+// into shared memory, before a barrier), so a block that sees it already set by block 0 of the
+// same step returns whole, as it would have anyway, and never only some of its warps.
 #include <cuda_device_runtime_api.h>
 
 // Blocks of `start` and `step` (and so the number of partial sums of each dot product); every
-// kernel here has 256 threads per block (8 warps).
+// kernel here has PARTS = 256 threads per block (8 warps): the blocks that add up partial sums
+// read one per thread, so the number of blocks and of threads per block must both be PARTS.
 #define PARTS 256
 
 // (a, b) summed over the block's 256 threads in a fixed order (each warp by shuffles, then the 8
@@ -122,8 +125,8 @@ extern "C" __global__ void start(unsigned int n, const double *b, double *v, dou
 }
 
 // Start's scalars (one block): rr0 = r . r summed from s's parts; thresh = tol2 rr0; rr = rr0;
-// (gamma, alpha, iterations) = (1, +inf, 0), so that the first step's beta terms vanish (z and p
-// start at 0) and its alpha is gamma / delta; done = (rr0 <= thresh).
+// (gamma, alpha, iterations) = (1, 1, 0) (the first step does not use the first two: its
+// beta is 0); done = !(rr0 >= thresh), the step's test.
 extern "C" __global__ void start_scalars(double tol2, double *s, double *rr0, double *thresh,
                                          double *rr, unsigned int *it, unsigned int *done) {
     double v = sum_parts2(s + S_PARTS).x;
@@ -132,10 +135,10 @@ extern "C" __global__ void start_scalars(double tol2, double *s, double *rr0, do
         *thresh = tol2 * v;
         *rr = v;
         s[0] = 1.0;
-        s[1] = __longlong_as_double(0x7ff0000000000000LL);  // +inf
+        s[1] = 1.0;
         s[2] = 0.0;
         *it = 0;
-        *done = v <= tol2 * v;
+        *done = !(v >= tol2 * v);
     }
 }
 
@@ -160,25 +163,29 @@ __device__ void step_body(bool with_condition, cudaGraphConditionalHandle c, uns
     const double *r_in = v_in, *w_in = v_in + len, *z_in = v_in + 2 * len;
     // Everything the step starts from, loaded at once before anything waits on a load: the
     // flag, the last step's scalars and partial sums, and this thread's first element.
-    unsigned int stop = *done;
+    // The flag once per block (see the top): every thread of a block decides alike.
+    __shared__ unsigned int stop;
+    if (threadIdx.x == 0) stop = *(volatile unsigned int *)done;
     double th = *thresh, gamma_prev = s_in[0], alpha_prev = s_in[1], its = s_in[2];
     double part_rr = s_in[S_PARTS + threadIdx.x], part_wr = s_in[S_PARTS + PARTS + threadIdx.x];
     Elem e;
     if (k < len) e = load_elem(n, k, r_in, w_in, z_in, p, x);
+    __syncthreads();
     if (stop) return;
     double2 gd = block_sum2(part_rr, part_wr);
     double gamma = gd.x, delta = gd.y;
-    if (gamma < th || its >= (double)max_it) {
+    if (!(gamma >= th) || its >= (double)max_it) {
         if (blockIdx.x == 0 && threadIdx.x == 0) {
             *rr = gamma;
             *it = (unsigned int)its;
-            *done = 1;
+            *(volatile unsigned int *)done = 1;
             if (with_condition) cudaGraphSetConditional(c, 0);
         }
         return;
     }
-    double beta = gamma / gamma_prev;
-    double alpha = gamma / (delta - beta * gamma / alpha_prev);
+    // The first step (z and p are 0): beta 0, alpha = gamma / delta.
+    double beta = its == 0.0 ? 0.0 : gamma / gamma_prev;
+    double alpha = its == 0.0 ? gamma / delta : gamma / (delta - beta * gamma / alpha_prev);
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         s_out[0] = gamma;
         s_out[1] = alpha;

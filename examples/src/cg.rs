@@ -1,7 +1,8 @@
 //! Conjugate gradients converging on the device: a `device_while` loop.
 //!
 //! ```text
-//! cg [--sizes 64,256,1024] [--tol T] [--cpu-max N] [--reps R] [--overhead-iters N] [--plan]
+//! cg [--sizes 64,256,1024] [--tol T] [--cpu-max N] [--reps R] [--overhead-iters N]
+//!    [--plain-edges] [--plan]
 //! ```
 //! Solves the 2-D Poisson problem `-Δu = 2 (x(1-x) + y(1-y))` on the unit square (zero
 //! boundary, `n`×`n` interior points, 5-point Laplacian, f64; exact solution
@@ -483,5 +484,5 @@ fn run(a: &Args) -> Result<bool, Box<dyn std::error::Error>> {
 }
 
 fn main() -> ExitCode {
-    cli::main("cg", &[], |a: &Args| a.plan, |a| run(a).map_err(|e| e.to_string()))
+    cli::main("cg", Cg::PROGRAMMATIC, |a: &Args| a.plan, |a| run(a).map_err(|e| e.to_string()))
 }

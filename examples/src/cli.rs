@@ -1,4 +1,4 @@
-//! The `main` of the examples that run one `graph!` step (`heat`, `mlp`): arguments, `--plan`,
+//! The `main` of the examples (`heat`, `mlp`, `cg`, `jacobi`, …): arguments, `--plan`,
 //! the machine without a GPU, and the exit status. Included with `#[path]` by each example.
 
 use std::process::ExitCode;
