@@ -79,8 +79,10 @@ pub unsafe fn conditional_handle_create(
 /// `peer`'s memory directly. Returns `false`, enabling nothing, when the two contexts are of
 /// one device or `cuDeviceCanAccessPeer` says `ctx`'s device cannot access `peer`'s (a copy
 /// between them then goes through host memory); `true` when enabled, or already enabled
-/// (`CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED`, from an earlier cache or from the user). The
-/// current context is restored (`cuCtxPushCurrent` / `cuCtxPopCurrent`).
+/// (`CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED`, from an earlier cache or from the user). Also
+/// grants `ctx`'s device read-write access to the current memory pool of `peer`'s device
+/// (`cuMemPoolSetAccess`: stream-ordered allocations, cudarc's buffers, need it besides peer
+/// access). The current context is restored (`cuCtxPushCurrent` / `cuCtxPopCurrent`).
 ///
 /// # Safety
 /// Both contexts are alive.
@@ -112,9 +114,33 @@ pub unsafe fn enable_peer_access(
     let mut popped = ptr::null_mut();
     unsafe { sys::cuCtxPopCurrent_v2(&mut popped) }.result()?;
     match r {
-        sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(true),
-        r => r.result().map(|()| true),
+        sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {}
+        r => r.result()?,
     }
+    // Memory of the stream-ordered allocator (`cuMemAllocAsync`, which cudarc uses for every
+    // buffer) is not covered by context peer access: its pool must grant the other device
+    // access too, or the driver refuses a memcpy node between the two devices
+    // (`CUDA_ERROR_INVALID_VALUE`, measured on the 2-GPU H200 machine, CUDA 13.0). So `a` gets
+    // read-write access to the memory of `b`'s current pool.
+    let mut pool: sys::CUmemoryPool = ptr::null_mut();
+    // SAFETY: `b` is a device handle from `cuCtxGetDevice`; `pool` is written by the call.
+    unsafe { sys::cuDeviceGetMemPool(&mut pool, b) }.result()?;
+    // SAFETY: all-zero is a valid access descriptor (invalid location type, no access), then
+    // filled in.
+    let mut desc: sys::CUmemAccessDesc = unsafe { core::mem::zeroed() };
+    desc.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    #[cfg(not(feature = "cuda-13020"))]
+    {
+        desc.location.id = a;
+    }
+    #[cfg(feature = "cuda-13020")]
+    {
+        desc.location.__bindgen_anon_1.id = a;
+    }
+    desc.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    // SAFETY: `pool` is a live pool of device `b`; one descriptor.
+    unsafe { sys::cuMemPoolSetAccess(pool, &desc, 1) }.result()?;
+    Ok(true)
 }
 
 /// A plain edge: the dependent node starts once the node before it finished (the driver's
