@@ -563,7 +563,8 @@ impl<'a> GraphBuilder<'a> {
     /// [`Self::edges`] with their kinds: [`EdgeKind::Programmatic`] from a kernel node into a
     /// node of a kernel declared `#[programmatic]` (in the top graph and inside device control
     /// flow bodies), the kind it gets on a device that supports programmatic dependent launch
-    /// (inside bodies: with a driver of CUDA 13.0 or later; where it does not,
+    /// (inside bodies: with a driver of CUDA 13.0 or later; between kernels of two devices the
+    /// edge is built plain whatever this says; where it does not,
     /// or with [`GraphCache::set_programmatic`]`(false)`, every edge is plain; after `launch`,
     /// [`GraphCache::edges`] has the kinds as built). Needs no driver call.
     pub fn edge_kinds(&self) -> Vec<(u32, u32, EdgeKind)> {

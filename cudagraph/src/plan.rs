@@ -181,9 +181,10 @@ impl Plan {
     /// device that supports programmatic dependent launch: [`EdgeKind::Programmatic`] from a
     /// kernel node into a kernel `programmatic(name)` says is declared `#[programmatic]` (the
     /// plan knows kernels by name only, e.g. `|k| Heat::PROGRAMMATIC.contains(&k)`), inside
-    /// device control flow bodies too (there with a driver of CUDA 13.0 or later). Needs no
-    /// GPU. The kinds of the edges a cache
-    /// built are [`GraphCache::edges`](crate::GraphCache::edges).
+    /// device control flow bodies too (there with a driver of CUDA 13.0 or later). The plan
+    /// does not know devices: an edge between kernels of two devices, which this marks
+    /// programmatic, is built plain. Needs no GPU. The kinds of the edges a cache built are
+    /// [`GraphCache::edges`](crate::GraphCache::edges).
     pub fn edge_kinds(&self, programmatic: impl Fn(&str) -> bool) -> Vec<(u32, u32, EdgeKind)> {
         let end = |i: u32| match self.nodes[i as usize].kind {
             NodeKind::Kernel(name) => Some(programmatic(name)),
