@@ -52,8 +52,9 @@ pub enum NodeKind {
 /// counted in [`Stats::programmatic_fallbacks`](crate::Stats::programmatic_fallbacks)). This
 /// holds inside the body of a device `while`, `if` or `switch` too (both ends of an edge are
 /// always in the same graph, the top graph or one body), with a driver of CUDA 13.0 or later,
-/// where it was measured; with older drivers those edges are plain, and counted as fallbacks. Every other edge is
-/// [`Plain`](Self::Plain): the driver allows programmatic edges between kernel nodes only. A
+/// where it was measured; with older drivers those edges are plain, and counted as fallbacks.
+/// Every other edge is [`Plain`](Self::Plain): the driver allows programmatic edges between
+/// kernel nodes only. A
 /// conditional node is not a kernel node, so the edges into and out of it are plain, and so the
 /// first kernel of a body starts only after everything before the conditional node finished.
 ///

@@ -19,9 +19,10 @@
 // are the per-block partial sums and the scalars (gamma, alpha, iterations done) that every block
 // reads: a step reads `s_in`, and its blocks (block 0 for the scalars) write `s_out`.
 //
-// No kernel only adds up partial sums: every block of a step adds the PARTS partial sums of the
-// last step itself, in the same fixed order in every block and every variant, so the results are
-// deterministic and the same wherever they are computed.
+// No kernel of an iteration only adds up partial sums (`start_scalars` does, once per solve):
+// every block of a step adds the PARTS partial sums of the last step itself, in the same fixed
+// order in every block and every variant, so the results are deterministic and the same
+// wherever they are computed.
 //
 // A step first checks the residual of the iterate it starts from: not above the threshold (as
 // the host loop's `while rr >= thresh`: a NaN stops too) or the iteration cap reached, block 0

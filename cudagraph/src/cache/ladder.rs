@@ -94,9 +94,9 @@ impl<D: Driver> GraphCache<D> {
         shape: &dyn Shape,
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
-        let (ctx, programmatic) = (self.variants[i].ctx, self.variants[i].programmatic);
+        let (ctx, pdl) = (self.variants[i].ctx, self.variants[i].programmatic);
         let Built { graph, states, handles, edges, .. } =
-            match build(&mut self.driver, shape, nodes, ctx, programmatic) {
+            match build(&mut self.driver, shape, nodes, ctx, pdl) {
                 Ok(b) => b,
                 Err(e) => {
                     self.remove(i);

@@ -274,7 +274,7 @@ struct Variant {
     handles: Vec<u64>,
     /// Where its edges from kernel nodes into programmatic kernels were added programmatic.
     programmatic: ladder::Pdl,
-    /// Its edges with their declared kinds (see [`ladder::Built::edges`]).
+    /// Its edges with the kinds they were added with (see [`ladder::Built::edges`]).
     edges: Vec<(u32, u32, EdgeKind)>,
     last_use: u64,
     hits: u64,
@@ -809,12 +809,9 @@ impl<D: Driver> GraphCache<D> {
         self.site = Some(site);
         self.location = shape.location();
         self.clock += 1;
-        let programmatic = self.programmatic_edges();
+        let pdl = self.programmatic_edges();
         let found = self.variants.iter().position(|v| {
-            v.key == key
-                && v.ctx == ctx
-                && v.programmatic == programmatic
-                && *v.signature == *signature
+            v.key == key && v.ctx == ctx && v.programmatic == pdl && *v.signature == *signature
         });
         let idx = match found {
             Some(i) => {
@@ -893,9 +890,9 @@ impl<D: Driver> GraphCache<D> {
         (ctx, owner): (CUcontext, Option<&Arc<CudaContext>>),
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<usize> {
-        let programmatic = self.programmatic_edges();
+        let pdl = self.programmatic_edges();
         let Built { graph, states, handles, edges, declared } =
-            build(&mut self.driver, shape, nodes, ctx, programmatic)?;
+            build(&mut self.driver, shape, nodes, ctx, pdl)?;
         self.stats.builds += 1;
         let added = edges.iter().filter(|e| e.2 == EdgeKind::Programmatic).count() as u64;
         self.stats.programmatic_edges += added;
@@ -929,7 +926,7 @@ impl<D: Driver> GraphCache<D> {
                 .collect(),
             nodes: states,
             handles,
-            programmatic,
+            programmatic: pdl,
             edges,
             last_use: self.clock,
             hits: 0,

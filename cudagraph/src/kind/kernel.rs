@@ -601,6 +601,7 @@ impl Limits {
         use sys::CUdevice_attribute as A;
         let c = stream.context();
         let a = |attr| c.attribute(attr).map(|v| v as u32).call("cuDeviceGetAttribute");
+        let programmatic = supports_programmatic(c)?;
         Ok(Limits {
             ctx: c.cu_ctx(),
             threads_per_block: u64::from(a(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?),
@@ -615,8 +616,8 @@ impl Limits {
                 a(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
             ),
             shared_bytes: a(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
-            programmatic: supports_programmatic(c)?,
-            programmatic_bodies: supports_programmatic(c)?
+            programmatic,
+            programmatic_bodies: programmatic
                 && raw::driver_version().call("cuDriverGetVersion")? >= 13000,
         })
     }
