@@ -40,3 +40,18 @@ extern "C" __global__ void add_wait_trigger(unsigned n, unsigned v, unsigned *x)
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+
+// DESIGN.md's kernel for the programmatic-edge measurement, on memory from cuMemAlloc (rows qc,
+// qp, qd, qn): wait for the kernels before (griddepcontrol.wait), x[threadIdx.x] += 1, then
+// signal griddepcontrol.launch_dependents. Launched as one block of 32 threads on n = 32
+// unsigned ints; the check against n keeps every launch within the buffer (the contract of
+// `kernels!`' load), and a block other than the first adds to the same elements.
+extern "C" __global__ void inc_wait(unsigned n, unsigned *x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    if (threadIdx.x < n) x[threadIdx.x] += 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}

@@ -4,7 +4,8 @@
 //! anew on every call, costs against the same kernels as direct nodes (row dc); and, on devices
 //! of compute capability 9.0 and later, chains of `#[programmatic]` kernels with programmatic
 //! edges against raw graphs with plain and with programmatic edges (rows pc, pp, pt, pd, pn,
-//! pf, pnf; `--programmatic-only` runs them alone).
+//! pf, pnf; and qc, qp, qd, qn with DESIGN.md's kernel on `cuMemAlloc` memory;
+//! `--programmatic-only` runs them alone).
 //!
 //! ```text
 //! bench [--reps N] [--steps S] [--max-k K] [--quick] [--programmatic-only] [--json PATH] [--svg PATH]
@@ -37,7 +38,7 @@ use cudagraph::cudarc::driver::sys::{
 };
 use cudagraph::cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
-    PushKernelArg,
+    PushKernelArg, result,
 };
 use cudagraph::cudarc::nvrtc::{CompileOptions, compile_ptx, compile_ptx_with_opts};
 use cudagraph::{GraphCache, Stats, graph, kernels};
@@ -120,6 +121,10 @@ kernels! {
         /// `add_wait`, then `griddepcontrol.launch_dependents` (row pt only, raw).
         #[programmatic]
         fn add_wait_trigger(n: u32, v: u32, x: &mut [u32]);
+        /// DESIGN.md's kernel (rows q*): `x[threadIdx.x] += 1` for `threadIdx.x < n`, between
+        /// `griddepcontrol.wait` and `griddepcontrol.launch_dependents`.
+        #[programmatic]
+        fn inc_wait(n: u32, x: &mut [u32]);
     }
 }
 
@@ -254,6 +259,30 @@ pdl_chain_graph!(pdl_chain_10, 9);
 pdl_chain_graph!(pdl_chain_100, 99);
 pdl_chain_graph!(pdl_chain_1000, 999);
 
+/// A chain of `1 + $rest` programmatic kernels `inc_wait` (each adds 1): `$rest` programmatic
+/// edges, the chain of rows qd and qn.
+macro_rules! inc_chain_graph {
+    ($step:ident, $rest:tt) => {
+        fn $step(
+            cache: &mut GraphCache,
+            stream: &CudaStream,
+            k: &BenchPdl,
+            mut x: &mut CudaSlice<u32>,
+        ) -> cudagraph::Result<()> {
+            graph!(cache, stream, {
+                k.inc_wait(ELEMS, &mut x).launch(CFG);
+                for _ in 0..$rest {
+                    k.inc_wait(ELEMS, &mut x).launch(CFG);
+                }
+            })
+        }
+    };
+}
+
+inc_chain_graph!(inc_chain_10, 9);
+inc_chain_graph!(inc_chain_100, 99);
+inc_chain_graph!(inc_chain_1000, 999);
+
 /// K of the programmatic rows (chains only).
 const PDL_K: [usize; 3] = [10, 100, 1000];
 
@@ -270,6 +299,21 @@ fn pdl_chain(
         100 => pdl_chain_100(cache, stream, k, s, x),
         1000 => pdl_chain_1000(cache, stream, k, s, x),
         _ => panic!("no graph! programmatic chain of {nodes} nodes is compiled in"),
+    }
+}
+
+fn inc_chain(
+    nodes: usize,
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    k: &BenchPdl,
+    x: &mut CudaSlice<u32>,
+) -> cudagraph::Result<()> {
+    match nodes {
+        10 => inc_chain_10(cache, stream, k, x),
+        100 => inc_chain_100(cache, stream, k, x),
+        1000 => inc_chain_1000(cache, stream, k, x),
+        _ => panic!("no graph! inc_wait chain of {nodes} nodes is compiled in"),
     }
 }
 
@@ -414,8 +458,21 @@ fn chain_captured(
 /// A kernel node's arguments, in the order of `bench.cu`'s parameters.
 #[derive(Clone, Copy, Debug)]
 enum KArgs {
-    Add { n: u32, v: u32, x: CUdeviceptr },
-    Acc { n: u32, src: CUdeviceptr, dst: CUdeviceptr },
+    Add {
+        n: u32,
+        v: u32,
+        x: CUdeviceptr,
+    },
+    Acc {
+        n: u32,
+        src: CUdeviceptr,
+        dst: CUdeviceptr,
+    },
+    /// `inc_wait(n, x)`.
+    Inc {
+        n: u32,
+        x: CUdeviceptr,
+    },
 }
 
 /// Calls `f` with the driver's kernel node parameters for `func(args)`, one block of 32 threads.
@@ -433,6 +490,7 @@ fn with_params<R>(
         KArgs::Acc { n, src, dst } => {
             [ptr::from_mut(n).cast(), ptr::from_mut(src).cast(), ptr::from_mut(dst).cast()]
         }
+        KArgs::Inc { n, x } => [ptr::from_mut(n).cast(), ptr::from_mut(x).cast(), ptr::null_mut()],
     };
     let params = CUDA_KERNEL_NODE_PARAMS {
         func,
@@ -482,24 +540,18 @@ impl OwnedGraph {
 }
 
 impl OwnedGraph {
-    /// A chain of `k` kernels `func` (`add`-like: `x += v`, the first adds `s`, the others 1),
-    /// each after the one before, with programmatic edges (type
-    /// `CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC` from port `CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER`,
-    /// `cuGraphAddDependencies_v2`) or plain ones: the raw floor of the programmatic rows.
+    /// A chain of `k` kernels `func` with the arguments `args(j)` of node `j`, each after the one
+    /// before, with programmatic edges (type `CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC` from port
+    /// `CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER`, `cuGraphAddDependencies_v2`) or plain ones: the
+    /// raw floor of the programmatic rows.
     fn build_chain(
         func: CUfunction,
         k: usize,
-        s: u32,
-        x: CUdeviceptr,
+        args: impl Fn(usize) -> KArgs,
         programmatic: bool,
     ) -> Res<OwnedGraph> {
-        let spec: Vec<RawNode> = (0..k)
-            .map(|j| RawNode {
-                func,
-                args: KArgs::Add { n: ELEMS, v: if j == 0 { s } else { 1 }, x },
-                deps: vec![],
-            })
-            .collect();
+        let spec: Vec<RawNode> =
+            (0..k).map(|j| RawNode { func, args: args(j), deps: vec![] }).collect();
         let g = OwnedGraph::build(&spec)?;
         let edge = sys::CUgraphEdgeData {
             from_port: if programmatic {
@@ -676,6 +728,47 @@ impl Bufs {
     fn ptrs(&self, stream: &CudaStream) -> ([CUdeviceptr; 2], Vec<CUdeviceptr>) {
         let p = |b: &CudaSlice<u32>| b.device_ptr(stream).0;
         ([p(&self.a[0]), p(&self.a[1])], self.mids.iter().map(p).collect())
+    }
+}
+
+/// `Bufs` of a chain whose two `a` buffers come from `cuMemAlloc` instead of cudarc's
+/// stream-ordered pool (`cuMemAllocAsync`), as in DESIGN.md's programmatic measurement (rows
+/// q*). Freed with `cuMemFree` on drop, after a synchronize of the stream.
+struct MallocBufs(Option<Bufs>);
+
+impl MallocBufs {
+    fn new(ctx: &CudaContext, stream: &Arc<CudaStream>) -> Res<MallocBufs> {
+        ctx.bind_to_thread()?;
+        let alloc = || -> Res<CudaSlice<u32>> {
+            // SAFETY: a plain allocation of the bound context (`ctx`, the stream's), owned by
+            // the slice below until `Drop` takes it back.
+            let p = unsafe { result::malloc_sync(ELEMS as usize * size_of::<u32>()) }?;
+            // SAFETY: `p` is a live allocation of `ELEMS` `u32`s of the stream's context; every
+            // bit pattern is a valid `u32`, and each row zeroes it first (`Bufs::zero`).
+            Ok(unsafe { stream.upgrade_device_ptr(p, ELEMS as usize) })
+        };
+        Ok(MallocBufs(Some(Bufs { a: [alloc()?, alloc()?], mids: Vec::new() })))
+    }
+
+    fn bufs(&mut self) -> &mut Bufs {
+        self.0.as_mut().expect("taken only by drop")
+    }
+}
+
+impl Drop for MallocBufs {
+    fn drop(&mut self) {
+        let Some(Bufs { a, .. }) = self.0.take() else { return };
+        for x in a {
+            let stream = x.stream().clone();
+            // Nothing may still use the memory when it is freed.
+            let synced = stream.synchronize().is_ok() && stream.context().bind_to_thread().is_ok();
+            let p = x.leak();
+            if synced {
+                // SAFETY: `p` came from `cuMemAlloc` in `new` and nothing uses it any more (the
+                // stream is synchronized and the slice leaked); a failure would only leak it.
+                let _ = unsafe { result::free_sync(p) };
+            }
+        }
     }
 }
 
@@ -1026,6 +1119,14 @@ fn describe(id: &str) -> &'static str {
         "pn" => "graph!: as pd with set_programmatic(false) (plain edges)",
         "pf" => "graph!: as pd, every pointer changed per step (as f: K node updates per step)",
         "pnf" => "graph!: as pf with set_programmatic(false) (plain edges)",
+        "qc" => {
+            "raw driver: chain of K inc_wait kernels (DESIGN.md's: wait, x[threadIdx.x] += 1, launch_dependents) on cuMemAlloc memory, plain edges"
+        }
+        "qp" => "raw driver: as qc with programmatic edges (as pp)",
+        "qd" => {
+            "graph!: the same chain of #[programmatic] inc_wait kernels on the same cuMemAlloc memory, nothing changed"
+        }
+        "qn" => "graph!: as qd with set_programmatic(false) (plain edges)",
         "a*" => "a with cudarc's event tracking on (buffers allocated while tracking)",
         "d*" => "d with cudarc's event tracking on (buffers allocated while tracking)",
         _ => "?",
@@ -1036,7 +1137,7 @@ fn describe(id: &str) -> &'static str {
 const LEGEND: [&str; 14] =
     ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "dc", "h", "hf", "a*", "d*"];
 /// The programmatic rows (not in the plot: one kernel, chains only).
-const PDL_LEGEND: [&str; 7] = ["pc", "pp", "pt", "pd", "pn", "pf", "pnf"];
+const PDL_LEGEND: [&str; 11] = ["pc", "pp", "pt", "pd", "pn", "pf", "pnf", "qc", "qp", "qd", "qn"];
 
 #[derive(Default)]
 struct Report {
@@ -1535,7 +1636,8 @@ fn programmatic_rows(env: &Env, pdl: &BenchPdl, k: usize, report: &mut Report) -
     let mut rows = Vec::new();
     let trigger = pdl.function("add_wait_trigger").expect("declared in kernels!").cu_function();
     for (id, f, programmatic) in [("pc", func, false), ("pp", func, true), ("pt", trigger, true)] {
-        let g = OwnedGraph::build_chain(f, k, 1, a_ptr[0], programmatic)?;
+        let add = |_| KArgs::Add { n: ELEMS, v: 1, x: a_ptr[0] };
+        let g = OwnedGraph::build_chain(f, k, add, programmatic)?;
         let exec = OwnedExec::instantiate(&g)?;
         let cs = env.cu_stream();
         let t = timed_row(env, &mut b, shape, k, Change::None, steps, &label(id), &mut |_, _| {
@@ -1567,14 +1669,56 @@ fn programmatic_rows(env: &Env, pdl: &BenchPdl, k: usize, report: &mut Report) -
         rows.push((id, t, Some(stats)));
     }
     env.stream.synchronize()?;
-    let pc = rows.iter().find(|r| r.0 == "pc").map(|r| r.1.median);
-    let pp = rows.iter().find(|r| r.0 == "pp").map(|r| r.1.median);
-    let pnf = rows.iter().find(|r| r.0 == "pnf").map(|r| r.1.median);
+    // DESIGN.md's kernel and memory, side by side with the rows above: `inc_wait` on `cuMemAlloc`
+    // memory, raw plain and programmatic chains, then `graph!`'s.
+    let mut m = MallocBufs::new(&env.ctx, &env.stream)?;
+    let (m_ptr, _) = m.bufs().ptrs(&env.stream);
+    let inc = pdl.function("inc_wait").expect("declared in kernels!").cu_function();
+    for (id, programmatic) in [("qc", false), ("qp", true)] {
+        let g = OwnedGraph::build_chain(
+            inc,
+            k,
+            |_| KArgs::Inc { n: ELEMS, x: m_ptr[0] },
+            programmatic,
+        )?;
+        let exec = OwnedExec::instantiate(&g)?;
+        let cs = env.cu_stream();
+        let t =
+            timed_row(env, m.bufs(), shape, k, Change::None, steps, &label(id), &mut |_, _| {
+                exec.launch(cs)
+            })?;
+        rows.push((id, t, None));
+        env.stream.synchronize()?;
+    }
+    for (id, programmatic) in [("qd", true), ("qn", false)] {
+        let mut cache = GraphCache::new();
+        cache.set_programmatic(programmatic);
+        let t =
+            timed_row(env, m.bufs(), shape, k, Change::None, steps, &label(id), &mut |b, _| {
+                Ok(inc_chain(k, &mut cache, &env.stream, pdl, &mut b.a[0])?)
+            })?;
+        let stats = cache.stats();
+        check_stats(&label(id), &stats, 1, report);
+        let want = if programmatic { k as u64 - 1 } else { 0 };
+        if stats.programmatic_edges != want || stats.programmatic_fallbacks != 0 {
+            return Err(
+                format!("{}: {stats:?}, expected {want} programmatic edges", label(id)).into()
+            );
+        }
+        rows.push((id, t, Some(stats)));
+    }
+    env.stream.synchronize()?;
+    drop(m);
+    let median = |id: &str| rows.iter().find(|r| r.0 == id).map(|r| r.1.median);
+    let (pc, pp, pnf, qc, qp) =
+        (median("pc"), median("pp"), median("pnf"), median("qc"), median("qp"));
     for (id, t, stats) in rows {
         let floor = match id {
             "pd" => Some(("pp", pp)),
             "pn" => Some(("pc", pc)),
             "pf" => pnf.map(|v| ("pnf", Some(v))),
+            "qp" | "qn" => Some(("qc", qc)),
+            "qd" => Some(("qp", qp)),
             _ => None,
         };
         report.rows.push(Row {
@@ -2011,22 +2155,27 @@ fn goals(report: &mut Report) {
     }
     let builds: Vec<(usize, f64)> =
         report.build.iter().filter_map(|b| b.ratio_graph_to_raw.map(|r| (b.nodes, r))).collect();
-    for k in PDL_K {
-        let (pc, pp, pd) =
-            (find(Shape::Chain, k, "pc"), find(Shape::Chain, k, "pp"), find(Shape::Chain, k, "pd"));
-        let ratio = |x: Option<f64>, y: Option<f64>| x.zip(y).map(|(x, y)| x / y);
-        check(
-            format!("programmatic chain K={k} graph! / raw plain edges"),
-            ratio(pd, pc),
-            0.60,
-            true,
-        );
-        check(
-            format!("programmatic chain K={k} graph! / raw programmatic edges"),
-            ratio(pd, pp),
-            1.05,
-            true,
-        );
+    for (kernel, [c, p, d]) in [
+        ("add_wait, pool memory", ["pc", "pp", "pd"]),
+        ("DESIGN.md's inc_wait, cuMemAlloc memory", ["qc", "qp", "qd"]),
+    ] {
+        for k in PDL_K {
+            let (c, p, d) =
+                (find(Shape::Chain, k, c), find(Shape::Chain, k, p), find(Shape::Chain, k, d));
+            let ratio = |x: Option<f64>, y: Option<f64>| x.zip(y).map(|(x, y)| x / y);
+            check(
+                format!("programmatic chain K={k} ({kernel}) graph! / raw plain edges"),
+                ratio(d, c),
+                0.60,
+                true,
+            );
+            check(
+                format!("programmatic chain K={k} ({kernel}) graph! / raw programmatic edges"),
+                ratio(d, p),
+                1.05,
+                true,
+            );
+        }
     }
     for (nodes, ratio) in builds {
         check(format!("{nodes} nodes graph! first call / raw first call"), Some(ratio), 1.2, true);
@@ -2135,8 +2284,8 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
     if major >= 9 && version >= 12030 {
         let options = vec![format!("--gpu-architecture=compute_{major}{minor}")];
         let ptx = compile_ptx_with_opts(SOURCE, CompileOptions { options, ..Default::default() })?;
-        // SAFETY: `add_wait` and `add_wait_trigger` have this signature, stay within their buffer
-        // and wait (`griddepcontrol.wait`, compiled in for this architecture) first in every
+        // SAFETY: `add_wait`, `add_wait_trigger` and `inc_wait` have these signatures, stay
+        // within their buffer (each checks its index against `n`, the buffer's length) and wait (`griddepcontrol.wait`, compiled in for this architecture) first in every
         // thread.
         let pdl = unsafe { BenchPdl::load(&env.ctx, ptx) }?;
         for &k in ks.iter().filter(|k| PDL_K.contains(k)) {
