@@ -369,3 +369,38 @@ fn eager_mode_computes_what_the_graph_computes() -> Result<()> {
     assert_eq!(results[0].1[0], 74);
     Ok(())
 }
+
+/// Calls equal to the last one launch without the node-by-node comparison
+/// (`Stats::unchanged_calls`); a change between them (scalar, pointer, grid) still reaches the
+/// GPU, and the call after it is unchanged again. Compared with eager launches after every call.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn unchanged_calls_skip_the_ladder_and_changes_between_them_still_arrive() -> Result<()> {
+    let (_ctx, stream, k) = setup()?;
+    let (x0, x1) = (iota(&stream, N)?, stream.clone_htod(&vec![5i32; N as usize])?);
+    let (mut y, mut e) = (stream.alloc_zeros::<i32>(N as usize)?, stream.alloc_zeros(N as usize)?);
+    let mut cache = GraphCache::new();
+    // (a, which input, elements) per call: runs of equal calls with one change between runs.
+    let calls = [(2, 0, N), (2, 0, N), (2, 0, N), (3, 0, N), (3, 0, N), (3, 1, N), (3, 1, N)];
+    let calls = calls.iter().chain(&[(3, 1, N / 2), (3, 1, N / 2), (2, 0, N)]);
+    let mut unchanged = 0;
+    for (i, &(a, which, n)) in calls.enumerate() {
+        let x = if which == 0 { &x0 } else { &x1 };
+        let before = cache.stats();
+        graph!(&mut cache, &stream, {
+            k.affine(n, a, 1, x, &mut y).launch(cfg(n));
+            k.append_digit(n, a, &mut y).launch(cfg(n));
+        })?;
+        eager!(stream, func(&k, "affine"), cfg(n), &n, &a, &1i32, x, &mut e);
+        eager!(stream, func(&k, "append_digit"), cfg(n), &n, &a, &mut e);
+        assert_eq!(host(&stream, &y), host(&stream, &e), "call {i}");
+        let after = cache.stats();
+        let same = i > 0 && after.node_updates == before.node_updates;
+        if same && after.builds == before.builds {
+            unchanged += 1;
+        }
+        assert_eq!(after.unchanged_calls, unchanged, "call {i}: {after:?}");
+    }
+    assert_eq!(unchanged, 5, "{:?}", cache.stats());
+    Ok(())
+}

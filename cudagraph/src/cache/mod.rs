@@ -194,6 +194,11 @@ pub struct Stats {
     /// Pairs of contexts (devices) whose peer access the cache enabled, both ways
     /// (`cuCtxEnablePeerAccess`), for copies between them: once per pair and cache.
     pub peer_enables: u64,
+    /// Hits whose nodes are all kernel nodes with exactly the parameters of the variant's last
+    /// call (function, context, launch dimensions, argument bytes, buffer contexts and lengths):
+    /// such a call checks only its buffer handles, then launches, with no per-node comparison
+    /// or validation (its nodes count in [`Stats::nodes_unchanged`] too).
+    pub unchanged_calls: u64,
 }
 
 /// How a [`GraphCache`] runs each `graph!` call.
@@ -250,6 +255,10 @@ pub struct GraphCache<D: Driver = Cuda> {
     reports: Arc<Reports>,
     /// The pairs of contexts whose peer access this cache enabled for its peer copies.
     peers: validate::Peers,
+    /// The call being run's nodes as [`NodeParams::pack`] words, and whether every node packed
+    /// (only then is it compared with, and kept as, a variant's [`Variant::pack`]).
+    packed: Vec<u64>,
+    packed_ok: bool,
 }
 
 // SAFETY: the raw driver handles inside are only used through `&mut self` (or `Drop`), so
@@ -278,6 +287,10 @@ struct Variant {
     edges: Vec<(u32, u32, EdgeKind)>,
     last_use: u64,
     hits: u64,
+    /// The [`NodeParams::pack`] words of the last call that brought the exec up to date, when
+    /// every node of it packed; empty otherwise, and emptied before any change to the exec, so
+    /// that a call equal to it needs nothing sent.
+    pack: Vec<u64>,
 }
 
 impl Variant {
@@ -402,7 +415,18 @@ impl GraphCache {
             (Site::Plan(plan), Some(id)) => Some((plan, id)),
             _ => None,
         };
-        validate(call.shape, nodes, ctx, self.limits.as_ref(), handles, &mut self.peers)?;
+        // A call equal to its variant's last one passed everything `validate` checks then,
+        // except its buffer handles, which are new on every call.
+        let same = self.unchanged(&call, ctx, nodes);
+        match (same, handles) {
+            (Some(_), Some((plan, id))) => {
+                validate::check_call_handles(call.shape, nodes, plan, id)?
+            }
+            (Some(_), None) => {}
+            (None, _) => {
+                validate(call.shape, nodes, ctx, self.limits.as_ref(), handles, &mut self.peers)?
+            }
+        }
         clock.lap(phases::VALIDATE);
         self.check_aliasing(call.shape, guards)?;
         clock.lap(phases::ALIASING);
@@ -425,7 +449,7 @@ impl GraphCache {
                 return Err(graph_err(CudaError { call, error }));
             }
         }
-        if self.mode == Mode::Graph {
+        if self.mode == Mode::Graph && same.is_none() {
             for (i, n) in nodes.iter().enumerate() {
                 if let Some(n) = n
                     && n.prepare(&|| call.shape.site(i))?
@@ -452,7 +476,8 @@ impl GraphCache {
                 }
             }
         } else {
-            self.run_validated(call, (ctx, Some(stream.context())), stream.cu_stream(), nodes)
+            let owner = Some(stream.context());
+            self.run_validated(call, (ctx, owner), stream.cu_stream(), nodes, same)
         };
         clock.lap(phases::LADDER_LAUNCH);
         // After an error part way through an eager call, its earlier nodes are enqueued.
@@ -703,6 +728,8 @@ impl<D: Driver> GraphCache<D> {
             ledger: ledger::Ledger::default(),
             reports: Arc::default(),
             peers: validate::Peers::default(),
+            packed: Vec::new(),
+            packed_ok: false,
         }
     }
 
@@ -787,50 +814,90 @@ impl<D: Driver> GraphCache<D> {
         stream: CUstream,
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
-        validate(call.shape, nodes, ctx.0, self.limits.as_ref(), None, &mut self.peers)?;
-        self.enable_peers(call.shape)?;
-        self.run_validated(call, ctx, stream, nodes)
+        let same = self.unchanged(&call, ctx.0, nodes);
+        if same.is_none() {
+            validate(call.shape, nodes, ctx.0, self.limits.as_ref(), None, &mut self.peers)?;
+            self.enable_peers(call.shape)?;
+        }
+        self.run_validated(call, ctx, stream, nodes, same)
+    }
+
+    /// The variant this call would use, when the call is equal to that variant's last call
+    /// ([`Variant::pack`]: every node a kernel node with the same parameters). Packs the call
+    /// into `packed` either way (in graph mode), for [`Self::run_validated`] to keep.
+    fn unchanged(
+        &mut self,
+        call: &GraphCall<'_>,
+        ctx: CUcontext,
+        nodes: &[Option<NodeParams<'_>>],
+    ) -> Option<usize> {
+        self.packed.clear();
+        self.packed_ok = self.mode == Mode::Graph
+            && nodes.iter().all(|n| match n {
+                Some(n) => n.pack(&mut self.packed),
+                None => {
+                    self.packed.push(0);
+                    true
+                }
+            });
+        if !self.packed_ok || !self.site.is_some_and(|s| s.same(call.site)) {
+            return None;
+        }
+        let i = self.find(call, ctx)?;
+        (self.variants[i].pack == self.packed).then_some(i)
+    }
+
+    /// The cached variant of this call's key, context, edge kinds and builder signature.
+    fn find(&self, call: &GraphCall<'_>, ctx: CUcontext) -> Option<usize> {
+        let pdl = self.programmatic_edges();
+        self.variants.iter().position(|v| {
+            v.key == call.key
+                && v.ctx == ctx
+                && v.programmatic == pdl
+                && *v.signature == *call.signature
+        })
     }
 
     /// Builds or updates, and launches, one validated call, with the context already current.
+    /// `same`: the variant whose last call this one equals ([`Self::unchanged`]): nothing to
+    /// compare or send.
     fn run_validated(
         &mut self,
         call: GraphCall<'_>,
         (ctx, owner): (CUcontext, Option<&Arc<CudaContext>>),
         stream: CUstream,
         nodes: &[Option<NodeParams<'_>>],
+        same: Option<usize>,
     ) -> Result<()> {
-        let GraphCall { shape, site, key, signature } = call;
         self.stream = stream;
-        if self.site.is_some_and(|s| !s.same(site)) {
+        if self.site.is_some_and(|s| !s.same(call.site)) {
             // Another call site: its graphs have nothing in common with ours.
             self.clear();
         }
-        self.site = Some(site);
-        self.location = shape.location();
+        self.site = Some(call.site);
+        self.location = call.shape.location();
         self.clock += 1;
-        let pdl = self.programmatic_edges();
-        let found = self.variants.iter().position(|v| {
-            v.key == key && v.ctx == ctx && v.programmatic == pdl && *v.signature == *signature
-        });
-        let idx = match found {
+        let idx = match same {
             Some(i) => {
                 self.stats.hits += 1;
+                self.stats.unchanged_calls += 1;
+                self.stats.nodes_unchanged += nodes.iter().flatten().count() as u64;
                 self.variants[i].hits += 1;
-                if self.update(i, shape, nodes)? {
-                    i
-                } else {
-                    // A node whose kernel is declared `#[programmatic]` where the variant's was
-                    // not, or the reverse (a method of the user's returning either kernel: its
-                    // edges change kind), or a misused hidden `GraphCache::run` (a key that
-                    // does not fix the nodes' presence and kinds): drop that variant, build anew.
-                    self.stats.hits -= 1;
-                    self.remove(i);
-                    self.insert(shape, (key, signature), (ctx, owner), nodes)?
-                }
+                i
             }
-            None => self.insert(shape, (key, signature), (ctx, owner), nodes)?,
+            None => {
+                let i = self.bring_up_to_date(&call, (ctx, owner), nodes)?;
+                let v = &mut self.variants[i];
+                if self.packed_ok {
+                    core::mem::swap(&mut v.pack, &mut self.packed);
+                    self.packed_ok = false;
+                } else {
+                    v.pack.clear();
+                }
+                i
+            }
         };
+        let shape = call.shape;
         let v = &mut self.variants[idx];
         v.last_use = self.clock;
         // Work handed to nodes at launch (host closures), after everything else succeeded.
@@ -854,6 +921,37 @@ impl<D: Driver> GraphCache<D> {
         }
         self.stats.launches += 1;
         Ok(())
+    }
+
+    /// The variant of a validated call with its exec brought up to date: the cached one
+    /// through the update ladder, else a new one. The variant's pack is emptied before its exec
+    /// changes.
+    fn bring_up_to_date(
+        &mut self,
+        call: &GraphCall<'_>,
+        (ctx, owner): (CUcontext, Option<&Arc<CudaContext>>),
+        nodes: &[Option<NodeParams<'_>>],
+    ) -> Result<usize> {
+        let (shape, key, signature) = (call.shape, call.key, call.signature);
+        Ok(match self.find(call, ctx) {
+            Some(i) => {
+                self.stats.hits += 1;
+                self.variants[i].hits += 1;
+                self.variants[i].pack.clear();
+                if self.update(i, shape, nodes)? {
+                    i
+                } else {
+                    // A node whose kernel is declared `#[programmatic]` where the variant's was
+                    // not, or the reverse (a method of the user's returning either kernel: its
+                    // edges change kind), or a misused hidden `GraphCache::run` (a key that
+                    // does not fix the nodes' presence and kinds): drop that variant, build anew.
+                    self.stats.hits -= 1;
+                    self.remove(i);
+                    self.insert(shape, (key, signature), (ctx, owner), nodes)?
+                }
+            }
+            None => self.insert(shape, (key, signature), (ctx, owner), nodes)?,
+        })
     }
 
     /// Enables peer access both ways (`cuCtxEnablePeerAccess`) for each pair of contexts that
@@ -930,6 +1028,7 @@ impl<D: Driver> GraphCache<D> {
             edges,
             last_use: self.clock,
             hits: 0,
+            pack: Vec::new(),
         };
         self.variants.push(v);
         Ok(self.variants.len() - 1)

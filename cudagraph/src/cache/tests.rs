@@ -242,6 +242,7 @@ impl Driver for Mock {
 }
 
 /// A kernel node with a `u32` scalar and a `u64` pointer argument.
+#[derive(Clone)]
 struct K {
     func: usize,
     grid: u32,
@@ -284,6 +285,14 @@ impl KernelNode for K {
     }
     fn node_context(&self) -> Option<CUcontext> {
         self.on
+    }
+    fn pack(&self, out: &mut Vec<u64>) -> bool {
+        let d = self.dims();
+        let (f, p) = (self.function(), self.pointer_args());
+        crate::kind::kernel::pack_head(out, f, self.on, &d, self.programmatic, 2, p);
+        // As `KernelArgs::pack`: length, bytes, context of each argument.
+        out.extend([4, u64::from(self.scalar), 0, 8, self.ptr, self.ctx as u64]);
+        true
     }
 }
 impl crate::operand::sealed::Sealed for K {}
@@ -1424,11 +1433,10 @@ fn edges_between_kernels_of_two_devices_are_plain_and_a_moved_kernel_is_not_set_
 /// Unchanged calls of a 1000-node fan send nothing but the launch; also the loop to profile
 /// the cache's part of an unchanged call's host cost (`CUDAGRAPH_PROFILE_CALLS=20000 perf
 /// record cargo test --release -p cudagraph --lib unchanged_fan -- --nocapture`).
-#[test]
-fn unchanged_fan_of_1000_nodes_sends_only_launches() {
-    const N: usize = 1000;
+/// A plan of `n` kernel nodes, node `i` reading place 0 and writing place `i + 1` (a fan).
+fn kernel_plan(n: usize) -> &'static Plan {
     let (r, w) = (|p| Access { place: p, write: false }, |p| Access { place: p, write: true });
-    let nodes: Vec<PlanNode> = (0..N)
+    let nodes: Vec<PlanNode> = (0..n)
         .map(|i| PlanNode {
             label: "n",
             text: "stmt",
@@ -1440,15 +1448,131 @@ fn unchanged_fan_of_1000_nodes_sends_only_launches() {
             condition: "",
         })
         .collect();
-    let places: Vec<&'static str> = (0..=N).map(|_| "p").collect();
-    let plan: &'static Plan = Box::leak(Box::new(Plan {
+    let places: Vec<&'static str> = (0..=n).map(|_| "p").collect();
+    Box::leak(Box::new(Plan {
         file: "mock.rs",
         line: 5,
         places: Box::leak(places.into_boxed_slice()),
         nodes: Box::leak(nodes.into_boxed_slice()),
         conditions: 0,
         bodies: &[],
-    }));
+    }))
+}
+
+/// Runs the kernels `ks` as the nodes of `plan` (a [`kernel_plan`]).
+fn run_kernels(cache: &mut GraphCache<Mock>, plan: &'static Plan, ks: &[&K]) -> Result<()> {
+    let nodes: Vec<_> =
+        ks.iter().map(|&k| Some(NodeParams::Kernel(k as &dyn KernelNode))).collect();
+    cache.run_raw(plan, 0, (CTX, None), STREAM, &nodes)
+}
+
+#[test]
+fn a_call_equal_to_the_last_launches_at_once_and_any_change_takes_the_ladder() {
+    let (mock, plan) = (Mock::default(), kernel_plan(2));
+    let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    let (a, b) = (k(1, 0xa0), k(2, 0xb0));
+    run_kernels(&mut cache, plan, &[&a, &b]).unwrap();
+    mock.calls();
+    run_kernels(&mut cache, plan, &[&a, &b]).unwrap();
+    assert_eq!(mock.calls(), ["launch"]);
+    let s = cache.stats();
+    assert_eq!((s.unchanged_calls, s.nodes_unchanged, s.hits), (1, 2, 1), "{s:?}");
+    // Each change of one field of node 1 is sent (or rebuilt), then the same call again is
+    // unchanged: the exec always holds the last call's parameters.
+    // `sent`: the change reaches the exec. (A kernel whose arguments are declared otherwise,
+    // with the same bytes, is not an unchanged call but has nothing to send either.)
+    let mut changes: Vec<(&str, K, bool)> = Vec::new();
+    let mut c = k(3, 0xb0);
+    changes.push(("scalar", c.clone(), true));
+    c.ptr = 0xc0;
+    changes.push(("pointer", c.clone(), true));
+    c.grid = 8;
+    changes.push(("grid", c.clone(), true));
+    c.func = 0x20;
+    changes.push(("function", c.clone(), true));
+    c.programmatic = true;
+    changes.push(("programmatic", c.clone(), true));
+    c.ptr_is_pointer = false;
+    changes.push(("pointer arguments", c.clone(), false));
+    for (what, c, must_send) in &changes {
+        let before = cache.stats();
+        run_kernels(&mut cache, plan, &[&a, c]).unwrap();
+        let calls = mock.calls();
+        let after = cache.stats();
+        assert_eq!(after.unchanged_calls, before.unchanged_calls, "{what}: {calls:?}");
+        let sent = after.node_updates + after.builds + after.exec_updates + after.reinstantiations
+            > before.node_updates + before.builds + before.exec_updates + before.reinstantiations;
+        assert_eq!(sent, *must_send, "{what}: {calls:?}");
+        run_kernels(&mut cache, plan, &[&a, c]).unwrap();
+        assert_eq!(mock.calls(), ["launch"], "{what}, then the same call");
+        assert_eq!(cache.stats().unchanged_calls, before.unchanged_calls + 1, "{what}");
+    }
+    // Back to the first call's parameters: sent again, not taken for unchanged.
+    run_kernels(&mut cache, plan, &[&a, &b]).unwrap();
+    assert_ne!(mock.calls(), ["launch"]);
+}
+
+#[test]
+fn a_call_equal_to_the_last_is_still_refused_when_its_buffers_or_limits_say_so() {
+    let (mock, plan) = (Mock::default(), kernel_plan(2));
+    let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    cache.limits = Some(Limits {
+        ctx: CTX,
+        threads_per_block: 1024,
+        block: (1024, 1024, 64),
+        grid: (i32::MAX as u32, 65535, 65535),
+        shared_bytes: 232_448,
+        programmatic: true,
+        programmatic_bodies: true,
+    });
+    let (a, b) = (k(1, 0xa0), k(2, 0xb0));
+    run_kernels(&mut cache, plan, &[&a, &b]).unwrap();
+    run_kernels(&mut cache, plan, &[&a, &b]).unwrap();
+    mock.calls();
+    // The same parameters but a buffer of another context: refused, nothing enqueued.
+    let mut foreign = k(2, 0xb0);
+    foreign.ctx = CTX1;
+    let e = run_kernels(&mut cache, plan, &[&a, &foreign]).unwrap_err();
+    assert!(matches!(e, Error::WrongContext { .. }), "{e}");
+    // A grid over the device's limit, after calls that were within it.
+    let mut big = k(2, 0xb0);
+    big.grid = u32::MAX;
+    let e = run_kernels(&mut cache, plan, &[&a, &big]).unwrap_err();
+    assert!(matches!(e, Error::LaunchLimit { .. }), "{e}");
+    assert!(mock.calls().is_empty());
+    // The exec still holds the last launched call's parameters.
+    run_kernels(&mut cache, plan, &[&a, &b]).unwrap();
+    assert_eq!(mock.calls(), ["launch"]);
+    assert_eq!(cache.stats().unchanged_calls, 2);
+}
+
+#[test]
+fn after_a_reinstantiation_the_kept_parameters_are_the_new_ones() {
+    let (mock, plan) = (Mock::default(), kernel_plan(2));
+    let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    let (a, b, c) = (k(1, 0xa0), k(2, 0xb0), k(5, 0xd0));
+    run_kernels(&mut cache, plan, &[&a, &b]).unwrap();
+    {
+        let mut l = mock.0.borrow_mut();
+        l.refuse_set = true;
+        l.refuse_update = true;
+    }
+    run_kernels(&mut cache, plan, &[&a, &c]).unwrap();
+    assert_eq!(cache.stats().reinstantiations, 1);
+    mock.0.borrow_mut().refuse_set = false;
+    mock.calls();
+    // The old parameters are a change now; the new ones are unchanged.
+    run_kernels(&mut cache, plan, &[&a, &b]).unwrap();
+    assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"]);
+    run_kernels(&mut cache, plan, &[&a, &b]).unwrap();
+    assert_eq!(mock.calls(), ["launch"]);
+    assert_eq!(cache.stats().unchanged_calls, 1);
+}
+
+#[test]
+fn unchanged_fan_of_1000_nodes_sends_only_launches() {
+    const N: usize = 1000;
+    let plan = kernel_plan(N);
     let mock = Mock::default();
     let mut cache = GraphCache::with_driver(mock.clone(), 8);
     let ks: Vec<K> = (0..N).map(|i| k(1, 0x1000 + 0x100 * i as u64)).collect();

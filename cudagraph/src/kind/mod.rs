@@ -531,6 +531,21 @@ node_kinds! {
     Conditional(ConditionalParams) => conditional::Conditional,
 }
 
+impl NodeParams<'_> {
+    /// Appends the node's words for the cache's unchanged-call check: `1` and the kernel's
+    /// [`KernelNode::pack`]. `false` for a node of another kind, or a kernel that does not
+    /// pack: the call then takes the node-by-node path.
+    pub(crate) fn pack(&self, out: &mut Vec<u64>) -> bool {
+        match self {
+            NodeParams::Kernel(k) => {
+                out.push(1);
+                k.pack(out)
+            }
+            _ => false,
+        }
+    }
+}
+
 /// What a statement evaluates to inside `graph!` (sealed: a kernel launch made by a
 /// `kernels!` method, or the parameters of `copy`, `memset` and `zero`).
 pub trait IntoNode: crate::operand::sealed::Sealed {
