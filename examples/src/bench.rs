@@ -862,6 +862,7 @@ struct StatsJson {
     reinstantiations: u64,
     evictions: u64,
     captures: u64,
+    unchanged_calls: u64,
 }
 
 impl From<Stats> for StatsJson {
@@ -877,6 +878,7 @@ impl From<Stats> for StatsJson {
             reinstantiations: s.reinstantiations,
             evictions: s.evictions,
             captures: s.captures,
+            unchanged_calls: s.unchanged_calls,
         }
     }
 }
@@ -1521,10 +1523,12 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
         env.stream.synchronize()?;
         let (gt, rt) = (summarize(graph_t), summarize(raw_t));
         let line = format!(
-            "{} K={k}: host enqueue of one unchanged call, GPU idle, median of {ENQUEUE_REPS}: graph! {:.2} µs ({:.0} ns per node), raw cuGraphLaunch {:.2} µs",
+            "{} K={k}: host enqueue of one unchanged call, GPU idle, median of {ENQUEUE_REPS}: graph! {:.2} µs ({:.0} ns per node; {} of {} calls unchanged), raw cuGraphLaunch {:.2} µs",
             shape.name(),
             gt.median,
             gt.median * 1000.0 / k as f64,
+            cache.stats().unchanged_calls,
+            ENQUEUE_REPS,
             rt.median
         );
         out!("{line}");

@@ -184,6 +184,10 @@ fn run(a: &Args) -> Res<bool> {
          comparisons and cuGraphLaunch (bench row c: about 20 µs for this fan, 2.6 µs for this \
          chain)."
     );
+    println!(
+        "unchanged calls (Stats::unchanged_calls): fan {} of {}, chain {} of {}",
+        fs.unchanged_calls, fs.hits, cs.unchanged_calls, cs.hits
+    );
     #[cfg(feature = "phase-times")]
     {
         // The phases of the fan's calls: its own calls, timed again with the phases read.

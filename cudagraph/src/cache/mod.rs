@@ -417,15 +417,9 @@ impl GraphCache {
         };
         // A call equal to its variant's last one passed everything `validate` checks then,
         // except its buffer handles, which are new on every call.
-        let same = self.unchanged(&call, ctx, nodes);
-        match (same, handles) {
-            (Some(_), Some((plan, id))) => {
-                validate::check_call_handles(call.shape, nodes, plan, id)?
-            }
-            (Some(_), None) => {}
-            (None, _) => {
-                validate(call.shape, nodes, ctx, self.limits.as_ref(), handles, &mut self.peers)?
-            }
+        let same = self.unchanged(&call, ctx, nodes, handles)?;
+        if same.is_none() {
+            validate(call.shape, nodes, ctx, self.limits.as_ref(), handles, &mut self.peers)?;
         }
         clock.lap(phases::VALIDATE);
         self.check_aliasing(call.shape, guards)?;
@@ -814,7 +808,7 @@ impl<D: Driver> GraphCache<D> {
         stream: CUstream,
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
-        let same = self.unchanged(&call, ctx.0, nodes);
+        let same = self.unchanged(&call, ctx.0, nodes, None)?;
         if same.is_none() {
             validate(call.shape, nodes, ctx.0, self.limits.as_ref(), None, &mut self.peers)?;
             self.enable_peers(call.shape)?;
@@ -823,28 +817,52 @@ impl<D: Driver> GraphCache<D> {
     }
 
     /// The variant this call would use, when the call is equal to that variant's last call
-    /// ([`Variant::pack`]: every node a kernel node with the same parameters). Packs the call
-    /// into `packed` either way (in graph mode), for [`Self::run_validated`] to keep.
+    /// ([`Variant::pack`]: every node a kernel node with the same parameters), its buffer
+    /// handles checked ([`validate::check_handles`], for `handles`: a `graph!` call's plan and
+    /// call id), as far as its nodes agree. Otherwise `None`, with the call's words in `packed`
+    /// (when every node packs, in graph mode) for [`Self::run_validated`] to keep.
     fn unchanged(
         &mut self,
         call: &GraphCall<'_>,
         ctx: CUcontext,
         nodes: &[Option<NodeParams<'_>>],
-    ) -> Option<usize> {
-        self.packed.clear();
-        self.packed_ok = self.mode == Mode::Graph
-            && nodes.iter().all(|n| match n {
-                Some(n) => n.pack(&mut self.packed),
-                None => {
-                    self.packed.push(0);
-                    true
-                }
-            });
-        if !self.packed_ok || !self.site.is_some_and(|s| s.same(call.site)) {
-            return None;
+        handles: Option<(&Plan, u64)>,
+    ) -> Result<Option<usize>> {
+        self.packed_ok = false;
+        if self.mode != Mode::Graph {
+            return Ok(None);
         }
-        let i = self.find(call, ctx)?;
-        (self.variants[i].pack == self.packed).then_some(i)
+        let site = self.site.is_some_and(|s| s.same(call.site));
+        let found = if site { self.find(call, ctx) } else { None };
+        let last = found.map_or(&[][..], |i| &self.variants[i].pack[..]);
+        let mut pack = crate::kind::kernel::Pack::new(last, &mut self.packed);
+        let mut ops = crate::operand::NO_ACCESSES;
+        for (i, n) in nodes.iter().enumerate() {
+            match n {
+                None => pack.push(0),
+                Some(n) => {
+                    if !n.pack(&mut pack) {
+                        return Ok(None);
+                    }
+                    // Checked here while the nodes agree with the last call (whose other checks
+                    // they then pass too); `validate` checks them all otherwise.
+                    if let (Some((plan, id)), true) = (handles, pack.equal_so_far()) {
+                        let len = n.accesses(&mut ops);
+                        validate::check_handles(
+                            plan,
+                            call.shape.plan_index(i),
+                            id,
+                            &mut ops[..len],
+                        )?;
+                    }
+                }
+            }
+        }
+        let equal = pack.finish();
+        self.packed_ok = !equal;
+        // (An empty pack is a variant's whose last call did not pack, unless it has no nodes.)
+        let kept = |i: usize| !self.variants[i].pack.is_empty() || nodes.is_empty();
+        Ok(found.filter(|&i| equal && kept(i)))
     }
 
     /// The cached variant of this call's key, context, edge kinds and builder signature.

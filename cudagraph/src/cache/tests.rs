@@ -286,12 +286,14 @@ impl KernelNode for K {
     fn node_context(&self) -> Option<CUcontext> {
         self.on
     }
-    fn pack(&self, out: &mut Vec<u64>) -> bool {
+    fn pack(&self, out: &mut crate::kind::kernel::Pack<'_>) -> bool {
         let d = self.dims();
         let (f, p) = (self.function(), self.pointer_args());
         crate::kind::kernel::pack_head(out, f, self.on, &d, self.programmatic, 2, p);
         // As `KernelArgs::pack`: length, bytes, context of each argument.
-        out.extend([4, u64::from(self.scalar), 0, 8, self.ptr, self.ctx as u64]);
+        for w in [4, u64::from(self.scalar), 0, 8, self.ptr, self.ctx as u64] {
+            out.push(w);
+        }
         true
     }
 }

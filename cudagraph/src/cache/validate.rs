@@ -49,24 +49,6 @@ pub(super) fn validate(
     Ok(())
 }
 
-/// [`check_handles`] for every node of a `graph!` call (`call`: its
-/// [`CallId`](crate::__private::CallId)) whose other checks ([`validate`]) its variant's last
-/// call passed with the same parameters.
-pub(super) fn check_call_handles(
-    shape: &dyn Shape,
-    nodes: &[Option<NodeParams<'_>>],
-    plan: &Plan,
-    call: u64,
-) -> Result<()> {
-    let mut ops = crate::operand::NO_ACCESSES;
-    for (i, n) in nodes.iter().enumerate() {
-        let Some(n) = n else { continue };
-        let len = n.accesses(&mut ops);
-        check_handles(plan, shape.plan_index(i), call, &mut ops[..len])?;
-    }
-    Ok(())
-}
-
 /// Every buffer handle `ops` of node `i` must be one that `graph!` call `call` made for a
 /// place the plan lists among that node's accesses, written only where the plan says so, and no
 /// written place may appear twice: so the plan's edges, made from those accesses, order every

@@ -49,20 +49,72 @@ pub trait KernelArgs {
     /// its bytes in 8-byte words (zero-padded), its context (0 for a plain scalar) and, for a
     /// device scalar, its buffer's length.
     #[doc(hidden)]
-    fn pack(&self, out: &mut Vec<u64>);
+    fn pack(&self, out: &mut Pack<'_>);
 }
 
-/// Appends `b` to `out` as 8-byte words, the last one zero-padded.
-#[inline]
-fn push_words(out: &mut Vec<u64>, b: &[u8]) {
-    match (<[u8; 8]>::try_from(b), <[u8; 4]>::try_from(b)) {
-        (Ok(w), _) => out.push(u64::from_ne_bytes(w)),
-        (_, Ok(w)) => out.push(u64::from(u32::from_ne_bytes(w))),
-        _ => out.extend(b.chunks(8).map(|c| {
-            let mut w = [0u8; 8];
-            w[..c.len()].copy_from_slice(c);
-            u64::from_ne_bytes(w)
-        })),
+/// A call's nodes as words (see [`KernelNode::pack`]), compared with the words of the last call
+/// of the same variant as they are made: while they agree nothing is written; from the first
+/// word that differs on, the whole new sequence is written out, for the cache to keep.
+#[doc(hidden)]
+pub struct Pack<'a> {
+    last: &'a [u64],
+    /// Words made so far that equal `last`'s first ones (while `!diverged`).
+    pos: usize,
+    diverged: bool,
+    out: &'a mut Vec<u64>,
+}
+
+impl<'a> Pack<'a> {
+    /// Compares with `last`; the new words go to `out` (emptied) once they differ.
+    pub(crate) fn new(last: &'a [u64], out: &'a mut Vec<u64>) -> Self {
+        out.clear();
+        Pack { last, pos: 0, diverged: false, out }
+    }
+
+    /// One word.
+    #[inline]
+    pub fn push(&mut self, w: u64) {
+        if !self.diverged {
+            if self.last.get(self.pos) == Some(&w) {
+                self.pos += 1;
+                return;
+            }
+            self.diverged = true;
+            self.out.extend_from_slice(&self.last[..self.pos]);
+        }
+        self.out.push(w);
+    }
+
+    /// `b` as 8-byte words, the last one zero-padded.
+    #[inline]
+    pub fn push_bytes(&mut self, b: &[u8]) {
+        match (<[u8; 8]>::try_from(b), <[u8; 4]>::try_from(b)) {
+            (Ok(w), _) => self.push(u64::from_ne_bytes(w)),
+            (_, Ok(w)) => self.push(u64::from(u32::from_ne_bytes(w))),
+            _ => {
+                for c in b.chunks(8) {
+                    let mut w = [0u8; 8];
+                    w[..c.len()].copy_from_slice(c);
+                    self.push(u64::from_ne_bytes(w));
+                }
+            }
+        }
+    }
+
+    /// Whether every word so far equals `last`'s.
+    pub(crate) fn equal_so_far(&self) -> bool {
+        !self.diverged
+    }
+
+    /// Whether the words equal `last` exactly; if not, `out` holds them all.
+    pub(crate) fn finish(self) -> bool {
+        if !self.diverged && self.pos == self.last.len() {
+            return true;
+        }
+        if !self.diverged {
+            self.out.extend_from_slice(&self.last[..self.pos]);
+        }
+        false
     }
 }
 
@@ -104,12 +156,12 @@ macro_rules! kernel_args {
             }
             #[allow(unused_variables)]
             #[inline]
-            fn pack(&self, out: &mut Vec<u64>) {
+            fn pack(&self, out: &mut Pack<'_>) {
                 $(
                     let b = self.$i.bytes();
                     let scalar = self.$i.device_scalar_len();
                     out.push(b.len() as u64 | u64::from(scalar.is_some()) << 63);
-                    push_words(out, b);
+                    out.push_bytes(b);
                     out.push(self.$i.context().map_or(0, |c| c as u64));
                     if let Some(len) = scalar {
                         out.push(len as u64);
@@ -404,7 +456,7 @@ pub trait KernelNode: sealed::Sealed {
     /// node. Two calls whose packs are equal need no validation and no update beyond the
     /// handles' check (see [`crate::GraphCache`]'s unchanged call).
     #[doc(hidden)]
-    fn pack(&self, _out: &mut Vec<u64>) -> bool {
+    fn pack(&self, _out: &mut Pack<'_>) -> bool {
         false
     }
 }
@@ -413,7 +465,7 @@ pub trait KernelNode: sealed::Sealed {
 #[doc(hidden)]
 #[inline]
 pub fn pack_head(
-    out: &mut Vec<u64>,
+    out: &mut Pack<'_>,
     func: CUfunction,
     ctx: Option<CUcontext>,
     d: &LaunchDims,
@@ -422,17 +474,17 @@ pub fn pack_head(
     pointers: u16,
 ) {
     let pair = |a: u32, b: u32| u64::from(a) | u64::from(b) << 32;
-    out.extend([
-        func as u64,
-        ctx.map_or(0, |c| c as u64),
-        pair(d.grid.0, d.grid.1),
-        pair(d.grid.2, d.block.0),
-        pair(d.block.1, d.block.2),
+    out.push(func as u64);
+    out.push(ctx.map_or(0, |c| c as u64));
+    out.push(pair(d.grid.0, d.grid.1));
+    out.push(pair(d.grid.2, d.block.0));
+    out.push(pair(d.block.1, d.block.2));
+    out.push(
         u64::from(d.shared_bytes)
             | u64::from(programmatic) << 32
             | (args as u64 & 0xff) << 40
             | u64::from(pointers) << 48,
-    ]);
+    );
 }
 
 impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
@@ -469,7 +521,7 @@ impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
     fn accesses(&self, out: &mut Accesses) -> usize {
         self.call.args.accesses(out)
     }
-    fn pack(&self, out: &mut Vec<u64>) -> bool {
+    fn pack(&self, out: &mut Pack<'_>) -> bool {
         let (call, args) = (&self.call, &self.call.args);
         let ctx = Some(call.ctx.cu_ctx());
         let pointers = args.pointers();

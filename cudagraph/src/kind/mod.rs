@@ -535,7 +535,7 @@ impl NodeParams<'_> {
     /// Appends the node's words for the cache's unchanged-call check: `1` and the kernel's
     /// [`KernelNode::pack`]. `false` for a node of another kind, or a kernel that does not
     /// pack: the call then takes the node-by-node path.
-    pub(crate) fn pack(&self, out: &mut Vec<u64>) -> bool {
+    pub(crate) fn pack(&self, out: &mut kernel::Pack<'_>) -> bool {
         match self {
             NodeParams::Kernel(k) => {
                 out.push(1);
