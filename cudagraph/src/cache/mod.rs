@@ -25,6 +25,8 @@ pub(crate) mod ledger;
 mod looped;
 pub(crate) mod phases;
 #[cfg(test)]
+mod review_unchanged;
+#[cfg(test)]
 pub(crate) mod tests;
 mod validate;
 
@@ -811,8 +813,8 @@ impl<D: Driver> GraphCache<D> {
         let same = self.unchanged(&call, ctx.0, nodes, None)?;
         if same.is_none() {
             validate(call.shape, nodes, ctx.0, self.limits.as_ref(), None, &mut self.peers)?;
-            self.enable_peers(call.shape)?;
         }
+        self.enable_peers(call.shape)?;
         self.run_validated(call, ctx, stream, nodes, same)
     }
 
@@ -829,6 +831,9 @@ impl<D: Driver> GraphCache<D> {
         handles: Option<(&Plan, u64)>,
     ) -> Result<Option<usize>> {
         self.packed_ok = false;
+        // Pairs a refused earlier call noted are not this call's: `validate` notes this call's
+        // (an unchanged call has no copies).
+        self.peers.pending.clear();
         if self.mode != Mode::Graph {
             return Ok(None);
         }
