@@ -819,10 +819,11 @@ impl<D: Driver> GraphCache<D> {
     }
 
     /// The variant this call would use, when the call is equal to that variant's last call
-    /// ([`Variant::pack`]: every node a kernel node with the same parameters), its buffer
-    /// handles checked ([`validate::check_handles`], for `handles`: a `graph!` call's plan and
-    /// call id), as far as its nodes agree. Otherwise `None`, with the call's words in `packed`
-    /// (when every node packs, in graph mode) for [`Self::run_validated`] to keep.
+    /// ([`Variant::pack`]: every node a kernel node with the same parameters, and for a
+    /// `graph!` call (`handles`: its plan and call id) buffer handles of this call for the same
+    /// places, which [`validate::check_handles`] then accepts as it did for the last call).
+    /// Otherwise `None`, with the call's words in `packed` (when every node packs, in graph
+    /// mode) for [`Self::run_validated`] to keep.
     fn unchanged(
         &mut self,
         call: &GraphCall<'_>,
@@ -840,25 +841,14 @@ impl<D: Driver> GraphCache<D> {
         let site = self.site.is_some_and(|s| s.same(call.site));
         let found = if site { self.find(call, ctx) } else { None };
         let last = found.map_or(&[][..], |i| &self.variants[i].pack[..]);
-        let mut pack = crate::kind::kernel::Pack::new(last, &mut self.packed);
-        let mut ops = crate::operand::NO_ACCESSES;
-        for (i, n) in nodes.iter().enumerate() {
+        let id = handles.map(|h| h.1);
+        let mut pack = crate::kind::kernel::Pack::new(last, &mut self.packed, id);
+        for n in nodes {
             match n {
                 None => pack.push(0),
                 Some(n) => {
                     if !n.pack(&mut pack) {
                         return Ok(None);
-                    }
-                    // Checked here while the nodes agree with the last call (whose other checks
-                    // they then pass too); `validate` checks them all otherwise.
-                    if let (Some((plan, id)), true) = (handles, pack.equal_so_far()) {
-                        let len = n.accesses(&mut ops);
-                        validate::check_handles(
-                            plan,
-                            call.shape.plan_index(i),
-                            id,
-                            &mut ops[..len],
-                        )?;
                     }
                 }
             }

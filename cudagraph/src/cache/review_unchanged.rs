@@ -403,7 +403,7 @@ fn different_parameters_pack_to_different_words() {
     }
     fn words(k: &dyn KernelNode) -> Vec<u64> {
         let mut out = Vec::new();
-        let mut p = Pack::new(&[], &mut out);
+        let mut p = Pack::new(&[], &mut out, Some(7));
         assert!(k.pack(&mut p));
         assert!(!p.finish());
         out

@@ -294,6 +294,7 @@ impl KernelNode for K {
         for w in [4, u64::from(self.scalar), 0, 8, self.ptr, self.ctx as u64] {
             out.push(w);
         }
+        out.push_handle(self.tag, true);
         true
     }
 }

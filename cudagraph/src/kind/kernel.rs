@@ -47,7 +47,8 @@ pub trait KernelArgs {
     /// Appends what the cache compares of the arguments between calls (see
     /// [`KernelNode::pack`]): for each argument its length in bytes (bit 63: a device scalar),
     /// its bytes in 8-byte words (zero-padded), its context (0 for a plain scalar) and, for a
-    /// device scalar, its buffer's length.
+    /// device scalar, its buffer's length; for a buffer or device scalar, its handle
+    /// ([`Pack::push_handle`]).
     #[doc(hidden)]
     fn pack(&self, out: &mut Pack<'_>);
 }
@@ -57,6 +58,8 @@ pub trait KernelArgs {
 /// word that differs on, the whole new sequence is written out, for the cache to keep.
 #[doc(hidden)]
 pub struct Pack<'a> {
+    /// The `graph!` call whose buffer handles are packed by place (see [`Pack::push_handle`]).
+    call: Option<u64>,
     last: &'a [u64],
     /// Words made so far that equal `last`'s first ones (while `!diverged`).
     pos: usize,
@@ -65,10 +68,27 @@ pub struct Pack<'a> {
 }
 
 impl<'a> Pack<'a> {
-    /// Compares with `last`; the new words go to `out` (emptied) once they differ.
-    pub(crate) fn new(last: &'a [u64], out: &'a mut Vec<u64>) -> Self {
+    /// Compares with `last`; the new words go to `out` (emptied) once they differ. `call`: the
+    /// id of the `graph!` call whose handles are checked (`None` for a builder's call).
+    pub(crate) fn new(last: &'a [u64], out: &'a mut Vec<u64>, call: Option<u64>) -> Self {
         out.clear();
-        Pack { last, pos: 0, diverged: false, out }
+        Pack { call, last, pos: 0, diverged: false, out }
+    }
+
+    /// A buffer handle `tag`, written or not: for a `graph!` call, the place it names if it is
+    /// one of this call's (else a word no valid handle makes, `u64::MAX`), so that words equal
+    /// to those of a validated call mean handles of this call for the same places, which the
+    /// plan lists for the same nodes ([`check_handles`](crate::cache)); for a builder's call, 0.
+    #[inline]
+    pub fn push_handle(&mut self, tag: u64, write: bool) {
+        let w = match self.call {
+            None => 0,
+            Some(id) => match crate::builder::place_of(tag, id) {
+                Some(p) => 1 << 33 | u64::from(write) << 32 | u64::from(p),
+                None => u64::MAX,
+            },
+        };
+        self.push(w);
     }
 
     /// One word.
@@ -99,11 +119,6 @@ impl<'a> Pack<'a> {
                 }
             }
         }
-    }
-
-    /// Whether every word so far equals `last`'s.
-    pub(crate) fn equal_so_far(&self) -> bool {
-        !self.diverged
     }
 
     /// Whether the words equal `last` exactly; if not, `out` holds them all.
@@ -165,6 +180,9 @@ macro_rules! kernel_args {
                     out.push(self.$i.context().map_or(0, |c| c as u64));
                     if let Some(len) = scalar {
                         out.push(len as u64);
+                    }
+                    if let Some((tag, write)) = self.$i.access() {
+                        out.push_handle(tag, write);
                     }
                 )*
             }
