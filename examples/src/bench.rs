@@ -1624,6 +1624,24 @@ fn print_block(rows: &[Row]) {
     out!();
 }
 
+/// A programmatic row's stats, checked: one build, no fallback, and `k - 1` programmatic edges
+/// (none with plain edges).
+fn pdl_stats(
+    what: &str,
+    cache: &GraphCache,
+    programmatic: bool,
+    k: usize,
+    report: &mut Report,
+) -> Res<Stats> {
+    let stats = cache.stats();
+    check_stats(what, &stats, 1, report);
+    let want = if programmatic { k as u64 - 1 } else { 0 };
+    if stats.programmatic_edges != want || stats.programmatic_fallbacks != 0 {
+        return Err(format!("{what}: {stats:?}, expected {want} programmatic edges").into());
+    }
+    Ok(stats)
+}
+
 /// The programmatic rows of one K (chain): raw plain edges (pc), raw programmatic edges (pp),
 /// `graph!` with programmatic edges (pd) and with plain ones (pn), one kernel (`add_wait`, which
 /// waits first) for all four, measured side by side.
@@ -1662,14 +1680,7 @@ fn programmatic_rows(env: &Env, pdl: &BenchPdl, k: usize, report: &mut Report) -
             let w = slot(i, change);
             Ok(pdl_chain(k, &mut cache, &env.stream, pdl, 1, &mut b.a[w])?)
         })?;
-        let stats = cache.stats();
-        check_stats(&label(id), &stats, 1, report);
-        let want = if programmatic { k as u64 - 1 } else { 0 };
-        if stats.programmatic_edges != want || stats.programmatic_fallbacks != 0 {
-            return Err(
-                format!("{}: {stats:?}, expected {want} programmatic edges", label(id)).into()
-            );
-        }
+        let stats = pdl_stats(&label(id), &cache, programmatic, k, report)?;
         rows.push((id, t, Some(stats)));
     }
     env.stream.synchronize()?;
@@ -1701,14 +1712,7 @@ fn programmatic_rows(env: &Env, pdl: &BenchPdl, k: usize, report: &mut Report) -
             timed_row(env, m.bufs(), shape, k, Change::None, steps, &label(id), &mut |b, _| {
                 Ok(inc_chain(k, &mut cache, &env.stream, pdl, &mut b.a[0])?)
             })?;
-        let stats = cache.stats();
-        check_stats(&label(id), &stats, 1, report);
-        let want = if programmatic { k as u64 - 1 } else { 0 };
-        if stats.programmatic_edges != want || stats.programmatic_fallbacks != 0 {
-            return Err(
-                format!("{}: {stats:?}, expected {want} programmatic edges", label(id)).into()
-            );
-        }
+        let stats = pdl_stats(&label(id), &cache, programmatic, k, report)?;
         rows.push((id, t, Some(stats)));
     }
     env.stream.synchronize()?;

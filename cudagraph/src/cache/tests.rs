@@ -591,15 +591,7 @@ fn invalid_input_is_refused_before_any_driver_call_and_cache_stays_usable() {
 #[test]
 fn over_limit_dims_and_foreign_buffers_are_refused_before_any_driver_call() {
     let (mock, mut cache, plan) = setup();
-    cache.limits = Some(Limits {
-        ctx: CTX,
-        threads_per_block: 1024,
-        block: (1024, 1024, 64),
-        grid: (i32::MAX as u32, 65535, 65535),
-        shared_bytes: 232_448,
-        programmatic: true,
-        programmatic_bodies: true,
-    });
+    cache.limits = Some(limits(true));
     let mut big = k(1, 0xa0);
     big.grid = u32::MAX;
     let e = run(&mut cache, plan, &big, &k(2, 0xb0), copy(4), memset(0), None).unwrap_err();
@@ -1519,15 +1511,7 @@ fn a_call_equal_to_the_last_launches_at_once_and_any_change_takes_the_ladder() {
 fn a_call_equal_to_the_last_is_still_refused_when_its_buffers_or_limits_say_so() {
     let (mock, plan) = (Mock::default(), kernel_plan(2));
     let mut cache = GraphCache::with_driver(mock.clone(), 8);
-    cache.limits = Some(Limits {
-        ctx: CTX,
-        threads_per_block: 1024,
-        block: (1024, 1024, 64),
-        grid: (i32::MAX as u32, 65535, 65535),
-        shared_bytes: 232_448,
-        programmatic: true,
-        programmatic_bodies: true,
-    });
+    cache.limits = Some(limits(true));
     let (a, b) = (k(1, 0xa0), k(2, 0xb0));
     run_kernels(&mut cache, plan, &[&a, &b]).unwrap();
     run_kernels(&mut cache, plan, &[&a, &b]).unwrap();
