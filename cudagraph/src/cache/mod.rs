@@ -729,7 +729,7 @@ impl<D: Driver> GraphCache<D> {
         }
     }
 
-    /// Bytes of graph-owned buffers (`alloc` statements, [`GraphBuilder::alloc`]) allocated
+    /// Bytes of graph-owned buffers (`alloc` statements, [`GraphBuilder::alloc`](crate::GraphBuilder::alloc)) allocated
     /// by each launch of the most recently used variant: the sum of its alloc nodes' sizes,
     /// memory that user-held buffers would occupy between calls too, and that graph allocations
     /// occupy only while a launch runs (see [`graph_mem_usage`](crate::graph_mem_usage) for

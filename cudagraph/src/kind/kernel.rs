@@ -80,7 +80,7 @@ impl<'a> Pack<'a> {
     /// to those of a validated call mean handles of this call for the same places, which the
     /// plan lists for the same nodes ([`check_handles`](crate::cache)); for a builder's call, 0.
     #[inline]
-    pub fn push_handle(&mut self, tag: u64, write: bool) {
+    pub(crate) fn push_handle(&mut self, tag: u64, write: bool) {
         let w = match self.call {
             None => 0,
             Some(id) => match crate::builder::place_of(tag, id) {
@@ -93,7 +93,7 @@ impl<'a> Pack<'a> {
 
     /// One word.
     #[inline]
-    pub fn push(&mut self, w: u64) {
+    pub(crate) fn push(&mut self, w: u64) {
         if !self.diverged {
             if self.last.get(self.pos) == Some(&w) {
                 self.pos += 1;
@@ -107,7 +107,7 @@ impl<'a> Pack<'a> {
 
     /// `b` as 8-byte words, the last one zero-padded.
     #[inline]
-    pub fn push_bytes(&mut self, b: &[u8]) {
+    pub(crate) fn push_bytes(&mut self, b: &[u8]) {
         match (<[u8; 8]>::try_from(b), <[u8; 4]>::try_from(b)) {
             (Ok(w), _) => self.push(u64::from_ne_bytes(w)),
             (_, Ok(w)) => self.push(u64::from(u32::from_ne_bytes(w))),
@@ -466,13 +466,13 @@ pub trait KernelNode: sealed::Sealed {
         u16::MAX
     }
     /// Appends to `out` everything of this node that an exec's node and the call's validation
-    /// depend on, except the buffer handles' tags (which differ on every call and are checked
-    /// on every call): function, context, launch dimensions, `#[programmatic]`, argument count,
-    /// pointer arguments and each argument's bytes, context and device scalar length, in an
-    /// encoding that is unambiguous (equal words mean equal parameters). Returns `false`,
-    /// appending nothing, for a node that does not pack: the cache then compares it node by
-    /// node. Two calls whose packs are equal need no validation and no update beyond the
-    /// handles' check (see [`crate::GraphCache`]'s unchanged call).
+    /// depend on: function, context, launch dimensions, `#[programmatic]`, argument count,
+    /// pointer arguments, and each argument's bytes, context, device scalar length and buffer
+    /// handle (as the place it names in the call, [`Pack::push_handle`]), in an encoding that is
+    /// unambiguous (equal words mean equal parameters). Returns `false` for a node that does
+    /// not pack: the call then takes the node-by-node path. Two calls of one variant whose
+    /// words are equal need no validation and no update (the cache's unchanged call,
+    /// [`Stats::unchanged_calls`](crate::Stats::unchanged_calls)).
     #[doc(hidden)]
     fn pack(&self, _out: &mut Pack<'_>) -> bool {
         false
