@@ -319,8 +319,9 @@ impl ClonedGraph<'_> {
     }
 
     /// The index, in [`info`](Self::info)'s nodes, of the clone of the original's node
-    /// `original` (an index into the original's node list, as [`GraphCache::nodes`](crate::GraphCache::nodes) gives it):
-    /// `cuGraphNodeFindInClone`. `None` when `original` is out of range.
+    /// `original` (an index into the original's node list, as
+    /// [`GraphCache::nodes`](crate::GraphCache::nodes) gives it): `cuGraphNodeFindInClone`.
+    /// `None` when `original` is out of range.
     ///
     /// # Errors
     /// [`Error::Graph`] if the driver call fails.

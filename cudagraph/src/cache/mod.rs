@@ -197,9 +197,9 @@ pub struct Stats {
     /// (`cuCtxEnablePeerAccess`), for copies between them: once per pair and cache.
     pub peer_enables: u64,
     /// Hits whose nodes are all kernel nodes with exactly the parameters of the variant's last
-    /// call (function, context, launch dimensions, argument bytes, buffer contexts and lengths):
-    /// such a call checks only its buffer handles, then launches, with no per-node comparison
-    /// or validation (its nodes count in [`Stats::nodes_unchanged`] too).
+    /// call (function, context, launch dimensions, argument bytes, buffer contexts, device
+    /// scalar lengths, and the places their buffer handles name): such a call launches with no
+    /// per-node validation or comparison (its nodes count in [`Stats::nodes_unchanged`] too).
     pub unchanged_calls: u64,
 }
 
@@ -417,8 +417,9 @@ impl GraphCache {
             (Site::Plan(plan), Some(id)) => Some((plan, id)),
             _ => None,
         };
-        // A call equal to its variant's last one passed everything `validate` checks then,
-        // except its buffer handles, which are new on every call.
+        // A call equal to its variant's last one passes everything `validate` checked then: its
+        // words hold the places its buffer handles name in this call, so equal words mean
+        // handles that `check_handles` accepts too.
         let same = self.unchanged(&call, ctx, nodes, handles)?;
         if same.is_none() {
             validate(call.shape, nodes, ctx, self.limits.as_ref(), handles, &mut self.peers)?;
@@ -729,10 +730,10 @@ impl<D: Driver> GraphCache<D> {
         }
     }
 
-    /// Bytes of graph-owned buffers (`alloc` statements, [`GraphBuilder::alloc`](crate::GraphBuilder::alloc)) allocated
-    /// by each launch of the most recently used variant: the sum of its alloc nodes' sizes,
-    /// memory that user-held buffers would occupy between calls too, and that graph allocations
-    /// occupy only while a launch runs (see [`graph_mem_usage`](crate::graph_mem_usage) for
+    /// Bytes of graph-owned buffers (`alloc` statements,
+    /// [`GraphBuilder::alloc`](crate::GraphBuilder::alloc)) allocated by each launch of the most
+    /// recently used variant: the sum of its alloc nodes' sizes, memory that user-held buffers
+    /// would occupy between calls too, and that graph allocations occupy only while a launch runs (see [`graph_mem_usage`](crate::graph_mem_usage) for
     /// what the device's graph memory pool holds). 0 on an empty cache.
     pub fn graph_owned_bytes(&self) -> usize {
         let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
