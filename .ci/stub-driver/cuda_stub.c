@@ -1,0 +1,52 @@
+// A CUDA driver that does nothing, for profiling cudagraph's host path (the generated code, the
+// cache, cudarc's buffer handling) on a machine without a GPU: every call succeeds, handles are
+// counters, device allocations are distinct address ranges that are never touched, kernels never
+// run. Results are meaningless; only the host time of the calls means something. Built and used by
+// .ci/host-profile; not part of any test.
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdarg.h>
+static uint64_t next_handle = 0x10000;
+static uint64_t next_ptr = 0x700000000000ull;
+static void *fake(void) { next_handle += 0x100; return (void *)next_handle; }
+#define OUT1(name) int name(void **out, ...) { if (out) *out = fake(); return 0; }
+#define NOP(name) int name() { return 0; }
+OUT1(cuDevicePrimaryCtxRetain) OUT1(cuStreamCreate) OUT1(cuStreamCreateWithPriority) OUT1(cuEventCreate)
+OUT1(cuModuleLoadData) OUT1(cuModuleLoadDataEx) OUT1(cuModuleGetFunction) OUT1(cuGraphCreate) OUT1(cuGraphAddNode_v2) OUT1(cuGraphAddNode)
+OUT1(cuGraphAddKernelNode_v2) OUT1(cuGraphAddMemcpyNode) OUT1(cuGraphAddMemsetNode) OUT1(cuGraphAddEmptyNode)
+OUT1(cuGraphInstantiateWithFlags) OUT1(cuGraphInstantiateWithParams) OUT1(cuGraphInstantiate_v2)
+OUT1(cuCtxCreate_v2) OUT1(cuDeviceGetMemPool) OUT1(cuDeviceGetDefaultMemPool) OUT1(cuCtxGetCurrent) OUT1(cuCtxPopCurrent_v2)
+OUT1(cuLibraryLoadData) OUT1(cuLibraryGetKernel) OUT1(cuKernelGetFunction)
+NOP(cuInit) NOP(cuCtxSetCurrent) NOP(cuCtxPushCurrent_v2) NOP(cuStreamSynchronize) NOP(cuStreamDestroy_v2) NOP(cuStreamDestroy)
+NOP(cuEventRecord) NOP(cuEventRecordWithFlags) NOP(cuEventDestroy_v2) NOP(cuEventSynchronize) NOP(cuStreamWaitEvent) NOP(cuEventQuery)
+NOP(cuMemFreeAsync) NOP(cuMemFree_v2) NOP(cuMemsetD8Async) NOP(cuMemsetD32Async) NOP(cuMemsetD8_v2) NOP(cuMemcpyHtoDAsync_v2) NOP(cuMemcpyDtoHAsync_v2)
+NOP(cuMemcpyDtoDAsync_v2) NOP(cuMemcpyHtoD_v2) NOP(cuMemcpyDtoH_v2) NOP(cuLaunchKernel) NOP(cuLaunchKernelEx)
+NOP(cuGraphLaunch) NOP(cuGraphUpload) NOP(cuGraphExecDestroy) NOP(cuGraphDestroy) NOP(cuGraphAddDependencies_v2) NOP(cuGraphAddDependencies)
+NOP(cuGraphExecNodeSetParams) NOP(cuGraphExecKernelNodeSetParams_v2) NOP(cuGraphExecUpdate_v2) NOP(cuModuleUnload) NOP(cuDevicePrimaryCtxRelease_v2)
+NOP(cuDevicePrimaryCtxRelease) NOP(cuCtxSynchronize) NOP(cuMemPoolSetAccess) NOP(cuFuncSetAttribute) NOP(cuCtxEnablePeerAccess) NOP(cuLibraryUnload)
+NOP(cuMemHostUnregister) NOP(cuMemFreeHost) NOP(cuStreamQuery) NOP(cuCtxDestroy_v2) NOP(cuGetProcAddress_v2)
+int cuDeviceGet(int *d, int o) { *d = o; return 0; }
+int cuDeviceGetCount(int *n) { *n = 1; return 0; }
+int cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+int cuCtxGetDevice(int *d) { *d = 0; return 0; }
+int cuDeviceGetAttribute(int *v, int attr, int dev) {
+    switch (attr) { case 75: *v = 9; break; case 76: *v = 0; break; default: *v = 1024; }
+    return 0;
+}
+int cuDeviceGetName(char *s, int len, int dev) { strncpy(s, "stub", len); return 0; }
+int cuDeviceTotalMem_v2(size_t *b, int dev) { *b = (size_t)1 << 36; return 0; }
+int cuMemGetInfo_v2(size_t *f, size_t *t) { *f = (size_t)1 << 35; *t = (size_t)1 << 36; return 0; }
+int cuDeviceCanAccessPeer(int *c, int a, int b) { *c = 1; return 0; }
+int cuStreamIsCapturing(void *s, int *st) { *st = 0; return 0; }
+int cuFuncGetAttribute(int *v, int a, void *f) { *v = 0; return 0; }
+int cuMemAllocAsync(uint64_t *p, size_t n, void *s) { *p = next_ptr; next_ptr += (n + 4095) & ~4095ull; next_ptr += 4096; return 0; }
+int cuMemAlloc_v2(uint64_t *p, size_t n) { return cuMemAllocAsync(p, n, 0); }
+int cuMemAllocHost_v2(void **p, size_t n) { *p = malloc(n ? n : 1); return 0; }
+int cuMemHostAlloc(void **p, size_t n, unsigned f) { *p = malloc(n ? n : 1); return 0; }
+int cuGetErrorString(int e, const char **s) { *s = "stub error"; return 0; }
+int cuGetErrorName(int e, const char **s) { *s = "CUDA_ERROR_STUB"; return 0; }
+int cuPointerGetAttribute(void *d, int a, uint64_t p) { memset(d, 0, 8); return 0; }
+int cuCtxGetApiVersion(void *c, unsigned *v) { *v = 13000; return 0; }
+int cuStreamGetCtx(void *s, void **c) { *c = fake(); return 0; }
+int cuDevicePrimaryCtxGetState(int d, unsigned *f, int *a) { *f = 0; *a = 1; return 0; }
