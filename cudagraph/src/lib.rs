@@ -38,10 +38,15 @@
 //! ```
 //!
 //! Statements (see the `graph!` docs): `KERNELS.name(args…).launch(cfg)`, `copy(&src, &mut dst)`,
-//! `memset(&mut dst, value)`, `zero(&mut dst)`, `capture(&a, &mut b, |s, (a, b)| …)`,
-//! `child(&mut g)`, `let name = …;`, `.after(name, …)`, host `if`/`else`. Edges are the transitive reduction of the read/write hazards between statements
-//! on the same place plus `.after`, so the graph computes what the statements compute in order on
-//! one stream.
+//! `copy_2d`, `memset(&mut dst, value)`, `memset_2d`, `zero(&mut dst)`, `fill(&mut dst, value)`,
+//! `capture(&a, &mut b, |s, (a, b)| …)`, `child(&mut g)`, `host(&a, &mut b, |(a, b)| …)`,
+//! `empty()`, `event_record(&e)`, `event_wait(&e)`, `let tmp = alloc::<T>(n);`, `free(&mut tmp)`,
+//! `let name = …;`, `.after(name, …)`, host `if`/`else`, `for` (unrolled, or a run-time count),
+//! and `device_while`/`device_if`/`device_switch` on conditions kernels set. Edges are the
+//! transitive reduction of the read/write hazards between statements on the same place plus
+//! `.after`, so the graph computes what the statements compute in order on one stream.
+//! (`default_stream()` above is fine for one stream; with several, `ctx.new_stream()` as in the
+//! README keeps cudarc's ordering between them.)
 //!
 //! For graphs whose shape is only known at run time, [`GraphBuilder`] (from
 //! [`GraphCache::builder`]) adds the same nodes one call at a time, with the same edges, checks,

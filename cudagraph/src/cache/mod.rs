@@ -218,10 +218,12 @@ pub enum Mode {
 /// Owns the instantiated graphs of one `graph!` call site, one per structural variant (each
 /// combination of taken host `if` branches), and updates them in place between calls.
 ///
-/// Use one cache per call site. The first call of a variant builds a `CUgraph` with explicit
-/// `cuGraphAdd*Node` calls and instantiates it; later calls compare every node's parameters with
-/// the last ones and send only the changed nodes (`cuGraphExec*NodeSetParams`), then
-/// `cuGraphLaunch`. At most [`GraphCache::DEFAULT_MAX_VARIANTS`] variants are kept (least
+/// Use one cache per call site: a call at another site than the cache's last one first drops
+/// every variant (two sites' graphs have nothing in common), so a cache alternated between two
+/// sites builds and instantiates on every call. The first call of a variant builds a `CUgraph`
+/// with explicit `cuGraphAdd*Node` calls and instantiates it; later calls compare every node's
+/// parameters with the last ones and send only the changed nodes
+/// (`cuGraphExec*NodeSetParams`), then `cuGraphLaunch`. At most [`GraphCache::DEFAULT_MAX_VARIANTS`] variants are kept (least
 /// recently used evicted; the driver frees an evicted exec only after its launches complete).
 ///
 /// Thread safety: CUDA graph objects are not internally synchronized; a `GraphCache` is `Send`
