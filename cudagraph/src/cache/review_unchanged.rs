@@ -5,7 +5,7 @@
 //! `run_checked` below repeats `GraphCache::run_checked`'s graph-mode steps that need no stream
 //! (`unchanged`, `validate` when not unchanged, `enable_peers`, `run_validated`), with the
 //! call's handles checked as for a `graph!` call (`handles`: the call id).
-use super::tests::{CTX, Mock, STREAM};
+use super::tests::{self, CTX, Mock, STREAM, plan_node};
 use super::validate::validate;
 use super::{GraphCache, GraphCall, Site};
 use crate::error::{Error, Result};
@@ -91,29 +91,14 @@ fn kn(s: u32, ptr: u64, id: u64, place: u32) -> RK<Args> {
     }
 }
 
+/// A node of the mock plans here (always taken).
 fn node(kind: NodeKind, accesses: Vec<Access>) -> PlanNode {
-    PlanNode {
-        label: "n",
-        text: "stmt",
-        kind,
-        line: 7,
-        column: 9,
-        accesses: Box::leak(accesses.into_boxed_slice()),
-        after: &[],
-        condition: "",
-    }
+    plan_node(kind, accesses, "")
 }
 
+/// The mock plans here: one host condition, so that keys 0 and 1 are both valid.
 fn leak_plan(nodes: Vec<PlanNode>, places: usize) -> &'static Plan {
-    let places: Vec<&'static str> = (0..places).map(|_| "p").collect();
-    Box::leak(Box::new(Plan {
-        file: "mock.rs",
-        line: 5,
-        places: Box::leak(places.into_boxed_slice()),
-        nodes: Box::leak(nodes.into_boxed_slice()),
-        conditions: 1,
-        bodies: &[],
-    }))
+    tests::leak_plan(nodes, places, 1)
 }
 
 /// Node `i` a kernel writing place `i` (independent nodes).

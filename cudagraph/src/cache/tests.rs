@@ -338,21 +338,43 @@ fn memset(value: u32) -> MemsetParams<'static> {
     MemsetParams::recorded(Set1d { dst: 0x300, len: 8, elem_size: 4, value, ctx: CTX })
 }
 
+/// A node of a mock plan (label `n`, text `stmt`, at mock.rs:7:9), taken under the host
+/// condition `condition` ("" for always).
+pub(super) fn plan_node(
+    kind: NodeKind,
+    accesses: Vec<Access>,
+    condition: &'static str,
+) -> PlanNode {
+    PlanNode {
+        label: "n",
+        text: "stmt",
+        kind,
+        line: 7,
+        column: 9,
+        accesses: Box::leak(accesses.into_boxed_slice()),
+        after: &[],
+        condition,
+    }
+}
+
+/// A mock plan (mock.rs:5) of `nodes` over `places` places, each named `p`, with `conditions`
+/// host conditions and no device bodies.
+pub(super) fn leak_plan(nodes: Vec<PlanNode>, places: usize, conditions: u32) -> &'static Plan {
+    let places: Vec<&'static str> = (0..places).map(|_| "p").collect();
+    Box::leak(Box::new(Plan {
+        file: "mock.rs",
+        line: 5,
+        places: Box::leak(places.into_boxed_slice()),
+        nodes: Box::leak(nodes.into_boxed_slice()),
+        conditions,
+        bodies: &[],
+    }))
+}
+
 /// Plan: n0 kernel writes place 0; n1 kernel reads 0 writes 1; n2 copy reads 1 writes 2;
 /// n3 memset writes 3 (independent); n4 (conditional) kernel writes 2.
 fn plan() -> &'static Plan {
-    fn node(kind: NodeKind, accesses: Vec<Access>, condition: &'static str) -> PlanNode {
-        PlanNode {
-            label: "n",
-            text: "stmt",
-            kind,
-            line: 7,
-            column: 9,
-            accesses: Box::leak(accesses.into_boxed_slice()),
-            after: &[],
-            condition,
-        }
-    }
+    let node = plan_node;
     let (r, w) = (|p| Access { place: p, write: false }, |p| Access { place: p, write: true });
     let nodes = vec![
         node(NodeKind::Kernel("a"), vec![w(0)], ""),
@@ -758,18 +780,7 @@ fn dropping_the_cache_destroys_every_exec_and_graph() {
 /// Plan: n0 kernel writes place 0; n1 `device_while` whose body is n2 (reads 0, writes 1) and
 /// n3 (writes 0); n4 reads 1. The conditional node carries its body's accesses.
 fn conditional_plan() -> &'static Plan {
-    fn node(kind: NodeKind, accesses: Vec<Access>) -> PlanNode {
-        PlanNode {
-            label: "n",
-            text: "stmt",
-            kind,
-            line: 7,
-            column: 9,
-            accesses: Box::leak(accesses.into_boxed_slice()),
-            after: &[],
-            condition: "",
-        }
-    }
+    let node = |kind, accesses| plan_node(kind, accesses, "");
     let (r, w) = (|p| Access { place: p, write: false }, |p| Access { place: p, write: true });
     let nodes = vec![
         node(NodeKind::Kernel("a"), vec![w(0)]),
@@ -1425,33 +1436,13 @@ fn edges_between_kernels_of_two_devices_are_plain_and_a_moved_kernel_is_not_set_
     assert!(cache.edges().iter().all(|e| e.2 == EdgeKind::Plain), "{:?}", cache.edges());
 }
 
-/// Unchanged calls of a 1000-node fan send nothing but the launch; also the loop to profile
-/// the cache's part of an unchanged call's host cost (`CUDAGRAPH_PROFILE_CALLS=20000 perf
-/// record cargo test --release -p cudagraph --lib unchanged_fan -- --nocapture`).
 /// A plan of `n` kernel nodes, node `i` reading place 0 and writing place `i + 1` (a fan).
 fn kernel_plan(n: usize) -> &'static Plan {
     let (r, w) = (|p| Access { place: p, write: false }, |p| Access { place: p, write: true });
-    let nodes: Vec<PlanNode> = (0..n)
-        .map(|i| PlanNode {
-            label: "n",
-            text: "stmt",
-            kind: NodeKind::Kernel("acc"),
-            line: 7,
-            column: 9,
-            accesses: Box::leak(vec![r(0), w(i as u32 + 1)].into_boxed_slice()),
-            after: &[],
-            condition: "",
-        })
+    let nodes = (0..n as u32)
+        .map(|i| plan_node(NodeKind::Kernel("acc"), vec![r(0), w(i + 1)], ""))
         .collect();
-    let places: Vec<&'static str> = (0..=n).map(|_| "p").collect();
-    Box::leak(Box::new(Plan {
-        file: "mock.rs",
-        line: 5,
-        places: Box::leak(places.into_boxed_slice()),
-        nodes: Box::leak(nodes.into_boxed_slice()),
-        conditions: 0,
-        bodies: &[],
-    }))
+    leak_plan(nodes, n + 1, 0)
 }
 
 /// Runs the kernels `ks` as the nodes of `plan` (a [`kernel_plan`]).
@@ -1556,6 +1547,9 @@ fn after_a_reinstantiation_the_kept_parameters_are_the_new_ones() {
     assert_eq!(cache.stats().unchanged_calls, 1);
 }
 
+/// Unchanged calls of a 1000-node fan send nothing but the launch; also the loop to profile
+/// the cache's part of an unchanged call's host cost (`CUDAGRAPH_PROFILE_CALLS=20000 perf
+/// record cargo test --release -p cudagraph --lib unchanged_fan -- --nocapture`).
 #[test]
 fn unchanged_fan_of_1000_nodes_sends_only_launches() {
     const N: usize = 1000;
