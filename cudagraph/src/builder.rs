@@ -344,7 +344,8 @@ impl<'a> GraphBuilder<'a> {
         let (s, d) = (src.tag(), dst.tag());
         let p = crate::kind::copy_2d(src, src_rows, dst, dst_rows);
         let site = site("copy_2d", "GraphBuilder::copy_2d", Location::caller());
-        self.rec.push(site, RecKind::Memcpy2d(p.raw), &[(s, false), (d, true)])
+        let p = crate::kind::Copy2dParams::recorded(p.raw);
+        self.rec.push(site, RecKind::Memcpy2d(p), &[(s, false), (d, true)])
     }
 
     /// Adds a 2-D memset node (`cuGraphAddNode_v2`, memset with height and pitch), as
@@ -359,7 +360,8 @@ impl<'a> GraphBuilder<'a> {
         let t = dst.tag;
         let p = crate::kind::memset_2d(dst, rows, value);
         let site = site("memset_2d", "GraphBuilder::memset_2d", Location::caller());
-        self.rec.push(site, RecKind::Memset2d(p.raw), &[(t, true)])
+        let p = crate::kind::Memset2dParams::recorded(p.raw);
+        self.rec.push(site, RecKind::Memset2d(p), &[(t, true)])
     }
 
     /// A graph-owned buffer of `len` elements of `T` (a memory allocation node,
@@ -444,7 +446,14 @@ impl<'a> GraphBuilder<'a> {
         let (_, g, guard) = crate::operand::AcquireMut::acquire_mut(graph, self.stream);
         self.guards.push(guard);
         let g = g.with_tag(self.rec.new_place(), Token(()));
-        let parts = ChildParts { raw: g.raw, id: g.id, ctx: g.ctx, ok: g.ok, tag: g.tag };
+        let parts = crate::kind::GraphRef {
+            raw: g.raw,
+            id: g.id,
+            ctx: g.ctx,
+            ok: g.ok,
+            tag: g.tag,
+            _borrow: core::marker::PhantomData,
+        };
         self.rec.push(site, RecKind::Child(parts), &[(g.tag, true)])
     }
 
@@ -652,12 +661,15 @@ pub(crate) struct RecNode {
 
 enum RecKind {
     Kernel(KernelRec),
-    Memcpy(Copy1d),
-    Memset(Set1d),
+    /// A copy, with no handles (the recording holds its accesses); `'static`: the builder's
+    /// guards and `'a` hold the borrows.
+    Memcpy(MemcpyParams<'static>),
+    /// A memset, as [`RecKind::Memcpy`].
+    Memset(MemsetParams<'static>),
     /// Index of the node's closure in the builder's `captures`.
     Captured(usize),
-    /// An embedded captured graph.
-    Child(ChildParts),
+    /// An embedded captured graph (the borrow is held as for [`RecKind::Memcpy`]).
+    Child(crate::kind::GraphRef<'static>),
     /// Index of the node's closure in the builder's `hosts`.
     Host(usize),
     /// A join point.
@@ -666,27 +678,16 @@ enum RecKind {
     EventRecord(usize),
     /// An event wait node: index of the event in the builder's `events`.
     EventWait(usize),
-    /// A 2-D copy.
-    Memcpy2d(crate::kind::pitched::Copy2d),
-    /// A 2-D memset.
-    Memset2d(crate::kind::pitched::Set2d),
+    /// A 2-D copy, as [`RecKind::Memcpy`].
+    Memcpy2d(crate::kind::Copy2dParams<'static>),
+    /// A 2-D memset, as [`RecKind::Memcpy`].
+    Memset2d(crate::kind::Memset2dParams<'static>),
     /// A graph-owned buffer's memory allocation node.
     MemAlloc(crate::AllocParams<'static>),
     /// A graph-owned buffer's memory free node.
     MemFree(crate::FreeParams<'static>),
     /// A device `while`, `if` or `switch`; its bodies' nodes follow it.
     Conditional(crate::kind::ConditionalParams),
-}
-
-/// An embedded graph as a builder records it: its [`GraphRef`](crate::kind::GraphRef) without the
-/// borrow (which the builder's guard and `'a` hold).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct ChildParts {
-    raw: cudarc::driver::sys::CUgraph,
-    id: u64,
-    ctx: cudarc::driver::sys::CUcontext,
-    ok: bool,
-    tag: u64,
 }
 
 struct KernelRec {
@@ -958,11 +959,11 @@ impl Recording {
     }
 
     pub(crate) fn memcpy(&mut self, site: NodeSite, p: Copy1d, src: u64, dst: u64) -> Node {
-        self.push(site, RecKind::Memcpy(p), &[(src, false), (dst, true)])
+        self.push(site, RecKind::Memcpy(MemcpyParams::recorded(p)), &[(src, false), (dst, true)])
     }
 
     pub(crate) fn memset(&mut self, site: NodeSite, p: Set1d, dst: u64) -> Node {
-        self.push(site, RecKind::Memset(p), &[(dst, true)])
+        self.push(site, RecKind::Memset(MemsetParams::recorded(p)), &[(dst, true)])
     }
 
     /// A captured node: `index` in the builder's closures; `same_stream`, whether the stream
@@ -1104,7 +1105,7 @@ impl Recording {
             sig.push(match &n.kind {
                 RecKind::Kernel(k) if k.programmatic => 12,
                 RecKind::Kernel(_) => 0,
-                RecKind::Memcpy(c) => match (c.src, c.dst) {
+                RecKind::Memcpy(c) => match (c.raw.src, c.raw.dst) {
                     (Memory::Device(_), Memory::Device(_)) => 1,
                     (Memory::Host(_), _) => 2,
                     (_, Memory::Host(_)) => 3,
@@ -1117,7 +1118,7 @@ impl Recording {
                 RecKind::EventRecord(_) => 9,
                 RecKind::EventWait(_) => 10,
                 RecKind::Conditional(_) => 11,
-                RecKind::Memcpy2d(c) => match (c.base.src, c.base.dst) {
+                RecKind::Memcpy2d(c) => match (c.raw.base.src, c.raw.base.dst) {
                     (Memory::Device(_), Memory::Device(_)) => 14,
                     (Memory::Host(_), _) => 15,
                     (_, Memory::Host(_)) => 16,
@@ -1209,8 +1210,8 @@ impl Recording {
             .map(|n| {
                 Some(match &n.kind {
                     RecKind::Kernel(_) => NodeParams::Kernel(view(views.next())),
-                    RecKind::Memcpy(c) => NodeParams::Memcpy(MemcpyParams::recorded(*c)),
-                    RecKind::Memset(m) => NodeParams::Memset(MemsetParams::recorded(*m)),
+                    RecKind::Memcpy(c) => NodeParams::Memcpy(c),
+                    RecKind::Memset(m) => NodeParams::Memset(m),
                     RecKind::Captured(i) => NodeParams::Captured(&*captures[*i]),
                     RecKind::Host(i) => NodeParams::Host(&*hosts[*i]),
                     RecKind::Empty => NodeParams::Empty(crate::kind::empty()),
@@ -1220,23 +1221,12 @@ impl Recording {
                     RecKind::EventWait(i) => {
                         NodeParams::EventWait(crate::kind::event_wait(events[*i]))
                     }
-                    RecKind::Child(c) => NodeParams::Child(crate::kind::GraphRef {
-                        raw: c.raw,
-                        id: c.id,
-                        ctx: c.ctx,
-                        ok: c.ok,
-                        tag: c.tag,
-                        _borrow: core::marker::PhantomData,
-                    }),
+                    RecKind::Child(c) => NodeParams::Child(c),
                     RecKind::Conditional(p) => NodeParams::Conditional(*p),
-                    RecKind::Memcpy2d(c) => {
-                        NodeParams::Memcpy2d(crate::kind::Copy2dParams::recorded(*c))
-                    }
-                    RecKind::Memset2d(m) => {
-                        NodeParams::Memset2d(crate::kind::Memset2dParams::recorded(*m))
-                    }
-                    RecKind::MemAlloc(p) => NodeParams::MemAlloc(*p),
-                    RecKind::MemFree(p) => NodeParams::MemFree(*p),
+                    RecKind::Memcpy2d(c) => NodeParams::Memcpy2d(c),
+                    RecKind::Memset2d(m) => NodeParams::Memset2d(m),
+                    RecKind::MemAlloc(p) => NodeParams::MemAlloc(p),
+                    RecKind::MemFree(p) => NodeParams::MemFree(p),
                 })
             })
             .collect()

@@ -369,17 +369,17 @@ impl Params {
     fn node(&self, kind: Kind) -> NodeParams<'_> {
         match kind {
             Kind::Kernel => NodeParams::Kernel(&self.k),
-            Kind::Memcpy => NodeParams::Memcpy(self.copy),
-            Kind::Memset => NodeParams::Memset(self.set),
+            Kind::Memcpy => NodeParams::Memcpy(&self.copy),
+            Kind::Memset => NodeParams::Memset(&self.set),
             Kind::Captured => NodeParams::Captured(&Captured),
-            Kind::Child => NodeParams::Child(self.child),
+            Kind::Child => NodeParams::Child(&self.child),
             Kind::Fill => NodeParams::Fill(&self.fill),
             Kind::Host => NodeParams::Host(&self.host),
             Kind::Empty => NodeParams::Empty(crate::kind::empty()),
-            Kind::MemAlloc => NodeParams::MemAlloc(self.alloc),
-            Kind::MemFree => NodeParams::MemFree(self.free),
-            Kind::Memcpy2d => NodeParams::Memcpy2d(self.copy2d),
-            Kind::Memset2d => NodeParams::Memset2d(self.set2d),
+            Kind::MemAlloc => NodeParams::MemAlloc(&self.alloc),
+            Kind::MemFree => NodeParams::MemFree(&self.free),
+            Kind::Memcpy2d => NodeParams::Memcpy2d(&self.copy2d),
+            Kind::Memset2d => NodeParams::Memset2d(&self.set2d),
         }
     }
 }

@@ -180,7 +180,7 @@ fn an_unchanged_call_enables_no_peer_pair_of_an_earlier_refused_call() {
     (c.src_tag, c.dst_tag) = (crate::builder::tag(3, 1), crate::builder::tag(3, 2));
     let nodes = [
         Some(NodeParams::Kernel(&a as &dyn KernelNode)),
-        Some(NodeParams::Memcpy(c)),
+        Some(NodeParams::Memcpy(&c)),
         Some(NodeParams::Kernel(&zero)),
     ];
     let e = run_checked(&mut cache, plan, 1, &nodes, 3).unwrap_err();

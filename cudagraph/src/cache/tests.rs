@@ -405,8 +405,8 @@ fn run(
     let nodes = [
         Some(NodeParams::Kernel(k0)),
         Some(NodeParams::Kernel(k1)),
-        Some(NodeParams::Memcpy(c)),
-        Some(NodeParams::Memset(m)),
+        Some(NodeParams::Memcpy(&c)),
+        Some(NodeParams::Memset(&m)),
         k4.map(|k| NodeParams::Kernel(k as &dyn KernelNode)),
     ];
     cache.run_raw(plan, u64::from(k4.is_some()), (CTX, None), STREAM, &nodes)
@@ -427,8 +427,8 @@ fn a_key_that_does_not_fix_the_nodes_builds_anew_instead_of_panicking() {
     let nodes = [
         Some(NodeParams::Kernel(&k0 as &dyn KernelNode)),
         Some(NodeParams::Kernel(&k1)),
-        Some(NodeParams::Memcpy(copy(4))),
-        Some(NodeParams::Memset(memset(0))),
+        Some(NodeParams::Memcpy(&copy(4))),
+        Some(NodeParams::Memset(&memset(0))),
         Some(NodeParams::Kernel(&k4)),
     ];
     cache.run_raw(plan, 0, (CTX, None), STREAM, &nodes).unwrap();
@@ -666,8 +666,8 @@ fn handles_must_be_this_calls_places_that_the_plan_lists_for_the_node() {
         let nodes = [
             Some(NodeParams::Kernel(k0)),
             Some(NodeParams::Kernel(k1)),
-            Some(NodeParams::Memcpy(c)),
-            Some(NodeParams::Memset(m)),
+            Some(NodeParams::Memcpy(&c)),
+            Some(NodeParams::Memset(&m)),
             None,
         ];
         check_accesses(plan, call, &nodes)
@@ -1103,10 +1103,10 @@ fn run_memory(cache: &mut GraphCache<Mock>, bytes: usize, scalar: u32) -> Result
     let kernel = k(scalar, ph);
     let set = MemsetParams::recorded(Set1d { dst: ph, len: 8, elem_size: 4, value: 0, ctx: CTX });
     let nodes = [
-        Some(NodeParams::MemAlloc(crate::kind::AllocParams::for_test(slot, bytes, CTX))),
+        Some(NodeParams::MemAlloc(&crate::kind::AllocParams::for_test(slot, bytes, CTX))),
         Some(NodeParams::Kernel(&kernel as &dyn KernelNode)),
-        Some(NodeParams::Memset(set)),
-        Some(NodeParams::MemFree(crate::kind::FreeParams::for_test(slot, CTX))),
+        Some(NodeParams::Memset(&set)),
+        Some(NodeParams::MemFree(&crate::kind::FreeParams::for_test(slot, CTX))),
     ];
     cache.run_raw(memory_plan(), 0, (CTX, None), STREAM, &nodes)
 }
@@ -1178,10 +1178,10 @@ fn a_scalar_equal_to_a_placeholder_is_never_rewritten() {
         let user = k(scalar, ph + 8);
         let scalar_only = K { ptr_is_pointer: false, ..k(scalar, ph + 8) };
         let nodes = [
-            Some(NodeParams::MemAlloc(crate::kind::AllocParams::for_test(slot, 64, CTX))),
+            Some(NodeParams::MemAlloc(&crate::kind::AllocParams::for_test(slot, 64, CTX))),
             Some(NodeParams::Kernel(&user as &dyn KernelNode)),
             Some(NodeParams::Kernel(&scalar_only as &dyn KernelNode)),
-            Some(NodeParams::MemFree(crate::kind::FreeParams::for_test(slot, CTX))),
+            Some(NodeParams::MemFree(&crate::kind::FreeParams::for_test(slot, CTX))),
         ];
         cache.run_raw(scalar_plan(), 0, (CTX, None), STREAM, &nodes)
     };
@@ -1309,8 +1309,8 @@ fn run_pitched(
     let c = Copy2d { base, src_rows: src, dst_rows: dst };
     let s = Set2d { dst: 0x9000, len: 60, rows: set, elem_size: 2, value, ctx: CTX };
     let nodes = [
-        Some(NodeParams::Memcpy2d(crate::kind::Copy2dParams::recorded(c))),
-        Some(NodeParams::Memset2d(crate::kind::Memset2dParams::recorded(s))),
+        Some(NodeParams::Memcpy2d(&crate::kind::Copy2dParams::recorded(c))),
+        Some(NodeParams::Memset2d(&crate::kind::Memset2dParams::recorded(s))),
     ];
     cache.run_raw(pitched_plan(), 0, (CTX, None), STREAM, &nodes)
 }

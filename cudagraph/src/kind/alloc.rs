@@ -342,14 +342,14 @@ fn set_location(loc: &mut sys::CUmemLocation, device: i32) {
 }
 
 impl NodeKind for Alloc {
-    type Params<'a> = AllocParams<'a>;
+    type Params<'a> = &'a AllocParams<'a>;
     type State = AllocState;
     const ADD: &'static str = "cuGraphAddNode_v2 (memory allocation)";
     const SET: &'static str = "cuGraphExecNodeSetParams (memory allocation: not supported)";
     const EAGER: &'static str = "cuMemAllocAsync";
 
     fn validate(
-        p: &AllocParams<'_>,
+        p: &&AllocParams<'_>,
         _: Option<&super::Limits>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
@@ -368,16 +368,16 @@ impl NodeKind for Alloc {
         Ok(())
     }
 
-    fn accesses(p: &AllocParams<'_>, out: &mut Accesses) -> usize {
+    fn accesses(p: &&AllocParams<'_>, out: &mut Accesses) -> usize {
         out[0] = (p.tag, true, p.ctx);
         1
     }
 
-    fn state(p: &AllocParams<'_>) -> AllocState {
+    fn state(p: &&AllocParams<'_>) -> AllocState {
         AllocState { slot: p.slot, bytes: p.bytes, device: p.device, dptr: 0 }
     }
 
-    fn record(s: &mut AllocState, p: &AllocParams<'_>) -> bool {
+    fn record(s: &mut AllocState, p: &&AllocParams<'_>) -> bool {
         let changed = s.bytes != p.bytes || s.slot != p.slot || s.device != p.device;
         if changed {
             *s = Self::state(p);
@@ -386,7 +386,7 @@ impl NodeKind for Alloc {
     }
 
     /// Alloc nodes have no per-node update: a changed size rebuilds the graph.
-    fn settable(_: &AllocState, _: &AllocParams<'_>) -> bool {
+    fn settable(_: &AllocState, _: &&AllocParams<'_>) -> bool {
         false
     }
 
@@ -427,7 +427,7 @@ impl NodeKind for Alloc {
     /// statements and freed by the free statement (or at the end of the call, see
     /// [`free_unfreed`]).
     unsafe fn eager(
-        p: &AllocParams<'_>,
+        p: &&AllocParams<'_>,
         stream: &CudaStream,
         _: &std::sync::Arc<Reports>,
         site: &dyn Fn() -> NodeSite,
@@ -445,34 +445,34 @@ impl NodeKind for Alloc {
 pub(crate) struct Free;
 
 impl NodeKind for Free {
-    type Params<'a> = FreeParams<'a>;
+    type Params<'a> = &'a FreeParams<'a>;
     type State = u32;
     const ADD: &'static str = "cuGraphAddNode_v2 (memory free)";
     const SET: &'static str = "cuGraphExecNodeSetParams (memory free: not supported)";
     const EAGER: &'static str = "cuMemFreeAsync";
 
     fn validate(
-        _: &FreeParams<'_>,
+        _: &&FreeParams<'_>,
         _: Option<&super::Limits>,
         _: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
         Ok(())
     }
 
-    fn accesses(p: &FreeParams<'_>, out: &mut Accesses) -> usize {
+    fn accesses(p: &&FreeParams<'_>, out: &mut Accesses) -> usize {
         out[0] = (p.tag, true, p.ctx);
         1
     }
 
-    fn state(p: &FreeParams<'_>) -> u32 {
+    fn state(p: &&FreeParams<'_>) -> u32 {
         p.slot
     }
 
-    fn record(s: &mut u32, p: &FreeParams<'_>) -> bool {
+    fn record(s: &mut u32, p: &&FreeParams<'_>) -> bool {
         super::record_value(s, p.slot)
     }
 
-    fn settable(_: &u32, _: &FreeParams<'_>) -> bool {
+    fn settable(_: &u32, _: &&FreeParams<'_>) -> bool {
         false
     }
 
@@ -484,7 +484,7 @@ impl NodeKind for Free {
 
     /// `cuMemFreeAsync` on the call's stream, after the statements before it.
     unsafe fn eager(
-        p: &FreeParams<'_>,
+        p: &&FreeParams<'_>,
         stream: &CudaStream,
         _: &std::sync::Arc<Reports>,
         site: &dyn Fn() -> NodeSite,

@@ -66,7 +66,7 @@ impl Handle for NoGraphRead<'_> {
 pub(crate) struct Child;
 
 impl NodeKind for Child {
-    type Params<'a> = GraphRef<'a>;
+    type Params<'a> = &'a GraphRef<'a>;
     /// The graph's handle and capture number.
     type State = (CUgraph, u64);
     const ADD: &'static str = "cuGraphAddNode_v2 (child graph)";
@@ -74,7 +74,7 @@ impl NodeKind for Child {
     const EAGER: &'static str = "cuGraphInstantiateWithFlags + cuGraphLaunch (child graph, eager)";
 
     fn validate(
-        g: &GraphRef<'_>,
+        g: &&GraphRef<'_>,
         _: Option<&super::Limits>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
@@ -85,17 +85,17 @@ impl NodeKind for Child {
         Err(Error::InvalidNode { site: site(), why })
     }
 
-    fn accesses(g: &GraphRef<'_>, out: &mut Accesses) -> usize {
+    fn accesses(g: &&GraphRef<'_>, out: &mut Accesses) -> usize {
         out[0] = (g.tag, true, g.ctx);
         1
     }
 
-    fn state(g: &GraphRef<'_>) -> (CUgraph, u64) {
+    fn state(g: &&GraphRef<'_>) -> (CUgraph, u64) {
         (g.raw, g.id)
     }
 
     /// Another graph (by capture number, not handle address) is a change.
-    fn record(s: &mut (CUgraph, u64), g: &GraphRef<'_>) -> bool {
+    fn record(s: &mut (CUgraph, u64), g: &&GraphRef<'_>) -> bool {
         let changed = s.1 != g.id;
         *s = (g.raw, g.id);
         changed
@@ -114,7 +114,7 @@ impl NodeKind for Child {
     /// Instantiates the graph and launches that exec on the stream, then destroys it (the
     /// driver frees it once the launch completed).
     unsafe fn eager(
-        g: &GraphRef<'_>,
+        g: &&GraphRef<'_>,
         stream: &CudaStream,
         _: &std::sync::Arc<super::Reports>,
         site: &dyn Fn() -> NodeSite,

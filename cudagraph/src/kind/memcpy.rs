@@ -210,14 +210,14 @@ pub(crate) fn memcpy3d(p: &Copy1d) -> CUDA_MEMCPY3D {
 pub(crate) struct Memcpy;
 
 impl NodeKind for Memcpy {
-    type Params<'a> = MemcpyParams<'a>;
+    type Params<'a> = &'a MemcpyParams<'a>;
     type State = Copy1d;
     const ADD: &'static str = "cuGraphAddNode_v2 (memcpy)";
     const SET: &'static str = "cuGraphExecNodeSetParams (memcpy)";
     const EAGER: &'static str = "cuMemcpyAsync";
 
     fn validate(
-        c: &MemcpyParams<'_>,
+        c: &&MemcpyParams<'_>,
         _: Option<&super::Limits>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
@@ -231,31 +231,31 @@ impl NodeKind for Memcpy {
         Ok(())
     }
 
-    fn accesses(c: &MemcpyParams<'_>, out: &mut Accesses) -> usize {
+    fn accesses(c: &&MemcpyParams<'_>, out: &mut Accesses) -> usize {
         out[0] = (c.src_tag, false, c.raw.src_ctx);
         out[1] = (c.dst_tag, true, c.raw.dst_ctx);
         2
     }
 
-    fn contexts_ok(c: &MemcpyParams<'_>, call: CUcontext, _: &[(u64, bool, CUcontext)]) -> bool {
+    fn contexts_ok(c: &&MemcpyParams<'_>, call: CUcontext, _: &[(u64, bool, CUcontext)]) -> bool {
         contexts_ok(&c.raw, call)
     }
 
-    fn peer(c: &MemcpyParams<'_>) -> Option<(CUcontext, CUcontext)> {
+    fn peer(c: &&MemcpyParams<'_>) -> Option<(CUcontext, CUcontext)> {
         peer(&c.raw)
     }
 
-    fn state(c: &MemcpyParams<'_>) -> Copy1d {
+    fn state(c: &&MemcpyParams<'_>) -> Copy1d {
         c.raw
     }
 
     /// A copy with a pinned host side counts as changed on every call: see [`host_side`].
-    fn record(s: &mut Copy1d, c: &MemcpyParams<'_>) -> bool {
+    fn record(s: &mut Copy1d, c: &&MemcpyParams<'_>) -> bool {
         super::record_value(s, c.raw) | host_side(&c.raw)
     }
 
     /// The driver refuses to turn a copy's memory types (device↔host) by set-params.
-    fn settable(old: &Copy1d, new: &MemcpyParams<'_>) -> bool {
+    fn settable(old: &Copy1d, new: &&MemcpyParams<'_>) -> bool {
         let kind = |m: Memory| matches!(m, Memory::Device(_));
         kind(old.src) == kind(new.raw.src) && kind(old.dst) == kind(new.raw.dst)
     }
@@ -276,7 +276,7 @@ impl NodeKind for Memcpy {
     }
 
     unsafe fn eager(
-        c: &MemcpyParams<'_>,
+        c: &&MemcpyParams<'_>,
         stream: &CudaStream,
         _: &std::sync::Arc<super::Reports>,
         site: &dyn Fn() -> NodeSite,

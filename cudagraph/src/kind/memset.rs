@@ -130,14 +130,14 @@ pub(crate) fn memset_node(
 pub(crate) struct Memset;
 
 impl NodeKind for Memset {
-    type Params<'a> = MemsetParams<'a>;
+    type Params<'a> = &'a MemsetParams<'a>;
     type State = Set1d;
     const ADD: &'static str = "cuGraphAddNode_v2 (memset)";
     const SET: &'static str = "cuGraphExecNodeSetParams (memset)";
     const EAGER: &'static str = "cuMemsetD32Async";
 
     fn validate(
-        m: &MemsetParams<'_>,
+        m: &&MemsetParams<'_>,
         _: Option<&super::Limits>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
@@ -147,16 +147,16 @@ impl NodeKind for Memset {
         Ok(())
     }
 
-    fn accesses(m: &MemsetParams<'_>, out: &mut Accesses) -> usize {
+    fn accesses(m: &&MemsetParams<'_>, out: &mut Accesses) -> usize {
         out[0] = (m.dst_tag, true, m.raw.ctx);
         1
     }
 
-    fn state(m: &MemsetParams<'_>) -> Set1d {
+    fn state(m: &&MemsetParams<'_>) -> Set1d {
         m.raw
     }
 
-    fn record(s: &mut Set1d, m: &MemsetParams<'_>) -> bool {
+    fn record(s: &mut Set1d, m: &&MemsetParams<'_>) -> bool {
         super::record_value(s, m.raw)
     }
 
@@ -169,7 +169,7 @@ impl NodeKind for Memset {
     }
 
     unsafe fn eager(
-        m: &MemsetParams<'_>,
+        m: &&MemsetParams<'_>,
         stream: &CudaStream,
         _: &std::sync::Arc<super::Reports>,
         site: &dyn Fn() -> NodeSite,

@@ -502,13 +502,13 @@ node_kinds! {
     /// Kernel node.
     Kernel(&'a dyn KernelNode) => kernel::Kernel,
     /// Memcpy node.
-    Memcpy(MemcpyParams<'a>) => memcpy::Memcpy,
+    Memcpy(&'a MemcpyParams<'a>) => memcpy::Memcpy,
     /// Memset node.
-    Memset(MemsetParams<'a>) => memset::Memset,
+    Memset(&'a MemsetParams<'a>) => memset::Memset,
     /// Child-graph node of stream work recorded by a `capture` statement.
     Captured(&'a dyn CapturedWork) => captured::Captured,
     /// Child-graph node of a captured [`Graph`](crate::Graph), `child(&mut g)`.
-    Child(GraphRef<'a>) => child::Child,
+    Child(&'a GraphRef<'a>) => child::Child,
     /// Kernel node of the crate's fill kernel, `fill(&mut dst, value)`.
     Fill(&'a FillNode<'a>) => fill::Fill,
     /// Host function node, `host(&a, &mut b, |(a, b)| …)`.
@@ -520,13 +520,13 @@ node_kinds! {
     /// Event wait node, `event_wait(&e)`.
     EventWait(EventWaitParams<'a>) => event::Wait,
     /// 2-D (pitched) memcpy node, `copy_2d(&src, src_rows, &mut dst, dst_rows)`.
-    Memcpy2d(Copy2dParams<'a>) => pitched::Memcpy2d,
+    Memcpy2d(&'a Copy2dParams<'a>) => pitched::Memcpy2d,
     /// 2-D (pitched) memset node, `memset_2d(&mut dst, rows, value)`.
-    Memset2d(Memset2dParams<'a>) => pitched::Memset2d,
+    Memset2d(&'a Memset2dParams<'a>) => pitched::Memset2d,
     /// Memory allocation node of a graph-owned buffer, `let tmp = alloc::<T>(n);`.
-    MemAlloc(AllocParams<'a>) => alloc::Alloc,
+    MemAlloc(&'a AllocParams<'a>) => alloc::Alloc,
     /// Memory free node of a graph-owned buffer (after its last use, or `free(&mut tmp)`).
-    MemFree(FreeParams<'a>) => alloc::Free,
+    MemFree(&'a FreeParams<'a>) => alloc::Free,
     /// Conditional node (device `while`, `if`, `if`/`else`, `switch`).
     Conditional(ConditionalParams) => conditional::Conditional,
 }
@@ -561,13 +561,13 @@ impl<A: KernelArgs> IntoNode for KernelLaunch<'_, A> {
 impl crate::operand::sealed::Sealed for MemcpyParams<'_> {}
 impl IntoNode for MemcpyParams<'_> {
     fn node(&self) -> NodeParams<'_> {
-        NodeParams::Memcpy(*self)
+        NodeParams::Memcpy(self)
     }
 }
 impl crate::operand::sealed::Sealed for MemsetParams<'_> {}
 impl IntoNode for MemsetParams<'_> {
     fn node(&self) -> NodeParams<'_> {
-        NodeParams::Memset(*self)
+        NodeParams::Memset(self)
     }
 }
 impl<H, F> crate::operand::sealed::Sealed for CaptureParams<'_, H, F> {}
@@ -617,30 +617,30 @@ impl IntoNode for EventWaitParams<'_> {
 impl crate::operand::sealed::Sealed for Copy2dParams<'_> {}
 impl IntoNode for Copy2dParams<'_> {
     fn node(&self) -> NodeParams<'_> {
-        NodeParams::Memcpy2d(*self)
+        NodeParams::Memcpy2d(self)
     }
 }
 impl crate::operand::sealed::Sealed for Memset2dParams<'_> {}
 impl IntoNode for Memset2dParams<'_> {
     fn node(&self) -> NodeParams<'_> {
-        NodeParams::Memset2d(*self)
+        NodeParams::Memset2d(self)
     }
 }
 impl crate::operand::sealed::Sealed for AllocParams<'_> {}
 impl IntoNode for AllocParams<'_> {
     fn node(&self) -> NodeParams<'_> {
-        NodeParams::MemAlloc(*self)
+        NodeParams::MemAlloc(self)
     }
 }
 impl crate::operand::sealed::Sealed for FreeParams<'_> {}
 impl IntoNode for FreeParams<'_> {
     fn node(&self) -> NodeParams<'_> {
-        NodeParams::MemFree(*self)
+        NodeParams::MemFree(self)
     }
 }
 impl crate::operand::sealed::Sealed for GraphRef<'_> {}
 impl IntoNode for GraphRef<'_> {
     fn node(&self) -> NodeParams<'_> {
-        NodeParams::Child(*self)
+        NodeParams::Child(self)
     }
 }

@@ -204,14 +204,14 @@ fn invalid(site: NodeSite, why: String) -> Error {
 pub(crate) struct Memcpy2d;
 
 impl NodeKind for Memcpy2d {
-    type Params<'a> = Copy2dParams<'a>;
+    type Params<'a> = &'a Copy2dParams<'a>;
     type State = Copy2d;
     const ADD: &'static str = "cuGraphAddNode_v2 (memcpy, 2-D)";
     const SET: &'static str = "cuGraphExecNodeSetParams (memcpy, 2-D)";
     const EAGER: &'static str = "cuMemcpy3DAsync_v2";
 
     fn validate(
-        c: &Copy2dParams<'_>,
+        c: &&Copy2dParams<'_>,
         _: Option<&super::Limits>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
@@ -236,33 +236,33 @@ impl NodeKind for Memcpy2d {
         Ok(())
     }
 
-    fn accesses(c: &Copy2dParams<'_>, out: &mut Accesses) -> usize {
+    fn accesses(c: &&Copy2dParams<'_>, out: &mut Accesses) -> usize {
         out[0] = (c.src_tag, false, c.raw.base.src_ctx);
         out[1] = (c.dst_tag, true, c.raw.base.dst_ctx);
         2
     }
 
     /// As for 1-D copies: device to device may cross contexts (a peer copy).
-    fn contexts_ok(c: &Copy2dParams<'_>, call: CUcontext, _: &[(u64, bool, CUcontext)]) -> bool {
+    fn contexts_ok(c: &&Copy2dParams<'_>, call: CUcontext, _: &[(u64, bool, CUcontext)]) -> bool {
         super::memcpy::contexts_ok(&c.raw.base, call)
     }
 
-    fn peer(c: &Copy2dParams<'_>) -> Option<(CUcontext, CUcontext)> {
+    fn peer(c: &&Copy2dParams<'_>) -> Option<(CUcontext, CUcontext)> {
         super::memcpy::peer(&c.raw.base)
     }
 
-    fn state(c: &Copy2dParams<'_>) -> Copy2d {
+    fn state(c: &&Copy2dParams<'_>) -> Copy2d {
         c.raw
     }
 
     /// As for 1-D copies ([`host_side`](super::memcpy::host_side)): a pinned host side is
     /// set again on every call.
-    fn record(s: &mut Copy2d, c: &Copy2dParams<'_>) -> bool {
+    fn record(s: &mut Copy2d, c: &&Copy2dParams<'_>) -> bool {
         super::record_value(s, c.raw) | super::memcpy::host_side(&c.raw.base)
     }
 
     /// As for 1-D copies: the driver refuses to turn a copy's memory types by set-params.
-    fn settable(old: &Copy2d, new: &Copy2dParams<'_>) -> bool {
+    fn settable(old: &Copy2d, new: &&Copy2dParams<'_>) -> bool {
         let kind = |m: Memory| matches!(m, Memory::Device(_));
         kind(old.base.src) == kind(new.raw.base.src) && kind(old.base.dst) == kind(new.raw.base.dst)
     }
@@ -283,7 +283,7 @@ impl NodeKind for Memcpy2d {
     }
 
     unsafe fn eager(
-        c: &Copy2dParams<'_>,
+        c: &&Copy2dParams<'_>,
         stream: &CudaStream,
         _: &std::sync::Arc<Reports>,
         site: &dyn Fn() -> NodeSite,
@@ -323,14 +323,14 @@ impl NodeKind for Memcpy2d {
 pub(crate) struct Memset2d;
 
 impl NodeKind for Memset2d {
-    type Params<'a> = Memset2dParams<'a>;
+    type Params<'a> = &'a Memset2dParams<'a>;
     type State = Set2d;
     const ADD: &'static str = "cuGraphAddNode_v2 (memset, 2-D)";
     const SET: &'static str = "cuGraphExecNodeSetParams (memset, 2-D)";
     const EAGER: &'static str = "cuMemsetD2D32Async";
 
     fn validate(
-        m: &Memset2dParams<'_>,
+        m: &&Memset2dParams<'_>,
         _: Option<&super::Limits>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
@@ -344,16 +344,16 @@ impl NodeKind for Memset2d {
         Ok(())
     }
 
-    fn accesses(m: &Memset2dParams<'_>, out: &mut Accesses) -> usize {
+    fn accesses(m: &&Memset2dParams<'_>, out: &mut Accesses) -> usize {
         out[0] = (m.dst_tag, true, m.raw.ctx);
         1
     }
 
-    fn state(m: &Memset2dParams<'_>) -> Set2d {
+    fn state(m: &&Memset2dParams<'_>) -> Set2d {
         m.raw
     }
 
-    fn record(s: &mut Set2d, m: &Memset2dParams<'_>) -> bool {
+    fn record(s: &mut Set2d, m: &&Memset2dParams<'_>) -> bool {
         super::record_value(s, m.raw)
     }
 
@@ -377,7 +377,7 @@ impl NodeKind for Memset2d {
     }
 
     unsafe fn eager(
-        m: &Memset2dParams<'_>,
+        m: &&Memset2dParams<'_>,
         stream: &CudaStream,
         _: &std::sync::Arc<Reports>,
         site: &dyn Fn() -> NodeSite,
