@@ -845,7 +845,16 @@ pub mod __private {
     ) -> [Option<NodeParams<'a>>; N] {
         // The segments are generated with the body: a count that differs is a bug of the macro.
         assert_eq!(segments.iter().map(|s| s.statements()).sum::<usize>(), N, "graph! node list");
-        let mut all = segments.iter().flat_map(|s| (0..s.statements()).map(move |i| s.get(i)));
-        core::array::from_fn(|_| all.next().flatten())
+        // Filled in place by a plain loop (an iterator through `array::from_fn` moved each
+        // entry through its adapters: 10 % of an unchanged 1000-node call, `.ci/host-profile`).
+        let mut out = [const { None }; N];
+        let mut k = 0;
+        for s in segments {
+            for i in 0..s.statements() {
+                out[k] = s.get(i);
+                k += 1;
+            }
+        }
+        out
     }
 }
