@@ -79,7 +79,7 @@ impl<'a> Pack<'a> {
     /// one of this call's (else a word no valid handle makes, `u64::MAX`), so that words equal
     /// to those of a validated call mean handles of this call for the same places, which the
     /// plan lists for the same nodes ([`check_handles`](crate::cache)); for a builder's call, 0.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_handle(&mut self, tag: u64, write: bool) {
         let w = match self.call {
             None => 0,
@@ -92,7 +92,7 @@ impl<'a> Pack<'a> {
     }
 
     /// One word.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push(&mut self, w: u64) {
         if !self.diverged {
             if self.last.get(self.pos) == Some(&w) {
@@ -106,7 +106,7 @@ impl<'a> Pack<'a> {
     }
 
     /// `b` as 8-byte words, the last one zero-padded.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_bytes(&mut self, b: &[u8]) {
         match (<[u8; 8]>::try_from(b), <[u8; 4]>::try_from(b)) {
             (Ok(w), _) => self.push(u64::from_ne_bytes(w)),
@@ -481,7 +481,7 @@ pub trait KernelNode: sealed::Sealed {
 
 /// The words [`KernelNode::pack`] puts before a kernel node's arguments.
 #[doc(hidden)]
-#[inline]
+#[inline(always)]
 pub fn pack_head(
     out: &mut Pack<'_>,
     func: CUfunction,
