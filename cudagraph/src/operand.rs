@@ -261,6 +261,7 @@ enum GuardKind<'a> {
 }
 
 impl<'a> Guard<'a> {
+    #[inline(always)]
     fn new(
         kind: GuardKind<'a>,
         own: Option<&'a CudaStream>,
@@ -316,6 +317,7 @@ pub(crate) fn scratch_guard<'a>() -> Guard<'a> {
 
 /// The event cudarc's guard would record, taken out (cudarc's guard then does nothing) to be
 /// recorded unconditionally (see [`GuardKind::Event`]).
+#[inline(always)]
 fn take_event<'a>(cudarc: &mut SyncOnDrop<'a>) -> Option<GuardKind<'a>> {
     match cudarc {
         SyncOnDrop::Record(target) => target.take().map(|(event, s)| GuardKind::Event(event, s)),
@@ -332,6 +334,7 @@ fn pinned_guard<'a>(stream: &'a CudaStream, mut cudarc: SyncOnDrop<'a>) -> Guard
 
 /// The guard of a device buffer from cudarc's: its event if it has one, else nothing (cudarc's
 /// guard records nothing either: the buffer was allocated with event tracking off).
+#[inline(always)]
 fn device_guard(mut cudarc: SyncOnDrop<'_>) -> GuardKind<'_> {
     take_event(&mut cudarc).unwrap_or(GuardKind::Cudarc(cudarc))
 }
