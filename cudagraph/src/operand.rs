@@ -242,7 +242,7 @@ pub struct Guard<'a> {
     pub(crate) write: bool,
     /// A place made of several buffers (a captured [`Graph`](crate::Graph) embedded with
     /// `child`): their guards; this guard itself then covers no range.
-    pub(crate) children: Vec<Guard<'a>>,
+    pub(crate) children: Box<[Guard<'a>]>,
 }
 
 enum GuardKind<'a> {
@@ -268,13 +268,13 @@ impl<'a> Guard<'a> {
         range: (u64, u64),
         write: bool,
     ) -> Self {
-        Guard { kind, own, start: range.0, bytes: range.1, write, children: Vec::new() }
+        Guard { kind, own, start: range.0, bytes: range.1, write, children: Box::new([]) }
     }
 
     /// The guard of a place made of several buffers: `children`'s.
     pub(crate) fn of_parts(children: Vec<Guard<'a>>, write: bool) -> Self {
         let mut g = Guard::new(GuardKind::Cudarc(SyncOnDrop::Sync(None)), None, (0, 0), write);
-        g.children = children;
+        g.children = children.into_boxed_slice();
         g
     }
 
