@@ -1748,7 +1748,7 @@ impl crate::operand::Acquire for Graph<'_> {
     /// A graph is never only read: nothing is acquired, and the handle makes no node.
     fn acquire<'b>(&'b self, _: &'b CudaStream) -> (Self::Read<'b>, Guard<'b>) {
         let read = crate::kind::NoGraphRead { tag: 0, _borrow: core::marker::PhantomData };
-        (read, Guard::of_parts(Vec::new(), false))
+        (read, Guard::of_parts(Box::default(), false))
     }
 }
 impl crate::operand::PlaceMut for Graph<'_> {}
@@ -1765,7 +1765,7 @@ impl crate::operand::AcquireMut for Graph<'_> {
         let read = crate::kind::NoGraphRead { tag: 0, _borrow: core::marker::PhantomData };
         let (ok, guards) = match self.acquire_operands(stream, "child") {
             Ok(acquired) => (true, acquired.into_iter().map(|a| a.guard).collect()),
-            Err(_) => (false, Vec::new()),
+            Err(_) => (false, Box::default()),
         };
         let g =
             crate::kind::GraphRef { raw, id, ctx, ok, tag: 0, _borrow: core::marker::PhantomData };

@@ -843,18 +843,76 @@ pub mod __private {
     pub fn entries<'a, const N: usize>(
         segments: &[&dyn Segment<'a>],
     ) -> [Option<NodeParams<'a>>; N] {
-        // The segments are generated with the body: a count that differs is a bug of the macro.
-        assert_eq!(segments.iter().map(|s| s.statements()).sum::<usize>(), N, "graph! node list");
         // Filled in place by a plain loop (an iterator through `array::from_fn` moved each
         // entry through its adapters: 10 % of an unchanged 1000-node call, `.ci/host-profile`).
+        // Each segment's count is read once. The segments are generated with the body: a count
+        // that differs from `N` is a bug of the macro, and panics here.
         let mut out = [const { None }; N];
         let mut k = 0;
         for s in segments {
-            for i in 0..s.statements() {
-                out[k] = s.get(i);
-                k += 1;
+            let n = s.statements();
+            assert!(N - k >= n, "graph! node list: more than {N} statements");
+            for (i, slot) in out[k..k + n].iter_mut().enumerate() {
+                *slot = s.get(i);
+            }
+            k += n;
+        }
+        assert_eq!(k, N, "graph! node list: fewer than {N} statements");
+        out
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::{Entry, NodeParams, Segment, empty, entries, entry, entry_if};
+        use crate::EmptyParams;
+        use core::cell::Cell;
+
+        /// Which entries are present, in order.
+        fn present<const N: usize>(list: &[Option<NodeParams<'_>>; N]) -> [bool; N] {
+            list.each_ref().map(|e| matches!(e, Some(NodeParams::Empty(_))))
+        }
+
+        #[test]
+        fn entries_keeps_the_statements_in_order() {
+            let (a, b, c) = (Some(empty()), None::<EmptyParams>, empty());
+            let (ea, eb): (&dyn Entry, &dyn Entry) = (entry_if(&a), entry_if(&b));
+            let pair = (empty(), empty());
+            let ec = entry(&c);
+            let segments: [&dyn Segment<'_>; 4] = [&ea, &&pair, &eb, &ec];
+            assert_eq!(present(&entries::<5>(&segments)), [true, true, true, false, true]);
+        }
+
+        #[test]
+        #[should_panic(expected = "fewer than 4 statements")]
+        fn entries_refuses_too_few_statements() {
+            let pair = (empty(), empty());
+            let _ = entries::<4>(&[&&pair]);
+        }
+
+        #[test]
+        #[should_panic(expected = "more than 1 statements")]
+        fn entries_refuses_too_many_statements() {
+            let pair = (empty(), empty());
+            let _ = entries::<1>(&[&&pair]);
+        }
+
+        /// A segment whose count grows each time it is asked (the trait is public): read once,
+        /// so the list gets the count of the one read, and the total is checked against it.
+        struct Growing(Cell<usize>);
+        impl<'a> Segment<'a> for Growing {
+            fn statements(&self) -> usize {
+                self.0.replace(self.0.get() + 1)
+            }
+            fn get(&self, _: usize) -> Option<NodeParams<'a>> {
+                None
             }
         }
-        out
+
+        #[test]
+        fn entries_reads_each_count_once() {
+            let g = Growing(Cell::new(2));
+            assert_eq!(present(&entries::<2>(&[&g])), [false, false]);
+            assert_eq!(g.0.get(), 3);
+        }
     }
 }

@@ -272,9 +272,9 @@ impl<'a> Guard<'a> {
     }
 
     /// The guard of a place made of several buffers: `children`'s.
-    pub(crate) fn of_parts(children: Vec<Guard<'a>>, write: bool) -> Self {
+    pub(crate) fn of_parts(children: Box<[Guard<'a>]>, write: bool) -> Self {
         let mut g = Guard::new(GuardKind::Cudarc(SyncOnDrop::Sync(None)), None, (0, 0), write);
-        g.children = children.into_boxed_slice();
+        g.children = children;
         g
     }
 

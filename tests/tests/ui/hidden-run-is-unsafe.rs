@@ -16,7 +16,7 @@ fn step(cache: &mut GraphCache, stream: &CudaStream, x: &mut CudaSlice<u32>) {
         conditions: 0,
         bodies: &[],
     }));
-    let _ = cache.run(plan, &call, 0, stream, &[Some(NodeParams::Memset(p))], &[guard]);
+    let _ = cache.run(plan, &call, 0, stream, &[Some(NodeParams::Memset(&p))], &[guard]);
 }
 
 fn main() {}

@@ -9,7 +9,7 @@ fn step(cache: &mut GraphCache, stream: &CudaStream, x: &mut CudaSlice<u32>) {
     let mut p = memset(w, 0xffu32);
     p.raw.dst = 0xdead_0000;
     p.dst_tag = 0;
-    let _ = (cache, NodeParams::Memset(p));
+    let _ = (cache, NodeParams::Memset(&p));
 }
 
 fn main() {}
