@@ -446,15 +446,7 @@ impl<'a> GraphBuilder<'a> {
         let (_, g, guard) = crate::operand::AcquireMut::acquire_mut(graph, self.stream);
         self.guards.push(guard);
         let g = g.with_tag(self.rec.new_place(), Token(()));
-        let parts = crate::kind::GraphRef {
-            raw: g.raw,
-            id: g.id,
-            ctx: g.ctx,
-            ok: g.ok,
-            tag: g.tag,
-            _borrow: core::marker::PhantomData,
-        };
-        self.rec.push(site, RecKind::Child(parts), &[(g.tag, true)])
+        self.rec.push(site, RecKind::Child(g.recorded()), &[(g.tag, true)])
     }
 
     /// Adds edges from each of `earlier` to `node`, beyond those of data hazards: `node` then

@@ -33,6 +33,16 @@ pub struct GraphRef<'b> {
     pub(crate) _borrow: PhantomData<&'b ()>,
 }
 
+impl GraphRef<'_> {
+    /// This handle as a [`GraphBuilder`](crate::GraphBuilder) records it, tag kept: without
+    /// the borrow, which the builder's guard and `'a` hold (as
+    /// [`MemcpyParams::recorded`](crate::MemcpyParams) for a copy).
+    pub(crate) fn recorded(&self) -> GraphRef<'static> {
+        let GraphRef { raw, id, ctx, ok, tag, _borrow } = *self;
+        GraphRef { raw, id, ctx, ok, tag, _borrow: PhantomData }
+    }
+}
+
 impl Handle for GraphRef<'_> {
     fn tag(&self) -> u64 {
         self.tag
