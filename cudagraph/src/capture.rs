@@ -52,6 +52,7 @@
 //! would close it, at the cost of the overlap of capture and GPU work.
 
 use core::any::TypeId;
+use core::cell::{Cell, RefCell};
 use core::fmt;
 use core::marker::PhantomData;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -96,7 +97,23 @@ pub(crate) fn next_capture_id() -> u64 {
 /// Neither `Send` nor `Sync`: explicit nodes are added to the graph being captured, a CUDA graph
 /// object that is not internally synchronized, from the capturing thread only.
 pub struct Capture {
+    /// The stream the crate's own work for the closure goes on: while capturing, this thread's
+    /// private origin stream of the context (which safe code cannot reach); eagerly, the call's
+    /// stream.
     stream: Arc<CudaStream>,
+    /// The call's stream: joined into the capture only by the `unsafe`
+    /// [`stream`](Self::stream), so that safe code holding it (from the closure's environment)
+    /// cannot record into the graph.
+    user: Arc<CudaStream>,
+    /// Whether [`stream`](Self::stream) joined `user` into the capture (joined back at its end).
+    joined: Cell<bool>,
+    /// The streams of this capture that the closure's views may be used on: `stream`, the
+    /// helper streams of other devices' operands, `user` once joined, and the streams
+    /// [`fork`](Self::fork)ed in.
+    accepted: RefCell<Vec<sys::CUstream>>,
+    /// The functions of the kernel nodes added by [`kernel`](Self::kernel): the recording keeps
+    /// their modules loaded.
+    functions: RefCell<Vec<CudaFunction>>,
     capturing: bool,
     /// The listed operands: their memory, access and aliases' events, in order.
     operands: Vec<Listed>,
@@ -116,12 +133,16 @@ pub struct Capture {
 struct CapturingThreadOnly(PhantomData<*const ()>);
 
 impl Capture {
-    /// The capture handed to a closure, made right after the capture began (when `capturing`).
+    /// The capture handed to a closure, made right after the capture began on `stream` (when
+    /// `capturing`; eagerly `stream` is `user`). `helpers`: the other devices' streams joined
+    /// into the capture, on which their operands' views may be used.
     pub(crate) fn new(
         stream: Arc<CudaStream>,
+        user: Arc<CudaStream>,
         capturing: bool,
         operands: Vec<Listed>,
         id: u64,
+        helpers: &[sys::CUstream],
     ) -> Self {
         let sequence = capturing
             .then(|| {
@@ -132,10 +153,64 @@ impl Capture {
                 (info.status == active).then_some(info.id)
             })
             .flatten();
-        let (broken, _thread) = (OnceLock::new(), CapturingThreadOnly(PhantomData));
-        let cap = Capture { stream, capturing, operands, id, sequence, broken, _thread };
+        let mut accepted = vec![stream.cu_stream()];
+        accepted.extend_from_slice(helpers);
+        let cap = Capture {
+            stream,
+            user,
+            joined: Cell::new(false),
+            accepted: RefCell::new(accepted),
+            functions: RefCell::new(Vec::new()),
+            capturing,
+            operands,
+            id,
+            sequence,
+            broken: OnceLock::new(),
+            _thread: CapturingThreadOnly(PhantomData),
+        };
         cap.prime();
         cap
+    }
+
+    /// Whether the closure's views may be used on `stream` (one of this capture's streams).
+    fn accepts(&self, stream: &CudaStream) -> bool {
+        self.accepted.borrow().contains(&stream.cu_stream())
+    }
+
+    /// Panics unless `stream` is one of this capture's streams: a view used on another stream
+    /// would run at once (eagerly, unordered with the buffer's earlier users) or pull that
+    /// stream, which safe code holds, into the capture.
+    #[track_caller]
+    fn check_view_stream(&self, stream: &CudaStream) {
+        assert!(
+            self.accepts(stream),
+            "a capture's view was used on a stream that is not part of the capture: use the \
+             `Capture`'s own methods (`copy`, `zero`, `kernel`), or join the stream first with \
+             the unsafe `Capture::stream` / `Capture::fork`"
+        );
+    }
+
+    /// Whether the call's stream was joined into the capture (by [`stream`](Self::stream)):
+    /// it must then be joined back before the capture ends.
+    pub(crate) fn joined_user(&self) -> bool {
+        self.joined.get()
+    }
+
+    /// The functions of the kernel nodes added, whose modules the recording keeps loaded.
+    pub(crate) fn take_functions(&self) -> Vec<CudaFunction> {
+        self.functions.take()
+    }
+
+    /// A non-capturing stream for [`DeviceSlice::stream`] of a view: the call's stream for an
+    /// operand of its context.
+    #[track_caller]
+    fn home(&self, ctx: CUcontext) -> &Arc<CudaStream> {
+        assert!(
+            ctx == self.user.context().cu_ctx(),
+            "`DeviceSlice::stream` of a capture's view of another device's operand: use the \
+             `Capture`'s own methods for it"
+        );
+        &self.user
     }
 
     /// Records every alias's read and write events on the stream, first thing: inside a
@@ -169,18 +244,22 @@ impl Capture {
     }
 
     /// Makes `other` (a stream of any device, e.g. an NCCL communicator's) join the capture:
-    /// it waits for the work enqueued on the capturing stream so far (`cuEventRecord` there,
-    /// `cuStreamWaitEvent` on `other`), so that what is enqueued on it next is recorded, ordered
-    /// after that work. Eagerly it only orders `other` after it. Work joined this way must be
-    /// joined back with [`join`](Self::join) before the closure returns, or the capture fails
-    /// (`CUDA_ERROR_STREAM_CAPTURE_UNJOINED`, [`Error::CaptureInvalidated`]). (Using a view of a
-    /// listed operand on `other` through cudarc also makes it join, in cudarc's multi-stream
-    /// mode.)
+    /// it waits for the work enqueued on the capture so far (`cuEventRecord` on the capture's
+    /// stream, `cuStreamWaitEvent` on `other`), so that what is enqueued on it next is
+    /// recorded, ordered after that work, and the closure's views may be used on it. Eagerly it
+    /// only orders `other` after it. Work joined this way must be joined back with
+    /// [`join`](Self::join) before the closure returns, or the capture fails
+    /// (`CUDA_ERROR_STREAM_CAPTURE_UNJOINED`, [`Error::CaptureInvalidated`]).
+    ///
+    /// # Safety
+    /// Until it is joined back, everything enqueued on `other` is recorded, by any code that
+    /// holds it: see [`stream`](Self::stream) for what the caller promises of that work (the
+    /// same contract, for `other`; SAFETY.md, "Captured work").
     ///
     /// # Errors
     /// [`Error::Node`] naming this call's location if a driver call fails.
     #[track_caller]
-    pub fn fork(&self, other: &CudaStream) -> Result<()> {
+    pub unsafe fn fork(&self, other: &CudaStream) -> Result<()> {
         let at = Location::caller();
         let err = |error| Error::Node {
             site: site_at("fork", "Capture::fork", at),
@@ -189,7 +268,9 @@ impl Capture {
         let here = origin_stream(self.stream.context()).map_err(err)?;
         let r = order_streams(&self.stream, here.fork_event(), other);
         let _ = self.stream.context().bind_to_thread();
-        r.map_err(err)
+        r.map_err(err)?;
+        self.accepted.borrow_mut().push(other.cu_stream());
+        Ok(())
     }
 
     /// Makes the capturing stream wait for the work enqueued on `other` so far (a stream of any
@@ -220,12 +301,48 @@ impl Capture {
         self.broken.get().copied()
     }
 
-    /// The capturing stream: the closure enqueues the work to record on it (cudarc's
-    /// `launch_builder`, `memcpy_dtod`, `memset_zeros`, a cuBLAS handle set to this stream, …).
-    /// Work on other streams is not recorded (it runs at once), unless such a stream first
-    /// waits on an event recorded on this one (the driver's cross-stream capture).
-    pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
+    /// The call's stream (the one given to [`capture`], or the `graph!` call's), joined into
+    /// the capture by the first call: work enqueued on it from then on until the closure
+    /// returns is recorded (cudarc's `launch_builder`, a cuBLAS handle made on this stream, …),
+    /// ordered after the work captured so far, and the closure's views may be used on it. It is
+    /// joined back when the closure returns. Eagerly ([`is_capturing`](Self::is_capturing) is
+    /// `false`) it is the stream the work runs on.
+    ///
+    /// Until the first call the stream is not part of the capture: anything done on it runs
+    /// at once, as outside a capture, and safe code (which may hold the stream) cannot record
+    /// into the graph. The capture itself runs on a private stream of the crate's.
+    ///
+    /// # Safety
+    /// Until the closure returns, every piece of work enqueued on this stream (by the closure
+    /// or by anything else that holds the stream) is recorded into the graph, which replays it
+    /// at every launch long after the closure returned. The caller promises that this work:
+    /// - reads and writes device memory only inside the closure's views, as they are listed
+    ///   (`&` operands only read), or memory that stays allocated and unused elsewhere for as
+    ///   long as the graph (and every exec and `graph!` cache made from it) may be launched,
+    ///   such as a library's workspace set before the capture;
+    /// - neither allocates nor frees memory (a buffer made or dropped on this stream while it
+    ///   captures), nor copies from or to host memory (pageable or pinned): such a copy is
+    ///   recorded and would run at each launch, after the host memory may be gone;
+    /// - launches only functions whose modules stay loaded while the graph may be launched;
+    /// - waits only on events recorded inside this capture.
+    ///
+    /// A library call that cudarc marks `unsafe` (cuBLAS GEMMs, cuFFT) is then covered by the
+    /// same `unsafe` block. SAFETY.md ("Captured work") says what the crate relies on.
+    pub unsafe fn stream(&self) -> &Arc<CudaStream> {
+        if self.capturing && !self.joined.get() {
+            self.joined.set(true);
+            let joined = origin_stream(self.stream.context())
+                .and_then(|here| order_streams(&self.stream, here.fork_event(), &self.user));
+            let _ = self.stream.context().bind_to_thread();
+            match joined {
+                Ok(()) => self.accepted.borrow_mut().push(self.user.cu_stream()),
+                Err(error) => {
+                    let call = "cuEventRecord / cuStreamWaitEvent (Capture::stream)";
+                    let _ = self.broken.set(CudaError { call, error });
+                }
+            }
+        }
+        &self.user
     }
 
     /// `false` when the closure runs eagerly instead of being recorded (a `capture` statement
@@ -263,10 +380,76 @@ impl Capture {
     /// [`Refusal::NotAnOperand`] when `view` is not a view of a listed operand,
     /// [`Refusal::ReadOnly`] when it is one listed `&`.
     #[track_caller]
-    pub fn write<'s, T: 'static>(&self, view: &mut CudaViewMut<'s, T>) -> Result<DevWrite<'s, T>> {
+    pub fn write<'s, T: 'static>(
+        &self,
+        view: &mut CaptureSliceMut<'s, T>,
+    ) -> Result<DevWrite<'s, T>> {
         let at = Location::caller();
         let (ptr, len, ctx) = self.locate(&*view, true, at)?;
         Ok(DevWrite::new(ptr, len, ctx))
+    }
+
+    /// Copies `src` into `dst` on the capture (`cuMemcpyDtoDAsync`: a memcpy node when
+    /// capturing), both views of listed operands (or parts of them), of one element type and
+    /// length (elements). Ordered after the closure's earlier work on either view and before
+    /// its later work, on any of the capture's streams (cudarc's events of the views).
+    ///
+    /// # Errors
+    /// [`Error::NodeRefused`] naming this call's location, with nothing enqueued:
+    /// [`Refusal::NotAnOperand`] when a view is not of a listed operand of this capture (or
+    /// of its device), [`Refusal::Overlap`] when the two overlap in memory;
+    /// [`Error::CopyLength`] when the lengths differ; [`Error::Node`] when the driver
+    /// refuses the copy.
+    #[track_caller]
+    pub fn copy<'s, T: 'static, V: CaptureView<'s, Elem = T>>(
+        &self,
+        src: &V,
+        dst: &mut CaptureSliceMut<'s, T>,
+    ) -> Result<()> {
+        let at = Location::caller();
+        let (from, n, from_ctx) = self.locate(src, false, at)?;
+        let (to, m, to_ctx) = self.locate(&*dst, true, at)?;
+        let site = || site_at("copy", "Capture::copy", at);
+        if n != m {
+            return Err(Error::CopyLength { site: site(), src: n, dst: m });
+        }
+        let ctx = self.stream.context().cu_ctx();
+        if from_ctx != ctx || to_ctx != ctx {
+            return Err(Error::WrongContext { site: site() });
+        }
+        let bytes = (n as u64).saturating_mul(size_of::<T>() as u64);
+        if bytes > 0 && from < to.saturating_add(bytes) && to < from.saturating_add(bytes) {
+            let why = Refusal::Overlap { first: 0, second: 1 };
+            return Err(Error::NodeRefused { site: site(), why });
+        }
+        let call = "cuMemcpyDtoDAsync (Capture::copy)";
+        src.copy_into(&self.stream, &mut dst.view)
+            .map_err(|error| Error::Node { site: site(), source: CudaError { call, error } })
+    }
+
+    /// Sets every byte of `dst` to zero on the capture (`cuMemsetD8Async`: a memset node when
+    /// capturing), `dst` a view of a `&mut` operand (or a part of one); ordered as
+    /// [`copy`](Self::copy).
+    ///
+    /// # Errors
+    /// [`Error::NodeRefused`] naming this call's location, with nothing enqueued:
+    /// [`Refusal::NotAnOperand`] when `dst` is not of a listed operand of this capture (or of
+    /// its device); [`Error::Node`] when the driver refuses the memset.
+    #[track_caller]
+    pub fn zero<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + 'static>(
+        &self,
+        dst: &mut CaptureSliceMut<'_, T>,
+    ) -> Result<()> {
+        let at = Location::caller();
+        let (_, _, ctx) = self.locate(&*dst, true, at)?;
+        let site = || site_at("zero", "Capture::zero", at);
+        if ctx != self.stream.context().cu_ctx() {
+            return Err(Error::WrongContext { site: site() });
+        }
+        let call = "cuMemsetD8Async (Capture::zero)";
+        self.stream
+            .memset_zeros(&mut dst.view)
+            .map_err(|error| Error::Node { site: site(), source: CudaError { call, error } })
     }
 
     /// The address, length and context of `view`, checked to lie inside the listed operand it
@@ -414,6 +597,7 @@ impl Capture {
             self.record_events(bufs, &owners, managing).map_err(err)?;
             None
         };
+        self.functions.borrow_mut().push(launch.function().clone());
         Ok(CapturedKernel {
             node,
             capture: self.id,
@@ -552,12 +736,180 @@ impl fmt::Debug for CapturedKernel {
     }
 }
 
-/// A view the closure of a capture can make a handle of with [`Capture::read`]:
-/// `CudaView<'s, T>` or `CudaViewMut<'s, T>`. Sealed.
+/// A listed `&` operand as a capture's closure sees it (or a part of one): read-only device
+/// memory of `len()` elements of `T`, valid while the closure runs (`'s`).
+///
+/// Safe code uses it through the [`Capture`]'s methods ([`copy`](Capture::copy),
+/// [`read`](Capture::read) for [`kernel`](Capture::kernel)) or with cudarc and libraries on
+/// the capture's streams: it implements cudarc's `DevicePtr`, and panics when its pointer is
+/// taken for a stream that is not part of the capture (a stream safe code holds: the work
+/// would run at once, unordered with the buffer's earlier users, instead of being recorded).
+/// The call's stream joins the capture through the `unsafe` [`Capture::stream`], other
+/// streams through the `unsafe` [`Capture::fork`].
+pub struct CaptureSlice<'s, T> {
+    view: CudaView<'s, T>,
+    cap: &'s Capture,
+}
+
+/// A listed `&mut` operand as a capture's closure sees it (or a part of one): device memory of
+/// `len()` elements of `T` that the capture may write; see [`CaptureSlice`]. It implements
+/// cudarc's `DevicePtr` and `DevicePtrMut`.
+pub struct CaptureSliceMut<'s, T> {
+    view: CudaViewMut<'s, T>,
+    cap: &'s Capture,
+}
+
+impl<'s, T> CaptureSlice<'s, T> {
+    /// Length, elements.
+    pub fn len(&self) -> usize {
+        self.view.len()
+    }
+
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.view.len() == 0
+    }
+
+    /// The elements in `range`.
+    ///
+    /// # Panics
+    /// When `range` is out of bounds (as cudarc's `CudaView::slice`).
+    pub fn slice(&self, range: impl core::ops::RangeBounds<usize>) -> CaptureSlice<'s, T> {
+        CaptureSlice { view: self.view.slice(range), cap: self.cap }
+    }
+
+    /// The underlying cudarc view, for an `unsafe` cudarc call (a `launch_builder` argument).
+    ///
+    /// # Safety
+    /// The view is used only on the capture's streams, as [`Capture::stream`]'s contract says;
+    /// cudarc does not check which stream it is used on.
+    pub unsafe fn as_cuda_view(&self) -> &CudaView<'s, T> {
+        &self.view
+    }
+}
+
+impl<'s, T> CaptureSliceMut<'s, T> {
+    /// Length, elements.
+    pub fn len(&self) -> usize {
+        self.view.len()
+    }
+
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.view.len() == 0
+    }
+
+    /// The elements in `range`, read-only.
+    ///
+    /// # Panics
+    /// When `range` is out of bounds.
+    pub fn slice(&self, range: impl core::ops::RangeBounds<usize>) -> CaptureSlice<'_, T> {
+        CaptureSlice { view: self.view.slice(range), cap: self.cap }
+    }
+
+    /// The elements in `range`.
+    ///
+    /// # Panics
+    /// When `range` is out of bounds.
+    pub fn slice_mut(
+        &mut self,
+        range: impl core::ops::RangeBounds<usize>,
+    ) -> CaptureSliceMut<'_, T> {
+        CaptureSliceMut { view: self.view.slice_mut(range), cap: self.cap }
+    }
+
+    /// The elements before `mid` and from `mid` on.
+    ///
+    /// # Panics
+    /// When `mid > len()`.
+    pub fn split_at_mut(&mut self, mid: usize) -> (CaptureSliceMut<'_, T>, CaptureSliceMut<'_, T>) {
+        let (a, b) = self.view.split_at_mut(mid);
+        (CaptureSliceMut { view: a, cap: self.cap }, CaptureSliceMut { view: b, cap: self.cap })
+    }
+
+    /// The underlying cudarc view, for an `unsafe` cudarc call (a `launch_builder` argument).
+    ///
+    /// # Safety
+    /// As [`CaptureSlice::as_cuda_view`].
+    pub unsafe fn as_cuda_view_mut(&mut self) -> &mut CudaViewMut<'s, T> {
+        &mut self.view
+    }
+}
+
+impl<T> fmt::Debug for CaptureSlice<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CaptureSlice").field("len", &self.view.len()).finish()
+    }
+}
+
+impl<T> fmt::Debug for CaptureSliceMut<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CaptureSliceMut").field("len", &self.view.len()).finish()
+    }
+}
+
+impl<T> DeviceSlice<T> for CaptureSlice<'_, T> {
+    fn len(&self) -> usize {
+        self.view.len()
+    }
+    /// The call's stream, which is not part of the capture unless joined.
+    ///
+    /// # Panics
+    /// For a view of another device's operand.
+    fn stream(&self) -> &Arc<CudaStream> {
+        self.cap.home(DeviceSlice::stream(&self.view).context().cu_ctx())
+    }
+}
+
+impl<T> DeviceSlice<T> for CaptureSliceMut<'_, T> {
+    fn len(&self) -> usize {
+        self.view.len()
+    }
+    /// As [`CaptureSlice`]'s.
+    fn stream(&self) -> &Arc<CudaStream> {
+        self.cap.home(DeviceSlice::stream(&self.view).context().cu_ctx())
+    }
+}
+
+impl<T> DevicePtr<T> for CaptureSlice<'_, T> {
+    /// The view's address for work on `stream` (cudarc's events of the view order it).
+    ///
+    /// # Panics
+    /// When `stream` is not part of the capture.
+    #[track_caller]
+    fn device_ptr<'a>(&'a self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        self.cap.check_view_stream(stream);
+        self.view.device_ptr(stream)
+    }
+}
+
+impl<T> DevicePtr<T> for CaptureSliceMut<'_, T> {
+    /// As [`CaptureSlice`]'s.
+    #[track_caller]
+    fn device_ptr<'a>(&'a self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        self.cap.check_view_stream(stream);
+        self.view.device_ptr(stream)
+    }
+}
+
+impl<T> DevicePtrMut<T> for CaptureSliceMut<'_, T> {
+    /// As [`CaptureSlice`]'s `device_ptr`, for writing.
+    #[track_caller]
+    fn device_ptr_mut<'a>(
+        &'a mut self,
+        stream: &'a CudaStream,
+    ) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        self.cap.check_view_stream(stream);
+        self.view.device_ptr_mut(stream)
+    }
+}
+
+/// A view the closure of a capture can make a handle of with [`Capture::read`] or copy from
+/// with [`Capture::copy`]: a [`CaptureSlice`] or [`CaptureSliceMut`]. Sealed.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a view a capture can make a handle of",
-    label = "expected a `CudaView` or `CudaViewMut` of a listed operand",
-    note = "`Capture::read` takes `&view` of the closure's views (or parts of them); `Capture::write` takes `&mut` of a `CudaViewMut`"
+    label = "expected a `CaptureSlice` or `CaptureSliceMut` of a listed operand",
+    note = "`Capture::read` takes `&view` of the closure's views (or parts of them); `Capture::write` takes `&mut` of a `CaptureSliceMut`"
 )]
 pub trait CaptureView<'s>: imp::Sealed {
     /// The element type.
@@ -572,28 +924,43 @@ pub trait CaptureView<'s>: imp::Sealed {
     /// Length in elements.
     #[doc(hidden)]
     fn elems(&self) -> usize;
+    /// cudarc's `memcpy_dtod` of the view into `dst` on `stream` (checked by the caller).
+    #[doc(hidden)]
+    fn copy_into(
+        &self,
+        stream: &Arc<CudaStream>,
+        dst: &mut CudaViewMut<'_, Self::Elem>,
+    ) -> Result<(), DriverError>;
 }
 
 macro_rules! capture_view {
     ($ty:ident) => {
+        impl<T> imp::Sealed for $ty<'_, T> {}
         impl<'s, T: 'static> CaptureView<'s> for $ty<'s, T> {
             type Elem = T;
             fn identity(&self) -> *const Arc<CudaStream> {
-                DeviceSlice::stream(self)
+                DeviceSlice::stream(&self.view)
             }
             fn pointer(&self, stream: &CudaStream) -> CUdeviceptr {
-                let (ptr, mut guard) = DevicePtr::device_ptr(self, stream);
+                let (ptr, mut guard) = DevicePtr::device_ptr(&self.view, stream);
                 disarm(&mut guard);
                 ptr
             }
             fn elems(&self) -> usize {
-                DeviceSlice::len(self)
+                DeviceSlice::len(&self.view)
+            }
+            fn copy_into(
+                &self,
+                stream: &Arc<CudaStream>,
+                dst: &mut CudaViewMut<'_, T>,
+            ) -> Result<(), DriverError> {
+                stream.memcpy_dtod(&self.view, dst)
             }
         }
     };
 }
-capture_view!(CudaView);
-capture_view!(CudaViewMut);
+capture_view!(CaptureSlice);
+capture_view!(CaptureSliceMut);
 
 /// Takes cudarc's event out of its guard, so that dropping it records nothing; returns it.
 fn disarm(guard: &mut SyncOnDrop<'_>) -> Option<CUevent> {
@@ -681,6 +1048,16 @@ pub(crate) mod imp {
 
         pub(crate) fn slice(&mut self) -> &mut CudaSlice<T> {
             self.0.as_mut().expect("an alias is emptied only by its drop")
+        }
+
+        /// The closure's read-only view of the alias.
+        pub(crate) fn view<'s>(&'s mut self, cap: &'s Capture) -> CaptureSlice<'s, T> {
+            CaptureSlice { view: self.slice().as_view(), cap }
+        }
+
+        /// The closure's view of the alias.
+        pub(crate) fn view_mut<'s>(&'s mut self, cap: &'s Capture) -> CaptureSliceMut<'s, T> {
+            CaptureSliceMut { view: self.slice().as_view_mut(), cap }
         }
 
         /// What a [`Capture`] knows of this alias's operand (`write`: listed `&mut`). Takes the
@@ -813,30 +1190,30 @@ pub trait Operand<'a>: imp::Sealed {
     fn into_held(self) -> Box<dyn Held + 'a>;
     /// The closure's view of the operand's alias.
     #[doc(hidden)]
-    fn view<'s>(alias: &'s mut Alias<Self::Elem>) -> Self::View<'s>;
+    fn view<'s>(alias: &'s mut Alias<Self::Elem>, cap: &'s Capture) -> Self::View<'s>;
 }
 
 impl<P: DeviceBuffer + Sync + ?Sized> imp::Sealed for &P {}
 impl<'a, P: DeviceBuffer + Sync + ?Sized + 'a> Operand<'a> for &'a P {
     type Elem = P::Elem;
-    type View<'s> = CudaView<'s, P::Elem>;
+    type View<'s> = CaptureSlice<'s, P::Elem>;
     fn into_held(self) -> Box<dyn Held + 'a> {
         Box::new(self)
     }
-    fn view<'s>(alias: &'s mut Alias<P::Elem>) -> CudaView<'s, P::Elem> {
-        alias.slice().as_view()
+    fn view<'s>(alias: &'s mut Alias<P::Elem>, cap: &'s Capture) -> CaptureSlice<'s, P::Elem> {
+        alias.view(cap)
     }
 }
 
 impl<P: DeviceBufferMut + Send + ?Sized> imp::Sealed for &mut P {}
 impl<'a, P: DeviceBufferMut + Send + ?Sized + 'a> Operand<'a> for &'a mut P {
     type Elem = P::Elem;
-    type View<'s> = CudaViewMut<'s, P::Elem>;
+    type View<'s> = CaptureSliceMut<'s, P::Elem>;
     fn into_held(self) -> Box<dyn Held + 'a> {
         Box::new(self)
     }
-    fn view<'s>(alias: &'s mut Alias<P::Elem>) -> CudaViewMut<'s, P::Elem> {
-        alias.slice().as_view_mut()
+    fn view<'s>(alias: &'s mut Alias<P::Elem>, cap: &'s Capture) -> CaptureSliceMut<'s, P::Elem> {
+        alias.view_mut(cap)
     }
 }
 
@@ -866,7 +1243,7 @@ pub trait Operands<'a>: imp::Sealed {
     unsafe fn aliases(stream: &Arc<CudaStream>, acquired: &[Acquired<'_>]) -> Self::Aliases;
     /// The closure's views of the aliases.
     #[doc(hidden)]
-    fn views<'s>(aliases: &'s mut Self::Aliases) -> Self::Views<'s>;
+    fn views<'s>(aliases: &'s mut Self::Aliases, cap: &'s Capture) -> Self::Views<'s>;
     /// What the [`Capture`] knows of each operand (`written[i]`: operand `i` is `&mut`).
     #[doc(hidden)]
     fn listed(aliases: &mut Self::Aliases, stream: &CudaStream, written: &[bool]) -> Vec<Listed>;
@@ -887,8 +1264,8 @@ macro_rules! operands {
                 ($(unsafe { Alias::new(stream, acquired[$i].ptr, acquired[$i].len) },)*)
             }
             #[allow(unused_variables, clippy::unused_unit)]
-            fn views<'s>(aliases: &'s mut Self::Aliases) -> Self::Views<'s> {
-                ($($o::view(&mut aliases.$i),)*)
+            fn views<'s>(aliases: &'s mut Self::Aliases, cap: &'s Capture) -> Self::Views<'s> {
+                ($($o::view(&mut aliases.$i, cap),)*)
             }
             #[allow(unused_variables)]
             fn listed(
@@ -1012,6 +1389,7 @@ where
     unsafe { can_capture(stream) }.map_err(|(call, e)| err(call, e))?;
     let mut held = operands.into_held();
     let id = next_capture_id();
+    let functions;
     let (result, end, accesses, recorded, broken) = {
         // Outside the capture: `stream` waits for the operands' earlier users. The guards record
         // the operands' events when dropped, after the capture ended (harmless then: nothing ran).
@@ -1031,32 +1409,36 @@ where
         // borrow. The closure gets only views of the aliases, by value, for a lifetime `'s` it
         // must accept for any `'s` (`for<'s>`): they cannot be kept past the closure, nor can the
         // aliases be swapped out.
-        let mut aliases = unsafe { Ops::aliases(stream, &acquired) };
+        let origin = origin_stream(ctx).map_err(|e| err("cuStreamCreate (capture origin)", e))?;
+        // On the origin: the capture runs there, and the user's stream (which safe code holds)
+        // stays out of it unless the closure joins it (`Capture::stream`, `unsafe`).
+        let mut aliases = unsafe { Ops::aliases(origin.stream(), &acquired) };
         // Also before the capture: what the `Capture` knows of each operand for its explicit
         // nodes (the aliases' memory, identities and events).
         let written: Vec<bool> = acquired.iter().map(|a| a.guard.write).collect();
-        let listed = Ops::listed(&mut aliases, stream, &written);
-        let origin = origin_stream(ctx).map_err(|e| err("cuStreamCreate (capture origin)", e))?;
-        // SAFETY: the stream is alive and not capturing (checked above); its context current.
-        unsafe { begin_joined(&origin, stream) }.map_err(|e| err("cuStreamBeginCapture", e))?;
-        let cap = Capture::new(stream.clone(), true, listed, id);
-        let result = catch_unwind(AssertUnwindSafe(|| f(&cap, Ops::views(&mut aliases))));
+        let listed = Ops::listed(&mut aliases, origin.stream(), &written);
+        // SAFETY: the origin is this thread's own, alive and not capturing; its context current.
+        unsafe { begin_origin(&origin) }.map_err(|e| err("cuStreamBeginCapture", e))?;
+        let cap = Capture::new(origin.stream().clone(), stream.clone(), true, listed, id, &[]);
+        let result = catch_unwind(AssertUnwindSafe(|| f(&cap, Ops::views(&mut aliases, &cap))));
         let broken = cap.broken();
         // What cudarc recorded instead of returning it (its waits on buffer events) during the
         // closure: a wait that invalidated the capture, say. Taken out here (cudarc's next call
         // would return it) and put back below unless it explains an invalidated capture.
         let recorded = ctx.check_err().err();
         // Still capturing: the aliases' `leak` waits on their events, recorded (if at all)
-        // inside this capture. The wait on an alias event recorded outside the capture (a view
-        // used on another stream) fails with the cause; in a capture invalidated before, these
-        // waits fail with `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`, a consequence: dropped.
+        // inside this capture. In a capture invalidated before, these waits fail with
+        // `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`, a consequence: dropped.
         drop(aliases);
         let invalidated = CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
         let recorded = recorded.or(ctx.check_err().err().filter(|e| e.0 != invalidated));
         let _ = ctx.bind_to_thread();
-        // SAFETY: this thread began the capture on `origin` and joined `stream`, both alive.
-        // The capture ends whatever the result.
-        let end = unsafe { end_joined(&origin, stream) };
+        let joined = cap.joined_user().then_some(&**stream);
+        functions = cap.take_functions();
+        drop(cap);
+        // SAFETY: this thread began the capture on `origin` (and joined `stream` if `joined`),
+        // both alive. The capture ends whatever the result.
+        let end = unsafe { end_origin(&origin, joined) };
         let accesses = acquired.iter().map(Access::of).collect::<Vec<_>>();
         drop(acquired);
         (result, end, accesses, recorded, broken)
@@ -1107,7 +1489,8 @@ where
                 return Err(graph_error(file, line, why, error));
             }
             let elems = held.iter().map(|h| h.elem()).collect();
-            let handle = GraphHandle { raw, ctx: ctx.clone(), accesses, elems, file, line, id };
+            let handle =
+                GraphHandle { raw, ctx: ctx.clone(), accesses, elems, file, line, id, functions };
             Ok(Graph { handle, operands: held })
         }
         (Ok(Ok(())), Err(error)) => {
@@ -1170,6 +1553,10 @@ struct GraphHandle {
     /// Where the `capture` call is.
     file: &'static str,
     line: u32,
+    /// The functions of the kernel nodes added by [`Capture::kernel`]: their modules stay
+    /// loaded while the graph (and so its execs) exists. Dropped after the graph.
+    #[allow(dead_code)] // held for its drop only
+    functions: Vec<CudaFunction>,
 }
 
 // SAFETY: the graph handle is owned (no other copy) and every driver call on it goes through
@@ -1847,45 +2234,38 @@ pub(crate) fn order_streams(
     unsafe { raw::wait_event(to.cu_stream(), event.cu_event()) }
 }
 
-/// `cuStreamBeginCapture_v2` (thread-local) on the origin, then `stream` joins the capture
-/// (`cuEventRecord` on the origin, `cuStreamWaitEvent` on `stream`).
+/// `cuStreamBeginCapture_v2` on the origin, in `CU_STREAM_CAPTURE_MODE_RELAXED`: the closure
+/// may make any CUDA call that does not touch the capture (a buffer or module dropped inside it
+/// is freed or unloaded at once, not refused), and the user's stream stays out of the capture
+/// until [`Capture::stream`] joins it.
 ///
 /// # Safety
-/// Both streams are alive, of the current context, and not capturing.
-pub(crate) unsafe fn begin_joined(
-    origin: &CaptureOrigin,
-    stream: &CudaStream,
-) -> Result<(), DriverError> {
-    let (o, s) = (origin.stream.cu_stream(), stream.cu_stream());
-    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-    // SAFETY: the caller's contract; the event is the origin's, of the same context.
-    unsafe { raw::stream_begin_capture(o, mode) }?;
-    let joined = unsafe { raw::record_event(origin.fork.cu_event(), o) }
-        .and_then(|()| unsafe { raw::wait_event(s, origin.fork.cu_event()) });
-    if let Err(e) = joined {
-        // SAFETY: begun just above on this thread; what it recorded is discarded.
-        if let Ok(g) = unsafe { raw::stream_end_capture(o) } {
-            let _ = unsafe { raw::graph_destroy(g) };
-        }
-        return Err(e);
-    }
-    Ok(())
+/// The origin is this thread's, alive, of the current context, and not capturing.
+pub(crate) unsafe fn begin_origin(origin: &CaptureOrigin) -> Result<(), DriverError> {
+    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    // SAFETY: the caller's contract.
+    unsafe { raw::stream_begin_capture(origin.stream.cu_stream(), mode) }
 }
 
-/// `stream` joins back into the origin (`cuEventRecord` on `stream`, `cuStreamWaitEvent` on the
-/// origin), then `cuStreamEndCapture` on the origin: the recording.
+/// `joined` (the user's stream, when [`Capture::stream`] joined it) joins back into the origin
+/// (`cuEventRecord` on it, `cuStreamWaitEvent` on the origin), then `cuStreamEndCapture` on the
+/// origin: the recording.
 ///
 /// # Safety
-/// This thread began the capture with [`begin_joined`] on these two streams.
-pub(crate) unsafe fn end_joined(
+/// This thread began the capture with [`begin_origin`] on `origin`; `joined` is alive, of the
+/// current context, and was joined into the capture.
+pub(crate) unsafe fn end_origin(
     origin: &CaptureOrigin,
-    stream: &CudaStream,
+    joined: Option<&CudaStream>,
 ) -> Result<CUgraph, DriverError> {
-    let (o, s) = (origin.stream.cu_stream(), stream.cu_stream());
-    // An error here (an invalidated capture) shows in the end of the capture.
+    let o = origin.stream.cu_stream();
+    if let Some(s) = joined {
+        // An error here (an invalidated capture) shows in the end of the capture.
+        // SAFETY: the caller's contract.
+        let _ = unsafe { raw::record_event(origin.join.cu_event(), s.cu_stream()) }
+            .and_then(|()| unsafe { raw::wait_event(o, origin.join.cu_event()) });
+    }
     // SAFETY: the caller's contract.
-    let _ = unsafe { raw::record_event(origin.join.cu_event(), s) }
-        .and_then(|()| unsafe { raw::wait_event(o, origin.join.cu_event()) });
     unsafe { raw::stream_end_capture(o) }
 }
 

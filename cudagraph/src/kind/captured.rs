@@ -16,11 +16,14 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUcontext, CUgraph, CUgraphNodeParams, CUgraphNodeType};
-use cudarc::driver::{CudaStream, CudaView, CudaViewMut, DriverError};
+use cudarc::driver::{CudaFunction, CudaStream, DriverError};
 
 use super::NodeKind;
 use crate::capture::imp::{Alias, Listed};
-use crate::capture::{Capture, CaptureOrigin, next_capture_id, order_streams, origin_stream};
+use crate::capture::{
+    Capture, CaptureOrigin, CaptureSlice, CaptureSliceMut, next_capture_id, order_streams,
+    origin_stream,
+};
 use crate::error::{CudaError, Error, NodeSite};
 use crate::operand::{Accesses, DevRead, DevWrite, sealed};
 use crate::raw;
@@ -30,6 +33,10 @@ use crate::raw;
 pub struct OwnedGraph {
     raw: CUgraph,
     ctx: Arc<cudarc::driver::CudaContext>,
+    /// The functions of the recording's explicit kernel nodes: their modules stay loaded while
+    /// the recording (and so the cache's node that holds it) exists. Dropped after the graph.
+    #[allow(dead_code)] // held for its drop only
+    functions: Vec<CudaFunction>,
 }
 
 // SAFETY: the graph is only read (as the child graph of a node being added or set, which the
@@ -65,34 +72,34 @@ pub trait CaptureOperand: sealed::Sealed {
     fn own(&self) -> Option<&CudaStream>;
     /// The closure's view of the operand's alias.
     #[doc(hidden)]
-    fn view<'s>(alias: &'s mut Alias<Self::Elem>) -> Self::View<'s>;
+    fn view<'s>(alias: &'s mut Alias<Self::Elem>, cap: &'s Capture) -> Self::View<'s>;
 }
 
 impl<T: 'static> CaptureOperand for DevRead<'_, T> {
     type Elem = T;
-    type View<'s> = CudaView<'s, T>;
+    type View<'s> = CaptureSlice<'s, T>;
     fn parts(&self) -> (sys::CUdeviceptr, usize, CUcontext, u64, bool) {
         (self.ptr, self.len, self.ctx, self.tag, false)
     }
     fn own(&self) -> Option<&CudaStream> {
         self.own
     }
-    fn view<'s>(alias: &'s mut Alias<T>) -> CudaView<'s, T> {
-        alias.slice().as_view()
+    fn view<'s>(alias: &'s mut Alias<T>, cap: &'s Capture) -> CaptureSlice<'s, T> {
+        alias.view(cap)
     }
 }
 
 impl<T: 'static> CaptureOperand for DevWrite<'_, T> {
     type Elem = T;
-    type View<'s> = CudaViewMut<'s, T>;
+    type View<'s> = CaptureSliceMut<'s, T>;
     fn parts(&self) -> (sys::CUdeviceptr, usize, CUcontext, u64, bool) {
         (self.ptr, self.len, self.ctx, self.tag, true)
     }
     fn own(&self) -> Option<&CudaStream> {
         self.own
     }
-    fn view<'s>(alias: &'s mut Alias<T>) -> CudaViewMut<'s, T> {
-        alias.slice().as_view_mut()
+    fn view<'s>(alias: &'s mut Alias<T>, cap: &'s Capture) -> CaptureSliceMut<'s, T> {
+        alias.view_mut(cap)
     }
 }
 
@@ -124,7 +131,7 @@ pub trait CaptureOperands: sealed::Sealed {
     ) -> Self::Aliases;
     /// The closure's views of the aliases.
     #[doc(hidden)]
-    fn views<'s>(aliases: &'s mut Self::Aliases) -> Self::Views<'s>;
+    fn views<'s>(aliases: &'s mut Self::Aliases, cap: &'s Capture) -> Self::Views<'s>;
     /// What the [`Capture`] knows of each operand, from its alias.
     #[doc(hidden)]
     fn listed(&self, aliases: &mut Self::Aliases, stream: &CudaStream) -> Vec<Listed>;
@@ -161,8 +168,8 @@ macro_rules! capture_operands {
                     unsafe { Alias::new(on, ptr, len) }
                 },)*)
             }
-            fn views<'s>(aliases: &'s mut Self::Aliases) -> Self::Views<'s> {
-                ($($o::view(&mut aliases.$i),)*)
+            fn views<'s>(aliases: &'s mut Self::Aliases, cap: &'s Capture) -> Self::Views<'s> {
+                ($($o::view(&mut aliases.$i, cap),)*)
             }
             fn listed(&self, aliases: &mut Self::Aliases, stream: &CudaStream) -> Vec<Listed> {
                 vec![$(aliases.$i.listed(stream, self.$i.parts().4)),*]
@@ -208,9 +215,12 @@ impl<'a, H: CaptureOperands, F> CaptureParams<'a, H, F> {
         CaptureParams { stream, handles, f: Cell::new(Some(f)), recorded: RefCell::new(None) }
     }
 
-    /// Runs `f` on aliases of the operands, with the stream capturing or not. Returns the
-    /// closure's result, or the panic, and the driver error that made the recording unusable
-    /// (an explicit node of [`Capture::kernel`] whose successors could not be set), if any.
+    /// Runs `f` on aliases of the operands: capturing on `origin` (this thread's private
+    /// stream, whose capture has begun), or eagerly on the call's stream when `origin` is
+    /// `None`. Returns the closure's result, or the panic; the driver error that made the
+    /// recording unusable (an explicit node of [`Capture::kernel`] whose successors could not
+    /// be set), if any; whether the closure joined the call's stream into the capture
+    /// ([`Capture::stream`]); and the functions of its explicit kernel nodes.
     ///
     /// Operands of other devices (`helpers`: the thread's stream of each of their contexts)
     /// have their aliases on those streams, which first join the capture (eagerly: wait for
@@ -220,23 +230,22 @@ impl<'a, H: CaptureOperands, F> CaptureParams<'a, H, F> {
     fn call<E>(
         &self,
         f: F,
-        capturing: bool,
+        origin: Option<&CaptureOrigin>,
         helpers: &[CaptureOrigin],
-    ) -> (std::thread::Result<Result<(), E>>, Option<CudaError>)
+    ) -> (std::thread::Result<Result<(), E>>, Option<CudaError>, bool, Vec<CudaFunction>)
     where
         F: for<'s> FnOnce(&'s Capture, H::Views<'s>) -> Result<(), E>,
     {
+        let work: &Arc<CudaStream> = origin.map_or(self.stream, |o| o.stream());
         let mut forked = None;
-        if let Some(here) = helpers.first().map(|_| origin_stream(self.stream.context())) {
+        if let Some(here) = helpers.first().map(|_| origin_stream(work.context())) {
             let fork = |here: &CaptureOrigin| {
-                helpers
-                    .iter()
-                    .try_for_each(|h| order_streams(self.stream, here.fork_event(), h.stream()))
+                helpers.iter().try_for_each(|h| order_streams(work, here.fork_event(), h.stream()))
             };
             if let Err(error) = here.and_then(|here| fork(&here)) {
                 forked = Some(CudaError { call: Self::FORK, error });
             }
-            let _ = self.stream.context().bind_to_thread();
+            let _ = work.context().bind_to_thread();
         }
         // SAFETY: the handles borrow their buffers for the whole graph call, which outlives
         // the aliases (dropped below); `validate` and `helpers` made sure that each is of the
@@ -244,25 +253,29 @@ impl<'a, H: CaptureOperands, F> CaptureParams<'a, H, F> {
         // the closure gets only views of it, for a lifetime it must accept for any `'s`: they
         // cannot escape the closure.
         let streams: Vec<Arc<CudaStream>> = helpers.iter().map(|h| h.stream().clone()).collect();
-        let mut aliases = unsafe { self.handles.aliases(self.stream, &streams) };
-        let listed = self.handles.listed(&mut aliases, self.stream);
-        let cap = Capture::new(self.stream.clone(), capturing, listed, next_capture_id());
-        let result = catch_unwind(AssertUnwindSafe(|| f(&cap, H::views(&mut aliases))));
+        let mut aliases = unsafe { self.handles.aliases(work, &streams) };
+        let listed = self.handles.listed(&mut aliases, work);
+        let on: Vec<sys::CUstream> = streams.iter().map(|h| h.cu_stream()).collect();
+        let (id, capturing) = (next_capture_id(), origin.is_some());
+        let cap = Capture::new(work.clone(), self.stream.clone(), capturing, listed, id, &on);
+        let result = catch_unwind(AssertUnwindSafe(|| f(&cap, H::views(&mut aliases, &cap))));
         let broken = cap.broken();
+        let joined = cap.joined_user();
+        let functions = cap.take_functions();
         drop(cap);
         // Still capturing when `capturing`, so their `leak` waits only on events recorded
         // inside this capture.
         drop(aliases);
-        let mut joined = None;
+        let mut back = None;
         for h in helpers {
-            if let Err(error) = order_streams(h.stream(), h.join_event(), self.stream) {
-                joined.get_or_insert(CudaError { call: Self::JOIN, error });
+            if let Err(error) = order_streams(h.stream(), h.join_event(), work) {
+                back.get_or_insert(CudaError { call: Self::JOIN, error });
             }
         }
         if !helpers.is_empty() {
-            let _ = self.stream.context().bind_to_thread();
+            let _ = work.context().bind_to_thread();
         }
-        (result, broken.or(forked).or(joined))
+        (result, broken.or(forked).or(back), joined, functions)
     }
 
     const FORK: &'static str =
@@ -328,16 +341,17 @@ where
         let f = self.take(site)?;
         let origin = crate::capture::origin_stream(self.stream.context())
             .map_err(|e| graph_err("cuStreamCreate (capture origin)", e))?;
-        // SAFETY: as above; neither stream is capturing (the origin is this thread's own).
-        unsafe { crate::capture::begin_joined(&origin, self.stream) }
+        // SAFETY: the origin is this thread's own, alive and not capturing; its context is the
+        // stream's, current.
+        unsafe { crate::capture::begin_origin(&origin) }
             .map_err(|e| graph_err("cuStreamBeginCapture", e))?;
-        let (result, broken) = self.call(f, true, &helpers);
+        let (result, broken, joined, functions) = self.call(f, Some(&origin), &helpers);
         let ctx = self.stream.context();
         let _ = ctx.bind_to_thread();
-        // SAFETY: this thread began the capture on `origin` and joined the stream, both alive;
-        // it ends whatever the closure did.
-        let end = unsafe { crate::capture::end_joined(&origin, self.stream) };
-        let end = end.map(|raw| OwnedGraph { raw, ctx: ctx.clone() });
+        // SAFETY: this thread began the capture on `origin` (and the closure joined the stream
+        // when `joined`), both alive; it ends whatever the closure did.
+        let end = unsafe { crate::capture::end_origin(&origin, joined.then_some(&**self.stream)) };
+        let end = end.map(|raw| OwnedGraph { raw, ctx: ctx.clone(), functions });
         let (file, line) = (at.file, at.line);
         if end.is_err() {
             // An invalidated capture: work the closure enqueued on another stream may still be
@@ -390,14 +404,14 @@ where
         })?;
         let helpers = self.helpers(site)?;
         let f = self.take(site)?;
-        match self.call(f, false, &helpers) {
-            (Err(panic), _) => resume_unwind(panic),
-            (Ok(Err(e)), _) => {
+        match self.call(f, None, &helpers) {
+            (Err(panic), ..) => resume_unwind(panic),
+            (Ok(Err(e)), ..) => {
                 let at = site();
                 Err(Error::Capture { file: at.file, line: at.line, source: e.into() })
             }
-            (Ok(Ok(())), Some(source)) => Err(Error::Node { site: site(), source }),
-            (Ok(Ok(())), None) => Ok(()),
+            (Ok(Ok(())), Some(source), ..) => Err(Error::Node { site: site(), source }),
+            (Ok(Ok(())), None, ..) => Ok(()),
         }
     }
 }
