@@ -66,15 +66,24 @@ pub fn gpu() -> Result<(Arc<CudaContext>, Arc<CudaStream>, Ops)> {
 /// Launches kernel `$name` of `$k` eagerly on `$stream` with cudarc's launch builder, with the
 /// arguments in order (`&scalar`, `&buffer`, `&mut buffer`). The caller imports
 /// `cudarc::driver::PushKernelArg` (for `.arg`).
+///
+/// Only the launch itself is in the macro's `unsafe` block: the stream, the arguments and the
+/// configuration are evaluated outside it, so that inside a capture's closure the caller still
+/// writes `unsafe { s.stream() }` and `unsafe { view.as_cuda_view() }` with its own `SAFETY:`
+/// comment (the macro's block does not cover them).
 #[allow(unused_macros)]
 macro_rules! launch {
     ($stream:expr, $k:expr, $name:literal, $cfg:expr; $($arg:expr),* $(,)?) => {{
         let f = $k
             .function($name)
             .expect(concat!("`", $name, "` is declared in `kernels!`"));
-        // SAFETY: the arguments match the kernel's signature in kernels/ops.cu (the same one
-        // that `kernels!` declares), and every buffer holds at least `n` elements.
-        unsafe { $stream.launch_builder(f)$(.arg($arg))*.launch($cfg) }.map(drop)
+        let cfg = $cfg;
+        // The arguments' temporaries live until the end of the `match`.
+        match $stream.launch_builder(f)$(.arg($arg))* {
+            // SAFETY: the arguments match the kernel's signature in kernels/ops.cu (the same
+            // one that `kernels!` declares), and every buffer holds at least `n` elements.
+            args => unsafe { args.launch(cfg) }.map(drop),
+        }
     }};
 }
 
