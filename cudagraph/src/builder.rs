@@ -224,8 +224,8 @@ impl<'a> GraphBuilder<'a> {
     /// `capture`.
     ///
     /// `operands` is a tuple of 1 to 6 of this builder's device handles, `(x,)`, `(x, y)`, …:
-    /// a [`DevRead`](crate::DevRead) from [`read`](Self::read) (the closure gets a `CudaView`)
-    /// or a [`DevWrite`] from [`write`](Self::write) (a `CudaViewMut`). They are the node's
+    /// a [`DevRead`](crate::DevRead) from [`read`](Self::read) (the closure gets a `CaptureSlice`)
+    /// or a [`DevWrite`] from [`write`](Self::write) (a `CaptureSliceMut`). They are the node's
     /// accesses: edges follow from the data hazards with the other nodes, as for any node. `f`
     /// gets the [`Capture`], whose [`stream`](Capture::stream) is where to enqueue the work, and
     /// the views in order; views cannot escape the closure. List every buffer the work uses:
@@ -265,7 +265,7 @@ impl<'a> GraphBuilder<'a> {
     /// let (xw, yw) = (g.write(&mut x), g.write(&mut y));
     /// g.kernel(k.fill(1024, xw).launch(LaunchConfig::for_num_elems(1024)));
     /// // After the kernel (it reads what the kernel writes); recorded by `launch`.
-    /// g.capture(&stream, (xw.read(), yw), |s, (x, mut y)| s.stream().memcpy_dtod(&x, &mut y));
+    /// g.capture(&stream, (xw.read(), yw), |s, (x, mut y)| s.copy(&x, &mut y));
     /// g.launch()?;
     /// # Ok(()) }
     /// ```

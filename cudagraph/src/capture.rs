@@ -352,7 +352,7 @@ impl Capture {
     }
 
     /// A read handle of `view` for a kernel node of this capture ([`kernel`](Self::kernel)):
-    /// `view` is one of the closure's views (`CudaView` or `CudaViewMut`) or a part of one
+    /// `view` is one of the closure's views ([`CaptureSlice`] or [`CaptureSliceMut`]) or a part of one
     /// (`slice`, `split_at`, …). The handle cannot leave the closure (its lifetime is the
     /// view's).
     ///
@@ -371,9 +371,9 @@ impl Capture {
         Ok(DevRead::new(ptr, len, ctx))
     }
 
-    /// A write handle of `view` (a `CudaViewMut` of a `&mut` operand, or a part of one) for a
+    /// A write handle of `view` (a [`CaptureSliceMut`] of a `&mut` operand, or a part of one) for a
     /// kernel node of this capture ([`kernel`](Self::kernel)); see [`read`](Self::read). A
-    /// `CudaView` (of a `&` operand) has no write handle: that is a compile error.
+    /// [`CaptureSlice`] (of a `&` operand) has no write handle: that is a compile error.
     ///
     /// # Errors
     /// [`Error::NodeRefused`] naming this call's location, with nothing enqueued:
@@ -895,10 +895,7 @@ impl<T> DevicePtr<T> for CaptureSliceMut<'_, T> {
 impl<T> DevicePtrMut<T> for CaptureSliceMut<'_, T> {
     /// As [`CaptureSlice`]'s `device_ptr`, for writing.
     #[track_caller]
-    fn device_ptr_mut<'a>(
-        &'a mut self,
-        stream: &'a CudaStream,
-    ) -> (CUdeviceptr, SyncOnDrop<'a>) {
+    fn device_ptr_mut<'a>(&'a mut self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
         self.cap.check_view_stream(stream);
         self.view.device_ptr_mut(stream)
     }
@@ -1172,8 +1169,8 @@ impl<P: DeviceBufferMut + Send + ?Sized> Held for &mut P {
     }
 }
 
-/// One operand of [`capture`]: `&buffer` (the closure gets a `CudaView`) or `&mut buffer`
-/// (a `CudaViewMut`) of a [`DeviceBuffer`], borrowed for `'a`, the lifetime of the [`Graph`].
+/// One operand of [`capture`]: `&buffer` (the closure gets a [`CaptureSlice`]) or `&mut buffer`
+/// (a [`CaptureSliceMut`]) of a [`DeviceBuffer`], borrowed for `'a`, the lifetime of the [`Graph`].
 /// Sealed.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a capture operand",
@@ -1183,7 +1180,7 @@ impl<P: DeviceBufferMut + Send + ?Sized> Held for &mut P {
 pub trait Operand<'a>: imp::Sealed {
     /// The element type.
     type Elem: 'static;
-    /// What the closure gets for it: `CudaView<'s, Elem>` or `CudaViewMut<'s, Elem>`.
+    /// What the closure gets for it: `CaptureSlice<'s, Elem>` or `CaptureSliceMut<'s, Elem>`.
     type View<'s>;
     /// The borrow, as the graph holds it.
     #[doc(hidden)]
@@ -1225,8 +1222,8 @@ impl<'a, P: DeviceBufferMut + Send + ?Sized + 'a> Operand<'a> for &'a mut P {
     note = "write one operand as `(&x,)`, with the comma"
 )]
 pub trait Operands<'a>: imp::Sealed {
-    /// The closure's views, one per operand, in order: `CudaView<'s, T>` for `&` operands,
-    /// `CudaViewMut<'s, T>` for `&mut` operands.
+    /// The closure's views, one per operand, in order: `CaptureSlice<'s, T>` for `&` operands,
+    /// `CaptureSliceMut<'s, T>` for `&mut` operands.
     type Views<'s>;
     /// The aliases, one per operand.
     #[doc(hidden)]
@@ -1292,16 +1289,25 @@ fn graph_error(file: &'static str, line: u32, call: &'static str, error: DriverE
 }
 
 /// Records `f`'s stream work on `operands` into a [`Graph`], by stream capture
-/// (`cuStreamBeginCapture_v2` in `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`, `cuStreamEndCapture`).
+/// (`cuStreamBeginCapture_v2` in `CU_STREAM_CAPTURE_MODE_RELAXED` on a private stream of the
+/// crate's, `cuStreamEndCapture`).
 ///
 /// `operands` is a tuple of 0 to 6 borrows of device buffers (`CudaSlice<T>`, `CudaView<'_, T>`,
 /// `CudaViewMut<'_, T>`; device memory only): `&x` for buffers the work only reads, `&mut x`
-/// for buffers it writes. `f` gets the [`Capture`] (its [`stream`](Capture::stream) is the
-/// capturing stream) and, in the same order, a `CudaView` of each `&` operand and a
-/// `CudaViewMut` of each `&mut` operand, by value: they cannot leave the closure. Work that `f`
-/// enqueues on the capturing stream is recorded, not run. The returned graph holds the borrows
-/// of `operands` (so they outlive it, and its [`Exec`]), and is run by
+/// for buffers it writes. `f` gets the [`Capture`] and, in the same order, a [`CaptureSlice`]
+/// of each `&` operand and a [`CaptureSliceMut`] of each `&mut` operand, by value: they cannot
+/// leave the closure. The returned graph holds the borrows of `operands` (so they outlive it,
+/// and its [`Exec`]) and the modules of its explicit kernel nodes, and is run by
 /// [`instantiate`](Graph::instantiate) and [`Exec::launch`].
+///
+/// What `f` records: in safe code, only work on the listed operands, through the capture's
+/// methods ([`Capture::copy`], [`Capture::zero`], [`Capture::kernel`]). Library calls
+/// (cuBLAS, cuFFT, NCCL) and cudarc launches go on the call's stream, which joins the capture
+/// through the `unsafe` [`Capture::stream`] (its contract: SAFETY.md, "Captured work"). Safe
+/// code that uses `stream` (or any other stream) without joining it runs at once, as outside a
+/// capture, and a view used on such a stream panics: nothing the crate did not list can enter
+/// the recording. A value moved into `f` and dropped there is freed (or unloaded) at once, not
+/// captured.
 ///
 /// The views are views of aliases of the operands' memory with events of their own, so cudarc's
 /// stream synchronization (its events, in multi-stream mode) works inside the capture: before
@@ -1310,10 +1316,7 @@ fn graph_error(file: &'static str, line: u32, call: &'static str, error: DriverE
 ///
 /// `f` lives as long as the graph (`F: 'a`): everything it borrows stays borrowed while the graph
 /// and its exec may replay the recording. A value the closure hands out (an explicit node's
-/// [`CapturedKernel`]) goes through a shared cell (`std::cell::OnceCell`) declared before it. Use
-/// only the listed operands' views inside `f`: another buffer is not acquired (waited on,
-/// ordered) at each launch, and with cudarc's stream synchronization (required) one with a
-/// recorded event invalidates the capture.
+/// [`CapturedKernel`]) goes through a shared cell (`std::cell::OnceCell`) declared before it.
 ///
 /// # Errors
 /// All name this call's source location, and after each the capture has ended, no graph is
@@ -1358,12 +1361,15 @@ fn graph_error(file: &'static str, line: u32, call: &'static str, error: DriverE
 /// let x = stream.clone_htod(&vec![1.0f32; n as usize])?;
 /// let mut y = stream.alloc_zeros::<f32>(n as usize)?;
 /// let graph = cudagraph::capture(&stream, (&x, &mut y), |s, (x, mut y)| {
-///     s.stream().memset_zeros(&mut y)?;
-///     let mut launch = s.stream().launch_builder(&scale);
-///     launch.arg(&n).arg(&x).arg(&mut y);
-///     // SAFETY: `scale(n, x, y)` reads n elements of x and writes n of y.
-///     unsafe { launch.launch(LaunchConfig::for_num_elems(n)) }?;
-///     Ok::<(), cudagraph::cudarc::driver::DriverError>(())
+///     s.zero(&mut y)?; // safe: a memset node of a listed operand
+///     // SAFETY: `scale(n, x, y)` reads n elements of x and writes n of y, the listed views;
+///     // the module outlives the graph; nothing else uses `stream` while `f` runs.
+///     unsafe {
+///         let mut launch = s.stream().launch_builder(&scale);
+///         launch.arg(&n).arg(x.as_cuda_view()).arg(y.as_cuda_view_mut());
+///         launch.launch(LaunchConfig::for_num_elems(n))?;
+///     }
+///     Ok::<(), cudagraph::Error>(())
 /// })?;
 /// let mut exec = graph.instantiate()?;
 /// for _ in 0..10 {

@@ -80,7 +80,7 @@
 //! let node = std::cell::OnceCell::new();
 //! let graph = cudagraph::capture(&stream, (&x, &mut y, &mut out), |s, (x, mut y, mut out)| {
 //!     let _ = node.set(s.kernel(k.affine(n, 2, 1, s.read(&x)?, s.write(&mut y)?).launch(cfg))?);
-//!     s.stream().memcpy_dtod(&y, &mut out)?; // captured after the node
+//!     s.copy(&y, &mut out)?; // captured after the node
 //!     Ok::<(), cudagraph::Error>(())
 //! })?;
 //! let (node, mut exec) = (node.get().expect("recorded"), graph.instantiate()?);
@@ -174,8 +174,8 @@ pub mod raw;
 pub use builder::{GraphBuilder, Node};
 pub use cache::{GraphCache, InstantiateFlags, Mode, Stats};
 pub use capture::{
-    Capture, CaptureView, CapturedKernel, DeviceBuffer, DeviceBufferMut, Exec, Graph, Operand,
-    Operands, Released, UpdateRefused, capture,
+    Capture, CaptureSlice, CaptureSliceMut, CaptureView, CapturedKernel, DeviceBuffer,
+    DeviceBufferMut, Exec, Graph, Operand, Operands, Released, UpdateRefused, capture,
 };
 pub use cudarc;
 pub use error::{CudaError, Error, NodeSite, Refusal, Result};
@@ -211,9 +211,9 @@ pub use plan::{Access, EdgeKind, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, in
 /// - `memset(&mut dst, value)` with a 1, 2 or 4-byte value of `dst`'s element type;
 ///   `zero(&mut dst)` for any element type.
 /// - `capture(&a, &mut b, |s, (a, b)| { … })`: a child-graph node of the closure's stream work
-///   (cuBLAS, cuFFT, cudarc launches and copies on `s.stream()`), recorded by stream capture on
+///   (`s.copy`, `s.zero`, `s.kernel`; cuBLAS, cuFFT, cudarc launches on the `unsafe` `s.stream()`), recorded by stream capture on
 ///   every call before anything is enqueued ([`Stats::captures`]) and sent to the exec as a
-///   per-node update. The closure gets a `CudaView` of each `&` operand and a `CudaViewMut` of
+///   per-node update. The closure gets a `CaptureSlice` of each `&` operand and a `CaptureSliceMut` of
 ///   each `&mut` operand. The stream argument must then be a `&Arc<CudaStream>` made with
 ///   `ctx.new_stream()` (the legacy default stream cannot capture), with cudarc's event tracking
 ///   on (its default): it is what refuses a buffer the closure did not list. Errors: [`Error::Capture`] (the closure's own),

@@ -438,13 +438,15 @@ fn chain_captured(
 ) -> cudagraph::Result<()> {
     graph!(cache, stream, {
         capture(&mut *x, |cap, (mut x,)| -> Result<(), DriverError> {
-            let (st, n, one) = (cap.stream(), ELEMS, 1u32);
+            let (n, one) = (ELEMS, 1u32);
             // SAFETY: the arguments match bench.cu's `add(unsigned, unsigned, unsigned*)`; `x`
-            // holds ELEMS elements.
+            // (a listed view) holds ELEMS elements; the module outlives the cache; nothing
+            // else uses the stream while the closure runs.
             unsafe {
-                st.launch_builder(add).arg(&n).arg(&s).arg(&mut x).launch(LAUNCH)?;
+                let (st, x) = (cap.stream(), x.as_cuda_view_mut());
+                st.launch_builder(add).arg(&n).arg(&s).arg(&mut *x).launch(LAUNCH)?;
                 for _ in 1..nodes {
-                    st.launch_builder(add).arg(&n).arg(&one).arg(&mut x).launch(LAUNCH)?;
+                    st.launch_builder(add).arg(&n).arg(&one).arg(&mut *x).launch(LAUNCH)?;
                 }
             }
             Ok(())
@@ -1102,7 +1104,7 @@ fn describe(id: &str) -> &'static str {
             "graph!: as d, with the buffers allocated on another stream (ordered through it: cuEventRecord + cuStreamWaitEvent before and after each launch)"
         }
         "dc" => {
-            "graph!: a's K launches inside one capture statement (cudarc launch_builder on s.stream()), recorded by stream capture and sent to its child-graph node (cuGraphExecNodeSetParams) every call; first scalar changed per step (as e); event tracking on (a capture needs it: compare with d*); chain, K = 1, 10, 100"
+            "graph!: a's K launches inside one capture statement (cudarc launch_builder on the unsafe s.stream()), recorded by stream capture and sent to its child-graph node (cuGraphExecNodeSetParams) every call; first scalar changed per step (as e); event tracking on (a capture needs it: compare with d*); chain, K = 1, 10, 100"
         }
         "h" => "GraphBuilder: the same K nodes recorded and launched every step, nothing changed",
         "hf" => "GraphBuilder: as h, every pointer changed per step (as f)",

@@ -200,7 +200,13 @@ fn step2(
                 k0.boundary(n, ra, &mut a.v).launch(edge);
                 k1.boundary(n, rb, &mut b.v).launch(edge);
                 capture(&mut a.v, &mut b.v, |s, (mut va, mut vb)| {
-                    s.fork(s1)?;
+                    // SAFETY: the step's stream (comms[0]'s, joined by `s.stream()`) and `s1`
+                    // (comms[1]'s) carry only NCCL's send/recv of the listed views until the
+                    // closure returns; `s1` is joined back below.
+                    unsafe {
+                        s.stream();
+                        s.fork(s1)?;
+                    }
                     group_start().map_err(nccl)?;
                     comms[0].send(&va.slice(last..last + w), 1).map_err(nccl)?;
                     comms[0].recv(&mut va.slice_mut(halo..halo + w), 1).map_err(nccl)?;

@@ -122,9 +122,12 @@ fn run_steps(
         graph!(cache, stream, {
             copy(&x, &mut h[0]);
             for l in 0..4 {
-                // SAFETY (of the GEMM): `gemm` describes W (width×width), h[l] and h[l + 1]
-                // (width×batch), the sizes these buffers were allocated with.
-                capture(&w[l], &h[l], &mut h[l + 1], |_, (w, x, mut y)| unsafe {
+                // SAFETY: `s.stream()` joins the step's stream (`blas`'s) into the capture;
+                // the GEMM on it touches only the listed views and cuBLAS's own workspace,
+                // set before (`gemm` describes W (width×width), h[l] and h[l + 1]
+                // (width×batch), the sizes these buffers were allocated with).
+                capture(&w[l], &h[l], &mut h[l + 1], |s, (w, x, mut y)| unsafe {
+                    s.stream();
                     blas.gemm(gemm, &w, &x, &mut y)
                 });
                 k.bias_relu(rows, cols, &b[l], &mut h[l + 1]).launch(cfg);

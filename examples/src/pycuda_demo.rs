@@ -16,7 +16,7 @@
 //!
 //! | PyCUDA (pull request) | cudagraph |
 //! |---|---|
-//! | `stream.begin_capture()` … `end_capture()` | `cudagraph::capture(&stream, (operands…), \|s, views\| …)` |
+//! | `stream.begin_capture()` … `end_capture()` | `cudagraph::capture(&stream, (operands…), \|s, views\| …)` (memsets and copies: `s.zero`, `s.copy`; a raw launch on the `unsafe` `s.stream()`) |
 //! | `func_plus(a_gpu, …, stream=stream_1)` | a cudarc launch on `s.stream()` |
 //! | `get_capture_info_v2` + `graph.add_kernel_node(…)` + `update_capture_dependencies` | `s.kernel(k.plus(n, s.write(&mut b)?, 3).launch(cfg))?` |
 //! | `graph.debug_dot_print(path)` | `graph.debug_dot_print(path)?` |
@@ -80,17 +80,20 @@ fn run(dot: &std::path::Path) -> Result<bool, Box<dyn std::error::Error>> {
         &stream,
         (&mut a, &mut b, &mut b2, &mut result),
         |s, (mut a, mut b, mut b2, mut result)| {
-            let st = s.stream();
-            st.memset_zeros(&mut a)?;
-            st.memset_zeros(&mut b)?;
-            st.memset_zeros(&mut b2)?;
+            s.zero(&mut a)?;
+            s.zero(&mut b)?;
+            s.zero(&mut b2)?;
             // A captured launch, as the demo's `func_plus(a_gpu, 2, stream=stream_1)`.
-            // SAFETY: `plus(n, a, num)` adds `num` to the n elements of `a`.
-            unsafe { st.launch_builder(plus).arg(&N).arg(&mut a).arg(&2i32).launch(cfg) }?;
+            // SAFETY: `plus(n, a, num)` adds `num` to the n elements of `a`, a listed view; its
+            // module (`k`) outlives the graph; nothing else uses `stream` while this runs.
+            unsafe {
+                let mut launch = s.stream().launch_builder(plus);
+                launch.arg(&N).arg(a.as_cuda_view_mut()).arg(&2i32).launch(cfg)?;
+            }
             // Two nodes added by hand, each after everything captured so far.
             let _ = first.set(s.kernel(k.plus(N, s.write(&mut b)?, 3).launch(cfg))?);
             let _ = second.set(s.kernel(k.times(N, s.write(&mut a)?, s.read(&b)?).launch(cfg))?);
-            st.memcpy_dtod(&a, &mut result)?;
+            s.copy(&a, &mut result)?;
             Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
         },
     )?;

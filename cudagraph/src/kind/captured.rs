@@ -53,7 +53,7 @@ impl Drop for OwnedGraph {
 }
 
 /// One operand of a `capture` statement: a `&place` ([`DevRead`], the closure gets a
-/// `CudaView`) or `&mut place` ([`DevWrite`], a `CudaViewMut`) handle. Sealed.
+/// `CaptureSlice`) or `&mut place` ([`DevWrite`], a `CaptureSliceMut`) handle. Sealed.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be an operand of `capture`",
     label = "not `&buffer` or `&mut buffer` of device memory",
