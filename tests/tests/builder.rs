@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use cudagraph::cudarc::driver::sys::CUstreamCaptureStatus;
 use cudagraph::cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DriverError, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    CudaContext, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
 use cudagraph::{Error, GraphCache, Mode, NodeSite, graph};
 
@@ -968,13 +968,19 @@ fn captured_step(
     let c = g.capture(
         stream,
         (x.read(), y, z),
-        move |s, (x, mut y, mut z)| -> std::result::Result<(), DriverError> {
-            let st = s.stream();
-            launch!(st, k, "affine", cfg; &N, &5u32, &seed, &x, &mut y)?;
-            st.memcpy_dtod(&y, &mut z)?;
-            launch!(st, k, "affine_inplace", cfg; &N, &7u32, &1u32, &mut z)?;
+        move |s, (x, mut y, mut z)| -> std::result::Result<(), cudagraph::Error> {
+            // SAFETY: the kernels read N elements of x and write N of y and z, listed views
+            // (`&mut` where written), on the joined stream.
+            let st = unsafe { s.stream() };
+            // SAFETY: used on `st`, joined above.
+            let (xv, yv) = unsafe { (x.as_cuda_view(), y.as_cuda_view_mut()) };
+            launch!(st, k, "affine", cfg; &N, &5u32, &seed, xv, yv)?;
+            s.copy(&y, &mut z)?;
+            launch!(st, k, "affine_inplace", cfg; &N, &7u32, &1u32, unsafe { z.as_cuda_view_mut() })?;
             if extra {
-                launch!(st, k, "affine_inplace", cfg; &N, &3u32, &2u32, &mut z)?;
+                // SAFETY: as above.
+                let zv = unsafe { z.as_cuda_view_mut() };
+                launch!(st, k, "affine_inplace", cfg; &N, &3u32, &2u32, zv)?;
             }
             Ok(())
         },
@@ -1092,7 +1098,7 @@ fn capture_on_another_stream_than_the_builders_is_refused() -> Result {
             let (x, y) = (g.write(&mut f.x), g.write(&mut f.y));
             g.kernel(f.k.iota(N, 3, 99, x).launch(cfg)); // would change x
             let line = line!() + 1;
-            g.capture(&other, (x.read(), y), |s, (x, mut y)| s.stream().memcpy_dtod(&x, &mut y));
+            g.capture(&other, (x.read(), y), |s, (x, mut y)| s.copy(&x, &mut y));
             (g.launch(), line)
         },
         |e, line| invalid(e, "capture", line, "not this GraphBuilder's stream"),

@@ -94,11 +94,10 @@ fn captured_cudarc_work_in_multi_stream_mode_matches_eager_over_three_launches()
     let mut z = other.alloc_zeros::<u32>(LEN)?;
     let mut w = other.clone_htod(&host::iota(N, 5, 5))?;
     let mut out = other.alloc_zeros::<u32>(LEN)?;
-    let graph = capture(
-        &stream,
-        (&x, &mut y, &mut z, &mut w, &mut out),
-        |s, (x, y, z, w, out)| five_steps_captured(&k, s, x, [y, z, w, out]),
-    )?;
+    let graph =
+        capture(&stream, (&x, &mut y, &mut z, &mut w, &mut out), |s, (x, y, z, w, out)| {
+            five_steps_captured(&k, s, x, [y, z, w, out])
+        })?;
     assert_eq!(graph.nodes()?, 5);
     let mut exec = graph.instantiate()?;
     exec.upload(&stream)?;
@@ -721,7 +720,13 @@ fn two_explicit_nodes_feed_captured_work_and_one_is_repointed_at_a_third_buffer(
             // SAFETY: `combine3` reads N elements of a, b, x1 and writes N of out, all listed
             // views (`&mut` where written), on the joined stream.
             let (st, av, bv, xv, ov) = unsafe {
-                (s.stream(), a.as_cuda_view(), b.as_cuda_view(), x1.as_cuda_view(), out.as_cuda_view_mut())
+                (
+                    s.stream(),
+                    a.as_cuda_view(),
+                    b.as_cuda_view(),
+                    x1.as_cuda_view(),
+                    out.as_cuda_view_mut(),
+                )
             };
             launch!(st, k, "combine3", cfg(); &N, av, bv, xv, ov)?;
             Ok::<(), Error>(())
@@ -877,10 +882,7 @@ fn a_capture_refuses_unlisted_memory_for_explicit_nodes_and_stays_valid() -> Res
     })?;
     assert_eq!(
         *refusals.borrow(),
-        [
-            Refusal::NotAnOperand { arg: Some(4) },
-            Refusal::Overlap { first: 3, second: 4 },
-        ]
+        [Refusal::NotAnOperand { arg: Some(4) }, Refusal::Overlap { first: 3, second: 4 },]
     );
     assert_eq!(graph.nodes()?, 1);
     let mut exec = graph.instantiate()?;

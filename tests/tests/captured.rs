@@ -37,21 +37,22 @@ fn step(
 ) -> Result {
     graph!(cache, stream, {
         k.iota(N, 3, seed, &mut *x).launch(cfg());
-        capture(
-            &*x,
-            &mut *y,
-            &mut *z,
-            |s, (x, mut y, mut z)| -> std::result::Result<(), DriverError> {
-                let st = s.stream();
-                launch!(st, k, "affine", cfg(); &N, &5u32, &seed, &x, &mut y)?;
-                st.memcpy_dtod(&y, &mut z)?;
-                launch!(st, k, "affine_inplace", cfg(); &N, &7u32, &1u32, &mut z)?;
-                if extra {
-                    launch!(st, k, "affine_inplace", cfg(); &N, &3u32, &2u32, &mut z)?;
-                }
-                Ok(())
-            },
-        );
+        capture(&*x, &mut *y, &mut *z, |s, (x, mut y, mut z)| -> std::result::Result<(), Error> {
+            // SAFETY: the kernels read N elements of x and write N of y and z, listed views
+            // (`&mut` where written), on the joined stream.
+            let st = unsafe { s.stream() };
+            // SAFETY: used on `st`, joined above.
+            let (xv, yv) = unsafe { (x.as_cuda_view(), y.as_cuda_view_mut()) };
+            launch!(st, k, "affine", cfg(); &N, &5u32, &seed, xv, yv)?;
+            s.copy(&y, &mut z)?;
+            // SAFETY: as above.
+            let zv = unsafe { z.as_cuda_view_mut() };
+            launch!(st, k, "affine_inplace", cfg(); &N, &7u32, &1u32, &mut *zv)?;
+            if extra {
+                launch!(st, k, "affine_inplace", cfg(); &N, &3u32, &2u32, zv)?;
+            }
+            Ok(())
+        });
         k.mix(N, &*z, &mut *out).launch(cfg());
     })
 }
@@ -179,9 +180,7 @@ fn an_error_returned_by_the_closure_names_the_statement_and_enqueues_nothing() -
                 if fail {
                     return Err("the closure's own error".into());
                 }
-                s.stream()
-                    .memcpy_dtod(&x, &mut y)
-                    .map_err(Box::<dyn std::error::Error + Send + Sync>::from)
+                s.copy(&x, &mut y).map_err(Box::<dyn std::error::Error + Send + Sync>::from)
             });
         })
     };
@@ -241,9 +240,12 @@ fn a_synchronize_inside_the_closure_is_an_invalidated_capture_error() -> Result 
     let mut cache = GraphCache::new();
     let err = graph!(&mut cache, &stream, {
         k.iota(N, 1, 2, &mut x).launch(cfg());
-        capture(&x, &mut y, |s, (x, mut y)| {
-            s.stream().memcpy_dtod(&x, &mut y)?;
-            s.stream().synchronize()
+        capture(&x, &mut y, |s, (x, mut y)| -> std::result::Result<(), Error> {
+            s.copy(&x, &mut y)?;
+            // SAFETY: nothing is enqueued: the synchronize of the joined (capturing) stream is
+            // refused by the driver, which invalidates the capture (what this test checks).
+            unsafe { s.stream() }.synchronize()?;
+            Ok(())
         });
     })
     .expect_err("a synchronize cannot be captured");
@@ -254,7 +256,7 @@ fn a_synchronize_inside_the_closure_is_an_invalidated_capture_error() -> Result 
     let _ = ctx.check_err();
     graph!(&mut cache, &stream, {
         k.iota(N, 1, 2, &mut x).launch(cfg());
-        capture(&x, &mut y, |s, (x, mut y)| s.stream().memcpy_dtod(&x, &mut y));
+        capture(&x, &mut y, |s, (x, mut y)| s.copy(&x, &mut y));
     })?;
     assert_same(&stream.clone_dtoh(&y)?, &host::iota(N, 1, 2), "after the invalidated capture");
     Ok(())
@@ -273,8 +275,11 @@ fn captured_affine<'a>(
         stream,
         (x, y),
         move |c, (x, mut y)| -> std::result::Result<(), DriverError> {
-            launch!(c.stream(), k, "affine", cfg(); &N, &5u32, &s, &x, &mut y)?;
-            launch!(c.stream(), k, "affine_inplace", cfg(); &N, &7u32, &1u32, &mut y)
+            // SAFETY: the kernels read N elements of x and read and write N of y, listed views
+            // (`&mut` where written), on the joined stream.
+            let (st, xv, yv) = unsafe { (c.stream(), x.as_cuda_view(), y.as_cuda_view_mut()) };
+            launch!(st, k, "affine", cfg(); &N, &5u32, &s, xv, &mut *yv)?;
+            launch!(st, k, "affine_inplace", cfg(); &N, &7u32, &1u32, yv)
         },
     )
 }

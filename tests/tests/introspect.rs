@@ -8,7 +8,7 @@
 mod common;
 
 use common::{Result, assert_same, gpu, host};
-use cudagraph::cudarc::driver::{DriverError, LaunchConfig};
+use cudagraph::cudarc::driver::LaunchConfig;
 use cudagraph::{GraphCache, GraphNodeKind, InstantiateFlags, NodeDetails, capture, eager, graph};
 
 fn cfg(n: u32) -> LaunchConfig {
@@ -148,10 +148,7 @@ fn builder_and_capture_graphs_report_their_nodes() -> Result {
     });
 
     let mut z = s.alloc_zeros::<u32>(n as usize)?;
-    let graph =
-        capture(&s, (&y, &mut z), |c, (y, mut z)| -> std::result::Result<(), DriverError> {
-            c.stream().memcpy_dtod(&y, &mut z)
-        })?;
+    let graph = capture(&s, (&y, &mut z), |c, (y, mut z)| c.copy(&y, &mut z))?;
     let info = graph.node_info()?;
     assert_eq!(info.nodes.len(), 1);
     assert_eq!(
