@@ -31,7 +31,7 @@ fn run() -> cudagraph::Result<()> {
         let head = x.slice(0..512);
         s.kernel(k.affine(512, 3, 0, s.read(&head)?, s.write(&mut out)?).launch(cfg))?;
         s.kernel(k.affine(1024, 1, 1, s.read(&y)?, s.write(&mut out)?).launch(cfg))?;
-        s.stream().memcpy_dtod(&y, &mut out)?;
+        s.copy(&y, &mut out)?;
         Ok::<(), cudagraph::Error>(())
     })?;
     let node = node.get().expect("recorded");

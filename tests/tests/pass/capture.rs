@@ -3,22 +3,25 @@
 //!
 //! A pass case: must compile. `main` runs but never touches CUDA.
 
-use cudagraph::cudarc::driver::{
-    CudaContext, CudaFunction, CudaView, CudaViewMut, DriverError, LaunchConfig, PushKernelArg,
-};
-use cudagraph::{Capture, capture};
+use cudagraph::cudarc::driver::{CudaContext, CudaFunction, DriverError, LaunchConfig, PushKernelArg};
+use cudagraph::{Capture, CaptureSlice, CaptureSliceMut, capture};
 
 fn scale(
     f: &CudaFunction,
     s: &Capture,
-    (x, mut y): (CudaView<'_, f32>, CudaViewMut<'_, f32>),
-) -> Result<(), DriverError> {
-    s.stream().memset_zeros(&mut y)?;
+    (x, mut y): (CaptureSlice<'_, f32>, CaptureSliceMut<'_, f32>),
+) -> cudagraph::Result<()> {
+    s.zero(&mut y)?;
     let n = x.len() as u32;
-    let mut launch = s.stream().launch_builder(f);
-    launch.arg(&n).arg(&x).arg(&mut y);
-    // SAFETY: `scale(n, x, y)` reads n elements of x and writes n of y.
-    unsafe { launch.launch(LaunchConfig::for_num_elems(n)) }.map(drop)
+    // SAFETY: `scale(n, x, y)` reads n elements of x and writes n of y, both listed views, on
+    // the call's stream joined into the capture.
+    let mut launch = unsafe { s.stream() }.launch_builder(f);
+    // SAFETY: used on the joined stream only.
+    let (xv, yv) = unsafe { (x.as_cuda_view(), y.as_cuda_view_mut()) };
+    launch.arg(&n).arg(xv).arg(yv);
+    // SAFETY: as above.
+    unsafe { launch.launch(LaunchConfig::for_num_elems(n)) }?;
+    Ok(())
 }
 
 fn run() -> cudagraph::Result<()> {
@@ -29,8 +32,8 @@ fn run() -> cudagraph::Result<()> {
     let mut y = stream.alloc_zeros::<f32>(1024)?;
     let (x2, mut y2) = (stream.alloc_zeros::<f32>(1024)?, stream.alloc_zeros::<f32>(1024)?);
     let graph = capture(&stream, (&x, &mut y), |s, (x, mut y)| {
-        s.stream().memcpy_dtod(&x, &mut y)?;
-        Ok::<(), DriverError>(())
+        s.copy(&x, &mut y)?;
+        Ok::<(), cudagraph::Error>(())
     })?;
     assert!(graph.nodes()? <= 1);
     let mut exec = graph.instantiate()?;

@@ -2,12 +2,12 @@
 // while the graph exists.
 use std::sync::Arc;
 
-use cudagraph::cudarc::driver::{CudaSlice, CudaStream, DriverError};
+use cudagraph::cudarc::driver::{CudaSlice, CudaStream};
 
 fn freed(s: &Arc<CudaStream>, mut y: CudaSlice<f32>) -> cudagraph::Result<()> {
     let graph = cudagraph::capture(s, (&mut y,), |s, (mut y,)| {
-        s.stream().memset_zeros(&mut y)?;
-        Ok::<(), DriverError>(())
+        s.zero(&mut y)?;
+        Ok::<(), cudagraph::Error>(())
     })?;
     drop(y);
     graph.instantiate()?.launch(s)

@@ -1,5 +1,5 @@
-// A write handle for an explicit kernel node is made of a `CudaViewMut` only: the view of an
-// operand listed `&` is a `CudaView`, which `Capture::write` does not take.
+// A write handle for an explicit kernel node is made of a `CaptureSliceMut` only: the view of an
+// operand listed `&` is a `CaptureSlice`, which `Capture::write` does not take.
 use std::sync::Arc;
 
 use cudagraph::cudarc::driver::{CudaSlice, CudaStream};

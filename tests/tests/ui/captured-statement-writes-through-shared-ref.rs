@@ -1,4 +1,4 @@
-use cudagraph::cudarc::driver::{CudaContext, DriverError};
+use cudagraph::cudarc::driver::CudaContext;
 use cudagraph::{GraphCache, graph};
 
 fn main() -> cudagraph::Result<()> {
@@ -7,10 +7,10 @@ fn main() -> cudagraph::Result<()> {
     let mut cache = GraphCache::new();
     let x = stream.alloc_zeros::<f32>(1024)?;
     let mut y = stream.alloc_zeros::<f32>(1024)?;
-    // `x` is listed `&x`: the closure gets a read-only `CudaView`, which cudarc cannot write.
+    // `x` is listed `&x`: the closure gets a read-only `CaptureSlice`, which `Capture::copy` cannot write.
     graph!(&mut cache, &stream, {
-        capture(&x, &mut y, |s, (mut x, y)| -> Result<(), DriverError> {
-            s.stream().memcpy_dtod(&y, &mut x)
+        capture(&x, &mut y, |s, (mut x, y)| -> cudagraph::Result<()> {
+            s.copy(&y, &mut x)
         });
     })
 }

@@ -2,12 +2,12 @@
 // them cannot be freed while that exec may launch.
 use std::sync::Arc;
 
-use cudagraph::cudarc::driver::{CudaSlice, CudaStream, DriverError};
+use cudagraph::cudarc::driver::{CudaSlice, CudaStream};
 
 fn rebind(s: &Arc<CudaStream>, mut y: CudaSlice<f32>) -> cudagraph::Result<()> {
     let g = cudagraph::capture(s, (&mut y,), |c, (mut v,)| {
-        c.stream().memset_zeros(&mut v)?;
-        Ok::<(), DriverError>(())
+        c.zero(&mut v)?;
+        Ok::<(), cudagraph::Error>(())
     })?;
     let released = g.instantiate()?.release();
     let mut other = s.alloc_zeros::<f32>(1024)?;

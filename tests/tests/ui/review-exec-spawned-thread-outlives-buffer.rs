@@ -2,12 +2,12 @@
 // thread that may outlive them.
 use std::sync::Arc;
 
-use cudagraph::cudarc::driver::{CudaSlice, CudaStream, DriverError};
+use cudagraph::cudarc::driver::{CudaSlice, CudaStream};
 
 fn spawn(s: Arc<CudaStream>, mut y: CudaSlice<f32>) -> cudagraph::Result<()> {
     let mut exec = cudagraph::capture(&s, (&mut y,), |c, (mut v,)| {
-        c.stream().memset_zeros(&mut v)?;
-        Ok::<(), DriverError>(())
+        c.zero(&mut v)?;
+        Ok::<(), cudagraph::Error>(())
     })?
     .instantiate()?;
     let t = std::thread::spawn(move || exec.launch(&s));

@@ -2,12 +2,12 @@
 // to a graph of a shorter-lived buffer the exec cannot be launched once that buffer is gone.
 use std::sync::Arc;
 
-use cudagraph::cudarc::driver::{CudaSlice, CudaStream, DriverError};
+use cudagraph::cudarc::driver::{CudaSlice, CudaStream};
 
 fn shorter(s: &Arc<CudaStream>, mut y: CudaSlice<f32>) -> cudagraph::Result<()> {
-    let zero = |c: &cudagraph::Capture, (mut v,): (cudagraph::cudarc::driver::CudaViewMut<'_, f32>,)| {
-        c.stream().memset_zeros(&mut v)?;
-        Ok::<(), DriverError>(())
+    let zero = |c: &cudagraph::Capture, (mut v,): (cudagraph::CaptureSliceMut<'_, f32>,)| {
+        c.zero(&mut v)?;
+        Ok::<(), cudagraph::Error>(())
     };
     let mut exec = cudagraph::capture(s, (&mut y,), zero)?.instantiate()?;
     {

@@ -10,8 +10,9 @@ fn main() -> cudagraph::Result<()> {
     let mut y = stream.alloc_zeros::<u32>(1024)?;
     let mut z = stream.alloc_zeros::<u32>(1024)?; // not listed
     let graph = capture(&stream, (&mut y,), |s, (mut y,)| {
-        s.stream().memset_zeros(&mut y)?;
-        s.stream().memset_zeros(&mut z)
+        s.zero(&mut y)?;
+        stream.memset_zeros(&mut z)?; // the call's stream, held by safe code: not recorded
+        Ok::<(), cudagraph::Error>(())
     })?;
     let mut exec = graph.instantiate()?;
     drop(z);
