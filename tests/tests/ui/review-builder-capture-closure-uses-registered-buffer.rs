@@ -3,16 +3,16 @@
 use std::sync::Arc;
 
 use cudagraph::GraphCache;
-use cudagraph::cudarc::driver::CudaStream;
+use cudagraph::cudarc::driver::{CudaStream, DriverError};
 
-fn step(cache: &mut GraphCache, stream: &Arc<CudaStream>) -> Result<(), cudagraph::cudarc::driver::DriverError> {
+fn step(cache: &mut GraphCache, stream: &Arc<CudaStream>) -> cudagraph::Result<()> {
     let u = stream.alloc_zeros::<u32>(16)?;
     let mut v = stream.alloc_zeros::<u32>(16)?;
     let mut g = cache.builder(stream);
     let (ur, vw) = (g.read(&u), g.write(&mut v));
     let _ = vw;
-    g.capture(stream, (ur,), |s, (u,)| -> Result<(), cudagraph::cudarc::driver::DriverError> {
-        // SAFETY: (not reached: the borrow is refused) the work touches the buffers only.
+    g.capture(stream, (ur,), |s, (u,)| -> Result<(), DriverError> {
+        // SAFETY: (not reached: the borrow is refused) the work touches the listed buffers only.
         unsafe { s.stream() }.memcpy_dtod(&u, &mut v)
     });
     g.launch()

@@ -2,13 +2,13 @@
 // directly (bypassing its alias view): the operand tuple holds the exclusive borrow.
 use std::sync::Arc;
 
-use cudagraph::cudarc::driver::{CudaSlice, CudaStream};
+use cudagraph::cudarc::driver::{CudaSlice, CudaStream, DriverError};
 
-fn direct(s: &Arc<CudaStream>, mut y: CudaSlice<f32>) -> Result<(), cudagraph::cudarc::driver::DriverError> {
+fn direct(s: &Arc<CudaStream>, mut y: CudaSlice<f32>) -> cudagraph::Result<()> {
     let g = cudagraph::capture(s, (&mut y,), |c, (_v,)| {
-        // SAFETY: (not reached: the borrow is refused) the work touches the buffer only.
+        // SAFETY: (not reached: the borrow is refused) the work touches the listed buffers only.
         unsafe { c.stream() }.memset_zeros(&mut y)?;
-        Ok::<(), cudagraph::cudarc::driver::DriverError>(())
+        Ok::<(), DriverError>(())
     })?;
     drop(g);
     Ok(())
