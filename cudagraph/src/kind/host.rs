@@ -23,9 +23,11 @@
 //! the closure to close. The callback hands the job to a worker thread of the crate's
 //! ([`hand_off`]) and blocks until the worker ran it and dropped it with everything it owned,
 //! so the node still completes only after the closure, as the driver orders its successors.
-//! The worker binds the node's context while it runs the job. What remains: a closure that
-//! *waits* for its own launch (`synchronize` of the launching stream, a pinned buffer the same
-//! launch still uses) waits for the node it runs in, forever: a deadlock, never wrong data.
+//! The worker binds the launch's context while it runs the job and keeps a handle of it until
+//! the node completed (so that a closure dropping the context's last other handle does not
+//! destroy it inside its own node). What remains: a closure that *waits* for its own launch
+//! (`synchronize` of the launching stream, a pinned buffer the same launch still uses) waits
+//! for the node it runs in, forever: a deadlock, never wrong data.
 
 use core::cell::Cell;
 use core::ffi::c_void;
@@ -33,8 +35,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use cudarc::driver::CudaStream;
 use cudarc::driver::sys::{self, CUcontext, CUgraphNodeParams, CUgraphNodeType};
+use cudarc::driver::{CudaContext, CudaStream};
 
 use super::{NodeKind, Reports};
 use crate::error::{Call, Error, NodeSite};
@@ -206,48 +208,44 @@ where
     }
 }
 
-/// A host node's context, kept by its state and sent with each job to the worker that runs it.
-#[derive(Clone, Copy)]
-struct JobCtx(CUcontext);
-// SAFETY: a handle, never dereferenced; only passed to `cuCtxSetCurrent` by the worker while
-// the job's node runs (the context is alive: it is running the node).
-unsafe impl Send for JobCtx {}
-
 /// A job with where it came from, where its panic goes, and the context it runs in.
 struct Queued {
     job: Job,
     site: NodeSite,
     reports: Arc<Reports>,
-    /// The node's context, bound on the worker while the job runs (null: none bound).
-    ctx: JobCtx,
+    /// The launch's context: bound on the worker while the job runs, and kept alive until the
+    /// node completed (`None` under the mock driver and in unit tests: nothing bound).
+    ctx: Option<Arc<CudaContext>>,
 }
 
 impl Queued {
     /// The statement's closure, taken out of its parameters (once: a second take is an error
-    /// naming the statement), with the site, the cache's reports and the node's context.
+    /// naming the statement), with the site, the cache's reports and the launch's context.
     fn take(
         h: &&dyn HostWork,
         reports: &Arc<Reports>,
         site: &dyn Fn() -> NodeSite,
-        ctx: CUcontext,
+        ctx: Option<&Arc<CudaContext>>,
     ) -> Result<Self, Error> {
         let Some(job) = h.take_job() else {
             let why = "the statement's closure was already taken by an earlier launch".into();
             return Err(Error::InvalidNode { site: site(), why });
         };
-        Ok(Queued { job, site: site(), reports: reports.clone(), ctx: JobCtx(ctx) })
+        Ok(Queued { job, site: site(), reports: reports.clone(), ctx: ctx.cloned() })
     }
 
-    /// Runs the job on the calling thread (a worker: see [`hand_off`]) with the node's context
-    /// bound, catching its panic; the job, what it owned and the panic's payload are dropped
-    /// before this returns.
-    fn run(self) {
+    /// Runs the job on the calling thread (a worker: see [`hand_off`]) with the launch's
+    /// context bound, catching its panic: the job, what it owned and the panic's payload are
+    /// dropped before this returns. Returns the context, for the worker to drop once the node
+    /// completed (the closure may have dropped every other handle of it: destroying a context
+    /// inside its own node would wait for that node).
+    fn run(self) -> Option<Arc<CudaContext>> {
         let Queued { job, site, reports, ctx } = self;
-        if !ctx.0.is_null() {
-            // SAFETY: the node's context is alive while its node runs, which it does until the
-            // worker reports the job done. An error leaves no context bound: cudarc's calls
-            // bind their own, and what fails is the closure's to see.
-            let _ = unsafe { sys::cuCtxSetCurrent(ctx.0) };
+        if let Some(ctx) = &ctx {
+            // `cuCtxSetCurrent`: the worker's CUDA calls (a buffer's drop) find the context
+            // current, as on the thread that launched. A failure is the closure's to see (a
+            // cudarc call binds its own context).
+            let _ = ctx.bind_to_thread();
         }
         if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) {
             let message = panic
@@ -264,11 +262,12 @@ impl Queued {
                 core::mem::forget(again);
             }
         }
-        if !ctx.0.is_null() {
-            // SAFETY: unbinds whatever the job left bound: the worker keeps no context current
-            // between jobs (one may be destroyed meanwhile).
+        if ctx.is_some() {
+            // SAFETY: unbinds whatever context the job left current (no handle is passed): the
+            // worker keeps none current between jobs, since one may be destroyed meanwhile.
             let _ = unsafe { sys::cuCtxSetCurrent(core::ptr::null_mut()) };
         }
+        ctx
     }
 }
 
@@ -280,17 +279,18 @@ struct Worker {
 }
 
 enum Slot {
-    /// Between jobs (and while the worker runs one: the job is then the worker's).
+    /// Waiting for a job (and while the worker runs one: the job is then the worker's).
     Idle,
     /// Handed by a callback, not yet taken by the worker.
     Job(Queued),
-    /// The job ran and was dropped, with everything it owned.
+    /// The job ran and was dropped, with everything it owned; the callback may return.
     Done,
 }
 
 /// The workers waiting for a job (each on its `changed`). A callback takes one, or starts one
-/// when none waits, and puts it back after its job: as many workers as callbacks ever ran at
-/// once, each parked between jobs; no allocation per job once the list has its capacity.
+/// when none waits; a worker puts itself back once its callback returned and it dropped the
+/// job's context handle: as many workers as callbacks ever ran at once, each parked between
+/// jobs, and no allocation per job once the list has its capacity.
 static IDLE: Mutex<Vec<Arc<Worker>>> = Mutex::new(Vec::new());
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -310,7 +310,8 @@ fn hand_off(queued: Queued) {
             Ok(w) => w,
             Err(e) => {
                 let why = format!(
-                    "cudagraph could not start its host-function worker thread ({e}); the closure did not run and was leaked"
+                    "cudagraph could not start its host-function worker thread ({e}); \
+                     the closure did not run and was leaked"
                 );
                 queued.reports.push(queued.site, why);
                 core::mem::forget(queued);
@@ -325,20 +326,20 @@ fn hand_off(queued: Queued) {
         slot = worker.changed.wait(slot).unwrap_or_else(|e| e.into_inner());
     }
     *slot = Slot::Idle;
-    drop(slot);
-    lock(&IDLE).push(worker);
+    worker.changed.notify_all();
 }
 
 /// Starts a worker thread, parked until a callback hands it a job.
 fn start_worker() -> std::io::Result<Arc<Worker>> {
     let w = Arc::new(Worker { slot: Mutex::new(Slot::Idle), changed: Condvar::new() });
     let mine = w.clone();
-    std::thread::Builder::new().name("cudagraph-host".into()).spawn(move || work(&mine))?;
+    std::thread::Builder::new().name("cudagraph-host".into()).spawn(move || work(mine))?;
     Ok(w)
 }
 
-/// A worker's loop: takes each job handed to it, runs it (and drops it), says it is done.
-fn work(w: &Worker) {
+/// A worker's loop: takes the job handed to it, runs it (and drops it), says it is done, waits
+/// for the callback to return, drops the job's context handle and goes back to the idle list.
+fn work(w: Arc<Worker>) {
     /// Says the job is done also if the worker unwinds (it does not: `Queued::run` catches the
     /// job's panics), so that no callback waits forever.
     struct Done<'w>(&'w Worker);
@@ -357,9 +358,20 @@ fn work(w: &Worker) {
             continue;
         };
         drop(slot);
-        let done = Done(w);
-        queued.run();
+        let done = Done(&w);
+        let ctx = queued.run();
         drop(done);
+        // The callback resets the slot before it returns; only then is the worker free.
+        let mut slot = lock(&w.slot);
+        while matches!(*slot, Slot::Done) {
+            slot = w.changed.wait(slot).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(slot);
+        // After the node completed: the last handle of the context (the closure dropped the
+        // others) destroys it here, not inside its own node. Not yet idle meanwhile, so that
+        // no later node's callback waits for this worker while the destroy waits for it.
+        drop(ctx);
+        lock(&IDLE).push(w.clone());
     }
 }
 
@@ -412,8 +424,6 @@ unsafe extern "C" fn run_once(user: *mut c_void) {
 /// An exec's host node: its queue's number. Dropping it orphans the queue (see the module docs).
 pub(crate) struct HostState {
     id: u64,
-    /// The context the node was added in (its jobs run with it bound).
-    ctx: JobCtx,
 }
 
 impl Drop for HostState {
@@ -453,7 +463,7 @@ impl NodeKind for Host {
     fn state(_: &&dyn HostWork) -> HostState {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         with_queues(|q| q.insert(id, Queue::default()));
-        HostState { id, ctx: JobCtx(core::ptr::null_mut()) }
+        HostState { id }
     }
 
     /// The driver's node never changes: the call's closure goes to the queue at launch.
@@ -463,10 +473,9 @@ impl NodeKind for Host {
 
     fn with_params<R>(
         s: &mut HostState,
-        ctx: CUcontext,
+        _: CUcontext,
         f: impl FnOnce(&mut CUgraphNodeParams) -> R,
     ) -> R {
-        s.ctx = JobCtx(ctx);
         let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST);
         p.__bindgen_anon_1.host.fn_ = Some(run_queued);
         p.__bindgen_anon_1.host.userData = s.id as *mut c_void;
@@ -478,10 +487,11 @@ impl NodeKind for Host {
     fn launching(
         s: &mut HostState,
         h: &&dyn HostWork,
+        ctx: Option<&Arc<CudaContext>>,
         reports: &Arc<Reports>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
-        let queued = Queued::take(h, reports, site, s.ctx.0)?;
+        let queued = Queued::take(h, reports, site, ctx)?;
         with_queues(|q| q.entry(s.id).or_default().jobs.push_back(queued));
         Ok(())
     }
@@ -497,7 +507,7 @@ impl NodeKind for Host {
         reports: &Arc<Reports>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
-        let queued = Queued::take(h, reports, site, stream.context().cu_ctx())?;
+        let queued = Queued::take(h, reports, site, Some(stream.context()))?;
         let queued = Box::into_raw(Box::new(queued));
         // SAFETY: the stream is alive and its context current; `run_once` takes ownership of
         // `queued` when the driver calls it (exactly once, after the stream's earlier work).
@@ -523,8 +533,7 @@ mod tests {
     }
 
     fn queued(reports: &Arc<Reports>, job: impl FnOnce() + Send + 'static) -> Queued {
-        let ctx = JobCtx(core::ptr::null_mut());
-        Queued { job: Box::new(job), site: site(), reports: reports.clone(), ctx }
+        Queued { job: Box::new(job), site: site(), reports: reports.clone(), ctx: None }
     }
 
     /// Queues `q` for a fresh host node, as `launching` does; returns the node's `userData`.
