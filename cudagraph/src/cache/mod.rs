@@ -277,7 +277,7 @@ struct Variant {
     signature: Box<[u32]>,
     ctx: CUcontext,
     /// Keeps `ctx` alive while the exec exists (`None` only under the test driver).
-    _ctx_owner: Option<Arc<CudaContext>>,
+    ctx_owner: Option<Arc<CudaContext>>,
     graph: CUgraph,
     exec: CUgraphExec,
     nodes: Vec<NodeState>,
@@ -919,7 +919,8 @@ impl<D: Driver> GraphCache<D> {
         // Work handed to nodes at launch (host closures), after everything else succeeded.
         for (j, &n) in v.launch_work.iter().enumerate() {
             let n = n as usize;
-            let r = v.nodes[n].launching(nodes[n].as_ref(), &self.reports, &|| shape.site(n));
+            let ctx = v.ctx_owner.as_ref();
+            let r = v.nodes[n].launching(nodes[n].as_ref(), ctx, &self.reports, &|| shape.site(n));
             if let Err(e) = r {
                 v.take_back(j);
                 return Err(e);
@@ -1032,7 +1033,7 @@ impl<D: Driver> GraphCache<D> {
             key,
             signature: signature.into(),
             ctx,
-            _ctx_owner: owner.cloned(),
+            ctx_owner: owner.cloned(),
             graph,
             exec,
             launch_work: (0..states.len() as u32)
