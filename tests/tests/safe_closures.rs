@@ -124,8 +124,7 @@ fn an_unlisted_buffer_moved_into_a_capture_closure_and_dropped_there_is_freed_no
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn a_module_a_cache_an_exec_and_a_graph_moved_into_a_capture_closure_and_dropped_there() -> Result
-{
+fn a_module_a_cache_an_exec_and_a_graph_moved_into_a_capture_closure_and_dropped_there() -> Result {
     let _serial = common::serial();
     let (ctx, stream, k) = gpu()?;
     let ptx = compile_ptx(common::SOURCE)?;
@@ -288,7 +287,8 @@ fn an_explicit_node_keeps_its_module_loaded_after_the_kernels_struct_is_dropped(
         let node: Rc<OnceCell<CapturedKernel>> = Rc::new(OnceCell::new());
         let set = Rc::clone(&node);
         let graph = capture(&stream, (&x, &mut y), move |s, (x, mut y)| {
-            let _ = set.set(s.kernel(k2.affine(N, 3, 1, s.read(&x)?, s.write(&mut y)?).launch(cfg()))?);
+            let _ =
+                set.set(s.kernel(k2.affine(N, 3, 1, s.read(&x)?, s.write(&mut y)?).launch(cfg()))?);
             drop(k2); // the struct, its functions and module handle: gone here
             Ok::<(), Error>(())
         })?;
