@@ -478,7 +478,9 @@ impl<'a> GraphBuilder<'a> {
     /// kernels of the same graph that take `c`, and with the other nodes by its body's
     /// accesses; `after` edges stay within one graph. Label: `device_while`. Errors, from
     /// `launch`: [`Error::InvalidNode`] for a condition of another builder or one that drives
-    /// two statements; a run in [`Mode::Eager`](crate::Mode::Eager) is refused.
+    /// two statements, or when `body` did not return normally into this builder (it panicked
+    /// and the panic was caught, or the builder was swapped with another inside it: both are
+    /// then refused); a run in [`Mode::Eager`](crate::Mode::Eager) is refused.
     #[track_caller]
     pub fn device_while(&mut self, c: crate::Condition, mut body: impl FnMut(&mut Self)) -> Node {
         let site = site("device_while", "GraphBuilder::device_while", Location::caller());
