@@ -377,9 +377,12 @@ pub(crate) fn emit_items(
                 counter.conds += 1;
                 let (name, default, func) = (&c.name, &c.default, &c.func);
                 let default = quote_spanned!(default.span()=> { let __d: u32 = #default; __d });
+                // SAFETY: `#slot` numbers this `condition(..)` statement in the call's body.
+                // (The block has the macro's span, so `unsafe_code` in the user's crate does
+                // not see it as the user's.)
+                let made = quote!(unsafe { ::cudagraph::__private::condition(#slot, #default) });
                 out.extend(quote_spanned! {func.span()=>
-                    let #name: ::cudagraph::Condition =
-                        ::cudagraph::__private::condition(#slot, #default);
+                    let #name: ::cudagraph::Condition = #made;
                 });
             }
             Item::Scope(_) => unreachable!("`unscope` leaves no scope"),

@@ -482,7 +482,9 @@ impl<'a> GraphBuilder<'a> {
     /// kernels of the same graph that take `c`, and with the other nodes by its body's
     /// accesses; `after` edges stay within one graph. Label: `device_while`. Errors, from
     /// `launch`: [`Error::InvalidNode`] for a condition of another builder or one that drives
-    /// two statements; a run in [`Mode::Eager`](crate::Mode::Eager) is refused.
+    /// two statements, or when `body` did not return normally into this builder (it panicked
+    /// and the panic was caught, or the builder was swapped with another inside it: both are
+    /// then refused); a run in [`Mode::Eager`](crate::Mode::Eager) is refused.
     #[track_caller]
     pub fn device_while(&mut self, c: crate::Condition, mut body: impl FnMut(&mut Self)) -> Node {
         let site = site("device_while", "GraphBuilder::device_while", Location::caller());
@@ -531,22 +533,16 @@ impl<'a> GraphBuilder<'a> {
         self.device(site, c, (crate::ConditionalType::Switch, cases), |g, i| case(g, i))
     }
 
+    /// The bodies add to `self` as the user's closures; [`Recording::device`] refuses the
+    /// builder at `launch` unless each body returned normally into this same builder.
     fn device(
         &mut self,
         site: NodeSite,
         c: crate::Condition,
         shape: (crate::ConditionalType, u32),
-        mut body: impl FnMut(&mut Self, u32),
+        body: impl FnMut(&mut Self, u32),
     ) -> Node {
-        // The recording is moved out while the bodies add to the builder, then put back.
-        let mut rec = core::mem::replace(&mut self.rec, Recording::new(0));
-        let node = rec.conditional(site, c, shape, |r, b| {
-            core::mem::swap(r, &mut self.rec);
-            body(self, b);
-            core::mem::swap(r, &mut self.rec);
-        });
-        self.rec = rec;
-        node
+        Recording::device(self, |g| &mut g.rec, (site, c, shape), body)
     }
 
     /// Number of nodes added so far.
@@ -589,9 +585,7 @@ impl<'a> GraphBuilder<'a> {
     #[track_caller]
     pub fn launch(mut self) -> Result<()> {
         self.rec.location = Location::caller();
-        if let Some(e) = self.rec.error.take() {
-            return Err(e);
-        }
+        self.rec.finish()?;
         self.rec.free_remaining();
         let key = self.rec.signature();
         let rec = &self.rec;
@@ -610,6 +604,12 @@ impl Drop for GraphBuilder<'_> {
         core::mem::swap(&mut self.rec, &mut self.cache.recording);
     }
 }
+
+/// Why a builder is refused when a device statement's body did not return into it.
+const UNFINISHED: &str = "this device statement's body did not return normally into this \
+                          GraphBuilder (it panicked and the panic was caught, or the builder was \
+                          swapped out inside it): its conditional node would lack the body's \
+                          accesses";
 
 fn site(label: &'static str, text: &'static str, at: &'static Location<'static>) -> NodeSite {
     NodeSite { label, text, file: at.file(), line: at.line(), column: at.column() }
@@ -643,6 +643,12 @@ pub(crate) struct Recording {
     slots: Vec<bool>,
     /// The body that nodes are being added to: `(conditional node, body)`.
     scope: Option<(u32, u32)>,
+    /// The device statements whose body is running, innermost last: pushed before a body runs,
+    /// popped when it returns normally into this recording's builder. One left at `launch` (or
+    /// below a body that returned) is a body that unwound (a panic the caller caught) or whose
+    /// builder was swapped out: its conditional node lacks the body's accesses, so the builder
+    /// is refused ([`Self::finish`]).
+    open: Vec<NodeSite>,
     /// Graph-owned buffers: `(place, freed, free node)`.
     scratch: Vec<(u32, bool, crate::FreeParams<'static>)>,
 }
@@ -776,6 +782,7 @@ impl Recording {
             scalars: Vec::new(),
             slots: Vec::new(),
             scope: None,
+            open: Vec::new(),
             scratch: Vec::new(),
         }
     }
@@ -795,6 +802,7 @@ impl Recording {
         self.scalars.clear();
         self.slots.clear();
         self.scope = None;
+        self.open.clear();
         self.scratch.clear();
     }
 
@@ -996,14 +1004,80 @@ impl Recording {
     }
 
     /// A conditional node of condition `c` with `size` bodies, each recorded by `body(self, b)`
-    /// into body `b`. Edges from earlier kernels of the same graph that take `c` (they set the
-    /// value the node reads); its accesses are its bodies'.
+    /// into body `b`: [`Self::device`] on a bare recording.
+    #[cfg(test)]
     pub(crate) fn conditional(
         &mut self,
         site: NodeSite,
         c: crate::Condition,
-        (ty, size): (crate::ConditionalType, u32),
-        mut body: impl FnMut(&mut Self, u32),
+        shape: (crate::ConditionalType, u32),
+        body: impl FnMut(&mut Self, u32),
+    ) -> Node {
+        Recording::device(self, |r| r, (site, c, shape), body)
+    }
+
+    /// A conditional node of condition `c` with `size` bodies, each recorded by `body(s, b)`
+    /// into body `b` of the recording `rec(s)` (`s` a builder: the bodies are the user's
+    /// closures). Edges from earlier kernels of the same graph that take `c` (they set the
+    /// value the node reads); its accesses are its bodies', gathered when the last body
+    /// returns.
+    ///
+    /// A body that does not return normally into the same builder leaves the node without its
+    /// body's accesses, so the builder is refused instead (`Error::InvalidNode` naming the
+    /// statement): one that unwinds (a panic the caller catches) leaves its statement in
+    /// [`Self::open`], which `finish` refuses; one after which `rec(s)` is another builder's
+    /// recording (`*s` swapped or replaced inside the body: builder numbers are unique) marks
+    /// that recording failed here, while the builder's own, moved away with its statement
+    /// still open, is refused by its own `finish`.
+    pub(crate) fn device<S: ?Sized>(
+        s: &mut S,
+        rec: impl Fn(&mut S) -> &mut Recording,
+        (site, c, (ty, size)): (NodeSite, crate::Condition, (crate::ConditionalType, u32)),
+        mut body: impl FnMut(&mut S, u32),
+    ) -> Node {
+        let r = rec(s);
+        let id = r.id;
+        let node = r.conditional_node(site, c, ty, size);
+        for b in 0..size {
+            let r = rec(s);
+            let depth = r.open.len();
+            r.open.push(site);
+            r.scope = Some((node.index, b));
+            body(s, b);
+            let r = rec(s);
+            if r.id != id {
+                let why = "the GraphBuilder was swapped with (or replaced by) another inside this \
+                           device statement's body: neither builder's recording is whole";
+                r.fail(site, why.into());
+                return node;
+            }
+            if let Some(&inner) = r.open.get(depth + 1) {
+                // A body nested in this one unwound, and this body caught the panic.
+                r.fail(inner, UNFINISHED.into());
+            }
+            r.open.truncate(depth);
+            r.scope = r.nodes[node.index()].parent;
+        }
+        rec(s).conditional_accesses(node.index);
+        node
+    }
+
+    /// The first error of the recording, or a device statement whose body did not return
+    /// normally into this builder (see [`Self::device`]).
+    pub(crate) fn finish(&mut self) -> Result<()> {
+        if let Some(&site) = self.open.last() {
+            return Err(Error::InvalidNode { site, why: UNFINISHED.into() });
+        }
+        self.error.take().map_or(Ok(()), Err)
+    }
+
+    /// The node of [`Self::device`], with its edges from kernels that take `c`.
+    fn conditional_node(
+        &mut self,
+        site: NodeSite,
+        c: crate::Condition,
+        ty: crate::ConditionalType,
+        size: u32,
     ) -> Node {
         match self.slots.get_mut(c.slot() as usize) {
             Some(used) if !*used => *used = true,
@@ -1021,13 +1095,12 @@ impl Recording {
                 self.after.push((j as u32, me));
             }
         }
-        let outer = self.scope;
-        for b in 0..size {
-            self.scope = Some((me, b));
-            body(self, b);
-        }
-        self.scope = outer;
-        // The union of the bodies' accesses (nested bodies' are in their conditional nodes).
+        node
+    }
+
+    /// Conditional node `me`'s accesses: the union of its bodies' (nested bodies' are in their
+    /// conditional nodes).
+    fn conditional_accesses(&mut self, me: u32) {
         let start = self.accesses.len();
         for j in me as usize + 1..self.nodes.len() {
             if self.nodes[j].parent.is_some_and(|(p, _)| p == me) {
@@ -1041,7 +1114,6 @@ impl Recording {
             }
         }
         self.nodes[me as usize].accesses = start..self.accesses.len();
-        node
     }
 
     pub(crate) fn after(&mut self, node: Node, earlier: &[Node], at: &'static Location<'static>) {
@@ -1341,6 +1413,127 @@ mod tests {
         // An empty body: only the setter's edge, and another variant.
         assert_eq!(edges, [(0, 1)]);
         assert_ne!(with, without);
+    }
+
+    /// `rec` with a buffer `a` written by n0, then a `device_while` at `dev` whose body writes
+    /// `a`, reads `b`, then runs `body`.
+    fn while_writing(
+        rec: &mut Recording,
+        dev: NodeSite,
+        mut body: impl FnMut(&mut Recording, (DevRead<'static, u32>, DevWrite<'static, u32>)),
+    ) {
+        let [a, b] = [0xa0, 0xb0].map(|p| buf(rec, p));
+        rec.kernel(at(), F, DIMS, &(1u32, a.1));
+        rec.slots.push(false);
+        let c = crate::Condition::new(rec.slots.len() as u32 - 1, 1);
+        Recording::device(
+            rec,
+            |r| r,
+            (dev, c, (crate::ConditionalType::While, 1)),
+            |r, _| {
+                r.kernel(at(), F, DIMS, &(1u32, a.1, b.0));
+                body(r, b);
+            },
+        );
+    }
+
+    #[track_caller]
+    fn dev_site() -> NodeSite {
+        site("device_while", "GraphBuilder::device_while", Location::caller())
+    }
+
+    fn refused_unfinished(rec: &mut Recording, line: u32) {
+        match rec.finish() {
+            Err(Error::InvalidNode { site, why }) => {
+                assert_eq!((site.label, site.line), ("device_while", line));
+                assert!(why.contains("did not return normally"), "{why}");
+            }
+            r => panic!("expected InvalidNode, got {r:?}"),
+        }
+    }
+
+    /// Runs `f`, whose panic is expected, catching it as a caller of the builder could.
+    fn caught(f: impl FnOnce()) {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        assert!(r.is_err(), "the body was to panic");
+    }
+
+    #[test]
+    fn a_device_body_that_returns_gives_its_node_its_accesses() {
+        let mut rec = Recording::new(1);
+        while_writing(&mut rec, dev_site(), |_, _| {});
+        assert!(rec.open.is_empty() && rec.scope.is_none());
+        // n0 writes a -> the while (its body writes a); inside, the body's one kernel.
+        assert_eq!(rec.edges(&[true; 3]), [(0, 1)]);
+        rec.finish().unwrap();
+    }
+
+    #[test]
+    fn a_device_body_that_panicked_is_refused_at_launch_naming_the_statement() {
+        // The caller catches the panic around the whole statement.
+        let mut rec = Recording::new(1);
+        let line = line!() + 2;
+        caught(|| {
+            while_writing(&mut rec, dev_site(), |_, _| panic!("in the body"));
+        });
+        // Without the check, the while node would have no accesses, hence no edge from n0.
+        assert_eq!(rec.nodes[1].accesses.len(), 0);
+        // Later adds do not make it whole.
+        let (_, w) = buf(&mut rec, 0xc0);
+        rec.kernel(at(), F, DIMS, &(1u32, w));
+        refused_unfinished(&mut rec, line);
+
+        // The panic of a nested body caught inside the outer body, which then returns.
+        let mut rec = Recording::new(2);
+        let inner_line = line!() + 4;
+        while_writing(&mut rec, dev_site(), |r, b| {
+            r.slots.push(false);
+            let c = crate::Condition::new(r.slots.len() as u32 - 1, 1);
+            let inner = (dev_site(), c, (crate::ConditionalType::If, 1));
+            caught(|| {
+                Recording::device(
+                    r,
+                    |r| r,
+                    inner,
+                    |r, _| {
+                        r.kernel(at(), F, DIMS, &(1u32, b.0));
+                        panic!("in the inner body");
+                    },
+                );
+            });
+        });
+        assert!(rec.open.is_empty());
+        let (why, l) = invalid(&rec);
+        assert_eq!(l, inner_line);
+        assert!(why.contains("did not return normally"), "{why}");
+    }
+
+    #[test]
+    fn a_builder_swapped_inside_a_device_body_is_refused_and_so_is_the_other() {
+        // `*g` swapped with another builder inside the body: the state that returns is the
+        // other builder's; the first one's went to the other and still has the statement open.
+        let mut first = Recording::new(1);
+        let mut other = Recording::new(2);
+        let _ = buf(&mut other, 0xd0);
+        let line = line!() + 1;
+        while_writing(&mut first, dev_site(), |r, _| core::mem::swap(r, &mut other));
+        // `first` now holds builder 2's recording, `other` builder 1's.
+        assert_eq!((first.id, other.id), (2, 1));
+        let (why, l) = invalid(&first);
+        assert_eq!(l, line);
+        assert!(why.contains("swapped"), "{why}");
+        assert!(first.finish().is_err());
+        refused_unfinished(&mut other, line);
+
+        // Swapped and swapped back inside the body: the same builder returns, which is whole.
+        let mut first = Recording::new(3);
+        let mut other = Recording::new(4);
+        while_writing(&mut first, dev_site(), |r, _| {
+            core::mem::swap(r, &mut other);
+            core::mem::swap(r, &mut other);
+        });
+        first.finish().unwrap();
+        other.finish().unwrap();
     }
 
     #[test]

@@ -533,7 +533,14 @@ pub mod __private {
     /// A `child(&mut g)` statement of `graph!`: the captured graph's handle.
     #[inline]
     /// The device condition of slot `slot` (`let c = condition(default);` in `graph!`).
-    pub fn condition(slot: u32, default: u32) -> crate::Condition {
+    ///
+    /// # Safety
+    ///
+    /// `slot` is the number `graph!` gave this `condition(..)` statement in the call's body
+    /// (statements numbered from 0 in source order): the kernels that take the condition
+    /// receive the exec's conditional handle of that slot and set it with
+    /// `cudaGraphSetConditional`, and the device statement it drives reads it.
+    pub unsafe fn condition(slot: u32, default: u32) -> crate::Condition {
         crate::Condition::new(slot, default)
     }
 

@@ -120,6 +120,14 @@ impl<'a, T> HostWrite<'a, T> {
 
 pub(crate) mod sealed {
     pub trait Sealed {}
+    /// The supertrait of [`Scalar`](super::Scalar), implemented here only: plain values and
+    /// [`Condition`](crate::Condition).
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot be a scalar kernel argument: `Scalar` is sealed",
+        label = "not a plain value",
+        note = "`Scalar` is implemented by `cudagraph` only, for plain values (`DeviceRepr` + `bytemuck::NoUninit`) and `Condition`; buffers are passed as `&buf` (read) or `&mut buf` (written) so that the graph orders and checks them"
+    )]
+    pub trait SealedScalar {}
     /// Proof of being inside this crate: only it can make one, so only it can retag a handle.
     pub struct Token(pub(crate) ());
 }
@@ -523,18 +531,21 @@ unsafe impl<T: DeviceRepr + NoUninit> KernelArg for T {
 /// that is not written `&place` or `&mut place` through this bound, and `kernels!` requires it
 /// of every declared scalar parameter type, so that no buffer the crate hands out reaches a
 /// kernel without the graph knowing it. (A raw address is a plain value too: a kernel declared
-/// with an address parameter is covered by `load`'s contract, like any declaration.)
+/// with an address parameter is covered by `load`'s contract, like any declaration.) Sealed:
+/// implemented by `cudagraph` only (plain values and [`Condition`](crate::Condition)), so that no
+/// type of the user's holding a handle passes as a scalar.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a scalar kernel argument",
     label = "not a plain value",
     note = "scalar kernel parameters take plain values (`DeviceRepr` + `bytemuck::NoUninit`: numbers, `#[derive(NoUninit)]` structs); buffers are passed as `&buf` (read) or `&mut buf` (written) so that the graph orders and checks them"
 )]
-pub trait Scalar {
+pub trait Scalar: sealed::SealedScalar {
     /// The value itself (an associated type, so that a refused argument reports one error).
     type Value;
     /// The value itself.
     fn value(self) -> Self::Value;
 }
+impl<T: NoUninit> sealed::SealedScalar for T {}
 impl<T: NoUninit> Scalar for T {
     type Value = T;
     #[inline(always)]

@@ -465,3 +465,102 @@ fn run_time_for_beside_a_device_while_with_fill_in_its_body() -> Result {
     assert_eq!(s.builds, 3, "one topology per distinct count (0, 2, 5)");
     Ok(())
 }
+
+/// Asserts `e` is `Error::InvalidNode` naming a `GraphBuilder` device statement at `line` of
+/// this file, saying `why`.
+#[track_caller]
+fn refused_statement(e: &Error, label: &str, line: u32, why: &str) {
+    match e {
+        Error::InvalidNode { site, why: w } => {
+            assert_eq!((site.label, site.line), (label, line), "{e}");
+            assert!(site.file.ends_with("conditional.rs"), "{e}");
+            assert!(w.contains(why), "{e}");
+        }
+        other => panic!("expected Error::InvalidNode, got {other:?}"),
+    }
+}
+
+/// A `GraphBuilder` whose device body panicked (the panic caught by the caller) or inside whose
+/// body the builder was swapped with another is refused at launch, naming the statement, and
+/// nothing of it is enqueued (its conditional node would lack the body's accesses: no edge from
+/// the memset and the kernel before it). An untouched builder of the same work still launches
+/// and matches the work done eagerly.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_builder_whose_device_body_panicked_or_was_swapped_is_refused_and_enqueues_nothing() -> Result {
+    let (_ctx, stream, k) = gpu()?;
+    let e = Eager(&k, &stream);
+    let init = start(&stream)?;
+    let (mut cache, mut other_cache) = (GraphCache::new(), GraphCache::new());
+    let (mut x, mut counter) = (stream.clone_htod(&init)?, stream.alloc_zeros::<u32>(1)?);
+    let (mut y, mut ycount) = (stream.clone_htod(&init)?, stream.alloc_zeros::<u32>(1)?);
+
+    // A body that panics after adding its nodes; the caller catches the panic and launches.
+    let mut g = cache.builder(&stream);
+    let (xw, cw) = (g.write(&mut x), g.write(&mut counter));
+    let c = g.condition(1);
+    g.memset(cw, 3);
+    g.kernel(k.set_nonzero(c, cw.read()).launch((1, 1)));
+    let line = line!() + 2;
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        g.device_while(c, |g| {
+            g.kernel(k.add(N, 5, xw).launch(cfg()));
+            g.kernel(k.count_down(c, cw).launch((1, 1)));
+            panic!("a panic inside the device body");
+        });
+    }));
+    assert!(caught.is_err());
+    g.kernel(k.add(N, 1, xw).launch(cfg()));
+    let err = g.launch().unwrap_err();
+    refused_statement(&err, "device_while", line, "did not return normally");
+    stream.synchronize()?;
+    assert_eq!(stream.clone_dtoh(&x)?, init, "nothing enqueued");
+    assert_eq!(stream.clone_dtoh(&counter)?, [0], "nothing enqueued");
+
+    // The builder swapped with another one inside the body: both are refused.
+    let mut g = cache.builder(&stream);
+    let mut h = other_cache.builder(&stream);
+    let yw = h.write(&mut y);
+    h.kernel(k.add(N, 7, yw).launch(cfg()));
+    let (xw, cw) = (g.write(&mut x), g.write(&mut counter));
+    let c = g.condition(1);
+    g.memset(cw, 3);
+    g.kernel(k.set_nonzero(c, cw.read()).launch((1, 1)));
+    let line = line!() + 1;
+    g.device_while(c, |g| {
+        g.kernel(k.add(N, 5, xw).launch(cfg()));
+        g.kernel(k.count_down(c, cw).launch((1, 1)));
+        std::mem::swap(g, &mut h);
+    });
+    // `g` now holds the other builder, `h` this one with its statement unfinished.
+    let err = g.launch().unwrap_err();
+    refused_statement(&err, "device_while", line, "swapped");
+    let err = h.launch().unwrap_err();
+    refused_statement(&err, "device_while", line, "did not return normally");
+    stream.synchronize()?;
+    assert_eq!(stream.clone_dtoh(&x)?, init, "nothing enqueued");
+    assert_eq!(stream.clone_dtoh(&y)?, init, "nothing enqueued");
+    assert_eq!(stream.clone_dtoh(&counter)?, [0], "nothing enqueued");
+
+    // The same work, untouched, launches; against the work done eagerly.
+    let mut g = cache.builder(&stream);
+    let (xw, cw) = (g.write(&mut x), g.write(&mut counter));
+    let c = g.condition(1);
+    g.memset(cw, 3);
+    g.kernel(k.set_nonzero(c, cw.read()).launch((1, 1)));
+    g.device_while(c, |g| {
+        g.kernel(k.add(N, 5, xw).launch(cfg()));
+        g.kernel(k.count_down(c, cw).launch((1, 1)));
+    });
+    g.kernel(k.add(N, 1, xw).launch(cfg()));
+    g.launch()?;
+    stream.memcpy_htod(&[3u32], &mut ycount)?;
+    for _ in 0..3 {
+        e.add(5, &mut y)?;
+        e.count_down(&mut ycount)?;
+    }
+    e.add(1, &mut y)?;
+    assert_eq!(stream.clone_dtoh(&x)?, stream.clone_dtoh(&y)?);
+    assert_eq!(stream.clone_dtoh(&counter)?, [0]);
+    Ok(())
+}

@@ -195,13 +195,16 @@ impl<D: Driver> GraphCache<D> {
     /// Errors when two places of the call overlap in memory and one of them is written: the
     /// graph would have no edge between their nodes. Borrows prove places distinct for buffers
     /// made by safe code; this catches views of one allocation that cudarc hands out more than
-    /// once. Checked only when the ranges differ from both of the last two checked calls'.
+    /// once. Checked only when the ranges or their places differ from both of the last two checked
+    /// calls'.
     pub(crate) fn check_aliasing(&mut self, shape: &dyn Shape, guards: &[Guard<'_>]) -> Result<()> {
-        let same = |c: &Vec<(u64, u64, bool)>| {
+        // Keyed on each range's place as well: the same ranges as other places (a child graph's
+        // operands regrouped) can overlap across places where they did not before.
+        let same = |c: &Vec<(usize, u64, u64, bool)>| {
             c.len() == Guard::leaves(guards).count()
                 && c.iter()
                     .zip(Guard::leaves(guards))
-                    .all(|(c, (_, g))| *c == (g.start, g.bytes, g.write))
+                    .all(|(c, (p, g))| *c == (p, g.start, g.bytes, g.write))
         };
         if self.checked.iter().any(same) {
             return Ok(());
@@ -228,7 +231,7 @@ impl<D: Driver> GraphCache<D> {
         // The new set replaces the older one.
         self.checked.swap(0, 1);
         self.checked[1].clear();
-        self.checked[1].extend(Guard::leaves(guards).map(|(_, g)| (g.start, g.bytes, g.write)));
+        self.checked[1].extend(Guard::leaves(guards).map(|(p, g)| (p, g.start, g.bytes, g.write)));
         Ok(())
     }
 }

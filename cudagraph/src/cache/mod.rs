@@ -248,9 +248,10 @@ pub struct GraphCache<D: Driver = Cuda> {
     stats: Stats,
     /// The last [`GraphBuilder`](crate::GraphBuilder)'s emptied vectors, reused by the next.
     pub(crate) recording: crate::builder::Recording,
-    /// Buffer ranges `(start, bytes, written)` of the last two calls whose aliasing was checked
-    /// (two: buffers swapped between calls alternate between two sets), the older first.
-    checked: [Vec<(u64, u64, bool)>; 2],
+    /// Buffer ranges `(place, start, bytes, written)` of the last two calls whose aliasing was
+    /// checked (two: buffers swapped between calls alternate between two sets), the older first.
+    /// The place is part of the key: the check's outcome depends on which ranges are one place's.
+    checked: [Vec<(usize, u64, u64, bool)>; 2],
     /// Scratch of the aliasing check and of the ledger, kept so that calls allocate nothing.
     scratch: Vec<(u64, u64, bool, usize)>,
     /// The stream ledger of the calls' launches.

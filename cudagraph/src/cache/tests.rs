@@ -738,6 +738,29 @@ fn overlapping_places_with_a_write_are_refused_naming_both_statements() {
 }
 
 #[test]
+fn the_same_ranges_as_other_places_are_checked_again() {
+    let (_, mut cache, plan) = setup();
+    let g = |start, bytes, write| Guard::for_test(start, bytes, write);
+    let parts = |gs: Vec<Guard<'static>>| Guard::of_parts(gs.into_boxed_slice(), true);
+    // Place 0 holds two overlapping written buffers (a child graph's operands, ordered inside
+    // it), place 1 one disjoint buffer: allowed.
+    let first = [parts(vec![g(0x100, 64, true), g(0x120, 64, true)]), g(0x300, 64, true)];
+    cache.check_aliasing(plan, &first).unwrap();
+    assert_eq!(cache.stats().alias_checks, 1);
+    // The same three ranges in the same order, but the second now belongs to place 1: two
+    // places overlap where one is written. The memo must not hide it.
+    let second = [g(0x100, 64, true), parts(vec![g(0x120, 64, true), g(0x300, 64, true)])];
+    match cache.check_aliasing(plan, &second).unwrap_err() {
+        Error::Aliasing { .. } => {}
+        e => panic!("expected Aliasing, got {e:?}"),
+    }
+    assert_eq!(cache.stats().alias_checks, 2);
+    // The first assignment is still remembered as checked.
+    cache.check_aliasing(plan, &first).unwrap();
+    assert_eq!(cache.stats().alias_checks, 2);
+}
+
+#[test]
 fn block_and_shared_memory_limits() {
     let l = Limits {
         ctx: CTX,

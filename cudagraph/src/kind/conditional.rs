@@ -44,9 +44,11 @@ pub struct Condition {
 
 impl Condition {
     /// The condition of slot `slot` of a call, with the value it has at the start of every
-    /// launch (generated code).
-    #[doc(hidden)]
-    pub fn new(slot: u32, default: u32) -> Self {
+    /// launch. Crate-private: conditions come only from `condition(..)` in `graph!` (through
+    /// the `unsafe` [`__private::condition`](crate::__private::condition)) and
+    /// [`GraphBuilder::condition`](crate::GraphBuilder::condition), so no forged slot reaches a
+    /// kernel's `cudaGraphSetConditional`.
+    pub(crate) fn new(slot: u32, default: u32) -> Self {
         Condition { slot: u64::from(slot), default }
     }
 
@@ -61,6 +63,7 @@ impl Condition {
     }
 }
 
+impl crate::operand::sealed::SealedScalar for Condition {}
 impl Scalar for Condition {
     type Value = Condition;
     fn value(self) -> Condition {
@@ -121,9 +124,9 @@ pub struct ConditionalParams {
 }
 
 impl ConditionalParams {
-    /// A conditional node (generated code).
-    #[doc(hidden)]
-    pub fn new(slot: u32, ty: ConditionalType, size: u32, default: u32) -> Self {
+    /// A conditional node. Crate-private: generated code makes one from a [`Condition`]
+    /// (`__private::conditional`), never from a bare slot.
+    pub(crate) fn new(slot: u32, ty: ConditionalType, size: u32, default: u32) -> Self {
         ConditionalParams { slot, ty, size, default }
     }
 }

@@ -1,18 +1,19 @@
 //! A crate that denies `unsafe_code` can use `kernels!`, `graph!` and `GraphBuilder`: the only
 //! `unsafe` it writes is loading the module (its declarations are the caller's promise); the
-//! macros' own `unsafe` blocks (around the hidden `GraphCache::run` and `KernelCall::new`) are
-//! not the user's and do not trip the lint.
+//! macros' own `unsafe` blocks (around the hidden `GraphCache::run`, `KernelCall::new` and
+//! `__private::condition`) are not the user's and do not trip the lint.
 //!
 //! A pass case: must compile. `main` runs but never touches CUDA.
 #![deny(unsafe_code)]
 
 use cudagraph::cudarc::driver::{CudaContext, LaunchConfig};
 use cudagraph::cudarc::nvrtc::Ptx;
-use cudagraph::{GraphCache, graph, kernels};
+use cudagraph::{Condition, GraphCache, graph, kernels};
 
 kernels! {
     struct K {
         fn scale(n: u32, a: f32, x: &mut [f32]);
+        fn set(c: Condition, v: &[u32]);
     }
 }
 
@@ -26,10 +27,16 @@ fn run() -> cudagraph::Result<()> {
     let mut cache = GraphCache::new();
     let mut x = stream.alloc_zeros::<f32>(1024)?;
     let mut y = stream.alloc_zeros::<f32>(1024)?;
+    let v = stream.alloc_zeros::<u32>(1)?;
     graph!(&mut cache, &stream, {
         k.scale(1024, 2.0, &mut x).launch(cfg);
         copy(&x, &mut y);
         memset(&mut x, 0.0f32);
+        let c = condition(1);
+        device_while(c, {
+            k.scale(1024, 0.5, &mut y).launch(cfg);
+            k.set(c, &v).launch((1, 1));
+        });
     })?;
     let mut g = cache.builder(&stream);
     let xw = g.write(&mut x);
