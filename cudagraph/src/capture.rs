@@ -1415,7 +1415,9 @@ where
         // borrow. The closure gets only views of the aliases, by value, for a lifetime `'s` it
         // must accept for any `'s` (`for<'s>`): they cannot be kept past the closure, nor can the
         // aliases be swapped out.
-        let origin = origin_stream(ctx).map_err(|e| err("cuStreamCreate (capture origin)", e))?;
+        let origin = idle_origin(ctx).map_err(|e| {
+            err("cuStreamCreate / cuStreamIsCapturing (capture origin; a capture inside another capture's closure on this thread is refused)", e)
+        })?;
         // On the origin: the capture runs there, and the user's stream (which safe code holds)
         // stays out of it unless the closure joins it (`Capture::stream`, `unsafe`).
         let mut aliases = unsafe { Ops::aliases(origin.stream(), &acquired) };
@@ -2166,13 +2168,27 @@ impl crate::operand::AcquireMut for Graph<'_> {
     }
 }
 
+/// This thread's origin stream of `ctx` (see [`origin_stream`]), checked not to be capturing:
+/// a capture, or another device's eager work, begun inside a capture closure of this thread on
+/// the same context is refused (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`) before anything is
+/// made on the origin, instead of being enqueued into the outer capture.
+pub(crate) fn idle_origin(ctx: &Arc<CudaContext>) -> Result<CaptureOrigin, DriverError> {
+    let origin = origin_stream(ctx)?;
+    // SAFETY: the origin stream is alive (held by the thread-local table and `origin`).
+    let status = unsafe { raw::stream_capture_status(origin.stream.cu_stream()) }?;
+    if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        return Err(DriverError(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED));
+    }
+    Ok(origin)
+}
+
 /// The private origin stream of this thread's captures in `ctx`'s context: made once per thread
 /// and context with `new_stream`, kept for the thread's life (with its `Arc<CudaContext>`).
 ///
-/// A capture begins on it, and the user's stream joins it (an event recorded in the capture,
-/// waited on by the user's stream), so the closure's work on the user's stream is recorded as
-/// usual, but the user's stream is not the capture's origin: cudarc's own `end_capture` called on
-/// it inside the closure fails (`CUDA_ERROR_STREAM_CAPTURE_UNMATCHED`) instead of handing out a
+/// A capture begins on it; the user's stream joins it only through the `unsafe`
+/// [`Capture::stream`] (an event recorded in the capture, waited on by the user's stream), so
+/// the user's stream is never the capture's origin: cudarc's own `end_capture` called on it
+/// inside the closure fails (`CUDA_ERROR_STREAM_CAPTURE_UNMATCHED`) instead of handing out a
 /// graph of the closure's work that borrows nothing.
 pub(crate) fn origin_stream(ctx: &Arc<CudaContext>) -> Result<CaptureOrigin, DriverError> {
     thread_local! {

@@ -299,8 +299,9 @@ impl<'a, H: CaptureOperands, F> CaptureParams<'a, H, F> {
                 continue;
             }
             let err = |call, error| Error::Node { site: site(), source: CudaError { call, error } };
-            let h = origin_stream(ctx)
-                .map_err(|e| err("cuStreamCreate (another device's helper stream)", e))?;
+            let h = crate::capture::idle_origin(ctx).map_err(|e| {
+                err("cuStreamCreate / cuStreamIsCapturing (another device's helper stream)", e)
+            })?;
             crate::capture::require_tracking(h.stream())
                 .map_err(|why| err(why, DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED)))?;
             helpers.push(h);
@@ -339,8 +340,9 @@ where
             .map_err(|(call, e)| graph_err(call, e))?;
         let helpers = self.helpers(site)?;
         let f = self.take(site)?;
-        let origin = crate::capture::origin_stream(self.stream.context())
-            .map_err(|e| graph_err("cuStreamCreate (capture origin)", e))?;
+        let origin = crate::capture::idle_origin(self.stream.context()).map_err(|e| {
+            graph_err("cuStreamCreate / cuStreamIsCapturing (capture origin; a capture inside another capture's closure on this thread is refused)", e)
+        })?;
         // SAFETY: the origin is this thread's own, alive and not capturing; its context is the
         // stream's, current.
         unsafe { crate::capture::begin_origin(&origin) }

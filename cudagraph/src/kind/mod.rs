@@ -191,7 +191,8 @@ pub(crate) fn on_context(
     let err = |call, error| Error::Node { site: site(), source: CudaError { call, error } };
     let here =
         origin_stream(stream.context()).map_err(|e| err("cuStreamCreate (eager helper)", e))?;
-    let there = origin_stream(ctx).map_err(|e| err("cuStreamCreate (eager helper)", e))?;
+    let there = crate::capture::idle_origin(ctx)
+        .map_err(|e| err("cuStreamCreate / cuStreamIsCapturing (eager helper)", e))?;
     order_streams(stream, here.fork_event(), there.stream())
         .map_err(|e| err("cuEventRecord / cuStreamWaitEvent (into another device's stream)", e))?;
     let r = work(there.stream());
