@@ -184,7 +184,7 @@ fn an_error_returned_by_the_closure_names_the_statement_and_enqueues_nothing() -
             });
         })
     };
-    let line = line!() - 10; // the `capture(` line above
+    let line = line!() - 8; // the `capture(` line above
     let err = call(&mut cache, fail).expect_err("the closure failed");
     match &err {
         Error::Capture { file, line: l, source } => {
