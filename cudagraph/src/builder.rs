@@ -288,14 +288,10 @@ impl<'a> GraphBuilder<'a> {
     /// the launch reaches it, as `host(&a, &mut b, |(a, b)| …)` does in `graph!`: `operands` is
     /// a tuple of pinned host buffer handles from [`read`](Self::read)/[`write`](Self::write)
     /// (`HostRead`, `HostWrite`), which `f` gets as `&[T]` / `&mut [T]` while it runs, ordered
-    /// with the other nodes by their data hazards. `f` runs once by this builder's launch (also
-    /// when the cache evicts the variant before the launch reached it), on a worker thread of
-    /// the crate's with the launch's context current: never on the driver's callback thread,
-    /// which waits for it and forbids CUDA calls. So `f` may call CUDA and own and drop device
-    /// buffers (cudarc frees them asynchronously), but must not *wait* for this launch
-    /// (`synchronize` of its stream, a pinned buffer it still uses): it would wait forever for
-    /// the node it runs in (a deadlock, never wrong data). A panic in `f` is caught and
-    /// returned as [`Error::HostFunction`] by the cache's next call. In [`Mode::Eager`](crate::Mode::Eager)
+    /// with the other nodes by their data hazards. `f` runs once, on a driver thread, by this
+    /// builder's launch (also when the cache evicts the variant before the launch reached it);
+    /// it must not call CUDA. A panic in `f` is caught and returned as
+    /// [`Error::HostFunction`] by the cache's next call. In [`Mode::Eager`](crate::Mode::Eager)
     /// it runs through `cuLaunchHostFunc` on the stream. Label: `host`.
     ///
     /// ```no_run

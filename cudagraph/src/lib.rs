@@ -239,15 +239,10 @@ pub use plan::{Access, EdgeKind, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, in
 ///   to 64 bytes (`u64`, `f64`, …), by a kernel node of the crate's fill kernel
 ///   ([`FillNode`]).
 /// - `host(&a, &mut b, move |(a, b)| { … })`: a host function node. The closure (`FnOnce +
-///   Send + 'static`, a new one every call) runs once per launch when the launch reaches the
-///   node, with the listed **pinned host** buffers as `&[T]` / `&mut [T]` (`host(move |()| …)`
-///   lists none). It runs on a worker thread of the crate's with the launch's context current,
-///   never on the driver's callback thread (which waits for it and forbids CUDA calls), so it
-///   may call CUDA and may own and drop device buffers (cudarc frees them asynchronously). It
-///   must not *wait* for its own launch (`synchronize` of the launching stream, a pinned buffer
-///   that launch still uses, an event recorded after it): it would wait forever for the node it
-///   runs in (a deadlock, never wrong data). A panic inside is caught and returned as
-///   [`Error::HostFunction`] by the cache's next call. Not allowed in device bodies.
+///   Send + 'static`, a new one every call) runs once per launch on a driver thread when the
+///   launch reaches the node, with the listed **pinned host** buffers as `&[T]` / `&mut [T]`
+///   (`host(move |()| …)` lists none); it must not call CUDA. A panic inside is caught and
+///   returned as [`Error::HostFunction`] by the cache's next call. Not allowed in device bodies.
 /// - `empty()`: an empty node, a join point: `let j = empty().after(a, b);`.
 /// - `event_record(&e)` / `event_wait(&e)` with an `Arc<CudaEvent>`: event record / wait nodes,
 ///   ordered only by `.after` (they touch no buffer); the exec keeps the event alive. Timing

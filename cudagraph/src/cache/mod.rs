@@ -278,7 +278,7 @@ struct Variant {
     signature: Box<[u32]>,
     ctx: CUcontext,
     /// Keeps `ctx` alive while the exec exists (`None` only under the test driver).
-    ctx_owner: Option<Arc<CudaContext>>,
+    _ctx_owner: Option<Arc<CudaContext>>,
     graph: CUgraph,
     exec: CUgraphExec,
     nodes: Vec<NodeState>,
@@ -920,8 +920,7 @@ impl<D: Driver> GraphCache<D> {
         // Work handed to nodes at launch (host closures), after everything else succeeded.
         for (j, &n) in v.launch_work.iter().enumerate() {
             let n = n as usize;
-            let ctx = v.ctx_owner.as_ref();
-            let r = v.nodes[n].launching(nodes[n].as_ref(), ctx, &self.reports, &|| shape.site(n));
+            let r = v.nodes[n].launching(nodes[n].as_ref(), &self.reports, &|| shape.site(n));
             if let Err(e) = r {
                 v.take_back(j);
                 return Err(e);
@@ -1034,7 +1033,7 @@ impl<D: Driver> GraphCache<D> {
             key,
             signature: signature.into(),
             ctx,
-            ctx_owner: owner.cloned(),
+            _ctx_owner: owner.cloned(),
             graph,
             exec,
             launch_work: (0..states.len() as u32)

@@ -139,13 +139,11 @@ pub(crate) trait NodeKind {
     /// Whether [`Self::launching`] has work: the cache then calls it before each launch.
     const LAUNCH_WORK: bool = false;
     /// Right before the launch of a call, after everything else of the call succeeded: hands
-    /// the node its call's work that runs at launch (a host node queues its closure). `ctx` is
-    /// the launch's context (`None` only under the mock driver); `reports` takes what goes
-    /// wrong asynchronously.
+    /// the node its call's work that runs at launch (a host node queues its closure).
+    /// `reports` takes what goes wrong asynchronously.
     fn launching(
         _state: &mut Self::State,
         _p: &Self::Params<'_>,
-        _ctx: Option<&Arc<cudarc::driver::CudaContext>>,
         _reports: &Arc<Reports>,
         _site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
@@ -461,13 +459,12 @@ macro_rules! node_kinds {
             pub(crate) fn launching(
                 &mut self,
                 p: Option<&NodeParams<'_>>,
-                ctx: Option<&Arc<cudarc::driver::CudaContext>>,
                 reports: &Arc<Reports>,
                 site: &dyn Fn() -> NodeSite,
             ) -> Result<(), Error> {
                 match (self, p) {
                     $((NodeState::$variant(_, s), Some(NodeParams::$variant(p))) => {
-                        <$kind>::launching(s, p, ctx, reports, site)
+                        <$kind>::launching(s, p, reports, site)
                     })*
                     _ => Ok(()),
                 }
