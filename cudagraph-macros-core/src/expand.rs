@@ -380,7 +380,9 @@ pub(crate) fn emit_items(
                 // SAFETY: `#slot` numbers this `condition(..)` statement in the call's body.
                 // (The block has the macro's span, so `unsafe_code` in the user's crate does
                 // not see it as the user's.)
-                let made = quote!(unsafe { ::cudagraph::__private::condition(#slot, #default) });
+                let call = local("__cudagraph_call");
+                let made =
+                    quote!(unsafe { ::cudagraph::__private::condition(&#call, #slot, #default) });
                 out.extend(quote_spanned! {func.span()=>
                     let #name: ::cudagraph::Condition = #made;
                 });

@@ -469,7 +469,7 @@ impl<'a> GraphBuilder<'a> {
     /// per exec).
     pub fn condition(&mut self, default: u32) -> crate::Condition {
         self.rec.slots.push(false);
-        crate::Condition::new(self.rec.slots.len() as u32 - 1, default)
+        crate::Condition::new(self.rec.slots.len() as u32 - 1, default, self.rec.id)
     }
 
     /// Adds a conditional node (`cuGraphAddNode_v2`, conditional, `CU_GRAPH_COND_TYPE_WHILE`):
@@ -737,9 +737,10 @@ impl KernelNode for KernelView<'_> {
             off += (len as usize).next_multiple_of(8);
         }
     }
-    fn for_each_condition(&self, f: &mut dyn FnMut(usize, u32)) {
+    /// The owner is not kept: `Recording::kernel` refused a condition of another builder.
+    fn for_each_condition(&self, f: &mut dyn FnMut(usize, u32, u64)) {
         for &(i, slot) in self.conds {
-            f(i as usize, slot);
+            f(i as usize, slot, 0);
         }
     }
     fn for_each_device_scalar(&self, f: &mut dyn FnMut(usize, usize)) {
@@ -875,7 +876,17 @@ impl Recording {
         });
         args.for_each_context(&mut |c| self.ctxs.push(c));
         let (q0, s0) = (self.conds.len(), self.scalars.len());
-        args.conditions(&mut |i, slot| self.conds.push((i as u32, slot)));
+        let (id, mut foreign) = (self.id, false);
+        args.conditions(&mut |i, slot, owner| {
+            foreign |= owner != id;
+            self.conds.push((i as u32, slot));
+        });
+        if foreign {
+            let why = "a condition argument that this GraphBuilder's `condition` did not make \
+                       (of another builder or `graph!` call): no device statement of this graph \
+                       gives it a handle";
+            self.fail(site, why.into());
+        }
         args.device_scalars(&mut |i, len| self.scalars.push((i as u32, len as u32)));
         // At most 16 parameters (`KernelArgs` is implemented up to 16-tuples).
         let mut all = crate::operand::NO_ACCESSES;
@@ -1064,7 +1075,24 @@ impl Recording {
         if let Some(&site) = self.open.last() {
             return Err(Error::InvalidNode { site, why: UNFINISHED.into() });
         }
-        self.error.take().map_or(Ok(()), Err)
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        // A kernel's condition must drive a device statement of this graph: only then does the
+        // exec have a handle for its slot (else the kernel would get handle 0).
+        for n in &self.nodes {
+            if let RecKind::Kernel(k) = &n.kind
+                && self.conds[k.conds.clone()].iter().any(|&(_, s)| {
+                    !self.slots.get(s as usize).copied().unwrap_or(false)
+                })
+            {
+                let why = "a condition argument that drives no device statement of this \
+                           GraphBuilder (`device_while`, `device_if`, `device_switch`): the \
+                           kernel would get no conditional handle";
+                return Err(Error::InvalidNode { site: n.site, why: why.into() });
+            }
+        }
+        Ok(())
     }
 
     /// The node of [`Self::device`], with its edges from kernels that take `c`.
@@ -1076,6 +1104,7 @@ impl Recording {
         size: u32,
     ) -> Node {
         match self.slots.get_mut(c.slot() as usize) {
+            _ if c.owner() != self.id => self.fail(site, "a condition that this GraphBuilder's `condition` did not make".into()),
             Some(used) if !*used => *used = true,
             Some(_) => self.fail(site, "this condition already drives another device statement: make one condition per statement".into()),
             None => self.fail(site, "a condition that this GraphBuilder's `condition` did not make".into()),
@@ -1388,7 +1417,7 @@ mod tests {
             let mut rec = Recording::new(1);
             let [a, b] = [0xa0, 0xb0].map(|p| buf(&mut rec, p));
             rec.slots.push(false);
-            let c = crate::Condition::new(0, 1);
+            let c = crate::Condition::new(0, 1, rec.id);
             rec.kernel(at(), F, DIMS, &(c, a.0));
             let w = rec.conditional(at(), c, (crate::ConditionalType::While, 1), |r, _| {
                 if bodies {
@@ -1421,7 +1450,7 @@ mod tests {
         let [a, b] = [0xa0, 0xb0].map(|p| buf(rec, p));
         rec.kernel(at(), F, DIMS, &(1u32, a.1));
         rec.slots.push(false);
-        let c = crate::Condition::new(rec.slots.len() as u32 - 1, 1);
+        let c = crate::Condition::new(rec.slots.len() as u32 - 1, 1, rec.id);
         Recording::device(
             rec,
             |r| r,
@@ -1484,7 +1513,7 @@ mod tests {
         let inner_line = line!() + 4;
         while_writing(&mut rec, dev_site(), |r, b| {
             r.slots.push(false);
-            let c = crate::Condition::new(r.slots.len() as u32 - 1, 1);
+            let c = crate::Condition::new(r.slots.len() as u32 - 1, 1, r.id);
             let inner = (dev_site(), c, (crate::ConditionalType::If, 1));
             caught(|| {
                 Recording::device(

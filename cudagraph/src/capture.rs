@@ -530,6 +530,7 @@ impl Capture {
         let site = || site_at(launch.name(), "Capture::kernel", at);
         let k: &dyn KernelNode = &launch;
         Kernel::validate(&k, None, &site)?;
+        refuse_conditions(k, &site)?;
         let mut bufs = NO_BUFFER_ARGS;
         let n = launch.buffers(&mut bufs);
         let bufs = &bufs[..n];
@@ -653,6 +654,20 @@ fn make_current(ctx: &CudaContext) -> Result<(), DriverError> {
     if rctx::get_current()? != Some(ctx.cu_ctx()) {
         // SAFETY: the context is alive (borrowed).
         unsafe { rctx::set_current(ctx.cu_ctx()) }?;
+    }
+    Ok(())
+}
+
+/// A kernel node of a capture (or set on its exec) may not take a device condition: no
+/// conditional node of the recording drives it, so the kernel would get no handle.
+fn refuse_conditions(k: &dyn KernelNode, site: &dyn Fn() -> NodeSite) -> Result<()> {
+    let mut any = false;
+    k.for_each_condition(&mut |_, _, _| any = true);
+    if any {
+        let why = "a captured kernel node cannot take a device condition (`Condition`): no \
+                   conditional node of the recording gives it a handle"
+            .into();
+        return Err(Error::InvalidNode { site: site(), why });
     }
     Ok(())
 }
@@ -1998,6 +2013,7 @@ impl<'a> Exec<'a> {
         }
         let k: &dyn KernelNode = &launch;
         Kernel::validate(&k, None, &site)?;
+        refuse_conditions(k, &site)?;
         let mut bufs = NO_BUFFER_ARGS;
         let n = launch.buffers(&mut bufs);
         let bufs = &bufs[..n];

@@ -535,8 +535,8 @@ pub mod __private {
     /// (statements numbered from 0 in source order): the kernels that take the condition
     /// receive the exec's conditional handle of that slot and set it with
     /// `cudaGraphSetConditional`, and the device statement it drives reads it.
-    pub unsafe fn condition(slot: u32, default: u32) -> crate::Condition {
-        crate::Condition::new(slot, default)
+    pub unsafe fn condition(call: &CallId, slot: u32, default: u32) -> crate::Condition {
+        crate::Condition::new(slot, default, call.0)
     }
 
     /// A conditional node of the condition of slot `slot` (`device_while`, `device_if`,

@@ -511,7 +511,7 @@ pub unsafe trait KernelArg {
     /// For a [`Condition`](crate::Condition): its slot in the call, whose conditional handle
     /// replaces the bytes when the node is sent to the driver.
     #[doc(hidden)]
-    fn condition(&self) -> Option<u32> {
+    fn condition(&self) -> Option<(u32, u64)> {
         None
     }
 }

@@ -54,7 +54,7 @@ impl<A: KernelArgs> KernelNode for RK<A> {
     fn accesses(&self, out: &mut crate::operand::Accesses) -> usize {
         self.args.accesses(out)
     }
-    fn for_each_condition(&self, f: &mut dyn FnMut(usize, u32)) {
+    fn for_each_condition(&self, f: &mut dyn FnMut(usize, u32, u64)) {
         self.args.conditions(f)
     }
     fn for_each_device_scalar(&self, f: &mut dyn FnMut(usize, usize)) {
@@ -405,7 +405,7 @@ fn different_parameters_pack_to_different_words() {
     add("scalar len 1", words(&base((DeviceScalar::new(r(1, CTX)),))));
     add("scalar len 2", words(&base((DeviceScalar::new(r(2, CTX)),))));
     add("plain 0xa0", words(&base((0xa0u64,))));
-    add("condition 0xa0", words(&base((crate::Condition::new(0xa0, 0),))));
+    add("condition 0xa0", words(&base((crate::Condition::new(0xa0, 0, 0),))));
     let mut k = base((1u32, 2u32));
     k.dims = LaunchDims { grid: (4, 32, 1), block: (1, 1, 1), shared_bytes: 0 };
     add("dims moved", words(&k));

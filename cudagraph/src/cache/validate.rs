@@ -44,7 +44,34 @@ pub(super) fn validate(
         }
         if let Some((plan, call)) = handles {
             check_handles(plan, shape.plan_index(i), call, ops)?;
+            check_conditions(nodes, n, call, &site)?;
         }
+    }
+    Ok(())
+}
+
+/// A kernel node's [`Condition`](crate::Condition) arguments must be conditions of this
+/// `graph!` call (made by its `condition(..)` statements) that drive a conditional node present
+/// in this variant: only those get a handle of the exec (any other would reach the kernel's
+/// `cudaGraphSetConditional` as handle 0, or as another graph's slot).
+fn check_conditions(
+    nodes: &[Option<NodeParams<'_>>],
+    n: &NodeParams<'_>,
+    call: u64,
+    site: &dyn Fn() -> crate::NodeSite,
+) -> Result<()> {
+    let NodeParams::Kernel(k) = n else { return Ok(()) };
+    let mut bad = false;
+    k.for_each_condition(&mut |_, slot, owner| {
+        let driven = nodes.iter().flatten().any(|m| m.conditional().is_some_and(|(s, _)| s == slot));
+        bad |= owner != call || !driven;
+    });
+    if bad {
+        let why = "a condition argument that is not this call's, or drives no device statement \
+                   (`device_while`, `device_if`, `device_switch`) present in this call: the \
+                   kernel would get no conditional handle"
+            .into();
+        return Err(Error::InvalidNode { site: site(), why });
     }
     Ok(())
 }

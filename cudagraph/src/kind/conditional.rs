@@ -40,6 +40,9 @@ use crate::operand::{Accesses, KernelArg, Scalar};
 pub struct Condition {
     slot: u64,
     default: u32,
+    /// The number of the `graph!` call or `GraphBuilder` that made it: a kernel may take it
+    /// only in that call or builder, where a device statement it drives gives it a handle.
+    owner: u64,
 }
 
 impl Condition {
@@ -48,8 +51,13 @@ impl Condition {
     /// the `unsafe` [`__private::condition`](crate::__private::condition)) and
     /// [`GraphBuilder::condition`](crate::GraphBuilder::condition), so no forged slot reaches a
     /// kernel's `cudaGraphSetConditional`.
-    pub(crate) fn new(slot: u32, default: u32) -> Self {
-        Condition { slot: u64::from(slot), default }
+    pub(crate) fn new(slot: u32, default: u32, owner: u64) -> Self {
+        Condition { slot: u64::from(slot), default, owner }
+    }
+
+    /// The number of the call or builder that made it.
+    pub(crate) fn owner(&self) -> u64 {
+        self.owner
     }
 
     /// Its slot in the call.
@@ -78,8 +86,8 @@ unsafe impl KernelArg for Condition {
     fn bytes(&self) -> &[u8] {
         bytemuck::bytes_of(&self.slot)
     }
-    fn condition(&self) -> Option<u32> {
-        Some(self.slot as u32)
+    fn condition(&self) -> Option<(u32, u64)> {
+        Some((self.slot as u32, self.owner))
     }
 }
 

@@ -34,9 +34,10 @@ pub trait KernelArgs {
     /// order, into `out`; returns how many.
     #[doc(hidden)]
     fn buffers(&self, out: &mut BufferArgs) -> usize;
-    /// Each [`Condition`](crate::Condition) argument's `(index, slot)`.
+    /// Each [`Condition`](crate::Condition) argument's `(index, slot, owner)` (the owner: the
+    /// number of the call or builder that made it).
     #[doc(hidden)]
-    fn conditions(&self, f: &mut dyn FnMut(usize, u32));
+    fn conditions(&self, f: &mut dyn FnMut(usize, u32, u64));
     /// Each [`DeviceScalar`](crate::DeviceScalar) argument's `(index, buffer length)`.
     #[doc(hidden)]
     fn device_scalars(&self, f: &mut dyn FnMut(usize, usize));
@@ -166,8 +167,8 @@ macro_rules! kernel_args {
                 m
             }
             #[allow(unused_variables)]
-            fn conditions(&self, f: &mut dyn FnMut(usize, u32)) {
-                $(if let Some(slot) = self.$i.condition() { f($i, slot) })*
+            fn conditions(&self, f: &mut dyn FnMut(usize, u32, u64)) {
+                $(if let Some((slot, owner)) = self.$i.condition() { f($i, slot, owner) })*
             }
             #[allow(unused_variables)]
             #[inline]
@@ -451,9 +452,9 @@ pub trait KernelNode: sealed::Sealed {
     /// many.
     #[doc(hidden)]
     fn accesses(&self, out: &mut Accesses) -> usize;
-    /// Each [`Condition`](crate::Condition) argument's `(index, slot)`.
+    /// Each [`Condition`](crate::Condition) argument's `(index, slot, owner)`.
     #[doc(hidden)]
-    fn for_each_condition(&self, _f: &mut dyn FnMut(usize, u32)) {}
+    fn for_each_condition(&self, _f: &mut dyn FnMut(usize, u32, u64)) {}
     /// Each [`DeviceScalar`](crate::DeviceScalar) argument's `(index, buffer length)`.
     #[doc(hidden)]
     fn for_each_device_scalar(&self, _f: &mut dyn FnMut(usize, usize)) {}
@@ -506,7 +507,7 @@ pub fn pack_head(
 }
 
 impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
-    fn for_each_condition(&self, f: &mut dyn FnMut(usize, u32)) {
+    fn for_each_condition(&self, f: &mut dyn FnMut(usize, u32, u64)) {
         self.call.args.conditions(f)
     }
     fn for_each_device_scalar(&self, f: &mut dyn FnMut(usize, usize)) {
@@ -637,7 +638,7 @@ impl KernelState {
             pointers: k.pointer_args(),
         };
         let mut conds = Vec::new();
-        k.for_each_condition(&mut |i, slot| conds.push((i as u32, slot)));
+        k.for_each_condition(&mut |i, slot, _| conds.push((i as u32, slot)));
         s.conds = conds.into_boxed_slice();
         let stored = s.store_args(k);
         debug_assert!(stored.is_some(), "storage laid out from `k` itself");
