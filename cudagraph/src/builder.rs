@@ -1082,9 +1082,9 @@ impl Recording {
         // exec have a handle for its slot (else the kernel would get handle 0).
         for n in &self.nodes {
             if let RecKind::Kernel(k) = &n.kind
-                && self.conds[k.conds.clone()].iter().any(|&(_, s)| {
-                    !self.slots.get(s as usize).copied().unwrap_or(false)
-                })
+                && self.conds[k.conds.clone()]
+                    .iter()
+                    .any(|&(_, s)| !self.slots.get(s as usize).copied().unwrap_or(false))
             {
                 let why = "a condition argument that drives no device statement of this \
                            GraphBuilder (`device_while`, `device_if`, `device_switch`): the \

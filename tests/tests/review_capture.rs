@@ -742,10 +742,7 @@ fn review_an_eager_capture_statement_waits_for_work_its_closure_left_on_another_
     // A panic (the view refused `other`), or an error before the view was used (cudarc's
     // `bind_to_thread` of `other`'s context object returned first): never a call that went
     // through with the write queued on `other`.
-    assert!(
-        matches!(r, Err(_) | Ok(Err(_))),
-        "the view was accepted on a stream outside the call"
-    );
+    assert!(matches!(r, Err(_) | Ok(Err(_))), "the view was accepted on a stream outside the call");
     drop(y); // the call is over
     let (w, reused) = fill_at(&s, y_at, 7)?;
     s.synchronize()?;

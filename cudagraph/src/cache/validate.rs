@@ -63,7 +63,8 @@ fn check_conditions(
     let NodeParams::Kernel(k) = n else { return Ok(()) };
     let mut bad = false;
     k.for_each_condition(&mut |_, slot, owner| {
-        let driven = nodes.iter().flatten().any(|m| m.conditional().is_some_and(|(s, _)| s == slot));
+        let driven =
+            nodes.iter().flatten().any(|m| m.conditional().is_some_and(|(s, _)| s == slot));
         bad |= owner != call || !driven;
     });
     if bad {

@@ -4,5 +4,5 @@ use cudagraph::Condition;
 // `cudaGraphSetConditional`: conditions come only from `condition(..)` in `graph!` and
 // `GraphBuilder::condition`. The hidden constructor that `graph!` expands to is an `unsafe fn`.
 fn main() {
-    let _forged: Condition = cudagraph::__private::condition(7, 1);
+    let _forged: Condition = cudagraph::__private::condition(&cudagraph::__private::begin_call(), 7, 1);
 }
