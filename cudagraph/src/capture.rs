@@ -35,21 +35,20 @@
 //! they exist. Each [`Exec::launch`] orders the graph with every other use of these buffers, on
 //! any stream, as `graph!` does (cudarc's events, and the buffers' own streams as a ledger).
 //!
-//! Only the listed operands are borrowed. A buffer the closure reaches otherwise (captured from
-//! its environment) is recorded into the graph without any borrow: in multi-stream mode, a
-//! buffer with a recorded event invalidates the capture (an error), but otherwise nothing ties
-//! its lifetime to the graph. The same is true of cudarc's own `begin_capture`/`end_capture`
-//! (safe in cudarc, holding no borrows) which the closure can also reach through
-//! [`Capture::stream`]. List every buffer the work uses.
+//! # Only listed memory is recorded (issue 29)
 //!
-//! The views are meant for the capturing stream. A view used on another stream that is not part
-//! of the capture runs at once, ordered only by the alias's events: not after the buffer's
-//! earlier users still in flight (their events are the buffer's, waited for by the capturing
-//! stream only). In cudarc's multi-stream mode that use always invalidates the capture (the
-//! alias's leak then waits on an event recorded outside it), and `capture` then synchronizes the
-//! context before returning the error, so nothing the closure started outlives the borrows; the
-//! overlap with the earlier users remains possible. A host synchronization before every capture
-//! would close it, at the cost of the overlap of capture and GPU work.
+//! The capture runs on this thread's private origin stream of the context (relaxed mode), which
+//! no safe accessor hands out. The user's stream, and any other stream safe code holds, is not
+//! part of the capture: work enqueued on it inside the closure runs at once, as plain cudarc
+//! (a buffer dropped there is freed, a copy to a `Vec` completes). The closure's views are
+//! [`CaptureSlice`]/[`CaptureSliceMut`], whose cudarc `DevicePtr` impls panic on a stream that
+//! is not one of the capture's, so they are never used unordered with the buffer's earlier
+//! users. Safe code records only through the [`Capture`]'s methods, on listed operands. The
+//! user's stream (for a library handle bound to it) and other streams join the capture only
+//! through the `unsafe` [`Capture::stream`] and [`Capture::fork`], whose contract says what
+//! the work on them may touch; [`Capture::join`] stays safe (a stream outside the capture
+//! invalidates it). Kernel nodes added by [`Capture::kernel`] keep their modules loaded for as
+//! long as the recording exists.
 
 use core::any::TypeId;
 use core::cell::{Cell, RefCell};
