@@ -227,10 +227,10 @@ impl<'a> GraphBuilder<'a> {
     /// a [`DevRead`](crate::DevRead) from [`read`](Self::read) (the closure gets a `CaptureSlice`)
     /// or a [`DevWrite`] from [`write`](Self::write) (a `CaptureSliceMut`). They are the node's
     /// accesses: edges follow from the data hazards with the other nodes, as for any node. `f`
-    /// gets the [`Capture`], whose [`stream`](Capture::stream) is where to enqueue the work, and
-    /// the views in order; views cannot escape the closure. List every buffer the work uses:
-    /// one the closure reaches otherwise is neither borrowed nor ordered (see
-    /// [`capture`](crate::capture)'s docs).
+    /// gets the [`Capture`] (safe work on the listed views: `copy`, `zero`, `kernel`; library
+    /// calls on the builder's stream joined by the `unsafe` [`stream`](Capture::stream)) and the
+    /// views in order; views cannot escape the closure (see [`capture`](crate::capture)'s
+    /// docs).
     ///
     /// `stream` is the builder's stream (the one given to [`GraphCache::builder`]) as an `Arc`,
     /// which cudarc's stream calls need; another stream (another `CUstream` or context) is

@@ -211,12 +211,14 @@ pub use plan::{Access, EdgeKind, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, in
 /// - `memset(&mut dst, value)` with a 1, 2 or 4-byte value of `dst`'s element type;
 ///   `zero(&mut dst)` for any element type.
 /// - `capture(&a, &mut b, |s, (a, b)| { … })`: a child-graph node of the closure's stream work
-///   (`s.copy`, `s.zero`, `s.kernel`; cuBLAS, cuFFT, cudarc launches on the `unsafe` `s.stream()`), recorded by stream capture on
-///   every call before anything is enqueued ([`Stats::captures`]) and sent to the exec as a
-///   per-node update. The closure gets a `CaptureSlice` of each `&` operand and a `CaptureSliceMut` of
-///   each `&mut` operand. The stream argument must then be a `&Arc<CudaStream>` made with
-///   `ctx.new_stream()` (the legacy default stream cannot capture), with cudarc's event tracking
-///   on (its default): it is what refuses a buffer the closure did not list. Errors: [`Error::Capture`] (the closure's own),
+///   (`s.copy`, `s.zero`, `s.kernel` on the listed views; cuBLAS, cuFFT, NCCL and cudarc
+///   launches on the call's stream joined by the `unsafe` `s.stream()`), recorded by stream
+///   capture on a private stream on every call before anything is enqueued
+///   ([`Stats::captures`]) and sent to the exec as a per-node update. The closure gets a
+///   [`CaptureSlice`] of each `&` operand and a [`CaptureSliceMut`] of each `&mut` operand.
+///   The stream argument must then be a `&Arc<CudaStream>` made with `ctx.new_stream()` (the
+///   legacy default stream cannot capture), with cudarc's event tracking on (its default).
+///   Errors: [`Error::Capture`] (the closure's own),
 ///   [`Error::CaptureInvalidated`], both naming the statement; a panic in the closure continues
 ///   after the capture ended. In [`Mode::Eager`] the closure runs directly on the stream.
 /// - `child(&mut g)`: a child-graph node replaying the [`Graph`] `g` (made once by
