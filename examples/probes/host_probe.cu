@@ -12,7 +12,17 @@
 //     captured into a graph (the mem ops become a batch mem-op node) and launched 5 times.
 //     A kernel after the wait copies the job's result to device memory; checked on the host.
 //
-//   nvcc -O2 -o host_probe examples/probes/host_probe.cu -lcuda -lpthread && ./host_probe
+// Measured on the H200 (CUDA 13.0, driver 580), 2026-12-01:
+//   A and A2 finished: cudaMallocAsync / cudaFreeAsync from the worker, on another stream or on
+//   the launching stream itself, while the callback is blocked. But in the Rust version of A
+//   (session 7's worker, a closure dropping a cudarc buffer, traced with eprintln), the worker
+//   blocked for good in cudarc's `stream.record_event(None)` (cuEventCreate + cuEventRecord on
+//   the launching stream) right after `bind_to_thread` returned: cudarc's buffer drop waits on
+//   the buffer's events (cuStreamWaitEvent), so design A deadlocks on an ordinary drop.
+//   B (the callback returns at once) worked eagerly and as a graph (5 of 5 launches saw the
+//   worker's result; 5 nodes: kernel, host, batch mem-op wait, batch mem-op write, kernel).
+//
+//   nvcc -O2 -arch=sm_90 -o host_probe examples/probes/host_probe.cu -lcuda -lpthread && ./host_probe
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <pthread.h>
