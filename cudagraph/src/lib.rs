@@ -39,14 +39,15 @@
 //!
 //! Statements (see the `graph!` docs): `KERNELS.name(args…).launch(cfg)`, `copy(&src, &mut dst)`,
 //! `copy_2d`, `memset(&mut dst, value)`, `memset_2d`, `zero(&mut dst)`, `fill(&mut dst, value)`,
-//! `capture(&a, &mut b, |s, (a, b)| …)`, `child(&mut g)`, `host(&a, &mut b, |(a, b)| …)`,
+//! `capture(&a, &mut b, |s, (a, mut b)| …)`, `child(&mut g)`, `host(&a, &mut b, |(a, b)| …)`,
 //! `empty()`, `event_record(&e)`, `event_wait(&e)`, `let tmp = alloc::<T>(n);`, `free(&mut tmp)`,
 //! `let name = …;`, `.after(name, …)`, host `if`/`else`, `for` (unrolled, or a run-time count),
 //! and `device_while`/`device_if`/`device_switch` on conditions kernels set. Edges are the
 //! transitive reduction of the read/write hazards between statements on the same place plus
 //! `.after`, so the graph computes what the statements compute in order on one stream.
-//! (`default_stream()` above is fine for one stream; with several, `ctx.new_stream()` as in the
-//! README keeps cudarc's ordering between them.)
+//! (`default_stream()` above is fine for one stream without `capture`; with several streams, or a
+//! `capture` statement (the legacy default stream cannot capture), use `ctx.new_stream()` as in
+//! the README.)
 //!
 //! For graphs whose shape is only known at run time, [`GraphBuilder`] (from
 //! [`GraphCache::builder`]) adds the same nodes one call at a time, with the same edges, checks,
@@ -92,7 +93,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Inside `graph!`, `capture(&a, &mut b, |s, (a, b)| { … })` makes such work one child-graph node
+//! Inside `graph!`, `capture(&a, &mut b, |s, (a, mut b)| { … })` makes such work one child-graph node
 //! of the step, ordered by its listed buffers and recorded again on every call.
 //!
 //! Without a GPU, [`plans`] lists every `graph!` of the program with its nodes and edges, and
@@ -210,7 +211,7 @@ pub use plan::{Access, EdgeKind, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, in
 ///   device→pinned host, same element type; lengths must match (else [`Error::CopyLength`]).
 /// - `memset(&mut dst, value)` with a 1, 2 or 4-byte value of `dst`'s element type;
 ///   `zero(&mut dst)` for any element type.
-/// - `capture(&a, &mut b, |s, (a, b)| { … })`: a child-graph node of the closure's stream work
+/// - `capture(&a, &mut b, |s, (a, mut b)| { … })`: a child-graph node of the closure's stream work
 ///   (`s.copy`, `s.zero`, `s.kernel` on the listed views; cuBLAS, cuFFT, NCCL and cudarc
 ///   launches on the call's stream joined by the `unsafe` `s.stream()`), recorded by stream
 ///   capture on a private stream on every call before anything is enqueued
@@ -218,7 +219,8 @@ pub use plan::{Access, EdgeKind, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, in
 ///   [`CaptureSlice`] of each `&` operand and a [`CaptureSliceMut`] of each `&mut` operand.
 ///   The stream argument must then be a `&Arc<CudaStream>` made with `ctx.new_stream()` (the
 ///   legacy default stream cannot capture), with cudarc's event tracking on (its default).
-///   Errors: [`Error::Capture`] (the closure's own),
+///   Errors: [`Error::Graph`] (a recording that allocated memory: give a library its workspace
+///   before the capture, e.g. `cublasSetWorkspace`), [`Error::Capture`] (the closure's own),
 ///   [`Error::CaptureInvalidated`], both naming the statement; a panic in the closure continues
 ///   after the capture ended. In [`Mode::Eager`] the closure runs directly on the stream.
 /// - `child(&mut g)`: a child-graph node replaying the [`Graph`] `g` (made once by
