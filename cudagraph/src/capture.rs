@@ -51,7 +51,7 @@
 //! long as the recording exists.
 
 use core::any::TypeId;
-use core::cell::{Cell, RefCell};
+use core::cell::RefCell;
 use core::fmt;
 use core::marker::PhantomData;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -104,8 +104,6 @@ pub struct Capture {
     /// [`stream`](Self::stream), so that safe code holding it (from the closure's environment)
     /// cannot record into the graph.
     user: Arc<CudaStream>,
-    /// Whether [`stream`](Self::stream) joined `user` into the capture (joined back at its end).
-    joined: Cell<bool>,
     /// The streams of this capture that the closure's views may be used on: `stream`, the
     /// helper streams of other devices' operands, `user` once joined, and the streams
     /// [`fork`](Self::fork)ed in.
@@ -157,7 +155,6 @@ impl Capture {
         let cap = Capture {
             stream,
             user,
-            joined: Cell::new(false),
             accepted: RefCell::new(accepted),
             functions: RefCell::new(Vec::new()),
             capturing,
@@ -192,7 +189,7 @@ impl Capture {
     /// Whether the call's stream was joined into the capture (by [`stream`](Self::stream)):
     /// it must then be joined back before the capture ends.
     pub(crate) fn joined_user(&self) -> bool {
-        self.joined.get()
+        self.capturing && self.accepts(&self.user)
     }
 
     /// The functions of the kernel nodes added, whose modules the recording keeps loaded.
@@ -264,10 +261,17 @@ impl Capture {
             site: site_at("fork", "Capture::fork", at),
             source: CudaError { call: "cuEventRecord / cuStreamWaitEvent (Capture::fork)", error },
         };
-        let here = origin_stream(self.stream.context()).map_err(err)?;
-        let r = order_streams(&self.stream, here.fork_event(), other);
+        self.join_in(other).map_err(err)
+    }
+
+    /// `other` waits for the work on the capture's stream so far (joining it into the capture)
+    /// and is accepted for the closure's views from then on; the capture's context is current
+    /// again after. The work of [`fork`](Self::fork) and of [`stream`](Self::stream).
+    fn join_in(&self, other: &CudaStream) -> Result<(), DriverError> {
+        let r = origin_stream(self.stream.context())
+            .and_then(|here| order_streams(&self.stream, here.fork_event(), other));
         let _ = self.stream.context().bind_to_thread();
-        r.map_err(err)?;
+        r?;
         self.accepted.borrow_mut().push(other.cu_stream());
         Ok(())
     }
@@ -328,18 +332,12 @@ impl Capture {
     /// A library call that cudarc marks `unsafe` (cuBLAS GEMMs, cuFFT) is then covered by the
     /// same `unsafe` block. SAFETY.md ("Captured work") says what the crate relies on.
     pub unsafe fn stream(&self) -> &Arc<CudaStream> {
-        if self.capturing && !self.joined.get() {
-            self.joined.set(true);
-            let joined = origin_stream(self.stream.context())
-                .and_then(|here| order_streams(&self.stream, here.fork_event(), &self.user));
-            let _ = self.stream.context().bind_to_thread();
-            match joined {
-                Ok(()) => self.accepted.borrow_mut().push(self.user.cu_stream()),
-                Err(error) => {
-                    let call = "cuEventRecord / cuStreamWaitEvent (Capture::stream)";
-                    let _ = self.broken.set(CudaError { call, error });
-                }
-            }
+        if self.capturing
+            && !self.accepts(&self.user)
+            && let Err(error) = self.join_in(&self.user)
+        {
+            let call = "cuEventRecord / cuStreamWaitEvent (Capture::stream)";
+            let _ = self.broken.set(CudaError { call, error });
         }
         &self.user
     }
