@@ -284,15 +284,18 @@ impl<'a> GraphBuilder<'a> {
         node
     }
 
-    /// Adds a host function node (`cuGraphAddNode_v2`, host) that runs `f` on the host when
-    /// the launch reaches it, as `host(&a, &mut b, |(a, b)| …)` does in `graph!`: `operands` is
+    /// Adds a host function node (`cuGraphAddNode_v2`: a child graph of a host function node
+    /// and a wait for `f`'s end) that runs `f` on the host when the launch reaches it, as `host(&a, &mut b, |(a, b)| …)` does in `graph!`: `operands` is
     /// a tuple of pinned host buffer handles from [`read`](Self::read)/[`write`](Self::write)
     /// (`HostRead`, `HostWrite`), which `f` gets as `&[T]` / `&mut [T]` while it runs, ordered
-    /// with the other nodes by their data hazards. `f` runs once, on a driver thread, by this
-    /// builder's launch (also when the cache evicts the variant before the launch reached it);
-    /// it must not call CUDA. A panic in `f` is caught and returned as
+    /// with the other nodes by their data hazards. `f` runs once, on a worker thread of the
+    /// crate's (not the driver's callback thread), by this builder's launch (also when the cache
+    /// evicts the variant before the launch reached it), and the graph's later nodes wait for it
+    /// to return; it may call CUDA (drop buffers it owns, use other streams) but must not wait
+    /// for the launch's own stream, which waits for it. A panic in `f` is caught and returned as
     /// [`Error::HostFunction`] by the cache's next call. In [`Mode::Eager`](crate::Mode::Eager)
-    /// it runs through `cuLaunchHostFunc` on the stream. Label: `host`.
+    /// it runs through `cuLaunchHostFunc` and `cuStreamWaitValue32_v2` on the stream. Label:
+    /// `host`.
     ///
     /// ```no_run
     /// # use cudagraph::GraphCache;

@@ -243,9 +243,12 @@ pub use plan::{Access, EdgeKind, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, in
 ///   to 64 bytes (`u64`, `f64`, …), by a kernel node of the crate's fill kernel
 ///   ([`FillNode`]).
 /// - `host(&a, &mut b, move |(a, b)| { … })`: a host function node. The closure (`FnOnce +
-///   Send + 'static`, a new one every call) runs once per launch on a driver thread when the
-///   launch reaches the node, with the listed **pinned host** buffers as `&[T]` / `&mut [T]`
-///   (`host(move |()| …)` lists none); it must not call CUDA. A panic inside is caught and
+///   Send + 'static`, a new one every call) runs once per launch when the launch reaches the
+///   node, on a worker thread of the crate's (not the driver's callback thread, where CUDA
+///   forbids CUDA calls), with the listed **pinned host** buffers as `&[T]` / `&mut [T]`
+///   (`host(move |()| …)` lists none); the node's successors wait for it to return. It may call
+///   CUDA (drop a buffer it owns, allocate, copy on another stream) but must not wait for the
+///   stream running it (`stream.synchronize()` there never returns). A panic inside is caught and
 ///   returned as [`Error::HostFunction`] by the cache's next call. Not allowed in device bodies.
 /// - `empty()`: an empty node, a join point: `let j = empty().after(a, b);`.
 /// - `event_record(&e)` / `event_wait(&e)` with an `Arc<CudaEvent>`: event record / wait nodes,

@@ -434,6 +434,98 @@ pub unsafe fn launch_host_func(
     unsafe { sys::cuLaunchHostFunc(stream, Some(f), user) }.result()
 }
 
+/// `cuStreamWaitValue32_v2` with `CU_STREAM_WAIT_VALUE_EQ`: later work on `stream` waits until
+/// the 32-bit word at device address `addr` equals `value` (polled by the device).
+///
+/// # Safety
+/// `stream` is alive and its context current; `addr` is device-visible memory (e.g. mapped
+/// pinned host memory) that stays allocated until the wait completed.
+pub unsafe fn stream_wait_value32(
+    stream: CUstream,
+    addr: sys::CUdeviceptr,
+    value: u32,
+) -> Result<(), DriverError> {
+    let flags = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32;
+    unsafe { sys::cuStreamWaitValue32_v2(stream, addr, value, flags) }.result()
+}
+
+/// `cuMemHostAlloc` with `CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP`: `bytes` of
+/// pinned host memory mapped into every context's address space; returns the host address and
+/// the device address (`cuMemHostGetDevicePointer_v2`, the same number under unified
+/// addressing).
+///
+/// # Safety
+/// A CUDA context is current; the memory lives as long as the context that allocated it.
+pub unsafe fn mem_host_alloc_mapped(
+    bytes: usize,
+) -> Result<(*mut c_void, sys::CUdeviceptr), DriverError> {
+    let mut p = ptr::null_mut();
+    let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
+    unsafe { sys::cuMemHostAlloc(&mut p, bytes, flags) }.result()?;
+    let mut d = 0;
+    if let Err(e) = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut d, p, 0) }.result() {
+        // SAFETY: `p` was allocated just above and is not used elsewhere.
+        let _ = unsafe { sys::cuMemFreeHost(p) };
+        return Err(e);
+    }
+    Ok((p, d))
+}
+
+/// `cuDevicePrimaryCtxRetain` of the current context's device, kept for the rest of the
+/// process: afterwards that primary context (and what it allocated) outlives every
+/// `CudaContext`. Fails with `CUDA_ERROR_NOT_SUPPORTED` when the current context is not its
+/// device's primary context (cudarc's contexts always are).
+///
+/// # Safety
+/// A CUDA context is current.
+pub unsafe fn keep_primary_context() -> Result<(), DriverError> {
+    let mut ctx = ptr::null_mut();
+    unsafe { sys::cuCtxGetCurrent(&mut ctx) }.result()?;
+    let mut dev = 0;
+    unsafe { sys::cuCtxGetDevice(&mut dev) }.result()?;
+    let mut primary = ptr::null_mut();
+    unsafe { sys::cuDevicePrimaryCtxRetain(&mut primary, dev) }.result()?;
+    if primary != ctx {
+        let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(dev) };
+        return Err(DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED));
+    }
+    Ok(())
+}
+
+/// `cuUserObjectCreate` (one reference, `CU_USER_OBJECT_NO_DESTRUCTOR_SYNC`) then
+/// `cuGraphRetainUserObject` with `CU_GRAPH_USER_OBJECT_MOVE`: `graph` owns the object, whose
+/// `destroy(user)` runs on a driver thread once no graph or exec holds a reference and no launch
+/// holding one is pending (clones of `graph`, as child graph nodes, and execs take their own).
+///
+/// On error, `destroy(user)` was called or will be (by the driver): it runs exactly once either
+/// way.
+///
+/// # Safety
+/// `graph` is live and its context current; `destroy` must not call CUDA and may be called with
+/// `user` once, from any thread (this one included).
+pub unsafe fn graph_own_user_object(
+    graph: CUgraph,
+    destroy: unsafe extern "C" fn(*mut c_void),
+    user: *mut c_void,
+) -> Result<(), DriverError> {
+    let mut obj = ptr::null_mut();
+    let flags = sys::CUuserObject_flags::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC as u32;
+    if let Err(e) =
+        unsafe { sys::cuUserObjectCreate(&mut obj, user, Some(destroy), 1, flags) }.result()
+    {
+        // SAFETY: the caller's contract; the driver has no object, so this is the one call.
+        unsafe { destroy(user) };
+        return Err(e);
+    }
+    let mv = sys::CUuserObjectRetain_flags::CU_GRAPH_USER_OBJECT_MOVE as u32;
+    if let Err(e) = unsafe { sys::cuGraphRetainUserObject(graph, obj, 1, mv) }.result() {
+        // The reference is still this thread's: released, which runs `destroy`.
+        let _ = unsafe { sys::cuUserObjectRelease(obj, 1) };
+        return Err(e);
+    }
+    Ok(())
+}
+
 /// `cuEventRecord`: `event` completes when the work enqueued on `stream` so far has.
 ///
 /// # Safety

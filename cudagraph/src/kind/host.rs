@@ -1,5 +1,10 @@
-//! Host function nodes (`cuGraphAddNode_v2` with `CU_GRAPH_NODE_TYPE_HOST`): a Rust closure run
-//! on the host by every launch, made by `host(&a, &mut b, |(a, b)| { … })` in `graph!`.
+//! Host function nodes: a Rust closure run on the host by every launch, made by
+//! `host(&a, &mut b, |(a, b)| { … })` in `graph!`. The node is a child graph
+//! (`cuGraphAddNode_v2` with `CU_GRAPH_NODE_TYPE_GRAPH`) of a host function node and a batch
+//! mem-op node waiting for the closure's end ([`super::handoff`]): the closure runs on a worker
+//! thread of the crate's, never on the driver's callback thread, so that the CUDA calls safe
+//! code makes in it (dropping a device buffer it owns, allocating, copying on another stream)
+//! are ordinary calls.
 //!
 //! Each call gives its own closure (the statement is evaluated every call, like any other), and
 //! the launch of that call runs it, once: a node's closures wait in a queue (per node of an exec)
@@ -15,7 +20,8 @@
 //! The closure may read or write the pinned host buffers it lists: it gets `&[T]` for `&x` and
 //! `&mut [T]` for `&mut y`, valid while it runs. A panic inside it is caught (it must not unwind
 //! into the driver) and returned as [`Error::HostFunction`] by the next call on the same cache.
-//! The closure must not call CUDA (the driver forbids it in host nodes and may deadlock).
+//! The closure may call CUDA, but not wait for the stream that runs it (that wait never ends:
+//! the stream waits for the closure).
 
 use core::cell::Cell;
 use core::ffi::c_void;
@@ -24,10 +30,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::CudaStream;
-use cudarc::driver::sys::{CUcontext, CUgraphNodeParams, CUgraphNodeType};
+use cudarc::driver::sys::{
+    CUDA_BATCH_MEM_OP_NODE_PARAMS_v2, CUcontext, CUgraph, CUgraphNodeParams, CUgraphNodeType,
+    CUstreamBatchMemOpParams, CUstreamBatchMemOpType, CUstreamWaitValue_flags,
+};
 
+use super::handoff::{self, Flag, Task};
 use super::{NodeKind, Reports};
-use crate::error::{Call, Error, NodeSite};
+use crate::error::{CudaError, Error, NodeSite};
 use crate::operand::{Accesses, HostRead, HostWrite};
 use crate::raw;
 
@@ -238,12 +248,13 @@ impl Queued {
     }
 }
 
-/// A node's queue in [`QUEUES`]: its waiting jobs, and whether its node state is gone (then the
-/// queue leaves the table once empty).
+/// A node's queue in [`QUEUES`]: its waiting jobs, whether its node state is gone (then the
+/// queue leaves the table once empty), and the flag its wait node waits for.
 #[derive(Default)]
 struct Queue {
     jobs: VecDeque<Queued>,
     orphan: bool,
+    flag: Option<&'static Flag>,
 }
 
 /// Every host node's queue, by the number its driver node carries as `userData`.
@@ -255,34 +266,51 @@ fn with_queues<R>(f: impl FnOnce(&mut HashMap<u64, Queue>) -> R) -> R {
     f(q.get_or_insert_with(HashMap::new))
 }
 
-/// The callback of every host node: takes the node's next job and runs it.
+/// The callback of every host node: takes the node's next job and hands it to a worker, which
+/// runs it and then sets the node's flag (no CUDA call here: the driver's thread).
 unsafe extern "C" fn run_queued(user: *mut c_void) {
     let id = user as u64;
-    let job = with_queues(|q| {
-        let queue = q.get_mut(&id)?;
-        let job = queue.jobs.pop_front();
+    let (job, flag) = with_queues(|q| {
+        let Some(queue) = q.get_mut(&id) else {
+            return (None, None);
+        };
+        let (job, flag) = (queue.jobs.pop_front(), queue.flag);
         if queue.orphan && queue.jobs.is_empty() {
             q.remove(&id);
         }
-        job
+        (job, flag)
     });
-    // A launch always queues its job first; none here would be a bug of this module. Nothing
-    // may unwind into the driver, so it is not a panic.
-    if let Some(job) = job {
-        job.run();
+    // A launch always queues its job first and a node has its flag from its setup; neither
+    // missing would be a bug of this module. Nothing may unwind into the driver, so it is not a
+    // panic.
+    if let Some(flag) = flag {
+        flag.reset();
+        handoff::submit(Task { job: job.map(|j| Box::new(move || j.run()) as _), flag });
     }
 }
 
-/// The callback of an eager host statement (`cuLaunchHostFunc`): owns its job.
-unsafe extern "C" fn run_once(user: *mut c_void) {
-    // SAFETY: `user` is the `Box<Queued>` that `eager` leaked for this one callback.
-    let queued = unsafe { Box::from_raw(user.cast::<Queued>()) };
-    queued.run();
+/// An eager host statement's job and flag, owned by its callback.
+struct Eager {
+    queued: Queued,
+    flag: &'static Flag,
 }
 
-/// An exec's host node: its queue's number. Dropping it orphans the queue (see the module docs).
+/// The callback of an eager host statement (`cuLaunchHostFunc`): owns its job, which it hands to
+/// a worker like [`run_queued`].
+unsafe extern "C" fn run_once(user: *mut c_void) {
+    // SAFETY: `user` is the `Box<Eager>` that `eager` leaked for this one callback.
+    let Eager { queued, flag } = *unsafe { Box::from_raw(user.cast::<Eager>()) };
+    flag.reset();
+    handoff::submit(Task { job: Some(Box::new(move || queued.run())), flag });
+}
+
+/// An exec's host node: its queue's number, and the child graph (host function, then the wait
+/// for its flag) that the node is a copy of, null until [`Host::setup`]. Dropping it orphans the
+/// queue (see the module docs) and destroys the template (`cuGraphDestroy`; the flag returns
+/// to its pool once no exec holds a copy, through the template's user object).
 pub(crate) struct HostState {
     id: u64,
+    template: CUgraph,
 }
 
 impl Drop for HostState {
@@ -293,7 +321,52 @@ impl Drop for HostState {
                 q.remove(&self.id);
             }
         });
+        if !self.template.is_null() {
+            // SAFETY: the template is this state's and used by nothing else (the driver copied
+            // it into the graphs that hold the node). Errors cannot be acted on.
+            let _ = unsafe { raw::graph_destroy(self.template) };
+        }
     }
+}
+
+/// The template of a host node: `cuGraphCreate`, the flag's user object, the host function node
+/// calling [`run_queued`] with `id`, and the batch mem-op node waiting for the flag to be 1.
+///
+/// # Safety
+/// `ctx` is current.
+unsafe fn template(s: &mut HostState, ctx: CUcontext) -> Result<(), CudaError> {
+    let err = |call| move |error| CudaError { call, error };
+    // SAFETY (every call): `ctx` is current; the graph is the state's, destroyed by its drop.
+    let flag = unsafe { handoff::take(ctx) }.map_err(err("cuMemHostAlloc (host node flags)"))?;
+    let graph = match unsafe { raw::graph_create() } {
+        Ok(g) => g,
+        Err(e) => {
+            handoff::give(flag);
+            return Err(err("cuGraphCreate (host node)")(e));
+        }
+    };
+    s.template = graph;
+    // From here the flag goes back through the user object's destructor, whatever happens.
+    unsafe { raw::graph_own_user_object(graph, handoff::give_back, handoff::as_user(flag)) }
+        .map_err(err("cuUserObjectCreate / cuGraphRetainUserObject (host node flag)"))?;
+    let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST);
+    p.__bindgen_anon_1.host.fn_ = Some(run_queued);
+    p.__bindgen_anon_1.host.userData = s.id as *mut c_void;
+    let host = unsafe { raw::add_node(graph, &[], &[], &mut p) }
+        .map_err(err("cuGraphAddNode_v2 (host function)"))?;
+    // SAFETY: all-zero is a valid value of this union of plain integers.
+    let mut op: CUstreamBatchMemOpParams = unsafe { core::mem::zeroed() };
+    op.waitValue.operation = CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    op.waitValue.address = flag.device;
+    op.waitValue.__bindgen_anon_1.value = 1;
+    op.waitValue.flags = CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32;
+    let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+    p.__bindgen_anon_1.memOp =
+        CUDA_BATCH_MEM_OP_NODE_PARAMS_v2 { ctx, count: 1, paramArray: &mut op, flags: 0 };
+    unsafe { raw::add_node(graph, &[host], &[], &mut p) }
+        .map_err(err("cuGraphAddNode_v2 (batch mem op: wait for the host closure)"))?;
+    with_queues(|q| q.entry(s.id).or_default().flag = Some(flag));
+    Ok(())
 }
 
 /// The host function node kind.
@@ -302,9 +375,9 @@ pub(crate) struct Host;
 impl NodeKind for Host {
     type Params<'a> = &'a dyn HostWork;
     type State = HostState;
-    const ADD: &'static str = "cuGraphAddNode_v2 (host function)";
-    const SET: &'static str = "cuGraphExecNodeSetParams (host function)";
-    const EAGER: &'static str = "cuLaunchHostFunc";
+    const ADD: &'static str = "cuGraphAddNode_v2 (child graph: host function, wait)";
+    const SET: &'static str = "cuGraphExecNodeSetParams (child graph: host function, wait)";
+    const EAGER: &'static str = "cuLaunchHostFunc / cuStreamWaitValue32_v2";
     const LAUNCH_WORK: bool = true;
 
     fn validate(
@@ -322,7 +395,12 @@ impl NodeKind for Host {
     fn state(_: &&dyn HostWork) -> HostState {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         with_queues(|q| q.insert(id, Queue::default()));
-        HostState { id }
+        HostState { id, template: core::ptr::null_mut() }
+    }
+
+    fn setup(s: &mut HostState, ctx: CUcontext) -> Result<(), CudaError> {
+        // SAFETY: the trait's contract: `ctx` is current.
+        unsafe { template(s, ctx) }
     }
 
     /// The driver's node never changes: the call's closure goes to the queue at launch.
@@ -335,9 +413,9 @@ impl NodeKind for Host {
         _: CUcontext,
         f: impl FnOnce(&mut CUgraphNodeParams) -> R,
     ) -> R {
-        let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST);
-        p.__bindgen_anon_1.host.fn_ = Some(run_queued);
-        p.__bindgen_anon_1.host.userData = s.id as *mut c_void;
+        // The driver copies the template (and a reference to its flag's user object).
+        let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH);
+        p.__bindgen_anon_1.graph.graph = s.template;
         f(&mut p)
     }
 
@@ -365,14 +443,28 @@ impl NodeKind for Host {
         reports: &Arc<Reports>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
-        let queued = Box::into_raw(Box::new(Queued::take(h, reports, site)?));
+        let node = |call, error| Error::Node { site: site(), source: CudaError { call, error } };
+        let queued = Queued::take(h, reports, site)?;
+        let s = stream.cu_stream();
+        // SAFETY: the stream's context is current.
+        let flag = unsafe { handoff::take(stream.context().cu_ctx()) }
+            .map_err(|e| node("cuMemHostAlloc (host node flags)", e))?;
+        let eager = Box::into_raw(Box::new(Eager { queued, flag }));
         // SAFETY: the stream is alive and its context current; `run_once` takes ownership of
-        // `queued` when the driver calls it (exactly once, after the stream's earlier work).
-        let r = unsafe { raw::launch_host_func(stream.cu_stream(), run_once, queued.cast()) };
-        r.call(Self::EAGER).map_err(|source| {
+        // `eager` when the driver calls it (exactly once, after the stream's earlier work).
+        if let Err(e) = unsafe { raw::launch_host_func(s, run_once, eager.cast()) } {
             // SAFETY: the driver refused the callback: it will never run, the job is still ours.
-            drop(unsafe { Box::from_raw(queued) });
-            Error::Node { site: site(), source }
-        })
+            drop(unsafe { Box::from_raw(eager) });
+            handoff::give(flag);
+            return Err(node("cuLaunchHostFunc", e));
+        }
+        // SAFETY: the flag lives for the process; it is returned by the host function after
+        // the wait, once the device no longer reads it.
+        // After a refusal here (a broken context), the flag is never returned (a few bytes):
+        // the worker still writes it.
+        unsafe { raw::stream_wait_value32(s, flag.device, 1) }
+            .map_err(|e| node("cuStreamWaitValue32_v2", e))?;
+        unsafe { raw::launch_host_func(s, handoff::give_back, handoff::as_user(flag)) }
+            .map_err(|e| node("cuLaunchHostFunc (returning the host node's flag)", e))
     }
 }

@@ -30,6 +30,7 @@ pub(crate) mod conditional;
 pub(crate) mod empty;
 pub(crate) mod event;
 pub(crate) mod fill;
+pub(crate) mod handoff;
 pub(crate) mod host;
 pub(crate) mod kernel;
 pub(crate) mod memcpy;
@@ -114,6 +115,12 @@ pub(crate) trait NodeKind {
     /// needs another graph. Called before [`Self::record`].
     fn same_edges(_old: &Self::State, _new: &Self::Params<'_>) -> bool {
         true
+    }
+    /// Makes what a new node's driver parameters point to and what needs driver calls of its own
+    /// (a host node's child graph), before the node's first [`Self::with_params`]. `ctx` is
+    /// current. A state whose setup failed is dropped without being used.
+    fn setup(_state: &mut Self::State, _ctx: CUcontext) -> Result<(), CudaError> {
+        Ok(())
     }
     /// Calls `f` with the driver's view of `state` (`ctx`: the exec's context). Pointers in it
     /// are valid only during `f`.
@@ -348,6 +355,7 @@ macro_rules! node_kinds {
                 match self {
                     $(NodeParams::$variant(p) => {
                         let mut state = <$kind>::state(p);
+                        <$kind>::setup(&mut state, ctx)?;
                         // SAFETY: the caller's contract; the parameters point into `state`.
                         let node = <$kind>::with_params(&mut state, ctx, |params| unsafe {
                             driver.add_node(graph, deps, edges, params)

@@ -1,0 +1,349 @@
+//! GPU tests of issue 29, kind 7: a `host` closure runs on a worker thread of the crate's, not on
+//! the driver's callback thread, so the CUDA calls safe code makes inside it (dropping a device
+//! or pinned buffer it owns, allocating, copying and synchronizing another stream) are ordinary
+//! calls. Each test runs graph and eager mode against a host model, checks free device memory
+//! over 12 rounds (within 64 MiB), that no error is parked in the context, and that the stream,
+//! a cache and later host closures still work. A watchdog aborts the binary if a closure's CUDA
+//! call deadlocks with the stream that runs it (the failure of the blocking hand-off).
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+
+use common::{Ops, Result, assert_same, gpu, host};
+use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
+use cudagraph::{GraphCache, Mode, graph};
+
+const N: u32 = 1 << 16;
+const LEN: usize = N as usize;
+const ROUNDS: u32 = 12;
+/// The buffer moved into the closures: 256 MiB, so that 12 leaked ones would show.
+const BIG: usize = 256 << 20;
+/// Free device memory may differ this much between before and after the rounds.
+const SLACK: usize = 64 << 20;
+
+fn cfg() -> LaunchConfig {
+    LaunchConfig::for_num_elems(N)
+}
+
+/// Aborts the process (a hung test would otherwise hang CI) unless dropped within `secs`.
+struct Watchdog(Option<mpsc::Sender<()>>);
+
+fn watchdog(secs: u64, what: &'static str) -> Watchdog {
+    let (tx, rx) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(secs)) {
+            eprintln!("{what}: still running after {secs} s (a deadlock): aborting");
+            std::process::abort();
+        }
+    });
+    Watchdog(Some(tx))
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Free device memory, once the device is idle.
+fn free_memory(ctx: &Arc<CudaContext>) -> Result<usize> {
+    ctx.synchronize()?;
+    ctx.bind_to_thread()?;
+    Ok(cudagraph::cudarc::driver::result::mem_get_info()?.0)
+}
+
+/// No leak since `before`, no error parked in the context.
+#[track_caller]
+fn assert_clean(ctx: &Arc<CudaContext>, before: usize, what: &str) {
+    let after = free_memory(ctx).expect("mem_get_info");
+    assert!(
+        before.saturating_sub(after) <= SLACK,
+        "{what}: {} MiB less free device memory after {ROUNDS} rounds",
+        (before - after) >> 20
+    );
+    ctx.check_err().unwrap_or_else(|e| panic!("{what}: an error parked in the context: {e:?}"));
+}
+
+/// The stream, a fresh cache and a host closure still work: `y = affine(x, 3, 1)`, then a
+/// closure that sums `y` through a pinned buffer.
+#[track_caller]
+fn assert_usable(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, k: &Ops, what: &str) {
+    let run = || -> Result<(Vec<u32>, u64)> {
+        let x = stream.clone_htod(&host::iota(N, 1, 2))?;
+        let mut y = stream.alloc_zeros::<u32>(LEN)?;
+        // SAFETY: plain u32, written by the copy before the closure reads it.
+        let mut p = unsafe { ctx.alloc_pinned::<u32>(LEN) }?;
+        let sum = Arc::new(std::sync::Mutex::new(0u64));
+        let out = sum.clone();
+        let mut cache = GraphCache::new();
+        graph!(&mut cache, stream, {
+            k.affine(N, 3, 1, &x, &mut y).launch(cfg());
+            copy(&y, &mut p);
+            host(&p, move |(p,)| *out.lock().unwrap() = p.iter().map(|&v| u64::from(v)).sum());
+        })?;
+        stream.synchronize()?;
+        let got = *sum.lock().unwrap();
+        Ok((stream.clone_dtoh(&y)?, got))
+    };
+    let (y, sum) = run().unwrap_or_else(|e| panic!("{what}: the stream or cache failed: {e}"));
+    let want = host::affine(&host::iota(N, 1, 2), 3, 1);
+    assert_same(&y, &want, &format!("{what}: usable after"));
+    assert_eq!(sum, want.iter().map(|&v| u64::from(v)).sum::<u64>(), "{what}: a later closure");
+}
+
+/// One round's graph: a slow kernel writes `x`, a copy sends it to pinned `inp`, the closure
+/// (which owns `owned`, dropped inside it) writes `out = inp * 7 ^ round`, a copy sends `out`
+/// to `y`, and a kernel computes `z = affine(y, 2, 1)`.
+#[allow(clippy::too_many_arguments)]
+fn round_trip<O: Send + 'static>(
+    cache: &mut GraphCache,
+    stream: &Arc<CudaStream>,
+    k: &Ops,
+    round: u32,
+    owned: O,
+    bufs: &mut Bufs,
+    ran: &Arc<AtomicU32>,
+) -> Result {
+    let ran = ran.clone();
+    let Bufs { x, inp, out, y, z } = bufs;
+    graph!(cache, stream, {
+        k.slow_iota(N, 1 << 14, 3, round, &mut *x).launch(cfg());
+        copy(&*x, &mut *inp);
+        host(&*inp, &mut *out, move |(inp, out)| {
+            drop(owned);
+            for (o, i) in out.iter_mut().zip(inp) {
+                *o = i.wrapping_mul(7) ^ round;
+            }
+            ran.fetch_add(1, Ordering::SeqCst);
+        });
+        copy(&*out, &mut *y);
+        k.affine(N, 2, 1, &*y, &mut *z).launch(cfg());
+    })
+}
+
+struct Bufs {
+    x: CudaSlice<u32>,
+    inp: cudagraph::cudarc::driver::PinnedHostSlice<u32>,
+    out: cudagraph::cudarc::driver::PinnedHostSlice<u32>,
+    y: CudaSlice<u32>,
+    z: CudaSlice<u32>,
+}
+
+impl Bufs {
+    fn new(ctx: &Arc<CudaContext>, s: &Arc<CudaStream>) -> Result<Self> {
+        // SAFETY: plain u32, written by the graph's copies and closure before they are read.
+        let (inp, out) = unsafe { (ctx.alloc_pinned::<u32>(LEN)?, ctx.alloc_pinned::<u32>(LEN)?) };
+        Ok(Bufs {
+            x: s.alloc_zeros(LEN)?,
+            inp,
+            out,
+            y: s.alloc_zeros(LEN)?,
+            z: s.alloc_zeros(LEN)?,
+        })
+    }
+}
+
+/// The host model of [`round_trip`]'s `z`.
+fn model(round: u32) -> Vec<u32> {
+    let out: Vec<u32> = host::iota(N, 3, round).iter().map(|i| i.wrapping_mul(7) ^ round).collect();
+    host::affine(&out, 2, 1)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_host_closure_owning_a_device_buffer_drops_it_off_the_callback_thread() -> Result {
+    let _serial = common::serial();
+    let _dog = watchdog(300, "device buffer dropped in a host closure");
+    let (ctx, stream, k) = gpu()?;
+    let mut results = Vec::new();
+    for mode in [Mode::Graph, Mode::Eager] {
+        let mut bufs = Bufs::new(&ctx, &stream)?;
+        let ran = Arc::new(AtomicU32::new(0));
+        let mut cache = GraphCache::new();
+        cache.set_mode(mode);
+        let before = free_memory(&ctx)?;
+        let mut zs = Vec::new();
+        for round in 0..ROUNDS {
+            // Allocated on the very stream that runs the graph: cudarc's drop frees it there
+            // (`cuStreamWaitEvent` + `cuMemFreeAsync`) while the stream waits for the closure.
+            let big = stream.alloc_zeros::<u8>(BIG)?;
+            round_trip(&mut cache, &stream, &k, round, big, &mut bufs, &ran)?;
+            let z = stream.clone_dtoh(&bufs.z)?;
+            assert_same(&z, &model(round), &format!("{mode:?} round {round}: vs host"));
+            zs.push(z);
+        }
+        assert_eq!(ran.load(Ordering::SeqCst), ROUNDS, "{mode:?}: every closure ran once");
+        if mode == Mode::Graph {
+            assert_eq!(cache.stats().builds, 1, "one graph for every round");
+        }
+        assert_clean(&ctx, before, &format!("{mode:?}"));
+        results.push(zs);
+    }
+    assert_eq!(results[0], results[1], "graph vs eager, every round");
+    assert_usable(&ctx, &stream, &k, "after the rounds");
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_host_closure_owning_a_pinned_buffer_and_a_cache_drops_them_off_the_callback_thread() -> Result
+{
+    let _serial = common::serial();
+    let _dog = watchdog(300, "pinned buffer and cache dropped in a host closure");
+    let (ctx, stream, k) = gpu()?;
+    let mut results = Vec::new();
+    for mode in [Mode::Graph, Mode::Eager] {
+        let mut bufs = Bufs::new(&ctx, &stream)?;
+        let ran = Arc::new(AtomicU32::new(0));
+        let mut cache = GraphCache::new();
+        cache.set_mode(mode);
+        let before = free_memory(&ctx)?;
+        let mut zs = Vec::new();
+        for round in 0..ROUNDS {
+            // A pinned buffer (cudarc's drop: `cuEventSynchronize` + `cuMemFreeHost`) and a
+            // cache holding a graph and an exec (`cuGraphExecDestroy`, `cuGraphDestroy`).
+            // SAFETY: never read.
+            let pinned = unsafe { ctx.alloc_pinned::<u8>(16 << 20) }?;
+            let mut inner = GraphCache::new();
+            let mut w = stream.alloc_zeros::<u32>(LEN)?;
+            graph!(&mut inner, &stream, {
+                k.iota(N, 1, round, &mut w).launch(cfg());
+            })?;
+            round_trip(&mut cache, &stream, &k, round, (pinned, inner), &mut bufs, &ran)?;
+            let z = stream.clone_dtoh(&bufs.z)?;
+            assert_same(&z, &model(round), &format!("{mode:?} round {round}: vs host"));
+            assert_same(&stream.clone_dtoh(&w)?, &host::iota(N, 1, round), "the inner graph");
+            zs.push(z);
+        }
+        assert_eq!(ran.load(Ordering::SeqCst), ROUNDS, "{mode:?}: every closure ran once");
+        assert_clean(&ctx, before, &format!("{mode:?}"));
+        results.push(zs);
+    }
+    assert_eq!(results[0], results[1], "graph vs eager, every round");
+    assert_usable(&ctx, &stream, &k, "after the rounds");
+    Ok(())
+}
+
+/// Inside the closure: a buffer allocated on another stream, copied to and from the device and
+/// synchronized there (`clone_htod`, `clone_dtoh`), its values written to the pinned output.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_host_closure_may_allocate_copy_and_synchronize_another_stream() -> Result {
+    let _serial = common::serial();
+    let _dog = watchdog(300, "CUDA calls on another stream in a host closure");
+    let (ctx, stream, k) = gpu()?;
+    let other = ctx.new_stream()?;
+    let mut results = Vec::new();
+    for mode in [Mode::Graph, Mode::Eager] {
+        let mut bufs = Bufs::new(&ctx, &stream)?;
+        let mut cache = GraphCache::new();
+        cache.set_mode(mode);
+        let before = free_memory(&ctx)?;
+        let failures = Arc::new(AtomicU32::new(0));
+        let mut zs = Vec::new();
+        for round in 0..ROUNDS {
+            let (other, failed) = (other.clone(), failures.clone());
+            let Bufs { x, inp, out, y, z } = &mut bufs;
+            graph!(&mut cache, &stream, {
+                k.slow_iota(N, 1 << 14, 3, round, &mut *x).launch(cfg());
+                copy(&*x, &mut *inp);
+                host(&*inp, &mut *out, move |(inp, out)| {
+                    let r = (|| -> Result<Vec<u32>> {
+                        let scaled: Vec<u32> = inp.iter().map(|i| i.wrapping_mul(7)).collect();
+                        let d = other.clone_htod(&scaled)?;
+                        let big = other.alloc_zeros::<u8>(BIG)?;
+                        let back = other.clone_dtoh(&d)?;
+                        drop(big);
+                        Ok(back)
+                    })();
+                    match r {
+                        Ok(back) => {
+                            for (o, b) in out.iter_mut().zip(back) {
+                                *o = b ^ round;
+                            }
+                        }
+                        Err(_) => {
+                            failed.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                });
+                copy(&*out, &mut *y);
+                k.affine(N, 2, 1, &*y, &mut *z).launch(cfg());
+            })?;
+            let z = stream.clone_dtoh(&bufs.z)?;
+            assert_eq!(failures.load(Ordering::SeqCst), 0, "{mode:?}: the closure's CUDA calls");
+            assert_same(&z, &model(round), &format!("{mode:?} round {round}: vs host"));
+            zs.push(z);
+        }
+        assert_clean(&ctx, before, &format!("{mode:?}"));
+        results.push(zs);
+    }
+    assert_eq!(results[0], results[1], "graph vs eager, every round");
+    assert_usable(&ctx, &stream, &k, "after the rounds");
+    Ok(())
+}
+
+/// Two streams, each with a cache of one variant alternating between two host `if` branches
+/// with a host node each, 40 calls without waiting: every call evicts its cache's other variant
+/// while that launch may still run, so host nodes' wait flags are returned and taken all the
+/// time, by nodes running at the same time on the two streams. Each closure sleeps before
+/// writing its output: a wait that ended early (a flag reused while a launch still used it)
+/// shows as stale data in that call's own output buffer, a flag never set as the watchdog.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn evicted_host_nodes_flags_are_reused_only_after_their_launches() -> Result {
+    let _serial = common::serial();
+    let _dog = watchdog(300, "evicted host nodes");
+    let (ctx, s0, k) = gpu()?;
+    let streams = [s0.clone(), ctx.new_stream()?];
+    let mut bufs = [Bufs::new(&ctx, &streams[0])?, Bufs::new(&ctx, &streams[1])?];
+    let mut caches = [GraphCache::with_max_variants(1), GraphCache::with_max_variants(1)];
+    let calls = 40u32;
+    let mut outs: Vec<CudaSlice<u32>> =
+        (0..calls).map(|_| s0.alloc_zeros::<u32>(LEN)).collect::<std::result::Result<_, _>>()?;
+    s0.synchronize()?;
+    let ran = Arc::new(AtomicU32::new(0));
+    for (round, result) in (0..calls).zip(outs.iter_mut()) {
+        let (i, odd) = ((round % 2) as usize, (round / 2) % 2 == 1);
+        let ran = ran.clone();
+        let Bufs { x, inp, out, y, .. } = &mut bufs[i];
+        graph!(&mut caches[i], &streams[i], {
+            k.slow_iota(N, 1 << 12, 3, round, &mut *x).launch(cfg());
+            copy(&*x, &mut *inp);
+            if odd {
+                host(&*inp, &mut *out, move |(inp, out)| {
+                    std::thread::sleep(Duration::from_millis(2));
+                    for (o, i) in out.iter_mut().zip(inp) {
+                        *o = i.wrapping_mul(7) ^ round;
+                    }
+                    ran.fetch_add(1, Ordering::SeqCst);
+                });
+            } else {
+                host(&*inp, &mut *out, move |(inp, out)| {
+                    std::thread::sleep(Duration::from_millis(1));
+                    for (o, i) in out.iter_mut().zip(inp) {
+                        *o = i.wrapping_mul(7) ^ round;
+                    }
+                    ran.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+            copy(&*out, &mut *y);
+            k.affine(N, 2, 1, &*y, &mut *result).launch(cfg());
+        })?;
+    }
+    for (round, z) in outs.iter().enumerate() {
+        let z = s0.clone_dtoh(z)?;
+        assert_same(&z, &model(round as u32), &format!("call {round}: vs host"));
+    }
+    assert_eq!(ran.load(Ordering::SeqCst), calls, "every closure ran once");
+    for c in &caches {
+        assert!(c.stats().evictions >= u64::from(calls / 2) - 1, "{:?}", c.stats());
+    }
+    assert_usable(&ctx, &s0, &k, "after the calls");
+    Ok(())
+}
