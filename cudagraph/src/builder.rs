@@ -318,7 +318,7 @@ impl<'a> GraphBuilder<'a> {
     pub fn host<H, F>(&mut self, operands: H, f: F) -> Node
     where
         H: HostOperands + 'a,
-        F: for<'s> FnOnce(H::Views<'s>) + Send + 'static,
+        F: for<'s> FnMut(H::Views<'s>) + Send + 'static,
     {
         let site = site("host", "GraphBuilder::host", Location::caller());
         let mut all = crate::operand::NO_ACCESSES;

@@ -527,7 +527,7 @@ pub mod __private {
     pub fn host<'a, H, F>(handles: H, f: F) -> crate::kind::HostParams<'a, H, F>
     where
         H: crate::kind::HostOperands + 'a,
-        F: for<'s> FnOnce(H::Views<'s>) + Send + 'static,
+        F: for<'s> FnMut(H::Views<'s>) + Send + 'static,
     {
         crate::kind::HostParams::new(handles, f)
     }

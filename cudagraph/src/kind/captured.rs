@@ -190,14 +190,22 @@ pub trait CapturedWork: sealed::Sealed {
     #[doc(hidden)]
     fn accesses(&self, out: &mut Accesses) -> usize;
     /// Runs the closure under stream capture and keeps the recording, or the error.
+    ///
+    /// # Safety
+    /// Called by the cache only, while the operands' borrows and guards last and before the
+    /// call's launch orders the recording's work with them.
     #[doc(hidden)]
-    fn record(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error>;
+    unsafe fn record(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error>;
     /// The last recording.
     #[doc(hidden)]
     fn recorded(&self) -> Option<Arc<OwnedGraph>>;
     /// Runs the closure directly on the stream (not captured).
+    ///
+    /// # Safety
+    /// Called by the cache only, while the operands' guards last (their events are recorded
+    /// after the work this enqueues).
     #[doc(hidden)]
-    fn run_eager(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error>;
+    unsafe fn run_eager(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error>;
 }
 
 /// What a `capture(&a, &mut b, |s, (a, b)| …)` statement of `graph!` evaluates to: the graph
@@ -330,7 +338,7 @@ where
         self.handles.accesses(out)
     }
 
-    fn record(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
+    unsafe fn record(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
         let at = site();
         let graph_err =
             |call, error| Error::Node { site: site(), source: CudaError { call, error } };
@@ -399,7 +407,7 @@ where
         self.recorded.borrow().clone()
     }
 
-    fn run_eager(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
+    unsafe fn run_eager(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
         crate::capture::require_tracking(self.stream).map_err(|why| {
             let error = DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED);
             Error::Node { site: site(), source: CudaError { call: why, error } }
@@ -456,7 +464,8 @@ impl NodeKind for Captured {
     }
 
     fn prepare(p: &&dyn CapturedWork, site: &dyn Fn() -> NodeSite) -> Result<bool, Error> {
-        p.record(site).map(|()| true)
+        // SAFETY: the cache's prepare step, inside the call, before its launch.
+        unsafe { p.record(site) }.map(|()| true)
     }
 
     fn accesses(p: &&dyn CapturedWork, out: &mut Accesses) -> usize {
@@ -491,6 +500,7 @@ impl NodeKind for Captured {
         _: &std::sync::Arc<super::Reports>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
-        p.run_eager(site)
+        // SAFETY: the cache's eager run, inside the call, guards alive.
+        unsafe { p.run_eager(site) }
     }
 }

@@ -139,20 +139,45 @@ pub(crate) fn as_user(flag: &'static Flag) -> *mut c_void {
 
 /// A host node's work for a worker: run `job` (if any), then set `flag`.
 pub(crate) struct Task {
-    pub(crate) job: Option<Box<dyn FnOnce() + Send>>,
+    /// Runs the closure; returns what to drop after the flag is set (the closure and what it
+    /// owns), so that those drops, which may make CUDA calls, never run while the stream waits.
+    pub(crate) job: Option<Box<dyn FnOnce() -> Option<super::host::Leftover> + Send>>,
     pub(crate) flag: &'static Flag,
+}
+
+/// Whether `CUDAGRAPH_TRACE_HOST` is set: then the hand-off prints each step on stderr.
+fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("CUDAGRAPH_TRACE_HOST").is_some())
 }
 
 impl Task {
     fn run(self) {
+        if tracing() {
+            eprintln!("[handoff] worker runs a job for flag {:#x}", self.flag.device);
+        }
+        let mut leftover = None;
         if let Some(job) = self.job {
             // The job catches its own panics (it reports them); a second one from its drop is
             // caught here so that the flag is set whatever happens.
-            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) {
-                core::mem::forget(p);
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) {
+                Ok(l) => leftover = l,
+                Err(p) => core::mem::forget(p),
             }
         }
         self.flag.set();
+        if tracing() {
+            eprintln!("[handoff] flag {:#x} set", self.flag.device);
+        }
+        // The closure's own values (device buffers, caches, pinned memory) are freed now, off
+        // the stream's path: a free that waits for the device or for a driver lock held by a
+        // thread waiting for the stream no longer waits for this node. A panic of a `Drop`
+        // is caught (the worker must live on) and its payload leaked.
+        if let Some(l) = leftover
+            && let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(l)))
+        {
+            core::mem::forget(p);
+        }
     }
 }
 
@@ -174,6 +199,9 @@ fn workers() -> std::sync::MutexGuard<'static, Workers> {
 /// waits behind another). No CUDA call: called from the driver's callback thread. If no thread
 /// can be started, the task runs here (CUDA calls inside it then fail as before).
 pub(crate) fn submit(task: Task) {
+    if tracing() {
+        eprintln!("[handoff] callback hands over flag {:#x}", task.flag.device);
+    }
     let mut p = workers();
     p.tasks.push_back(task);
     if p.tasks.len() <= p.idle {

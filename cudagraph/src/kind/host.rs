@@ -150,8 +150,12 @@ host_operands!(A 0, B 1, C 2, D 3);
 host_operands!(A 0, B 1, C 2, D 3, E 4);
 host_operands!(A 0, B 1, C 2, D 3, E 4, F 5);
 
-/// One launch's work of a host node: the call's closure on the call's buffers.
-type Job = Box<dyn FnOnce() + Send>;
+/// One launch's work of a host node: calls the call's closure on the call's buffers, and returns
+/// the closure itself, dropped only after the node completed (see [`super::handoff`]).
+pub(crate) type Job = Box<dyn FnOnce() -> Leftover + Send>;
+
+/// What a job leaves to drop once its node completed: the closure with what it owns.
+pub(crate) type Leftover = Box<dyn Send>;
 
 /// What a `host` statement gives the cache (object-safe view of [`HostParams`]).
 pub trait HostWork {
@@ -159,8 +163,12 @@ pub trait HostWork {
     #[doc(hidden)]
     fn accesses(&self, out: &mut Accesses) -> usize;
     /// The closure on the operands, taken out (once: `None` after).
+    ///
+    /// # Safety
+    /// The job runs (if at all) only while the operands' borrows and guards last, ordered by
+    /// them (the cache runs it inside the call's launch).
     #[doc(hidden)]
-    fn take_job(&self) -> Option<Job>;
+    unsafe fn take_job(&self) -> Option<Job>;
 }
 
 /// A `host` statement's parameters, made by `host(&a, &mut b, |(a, b)| …)` in `graph!`: the
@@ -188,20 +196,22 @@ unsafe impl<R> Send for SendRaw<R> {}
 impl<H, F> HostWork for HostParams<'_, H, F>
 where
     H: HostOperands,
-    F: for<'s> FnOnce(H::Views<'s>) + Send + 'static,
+    F: for<'s> FnMut(H::Views<'s>) + Send + 'static,
 {
     fn accesses(&self, out: &mut Accesses) -> usize {
         self.handles.accesses(out)
     }
 
-    fn take_job(&self) -> Option<Job> {
-        let f = self.f.take()?;
+    unsafe fn take_job(&self) -> Option<Job> {
+        let mut f = self.f.take()?;
         let raw = SendRaw(self.handles.raw());
         Some(Box::new(move || {
             let raw = raw;
             // SAFETY: see `SendRaw`: the views live only while the job runs, inside the launch
             // that the guards order every other use of the buffers around.
-            f(unsafe { H::views(raw.0) })
+            f(unsafe { H::views(raw.0) });
+            // Not dropped here: what the closure owns is dropped once the node completed.
+            Box::new(f) as Leftover
         }))
     }
 }
@@ -221,16 +231,21 @@ impl Queued {
         reports: &Arc<Reports>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<Self, Error> {
-        let Some(job) = h.take_job() else {
+        // SAFETY: the job runs in the call's launch, ordered by the call's guards.
+        let Some(job) = (unsafe { h.take_job() }) else {
             let why = "the statement's closure was already taken by an earlier launch".into();
             return Err(Error::InvalidNode { site: site(), why });
         };
         Ok(Queued { job, site: site(), reports: reports.clone() })
     }
 
-    fn run(self) {
+    /// Runs the job; returns the closure to drop after the node completed (`None` after a
+    /// panic, which dropped it while unwinding).
+    fn run(self) -> Option<Leftover> {
         let Queued { job, site, reports } = self;
-        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) {
+            Ok(leftover) => Some(leftover),
+            Err(panic) => {
             let message = panic
                 .downcast_ref::<&str>()
                 .map(|s| (*s).to_string())
@@ -243,6 +258,8 @@ impl Queued {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(panic)))
             {
                 core::mem::forget(again);
+            }
+            None
             }
         }
     }

@@ -599,7 +599,7 @@ impl<H, F> crate::operand::sealed::Sealed for HostParams<'_, H, F> {}
 impl<H, F> IntoNode for HostParams<'_, H, F>
 where
     H: HostOperands,
-    F: for<'s> FnOnce(H::Views<'s>) + Send + 'static,
+    F: for<'s> FnMut(H::Views<'s>) + Send + 'static,
 {
     fn node(&self) -> NodeParams<'_> {
         NodeParams::Host(self)
