@@ -684,3 +684,79 @@ fn review7_a_capture_run_eagerly_outside_the_cache_stays_ordered_with_a_free() -
     ctx.check_err()?;
     Ok(())
 }
+
+/// Attack: cudarc's *safe* `CudaStream::begin_capture` / `end_capture` / `CudaGraph::launch`
+/// around a `graph!` call in graph mode. The cache refuses a capturing stream in eager mode and
+/// `Exec::launch` refuses one, but graph mode relies on "a graph launch there is refused by the
+/// driver itself" (cache/mod.rs `run_call`). If the driver records the `cuGraphLaunch` as a
+/// child graph node instead, cudarc's graph replays the call's nodes after its borrows ended
+/// (here: after the device buffer and the pinned buffer were dropped and their memory reused),
+/// and the call's host job stays in the node's queue, to be taken by the *next* real launch's
+/// callback (a closure over the dropped pinned buffer).
+/// Passes if the call on the capturing stream is an error; else the damage is checked too:
+/// reused device memory overwritten by the replay, reused pinned memory overwritten by the
+/// stale job, or the next call's closure not run.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn review7_a_graph_call_on_a_stream_capturing_through_cudarcs_safe_api_is_refused() -> Result {
+    use cudagraph::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let _serial = common::serial();
+    let _dog = watchdog(300, "graph! on a stream cudarc is capturing");
+    let (ctx, s, k) = gpu()?;
+    let mut cache = GraphCache::new();
+    let mut x = s.alloc_zeros::<u32>(LEN)?;
+    // SAFETY (cudarc's contract): zero-filled before any read.
+    let mut p = unsafe { ctx.alloc_pinned_with_flags::<u32>(LEN, 0) }?;
+    p.as_mut_slice()?.fill(0);
+    // A first call outside any capture builds the variant.
+    graph!(&mut cache, &s, {
+        k.iota(N, 1, 1, &mut x).launch(cfg());
+        host(&mut p, move |(v,)| v.fill(1));
+    })?;
+    s.synchronize()?;
+    s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
+    let r = graph!(&mut cache, &s, {
+        k.iota(N, 1, 2, &mut x).launch(cfg());
+        host(&mut p, move |(v,)| v.fill(0xdead_beef));
+    });
+    let captured = s.end_capture(CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+    let _ = ctx.check_err();
+    println!("the call on a capturing stream: {r:?}; end_capture: {:?}", captured.as_ref().map(|g| g.is_some()));
+    if r.is_err() {
+        return Ok(());
+    }
+    // The call was accepted: show what it left behind.
+    drop(x);
+    drop(p);
+    let mut x2 = s.alloc_zeros::<u32>(LEN)?;
+    s.memcpy_htod(&vec![7u32; LEN], &mut x2)?;
+    // SAFETY (cudarc's contract): filled before any read.
+    let mut q = unsafe { ctx.alloc_pinned_with_flags::<u32>(LEN, 0) }?;
+    q.as_mut_slice()?.fill(7);
+    if let Ok(Some(g)) = &captured {
+        let _ = g.launch();
+    }
+    s.synchronize()?;
+    // The next real call: its callback takes the job queued by the captured call first.
+    let ran = Arc::new(AtomicU32::new(0));
+    let ran2 = ran.clone();
+    let mut y = s.alloc_zeros::<u32>(LEN)?;
+    // SAFETY (cudarc's contract): zero-filled before any read.
+    let mut p2 = unsafe { ctx.alloc_pinned_with_flags::<u32>(LEN, 0) }?;
+    p2.as_mut_slice()?.fill(0);
+    graph!(&mut cache, &s, {
+        k.iota(N, 1, 3, &mut y).launch(cfg());
+        host(&mut p2, move |(v,)| {
+            v.fill(3);
+            ran2.fetch_add(1, Ordering::SeqCst);
+        });
+    })?;
+    s.synchronize()?;
+    let bad_x = s.clone_dtoh(&x2)?.iter().filter(|&&v| v != 7).count();
+    let bad_q = q.as_slice()?.iter().filter(|&&v| v != 7).count();
+    panic!(
+        "a graph! call on a capturing stream was accepted: {bad_x} words of reused device memory \
+         and {bad_q} of reused pinned memory overwritten, the next call's closure ran {} times",
+        ran.load(Ordering::SeqCst)
+    );
+}
