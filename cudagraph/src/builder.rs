@@ -291,8 +291,10 @@ impl<'a> GraphBuilder<'a> {
     /// with the other nodes by their data hazards. `f` runs once, on a worker thread of the
     /// crate's (not the driver's callback thread), by this builder's launch (also when the cache
     /// evicts the variant before the launch reached it), and the graph's later nodes wait for it
-    /// to return; it may call CUDA (drop buffers it owns, use other streams) but must not wait
-    /// for the launch's own stream, which waits for it. A panic in `f` is caught and returned as
+    /// to return; what it owns is dropped after the node completed (an ordinary free). CUDA calls
+    /// in its body run while the stream waits for it: they must not wait for that stream or the
+    /// device, nor race a thread blocked in a CUDA call on that stream (as `graph!`'s `host`).
+    /// A panic in `f` is caught and returned as
     /// [`Error::HostFunction`] by the cache's next call. In [`Mode::Eager`](crate::Mode::Eager)
     /// it runs through `cuLaunchHostFunc` and `cuStreamWaitValue32_v2` on the stream. Label:
     /// `host`.
@@ -1946,13 +1948,13 @@ mod tests {
         fn accesses(&self, out: &mut crate::operand::Accesses) -> usize {
             self.0.accesses(out)
         }
-        fn record(&self, _: &dyn Fn() -> NodeSite) -> Result<()> {
+        unsafe fn record(&self, _: &dyn Fn() -> NodeSite) -> Result<()> {
             Ok(())
         }
         fn recorded(&self) -> Option<Arc<crate::kind::captured::OwnedGraph>> {
             None
         }
-        fn run_eager(&self, _: &dyn Fn() -> NodeSite) -> Result<()> {
+        unsafe fn run_eager(&self, _: &dyn Fn() -> NodeSite) -> Result<()> {
             Ok(())
         }
     }

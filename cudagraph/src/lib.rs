@@ -242,13 +242,16 @@ pub use plan::{Access, EdgeKind, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, in
 /// - `fill(&mut dst, value)`: every element set to `value` of any `bytemuck::NoUninit` type of 1
 ///   to 64 bytes (`u64`, `f64`, …), by a kernel node of the crate's fill kernel
 ///   ([`FillNode`]).
-/// - `host(&a, &mut b, move |(a, b)| { … })`: a host function node. The closure (`FnOnce +
-///   Send + 'static`, a new one every call) runs once per launch when the launch reaches the
-///   node, on a worker thread of the crate's (not the driver's callback thread, where CUDA
+/// - `host(&a, &mut b, move |(a, b)| { … })`: a host function node. The closure (`FnMut +
+///   Send + 'static`, a new one every call, called once) runs once per launch when the launch
+///   reaches the node, on a worker thread of the crate's (not the driver's callback thread, where CUDA
 ///   forbids CUDA calls), with the listed **pinned host** buffers as `&[T]` / `&mut [T]`
-///   (`host(move |()| …)` lists none); the node's successors wait for it to return. It may call
-///   CUDA (drop a buffer it owns, allocate, copy on another stream) but must not wait for the
-///   stream running it (`stream.synchronize()` there never returns). A panic inside is caught and
+///   (`host(move |()| …)` lists none); the node's successors wait for it to return. What it owns
+///   (device or pinned buffers, a cache) is dropped after the node completed, on that thread: an
+///   ordinary free. Calls to CUDA in its body run while the stream waits for it: they must not
+///   wait for that stream or the device (`synchronize`, a blocking copy on it), and a thread
+///   blocked in such a call on that stream (a pageable `clone_dtoh`) holds a driver lock they
+///   wait for: synchronize before reading back when the body calls CUDA. A panic inside is caught and
 ///   returned as [`Error::HostFunction`] by the cache's next call. Not allowed in device bodies.
 /// - `empty()`: an empty node, a join point: `let j = empty().after(a, b);`.
 /// - `event_record(&e)` / `event_wait(&e)` with an `Arc<CudaEvent>`: event record / wait nodes,

@@ -258,13 +258,13 @@ impl CapturedWork for Captured {
     fn accesses(&self, _: &mut crate::operand::Accesses) -> usize {
         0
     }
-    fn record(&self, _: &dyn Fn() -> NodeSite) -> Result<()> {
+    unsafe fn record(&self, _: &dyn Fn() -> NodeSite) -> Result<()> {
         Ok(())
     }
     fn recorded(&self) -> Option<Arc<OwnedGraph>> {
         None
     }
-    fn run_eager(&self, _: &dyn Fn() -> NodeSite) -> Result<()> {
+    unsafe fn run_eager(&self, _: &dyn Fn() -> NodeSite) -> Result<()> {
         Ok(())
     }
 }

@@ -13,10 +13,22 @@
 //! a worker's `cuEventRecord` on the launching stream waits for the blocked callback;
 //! `examples/probes/host_probe.cu`.)
 //!
+//! The closure is `FnMut`, called once: the worker calls it, sets the flag, and only then drops
+//! it, with everything it owns. Those drops (a device buffer's `cuMemFreeAsync`, a pinned
+//! buffer's `cuMemFreeHost`, which waits for the device, an exec's destruction) therefore never
+//! run while the stream waits for the node. Measured on the H200 (`tests/tests/host_closures.rs`,
+//! before drops were deferred): a free inside the closure waited for good for a driver lock held
+//! by the user's thread, blocked in a pageable `clone_dtoh` on the same stream until the stream
+//! passed the node; and `cuMemFreeHost` in the closure waited for the device itself. CUDA calls
+//! the closure's body makes itself (allocating, copying on another stream) do run while the
+//! stream waits: they work, unless another thread is blocked in a CUDA call waiting for that
+//! stream (or the call waits for the device): the docs of `host` say so.
+//!
 //! Every pending job has a worker of its own (the pool grows when none is idle), so a closure
-//! that waits for another stream's host node never waits behind it. A closure that waits for
-//! its own stream (`stream.synchronize()` on the stream that runs it) waits forever, as it would
-//! in any host callback: see SAFETY.md.
+//! that waits for another stream's host node never waits behind it.
+//!
+//! `CUDAGRAPH_TRACE_HOST` set in the environment prints each hand-off on stderr (where a hang
+//! is).
 //!
 //! Flags are 4-byte words of mapped pinned memory (`cuMemHostAlloc`, portable and device-mapped),
 //! one cache line apart, allocated a page at a time per context and never freed: the context
