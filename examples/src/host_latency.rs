@@ -72,7 +72,9 @@ fn run(a: &Args) -> Res<bool> {
     rows.push((
         "kernel only",
         time(a.reps, &s, || {
-            graph!(&mut plain, &s, { k.add(ELEMS, 1, &mut x).launch(CFG); })?;
+            graph!(&mut plain, &s, {
+                k.add(ELEMS, 1, &mut x).launch(CFG);
+            })?;
             Ok(())
         })?,
     ));
@@ -98,7 +100,13 @@ fn run(a: &Args) -> Res<bool> {
         let v = 1u32;
         b.arg(&n).arg(&v).arg(&mut x);
         // SAFETY: `add(n, v, x)` with `x` of `n` elements.
-        unsafe { b.launch(cudagraph::cudarc::driver::LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 }) }?;
+        unsafe {
+            b.launch(cudagraph::cudarc::driver::LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (32, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }?;
         // SAFETY: an empty callback that makes no CUDA call.
         unsafe { sys::cuLaunchHostFunc(s.cu_stream(), Some(nothing), core::ptr::null_mut()) }
             .result()?;
@@ -110,7 +118,11 @@ fn run(a: &Args) -> Res<bool> {
         println!("{name:<32} {t:>10.1}");
     }
     let base = rows[0].1;
-    println!("host statement adds {:.1} µs (graph), raw callback adds {:.1} µs", rows[1].1 - base, raw - base);
+    println!(
+        "host statement adds {:.1} µs (graph), raw callback adds {:.1} µs",
+        rows[1].1 - base,
+        raw - base
+    );
     Ok(runs > 0)
 }
 

@@ -199,7 +199,8 @@ impl Bufs {
 
 /// The host model of [`round_trip`]'s `z`.
 fn model(round: u32) -> Vec<u32> {
-    let out: Vec<u32> = host::slow_iota(N, SPINS, 3, round).iter().map(|i| i.wrapping_mul(7) ^ round).collect();
+    let out: Vec<u32> =
+        host::slow_iota(N, SPINS, 3, round).iter().map(|i| i.wrapping_mul(7) ^ round).collect();
     host::affine(&out, 2, 1)
 }
 
@@ -221,7 +222,8 @@ fn a_host_closure_owning_a_device_buffer_drops_it_off_the_callback_thread() -> R
         for round in 0..ROUNDS {
             // Allocated on the very stream that runs the graph: cudarc's drop frees it there
             // (`cuStreamWaitEvent` + `cuMemFreeAsync`).
-            let big = Owned { value: Some(stream.alloc_zeros::<u8>(BIG)?), dropped: dropped.clone() };
+            let big =
+                Owned { value: Some(stream.alloc_zeros::<u8>(BIG)?), dropped: dropped.clone() };
             round_trip(&mut cache, &stream, &k, round, big, &mut bufs, &ran)?;
             let z = read(&stream, &bufs.z, false)?;
             assert_same(&z, &model(round), &format!("{mode:?} round {round}: vs host"));

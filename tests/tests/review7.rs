@@ -74,7 +74,8 @@ fn transform(v: u32, round: u32) -> u32 {
 
 /// `z` of [`round_trip`] for `round`.
 fn model(round: u32) -> Vec<u32> {
-    let out: Vec<u32> = slow_iota(N, SPINS, 3, round).iter().map(|&v| transform(v, round)).collect();
+    let out: Vec<u32> =
+        slow_iota(N, SPINS, 3, round).iter().map(|&v| transform(v, round)).collect();
     host::affine(&out, 2, 1)
 }
 
@@ -136,7 +137,13 @@ impl Bufs {
                 pinned_ctx.alloc_pinned_with_flags::<u32>(LEN, 0)?,
             )
         };
-        Ok(Bufs { x: s.alloc_zeros(LEN)?, inp, out, y: s.alloc_zeros(LEN)?, z: s.alloc_zeros(LEN)? })
+        Ok(Bufs {
+            x: s.alloc_zeros(LEN)?,
+            inp,
+            out,
+            y: s.alloc_zeros(LEN)?,
+            z: s.alloc_zeros(LEN)?,
+        })
     }
 }
 
@@ -201,7 +208,10 @@ fn review7_builder_host_node_inside_a_device_while_body() -> Result {
         counters.push(s.alloc_zeros::<u32>(1)?);
         // SAFETY: plain u32s, written by the graph before they are read; zero first.
         let (mut i, mut o) = unsafe {
-            (ctx.alloc_pinned_with_flags::<u32>(LEN, 0)?, ctx.alloc_pinned_with_flags::<u32>(LEN, 0)?)
+            (
+                ctx.alloc_pinned_with_flags::<u32>(LEN, 0)?,
+                ctx.alloc_pinned_with_flags::<u32>(LEN, 0)?,
+            )
         };
         i.as_mut_slice()?.fill(0);
         o.as_mut_slice()?.fill(0);
@@ -277,8 +287,9 @@ fn review7_a_host_closure_drops_the_cache_whose_launch_runs_it() -> Result {
         let shared: Arc<Mutex<Option<GraphCache>>> = Arc::new(Mutex::new(None));
         let mut bufs = Bufs::new(&ctx, &s)?;
         let mut bufs2 = Bufs::new(&ctx, &s2)?;
-        let mut zs: Vec<CudaSlice<u32>> =
-            (0..ROUNDS).map(|_| s.alloc_zeros::<u32>(LEN)).collect::<std::result::Result<_, _>>()?;
+        let mut zs: Vec<CudaSlice<u32>> = (0..ROUNDS)
+            .map(|_| s.alloc_zeros::<u32>(LEN))
+            .collect::<std::result::Result<_, _>>()?;
         let mut zs2: Vec<CudaSlice<u32>> = (0..ROUNDS)
             .map(|_| s2.alloc_zeros::<u32>(LEN))
             .collect::<std::result::Result<_, _>>()?;
@@ -303,7 +314,16 @@ fn review7_a_host_closure_drops_the_cache_whose_launch_runs_it() -> Result {
                     }
                     drop(big);
                 };
-                round_trip(cache, &s, &k, round, Owned(Some(Box::new(owned))), &mut bufs, Some(z), &ran)?;
+                round_trip(
+                    cache,
+                    &s,
+                    &k,
+                    round,
+                    Owned(Some(Box::new(owned))),
+                    &mut bufs,
+                    Some(z),
+                    &ran,
+                )?;
             }
             // Another stream: a fresh cache each round, so new host nodes take flags while the
             // first stream's launches still wait on theirs.
@@ -344,7 +364,12 @@ struct Shared {
 /// 0 the closure, on the worker, launches the *same exec* again with `nested`'s buffers (its job
 /// pushed onto the same node queue while this launch's callback already took its own), and
 /// sends those buffers back.
-fn reentrant_step(sh: &Arc<Shared>, bufs: &mut Bufs, round: u32, mut nested: Option<Bufs>) -> Result {
+fn reentrant_step(
+    sh: &Arc<Shared>,
+    bufs: &mut Bufs,
+    round: u32,
+    mut nested: Option<Bufs>,
+) -> Result {
     let mut cache = sh.cache.lock().unwrap();
     let sh2 = sh.clone();
     let k = &sh.k;
@@ -535,9 +560,12 @@ impl Drop for Bomb {
 
 /// A value captured by a closure whose drop panics (after the closure returned normally).
 struct Mine(u32);
+/// Set by a panicking [`Mine`]'s drop, right before it panics.
+static MINE_DROPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 impl Drop for Mine {
     fn drop(&mut self) {
         if self.0 == 1 {
+            MINE_DROPPED.store(true, Ordering::SeqCst);
             panic!("a captured value's drop panicked");
         }
     }
@@ -575,6 +603,19 @@ fn review7_panics_whose_drop_panics_in_host_closures() -> Result {
                 });
             });
             s.synchronize()?;
+            if step == 3 {
+                // The closure's values are dropped by the worker after its node completed, so
+                // maybe after the synchronize: wait for the drop, and for its report.
+                let start = std::time::Instant::now();
+                while !MINE_DROPPED.swap(false, Ordering::SeqCst) {
+                    assert!(
+                        start.elapsed() < Duration::from_secs(20),
+                        "{mode:?}: Mine not dropped"
+                    );
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
             results.push(r);
         }
         let oks: Vec<bool> = results.iter().map(|r| r.is_ok()).collect();
@@ -631,9 +672,13 @@ fn review7_a_graph_call_on_a_stream_capturing_through_cudarcs_safe_api_is_refuse
         k.iota(N, 1, 2, &mut x).launch(cfg());
         host(&mut p, move |(v,)| v.fill(0xdead_beef));
     });
-    let captured = s.end_capture(CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+    let captured =
+        s.end_capture(CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
     let _ = ctx.check_err();
-    println!("the call on a capturing stream: {r:?}; end_capture: {:?}", captured.as_ref().map(|g| g.is_some()));
+    println!(
+        "the call on a capturing stream: {r:?}; end_capture: {:?}",
+        captured.as_ref().map(|g| g.is_some())
+    );
     if r.is_err() {
         return Ok(());
     }

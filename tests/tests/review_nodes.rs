@@ -75,7 +75,9 @@ fn review_a_failed_launch_with_a_panicking_job_drop_leaves_no_stale_host_job() -
                     bomb: Option<PanicOnDrop>| {
         let ran = ran.clone();
         graph!(&mut cache, stream, {
-            host(move |()| { let _ = &bomb; });
+            host(move |()| {
+                let _ = &bomb;
+            });
             host(&mut p, move |(p,)| {
                 p.fill(0xdead);
                 ran.lock().unwrap().push(name);

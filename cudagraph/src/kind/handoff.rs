@@ -153,7 +153,7 @@ pub(crate) fn as_user(flag: &'static Flag) -> *mut c_void {
 pub(crate) struct Task {
     /// Runs the closure; returns what to drop after the flag is set (the closure and what it
     /// owns), so that those drops, which may make CUDA calls, never run while the stream waits.
-    pub(crate) job: Option<Box<dyn FnOnce() -> Option<super::host::Leftover> + Send>>,
+    pub(crate) job: Option<Box<dyn FnOnce() -> Option<super::host::Deferred> + Send>>,
     pub(crate) flag: &'static Flag,
 }
 
@@ -164,6 +164,13 @@ fn tracing() -> bool {
 }
 
 impl Task {
+    /// [`Self::run`] on a driver thread: the closure's values are leaked, not dropped.
+    fn run_here(self) {
+        let Task { job, flag } = self;
+        let job = job.map(|j| Box::new(move || j().map(core::mem::forget).and(None)) as _);
+        Task { job, flag }.run();
+    }
+
     fn run(self) {
         if tracing() {
             eprintln!("[handoff] worker runs a job for flag {:#x}", self.flag.device);
@@ -183,12 +190,10 @@ impl Task {
         }
         // The closure's own values (device buffers, caches, pinned memory) are freed now, off
         // the stream's path: a free that waits for the device or for a driver lock held by a
-        // thread waiting for the stream no longer waits for this node. A panic of a `Drop`
-        // is caught (the worker must live on) and its payload leaked.
-        if let Some(l) = leftover
-            && let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(l)))
-        {
-            core::mem::forget(p);
+        // thread waiting for the stream no longer waits for this node. A panic of a `Drop` is
+        // caught (the worker must live on) and reported by a later call of the cache.
+        if let Some(d) = leftover {
+            d.drop_now();
         }
     }
 }
@@ -224,9 +229,11 @@ pub(crate) fn submit(task: Task) {
     drop(p);
     let spawned = std::thread::Builder::new().name("cudagraph-host".into()).spawn(worker);
     if spawned.is_err() {
+        // No thread to be had: the job runs here, on the driver's thread (CUDA calls in its
+        // body fail), and what it owns is leaked rather than dropped here.
         let task = workers().tasks.pop_back();
         if let Some(t) = task {
-            t.run();
+            t.run_here();
         }
     }
 }

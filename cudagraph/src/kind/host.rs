@@ -240,27 +240,48 @@ impl Queued {
     }
 
     /// Runs the job; returns the closure to drop after the node completed (`None` after a
-    /// panic, which dropped it while unwinding).
-    fn run(self) -> Option<Leftover> {
+    /// panic, which dropped it while unwinding). A panic is reported to the cache.
+    fn run(self) -> Option<Deferred> {
         let Queued { job, site, reports } = self;
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) {
-            Ok(leftover) => Some(leftover),
+            Ok(value) => Some(Deferred { value, site, reports }),
             Err(panic) => {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic without a message".into());
-            reports.push(site, message);
-            // The payload's own drop may panic too, which must not unwind into the driver
-            // either: dropped inside `catch_unwind`, and a second payload is leaked.
-            if let Err(again) =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(panic)))
-            {
-                core::mem::forget(again);
+                report(&reports, site, "", panic);
+                None
             }
-            None
-            }
+        }
+    }
+}
+
+/// Reports a caught panic as the cache's next call's [`Error::HostFunction`] (`what` prefixes
+/// the message). The payload's own drop may panic too, which must not unwind into a driver
+/// thread or a worker: dropped inside `catch_unwind`, and a second payload is leaked.
+fn report(reports: &Reports, site: NodeSite, what: &str, panic: Box<dyn core::any::Any + Send>) {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into());
+    reports.push(site, format!("{what}{message}"));
+    if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(panic))) {
+        core::mem::forget(again);
+    }
+}
+
+/// A closure that ran, with what it owns, to be dropped once its node completed
+/// ([`super::handoff`]); a panic of that drop is reported like one of the closure.
+pub(crate) struct Deferred {
+    value: Leftover,
+    site: NodeSite,
+    reports: Arc<Reports>,
+}
+
+impl Deferred {
+    /// Drops the closure; never unwinds.
+    pub(crate) fn drop_now(self) {
+        let Deferred { value, site, reports } = self;
+        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(value))) {
+            report(&reports, site, "while dropping the closure after it ran: ", panic);
         }
     }
 }
