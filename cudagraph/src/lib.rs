@@ -524,6 +524,13 @@ pub mod __private {
         crate::kind::CaptureParams::new(stream, handles, f)
     }
 
+    /// How many host-node wait flags are taken and not given back (see `kind/handoff.rs`):
+    /// a graph or exec holding a host node, or a pending eager host statement, holds one.
+    /// For tests.
+    pub fn host_flags_in_use() -> usize {
+        crate::kind::handoff::in_use()
+    }
+
     /// A `host(&a, &mut b, |(a, b)| …)` statement of `graph!`: the operands' handles and the
     /// closure, run on the host by the call's launch.
     #[inline]

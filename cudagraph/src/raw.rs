@@ -546,6 +546,11 @@ pub unsafe fn wait_event(stream: CUstream, event: sys::CUevent) -> Result<(), Dr
 /// A null `void*`, for the unused `extra` field of kernel parameters.
 pub(crate) const NO_EXTRA: *mut *mut c_void = ptr::null_mut();
 
+/// A host node's wait flag ([`Driver::host_flag`]): a word of mapped pinned memory of the
+/// crate's pool, opaque.
+#[doc(hidden)]
+pub struct HostFlag(pub(crate) &'static crate::kind::handoff::Flag);
+
 /// The driver calls the [`GraphCache`](crate::GraphCache) makes, behind a trait so that the
 /// update ladder's decisions can be tested without a GPU. [`Cuda`] is the real driver; every
 /// method is one call of the functions above. Implementations report errors as the driver would.
@@ -602,6 +607,18 @@ pub trait Driver {
         ctx: sys::CUcontext,
         default: u32,
     ) -> Result<u64, DriverError>;
+    /// A wait flag for the template `graph` of a host node (`cuMemHostAlloc` for a page of
+    /// them when the pool is empty), given back to the pool by a user object that `graph` owns
+    /// ([`graph_own_user_object`]) once no graph or exec holds a copy of it. The default, for
+    /// test drivers (which run no host function): `Ok(None)`, and the node has no wait.
+    #[doc(hidden)]
+    unsafe fn host_flag(
+        &mut self,
+        _graph: CUgraph,
+        _ctx: sys::CUcontext,
+    ) -> Result<Option<HostFlag>, DriverError> {
+        Ok(None)
+    }
     /// [`enable_peer_access`].
     unsafe fn enable_peer_access(
         &mut self,
@@ -616,6 +633,17 @@ pub struct Cuda;
 
 // SAFETY (every method): forwards its caller's contract, which is the raw function's.
 impl Driver for Cuda {
+    unsafe fn host_flag(
+        &mut self,
+        graph: CUgraph,
+        ctx: sys::CUcontext,
+    ) -> Result<Option<HostFlag>, DriverError> {
+        use crate::kind::handoff;
+        let flag = unsafe { handoff::take(ctx) }?;
+        // On error the destructor ran or will run, which gives the flag back.
+        unsafe { graph_own_user_object(graph, handoff::give_back, handoff::as_user(flag)) }?;
+        Ok(Some(HostFlag(flag)))
+    }
     unsafe fn graph_create(&mut self) -> Result<CUgraph, DriverError> {
         unsafe { graph_create() }
     }

@@ -412,3 +412,59 @@ fn evicted_host_nodes_flags_are_reused_only_after_their_launches() -> Result {
     assert_usable(&ctx, &s0, &k, "after the calls");
     Ok(())
 }
+
+/// A host node's wait flag is held (not back in the pool) for as long as its exec may launch
+/// it, and given back once the cache is dropped and the launches completed: the user object
+/// that returns it is owned by the node's template, which is destroyed right after the add, so
+/// the graph's copy of the template and the exec must hold references of their own. An eager
+/// statement holds its flag until its wait passed. A flag given back early would be taken by
+/// another node while this exec can still reset and wait on it.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_host_nodes_flag_is_held_while_its_exec_lives() -> Result {
+    let _serial = common::serial();
+    let _dog = watchdog(120, "host flag lifetime");
+    let (_ctx, stream, k) = gpu()?;
+    let mut x = stream.alloc_zeros::<u32>(LEN)?;
+    let held = cudagraph::__private::host_flags_in_use;
+    let settle = |want: usize, what: &str| {
+        let start = std::time::Instant::now();
+        while held() != want {
+            assert!(start.elapsed() < Duration::from_secs(10), "{what}: {} flags held", held());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    stream.synchronize()?;
+    let base = held();
+    let ran = Arc::new(AtomicU32::new(0));
+    let mut cache = GraphCache::new();
+    for step in 0..5u32 {
+        let ran = ran.clone();
+        graph!(&mut cache, &stream, {
+            k.slow_iota(N, SPINS, 1, step, &mut x).launch(cfg());
+            host(move |()| {
+                ran.fetch_add(1, Ordering::SeqCst);
+            });
+            host(move |()| {});
+        })?;
+        stream.synchronize()?;
+        // Give a wrongly released flag time to come back.
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(held(), base + 2, "call {step}: the exec's two host nodes hold their flags");
+    }
+    assert_eq!(ran.load(Ordering::SeqCst), 5);
+    drop(cache);
+    stream.synchronize()?;
+    settle(base, "after the cache was dropped");
+    let mut eager = GraphCache::new();
+    eager.set_mode(Mode::Eager);
+    graph!(&mut eager, &stream, {
+        k.slow_iota(N, SPINS, 1, 9, &mut x).launch(cfg());
+        host(move |()| std::thread::sleep(Duration::from_millis(20)));
+    })?;
+    assert_eq!(held(), base + 1, "a pending eager host statement holds its flag");
+    stream.synchronize()?;
+    settle(base, "after the eager statement's wait");
+    assert_same(&stream.clone_dtoh(&x)?, &host::slow_iota(N, SPINS, 1, 9), "x");
+    Ok(())
+}

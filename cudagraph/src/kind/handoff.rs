@@ -96,6 +96,14 @@ struct Pool {
 
 /// Flag pools by context.
 static FLAGS: Mutex<Option<HashMap<usize, Pool>>> = Mutex::new(None);
+/// Flags taken and not given back, over every context.
+static IN_USE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many flags are taken and not given back (a graph or exec, or an eager statement, may
+/// still read them). For tests.
+pub fn in_use() -> usize {
+    IN_USE.load(Ordering::SeqCst)
+}
 
 fn with_pool<R>(ctx: usize, f: impl FnOnce(&mut Pool) -> R) -> R {
     let mut pools = FLAGS.lock().unwrap_or_else(|e| e.into_inner());
@@ -109,7 +117,7 @@ fn with_pool<R>(ctx: usize, f: impl FnOnce(&mut Pool) -> R) -> R {
 /// `ctx` is current on this thread.
 pub(crate) unsafe fn take(ctx: CUcontext) -> Result<&'static Flag, DriverError> {
     let key = ctx as usize;
-    with_pool(key, |pool| {
+    let r = with_pool(key, |pool| {
         if let Some(f) = pool.free.pop() {
             return Ok(f);
         }
@@ -130,12 +138,17 @@ pub(crate) unsafe fn take(ctx: CUcontext) -> Result<&'static Flag, DriverError> 
         let flags: &'static [Flag] = Vec::leak(flags);
         pool.free.extend(flags[1..].iter());
         Ok(&flags[0])
-    })
+    });
+    if r.is_ok() {
+        IN_USE.fetch_add(1, Ordering::SeqCst);
+    }
+    r
 }
 
 /// Returns `flag` to its context's pool. No CUDA call: callable from driver threads.
 pub(crate) fn give(flag: &'static Flag) {
     with_pool(flag.ctx, |pool| pool.free.push(flag));
+    IN_USE.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// The user-object destructor and host function that return a flag (`user` is the flag).

@@ -343,9 +343,9 @@ unsafe extern "C" fn run_once(user: *mut c_void) {
 }
 
 /// An exec's host node: its queue's number, and the child graph (host function, then the wait
-/// for its flag) that the node is a copy of, null until [`Host::setup`]. Dropping it orphans the
-/// queue (see the module docs) and destroys the template (`cuGraphDestroy`; the flag returns
-/// to its pool once no exec holds a copy, through the template's user object).
+/// for its flag) that the node is a copy of, alive only between [`Host::setup`] and
+/// [`Host::added`] (the flag returns to its pool once no graph or exec holds a copy, through
+/// the template's user object). Dropping it orphans the queue (see the module docs).
 pub(crate) struct HostState {
     id: u64,
     template: CUgraph,
@@ -359,52 +359,54 @@ impl Drop for HostState {
                 q.remove(&self.id);
             }
         });
-        if !self.template.is_null() {
-            // SAFETY: the template is this state's and used by nothing else (the driver copied
-            // it into the graphs that hold the node). Errors cannot be acted on.
-            let _ = unsafe { raw::graph_destroy(self.template) };
-        }
     }
 }
 
-/// The template of a host node: `cuGraphCreate`, the flag's user object, the host function node
-/// calling [`run_queued`] with `id`, and the batch mem-op node waiting for the flag to be 1.
+/// The template of a host node (`cuGraphCreate`): its flag (and the user object that returns
+/// it), the host function node calling [`run_queued`] with `id`, and the batch mem-op node
+/// waiting for the flag to be 1, all through `driver` (a test driver gives no flag: no wait).
+/// On error the template is destroyed.
 ///
 /// # Safety
-/// `ctx` is current.
-unsafe fn template(s: &mut HostState, ctx: CUcontext) -> Result<(), CudaError> {
+/// `ctx` is current and the driver's.
+unsafe fn template(
+    s: &mut HostState,
+    driver: &mut impl crate::raw::Driver,
+    ctx: CUcontext,
+) -> Result<(), CudaError> {
     let err = |call| move |error| CudaError { call, error };
-    // SAFETY (every call): `ctx` is current; the graph is the state's, destroyed by its drop.
-    let flag = unsafe { handoff::take(ctx) }.map_err(err("cuMemHostAlloc (host node flags)"))?;
-    let graph = match unsafe { raw::graph_create() } {
-        Ok(g) => g,
-        Err(e) => {
-            handoff::give(flag);
-            return Err(err("cuGraphCreate (host node)")(e));
-        }
-    };
+    // SAFETY (every call): `ctx` is current; the graph is the state's until `Host::added`.
+    let graph = unsafe { driver.graph_create() }.map_err(err("cuGraphCreate (host node)"))?;
     s.template = graph;
-    // From here the flag goes back through the user object's destructor, whatever happens.
-    unsafe { raw::graph_own_user_object(graph, handoff::give_back, handoff::as_user(flag)) }
-        .map_err(err("cuUserObjectCreate / cuGraphRetainUserObject (host node flag)"))?;
-    let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST);
-    p.__bindgen_anon_1.host.fn_ = Some(run_queued);
-    p.__bindgen_anon_1.host.userData = s.id as *mut c_void;
-    let host = unsafe { raw::add_node(graph, &[], &[], &mut p) }
-        .map_err(err("cuGraphAddNode_v2 (host function)"))?;
-    // SAFETY: all-zero is a valid value of this union of plain integers.
-    let mut op: CUstreamBatchMemOpParams = unsafe { core::mem::zeroed() };
-    op.waitValue.operation = CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WAIT_VALUE_32;
-    op.waitValue.address = flag.device;
-    op.waitValue.__bindgen_anon_1.value = 1;
-    op.waitValue.flags = CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32;
-    let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
-    p.__bindgen_anon_1.memOp =
-        CUDA_BATCH_MEM_OP_NODE_PARAMS_v2 { ctx, count: 1, paramArray: &mut op, flags: 0 };
-    unsafe { raw::add_node(graph, &[host], &[], &mut p) }
-        .map_err(err("cuGraphAddNode_v2 (batch mem op: wait for the host closure)"))?;
-    with_queues(|q| q.entry(s.id).or_default().flag = Some(flag));
-    Ok(())
+    let r = (|| {
+        let flag = unsafe { driver.host_flag(graph, ctx) }
+            .map_err(err("cuMemHostAlloc / cuUserObjectCreate (host node flag)"))?;
+        let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST);
+        p.__bindgen_anon_1.host.fn_ = Some(run_queued);
+        p.__bindgen_anon_1.host.userData = s.id as *mut c_void;
+        let host = unsafe { driver.add_node(graph, &[], &[], &mut p) }
+            .map_err(err("cuGraphAddNode_v2 (host function)"))?;
+        let Some(crate::raw::HostFlag(flag)) = flag else {
+            return Ok(());
+        };
+        // SAFETY: all-zero is a valid value of this union of plain integers.
+        let mut op: CUstreamBatchMemOpParams = unsafe { core::mem::zeroed() };
+        op.waitValue.operation = CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WAIT_VALUE_32;
+        op.waitValue.address = flag.device;
+        op.waitValue.__bindgen_anon_1.value = 1;
+        op.waitValue.flags = CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32;
+        let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+        p.__bindgen_anon_1.memOp =
+            CUDA_BATCH_MEM_OP_NODE_PARAMS_v2 { ctx, count: 1, paramArray: &mut op, flags: 0 };
+        unsafe { driver.add_node(graph, &[host], &[], &mut p) }
+            .map_err(err("cuGraphAddNode_v2 (batch mem op: wait for the host closure)"))?;
+        with_queues(|q| q.entry(s.id).or_default().flag = Some(flag));
+        Ok(())
+    })();
+    if r.is_err() {
+        Host::added(s, driver);
+    }
+    r
 }
 
 /// The host function node kind.
@@ -436,9 +438,23 @@ impl NodeKind for Host {
         HostState { id, template: core::ptr::null_mut() }
     }
 
-    fn setup(s: &mut HostState, ctx: CUcontext) -> Result<(), CudaError> {
+    unsafe fn setup(
+        s: &mut HostState,
+        driver: &mut impl crate::raw::Driver,
+        ctx: CUcontext,
+    ) -> Result<(), CudaError> {
         // SAFETY: the trait's contract: `ctx` is current.
-        unsafe { template(s, ctx) }
+        unsafe { template(s, driver, ctx) }
+    }
+
+    /// The driver copied the template into the graph (with a reference to the flag's user
+    /// object): destroyed now.
+    fn added(s: &mut HostState, driver: &mut impl crate::raw::Driver) {
+        if !s.template.is_null() {
+            // SAFETY: the template is this state's and used by nothing else.
+            unsafe { driver.graph_destroy(s.template) };
+            s.template = core::ptr::null_mut();
+        }
     }
 
     /// The driver's node never changes: the call's closure goes to the queue at launch.

@@ -117,11 +117,21 @@ pub(crate) trait NodeKind {
         true
     }
     /// Makes what a new node's driver parameters point to and what needs driver calls of its own
-    /// (a host node's child graph), before the node's first [`Self::with_params`]. `ctx` is
-    /// current. A state whose setup failed is dropped without being used.
-    fn setup(_state: &mut Self::State, _ctx: CUcontext) -> Result<(), CudaError> {
+    /// (a host node's template child graph), right before the node is added. `ctx` is current.
+    /// A state whose setup failed is dropped without being used.
+    ///
+    /// # Safety
+    /// `ctx` is current and the driver's.
+    unsafe fn setup(
+        _state: &mut Self::State,
+        _driver: &mut impl Driver,
+        _ctx: CUcontext,
+    ) -> Result<(), CudaError> {
         Ok(())
     }
+    /// Right after the node was added (or refused): frees what [`Self::setup`] made for the
+    /// add only (the driver copied it).
+    fn added(_state: &mut Self::State, _driver: &mut impl Driver) {}
     /// Calls `f` with the driver's view of `state` (`ctx`: the exec's context). Pointers in it
     /// are valid only during `f`.
     fn with_params<R>(
@@ -355,12 +365,14 @@ macro_rules! node_kinds {
                 match self {
                     $(NodeParams::$variant(p) => {
                         let mut state = <$kind>::state(p);
-                        <$kind>::setup(&mut state, ctx)?;
+                        // SAFETY: the caller's contract (`ctx` current).
+                        unsafe { <$kind>::setup(&mut state, driver, ctx) }?;
                         // SAFETY: the caller's contract; the parameters point into `state`.
                         let node = <$kind>::with_params(&mut state, ctx, |params| unsafe {
                             driver.add_node(graph, deps, edges, params)
-                        })
-                        .map_err(|error| CudaError { call: <$kind>::ADD, error })?;
+                        });
+                        <$kind>::added(&mut state, driver);
+                        let node = node.map_err(|error| CudaError { call: <$kind>::ADD, error })?;
                         Ok(NodeState::$variant(node, state))
                     })*
                 }
