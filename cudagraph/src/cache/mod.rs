@@ -201,6 +201,14 @@ pub struct Stats {
     /// scalar lengths, and the places their buffer handles name): such a call launches with no
     /// per-node validation or comparison (its nodes count in [`Stats::nodes_unchanged`] too).
     pub unchanged_calls: u64,
+    /// Calls whose parameters equal the last call of another exec of the same variant (kept
+    /// for an earlier set of pointers and scalars, e.g. the other half of ping-pong buffers):
+    /// that exec was launched with nothing sent (counted in [`Stats::unchanged_calls`] and
+    /// [`Stats::hits`] too). See [`GraphCache::set_execs_per_variant`].
+    pub memo_hits: u64,
+    /// Execs built for a variant that had one already, for a new set of parameters, instead
+    /// of updating the existing one (counted in [`Stats::builds`] too).
+    pub memo_builds: u64,
 }
 
 /// How a [`GraphCache`] runs each `graph!` call.
@@ -244,6 +252,8 @@ pub struct GraphCache<D: Driver = Cuda> {
     location: (&'static str, u32),
     variants: Vec<Variant>,
     max_variants: usize,
+    /// Execs kept per variant, one per set of kernel parameters ([`Self::set_execs_per_variant`]).
+    execs_per_variant: usize,
     clock: u64,
     stats: Stats,
     /// The last [`GraphBuilder`](crate::GraphBuilder)'s emptied vectors, reused by the next.
@@ -264,6 +274,13 @@ pub struct GraphCache<D: Driver = Cuda> {
     /// (only then is it compared with, and kept as, a variant's [`Variant::pack`]).
     packed: Vec<u64>,
     packed_ok: bool,
+    /// Hashes of the words of the last few calls that changed parameters (with their variant
+    /// key): a call whose words came before gets an exec of its own
+    /// ([`Self::set_execs_per_variant`]); parameters that never repeat (a time step) do not.
+    recent: [u64; 4],
+    recent_next: usize,
+    /// Whether this call's words are among [`Self::recent`] (set by [`Self::unchanged`]).
+    packed_seen: bool,
 }
 
 // SAFETY: the raw driver handles inside are only used through `&mut self` (or `Drop`), so
@@ -273,6 +290,8 @@ pub struct GraphCache<D: Driver = Cuda> {
 unsafe impl<D: Driver + Send> Send for GraphCache<D> {}
 
 struct Variant {
+    /// Of the call's host `if` branches (one bit each); with `ctx`, `signature` and
+    /// `programmatic`, which calls this exec can run ([`Variant::same_variant`]).
     key: u64,
     /// A builder variant's topology ([`crate::builder`]), compared in full; empty for `graph!`.
     signature: Box<[u32]>,
@@ -299,6 +318,15 @@ struct Variant {
 }
 
 impl Variant {
+    /// Whether `other` runs the same calls (same key, context, edge kinds and builder
+    /// signature): another exec of the same variant, kept for other parameters.
+    fn same_variant(&self, other: &Variant) -> bool {
+        self.key == other.key
+            && self.ctx == other.ctx
+            && self.programmatic == other.programmatic
+            && self.signature == other.signature
+    }
+
     /// Takes back the work handed at launch to the first `count` of its launch-work nodes (the
     /// launch did not happen): every node's work is taken back before any of it is dropped,
     /// since dropping it runs user code, which may panic.
@@ -330,6 +358,8 @@ impl Default for GraphCache {
 impl GraphCache {
     /// Variants kept by [`GraphCache::new`].
     pub const DEFAULT_MAX_VARIANTS: usize = 8;
+    /// Execs kept per variant by default ([`GraphCache::set_execs_per_variant`]).
+    pub const DEFAULT_EXECS_PER_VARIANT: usize = 3;
 
     /// An empty cache keeping at most [`Self::DEFAULT_MAX_VARIANTS`] variants. Touches no driver.
     pub fn new() -> Self {
@@ -659,6 +689,30 @@ impl<D: Driver> GraphCache<D> {
         self.mode
     }
 
+    /// How many execs one variant (one combination of host `if` branches) may keep, each
+    /// instantiated for its own set of kernel parameters, so that a step alternating between a
+    /// few buffer sets (ping-pong buffers swapped with `std::mem::swap` every step) launches
+    /// the exec already holding this call's pointers and sends nothing (counted in
+    /// [`Stats::memo_hits`]). Default [`Self::DEFAULT_EXECS_PER_VARIANT`]; 1 turns it off.
+    ///
+    /// Only calls whose nodes are all kernel nodes are memoized (the calls that
+    /// [`Stats::unchanged_calls`] can count). When such a call equals no kept exec's last call
+    /// but equals one of the last four calls that changed parameters (a buffer set coming back),
+    /// a new exec is built for it (`cuGraphInstantiate`, counted in [`Stats::memo_builds`])
+    /// while the variant has fewer than `n` and the cache has room within its variant bound (an
+    /// exec never evicts another for this); otherwise the least recently used of them is
+    /// updated in place, as before. Parameters that never repeat (a time step) build nothing.
+    /// Ping-pong buffers cost one update and one build in their first round, then nothing. Each exec holds its kernel nodes' device memory for parameters (a few hundred
+    /// bytes per node) and counts against [`Self::with_max_variants`]'s bound.
+    pub fn set_execs_per_variant(&mut self, n: usize) {
+        self.execs_per_variant = n.max(1);
+    }
+
+    /// See [`Self::set_execs_per_variant`].
+    pub fn execs_per_variant(&self) -> usize {
+        self.execs_per_variant
+    }
+
     /// Whether edges from kernel nodes into `#[programmatic]` kernels' nodes are programmatic
     /// edges (`true`, the default) or plain ones (`false`: for comparisons, or to rule them out
     /// while debugging). Takes effect at the next call; variants built with the other setting
@@ -720,6 +774,7 @@ impl<D: Driver> GraphCache<D> {
             location: ("", 0),
             variants: Vec::new(),
             max_variants: max.max(1),
+            execs_per_variant: GraphCache::DEFAULT_EXECS_PER_VARIANT,
             clock: 0,
             stats: Stats::default(),
             recording: crate::builder::Recording::new(0),
@@ -730,6 +785,9 @@ impl<D: Driver> GraphCache<D> {
             peers: validate::Peers::default(),
             packed: Vec::new(),
             packed_ok: false,
+            recent: [0; 4],
+            recent_next: 0,
+            packed_seen: false,
         }
     }
 
@@ -861,18 +919,49 @@ impl<D: Driver> GraphCache<D> {
         self.packed_ok = !equal;
         // (An empty pack is a variant's whose last call did not pack, unless it has no nodes.)
         let kept = |i: usize| !self.variants[i].pack.is_empty() || nodes.is_empty();
-        Ok(found.filter(|&i| equal && kept(i)))
+        if equal {
+            return Ok(found.filter(|&i| kept(i)));
+        }
+        self.packed_seen = false;
+        if self.execs_per_variant > 1 && self.packed_ok {
+            // FxHash-style over the words and the key; 0 is "none yet".
+            let h = self.packed.iter().fold(call.key ^ 0x9e37_79b9_7f4a_7c15, |h, &w| {
+                (h.rotate_left(5) ^ w).wrapping_mul(0x517c_c1b7_2722_0a95)
+            }) | 1;
+            self.packed_seen = self.recent.contains(&h);
+            self.recent[self.recent_next] = h;
+            self.recent_next = (self.recent_next + 1) % self.recent.len();
+        }
+        // Another exec of the variant kept for this call's parameters (ping-pong buffers).
+        if let Some(i) = found.filter(|_| self.execs_per_variant > 1) {
+            let v = &self.variants[i];
+            let packed = &self.packed;
+            let twin = self
+                .variants
+                .iter()
+                .position(|w| !w.pack.is_empty() && w.pack == *packed && v.same_variant(w));
+            if twin.is_some() {
+                self.packed_ok = false;
+                self.stats.memo_hits += 1;
+                return Ok(twin);
+            }
+        }
+        Ok(None)
     }
 
-    /// The cached variant of this call's key, context, edge kinds and builder signature.
+    /// The cached variant of this call's key, context, edge kinds and builder signature: of
+    /// its execs ([`Self::set_execs_per_variant`]), the most recently used.
     fn find(&self, call: &GraphCall<'_>, ctx: CUcontext) -> Option<usize> {
         let pdl = self.programmatic_edges();
-        self.variants.iter().position(|v| {
-            v.key == call.key
-                && v.ctx == ctx
-                && v.programmatic == pdl
-                && *v.signature == *call.signature
-        })
+        (0..self.variants.len())
+            .filter(|&i| {
+                let v = &self.variants[i];
+                v.key == call.key
+                    && v.ctx == ctx
+                    && v.programmatic == pdl
+                    && *v.signature == *call.signature
+            })
+            .max_by_key(|&i| self.variants[i].last_use)
     }
 
     /// Builds or updates, and launches, one validated call, with the context already current.
@@ -950,25 +1039,53 @@ impl<D: Driver> GraphCache<D> {
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<usize> {
         let (shape, key, signature) = (call.shape, call.key, call.signature);
-        Ok(match self.find(call, ctx) {
-            Some(i) => {
-                self.stats.hits += 1;
-                self.variants[i].hits += 1;
-                self.variants[i].pack.clear();
-                if self.update(i, shape, nodes)? {
-                    i
-                } else {
-                    // A node whose kernel is declared `#[programmatic]` where the variant's was
-                    // not, or the reverse (a method of the user's returning either kernel: its
-                    // edges change kind), or a misused hidden `GraphCache::run` (a key that
-                    // does not fix the nodes' presence and kinds): drop that variant, build anew.
-                    self.stats.hits -= 1;
-                    self.remove(i);
-                    self.insert(shape, (key, signature), (ctx, owner), nodes)?
-                }
+        let found = self.find(call, ctx);
+        if let Some(i) = found {
+            // A call that packs (all kernel nodes), equals none of the variant's execs, and whose
+            // words came before in the last few changed calls (a set of buffers coming back): a
+            // new exec for its parameters while the variant and the cache have room. Else the
+            // least recently used exec of the variant is updated.
+            let v = &self.variants[i];
+            let twins: Vec<usize> =
+                (0..self.variants.len()).filter(|&j| v.same_variant(&self.variants[j])).collect();
+            if self.packed_ok
+                && self.packed_seen
+                && twins.len() < self.execs_per_variant
+                && self.variants.len() < self.max_variants
+            {
+                let j = self.insert(shape, (key, signature), (ctx, owner), nodes)?;
+                self.stats.memo_builds += 1;
+                return Ok(j);
             }
-            None => self.insert(shape, (key, signature), (ctx, owner), nodes)?,
-        })
+            let lru = twins.into_iter().min_by_key(|&j| self.variants[j].last_use);
+            return self.bring_up(lru.unwrap_or(i), call, (ctx, owner), nodes);
+        }
+        self.insert(shape, (key, signature), (ctx, owner), nodes)
+    }
+
+    /// [`Self::bring_up_to_date`] of the cached exec `i`: through the update ladder, or a new
+    /// variant when its edges would change kind.
+    fn bring_up(
+        &mut self,
+        i: usize,
+        call: &GraphCall<'_>,
+        (ctx, owner): (CUcontext, Option<&Arc<CudaContext>>),
+        nodes: &[Option<NodeParams<'_>>],
+    ) -> Result<usize> {
+        let (shape, key, signature) = (call.shape, call.key, call.signature);
+        self.stats.hits += 1;
+        self.variants[i].hits += 1;
+        self.variants[i].pack.clear();
+        if self.update(i, shape, nodes)? {
+            return Ok(i);
+        }
+        // A node whose kernel is declared `#[programmatic]` where the variant's was not, or the
+        // reverse (a method of the user's returning either kernel: its edges change kind), or a
+        // misused hidden `GraphCache::run` (a key that does not fix the nodes' presence and
+        // kinds): drop that exec, build anew.
+        self.stats.hits -= 1;
+        self.remove(i);
+        self.insert(shape, (key, signature), (ctx, owner), nodes)
     }
 
     /// Enables peer access both ways (`cuCtxEnablePeerAccess`) for each pair of contexts that

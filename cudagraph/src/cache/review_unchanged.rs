@@ -281,6 +281,8 @@ fn alternating_variants_keep_the_words_of_their_own_exec() {
     let plan = kernels_plan(2);
     let mock = Mock::default();
     let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    // The update ladder in place: one exec per variant (no memo of parameter sets).
+    cache.set_execs_per_variant(1);
     let call = |cache: &mut GraphCache<Mock>, key: u64, s: u32, id: u64| {
         let (a, b) = (kn(s, 0xa0, id, 0), kn(s + 1, 0xb0, id, 1));
         run_checked(cache, plan, key, &kernel_nodes(&[&a, &b]), id)
@@ -313,6 +315,8 @@ fn programmatic_setting_eviction_clear_and_sites_never_reuse_another_execs_words
     let plan = kernels_plan(2);
     let mock = Mock::default();
     let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    // The update ladder in place: one exec per variant (no memo of parameter sets).
+    cache.set_execs_per_variant(1);
     let call = |cache: &mut GraphCache<Mock>, plan, key: u64, s: u32| {
         let (a, b) = (kn(s, 0xa0, 1, 0), kn(s, 0xb0, 1, 1));
         run_checked(cache, plan, key, &kernel_nodes(&[&a, &b]), 1)
@@ -357,6 +361,8 @@ fn a_refused_call_between_unchanged_calls_changes_no_kept_words() {
     let plan = kernels_plan(2);
     let mock = Mock::default();
     let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    // The update ladder in place: one exec per variant (no memo of parameter sets).
+    cache.set_execs_per_variant(1);
     let call = |cache: &mut GraphCache<Mock>, s: u32, grid1: u32, id: u64| {
         let a = kn(s, 0xa0, id, 0);
         let mut b = kn(2, 0xb0, id, 1);

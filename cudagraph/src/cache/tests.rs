@@ -1479,6 +1479,8 @@ fn run_kernels(cache: &mut GraphCache<Mock>, plan: &'static Plan, ks: &[&K]) -> 
 fn a_call_equal_to_the_last_launches_at_once_and_any_change_takes_the_ladder() {
     let (mock, plan) = (Mock::default(), kernel_plan(2));
     let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    // The update ladder in place: one exec per variant (no memo of parameter sets).
+    cache.set_execs_per_variant(1);
     let (a, b) = (k(1, 0xa0), k(2, 0xb0));
     run_kernels(&mut cache, plan, &[&a, &b]).unwrap();
     mock.calls();
@@ -1551,6 +1553,8 @@ fn a_call_equal_to_the_last_is_still_refused_when_its_buffers_or_limits_say_so()
 fn after_a_reinstantiation_the_kept_parameters_are_the_new_ones() {
     let (mock, plan) = (Mock::default(), kernel_plan(2));
     let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    // The update ladder in place: one exec per variant (no memo of parameter sets).
+    cache.set_execs_per_variant(1);
     let (a, b, c) = (k(1, 0xa0), k(2, 0xb0), k(5, 0xd0));
     run_kernels(&mut cache, plan, &[&a, &b]).unwrap();
     {
@@ -1596,4 +1600,124 @@ fn unchanged_fan_of_1000_nodes_sends_only_launches() {
     let s = cache.stats();
     assert_eq!((s.builds, s.hits, s.node_updates), (1, u64::from(calls), 0), "{s:?}");
     println!("{ns:.1} ns per node per unchanged call (mock driver)");
+}
+
+/// Ping-pong buffers (issue 31): a step whose kernels' pointers alternate between two (three)
+/// sets updates the exec for the sets it has not seen, builds an exec for each set that comes
+/// back, then launches the exec holding the call's pointers with nothing sent; each exec's
+/// launches are those of its own set.
+#[test]
+fn alternating_pointer_sets_get_an_exec_each_and_send_nothing_after_the_first_round() {
+    for sets in [2u64, 3] {
+        let (mock, plan) = (Mock::default(), kernel_plan(2));
+        let mut cache = GraphCache::with_driver(mock.clone(), 8);
+        for i in 0..100u64 {
+            let s = i % sets;
+            let (a, b) = (k(1, 0xa0 + s * 0x100), k(2, 0xb0 + s * 0x100));
+            run_kernels(&mut cache, plan, &[&a, &b]).unwrap();
+        }
+        let st = cache.stats();
+        let what = format!("{sets} sets: {st:?}");
+        // First round: set 0 builds, sets 1.. update its exec (2 nodes each); second round: set
+        // 0, .., sets-2 come back and build; set sets-1 is held. Then nothing but launches.
+        let first = 2 * sets - 1;
+        assert_eq!(
+            (st.builds, st.memo_builds, st.node_updates),
+            (sets, sets - 1, 2 * (sets - 1)),
+            "{what}"
+        );
+        assert_eq!((st.launches, cache.len() as u64), (100, sets), "{what}");
+        assert_eq!(st.unchanged_calls, 100 - first, "{what}");
+        assert_eq!(
+            st.memo_hits, st.unchanged_calls,
+            "{what}: each launch another exec than the last"
+        );
+        let calls = mock.calls();
+        let sets_after: usize = calls
+            .iter()
+            .skip_while(|c| !c.starts_with("instantiate"))
+            .filter(|c| c.starts_with("set_"))
+            .count();
+        assert!(sets_after <= 2 * (sets as usize - 1), "{what}: {calls:?}");
+    }
+}
+
+/// More pointer sets than execs per variant: a set not seen lately updates the least recently
+/// used exec (the ladder), a set coming back gets an exec while there is room, and an exec is
+/// never launched for a call it does not hold.
+#[test]
+fn more_sets_than_execs_update_the_least_recently_used_exec() {
+    let (mock, plan) = (Mock::default(), kernel_plan(1));
+    let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    assert_eq!(cache.execs_per_variant(), GraphCache::DEFAULT_EXECS_PER_VARIANT);
+    cache.set_execs_per_variant(2);
+    let call = |cache: &mut GraphCache<Mock>, s: u64| {
+        run_kernels(cache, plan, &[&k(1, 0xa0 + s * 0x100)]).unwrap();
+    };
+    call(&mut cache, 0);
+    call(&mut cache, 1);
+    assert_eq!(mock.calls()[4..], ["set_kernel grid=4", "launch"], "set 1: not seen, updated");
+    call(&mut cache, 0);
+    assert_eq!(mock.calls(), ["graph_create", "add_kernel deps=0", "instantiate", "launch"]);
+    // Set 2, not seen: the least recently used exec (set 1's) takes it.
+    call(&mut cache, 2);
+    assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"]);
+    // Set 0 is held by its exec: nothing sent.
+    call(&mut cache, 0);
+    assert_eq!(mock.calls(), ["launch"]);
+    // Set 1 came before, but the variant has its two execs: the least recently used (set 2's)
+    // is updated with set 1's pointer.
+    call(&mut cache, 1);
+    assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"]);
+    let args = mock.0.borrow().set_args.clone();
+    assert_eq!(args.last().expect("set args")[1], 0x1a0u64.to_ne_bytes(), "set 1's pointer");
+    let st = cache.stats();
+    assert_eq!((st.builds, st.memo_builds, st.memo_hits, st.node_updates), (2, 1, 1, 3), "{st:?}");
+}
+
+/// One exec per variant (`set_execs_per_variant(1)`): every change updates in place, as before
+/// the memo; and no exec is built for the memo when the cache is at its variant bound.
+#[test]
+fn the_memo_is_bounded_by_its_setting_and_by_the_caches_variant_bound() {
+    let plan = kernel_plan(1);
+    for (execs, max, builds) in [(1usize, 8usize, 1u64), (3, 1, 1), (3, 2, 2)] {
+        let mock = Mock::default();
+        let mut cache = GraphCache::with_driver(mock.clone(), max);
+        cache.set_execs_per_variant(execs);
+        for i in 0..12u64 {
+            run_kernels(&mut cache, plan, &[&k(1, 0xa0 + (i % 3) * 0x100)]).unwrap();
+        }
+        let st = cache.stats();
+        assert_eq!((st.builds, st.evictions), (builds, 0), "execs {execs}, max {max}: {st:?}");
+        assert!(cache.len() <= max);
+        assert_eq!(mock.0.borrow().live_execs.len(), builds as usize);
+    }
+}
+
+/// Execs of one variant are evicted like variants (least recently used first) when another
+/// variant needs room; a full cache updates an exec instead of building one for the memo.
+#[test]
+fn memoized_execs_are_evicted_least_recently_used_first() {
+    let mock = Mock::default();
+    let mut cache = GraphCache::with_driver(mock.clone(), 2);
+    let plan = kernel_plan(1);
+    let one = |cache: &mut GraphCache<Mock>, s: u64| {
+        run_kernels(cache, plan, &[&k(1, 0xa0 + s * 0x100)]).unwrap();
+    };
+    one(&mut cache, 0);
+    one(&mut cache, 1);
+    one(&mut cache, 0);
+    assert_eq!((cache.len(), cache.stats().memo_builds), (2, 1));
+    // Another variant (key 1): the cache is full, so the least recently used exec (the first,
+    // holding set 1) is evicted.
+    let nine = k(9, 0x900);
+    cache.run_raw(plan, 1, (CTX, None), STREAM, &[Some(NodeParams::Kernel(&nine))]).unwrap();
+    assert_eq!((cache.len(), cache.stats().evictions), (2, 1));
+    mock.calls();
+    one(&mut cache, 0);
+    assert_eq!(mock.calls(), ["launch"], "set 0's exec was kept");
+    // Set 1 came before, but the cache is full: set 0's exec is updated, nothing evicted.
+    one(&mut cache, 1);
+    assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"]);
+    assert_eq!(mock.0.borrow().live_execs.len(), 2);
 }
