@@ -107,12 +107,23 @@ fn launches_use_the_values_of_their_own_call() -> Result<()> {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn device_pointers_swap_every_call() -> Result<()> {
+    // One exec per variant (the update ladder sends the swapped pointers every call), then the
+    // default: a second exec for the other buffer set (built when the first set comes back),
+    // after which each call launches the exec holding its pointers with nothing sent.
+    for execs in [1, GraphCache::DEFAULT_EXECS_PER_VARIANT] {
+        pointer_swaps(execs)?;
+    }
+    Ok(())
+}
+
+fn pointer_swaps(execs: usize) -> Result<()> {
     let (_ctx, stream, k) = setup()?;
     let mut u = iota(&stream, N)?;
     let mut v = stream.alloc_zeros::<i32>(N as usize)?;
     let mut eu = iota(&stream, N)?;
     let mut ev = stream.alloc_zeros::<i32>(N as usize)?;
     let mut cache = GraphCache::new();
+    cache.set_execs_per_variant(execs);
     for _ in 0..30 {
         graph!(&mut cache, &stream, {
             k.affine(N, 2, 1, &u, &mut v).launch(cfg(N));
@@ -123,7 +134,14 @@ fn device_pointers_swap_every_call() -> Result<()> {
         assert_eq!(host(&stream, &u), host(&stream, &eu));
     }
     let s = cache.stats();
-    assert_eq!((s.builds, s.node_updates, s.exec_updates, s.reinstantiations), (1, 29, 0, 0));
+    let updates = (s.builds, s.node_updates, s.exec_updates, s.reinstantiations);
+    if execs == 1 {
+        assert_eq!(updates, (1, 29, 0, 0), "{s:?}");
+    } else {
+        // Call 1 updates (set b not seen before), call 2 builds set a's exec again (seen).
+        assert_eq!(updates, (2, 1, 0, 0), "{s:?}");
+        assert_eq!((s.memo_builds, s.memo_hits), (1, 27), "{s:?}");
+    }
     Ok(())
 }
 
@@ -189,19 +207,29 @@ fn kernel_function_swaps_between_modules() -> Result<()> {
     let add = unsafe { Step::load(&ctx, compile_ptx(SRC.replace("step_add", "step"))?) }?;
     // SAFETY: the declarations match the kernels, which stay within their buffers.
     let mul = unsafe { Step::load(&ctx, compile_ptx(SRC.replace("step_mul", "step"))?) }?;
-    let (mut y, mut e) = (iota(&stream, N)?, iota(&stream, N)?);
-    let mut cache = GraphCache::new();
-    for i in 0..10 {
-        let k = if i % 3 == 0 { &mul } else { &add };
-        graph!(&mut cache, &stream, {
-            k.step(N, &mut y).launch(cfg(N));
-        })?;
-        eager!(stream, k.function("step").unwrap(), cfg(N), &N, &mut e);
-        assert_eq!(host(&stream, &y), host(&stream, &e), "call {i}");
+    // One exec per variant: the function is sent at every swap; by default the module that
+    // comes back gets an exec of its own, and later swaps launch it with nothing sent.
+    for execs in [1, GraphCache::DEFAULT_EXECS_PER_VARIANT] {
+        let (mut y, mut e) = (iota(&stream, N)?, iota(&stream, N)?);
+        let mut cache = GraphCache::new();
+        cache.set_execs_per_variant(execs);
+        for i in 0..10 {
+            let k = if i % 3 == 0 { &mul } else { &add };
+            graph!(&mut cache, &stream, {
+                k.step(N, &mut y).launch(cfg(N));
+            })?;
+            eager!(stream, k.function("step").unwrap(), cfg(N), &N, &mut e);
+            assert_eq!(host(&stream, &y), host(&stream, &e), "execs {execs}, call {i}");
+        }
+        let s = cache.stats();
+        if execs == 1 {
+            assert_eq!(s.builds, 1);
+            assert!(s.node_updates >= 6, "{s:?}");
+        } else {
+            assert_eq!((s.builds, s.memo_builds), (2, 1), "{s:?}");
+            assert!(s.memo_hits >= 4 && s.node_updates <= 2, "{s:?}");
+        }
     }
-    let s = cache.stats();
-    assert_eq!(s.builds, 1);
-    assert!(s.node_updates >= 6, "{s:?}");
     Ok(())
 }
 

@@ -1045,20 +1045,28 @@ impl<D: Driver> GraphCache<D> {
             // words came before in the last few changed calls (a set of buffers coming back): a
             // new exec for its parameters while the variant and the cache have room. Else the
             // least recently used exec of the variant is updated.
+            // The variant's execs: how many, and the least recently used (no allocation: calls
+            // in a steady state allocate nothing).
             let v = &self.variants[i];
-            let twins: Vec<usize> =
-                (0..self.variants.len()).filter(|&j| v.same_variant(&self.variants[j])).collect();
+            let (mut twins, mut lru) = (0, i);
+            for (j, w) in self.variants.iter().enumerate() {
+                if v.same_variant(w) {
+                    twins += 1;
+                    if w.last_use < self.variants[lru].last_use {
+                        lru = j;
+                    }
+                }
+            }
             if self.packed_ok
                 && self.packed_seen
-                && twins.len() < self.execs_per_variant
+                && twins < self.execs_per_variant
                 && self.variants.len() < self.max_variants
             {
                 let j = self.insert(shape, (key, signature), (ctx, owner), nodes)?;
                 self.stats.memo_builds += 1;
                 return Ok(j);
             }
-            let lru = twins.into_iter().min_by_key(|&j| self.variants[j].last_use);
-            return self.bring_up(lru.unwrap_or(i), call, (ctx, owner), nodes);
+            return self.bring_up(lru, call, (ctx, owner), nodes);
         }
         self.insert(shape, (key, signature), (ctx, owner), nodes)
     }
