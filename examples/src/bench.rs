@@ -1080,68 +1080,82 @@ impl Row {
     }
 }
 
-/// What each row id measures (printed as the legend, stored in the JSON).
+/// Every row `bench` prints: its label and what it measures, in the order of the legend and of
+/// each block of rows. `BENCHMARKS.md` names rows by these labels; a test keeps the two in step.
+const ROWS: &[(&str, &str)] = &[
+    ("a", "cudarc: K x stream.launch_builder(f).arg(..).launch(cfg) per step"),
+    ("b", "cudarc: stream capture of a's K launches once, then CudaGraph::launch() per step"),
+    (
+        "c",
+        "raw driver: explicit graph (cuGraphAddKernelNode_v2), cuGraphLaunch per step (the floor)",
+    ),
+    (
+        "c1",
+        "raw driver: 1 x cuGraphExecKernelNodeSetParams_v2 (first node's scalar) + cuGraphLaunch",
+    ),
+    (
+        "cA",
+        "raw driver: K x cuGraphExecKernelNodeSetParams_v2 (every node's pointer) + cuGraphLaunch",
+    ),
+    ("d", "graph!: nothing changed"),
+    ("e", "graph!: one scalar changed per step (first node)"),
+    (
+        "f",
+        "graph!: every pointer changed per step (alternating between two buffers, as std::mem::swap after each step would)",
+    ),
+    ("g", "graph!: host if alternating between two cached variants every step"),
+    (
+        "do",
+        "graph!: as d, with the buffers allocated on another stream (ordered through it: cuEventRecord + cuStreamWaitEvent before and after each launch)",
+    ),
+    (
+        "dc",
+        "graph!: a's K launches inside one capture statement (cudarc launch_builder on the unsafe s.stream()), recorded by stream capture and sent to its child-graph node (cuGraphExecNodeSetParams) every call; first scalar changed per step (as e); event tracking on (a capture needs it: compare with d*); chain, K = 1, 10, 100",
+    ),
+    ("h", "GraphBuilder: the same K nodes recorded and launched every step, nothing changed"),
+    ("hf", "GraphBuilder: as h, every pointer changed per step (as f)"),
+    ("a*", "a with cudarc's event tracking on (buffers allocated while tracking)"),
+    ("d*", "d with cudarc's event tracking on (buffers allocated while tracking)"),
+    (
+        "pc",
+        "raw driver: chain of K add_wait kernels (griddepcontrol.wait first), plain edges, cuGraphLaunch per step",
+    ),
+    (
+        "pp",
+        "raw driver: the same chain with programmatic edges (CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC from port LAUNCH_ORDER, cuGraphAddDependencies_v2), cuGraphLaunch per step",
+    ),
+    (
+        "pt",
+        "raw driver: as pp, with add_wait_trigger (griddepcontrol.launch_dependents after the write)",
+    ),
+    (
+        "pd",
+        "graph!: the same chain of #[programmatic] add_wait kernels (programmatic edges), nothing changed",
+    ),
+    ("pn", "graph!: as pd with set_programmatic(false) (plain edges)"),
+    ("pf", "graph!: as pd, every pointer changed per step (as f: K node updates per step)"),
+    ("pnf", "graph!: as pf with set_programmatic(false) (plain edges)"),
+    (
+        "qc",
+        "raw driver: chain of K inc_wait kernels (DESIGN.md's: wait, x[threadIdx.x] += 1, launch_dependents) on cuMemAlloc memory, plain edges",
+    ),
+    ("qp", "raw driver: as qc with programmatic edges (as pp)"),
+    (
+        "qd",
+        "graph!: the same chain of #[programmatic] inc_wait kernels on the same cuMemAlloc memory, nothing changed",
+    ),
+    ("qn", "graph!: as qd with set_programmatic(false) (plain edges)"),
+];
+
+/// What row `id` measures (printed as the legend, stored in the JSON).
 fn describe(id: &str) -> &'static str {
-    match id {
-        "a" => "cudarc: K x stream.launch_builder(f).arg(..).launch(cfg) per step",
-        "b" => "cudarc: stream capture of a's K launches once, then CudaGraph::launch() per step",
-        "c" => {
-            "raw driver: explicit graph (cuGraphAddKernelNode_v2), cuGraphLaunch per step (the floor)"
-        }
-        "c1" => {
-            "raw driver: 1 x cuGraphExecKernelNodeSetParams_v2 (first node's scalar) + cuGraphLaunch"
-        }
-        "cA" => {
-            "raw driver: K x cuGraphExecKernelNodeSetParams_v2 (every node's pointer) + cuGraphLaunch"
-        }
-        "d" => "graph!: nothing changed",
-        "e" => "graph!: one scalar changed per step (first node)",
-        "f" => {
-            "graph!: every pointer changed per step (alternating between two buffers, as std::mem::swap after each step would)"
-        }
-        "g" => "graph!: host if alternating between two cached variants every step",
-        "do" => {
-            "graph!: as d, with the buffers allocated on another stream (ordered through it: cuEventRecord + cuStreamWaitEvent before and after each launch)"
-        }
-        "dc" => {
-            "graph!: a's K launches inside one capture statement (cudarc launch_builder on the unsafe s.stream()), recorded by stream capture and sent to its child-graph node (cuGraphExecNodeSetParams) every call; first scalar changed per step (as e); event tracking on (a capture needs it: compare with d*); chain, K = 1, 10, 100"
-        }
-        "h" => "GraphBuilder: the same K nodes recorded and launched every step, nothing changed",
-        "hf" => "GraphBuilder: as h, every pointer changed per step (as f)",
-        "pc" => {
-            "raw driver: chain of K add_wait kernels (griddepcontrol.wait first), plain edges, cuGraphLaunch per step"
-        }
-        "pp" => {
-            "raw driver: the same chain with programmatic edges (CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC from port LAUNCH_ORDER, cuGraphAddDependencies_v2), cuGraphLaunch per step"
-        }
-        "pt" => {
-            "raw driver: as pp, with add_wait_trigger (griddepcontrol.launch_dependents after the write)"
-        }
-        "pd" => {
-            "graph!: the same chain of #[programmatic] add_wait kernels (programmatic edges), nothing changed"
-        }
-        "pn" => "graph!: as pd with set_programmatic(false) (plain edges)",
-        "pf" => "graph!: as pd, every pointer changed per step (as f: K node updates per step)",
-        "pnf" => "graph!: as pf with set_programmatic(false) (plain edges)",
-        "qc" => {
-            "raw driver: chain of K inc_wait kernels (DESIGN.md's: wait, x[threadIdx.x] += 1, launch_dependents) on cuMemAlloc memory, plain edges"
-        }
-        "qp" => "raw driver: as qc with programmatic edges (as pp)",
-        "qd" => {
-            "graph!: the same chain of #[programmatic] inc_wait kernels on the same cuMemAlloc memory, nothing changed"
-        }
-        "qn" => "graph!: as qd with set_programmatic(false) (plain edges)",
-        "a*" => "a with cudarc's event tracking on (buffers allocated while tracking)",
-        "d*" => "d with cudarc's event tracking on (buffers allocated while tracking)",
-        _ => "?",
-    }
+    ROWS.iter().find(|r| r.0 == id).map_or("?", |r| r.1)
 }
 
-/// Row ids in the order of the legend.
+/// Row ids of the plot, in the order of the legend (the programmatic rows are not plotted: one
+/// kernel, chains only).
 const LEGEND: [&str; 14] =
     ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "dc", "h", "hf", "a*", "d*"];
-/// The programmatic rows (not in the plot: one kernel, chains only).
-const PDL_LEGEND: [&str; 11] = ["pc", "pp", "pt", "pd", "pn", "pf", "pnf", "qc", "qp", "qd", "qn"];
 
 #[derive(Default)]
 struct Report {
@@ -1160,11 +1174,7 @@ impl Report {
     fn json(&self) -> String {
         let report = ReportJson {
             meta: self.meta.as_ref(),
-            legend: LEGEND
-                .iter()
-                .chain(&PDL_LEGEND)
-                .map(|id| LegendJson { row: id, what: describe(id) })
-                .collect(),
+            legend: ROWS.iter().map(|&(row, what)| LegendJson { row, what }).collect(),
             steady: self.rows.iter().map(Row::json).collect(),
             capture: &self.capture,
             build: &self.build,
@@ -1605,8 +1615,7 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
 }
 
 fn print_block(rows: &[Row]) {
-    let order = ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "do", "dc", "h", "hf", "a*", "d*"];
-    for id in order.iter().chain(&PDL_LEGEND) {
+    for (id, _) in ROWS {
         let Some(r) = rows.iter().find(|r| r.id == *id) else { continue };
         let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.3}"));
         let floor = r.floor.map_or(String::new(), |f| format!(" (÷{f})"));
@@ -2255,8 +2264,8 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
         "  (rows a and b issue the fan's launches on one stream, so they run one after another; b's captured graph is a chain.)"
     );
     out!("Rows:");
-    for id in LEGEND.iter().chain(&PDL_LEGEND) {
-        out!("  {id:<3} {}", describe(id));
+    for (id, what) in ROWS {
+        out!("  {id:<3} {what}");
     }
     out!("  Event tracking is off for every row but a* and d* (see the notes at the end).");
     out!("x raw = row / c; x floor = row / its matching raw row (named); /node = median / K.");
@@ -2490,11 +2499,47 @@ mod tests {
         assert_eq!(row["us_per_step"]["samples"], 20);
         assert_eq!(row["graph_stats"]["launches"], 0);
         assert_eq!(v["upload"][0]["raw_upload_us"]["median"], 2.0);
-        assert_eq!(v["legend"].as_array().unwrap().len(), LEGEND.len() + PDL_LEGEND.len());
+        assert_eq!(v["legend"].as_array().unwrap().len(), ROWS.len());
         assert_eq!(v["error"], serde_json::Value::Null);
         // Upload keys stay in the order measured.
         let text = r.json();
         assert!(text.find("\"nodes\": 10").unwrap() < text.find("\"raw_upload_us\"").unwrap());
+    }
+
+    /// `BENCHMARKS.md` and `bench` name the same rows: its table of rows lists every label of
+    /// `ROWS`, in order, and every table cell of it that is one backticked label (alone, or on
+    /// either side of a ÷ or −) is a row `bench` prints.
+    #[test]
+    fn benchmarks_md_names_the_rows_bench_prints() {
+        const DOC: &str = include_str!("../../BENCHMARKS.md");
+        let labels: Vec<&str> = ROWS.iter().map(|r| r.0).collect();
+        let (_, section) = DOC
+            .split_once("\n## The rows of `bench`\n")
+            .expect("BENCHMARKS.md has a section \"The rows of `bench`\"");
+        let listed: Vec<&str> = section
+            .lines()
+            .skip_while(|l| !l.starts_with('|'))
+            .take_while(|l| l.starts_with('|'))
+            .filter_map(|l| l.strip_prefix("| `")?.split_once('`').map(|p| p.0))
+            .collect();
+        assert_eq!(listed, labels, "BENCHMARKS.md's table of rows against bench's ROWS");
+        let mut named = 0;
+        for line in DOC.lines().filter(|l| l.starts_with('|')) {
+            for part in line.split(['|', '÷', '−']).map(str::trim) {
+                let Some(token) = part.strip_prefix('`').and_then(|p| p.strip_suffix('`')) else {
+                    continue;
+                };
+                if token.len() <= 3 && token.chars().all(|c| c.is_ascii_alphanumeric() || c == '*')
+                {
+                    assert!(
+                        labels.contains(&token),
+                        "BENCHMARKS.md names row `{token}`: not in ROWS"
+                    );
+                    named += 1;
+                }
+            }
+        }
+        assert!(named > labels.len(), "the reference's tables name rows as `label`");
     }
 
     #[test]
