@@ -414,9 +414,10 @@ pub struct FlatCondition<'a> {
     pub at: usize,
 }
 
-/// Tokens as text with rustc-like spacing removed around punctuation, for keys and labels.
+/// Tokens as text with rustc-like spacing removed around punctuation, for keys, labels and the
+/// code that error messages suggest (`&mut *x`, not `& mut * x`).
 pub fn normalize(tokens: &impl quote::ToTokens) -> String {
-    let s = tokens.to_token_stream().to_string();
+    let s = tight_derefs(&tokens.to_token_stream().to_string());
     s.replace(" . ", ".")
         .replace(" [", "[")
         .replace("[ ", "[")
@@ -429,4 +430,33 @@ pub fn normalize(tokens: &impl quote::ToTokens) -> String {
         .replace(" ,", ",")
         .replace(" ;", ";")
         .replace("! ", "!")
+}
+
+/// `text` (tokens separated by spaces, as `TokenStream::to_string` writes them) with the space
+/// after each unary `*` removed: `& mut * x` becomes `& mut *x`, `* * x` becomes `**x`, `(* a)`
+/// becomes `(*a)`, while a multiplication `a * b` keeps its spaces. A `*` is unary at the start,
+/// or after an operator, an opening delimiter, a separator or a keyword that an expression
+/// follows.
+fn tight_derefs(text: &str) -> String {
+    fn before_operand(prev: &str) -> bool {
+        matches!(
+            prev,
+            "mut" | "as" | "return" | "in" | "let" | "if" | "match" | "while" | "else" | "break"
+        ) || prev.ends_with(|c: char| "([{,;=&|!*+-/%^<>:.".contains(c))
+    }
+    let words: Vec<&str> = text.split(' ').collect();
+    let mut out = String::with_capacity(text.len());
+    for (i, w) in words.iter().enumerate() {
+        out.push_str(w);
+        // A group prints its opening delimiter glued to its first token: `(* a)`.
+        let unary = match w.strip_suffix('*') {
+            Some("") => i == 0 || before_operand(words[i - 1]),
+            Some(head) => head.ends_with(['(', '[', '{']),
+            None => false,
+        };
+        if i + 1 < words.len() && !unary {
+            out.push(' ');
+        }
+    }
+    out
 }

@@ -304,6 +304,29 @@ fn operands_need_their_reference_marker() {
 }
 
 #[test]
+fn suggestions_print_a_deref_next_to_its_operand() {
+    let errors = errors_of(quote!(&mut c, &s, {
+        memset(&*result_d, 0u32);
+        copy(&mut **a, &mut b);
+        zero(*x.y);
+    }));
+    assert_eq!(
+        errors,
+        [
+            "this operand is written: write `&mut *result_d`",
+            "this operand is only read: write `&**a`",
+            "a buffer operand is a place marked `&` (read) or `&mut` (write): write `&mut *x.y`",
+        ]
+    );
+    // A multiplication keeps its spaces; a deref after an operator or a delimiter does not.
+    let n = |e: syn::Expr| crate::ast::normalize(&e);
+    assert_eq!(n(syn::parse_quote!(bufs[i * 2])), "bufs[i * 2]");
+    assert_eq!(n(syn::parse_quote!(a * *b)), "a * *b");
+    assert_eq!(n(syn::parse_quote!((*a).b)), "(*a).b");
+    assert_eq!(n(syn::parse_quote!(f(*a, &*b))), "f(*a, &*b)");
+}
+
+#[test]
 fn same_place_twice_with_a_write_is_an_error() {
     assert_eq!(
         errors_of(quote!(&mut c, &s, {
