@@ -247,9 +247,10 @@ pub enum Arg {
 pub struct Operand {
     /// `true` for `&mut`.
     pub write: bool,
-    /// The place expression (`u`, `self.u`, `bufs[0]`).
+    /// The place expression (`u`, `self.u`, `bufs[0]`, `*x`).
     pub place: Expr,
-    /// The place as a normalized string: two operands name the same place iff equal.
+    /// The place as a normalized string: two operands name the same place iff equal. Outer
+    /// derefs are left out (see [`strip_derefs`]), so `x` and `*x` are one place.
     pub key: String,
     /// Span of the whole operand, `&` included.
     pub span: Span,
@@ -459,4 +460,23 @@ fn tight_derefs(text: &str) -> String {
         }
     }
     out
+}
+
+/// `place` without its outer derefs (and the parentheses around them), and how many there were:
+/// `**x` is `(x, 2)`, `(*x)` is `(x, 1)`, `(*a).b` is `((*a).b, 0)`.
+///
+/// Only outer derefs make `x` and `*x` one place: both are borrowed as graph buffers (`Place`),
+/// and the only `Place`s that deref to another are `&P` and `&mut P` (no buffer type of the
+/// crate or cudarc implements `Deref`), so both name the buffer of `*x`; the expansion checks
+/// that every spelling used is a `Place`. An inner deref is kept: `x.b` and `(*x).b` differ
+/// when `x` is a smart pointer with its own field `b`.
+pub fn strip_derefs(place: &Expr) -> (&Expr, usize) {
+    match place {
+        Expr::Paren(p) => strip_derefs(&p.expr),
+        Expr::Unary(u) if matches!(u.op, syn::UnOp::Deref(_)) => {
+            let (inner, n) = strip_derefs(&u.expr);
+            (inner, n + 1)
+        }
+        _ => (place, 0),
+    }
 }

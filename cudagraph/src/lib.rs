@@ -475,6 +475,13 @@ pub mod __private {
         (r.with_tag(crate::builder::tag(call.0, index), Token(())), g)
     }
 
+    /// Another spelling of a place the call borrows (`&x` beside `&mut *x`): `graph!` borrows
+    /// the place once, through one spelling, and checks here that each other one is a [`Place`]
+    /// too. Both then name one buffer: the only `Place`s that deref to another `Place` are `&P`
+    /// and `&mut P` (no buffer type implements `Deref`; keep it so). Nothing happens at run time.
+    #[inline(always)]
+    pub fn same_place<P: Place + ?Sized>(_: &P) {}
+
     /// `&mut place`, place number `index` of `call`: one exclusive borrow for the whole call.
     #[inline]
     pub fn acquire_mut<'a, P: PlaceMut + ?Sized>(
