@@ -249,7 +249,10 @@ impl<'a> GraphBuilder<'a> {
     /// enqueued): [`Error::Capture`] with `f`'s own error,
     /// [`Error::CaptureInvalidated`] when the driver invalidated the capture (a synchronize
     /// inside it, a wait on an event recorded outside it), each naming this call's location;
-    /// a panic of `f` ends the capture and continues out of `launch`.
+    /// a panic of `f` ends the capture and continues out of `launch`. `f`'s error type is any
+    /// `Error + Send + Sync + 'static` (cudarc's `DriverError`, `CublasError`, this crate's
+    /// [`Error`], …); why it must be `Send + Sync`, and how to mix several with `?`: see
+    /// [`capture`](crate::capture).
     ///
     /// ```no_run
     /// # use cudagraph::cudarc::driver::LaunchConfig;

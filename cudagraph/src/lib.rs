@@ -222,7 +222,9 @@ pub use plan::{Access, EdgeKind, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, in
 ///   Errors: [`Error::Graph`] (a recording that allocated memory: give a library its workspace
 ///   before the capture, e.g. `cublasSetWorkspace`), [`Error::Capture`] (the closure's own),
 ///   [`Error::CaptureInvalidated`], both naming the statement; a panic in the closure continues
-///   after the capture ended. In [`Mode::Eager`] the closure runs directly on the stream.
+///   after the capture ended. In [`Mode::Eager`] the closure runs directly on the stream. The
+///   closure's error type is any `Error + Send + Sync + 'static` (`DriverError`, `CublasError`,
+///   [`Error`], …): see [`capture()`]'s docs for why, and for mixing several with `?`.
 /// - `child(&mut g)`: a child-graph node replaying the [`Graph`] `g` (made once by
 ///   [`capture`]), its buffers acquired for the call.
 /// - `let name = statement;` names a node; `statement.after(a, b)` adds edges from earlier nodes.
