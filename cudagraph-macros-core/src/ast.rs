@@ -247,9 +247,10 @@ pub enum Arg {
 pub struct Operand {
     /// `true` for `&mut`.
     pub write: bool,
-    /// The place expression (`u`, `self.u`, `bufs[0]`).
+    /// The place expression (`u`, `self.u`, `bufs[0]`, `*x`).
     pub place: Expr,
-    /// The place as a normalized string: two operands name the same place iff equal.
+    /// The place as a normalized string: two operands name the same place iff equal. Outer
+    /// derefs are left out (see [`strip_derefs`]), so `x` and `*x` are one place.
     pub key: String,
     /// Span of the whole operand, `&` included.
     pub span: Span,
@@ -414,9 +415,10 @@ pub struct FlatCondition<'a> {
     pub at: usize,
 }
 
-/// Tokens as text with rustc-like spacing removed around punctuation, for keys and labels.
+/// Tokens as text with rustc-like spacing removed around punctuation, for keys, labels and the
+/// code that error messages suggest (`&mut *x`, not `& mut * x`).
 pub fn normalize(tokens: &impl quote::ToTokens) -> String {
-    let s = tokens.to_token_stream().to_string();
+    let s = tight_derefs(&tokens.to_token_stream().to_string());
     s.replace(" . ", ".")
         .replace(" [", "[")
         .replace("[ ", "[")
@@ -429,4 +431,52 @@ pub fn normalize(tokens: &impl quote::ToTokens) -> String {
         .replace(" ,", ",")
         .replace(" ;", ";")
         .replace("! ", "!")
+}
+
+/// `text` (tokens separated by spaces, as `TokenStream::to_string` writes them) with the space
+/// after each unary `*` removed: `& mut * x` becomes `& mut *x`, `* * x` becomes `**x`, `(* a)`
+/// becomes `(*a)`, while a multiplication `a * b` keeps its spaces. A `*` is unary at the start,
+/// or after an operator, an opening delimiter, a separator or a keyword that an expression
+/// follows.
+fn tight_derefs(text: &str) -> String {
+    fn before_operand(prev: &str) -> bool {
+        matches!(
+            prev,
+            "mut" | "as" | "return" | "in" | "let" | "if" | "match" | "while" | "else" | "break"
+        ) || prev.ends_with(|c: char| "([{,;=&|!*+-/%^<>:.".contains(c))
+    }
+    let words: Vec<&str> = text.split(' ').collect();
+    let mut out = String::with_capacity(text.len());
+    for (i, w) in words.iter().enumerate() {
+        out.push_str(w);
+        // A group prints its opening delimiter glued to its first token: `(* a)`.
+        let unary = match w.strip_suffix('*') {
+            Some("") => i == 0 || before_operand(words[i - 1]),
+            Some(head) => head.ends_with(['(', '[', '{']),
+            None => false,
+        };
+        if i + 1 < words.len() && !unary {
+            out.push(' ');
+        }
+    }
+    out
+}
+
+/// `place` without its outer derefs (and the parentheses around them), and how many there were:
+/// `**x` is `(x, 2)`, `(*x)` is `(x, 1)`, `(*a).b` is `((*a).b, 0)`.
+///
+/// Only outer derefs make `x` and `*x` one place: both are borrowed as graph buffers (`Place`),
+/// and the only `Place`s that deref to another are `&P` and `&mut P` (no buffer type of the
+/// crate or cudarc implements `Deref`), so both name the buffer of `*x`; the expansion checks
+/// that every spelling used is a `Place`. An inner deref is kept: `x.b` and `(*x).b` differ
+/// when `x` is a smart pointer with its own field `b`.
+pub fn strip_derefs(place: &Expr) -> (&Expr, usize) {
+    match place {
+        Expr::Paren(p) => strip_derefs(&p.expr),
+        Expr::Unary(u) if matches!(u.op, syn::UnOp::Deref(_)) => {
+            let (inner, n) = strip_derefs(&u.expr);
+            (inner, n + 1)
+        }
+        _ => (place, 0),
+    }
 }

@@ -15,7 +15,17 @@ use crate::parse::line_column;
 pub(crate) struct PlaceInfo<'a> {
     index: usize,
     written: bool,
+    /// The operand whose place expression is borrowed (see [`borrow_rank`]).
     first: &'a Operand,
+    /// One operand per other spelling of the place (`x` beside `*x`), checked to be a `Place`.
+    others: Vec<&'a Operand>,
+}
+
+/// Which spelling of a place to borrow, highest first: an indexed element without deref (so
+/// elements of one array can be split, see [`acquisitions`]), then the one with the most outer
+/// derefs: `&mut *x` needs no `mut` binding where `x: &mut CudaSlice<T>`, `&mut x` does.
+fn borrow_rank(o: &Operand) -> (bool, usize) {
+    (matches!(o.place, Expr::Index(_)), crate::ast::strip_derefs(&o.place).1)
 }
 
 /// The places of the body by key, in order of first use.
@@ -27,9 +37,19 @@ fn places<'a>(checked: &Checked<'a>) -> (Vec<String>, HashMap<String, PlaceInfo<
             let n = map.len();
             let info = map.entry(o.key.clone()).or_insert_with(|| {
                 order.push(o.key.clone());
-                PlaceInfo { index: n, written: false, first: o }
+                PlaceInfo { index: n, written: false, first: o, others: Vec::new() }
             });
             info.written |= o.write;
+            let text = normalize(&o.place);
+            if text != normalize(&info.first.place)
+                && !info.others.iter().any(|p| normalize(&p.place) == text)
+            {
+                if borrow_rank(o) > borrow_rank(info.first) {
+                    info.others.push(std::mem::replace(&mut info.first, o));
+                } else {
+                    info.others.push(o);
+                }
+            }
         }
     }
     (order, map)
@@ -172,6 +192,21 @@ fn acquisitions(
     }
     groups.retain(|g| g.2.len() > 1 && g.2.iter().any(|p| p.written));
     let mut out = TokenStream::new();
+    // A place spelled two ways (`x` and `*x`) is borrowed once, through `first`; each other
+    // spelling is checked to be a graph buffer too (a shared borrow that ends at once), so the
+    // two name one buffer (see `strip_derefs`) and a spelling that would not compile on its own
+    // does not compile here either.
+    for key in order {
+        if scratch.contains_key(key) {
+            continue;
+        }
+        for o in &places[key].others {
+            let place = &o.place;
+            out.extend(quote_spanned! {o.span=>
+                ::cudagraph::__private::same_place(&#place);
+            });
+        }
+    }
     let mut split: HashMap<usize, syn::Ident> = HashMap::new();
     for (gi, (_, base, members)) in groups.iter().enumerate() {
         let elems: Vec<syn::Ident> =

@@ -762,7 +762,9 @@ fn lower_operand(e: &Expr, want: Option<bool>, errors: &mut Errors) -> Option<Op
         );
         return None;
     }
-    Some(Operand { write, place: (*r.expr).clone(), key: place_key(&r.expr), span: e.span() })
+    // `x` and `*x` are one place (see `strip_derefs`): one borrow, ordered as one buffer.
+    let key = place_key(crate::ast::strip_derefs(&r.expr).0);
+    Some(Operand { write, place: (*r.expr).clone(), key, span: e.span() })
 }
 
 /// The place as a string; two operands are the same place iff their keys are equal. Integer

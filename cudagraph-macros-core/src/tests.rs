@@ -185,7 +185,7 @@ fn place_keys_name_fields_indices_and_derefs() {
                 [
                     "a: kernel a self.u/r s.f.g/w",
                     "b: kernel b bufs[0]/r bufs[2]/w",
-                    "c: kernel c x/r *y/w",
+                    "c: kernel c x/r y/w",
                     "d: kernel d grid[j]/r m[2][3]/w",
                 ]
             );
@@ -299,6 +299,62 @@ fn operands_need_their_reference_marker() {
             "a buffer operand is a place marked `&` (read) or `&mut` (write): write `&mut b`",
             "this operand is written: write `&mut x`",
             "this operand is written: write `&mut x`",
+        ]
+    );
+}
+
+#[test]
+fn suggestions_print_a_deref_next_to_its_operand() {
+    let errors = errors_of(quote!(&mut c, &s, {
+        memset(&*result_d, 0u32);
+        copy(&mut **a, &mut b);
+        zero(*x.y);
+    }));
+    assert_eq!(
+        errors,
+        [
+            "this operand is written: write `&mut *result_d`",
+            "this operand is only read: write `&**a`",
+            "a buffer operand is a place marked `&` (read) or `&mut` (write): write `&mut *x.y`",
+        ]
+    );
+    // A multiplication keeps its spaces; a deref after an operator or a delimiter does not.
+    let n = |e: syn::Expr| crate::ast::normalize(&e);
+    assert_eq!(n(syn::parse_quote!(bufs[i * 2])), "bufs[i * 2]");
+    assert_eq!(n(syn::parse_quote!(a * *b)), "a * *b");
+    assert_eq!(n(syn::parse_quote!((*a).b)), "(*a).b");
+    assert_eq!(n(syn::parse_quote!(f(*a, &*b))), "f(*a, &*b)");
+}
+
+#[test]
+fn outer_derefs_name_the_same_place() {
+    checked(
+        quote!(&mut c, &s, {
+            if a {
+                k.scale(n, &mut *x).launch(cfg);
+            } else {
+                copy(&x, &mut (*y));
+            }
+            copy(&**y, &mut x);
+            copy(&(*s).b, &mut *s.b);
+        }),
+        |c| {
+            let keys: Vec<Vec<&str>> = c
+                .nodes
+                .iter()
+                .map(|f| f.node.op.operands().iter().map(|o| o.key.as_str()).collect())
+                .collect();
+            // `(*s).b` keeps its inner deref: `s.b` may be another field where `s` is a smart
+            // pointer with a field `b` of its own.
+            assert_eq!(keys, [vec!["x"], vec!["x", "y"], vec!["y", "x"], vec!["(*s).b", "s.b"]]);
+        },
+    );
+    assert_eq!(
+        errors_of(quote!(&mut c, &s, {
+            k.axpy(n, &x, &mut *x).launch(cfg);
+        })),
+        [
+            "`x` is used twice in one statement and written: split the buffer first (e.g. `split_at_mut`) so the two operands are different places"
         ]
     );
 }
@@ -686,8 +742,9 @@ fn if_let_conditions_are_rejected() {
 
 #[test]
 fn parenthesized_deref_is_a_different_place() {
+    // `*a.b` is the place `a.b` (an outer deref), `(*a).b` another (an inner one).
     checked(quote! { &mut c, &s, { zero(&mut *a.b); zero(&mut (*a).b); zero(&mut (x)); } }, |c| {
-        assert_eq!(summary(c), ["zero: zero *a.b/w", "zero: zero (*a).b/w", "zero: zero x/w"]);
+        assert_eq!(summary(c), ["zero: zero a.b/w", "zero: zero (*a).b/w", "zero: zero x/w"]);
     });
 }
 

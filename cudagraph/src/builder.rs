@@ -249,7 +249,10 @@ impl<'a> GraphBuilder<'a> {
     /// enqueued): [`Error::Capture`] with `f`'s own error,
     /// [`Error::CaptureInvalidated`] when the driver invalidated the capture (a synchronize
     /// inside it, a wait on an event recorded outside it), each naming this call's location;
-    /// a panic of `f` ends the capture and continues out of `launch`.
+    /// a panic of `f` ends the capture and continues out of `launch`. `f`'s error type is any
+    /// `Error + Send + Sync + 'static` (cudarc's `DriverError`, `CublasError`, this crate's
+    /// [`Error`], …); why it must be `Send + Sync`, and how to mix several with `?`: see
+    /// [`capture`](crate::capture).
     ///
     /// ```no_run
     /// # use cudagraph::cudarc::driver::LaunchConfig;
@@ -376,9 +379,10 @@ impl<'a> GraphBuilder<'a> {
     /// ordered after the alloc node), and it is freed by a memory free node after its last use:
     /// [`free`](Self::free), or at [`launch`](Self::launch) for one not freed before. It exists
     /// only while the launch runs between those two nodes: nothing outside the graph can reach
-    /// it. A use after [`free`](Self::free), a buffer of 0 elements, or an `alloc` inside a
-    /// device body (the driver allows memory nodes only in the top graph) is
-    /// [`Error::InvalidNode`] at `launch`. In [`Mode::Eager`](crate::Mode::Eager): a
+    /// it. A use after [`free`](Self::free), or an `alloc` inside a device body (the driver
+    /// allows memory nodes only in the top graph), is [`Error::InvalidNode`] at `launch`; a
+    /// buffer of 0 elements is [`Error::Empty`] at `launch`, as a 0-byte copy or memset is (the
+    /// driver refuses 0-byte nodes). In [`Mode::Eager`](crate::Mode::Eager): a
     /// `cuMemAllocAsync` / `cuMemFreeAsync` pair on the stream. Label: `alloc`.
     /// See [`Scratch`](crate::Scratch) for the driver's rules and how updates behave
     /// (re-instantiation instead of whole-exec update), and
@@ -1851,6 +1855,21 @@ mod tests {
         freed_in_body.scope = Some((0, 0));
         freed_in_body.free(at(), f);
         assert!(invalid(&freed_in_body).0.contains("freed inside a device body"));
+    }
+
+    #[test]
+    fn a_graph_owned_buffer_of_zero_bytes_is_empty_at_launch() {
+        // `GraphBuilder::alloc(0)`: recorded without error, refused by the cache's validation
+        // with `Error::Empty` (as a 0-byte copy or memset) before any driver call.
+        let mut rec = Recording::new(45);
+        scratch(&mut rec, 0);
+        rec.free_remaining();
+        assert!(rec.error.is_none(), "{:?}", rec.error);
+        let mock = Mock::default();
+        let mut cache = GraphCache::with_driver(mock.clone(), 8);
+        let e = run(&mut cache, rec).unwrap_err();
+        assert!(matches!(e, Error::Empty { what: "graph-owned allocation", .. }), "{e}");
+        assert!(mock.calls().is_empty(), "{:?}", mock.calls());
     }
 
     #[track_caller]

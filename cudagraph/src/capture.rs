@@ -1330,6 +1330,19 @@ fn graph_error(file: &'static str, line: u32, call: &'static str, error: DriverE
 /// and its exec may replay the recording. A value the closure hands out (an explicit node's
 /// [`CapturedKernel`]) goes through a shared cell (`std::cell::OnceCell`) declared before it.
 ///
+/// `f` returns `Result<(), E>` for any `E` that converts into `Box<dyn Error + Send + Sync>`:
+/// every `std::error::Error + Send + Sync + 'static` type, so cudarc's `DriverError`,
+/// `CublasError` and `NvrtcError` and this crate's [`Error`] as they are, and `String` or
+/// `&str`. The bound keeps `Send + Sync` because `f`'s error is kept in [`Error::Capture`], and
+/// [`Error`] must stay `Send + Sync` so that callers can move it across threads and return it
+/// through `?` as `Box<dyn Error + Send + Sync>` or `anyhow::Error`; an error that is not (a
+/// `Box<dyn Error>`, one holding an `Rc`) is refused at compile time: turn it into its message,
+/// `.map_err(|e| e.to_string())`. A closure using `?` on several error types needs one `E`,
+/// named in its last expression: `Ok::<(), cudagraph::Error>(())` takes the crate's errors and
+/// cudarc's `DriverError` (`From<DriverError>`), `Ok::<(), Box<dyn std::error::Error + Send +
+/// Sync>>(())` any mix (cuBLAS's with the driver's). cudarc's `NcclError` implements no
+/// `std::error::Error`: map it (`.map_err(|e| format!("{e:?}"))`).
+///
 /// # Errors
 /// All name this call's source location, and after each the capture has ended, no graph is
 /// kept and `stream` is usable:

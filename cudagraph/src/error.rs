@@ -129,12 +129,13 @@ pub enum Error {
         /// Destination length, elements.
         dst: usize,
     },
-    /// A copy, memset or zero of an empty buffer (the driver refuses 0-byte memcpy/memset nodes).
+    /// A copy, memset, zero or fill of an empty buffer, or a graph-owned buffer (`alloc`) of 0
+    /// bytes (the driver refuses 0-byte memcpy, memset and memory allocation nodes).
     #[error("{site}: empty buffer: a graph cannot hold a 0-byte {what} node")]
     Empty {
         /// The failing node.
         site: NodeSite,
-        /// `memcpy` or `memset`.
+        /// `memcpy`, `memset`, `2-D memcpy`, `2-D memset`, `fill` or `graph-owned allocation`.
         what: &'static str,
     },
     /// A launch with a zero grid or block dimension.

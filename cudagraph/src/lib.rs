@@ -222,7 +222,9 @@ pub use plan::{Access, EdgeKind, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, in
 ///   Errors: [`Error::Graph`] (a recording that allocated memory: give a library its workspace
 ///   before the capture, e.g. `cublasSetWorkspace`), [`Error::Capture`] (the closure's own),
 ///   [`Error::CaptureInvalidated`], both naming the statement; a panic in the closure continues
-///   after the capture ended. In [`Mode::Eager`] the closure runs directly on the stream.
+///   after the capture ended. In [`Mode::Eager`] the closure runs directly on the stream. The
+///   closure's error type is any `Error + Send + Sync + 'static` (`DriverError`, `CublasError`,
+///   [`Error`], …): see [`capture()`]'s docs for why, and for mixing several with `?`.
 /// - `child(&mut g)`: a child-graph node replaying the [`Graph`] `g` (made once by
 ///   [`capture`]), its buffers acquired for the call.
 /// - `let name = statement;` names a node; `statement.after(a, b)` adds edges from earlier nodes.
@@ -474,6 +476,13 @@ pub mod __private {
         let (r, g) = place.acquire(stream);
         (r.with_tag(crate::builder::tag(call.0, index), Token(())), g)
     }
+
+    /// Another spelling of a place the call borrows (`&x` beside `&mut *x`): `graph!` borrows
+    /// the place once, through one spelling, and checks here that each other one is a [`Place`]
+    /// too. Both then name one buffer: the only `Place`s that deref to another `Place` are `&P`
+    /// and `&mut P` (no buffer type implements `Deref`; keep it so). Nothing happens at run time.
+    #[inline(always)]
+    pub fn same_place<P: Place + ?Sized>(_: &P) {}
 
     /// `&mut place`, place number `index` of `call`: one exclusive borrow for the whole call.
     #[inline]

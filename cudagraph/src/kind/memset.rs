@@ -41,7 +41,7 @@ impl MemsetParams<'_> {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a memset value",
     label = "not a 1, 2 or 4-byte value",
-    note = "memset values are u8, i8, u16, i16, u32, i32 or f32 (the driver sets 1, 2 or 4-byte elements); use `zero(&mut buf)` to clear any type"
+    note = "memset values are u8, i8, u16, i16, u32, i32 or f32 (the driver sets 1, 2 or 4-byte elements); use `fill(&mut buf, value)` for elements of any size (u64, f64, `[f32; 3]`, …, 1 to 64 bytes), or `zero(&mut buf)` to clear any type"
 )]
 pub trait MemsetValue: sealed::Sealed + Copy {
     /// The value's bits, zero-extended to 32 bits.
@@ -65,7 +65,7 @@ memset_value!(u8 => u8, i8 => u8, u16 => u16, i16 => u16, u32 => u32, i32 => u32
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a memset value for a buffer of `{T}` elements",
     label = "a memset value has the buffer's element type, of 1, 2 or 4 bytes",
-    note = "memset sets every element of the buffer to the value: the value's type must be the buffer's element type, and one of u8, i8, u16, i16, u32, i32, f32 (the driver sets 1, 2 or 4-byte elements); use `zero(&mut buf)` to clear any type"
+    note = "memset sets every element of the buffer to the value: the value's type must be the buffer's element type, and one of u8, i8, u16, i16, u32, i32, f32 (the driver sets 1, 2 or 4-byte elements); use `fill(&mut buf, value)` for elements of any size (u64, f64, `[f32; 3]`, …, 1 to 64 bytes), or `zero(&mut buf)` to clear any type"
 )]
 pub trait MemsetValueOf<T>: sealed::Sealed + Copy {
     /// The value's bits, zero-extended to 32 bits.
