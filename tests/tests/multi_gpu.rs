@@ -168,7 +168,13 @@ fn an_all_reduce_captured_into_the_graph_matches_eager_nccl() -> Result {
                 capture(&mut x0, &mut x1, |s, (mut v0, mut v1)| {
                     // Device 1's stream joins the capture, the group's collectives are
                     // enqueued at `group_end`, then that stream joins back.
-                    s.fork(&s1)?;
+                    // SAFETY: the call's stream (comms[0]'s, joined by `s.stream()`) and `s1`
+                    // (comms[1]'s) carry only NCCL's all-reduce of the listed views until the
+                    // closure returns; `s1` is joined back below.
+                    unsafe {
+                        s.stream();
+                        s.fork(&s1)?;
+                    }
                     group_start().map_err(nccl)?;
                     comms[0].all_reduce_in_place(&mut v0, &ReduceOp::Sum).map_err(nccl)?;
                     comms[1].all_reduce_in_place(&mut v1, &ReduceOp::Sum).map_err(nccl)?;
