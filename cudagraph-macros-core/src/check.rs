@@ -2,46 +2,14 @@
 //! errors collected.
 
 use std::collections::HashMap;
-use std::fmt::Display;
-
-use quote::ToTokens;
 
 use syn::Expr;
 
 use crate::ast::{Arg, Flat, FlatCondition, GraphInput, Item, Node, Op, flatten};
-use crate::parse::line_column;
+use crate::errors::{Errors, line_column};
 
 /// Most host `if`s one body may have (one bit each of the variant key).
 pub const MAX_CONDITIONS: u32 = 64;
-
-/// Errors collected over one invocation, reported together.
-#[derive(Default)]
-pub struct Errors(Vec<syn::Error>, pub(crate) usize);
-
-impl Errors {
-    /// An error on `tokens`' span.
-    pub fn push(&mut self, tokens: impl ToTokens, msg: impl Display) {
-        self.0.push(syn::Error::new_spanned(tokens, msg));
-    }
-    /// An error as is.
-    pub fn add(&mut self, e: syn::Error) {
-        self.0.push(e);
-    }
-    /// All errors as one `syn::Error` (`None` when there are none), in source order whichever
-    /// pass found them.
-    pub fn combine(mut self) -> Option<syn::Error> {
-        self.0.sort_by_key(|e| line_column(e.span()));
-        self.0.into_iter().reduce(|mut a, b| {
-            a.combine(b);
-            a
-        })
-    }
-    /// The messages, for tests.
-    #[cfg(test)]
-    pub fn messages(&self) -> Vec<String> {
-        self.0.iter().map(ToString::to_string).collect()
-    }
-}
 
 /// The checked body: the flattened nodes and, for each, the indices of its `.after` nodes.
 pub struct Checked<'a> {

@@ -6,7 +6,7 @@ use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, ForeignItemFn, Ident, Pat, Token, Type, Visibility, braced};
 
-use crate::check::Errors;
+use crate::errors::Errors;
 use crate::programmatic;
 
 /// Most parameters a kernel declared in `kernels!` may have.

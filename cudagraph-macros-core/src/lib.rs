@@ -5,13 +5,17 @@
 //!
 //! One pass per module: `parse` (Rust syntax lowered into `ast`), `check` (names, dependencies,
 //! places; all errors collected), `expand` (the generated code, or after errors a fallback of the
-//! right type so only the real errors show), and `kernels` for `kernels!`.
+//! right type so only the real errors show), and `kernels` for `kernels!`. Each module uses only
+//! the ones before it: `errors` → `ast` → `parse` → `check` → `expand` for `graph!` and `eager!`,
+//! `errors` → `ast` → `programmatic` → `kernels` for `kernels!` (`tests/tests/layers.rs` in the
+//! workspace checks it). Run-time `for` loops are lowered in `parse::loops` and generated in
+//! `expand::loops`.
 
 pub(crate) mod ast;
 pub(crate) mod check;
+pub(crate) mod errors;
 pub(crate) mod expand;
 pub(crate) mod kernels;
-pub(crate) mod loops;
 pub(crate) mod parse;
 pub(crate) mod programmatic;
 

@@ -6,7 +6,7 @@
 use proc_macro2::{Ident, Span};
 use syn::{Attribute, FnArg, Meta};
 
-use crate::check::Errors;
+use crate::errors::Errors;
 
 /// The attribute's name.
 const NAME: &str = "programmatic";

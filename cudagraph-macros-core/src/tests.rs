@@ -4,7 +4,8 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use crate::ast::{Arg, GraphInput, Item, Op};
-use crate::check::{Checked, Errors, check};
+use crate::check::{Checked, check};
+use crate::errors::Errors;
 use crate::parse::{MAX_UNROLL, parse};
 
 /// `graph!`'s input lowered, asserting that `parse` itself succeeded.

@@ -68,10 +68,10 @@ use cudarc::driver::{
     DevicePtrMut, DeviceSlice, DriverError, SyncOnDrop,
 };
 
-use crate::cache::ledger::Ledger;
 use crate::error::{Call, CudaError, Error, NodeSite, Refusal, Result};
 use crate::kind::kernel::{Kernel, MAX_KERNEL_PARAMS};
 use crate::kind::{KernelArgs, KernelLaunch, KernelNode, NodeKind};
+use crate::ledger::Ledger;
 use crate::operand::{Acquire, AcquireMut, BufferArg, DevRead, DevWrite, Guard, NO_BUFFER_ARGS};
 use crate::raw;
 

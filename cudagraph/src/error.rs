@@ -57,7 +57,7 @@ impl fmt::Display for CudaError {
     /// (`cuGetErrorString`), so it is left out where no driver can be loaded.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} returned {:?}", self.call, self.error.0)?;
-        if crate::driver_available()
+        if crate::raw::driver_present()
             && let Ok(text) = self.error.error_string()
         {
             write!(f, ": {}", text.to_string_lossy())?;

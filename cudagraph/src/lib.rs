@@ -168,6 +168,7 @@ mod capture;
 mod error;
 mod introspect;
 mod kind;
+mod ledger;
 mod operand;
 mod plan;
 pub mod raw;
@@ -430,8 +431,7 @@ pub fn graph_mem_usage(ctx: &cudarc::driver::CudaContext) -> Result<GraphMemUsag
 /// Nothing else touches the driver before a context is created, so a program can check this first
 /// and exit with a clear message on machines without a GPU.
 pub fn driver_available() -> bool {
-    // SAFETY: only tries to dlopen the library; no driver call is made.
-    unsafe { cudarc::driver::sys::is_culib_present() }
+    raw::driver_present()
 }
 
 #[doc(hidden)]
@@ -453,16 +453,12 @@ pub mod __private {
     use crate::operand::{Handle, Place, PlaceMut, sealed::Token};
     use std::sync::Arc;
 
-    /// One `graph!` call: a number unique in the process (shared with
-    /// [`GraphBuilder`](crate::GraphBuilder)s), which tags every handle the call makes, so the
-    /// cache can check that each node's buffers are the places this call borrowed for it.
-    /// Only [`begin_call`] makes one.
-    pub struct CallId(pub(crate) u64);
+    pub use crate::operand::CallId;
 
     /// A new [`CallId`].
     #[inline]
     pub fn begin_call() -> CallId {
-        CallId(crate::builder::next_id())
+        CallId(crate::operand::next_id())
     }
 
     /// `&place`, place number `index` of `call`: one shared borrow for the whole `graph!` call.
@@ -474,7 +470,7 @@ pub mod __private {
         index: u32,
     ) -> (P::Read<'a>, Guard<'a>) {
         let (r, g) = place.acquire(stream);
-        (r.with_tag(crate::builder::tag(call.0, index), Token(())), g)
+        (r.with_tag(crate::operand::tag(call.0, index), Token(())), g)
     }
 
     /// Another spelling of a place the call borrows (`&x` beside `&mut *x`): `graph!` borrows
@@ -493,7 +489,7 @@ pub mod __private {
         index: u32,
     ) -> (P::Read<'a>, P::Write<'a>, Guard<'a>) {
         let (r, w, g) = place.acquire_mut(stream);
-        let t = crate::builder::tag(call.0, index);
+        let t = crate::operand::tag(call.0, index);
         (r.with_tag(t, Token(())), w.with_tag(t, Token(())), g)
     }
 
@@ -507,7 +503,7 @@ pub mod __private {
         index: u32,
         len: usize,
     ) -> (crate::Scratch<'a, T>, Guard<'a>) {
-        let t = crate::builder::tag(call.0, index);
+        let t = crate::operand::tag(call.0, index);
         (crate::Scratch::new(stream, index, len, t), crate::operand::scratch_guard())
     }
 

@@ -1,10 +1,12 @@
 //! Operands: the buffer places a statement borrows, the handles (device or pinned host
 //! pointers with their length, context and place tag) that node parameters are made of, the
-//! guards that record each buffer's use after a launch, and what a kernel argument can be.
+//! guards that record each buffer's use after a launch, what a kernel argument can be, and the
+//! tags that say which builder or `graph!` call place a handle names.
 //! Everything here is plain data; the driver is only called by [`crate::cache`].
 
 use core::ffi::c_void;
 use core::marker::PhantomData;
+use core::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytemuck::NoUninit;
@@ -131,6 +133,39 @@ pub(crate) mod sealed {
     /// Proof of being inside this crate: only it can make one, so only it can retag a handle.
     pub struct Token(pub(crate) ());
 }
+
+/// Bits of a handle's tag that number its place within one builder; the bits above number the
+/// builder.
+pub(crate) const PLACE_BITS: u32 = 24;
+
+/// Builder and `graph!` call numbers, unique for the life of the process (2^40 of them).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A new builder or `graph!` call number.
+#[inline]
+pub(crate) fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The tag of place `index` (0-based) of builder or call `id`: the id above [`PLACE_BITS`], the
+/// place's number from 1 below. Past 2^24 - 1 places the tag is 0, which no node accepts.
+#[inline]
+pub(crate) fn tag(id: u64, index: u32) -> u64 {
+    if index + 1 >= 1 << PLACE_BITS { 0 } else { id << PLACE_BITS | u64::from(index + 1) }
+}
+
+/// The place index (0-based) a tag of call or builder `id` names, if it is one of `id`'s.
+#[inline]
+pub(crate) fn place_of(tag: u64, id: u64) -> Option<u32> {
+    let place = (tag & ((1 << PLACE_BITS) - 1)) as u32;
+    (tag >> PLACE_BITS == id && place != 0).then(|| place - 1)
+}
+
+/// One `graph!` call: a number unique in the process (shared with
+/// [`GraphBuilder`](crate::GraphBuilder)s), which tags every handle the call makes, so the
+/// cache can check that each node's buffers are the places this call borrowed for it.
+/// Only [`begin_call`](crate::__private::begin_call) makes one.
+pub struct CallId(pub(crate) u64);
 
 /// A buffer handle: [`DevRead`], [`DevWrite`], [`HostRead`] or [`HostWrite`], made by
 /// [`GraphBuilder::read`](crate::GraphBuilder::read) / [`write`](crate::GraphBuilder::write)

@@ -543,6 +543,12 @@ pub unsafe fn wait_event(stream: CUstream, event: sys::CUevent) -> Result<(), Dr
     unsafe { sys::cuStreamWaitEvent(stream, event, flags) }.result()
 }
 
+/// Whether the driver library can be loaded ([`crate::driver_available`]).
+pub(crate) fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the library; no driver call is made.
+    unsafe { sys::is_culib_present() }
+}
+
 /// A null `void*`, for the unused `extra` field of kernel parameters.
 pub(crate) const NO_EXTRA: *mut *mut c_void = ptr::null_mut();
 

@@ -128,7 +128,7 @@ impl GraphCache {
     pub unsafe fn run_looped(
         &mut self,
         plan: &'static Plan,
-        call_id: &crate::__private::CallId,
+        call_id: &crate::operand::CallId,
         key: u64,
         loops: &[(u32, u32)],
         counts: &[usize],

@@ -24,6 +24,7 @@ mod ladder;
 pub(crate) mod ledger;
 mod looped;
 pub(crate) mod phases;
+pub(crate) mod recording;
 #[cfg(test)]
 mod review_unchanged;
 #[cfg(test)]
@@ -257,7 +258,7 @@ pub struct GraphCache<D: Driver = Cuda> {
     clock: u64,
     stats: Stats,
     /// The last [`GraphBuilder`](crate::GraphBuilder)'s emptied vectors, reused by the next.
-    pub(crate) recording: crate::builder::Recording,
+    pub(crate) recording: recording::Recording,
     /// Buffer ranges `(place, start, bytes, written)` of the last two calls whose aliasing was
     /// checked (two: buffers swapped between calls alternate between two sets), the older first.
     /// The place is part of the key: the check's outcome depends on which ranges are one place's.
@@ -265,7 +266,7 @@ pub struct GraphCache<D: Driver = Cuda> {
     /// Scratch of the aliasing check and of the ledger, kept so that calls allocate nothing.
     scratch: Vec<(u64, u64, bool, usize)>,
     /// The stream ledger of the calls' launches.
-    ledger: ledger::Ledger,
+    ledger: crate::ledger::Ledger,
     /// Panics of host nodes' closures run by this cache's launches, returned by the next call.
     reports: Arc<Reports>,
     /// The pairs of contexts whose peer access this cache enabled for its peer copies.
@@ -394,7 +395,7 @@ impl GraphCache {
     pub unsafe fn run(
         &mut self,
         plan: &'static Plan,
-        call_id: &crate::__private::CallId,
+        call_id: &crate::operand::CallId,
         key: u64,
         stream: &CudaStream,
         nodes: &[Option<NodeParams<'_>>],
@@ -777,10 +778,10 @@ impl<D: Driver> GraphCache<D> {
             execs_per_variant: GraphCache::DEFAULT_EXECS_PER_VARIANT,
             clock: 0,
             stats: Stats::default(),
-            recording: crate::builder::Recording::new(0),
+            recording: recording::Recording::new(0),
             checked: [Vec::new(), Vec::new()],
             scratch: Vec::new(),
-            ledger: ledger::Ledger::default(),
+            ledger: crate::ledger::Ledger::default(),
             reports: Arc::default(),
             peers: validate::Peers::default(),
             packed: Vec::new(),

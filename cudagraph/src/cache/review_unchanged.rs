@@ -76,7 +76,7 @@ type Args = (u32, DevWrite<'static, u32>);
 /// A write handle of `ptr` (`len` elements, context `ctx`) tagged as place `place` of call `id`.
 fn w(ptr: u64, len: usize, ctx: CUcontext, id: u64, place: u32) -> DevWrite<'static, u32> {
     let mut h = DevWrite::new(ptr, len, ctx);
-    h.tag = crate::builder::tag(id, place);
+    h.tag = crate::operand::tag(id, place);
     h
 }
 
@@ -177,7 +177,7 @@ fn an_unchanged_call_enables_no_peer_pair_of_an_earlier_refused_call() {
         src_ctx: CTX,
         dst_ctx: CTX1,
     });
-    (c.src_tag, c.dst_tag) = (crate::builder::tag(3, 1), crate::builder::tag(3, 2));
+    (c.src_tag, c.dst_tag) = (crate::operand::tag(3, 1), crate::operand::tag(3, 2));
     let nodes = [
         Some(NodeParams::Kernel(&a as &dyn KernelNode)),
         Some(NodeParams::Memcpy(&c)),
@@ -251,7 +251,7 @@ fn an_unchanged_call_with_a_device_scalar_of_another_length_is_refused() {
     let mut cache = GraphCache::with_driver(mock.clone(), 8);
     let ks = |id: u64, len: usize, ctx: CUcontext| -> RK<S> {
         let mut h = DevRead::new(0xa0, len, ctx);
-        h.tag = crate::builder::tag(id, 0);
+        h.tag = crate::operand::tag(id, 0);
         RK {
             func: 0x40,
             on: CTX,

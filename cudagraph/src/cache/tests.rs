@@ -655,13 +655,13 @@ fn handles_must_be_this_calls_places_that_the_plan_lists_for_the_node() {
     // A kernel writing the place `place` (the mock kernel's pointer is written).
     let tagged = |place| {
         let mut x = k(1, 0xa0);
-        x.tag = crate::builder::tag(call, place);
+        x.tag = crate::operand::tag(call, place);
         x
     };
     let mut c = copy(4);
-    (c.src_tag, c.dst_tag) = (crate::builder::tag(call, 1), crate::builder::tag(call, 2));
+    (c.src_tag, c.dst_tag) = (crate::operand::tag(call, 1), crate::operand::tag(call, 2));
     let mut m = memset(0);
-    m.dst_tag = crate::builder::tag(call, 3);
+    m.dst_tag = crate::operand::tag(call, 3);
     let check = |k0: &K, k1: &K, c: MemcpyParams<'_>| {
         let nodes = [
             Some(NodeParams::Kernel(k0)),
@@ -686,13 +686,13 @@ fn handles_must_be_this_calls_places_that_the_plan_lists_for_the_node() {
     refused(check(&tagged(0), &tagged(0), c).unwrap_err(), "n");
     // A handle of another call, of a builder-numbered id, and an untagged one.
     let mut other = tagged(0);
-    other.tag = crate::builder::tag(call + 1, 0);
+    other.tag = crate::operand::tag(call + 1, 0);
     refused(check(&other, &tagged(1), c).unwrap_err(), "n");
     other.tag = 0;
     refused(check(&other, &tagged(1), c).unwrap_err(), "n");
     // One written place passed twice to a node (through a method of the user's).
     let mut both = copy(4);
-    (both.src_tag, both.dst_tag) = (crate::builder::tag(call, 2), crate::builder::tag(call, 2));
+    (both.src_tag, both.dst_tag) = (crate::operand::tag(call, 2), crate::operand::tag(call, 2));
     match check(&tagged(0), &tagged(1), both).unwrap_err() {
         Error::InvalidNode { why, .. } => assert!(why.contains("passed twice"), "{why}"),
         e => panic!("expected InvalidNode, got {e:?}"),

@@ -11,7 +11,7 @@ use crate::plan::Plan;
 /// error leaves nothing enqueued: zero or over-limit launch dimensions, copy lengths, empty
 /// buffers (each kind's [`NodeKind::validate`](crate::kind::NodeKind::validate)), buffers of
 /// another context; and for a `graph!` call (`handles`: its plan and
-/// [`CallId`](crate::__private::CallId)), that every node's buffer handles are its own
+/// [`CallId`](crate::operand::CallId)), that every node's buffer handles are its own
 /// ([`check_handles`]).
 ///
 /// Contexts: each node's buffers must be of the context the node runs on (a kernel: its
@@ -91,7 +91,7 @@ pub(super) fn check_handles(
     let listed = plan.nodes[i].accesses;
     let mut bad = false;
     for (tag, write, _) in ops.iter_mut() {
-        match crate::builder::place_of(*tag, call) {
+        match crate::operand::place_of(*tag, call) {
             Some(p) => {
                 bad |= !listed.iter().any(|a| a.place == p && (a.write || !*write));
                 *tag = u64::from(p);

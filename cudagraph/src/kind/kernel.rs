@@ -84,7 +84,7 @@ impl<'a> Pack<'a> {
     pub(crate) fn push_handle(&mut self, tag: u64, write: bool) {
         let w = match self.call {
             None => 0,
-            Some(id) => match crate::builder::place_of(tag, id) {
+            Some(id) => match crate::operand::place_of(tag, id) {
                 Some(p) => 1 << 33 | u64::from(write) << 32 | u64::from(p),
                 None => u64::MAX,
             },

@@ -9,7 +9,9 @@ use syn::spanned::Spanned;
 use syn::{Block, Expr, ExprMethodCall, Ident, Lit, Pat, RangeLimits, Stmt, Token};
 
 use crate::ast::{Arg, Condition, GraphInput, If, Item, Node, Op, Operand, normalize};
-use crate::check::Errors;
+use crate::errors::Errors;
+
+mod loops;
 
 /// Most iterations one literal `for` may unroll to.
 pub const MAX_UNROLL: u64 = 4096;
@@ -307,7 +309,7 @@ fn unroll(f: &syn::ExprForLoop, errors: &mut Errors) -> Vec<Item> {
     };
     let Some((start, end)) = bounds else {
         // Bounds that are not literals: a run-time count, the body lowered once.
-        return crate::loops::lower(f, var, errors).into_iter().collect();
+        return loops::lower(f, var, errors).into_iter().collect();
     };
     if end.saturating_sub(start) > MAX_UNROLL {
         errors.push(&f.expr, format!("a graph `for` unrolls to at most {MAX_UNROLL} iterations"));
@@ -435,7 +437,7 @@ fn lower_device(c: &syn::ExprCall, func: Ident, errors: &mut Errors) -> Option<O
         match a {
             Expr::Block(b) if b.label.is_none() => {
                 let body = lower_block(&b.block.stmts, errors);
-                crate::loops::check_device_body(&body, &func, errors);
+                loops::check_device_body(&body, &func, errors);
                 bodies.push(body);
             }
             other => errors.push(
@@ -832,10 +834,4 @@ fn is_place(e: &Expr) -> bool {
         Expr::Unary(u) => matches!(u.op, syn::UnOp::Deref(_)) && is_place(&u.expr),
         _ => false,
     }
-}
-
-/// Line and column (1-based) of a span.
-pub fn line_column(span: Span) -> (u32, u32) {
-    let lc = span.start();
-    (lc.line as u32, lc.column as u32 + 1)
 }

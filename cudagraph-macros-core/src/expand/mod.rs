@@ -9,7 +9,9 @@ use syn::spanned::Spanned;
 
 use crate::ast::{Arg, GraphInput, Item, Node, Op, Operand, normalize};
 use crate::check::Checked;
-use crate::parse::line_column;
+use crate::errors::line_column;
+
+mod loops;
 
 /// A distinct place of the body.
 pub(crate) struct PlaceInfo<'a> {
@@ -120,7 +122,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
     };
     let count = proc_macro2::Literal::usize_unsuffixed(checked.nodes.len());
     let run = if loops {
-        crate::loops::run_call(checked, &entry, &cache_var, &call, &key, &stream, guards.clone())
+        loops::run_call(checked, &entry, &cache_var, &call, &key, &stream, guards.clone())
     } else {
         // The node list in segments: one array per chunk (see `emit_chunk`), one entry per
         // other statement, in node order.
@@ -424,7 +426,7 @@ pub(crate) fn emit_items(
             }
             Item::Scope(_) => unreachable!("`unscope` leaves no scope"),
             Item::Loop(l) => {
-                out.extend(crate::loops::emit(l, places, counter, decls));
+                out.extend(loops::emit(l, places, counter, decls));
             }
             Item::If(i) => {
                 let bit = counter.ifs;
@@ -543,7 +545,7 @@ fn emit_chunk(
         });
     };
     if !set_list {
-        // A body with a run-time `for` lists its nodes by name (see `crate::loops`); the
+        // A body with a run-time `for` lists its nodes by name (see `loops`); the
         // node list of any other body takes the chunk's tuple as one segment.
         out.extend(quote!(let (#(ref #names,)*) = #c;));
     }
