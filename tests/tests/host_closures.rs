@@ -11,11 +11,11 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use common::{Ops, Result, assert_same, gpu, host};
+use common::{Ops, Result, assert_no_leak, assert_same, free_memory, gpu, host, watchdog};
 use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
 use cudagraph::{GraphCache, Mode, graph};
 
@@ -24,35 +24,11 @@ const LEN: usize = N as usize;
 const ROUNDS: u32 = 12;
 /// The buffer moved into the closures: 256 MiB, so that 12 leaked ones would show.
 const BIG: usize = 256 << 20;
-/// Free device memory may differ this much between before and after the rounds.
-const SLACK: usize = 64 << 20;
 /// Spins of the slow kernel per element (its host model does them too).
 const SPINS: u32 = 1 << 8;
 
 fn cfg() -> LaunchConfig {
     LaunchConfig::for_num_elems(N)
-}
-
-/// Aborts the process (a hung test would otherwise hang CI) unless dropped within `secs`.
-struct Watchdog(Option<mpsc::Sender<()>>);
-
-fn watchdog(secs: u64, what: &'static str) -> Watchdog {
-    let (tx, rx) = mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(secs)) {
-            eprintln!("{what}: still running after {secs} s (a deadlock): aborting");
-            std::process::abort();
-        }
-    });
-    Watchdog(Some(tx))
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        if let Some(tx) = self.0.take() {
-            let _ = tx.send(());
-        }
-    }
 }
 
 /// A line on stderr when `CUDAGRAPH_TRACE_HOST` is set (where a hang is).
@@ -73,13 +49,6 @@ fn read(stream: &Arc<CudaStream>, x: &CudaSlice<u32>, sync_first: bool) -> Resul
     let v = stream.clone_dtoh(x)?;
     trace("main: clone_dtoh done");
     Ok(v)
-}
-
-/// Free device memory, once the device is idle.
-fn free_memory(ctx: &Arc<CudaContext>) -> Result<usize> {
-    ctx.synchronize()?;
-    ctx.bind_to_thread()?;
-    Ok(cudagraph::cudarc::driver::result::mem_get_info()?.0)
 }
 
 /// A value owned by a closure that counts its own drop (after dropping what it holds).
@@ -103,18 +72,6 @@ fn wait_dropped(dropped: &AtomicU32, n: u32, what: &str) {
         assert!(start.elapsed() < Duration::from_secs(20), "{what}: closures' values not dropped");
         std::thread::sleep(Duration::from_millis(1));
     }
-}
-
-/// No leak since `before`, no error parked in the context.
-#[track_caller]
-fn assert_clean(ctx: &Arc<CudaContext>, before: usize, what: &str) {
-    let after = free_memory(ctx).expect("mem_get_info");
-    assert!(
-        before.saturating_sub(after) <= SLACK,
-        "{what}: {} MiB less free device memory after {ROUNDS} rounds",
-        (before - after) >> 20
-    );
-    ctx.check_err().unwrap_or_else(|e| panic!("{what}: an error parked in the context: {e:?}"));
 }
 
 /// The stream, a fresh cache and a host closure still work: `y = affine(x, 3, 1)`, then a
@@ -234,7 +191,7 @@ fn a_host_closure_owning_a_device_buffer_drops_it_off_the_callback_thread() -> R
             assert_eq!(cache.stats().builds, 1, "one graph for every round");
         }
         wait_dropped(&dropped, ROUNDS, &format!("{mode:?}"));
-        assert_clean(&ctx, before, &format!("{mode:?}"));
+        assert_no_leak(&ctx, before, &format!("{mode:?}"));
         results.push(zs);
     }
     assert_eq!(results[0], results[1], "graph vs eager, every round");
@@ -277,7 +234,7 @@ fn a_host_closure_owning_a_pinned_buffer_and_a_cache_drops_them_off_the_callback
         }
         assert_eq!(ran.load(Ordering::SeqCst), ROUNDS, "{mode:?}: every closure ran once");
         wait_dropped(&dropped, ROUNDS, &format!("{mode:?}"));
-        assert_clean(&ctx, before, &format!("{mode:?}"));
+        assert_no_leak(&ctx, before, &format!("{mode:?}"));
         results.push(zs);
     }
     assert_eq!(results[0], results[1], "graph vs eager, every round");
@@ -345,12 +302,22 @@ fn a_host_closure_may_allocate_copy_and_synchronize_another_stream() -> Result {
             assert_same(&z, &model(round), &format!("{mode:?} round {round}: vs host"));
             zs.push(z);
         }
-        assert_clean(&ctx, before, &format!("{mode:?}"));
+        assert_no_leak(&ctx, before, &format!("{mode:?}"));
         results.push(zs);
     }
     assert_eq!(results[0], results[1], "graph vs eager, every round");
     assert_usable(&ctx, &stream, &k, "after the rounds");
     Ok(())
+}
+
+/// A closure's body in [`evicted_host_nodes_flags_are_reused_only_after_their_launches`]:
+/// sleeps `ms`, then writes `out = inp * 7 ^ round` and counts itself in `ran`.
+fn slow_transform(inp: &[u32], out: &mut [u32], round: u32, ms: u64, ran: &AtomicU32) {
+    std::thread::sleep(Duration::from_millis(ms));
+    for (o, i) in out.iter_mut().zip(inp) {
+        *o = i.wrapping_mul(7) ^ round;
+    }
+    ran.fetch_add(1, Ordering::SeqCst);
 }
 
 /// Two streams, each with a cache of one variant alternating between two host `if` branches
@@ -381,21 +348,9 @@ fn evicted_host_nodes_flags_are_reused_only_after_their_launches() -> Result {
             k.slow_iota(N, SPINS, 3, round, &mut *x).launch(cfg());
             copy(&*x, &mut *inp);
             if odd {
-                host(&*inp, &mut *out, move |(inp, out)| {
-                    std::thread::sleep(Duration::from_millis(2));
-                    for (o, i) in out.iter_mut().zip(inp) {
-                        *o = i.wrapping_mul(7) ^ round;
-                    }
-                    ran.fetch_add(1, Ordering::SeqCst);
-                });
+                host(&*inp, &mut *out, move |(inp, out)| slow_transform(inp, out, round, 2, &ran));
             } else {
-                host(&*inp, &mut *out, move |(inp, out)| {
-                    std::thread::sleep(Duration::from_millis(1));
-                    for (o, i) in out.iter_mut().zip(inp) {
-                        *o = i.wrapping_mul(7) ^ round;
-                    }
-                    ran.fetch_add(1, Ordering::SeqCst);
-                });
+                host(&*inp, &mut *out, move |(inp, out)| slow_transform(inp, out, round, 1, &ran));
             }
             copy(&*out, &mut *y);
             k.affine(N, 2, 1, &*y, &mut *result).launch(cfg());

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-use common::{Ops, Result, assert_same, gpu, host};
+use common::{Ops, Result, assert_no_leak, assert_same, free_memory, gpu, host, watchdog};
 use cudagraph::cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice,
 };
@@ -26,7 +26,6 @@ const ROUNDS: u32 = 12;
 const SPINS: u32 = 1 << 14;
 /// Moved into closures: 256 MiB, so that 12 leaked ones would show.
 const BIG: usize = 256 << 20;
-const SLACK: usize = 64 << 20;
 
 fn cfg() -> LaunchConfig {
     LaunchConfig::for_num_elems(N)
@@ -77,45 +76,6 @@ fn model(round: u32) -> Vec<u32> {
     let out: Vec<u32> =
         slow_iota(N, SPINS, 3, round).iter().map(|&v| transform(v, round)).collect();
     host::affine(&out, 2, 1)
-}
-
-/// Aborts the process unless dropped within `secs` (a deadlock would hang CI).
-struct Watchdog(Option<mpsc::Sender<()>>);
-
-fn watchdog(secs: u64, what: &'static str) -> Watchdog {
-    let (tx, rx) = mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(secs)) {
-            eprintln!("{what}: still running after {secs} s (a deadlock): aborting");
-            std::process::abort();
-        }
-    });
-    Watchdog(Some(tx))
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        if let Some(tx) = self.0.take() {
-            let _ = tx.send(());
-        }
-    }
-}
-
-fn free_memory(ctx: &Arc<CudaContext>) -> Result<usize> {
-    ctx.synchronize()?;
-    ctx.bind_to_thread()?;
-    Ok(cudagraph::cudarc::driver::result::mem_get_info()?.0)
-}
-
-#[track_caller]
-fn assert_clean(ctx: &Arc<CudaContext>, before: usize, what: &str) {
-    let after = free_memory(ctx).expect("mem_get_info");
-    assert!(
-        before.saturating_sub(after) <= SLACK,
-        "{what}: {} MiB less free device memory after the rounds",
-        (before - after) >> 20
-    );
-    ctx.check_err().unwrap_or_else(|e| panic!("{what}: an error parked in the context: {e:?}"));
 }
 
 struct Bufs {
@@ -337,7 +297,7 @@ fn review7_a_host_closure_drops_the_cache_whose_launch_runs_it() -> Result {
             assert_same(&s2.clone_dtoh(z2)?, &model(round + 100), &what);
         }
         assert_eq!(ran.load(Ordering::SeqCst), 2 * ROUNDS, "{mode:?}: every closure ran once");
-        assert_clean(&ctx, before, &format!("{mode:?}"));
+        assert_no_leak(&ctx, before, &format!("{mode:?}"));
     }
     Ok(())
 }
@@ -481,7 +441,7 @@ fn review7_a_host_closure_drops_a_module_whose_graph_is_in_flight_elsewhere() ->
     }
     assert_eq!(ran.load(Ordering::SeqCst), ROUNDS);
     drop(ws);
-    assert_clean(&ctx, before, "module dropped in a closure");
+    assert_no_leak(&ctx, before, "module dropped in a closure");
     Ok(())
 }
 

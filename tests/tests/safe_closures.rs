@@ -12,7 +12,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use common::{Ops, Result, assert_same, gpu, host, launch};
+use common::{Ops, Result, assert_same, free_memory, gpu, host, launch};
 use cudagraph::cudarc::driver::sys::CUstreamCaptureStatus;
 use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use cudagraph::cudarc::nvrtc::compile_ptx;
@@ -23,30 +23,15 @@ const LEN: usize = N as usize;
 const ROUNDS: u32 = 12;
 /// The buffer moved into the closures: 256 MiB, so that 12 leaked ones would show.
 const BIG: usize = 256 << 20;
-/// Free device memory may differ this much between before and after the rounds.
-const SLACK: usize = 64 << 20;
 
 fn cfg() -> LaunchConfig {
     LaunchConfig::for_num_elems(N)
 }
 
-/// Free device memory, once the device is idle.
-fn free_memory(ctx: &Arc<CudaContext>) -> Result<usize> {
-    ctx.synchronize()?;
-    ctx.bind_to_thread()?;
-    Ok(cudagraph::cudarc::driver::result::mem_get_info()?.0)
-}
-
 /// No leak since `before`, no error parked in the context, the stream out of capture mode.
 #[track_caller]
 fn assert_clean(ctx: &Arc<CudaContext>, stream: &CudaStream, before: usize, what: &str) {
-    let after = free_memory(ctx).expect("mem_get_info");
-    assert!(
-        before.saturating_sub(after) <= SLACK,
-        "{what}: {} MiB less free device memory after {ROUNDS} rounds",
-        (before - after) >> 20
-    );
-    ctx.check_err().unwrap_or_else(|e| panic!("{what}: an error parked in the context: {e:?}"));
+    common::assert_no_leak(ctx, before, what);
     let status = stream.capture_status().expect("cuStreamIsCapturing");
     assert_eq!(status, CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE, "{what}");
 }

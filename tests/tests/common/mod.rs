@@ -63,6 +63,53 @@ pub fn gpu() -> Result<(Arc<CudaContext>, Arc<CudaStream>, Ops)> {
     Ok((ctx, stream, k))
 }
 
+/// Free device memory may differ this much between before and after a leak test's rounds.
+pub const LEAK_SLACK: usize = 64 << 20;
+
+/// Free device memory (`cuMemGetInfo`), once the device is idle.
+pub fn free_memory(ctx: &Arc<CudaContext>) -> Result<usize> {
+    ctx.synchronize()?;
+    ctx.bind_to_thread()?;
+    Ok(cudagraph::cudarc::driver::result::mem_get_info()?.0)
+}
+
+/// No leak since `before` (within [`LEAK_SLACK`]), no error parked in the context.
+#[track_caller]
+pub fn assert_no_leak(ctx: &Arc<CudaContext>, before: usize, what: &str) {
+    let after = free_memory(ctx).expect("mem_get_info");
+    assert!(
+        before.saturating_sub(after) <= LEAK_SLACK,
+        "{what}: {} MiB less free device memory after the rounds",
+        (before - after) >> 20
+    );
+    ctx.check_err().unwrap_or_else(|e| panic!("{what}: an error parked in the context: {e:?}"));
+}
+
+/// Aborts the process unless dropped within `secs`: a deadlock would otherwise hang CI.
+pub struct Watchdog(Option<std::sync::mpsc::Sender<()>>);
+
+/// A [`Watchdog`] for `what`.
+pub fn watchdog(secs: u64, what: &'static str) -> Watchdog {
+    use std::sync::mpsc;
+    let (tx, rx) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let limit = std::time::Duration::from_secs(secs);
+        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
+            eprintln!("{what}: still running after {secs} s (a deadlock): aborting");
+            std::process::abort();
+        }
+    });
+    Watchdog(Some(tx))
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
 /// Launches kernel `$name` of `$k` eagerly on `$stream` with cudarc's launch builder, with the
 /// arguments in order (`&scalar`, `&buffer`, `&mut buffer`). The caller imports
 /// `cudarc::driver::PushKernelArg` (for `.arg`).
