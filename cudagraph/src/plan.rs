@@ -8,6 +8,8 @@
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 
+mod variants;
+
 /// What a node does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NodeKind {
@@ -166,9 +168,39 @@ pub fn plans() -> impl Iterator<Item = &'static Plan> {
 
 impl Plan {
     /// Edges `(from, to)` between node indices when every node is present.
+    ///
+    /// With host `if`s this is no graph the cache builds: it has edges between the two branches
+    /// of an `if` (which are never present together) and lacks the edges that a hazard passes
+    /// on past an absent node. [`Self::edge_conditions`] gives each variant's edges.
     pub fn edges(&self) -> Vec<(u32, u32)> {
         let present = vec![true; self.nodes.len()];
         scoped_edges(self.nodes, self.bodies, &present)
+    }
+
+    /// Every edge of some structural variant (each combination of taken host `if` branches), as
+    /// `(from, to, condition)`, sorted by `to`: `condition` is `""` when the edge is in
+    /// every variant that has node `to`, else the host condition (in the nodes' own spelling,
+    /// e.g. `!(flag)`, `a && !(b)`) under which it is, given that `to` is present. Plans without
+    /// host `if`s give [`Self::edges`] with `""` everywhere. Needs no GPU.
+    ///
+    /// For example `if flag { copy(&x, &mut y); } else { memset(&mut y, 7u32); } copy(&y, &mut
+    /// z);` gives the last copy an edge from the first copy if `flag` and one from the memset if
+    /// `!(flag)`, and no edge between the two branches.
+    ///
+    /// Variants are found from the nodes' [`condition`](PlanNode::condition) texts: each text is
+    /// split at top-level `&&` into atoms, `!(…)` negates, atoms with the same text are the same
+    /// value (a run-time `for` is always present). With more than 12 distinct atoms (4096
+    /// variants) this gives [`Self::edges`] with `""` everywhere, as if every node were present.
+    pub fn edge_conditions(&self) -> Vec<(u32, u32, String)> {
+        variants::edge_conditions(self).unwrap_or_else(|| {
+            self.edges().into_iter().map(|(a, b)| (a, b, String::new())).collect()
+        })
+    }
+
+    /// Whether [`Self::edge_conditions`] tells the variants apart (at most 12 distinct condition
+    /// atoms), rather than giving every node present.
+    fn variants_known(&self) -> bool {
+        variants::enumerable(self)
     }
 
     /// The body that node `i` belongs to, as `(conditional node, body)`; `None` at the top.
@@ -178,8 +210,8 @@ impl Plan {
         Some((c as usize, k))
     }
 
-    /// Edges `(from, to, kind)` when every node is present, with the kind each edge has on a
-    /// device that supports programmatic dependent launch: [`EdgeKind::Programmatic`] from a
+    /// The edges of [`Self::edge_conditions`] (every edge of some variant) as `(from, to, kind)`,
+    /// with the kind each edge has on a device that supports programmatic dependent launch: [`EdgeKind::Programmatic`] from a
     /// kernel node into a kernel `programmatic(name)` says is declared `#[programmatic]` (the
     /// plan knows kernels by name only, e.g. `|k| Heat::PROGRAMMATIC.contains(&k)`), inside
     /// device control flow bodies too (there with a driver of CUDA 13.0 or later). The plan
@@ -192,7 +224,7 @@ impl Plan {
             _ => None,
         };
         let kind = |a: u32, b: u32| edge_kind(end(a), end(b));
-        self.edges().into_iter().map(|(a, b)| (a, b, kind(a, b))).collect()
+        self.edge_conditions().into_iter().map(|(a, b, _)| (a, b, kind(a, b))).collect()
     }
 
     /// Where the `graph!` call is, as `file:line`.
@@ -201,22 +233,34 @@ impl Plan {
     }
 
     /// Graphviz DOT of the plan: one box per node (kernels, copies and memsets in different
-    /// shapes; conditional nodes dashed, labelled with their condition), one arrow per edge
-    /// (every edge drawn plain: the plan alone does not know which kernels are programmatic;
-    /// see [`Self::to_dot_with`]).
+    /// shapes; conditional nodes dashed, labelled with their condition), one arrow per edge of
+    /// some variant ([`Self::edge_conditions`]; an edge that exists only under a host condition
+    /// beyond its target node's own is dashed and labelled `if …`), every edge drawn plain: the
+    /// plan alone does not know which kernels are programmatic; see [`Self::to_dot_with`].
     pub fn to_dot(&self) -> String {
         let edges: Vec<_> =
-            self.edges().into_iter().map(|(a, b)| (a, b, EdgeKind::Plain)).collect();
+            self.edge_conditions().into_iter().map(|(a, b, _)| (a, b, EdgeKind::Plain)).collect();
         self.to_dot_with(&edges)
     }
 
     /// Graphviz DOT of the plan with these edges `(from, to, kind)`: [`Self::to_dot`]'s nodes,
-    /// and programmatic edges drawn bold blue, labelled `programmatic`. The edges come from
+    /// and programmatic edges drawn bold blue, labelled `programmatic`; an edge with a host
+    /// condition in [`Self::edge_conditions`] is dashed and labelled `if …`. The edges come from
     /// [`Self::edge_kinds`] (no GPU needed) or from [`GraphCache::edges`](crate::GraphCache::edges)
     /// (as a cache built them: one variant's present nodes, after any fallback to plain edges).
     pub fn to_dot_with(&self, edges: &[(u32, u32, EdgeKind)]) -> String {
+        let conditions: HashMap<(u32, u32), String> = self
+            .edge_conditions()
+            .into_iter()
+            .filter(|e| !e.2.is_empty())
+            .map(|(a, b, c)| ((a, b), c))
+            .collect();
         let mut s = String::new();
         let _ = writeln!(s, "digraph \"{}\" {{", escape(&self.location()));
+        if !self.variants_known() {
+            let _ =
+                writeln!(s, "  // edges as if every node were present: too many host conditions");
+        }
         let _ = writeln!(s, "  rankdir=TB; node [fontname=\"monospace\"];");
         for (i, n) in self.nodes.iter().enumerate() {
             let (shape, what) = match n.kind {
@@ -257,11 +301,19 @@ impl Plan {
             let _ = writeln!(s, "  n{i} [shape={shape}{style}, label=\"{label}\"];");
         }
         for &(a, b, kind) in edges {
-            let attrs = match kind {
-                EdgeKind::Plain => "",
-                EdgeKind::Programmatic => {
-                    " [style=bold, color=blue, fontcolor=blue, label=\"programmatic\"]"
+            let condition = conditions.get(&(a, b));
+            let attrs = match (kind, condition) {
+                (EdgeKind::Plain, None) => String::new(),
+                (EdgeKind::Plain, Some(c)) => {
+                    format!(" [style=dashed, label=\"if {}\"]", escape(c))
                 }
+                (EdgeKind::Programmatic, None) => {
+                    " [style=bold, color=blue, fontcolor=blue, label=\"programmatic\"]".to_string()
+                }
+                (EdgeKind::Programmatic, Some(c)) => format!(
+                    " [style=\"bold,dashed\", color=blue, fontcolor=blue, label=\"programmatic\\nif {}\"]",
+                    escape(c)
+                ),
             };
             let _ = writeln!(s, "  n{a} -> n{b}{attrs};");
         }
@@ -275,13 +327,24 @@ impl Plan {
 }
 
 impl fmt::Display for Plan {
-    /// One line per node: index, label, kind, accesses, predecessors.
+    /// One line per node: index, label, kind, predecessors, and the host condition under which
+    /// the node is present. The predecessors are those of every variant
+    /// ([`Plan::edge_conditions`]); one that is a predecessor only under a further host
+    /// condition is marked with it, e.g. `after [n1 if flag, n2 if !(flag)]`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let edges = self.edges();
+        let edges = self.edge_conditions();
         writeln!(f, "graph at {} ({} nodes)", self.location(), self.nodes.len())?;
+        if !self.variants_known() {
+            writeln!(f, "  (edges as if every node were present: too many host conditions)")?;
+        }
         for (i, n) in self.nodes.iter().enumerate() {
-            let preds: Vec<String> =
-                edges.iter().filter(|e| e.1 as usize == i).map(|e| format!("n{}", e.0)).collect();
+            let preds: Vec<String> = edges
+                .iter()
+                .filter(|e| e.1 as usize == i)
+                .map(
+                    |(a, _, c)| if c.is_empty() { format!("n{a}") } else { format!("n{a} if {c}") },
+                )
+                .collect();
             write!(f, "  n{i} {:<12} {:?} after [{}]", n.label, n.kind, preds.join(", "))?;
             if n.condition.starts_with("for ") {
                 // A run-time `for` body: repeated per iteration, edges across iterations made
@@ -665,6 +728,64 @@ mod tests {
         assert!(dot.contains("if step % 2 == 0"), "{dot}");
         assert!(dot.contains("n0 -> n1;"), "{dot}");
         assert_eq!(dot.matches("->").count(), 1);
+    }
+
+    fn conditional(accesses: &[Access], condition: &'static str) -> PlanNode {
+        PlanNode { condition, ..node(accesses, &[]) }
+    }
+
+    fn plan_of(nodes: Vec<PlanNode>) -> Plan {
+        let nodes = Box::leak(nodes.into_boxed_slice());
+        Plan { file: "f", line: 1, places: &["a", "b", "c"], nodes, conditions: 2, bodies: &[] }
+    }
+
+    fn owned(edges: &[(u32, u32, &str)]) -> Vec<(u32, u32, String)> {
+        edges.iter().map(|&(a, b, c)| (a, b, c.to_string())).collect()
+    }
+
+    #[test]
+    fn edge_conditions_pass_hazards_past_an_absent_node() {
+        // n0 writes a; n1 rewrites a if c; n2 reads a: from n1 if c, else straight from n0.
+        let plan = plan_of(vec![node(&[w(0)], &[]), conditional(&[w(0)], "c"), node(&[r(0)], &[])]);
+        let want = [(0, 1, ""), (0, 2, "!(c)"), (1, 2, "c")];
+        assert_eq!(plan.edge_conditions(), owned(&want));
+        let text = plan.to_string();
+        assert!(text.contains("after [n0 if !(c), n1 if c]"), "{text}");
+        assert!(plan.to_dot().contains("n0 -> n2 [style=dashed, label=\"if !(c)\"];"));
+    }
+
+    #[test]
+    fn edge_conditions_of_nested_branches_and_a_negated_conjunction() {
+        // n0 writes a; n1 reads a, writes b if b; n2 reads b, writes c if c; n3 reads a and c.
+        // n0 -> n3 is implied through n1 and n2 when both are present, and only then.
+        let plan = plan_of(vec![
+            node(&[w(0)], &[]),
+            conditional(&[r(0), w(1)], "b"),
+            conditional(&[r(1), w(2)], "c"),
+            node(&[r(0), r(2)], &[]),
+        ]);
+        let want = [(0, 1, ""), (1, 2, "b"), (0, 3, "!(b && c)"), (2, 3, "c")];
+        assert_eq!(plan.edge_conditions(), owned(&want));
+        // Two branches of one `if` never get an edge between them; nested ones are conjoined.
+        let plan = plan_of(vec![
+            conditional(&[w(0)], "p && q"),
+            conditional(&[w(0)], "p && !(q)"),
+            conditional(&[w(0)], "!(p)"),
+            node(&[r(0)], &[]),
+        ]);
+        let want = [(0, 3, "p && q"), (1, 3, "p && !(q)"), (2, 3, "!(p)")];
+        assert_eq!(plan.edge_conditions(), owned(&want));
+    }
+
+    #[test]
+    fn too_many_conditions_print_every_node_present_and_say_so() {
+        static CONDS: [&str; 13] =
+            ["a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8", "a9", "a10", "a11", "a12"];
+        let plan = plan_of(CONDS.iter().map(|c| conditional(&[w(0)], c)).collect());
+        let chain: Vec<(u32, u32, String)> = (0..12).map(|i| (i, i + 1, String::new())).collect();
+        assert_eq!(plan.edge_conditions(), chain);
+        assert!(plan.to_string().contains("edges as if every node were present"));
+        assert!(plan.to_dot().contains("edges as if every node were present"));
     }
 
     /// n0 kernel `plain` writes 0; n1 kernel `pdl` reads 0, writes 1; n2 memcpy reads 1, writes

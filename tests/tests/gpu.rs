@@ -1151,6 +1151,90 @@ fn plans_of_this_file() {
     assert_eq!(fan.nodes[4].kind, NodeKind::Kernel("combine3"));
 }
 
+/// One call of a graph with a node in each branch of a host `if` and a node after the `if` that
+/// depends on whichever branch ran: `x = 3`, then `y = x` if `flag` or `y = 7` if not, then
+/// `z = y`. Its plan is `plan_edges_say_which_branch_they_belong_to`'s (issue 32).
+fn branch_then_join(
+    cache: &mut GraphCache,
+    stream: &Arc<CudaStream>,
+    flag: bool,
+    x: &mut CudaSlice<u32>,
+    y: &mut CudaSlice<u32>,
+    z: &mut CudaSlice<u32>,
+) -> Result {
+    graph!(cache, stream, {
+        memset(&mut *x, 3u32);
+        if flag {
+            copy(&*x, &mut *y);
+        } else {
+            memset(&mut *y, 7u32);
+        }
+        copy(&*y, &mut *z);
+    })?;
+    Ok(())
+}
+
+/// Needs no GPU (issue 32, "plan printing lists an edge from a node that exists only in the other
+/// branch"): the printed plan of `branch_then_join` has no edge between the two branches, and
+/// the node after the `if` lists each branch's node with the branch's condition. Before the fix
+/// the plan printed `n2 … after [n1] if !(flag)` (n1 is in the other branch) and `n3 … after
+/// [n2]` (missing n1, its only predecessor when `flag`).
+#[test]
+fn plan_edges_say_which_branch_they_belong_to() {
+    let plan = cudagraph::plans()
+        .find(|p| {
+            p.file.ends_with("gpu.rs")
+                && p.places == ["x", "y", "z"]
+                && p.nodes.iter().any(|n| n.condition == "flag")
+        })
+        .expect("branch_then_join's plan is registered");
+    let conditions: Vec<&str> = plan.nodes.iter().map(|n| n.condition).collect();
+    assert_eq!(conditions, ["", "flag", "!(flag)", ""]);
+    let edges = plan.edge_conditions();
+    let want = [(0, 1, ""), (1, 3, "flag"), (2, 3, "!(flag)")];
+    assert_eq!(edges, want.map(|(a, b, c)| (a, b, c.to_string())), "{plan}");
+    let text = plan.to_string();
+    let line = |i: usize| text.lines().nth(i + 1).unwrap_or_default().to_string();
+    assert!(line(1).contains("after [n0] if flag"), "{text}");
+    assert!(line(2).contains("after [] if !(flag)"), "{text}");
+    assert!(line(3).contains("after [n1 if flag, n2 if !(flag)]"), "{text}");
+    let dot = plan.to_dot();
+    assert!(!dot.contains("n1 -> n2"), "{dot}");
+    assert!(dot.contains("n1 -> n3 [style=dashed, label=\"if flag\"];"), "{dot}");
+    assert!(dot.contains("n2 -> n3 [style=dashed, label=\"if !(flag)\"];"), "{dot}");
+    assert!(dot.contains("n0 -> n1;"), "{dot}");
+}
+
+/// `branch_then_join` on the GPU, both branches in turn, against eager mode.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_node_after_a_host_if_follows_the_branch_that_ran() -> Result {
+    let (_ctx, stream, _k) = gpu()?;
+    let len = 4099;
+    let mut cache = GraphCache::new();
+    let mut eager = GraphCache::new();
+    eager.set_mode(cudagraph::Mode::Eager);
+    for call in 0..6u32 {
+        let flag = call % 3 != 1;
+        let mut got = Vec::new();
+        for c in [&mut cache, &mut eager] {
+            let (mut x, mut y, mut z) = (
+                stream.alloc_zeros::<u32>(len)?,
+                stream.alloc_zeros::<u32>(len)?,
+                stream.alloc_zeros::<u32>(len)?,
+            );
+            branch_then_join(c, &stream, flag, &mut x, &mut y, &mut z)?;
+            got.push((stream.clone_dtoh(&y)?, stream.clone_dtoh(&z)?));
+        }
+        let want = vec![if flag { 3 } else { 7 }; len];
+        assert_same(&got[0].1, &got[1].1, &format!("call {call}, flag {flag}: z, graph vs eager"));
+        assert_same(&got[0].0, &got[1].0, &format!("call {call}, flag {flag}: y, graph vs eager"));
+        assert_same(&got[0].1, &want, &format!("call {call}, flag {flag}: z"));
+    }
+    assert_eq!(cache.len(), 2, "two variants");
+    Ok(())
+}
+
 /// Issue 12's example made legal: `middle` is named inside its branch only, and `last` is after
 /// `first`, which it shares no buffer with. With `flag` false the variant has no `middle`, and
 /// the `.after(first)` edge must still order `last` after the slow `first`: `last` stamps the
