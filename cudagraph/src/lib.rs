@@ -142,7 +142,10 @@
 //! cudagraph::graph!(&mut cache, &stream, {
 //!     copy(&device, &mut results);
 //! })?;
-//! let host: &[f32] = results.as_slice()?; // waits for the copy (the buffer's event)
+//! // Synchronize, then read: `as_slice()` alone also waits for the copy, but on the buffer's
+//! // blocking-sync event, which sleeps until the driver wakes the thread (tens of µs).
+//! stream.synchronize()?;
+//! let host: &[f32] = results.as_slice()?;
 //! assert_eq!(host[0], 0.0);
 //! # Ok(()) }
 //! ```

@@ -113,8 +113,10 @@ impl Fields {
             v: stream.alloc_zeros(cells)?,
             flags: stream.alloc_zeros(1)?,
             r: stream.alloc_zeros(1)?,
-            // SAFETY: written by the residual copy before it is read (`as_slice` waits for it).
-            host_r: unsafe { stream.context().alloc_pinned(1)? },
+            // SAFETY: written by the residual copy before it is read (after the stream
+            // synchronized). Flags 0, not cudarc's `alloc_pinned`: that memory is write-combined,
+            // slow for the host to read.
+            host_r: unsafe { stream.context().alloc_pinned_with_flags(1, 0)? },
             step: 0,
         })
     }
@@ -260,6 +262,9 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
     let same = |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(a, b)| a.to_bits() == b.to_bits());
     let bit_exact = same(&gu, &eu) && same(&pu, &eu);
     let heat: f64 = gu.iter().map(|&x| f64::from(x)).sum();
+    // The residuals: synchronize first, then read (`as_slice` alone would wait on the buffer's
+    // blocking-sync event, which puts the thread to sleep until the driver wakes it).
+    stream.synchronize()?;
     let (gr, er) = (g.host_r.as_slice()?[0], e.host_r.as_slice()?[0]);
     let pr = p.host_r.as_slice()?[0];
     let variants = if a.residual_every > 0 && a.steps > 1 { 2 } else { 1 };
