@@ -210,6 +210,9 @@ pub struct Stats {
     /// Execs built for a variant that had one already, for a new set of parameters, instead
     /// of updating the existing one (counted in [`Stats::builds`] too).
     pub memo_builds: u64,
+    /// Calls run in [`Mode::Instantiate`]: the exec brought up to date as for a launch, then
+    /// uploaded (`cuGraphUpload`) instead of launched (not counted in [`Stats::launches`]).
+    pub uploads: u64,
 }
 
 /// How a [`GraphCache`] runs each `graph!` call.
@@ -222,6 +225,30 @@ pub enum Mode {
     /// (`cuLaunchKernel`, `cuMemcpyAsync`, `cuMemsetD*Async`), with the same arguments. Computes
     /// what the graph means, for tests and debugging; no graph is built or touched.
     Eager,
+    /// Build or update and instantiate the call's exec, then upload it instead of launching
+    /// it: a call validates and checks exactly as in [`Mode::Graph`], builds the variant's
+    /// graph (`cuGraphCreate`, `cuGraphAddNode_v2`) and instantiates it
+    /// (`cuGraphInstantiateWithFlags`, or `cuGraphInstantiateWithParams` with
+    /// [`InstantiateFlags`]), or brings a cached exec up to date (`cuGraphExec*NodeSetParams`,
+    /// `cuGraphExecUpdate`, re-instantiation), and then calls `cuGraphUpload` on the call's
+    /// stream: no `cuGraphLaunch`. Counted in [`Stats::uploads`], not in [`Stats::launches`].
+    ///
+    /// For a program that wants a step's graph before it runs it: to print its nodes
+    /// ([`GraphCache::nodes`], [`GraphCache::graph_info`] then describe the uploaded variant),
+    /// or to pay for building, instantiating and uploading before the first timed step. The
+    /// next [`Mode::Graph`] call with the same parameters finds the exec up to date and only
+    /// launches it (nothing to build or send).
+    ///
+    /// Nothing runs on the device: host nodes' closures are not run (nor handed to the
+    /// worker; each call's closure is dropped with the call), the buffers' own streams are not
+    /// ordered with the call's stream (the stream ledger's `cuEventRecord`/`cuStreamWaitEvent`
+    /// pairs: no buffer is used, [`Stats::stream_waits`] does not grow), and `capture`
+    /// statements are recorded (stream capture, no work run) as in [`Mode::Graph`]. The
+    /// call's borrows still record cudarc's buffer events on the stream, after the upload, so
+    /// later users of those buffers wait for the upload only. In [`eager!`](crate::eager) the
+    /// mode is always [`Mode::Eager`]; a [`GraphBuilder`](crate::GraphBuilder)'s `launch` on a
+    /// cache in this mode uploads too.
+    Instantiate,
 }
 
 /// Owns the instantiated graphs of one `graph!` call site, one per structural variant (each
@@ -480,7 +507,7 @@ impl GraphCache {
                 return Err(graph_err(CudaError { call, error }));
             }
         }
-        if self.mode == Mode::Graph && same.is_none() {
+        if self.mode != Mode::Eager && same.is_none() {
             for (i, n) in nodes.iter().enumerate() {
                 if let Some(n) = n
                     && n.prepare(&|| call.shape.site(i))?
@@ -490,7 +517,11 @@ impl GraphCache {
             }
         }
         clock.lap(phases::PREPARE);
-        self.order_before(stream, guards).map_err(graph_err)?;
+        // Uploaded, not launched: no buffer is used, nothing to order with their streams.
+        let ordered = self.mode != Mode::Instantiate;
+        if ordered {
+            self.order_before(stream, guards).map_err(graph_err)?;
+        }
         let unlisted = nodes.iter().flatten().any(|n| n.unlisted_work());
         clock.lap(phases::LEDGER);
         let r = if self.mode == Mode::Eager {
@@ -512,7 +543,7 @@ impl GraphCache {
         };
         clock.lap(phases::LADDER_LAUNCH);
         // After an error part way through an eager call, its earlier nodes are enqueued.
-        if r.is_ok() || self.mode == Mode::Eager {
+        if ordered && (r.is_ok() || self.mode == Mode::Eager) {
             self.order_after(stream, unlisted).map_err(graph_err)?;
         }
         clock.lap(phases::LEDGER);
@@ -671,7 +702,8 @@ impl GraphCache {
 }
 
 impl<D: Driver> GraphCache<D> {
-    /// How later calls run: [`Mode::Graph`] (default) or the eager oracle [`Mode::Eager`].
+    /// How later calls run: [`Mode::Graph`] (default), the eager oracle [`Mode::Eager`], or
+    /// [`Mode::Instantiate`] (built or updated, instantiated and uploaded, not launched).
     /// Switching keeps the cached graphs.
     pub fn set_mode(&mut self, mode: Mode) {
         self.mode = mode;
@@ -898,7 +930,7 @@ impl<D: Driver> GraphCache<D> {
         // Pairs a refused earlier call noted are not this call's: `validate` notes this call's
         // (an unchanged call has no copies).
         self.peers.pending.clear();
-        if self.mode != Mode::Graph {
+        if self.mode == Mode::Eager {
             return Ok(None);
         }
         let site = self.site.is_some_and(|s| s.same(call.site));
@@ -965,9 +997,9 @@ impl<D: Driver> GraphCache<D> {
             .max_by_key(|&i| self.variants[i].last_use)
     }
 
-    /// Builds or updates, and launches, one validated call, with the context already current.
-    /// `same`: the variant whose last call this one equals ([`Self::unchanged`]): nothing to
-    /// compare or send.
+    /// Builds or updates, and launches (uploads, in [`Mode::Instantiate`]), one validated call,
+    /// with the context already current. `same`: the variant whose last call this one equals
+    /// ([`Self::unchanged`]): nothing to compare or send.
     fn run_validated(
         &mut self,
         call: GraphCall<'_>,
@@ -1007,6 +1039,14 @@ impl<D: Driver> GraphCache<D> {
         let shape = call.shape;
         let v = &mut self.variants[idx];
         v.last_use = self.clock;
+        if self.mode == Mode::Instantiate {
+            // Up to date and instantiated: uploaded, not launched, so no work is handed out.
+            // SAFETY: exec is live and was built in the stream's context.
+            let uploaded = unsafe { self.driver.upload(v.exec, stream) }.call("cuGraphUpload");
+            uploaded.map_err(|source| shape.graph_error(source))?;
+            self.stats.uploads += 1;
+            return Ok(());
+        }
         // Work handed to nodes at launch (host closures), after everything else succeeded.
         for (j, &n) in v.launch_work.iter().enumerate() {
             let n = n as usize;

@@ -1721,3 +1721,111 @@ fn memoized_execs_are_evicted_least_recently_used_first() {
     assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"]);
     assert_eq!(mock.0.borrow().live_execs.len(), 2);
 }
+
+#[test]
+fn instantiate_mode_builds_and_uploads_then_graph_mode_launches_it_unchanged() {
+    let (mock, mut cache, plan) = setup();
+    cache.set_mode(Mode::Instantiate);
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    assert_eq!(
+        mock.calls(),
+        [
+            "graph_create",
+            "add_kernel deps=0",
+            "add_kernel deps=1",
+            "add_memcpy deps=1",
+            "add_memset deps=0",
+            "instantiate",
+            "upload"
+        ]
+    );
+    let s = cache.stats();
+    assert_eq!((s.builds, s.instantiations, s.launches, s.uploads), (1, 1, 0, 1), "{s:?}");
+    assert_eq!(cache.len(), 1, "the exec is cached");
+    // The same parameters in graph mode: nothing built, nothing sent, one launch.
+    cache.set_mode(Mode::Graph);
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    assert_eq!(mock.calls(), ["launch"]);
+    let s = cache.stats();
+    assert_eq!((s.builds, s.instantiations, s.launches, s.uploads), (1, 1, 1, 1), "{s:?}");
+    assert_eq!((s.node_updates, s.exec_updates, s.reinstantiations), (0, 0, 0), "{s:?}");
+}
+
+#[test]
+fn instantiate_mode_updates_a_cached_exec_and_builds_a_new_variant_without_launching() {
+    let (mock, mut cache, plan) = setup();
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    mock.calls();
+    cache.set_mode(Mode::Instantiate);
+    // Changed scalar: the per-node update of a launch, then the upload.
+    run(&mut cache, plan, &k(1, 0xa0), &k(3, 0xb0), copy(4), memset(0), None).unwrap();
+    assert_eq!(mock.calls(), ["set_kernel grid=4", "upload"]);
+    // The other variant (node 4 present): built and instantiated, not launched.
+    let k4 = k(5, 0xc0);
+    run(&mut cache, plan, &k(1, 0xa0), &k(3, 0xb0), copy(4), memset(0), Some(&k4)).unwrap();
+    let calls = mock.calls();
+    assert_eq!(calls.first().map(String::as_str), Some("graph_create"), "{calls:?}");
+    assert_eq!(calls[calls.len() - 2..], ["instantiate", "upload"]);
+    assert!(!calls.iter().any(|c| c == "launch"), "{calls:?}");
+    let s = cache.stats();
+    assert_eq!((s.launches, s.uploads, s.builds, cache.len()), (1, 2, 2, 2), "{s:?}");
+    // Both variants launch as uploaded: no update sent.
+    cache.set_mode(Mode::Graph);
+    run(&mut cache, plan, &k(1, 0xa0), &k(3, 0xb0), copy(4), memset(0), Some(&k4)).unwrap();
+    run(&mut cache, plan, &k(1, 0xa0), &k(3, 0xb0), copy(4), memset(0), None).unwrap();
+    assert_eq!(mock.calls(), ["launch", "launch"]);
+    assert_eq!(cache.stats().node_updates, 1);
+}
+
+#[test]
+fn instantiate_mode_hands_no_work_to_host_nodes() {
+    let (r, w) = (|p| Access { place: p, write: false }, |p| Access { place: p, write: true });
+    let plan = leak_plan(
+        vec![
+            plan_node(NodeKind::Kernel("a"), vec![w(0)], ""),
+            plan_node(NodeKind::Host, vec![r(0)], ""),
+        ],
+        1,
+        0,
+    );
+    let mock = Mock::default();
+    let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    let step = |cache: &mut GraphCache<Mock>, mode| {
+        cache.set_mode(mode);
+        let k0 = k(1, 0xa0);
+        let host = crate::kind::HostParams::new((), (|()| {}) as fn(()));
+        let nodes =
+            [Some(NodeParams::Kernel(&k0 as &dyn KernelNode)), Some(NodeParams::Host(&host))];
+        cache.run_raw(plan, 0, (CTX, None), STREAM, &nodes).unwrap();
+        // SAFETY: the job is dropped without running.
+        unsafe { crate::kind::HostWork::take_job(&host) }.is_some()
+    };
+    assert!(step(&mut cache, Mode::Instantiate), "the closure was taken without a launch");
+    let calls = mock.calls();
+    assert_eq!(calls.last().map(String::as_str), Some("upload"), "{calls:?}");
+    assert!(!step(&mut cache, Mode::Graph), "a launch takes the closure");
+    assert_eq!(mock.calls(), ["launch"]);
+    let s = cache.stats();
+    assert_eq!((s.launches, s.uploads, s.builds), (1, 1, 1), "{s:?}");
+}
+
+#[test]
+fn instantiate_mode_keeps_an_all_kernel_calls_words_for_the_next_launch() {
+    let w = |p| Access { place: p, write: true };
+    let plan = leak_plan(vec![plan_node(NodeKind::Kernel("a"), vec![w(0)], "")], 1, 0);
+    let mock = Mock::default();
+    let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    let call = |cache: &mut GraphCache<Mock>, mode, scalar| {
+        cache.set_mode(mode);
+        let k0 = k(scalar, 0xa0);
+        cache.run_raw(plan, 0, (CTX, None), STREAM, &[Some(NodeParams::Kernel(&k0))])
+    };
+    call(&mut cache, Mode::Instantiate, 1).unwrap();
+    call(&mut cache, Mode::Instantiate, 1).unwrap();
+    assert_eq!(mock.calls()[2..], ["instantiate", "upload", "upload"]);
+    // Equal to the uploaded call: an unchanged call, nothing compared or sent.
+    call(&mut cache, Mode::Graph, 1).unwrap();
+    assert_eq!(mock.calls(), ["launch"]);
+    let s = cache.stats();
+    assert_eq!((s.unchanged_calls, s.uploads, s.launches, s.node_updates), (2, 2, 1, 0), "{s:?}");
+}
