@@ -9,7 +9,6 @@ use cudarc::driver::{CudaStream, ValidAsZeroBits};
 
 use crate::cache::recording::{KernelView, RecKind, Recording, site};
 use crate::cache::{GraphCache, GraphCall, Shape, Site};
-use crate::capture::Capture;
 use crate::error::{NodeSite, Result};
 use crate::kind::{
     CaptureOperands, CaptureParams, CapturedWork, CopyTo, HostOperands, HostParams, HostWork,
@@ -17,6 +16,7 @@ use crate::kind::{
 };
 use crate::operand::{DevWrite, Handle, Place, PlaceMut, next_id, place_of, sealed::Token};
 use crate::plan::EdgeKind;
+use crate::session::Capture;
 
 // For the docs' links (`Error::InvalidNode`, …): the recording, which makes the errors, moved
 // to `cache::recording`.

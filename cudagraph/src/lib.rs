@@ -169,18 +169,20 @@ mod builder;
 mod cache;
 mod capture;
 mod error;
+mod flags;
 mod introspect;
 mod kind;
 mod ledger;
 mod operand;
 mod plan;
 pub mod raw;
+mod session;
 
 pub use builder::{GraphBuilder, Node};
 pub use cache::{GraphCache, InstantiateFlags, Mode, Stats};
 pub use capture::{
-    Capture, CaptureSlice, CaptureSliceMut, CaptureView, CapturedKernel, DeviceBuffer,
-    DeviceBufferMut, Exec, Graph, Operand, Operands, Released, UpdateRefused, capture,
+    CapturedKernel, DeviceBuffer, DeviceBufferMut, Exec, Graph, Operand, Operands, Released,
+    UpdateRefused, capture,
 };
 pub use cudarc;
 pub use error::{CudaError, Error, NodeSite, Refusal, Result};
@@ -199,6 +201,7 @@ pub use operand::{
     ReadArg, WriteArg,
 };
 pub use plan::{Access, EdgeKind, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges, plans};
+pub use session::{Capture, CaptureSlice, CaptureSliceMut, CaptureView};
 
 /// Builds, caches, updates and launches a CUDA graph from a block of statements.
 ///
@@ -526,17 +529,17 @@ pub mod __private {
     ) -> crate::kind::CaptureParams<'a, H, F>
     where
         H: crate::kind::CaptureOperands,
-        F: for<'s> FnOnce(&'s crate::capture::Capture, H::Views<'s>) -> Result<(), E>,
+        F: for<'s> FnOnce(&'s crate::session::Capture, H::Views<'s>) -> Result<(), E>,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         crate::kind::CaptureParams::new(stream, handles, f)
     }
 
-    /// How many host-node wait flags are taken and not given back (see `kind/handoff.rs`):
+    /// How many host-node wait flags are taken and not given back (see `flags.rs`):
     /// a graph or exec holding a host node, or a pending eager host statement, holds one.
     /// For tests.
     pub fn host_flags_in_use() -> usize {
-        crate::kind::handoff::in_use()
+        crate::flags::in_use()
     }
 
     /// A `host(&a, &mut b, |(a, b)| …)` statement of `graph!`: the operands' handles and the

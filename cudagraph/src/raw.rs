@@ -8,11 +8,12 @@
 
 use core::ffi::{c_char, c_void};
 use core::ptr;
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use cudarc::driver::DriverError;
 use cudarc::driver::sys::{
-    self, CUDA_KERNEL_NODE_PARAMS_v3, CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphNode,
-    CUgraphNodeParams, CUstream,
+    self, CUDA_KERNEL_NODE_PARAMS_v3, CUdeviceptr, CUgraph, CUgraphEdgeData, CUgraphExec,
+    CUgraphNode, CUgraphNodeParams, CUstream,
 };
 
 /// `cuGraphCreate`: a new, empty graph.
@@ -555,7 +556,39 @@ pub(crate) const NO_EXTRA: *mut *mut c_void = ptr::null_mut();
 /// A host node's wait flag ([`Driver::host_flag`]): a word of mapped pinned memory of the
 /// crate's pool, opaque.
 #[doc(hidden)]
-pub struct HostFlag(pub(crate) &'static crate::kind::handoff::Flag);
+pub struct HostFlag(pub(crate) &'static Flag);
+
+/// One flag: a 32-bit word in mapped pinned host memory, its device address, and the context
+/// whose pool it returns to. Lives for the process (pages are never freed).
+pub(crate) struct Flag {
+    pub(crate) host: *mut u32,
+    pub(crate) device: CUdeviceptr,
+    pub(crate) ctx: usize,
+}
+
+// SAFETY: `host` points into pinned memory that is never freed; it is only accessed through
+// `AtomicU32` (by the host) and by the device's wait.
+unsafe impl Send for Flag {}
+unsafe impl Sync for Flag {}
+
+impl Flag {
+    fn word(&self) -> &AtomicU32 {
+        // SAFETY: `host` is 4-aligned (a multiple of `flags::STRIDE` into a page) and lives for the
+        // process; the host only ever accesses it atomically.
+        unsafe { AtomicU32::from_ptr(self.host) }
+    }
+
+    /// 0: the device's wait holds until [`Self::set`].
+    pub(crate) fn reset(&self) {
+        self.word().store(0, Ordering::SeqCst);
+    }
+
+    /// 1: the device's wait ends. Everything the closure wrote before is visible to the work
+    /// after the wait (host stores are ordered, and the device reads after it sees the flag).
+    pub(crate) fn set(&self) {
+        self.word().store(1, Ordering::SeqCst);
+    }
+}
 
 /// The driver calls the [`GraphCache`](crate::GraphCache) makes, behind a trait so that the
 /// update ladder's decisions can be tested without a GPU. [`Cuda`] is the real driver; every
@@ -637,82 +670,8 @@ pub trait Driver {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Cuda;
 
-// SAFETY (every method): forwards its caller's contract, which is the raw function's.
-impl Driver for Cuda {
-    unsafe fn host_flag(
-        &mut self,
-        graph: CUgraph,
-        ctx: sys::CUcontext,
-    ) -> Result<Option<HostFlag>, DriverError> {
-        use crate::kind::handoff;
-        let flag = unsafe { handoff::take(ctx) }?;
-        // On error the destructor ran or will run, which gives the flag back.
-        unsafe { graph_own_user_object(graph, handoff::give_back, handoff::as_user(flag)) }?;
-        Ok(Some(HostFlag(flag)))
-    }
-    unsafe fn graph_create(&mut self) -> Result<CUgraph, DriverError> {
-        unsafe { graph_create() }
-    }
-    unsafe fn graph_destroy(&mut self, graph: CUgraph) {
-        let _ = unsafe { graph_destroy(graph) };
-    }
-    unsafe fn add_node(
-        &mut self,
-        graph: CUgraph,
-        deps: &[CUgraphNode],
-        edges: &[CUgraphEdgeData],
-        params: &mut CUgraphNodeParams,
-    ) -> Result<CUgraphNode, DriverError> {
-        unsafe { add_node(graph, deps, edges, params) }
-    }
-    unsafe fn instantiate(
-        &mut self,
-        graph: CUgraph,
-        flags: u64,
-        upload: CUstream,
-    ) -> Result<CUgraphExec, DriverError> {
-        unsafe { instantiate_with(graph, flags, upload) }
-    }
-    unsafe fn exec_destroy(&mut self, exec: CUgraphExec) {
-        let _ = unsafe { exec_destroy(exec) };
-    }
-    unsafe fn set_node(
-        &mut self,
-        exec: CUgraphExec,
-        node: CUgraphNode,
-        params: &mut CUgraphNodeParams,
-    ) -> Result<(), DriverError> {
-        unsafe { exec_node_set_params(exec, node, params) }
-    }
-    unsafe fn exec_update(
-        &mut self,
-        exec: CUgraphExec,
-        graph: CUgraph,
-    ) -> Result<(), (DriverError, sys::CUgraphExecUpdateResultInfo)> {
-        unsafe { exec_update(exec, graph) }
-    }
-    unsafe fn launch(&mut self, exec: CUgraphExec, stream: CUstream) -> Result<(), DriverError> {
-        unsafe { launch(exec, stream) }
-    }
-    unsafe fn upload(&mut self, exec: CUgraphExec, stream: CUstream) -> Result<(), DriverError> {
-        unsafe { upload(exec, stream) }
-    }
-    unsafe fn conditional_handle(
-        &mut self,
-        graph: CUgraph,
-        ctx: sys::CUcontext,
-        default: u32,
-    ) -> Result<u64, DriverError> {
-        unsafe { conditional_handle_create(graph, ctx, default) }
-    }
-    unsafe fn enable_peer_access(
-        &mut self,
-        ctx: sys::CUcontext,
-        peer: sys::CUcontext,
-    ) -> Result<bool, DriverError> {
-        unsafe { enable_peer_access(ctx, peer) }
-    }
-}
+// `impl Driver for Cuda` is in `flags.rs`: its `host_flag` takes a flag from the pool there,
+// which owns pinned memory (this module owns nothing).
 
 /// `cuStreamIsCapturing`: whether `stream` is capturing (`ACTIVE`), capturing an invalidated
 /// sequence (`INVALIDATED`) or not (`NONE`).

@@ -11,9 +11,11 @@ use std::path::{Path, PathBuf};
 const RUNTIME: &[&str] = &[
     "plan",
     "raw",
+    "flags",
     "error",
     "operand",
     "ledger",
+    "session",
     "kind",
     "introspect",
     "capture",
@@ -22,15 +24,8 @@ const RUNTIME: &[&str] = &[
     "lib",
 ];
 
-/// References upward in `cudagraph` that stay, with why (README, "Layout").
-const RUNTIME_CYCLES: &[(&str, &str)] = &[
-    // `raw::Cuda`'s `Driver::host_flag` (the real driver's host-node wait flag) takes its flag
-    // from the pool in `kind::handoff`, which owns pinned memory (`raw` owns nothing).
-    ("raw", "kind"),
-    // `kind::captured` (the `capture` statement) records through `capture::Capture`, whose
-    // `kernel` method and `Exec::set_kernel` take `kind::kernel`'s launches.
-    ("kind", "capture"),
-];
+/// References upward in `cudagraph` that stay, with why (README, "Layout"): none.
+const RUNTIME_CYCLES: &[(&str, &str)] = &[];
 
 /// `cudagraph-macros-core`'s modules, lowest first.
 const MACROS: &[&str] =

@@ -19,14 +19,14 @@ use cudarc::driver::sys::{self, CUcontext, CUgraph, CUgraphNodeParams, CUgraphNo
 use cudarc::driver::{CudaFunction, CudaStream, DriverError};
 
 use super::NodeKind;
-use crate::capture::imp::{Alias, Listed};
-use crate::capture::{
-    Capture, CaptureOrigin, CaptureSlice, CaptureSliceMut, next_capture_id, order_streams,
-    origin_stream,
-};
 use crate::error::{CudaError, Error, NodeSite};
 use crate::operand::{Accesses, DevRead, DevWrite, sealed};
 use crate::raw;
+use crate::session::imp::{Alias, Listed};
+use crate::session::{
+    Capture, CaptureOrigin, CaptureSlice, CaptureSliceMut, next_capture_id, order_streams,
+    origin_stream,
+};
 
 /// A `CUgraph` this crate owns (destroyed on drop): one recording of a captured statement.
 #[doc(hidden)]
@@ -307,10 +307,10 @@ impl<'a, H: CaptureOperands, F> CaptureParams<'a, H, F> {
                 continue;
             }
             let err = |call, error| Error::Node { site: site(), source: CudaError { call, error } };
-            let h = crate::capture::idle_origin(ctx).map_err(|e| {
+            let h = crate::session::idle_origin(ctx).map_err(|e| {
                 err("cuStreamCreate / cuStreamIsCapturing (another device's helper stream)", e)
             })?;
-            crate::capture::require_tracking(h.stream())
+            crate::session::require_tracking(h.stream())
                 .map_err(|why| err(why, DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED)))?;
             helpers.push(h);
         }
@@ -344,23 +344,23 @@ where
             |call, error| Error::Node { site: site(), source: CudaError { call, error } };
         // SAFETY: the stream is alive (borrowed by the call) and its context current (bound by
         // `run_call`).
-        unsafe { crate::capture::can_capture(self.stream) }
+        unsafe { crate::session::can_capture(self.stream) }
             .map_err(|(call, e)| graph_err(call, e))?;
         let helpers = self.helpers(site)?;
         let f = self.take(site)?;
-        let origin = crate::capture::idle_origin(self.stream.context()).map_err(|e| {
+        let origin = crate::session::idle_origin(self.stream.context()).map_err(|e| {
             graph_err("cuStreamCreate / cuStreamIsCapturing (capture origin; a capture inside another capture's closure on this thread is refused)", e)
         })?;
         // SAFETY: the origin is this thread's own, alive and not capturing; its context is the
         // stream's, current.
-        unsafe { crate::capture::begin_origin(&origin) }
+        unsafe { crate::session::begin_origin(&origin) }
             .map_err(|e| graph_err("cuStreamBeginCapture", e))?;
         let (result, broken, joined, functions) = self.call(f, Some(&origin), &helpers);
         let ctx = self.stream.context();
         let _ = ctx.bind_to_thread();
         // SAFETY: this thread began the capture on `origin` (and the closure joined the stream
         // when `joined`), both alive; it ends whatever the closure did.
-        let end = unsafe { crate::capture::end_origin(&origin, joined.then_some(&**self.stream)) };
+        let end = unsafe { crate::session::end_origin(&origin, joined.then_some(&**self.stream)) };
         let end = end.map(|raw| OwnedGraph { raw, ctx: ctx.clone(), functions });
         let (file, line) = (at.file, at.line);
         if end.is_err() {
@@ -388,7 +388,7 @@ where
                 // An explicit node whose successors could not be set: unusable.
                 (Ok(_), Some(source)) => Err(Error::CaptureInvalidated { file, line, source }),
                 (Ok(graph), None) => {
-                    if let Err(why) = crate::capture::check_recording(graph.raw) {
+                    if let Err(why) = crate::session::check_recording(graph.raw) {
                         let error = DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED);
                         return Err(graph_err(why, error));
                     }
@@ -408,7 +408,7 @@ where
     }
 
     unsafe fn run_eager(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
-        crate::capture::require_tracking(self.stream).map_err(|why| {
+        crate::session::require_tracking(self.stream).map_err(|why| {
             let error = DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED);
             Error::Node { site: site(), source: CudaError { call: why, error } }
         })?;

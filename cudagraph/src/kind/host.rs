@@ -35,11 +35,12 @@ use cudarc::driver::sys::{
     CUstreamBatchMemOpParams, CUstreamBatchMemOpType, CUstreamWaitValue_flags,
 };
 
-use super::handoff::{self, Flag, Task};
+use super::handoff::{self, Task};
 use super::{NodeKind, Reports};
 use crate::error::{CudaError, Error, NodeSite};
+use crate::flags;
 use crate::operand::{Accesses, HostRead, HostWrite};
-use crate::raw;
+use crate::raw::{self, Flag};
 
 /// One pinned host buffer a `host` statement lists: `&x` (a [`HostRead`]) or `&mut y` (a
 /// [`HostWrite`]). Sealed.
@@ -501,7 +502,7 @@ impl NodeKind for Host {
         let queued = Queued::take(h, reports, site)?;
         let s = stream.cu_stream();
         // SAFETY: the stream's context is current.
-        let flag = unsafe { handoff::take(stream.context().cu_ctx()) }
+        let flag = unsafe { flags::take(stream.context().cu_ctx()) }
             .map_err(|e| node("cuMemHostAlloc (host node flags)", e))?;
         let eager = Box::into_raw(Box::new(Eager { queued, flag }));
         // SAFETY: the stream is alive and its context current; `run_once` takes ownership of
@@ -509,7 +510,7 @@ impl NodeKind for Host {
         if let Err(e) = unsafe { raw::launch_host_func(s, run_once, eager.cast()) } {
             // SAFETY: the driver refused the callback: it will never run, the job is still ours.
             drop(unsafe { Box::from_raw(eager) });
-            handoff::give(flag);
+            flags::give(flag);
             return Err(node("cuLaunchHostFunc", e));
         }
         // SAFETY: the flag lives for the process; it is returned by the host function after
@@ -518,7 +519,7 @@ impl NodeKind for Host {
         // the worker still writes it.
         unsafe { raw::stream_wait_value32(s, flag.device, 1) }
             .map_err(|e| node("cuStreamWaitValue32_v2", e))?;
-        unsafe { raw::launch_host_func(s, handoff::give_back, handoff::as_user(flag)) }
+        unsafe { raw::launch_host_func(s, flags::give_back, flags::as_user(flag)) }
             .map_err(|e| node("cuLaunchHostFunc (returning the host node's flag)", e))
     }
 }

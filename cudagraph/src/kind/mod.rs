@@ -202,11 +202,11 @@ pub(crate) fn on_context(
     site: &dyn Fn() -> NodeSite,
     work: impl FnOnce(&CudaStream) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    use crate::capture::{order_streams, origin_stream};
+    use crate::session::{order_streams, origin_stream};
     let err = |call, error| Error::Node { site: site(), source: CudaError { call, error } };
     let here =
         origin_stream(stream.context()).map_err(|e| err("cuStreamCreate (eager helper)", e))?;
-    let there = crate::capture::idle_origin(ctx)
+    let there = crate::session::idle_origin(ctx)
         .map_err(|e| err("cuStreamCreate / cuStreamIsCapturing (eager helper)", e))?;
     order_streams(stream, here.fork_event(), there.stream())
         .map_err(|e| err("cuEventRecord / cuStreamWaitEvent (into another device's stream)", e))?;
@@ -595,7 +595,7 @@ impl<H, F> crate::operand::sealed::Sealed for CaptureParams<'_, H, F> {}
 impl<H, F, E> IntoNode for CaptureParams<'_, H, F>
 where
     H: CaptureOperands,
-    F: for<'s> FnOnce(&'s crate::capture::Capture, H::Views<'s>) -> Result<(), E>,
+    F: for<'s> FnOnce(&'s crate::session::Capture, H::Views<'s>) -> Result<(), E>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     fn node(&self) -> NodeParams<'_> {
