@@ -177,7 +177,7 @@ pub use builder::{GraphBuilder, Node};
 pub use cache::{GraphCache, InstantiateFlags, Mode, Stats};
 pub use capture::{
     Capture, CaptureSlice, CaptureSliceMut, CaptureView, CapturedKernel, DeviceBuffer,
-    DeviceBufferMut, Exec, Graph, Operand, Operands, Released, UpdateRefused, capture,
+    DeviceBufferMut, Exec, Graph, Operand, Operands, Released, ReleasedUpdateRefused, UpdateRefused, capture,
 };
 pub use cudarc;
 pub use error::{CudaError, Error, NodeSite, Refusal, Result};
