@@ -276,7 +276,8 @@ pub trait CapturedWork: sealed::Sealed {
 /// kept recordings were made with ([`CaptureKey::same`]) to decide whether the statement is
 /// recorded again. Implemented for integers, `bool`, `char`, floats (compared bit for bit, so
 /// `-0.0` and `0.0` differ and a NaN equals the same NaN), `()`, `&'static str`, `String`,
-/// tuples of up to 8 keys, arrays, `Option`, `Vec` and `Box` of keys, and `Arc<T>` for any `T`
+/// tuples of up to 8 keys, arrays, `Option`, `Vec` and `Box` of keys, cudarc's `CudaFunction`
+/// (the same `CUfunction`; the kept copy keeps its module loaded), and `Arc<T>` for any `T`
 /// (compared by identity: the same allocation; the recording's copy of the key keeps it alive,
 /// so put a library handle or a `kernels!` module in an `Arc` to make it part of the key).
 ///
@@ -336,6 +337,13 @@ impl<T: ?Sized + Send + Sync + 'static> CaptureKey for Arc<T> {
     #[inline]
     fn same(&self, other: &Self) -> bool {
         Arc::ptr_eq(self, other)
+    }
+}
+impl CaptureKey for CudaFunction {
+    /// The same function (`CUfunction`); the kept copy keeps its module loaded.
+    #[inline]
+    fn same(&self, other: &Self) -> bool {
+        self.cu_function() == other.cu_function()
     }
 }
 impl<T: CaptureKey> CaptureKey for Option<T> {
