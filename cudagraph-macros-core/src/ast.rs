@@ -219,6 +219,10 @@ pub enum Op {
         func: Ident,
         /// The buffers the captured work uses, in order.
         operands: Vec<Operand>,
+        /// `key = EXPR` before the closure: what the recording depends on besides the operands
+        /// (the closure is then a `fn`: `|s, key, (a, b, …)| { … }`, recorded again only when
+        /// the key or the operands change).
+        key: Option<Expr>,
         /// The closure doing the stream work: `|s, (a, b, …)| { … }`.
         closure: Expr,
     },

@@ -1355,6 +1355,91 @@ impl Released {
         let graph = Graph { handle: graph, operands: operands.into_held() };
         Exec { exec, graph, origin, ledger }
     }
+
+    /// Updates the whole exec from `graph` (`cuGraphExecUpdate_v2`), a new recording with
+    /// borrows of its own (typically a capture of the same work made after
+    /// [`Exec::release`], with other scalars or on the same or other buffers), and gives the
+    /// exec back holding `graph` and its borrows: re-capture and update every iteration, as
+    /// NVIDIA's samples do in C++:
+    ///
+    /// ```no_run
+    /// # fn main() -> cudagraph::Result<()> {
+    /// # let ctx = cudagraph::context(0)?;
+    /// # let stream = ctx.new_stream()?;
+    /// let (x, mut y) = (stream.alloc_zeros::<f32>(1024)?, stream.alloc_zeros::<f32>(1024)?);
+    /// let step = |s: &cudagraph::Capture, (x, mut y): (cudagraph::CaptureSlice<'_, f32>, cudagraph::CaptureSliceMut<'_, f32>)| s.copy(&x, &mut y);
+    /// let mut exec = cudagraph::capture(&stream, (&x, &mut y), step)?.instantiate()?;
+    /// for _ in 0..10 {
+    ///     exec.launch(&stream)?;
+    ///     let released = exec.release(); // the borrows of x and y end
+    ///     let graph = cudagraph::capture(&stream, (&x, &mut y), step)?;
+    ///     exec = released.update(graph)?; // the exec now holds the new borrows
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The driver rules are [`Exec::update`]'s: same topology, parameters it can update in
+    /// place. The exec's nodes keep their identity ([`Exec::set_kernel`] still takes the first
+    /// capture's [`CapturedKernel`]s).
+    ///
+    /// # Errors
+    /// On refusal the exec is unchanged and both come back in [`ReleasedUpdateRefused`]: the
+    /// released exec, the graph with its borrows, and [`Error::GraphUpdateRefused`] with the
+    /// driver's `CUgraphExecUpdateResult` (for instance
+    /// `CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED`) naming this call's location, or
+    /// [`Error::Graph`] for a graph of another context.
+    #[track_caller]
+    #[allow(clippy::result_large_err)] // rare, and the exec and the graph must come back
+    pub fn update<'b>(self, graph: Graph<'b>) -> Result<Exec<'b>, ReleasedUpdateRefused<'b>> {
+        let at = Location::caller();
+        let (file, line) = (at.file(), at.line());
+        let ctx = &graph.handle.ctx;
+        let refused = |released, error, graph| ReleasedUpdateRefused { released, error, graph };
+        if ctx.cu_ctx() != self.exec.ctx.cu_ctx() {
+            let error = DriverError(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+            let call = "cuGraphExecUpdate (graph of another context)";
+            return Err(refused(self, graph_error(file, line, call, error), graph));
+        }
+        if let Err(error) = ctx.bind_to_thread() {
+            return Err(refused(self, graph_error(file, line, "cuCtxSetCurrent", error), graph));
+        }
+        // SAFETY: both are alive and of the current context.
+        match unsafe { raw::exec_update(self.exec.raw, graph.handle.raw) } {
+            Ok(()) => {
+                let Released { exec, graph: old, mut origin, ledger } = self;
+                // The first graph is kept for its node handles (see `Exec::update`).
+                if origin.graph.is_none() {
+                    origin.graph = Some(old);
+                }
+                Ok(Exec { exec, graph, origin, ledger })
+            }
+            Err((error, info)) => {
+                let source = CudaError { call: "cuGraphExecUpdate_v2", error };
+                let error = Error::GraphUpdateRefused { file, line, result: info.result, source };
+                Err(refused(self, error, graph))
+            }
+        }
+    }
+}
+
+/// A refused [`Released::update`]: the error, the released exec (unchanged) and the graph
+/// (with its borrows), both given back.
+#[derive(Debug)]
+pub struct ReleasedUpdateRefused<'a> {
+    /// Why: [`Error::GraphUpdateRefused`], or [`Error::Graph`] for a graph of another context.
+    pub error: Error,
+    /// The released exec, unchanged.
+    pub released: Released,
+    /// The graph that was not taken.
+    pub graph: Graph<'a>,
+}
+
+impl From<ReleasedUpdateRefused<'_>> for Error {
+    /// The error alone (the exec and the graph are dropped), so that `?` works in functions
+    /// returning [`Result`].
+    fn from(refused: ReleasedUpdateRefused<'_>) -> Self {
+        refused.error
+    }
 }
 
 // A captured graph as a `graph!` operand: `child(&mut g)` embeds it as a child-graph node. Its

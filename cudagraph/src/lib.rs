@@ -182,14 +182,14 @@ pub use builder::{GraphBuilder, Node};
 pub use cache::{GraphCache, InstantiateFlags, Mode, Stats};
 pub use capture::{
     CapturedKernel, DeviceBuffer, DeviceBufferMut, Exec, Graph, Operand, Operands, Released,
-    UpdateRefused, capture,
+    ReleasedUpdateRefused, UpdateRefused, capture,
 };
 pub use cudarc;
 pub use error::{CudaError, Error, NodeSite, Refusal, Result};
 pub use introspect::{ClonedGraph, GraphInfo, GraphNode, GraphNodeKind, NodeDetails};
 pub use kind::kernel::MAX_KERNEL_PARAMS;
 pub use kind::{
-    AllocParams, CaptureOperand, CaptureOperands, CopyTo, EmptyParams, EventParams,
+    AllocParams, CaptureKey, CaptureOperand, CaptureOperands, CopyTo, EmptyParams, EventParams,
     EventRecordParams, EventWaitParams, FillNode, FreeParams, GraphMemUsage, HostOperand,
     HostOperands, HostParams, HostWork, KernelArgs, KernelCall, KernelFn, KernelLaunch, LaunchCfg,
     LaunchDims, MAX_ALLOC_BYTES, MAX_FILL_BYTES, MemcpyParams, Memory, MemsetParams, MemsetValue,
@@ -533,6 +533,25 @@ pub mod __private {
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         crate::kind::CaptureParams::new(stream, handles, f)
+    }
+
+    /// A keyed `capture(&a, &mut b, key = k, |s, k, (a, b)| …)` statement of `graph!`: the
+    /// call's stream, the operands' handles, the key and the closure, which must capture
+    /// nothing (it coerces to a `fn`).
+    #[inline]
+    #[allow(clippy::type_complexity)]
+    pub fn capture_keyed<'a, H, K, E>(
+        stream: &'a Arc<CudaStream>,
+        handles: H,
+        key: K,
+        f: for<'s> fn(&'s crate::session::Capture, &K, H::Views<'s>) -> Result<(), E>,
+    ) -> crate::kind::CaptureParams<'a, H, crate::kind::KeyedFn<H, K, E>, crate::kind::Keyed<K>>
+    where
+        H: crate::kind::CaptureOperands,
+        K: crate::kind::CaptureKey,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        crate::kind::CaptureParams::keyed(stream, handles, key, f)
     }
 
     /// How many host-node wait flags are taken and not given back (see `flags.rs`):

@@ -7,9 +7,20 @@
 //! For each batch size `B` (default 1,8,64) and width `W` (default 256,1024), runs `S` steps
 //! (default 200) of a 4-layer MLP (`h[l+1] = relu(W_l · h[l] + b_l)`, f32, column-major) whose
 //! input changes every step (step `i` reads input `i` of a device buffer of `S` inputs, so the
-//! graph's copy node and the first GEMM get a new pointer every step), once as a CUDA graph
-//! and once eagerly ([`Mode::Eager`]: the same statements, cuBLAS called directly on the stream),
-//! checks that every step's output is bit-identical, and prints the per-step time of both.
+//! graph's copy node gets a new pointer every step), four ways:
+//! - **graph**: one `graph!` call per step. Each GEMM is a keyed `capture` statement, recorded
+//!   by the first call only: its operands (weights and activations) and its key (the sizes and
+//!   the cuBLAS handle) do not change, so later calls take the kept recording and only the two
+//!   copy nodes (input in, output out) are updated;
+//! - **floor**: the same step captured once with cudarc (`begin_capture`/`end_capture`) on the
+//!   static buffers and replayed: copy in, `cuGraphLaunch`, copy out, with cudarc's event
+//!   tracking off (what a hand-written graph costs; unsafe in general, right here: one stream);
+//! - **plain**: the same calls with cudarc and cuBLAS directly, no graph, event tracking on
+//!   (cudarc's default);
+//! - **eager**: the `graph!` body run eagerly ([`Mode::Eager`]).
+//!
+//! It checks that every step's output is bit-identical in all four and prints the per-step
+//! times and the ratios graph ÷ floor and plain ÷ graph.
 //! `--plan` prints the step's graph as Graphviz DOT without touching CUDA. Without a CUDA driver
 //! the run exits with status 2 and one line saying so; `--help` lists the arguments.
 
@@ -19,7 +30,10 @@ use std::time::Instant;
 
 use cudagraph::cudarc::cublas::sys as cublas_sys;
 use cudagraph::cudarc::cublas::{CudaBlas, Gemm, GemmConfig, sys::cublasOperation_t};
-use cudagraph::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudagraph::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudagraph::cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
 use cudagraph::cudarc::nvrtc::compile_ptx;
 use cudagraph::{GraphCache, Mode, graph, kernels};
 
@@ -87,19 +101,9 @@ struct Net {
     inputs: CudaSlice<f32>,
 }
 
-/// Runs `steps` steps in `mode`, each step's output copied into `outputs`; returns seconds.
-#[allow(clippy::too_many_arguments)]
-fn run_steps(
-    stream: &Arc<CudaStream>,
-    blas: &CudaBlas,
-    k: &Mlp,
-    net: &mut Net,
-    outputs: &mut CudaSlice<f32>,
-    (batch, width, steps): (usize, usize, usize),
-    cache: &mut GraphCache,
-) -> cudagraph::Result<f64> {
-    let n = batch * width;
-    let gemm = GemmConfig {
+/// cuBLAS's configuration of one layer's GEMM: `W (width×width) · h (width×batch)`.
+fn gemm_config(batch: usize, width: usize) -> GemmConfig<f32> {
+    GemmConfig {
         transa: cublasOperation_t::CUBLAS_OP_N,
         transb: cublasOperation_t::CUBLAS_OP_N,
         m: width as i32,
@@ -110,9 +114,27 @@ fn run_steps(
         ldb: width as i32,
         beta: 0.0f32,
         ldc: width as i32,
-    };
+    }
+}
+
+/// The bias + ReLU launch configuration for `batch × width` elements.
+fn relu_cfg(batch: usize, width: usize) -> (u32, u32) {
+    (((batch * width) as u32).div_ceil(256), 256u32)
+}
+
+/// Runs `steps` steps in `mode`, each step's output copied into `outputs`; returns seconds.
+fn run_steps(
+    stream: &Arc<CudaStream>,
+    blas: &Arc<CudaBlas>,
+    k: &Mlp,
+    net: &mut Net,
+    outputs: &mut CudaSlice<f32>,
+    (batch, width, steps): (usize, usize, usize),
+    cache: &mut GraphCache,
+) -> cudagraph::Result<f64> {
+    let n = batch * width;
     let (rows, cols) = (width as u32, batch as u32);
-    let cfg = ((n as u32).div_ceil(256), 256u32);
+    let cfg = relu_cfg(batch, width);
     let Net { w, b, h, inputs } = net;
     stream.synchronize()?;
     let t = Instant::now();
@@ -122,18 +144,116 @@ fn run_steps(
         graph!(cache, stream, {
             copy(&x, &mut h[0]);
             for l in 0..4 {
-                // SAFETY: `s.stream()` joins the step's stream (`blas`'s) into the capture;
-                // the GEMM on it touches only the listed views and cuBLAS's own workspace,
-                // set before (`gemm` describes W (width×width), h[l] and h[l + 1]
-                // (width×batch), the sizes these buffers were allocated with).
-                capture(&w[l], &h[l], &mut h[l + 1], |s, (w, x, mut y)| unsafe {
-                    s.stream();
-                    blas.gemm(gemm, &w, &x, &mut y)
-                });
+                // Keyed: recorded again only if the sizes, the handle or the buffers change.
+                // SAFETY: `s.stream()` joins the step's stream (`blas`'s) into the capture; the
+                // GEMM on it touches only the listed views and cuBLAS's own workspace, set
+                // before and alive while the cache (which keeps the recordings) is
+                // (`gemm_config` describes W (width×width), h[l] and h[l + 1] (width×batch),
+                // the sizes these buffers were allocated with).
+                capture(
+                    &w[l],
+                    &h[l],
+                    &mut h[l + 1],
+                    key = (batch, width, blas.clone()),
+                    |s, (batch, width, blas), (w, x, mut y)| unsafe {
+                        s.stream();
+                        blas.gemm(gemm_config(*batch, *width), &w, &x, &mut y)
+                    },
+                );
                 k.bias_relu(rows, cols, &b[l], &mut h[l + 1]).launch(cfg);
             }
             copy(&h[4], &mut out);
         })?;
+    }
+    stream.synchronize()?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// One step's work with cudarc and cuBLAS directly on `stream`, from `h[0]` to `h[4]`.
+fn layers(
+    stream: &Arc<CudaStream>,
+    blas: &CudaBlas,
+    k: &Mlp,
+    net: &mut Net,
+    (batch, width): (usize, usize),
+) -> Result<(), Box<dyn std::error::Error>> {
+    let f = k.function("bias_relu").expect("declared in kernels!");
+    let (rows, cols) = (width as u32, batch as u32);
+    let (gx, bx) = relu_cfg(batch, width);
+    let cfg = LaunchConfig { grid_dim: (gx, 1, 1), block_dim: (bx, 1, 1), shared_mem_bytes: 0 };
+    for l in 0..LAYERS {
+        let (lo, hi) = net.h.split_at_mut(l + 1);
+        // SAFETY: `gemm_config` describes W (width×width), h[l] and h[l + 1] (width×batch).
+        unsafe { blas.gemm(gemm_config(batch, width), &net.w[l], &lo[l], &mut hi[0]) }?;
+        // SAFETY: the arguments match `bias_relu` in kernels/mlp.cu; h[l + 1] holds rows·cols.
+        unsafe {
+            stream
+                .launch_builder(f)
+                .arg(&rows)
+                .arg(&cols)
+                .arg(&net.b[l])
+                .arg(&mut hi[0])
+                .launch(cfg)
+        }?;
+    }
+    Ok(())
+}
+
+/// The floor: the step captured once with cudarc on the static buffers and replayed (copy the
+/// input in, `cuGraphLaunch`, copy the output out), with event tracking off. Returns seconds.
+fn run_floor(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    blas: &CudaBlas,
+    k: &Mlp,
+    net: &mut Net,
+    outputs: &mut CudaSlice<f32>,
+    (batch, width, steps): (usize, usize, usize),
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let n = batch * width;
+    stream.synchronize()?;
+    // SAFETY: everything below runs on `stream` alone, so cudarc's events are not needed to
+    // order it; tracking is back on before the function returns (also on error, below).
+    unsafe { ctx.disable_event_tracking() };
+    let r = (|| -> Result<f64, Box<dyn std::error::Error>> {
+        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
+        let captured = layers(stream, blas, k, net, (batch, width));
+        let graph = stream.end_capture(CUgraphInstantiate_flags(0))?;
+        captured?;
+        let graph = graph.ok_or("the capture recorded nothing")?;
+        graph.upload()?;
+        stream.synchronize()?;
+        let t = Instant::now();
+        for i in 0..steps {
+            stream.memcpy_dtod(&net.inputs.slice(i * n..(i + 1) * n), &mut net.h[0])?;
+            graph.launch()?;
+            stream.memcpy_dtod(&net.h[LAYERS], &mut outputs.slice_mut(i * n..(i + 1) * n))?;
+        }
+        stream.synchronize()?;
+        Ok(t.elapsed().as_secs_f64())
+    })();
+    let _ = stream.synchronize();
+    // SAFETY: back to cudarc's default, the stream idle.
+    unsafe { ctx.enable_event_tracking() };
+    r
+}
+
+/// The same steps with plain cudarc and cuBLAS calls, event tracking on. Returns seconds.
+fn run_plain(
+    stream: &Arc<CudaStream>,
+    blas: &CudaBlas,
+    k: &Mlp,
+    net: &mut Net,
+    outputs: &mut CudaSlice<f32>,
+    (batch, width, steps): (usize, usize, usize),
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let n = batch * width;
+    stream.synchronize()?;
+    let t = Instant::now();
+    for i in 0..steps {
+        stream.memcpy_dtod(&net.inputs.slice(i * n..(i + 1) * n), &mut net.h[0])?;
+        layers(stream, blas, k, net, (batch, width))?;
+        stream.memcpy_dtod(&net.h[LAYERS], &mut outputs.slice_mut(i * n..(i + 1) * n))?;
     }
     stream.synchronize()?;
     Ok(t.elapsed().as_secs_f64())
@@ -146,7 +266,8 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     // A workspace of cuBLAS's own, set once: without it cuBLAS allocates one while captured
     // (`cudaMallocAsync`, a memory-allocation node), which a child graph cannot hold.
     let workspace = stream.alloc_zeros::<u8>(WORKSPACE_BYTES)?;
-    let blas = CudaBlas::new(stream.clone())?;
+    // In an `Arc`: the capture statements' key holds it (a recording is of this handle).
+    let blas = Arc::new(CudaBlas::new(stream.clone())?);
     {
         let (ptr, _sync) = workspace.device_ptr(&stream);
         // SAFETY: `workspace` is device memory of the handle's context, `WORKSPACE_BYTES` long,
@@ -166,8 +287,16 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         args.steps
     );
     println!(
-        "{:>6} {:>6} | {:>12} {:>12} {:>8} | {:>8} | stats (graph)",
-        "batch", "width", "graph µs", "eager µs", "speed-up", "outputs"
+        "{:>6} {:>6} | {:>9} {:>9} {:>9} {:>9} | {:>11} {:>11} | {:>9} | stats (graph)",
+        "batch",
+        "width",
+        "graph µs",
+        "floor µs",
+        "plain µs",
+        "eager µs",
+        "graph/floor",
+        "plain/graph",
+        "outputs"
     );
     let mut all_ok = true;
     for &width in &args.widths {
@@ -187,6 +316,8 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
             };
             let mut out_graph = stream.alloc_zeros::<f32>(n * args.steps)?;
             let mut out_eager = stream.alloc_zeros::<f32>(n * args.steps)?;
+            let mut out_floor = stream.alloc_zeros::<f32>(n * args.steps)?;
+            let mut out_plain = stream.alloc_zeros::<f32>(n * args.steps)?;
             let sizes = (batch, width, args.steps);
             // Warm-up of both paths (cuBLAS heuristics, module load, first instantiation).
             let mut cache = GraphCache::new();
@@ -195,20 +326,29 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
             let warm = (batch, width, 2.min(args.steps));
             run_steps(&stream, &blas, &k, &mut net, &mut out_graph, warm, &mut cache)?;
             run_steps(&stream, &blas, &k, &mut net, &mut out_eager, warm, &mut eager)?;
+            run_plain(&stream, &blas, &k, &mut net, &mut out_plain, warm)?;
             let tg = run_steps(&stream, &blas, &k, &mut net, &mut out_graph, sizes, &mut cache)?;
+            let tf = run_floor(&ctx, &stream, &blas, &k, &mut net, &mut out_floor, sizes)?;
+            let tp = run_plain(&stream, &blas, &k, &mut net, &mut out_plain, sizes)?;
             let te = run_steps(&stream, &blas, &k, &mut net, &mut out_eager, sizes, &mut eager)?;
             let g = stream.clone_dtoh(&out_graph)?;
-            let e = stream.clone_dtoh(&out_eager)?;
-            let same = g.iter().zip(&e).all(|(a, b)| a.to_bits() == b.to_bits());
+            let bits = |o: &CudaSlice<f32>| -> Result<bool, Box<dyn std::error::Error>> {
+                let v = stream.clone_dtoh(o)?;
+                Ok(g.iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()))
+            };
+            let same = bits(&out_eager)? && bits(&out_floor)? && bits(&out_plain)?;
             let finite = g.iter().all(|v| v.is_finite()) && g.iter().any(|&v| v != 0.0);
             all_ok &= same && finite;
             let s = cache.stats();
             let per = |t: f64| t / args.steps as f64 * 1e6;
             println!(
-                "{batch:>6} {width:>6} | {:>12.2} {:>12.2} {:>7.2}x | {:>8} | launches {} builds {} node updates {} exec updates {} reinstantiations {}",
+                "{batch:>6} {width:>6} | {:>9.2} {:>9.2} {:>9.2} {:>9.2} | {:>11.3} {:>11.3} | {:>9} | launches {} builds {} node updates {} exec updates {} reinstantiations {} recordings {} reused {}",
                 per(tg),
+                per(tf),
+                per(tp),
                 per(te),
-                te / tg,
+                tg / tf,
+                tp / tg,
                 if !finite {
                     "ZERO/NaN"
                 } else if same {
@@ -221,6 +361,8 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
                 s.node_updates,
                 s.exec_updates,
                 s.reinstantiations,
+                s.captures,
+                s.capture_reuses,
             );
         }
     }

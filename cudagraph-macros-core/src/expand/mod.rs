@@ -643,10 +643,17 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
                 ::cudagraph::__private::conditional(#cond, ::cudagraph::ConditionalType::#ty, #size)
             }
         }
-        Op::Capture { func, operands, closure } => {
+        Op::Capture { func, operands, key: None, closure } => {
             let ops = operands.iter().map(operand);
             let stream = local("__cudagraph_stream_arc");
             quote_spanned!(func.span()=> ::cudagraph::__private::capture(#stream, (#(#ops,)*), #closure))
+        }
+        Op::Capture { func, operands, key: Some(key), closure } => {
+            let ops = operands.iter().map(operand);
+            let stream = local("__cudagraph_stream_arc");
+            quote_spanned! {func.span()=>
+                ::cudagraph::__private::capture_keyed(#stream, (#(#ops,)*), #key, #closure)
+            }
         }
     }
 }

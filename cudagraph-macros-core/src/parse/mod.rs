@@ -709,7 +709,15 @@ fn lower_call(c: &syn::ExprCall, errors: &mut Errors) -> Option<Op> {
                     return None;
                 }
             };
-            let listed = &args[..args.len() - 1];
+            let mut listed = &args[..args.len() - 1];
+            // `key = EXPR` right before the closure.
+            let mut key = None;
+            if let Some(Expr::Assign(a)) = listed.last()
+                && matches!(&*a.left, Expr::Path(p) if p.path.is_ident("key"))
+            {
+                key = Some((*a.right).clone());
+                listed = &listed[..listed.len() - 1];
+            }
             if listed.is_empty() {
                 errors.push(
                     c,
@@ -723,7 +731,7 @@ fn lower_call(c: &syn::ExprCall, errors: &mut Errors) -> Option<Op> {
             let operands: Vec<Option<Operand>> =
                 listed.iter().map(|e| lower_operand(e, None, errors)).collect();
             let operands = operands.into_iter().collect::<Option<Vec<_>>>()?;
-            Some(Op::Capture { func, operands, closure })
+            Some(Op::Capture { func, operands, key, closure })
         }
         _ => {
             errors.push(&func, format!("`{word}` is not a graph statement; {ALLOWED}"));

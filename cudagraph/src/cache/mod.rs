@@ -13,7 +13,7 @@ use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::error::{Call, CudaError, Error, NodeSite, Result};
 use crate::introspect::{ClonedGraph, GraphInfo, GraphNode};
-use crate::kind::{Limits, NodeParams, NodeState, Reports};
+use crate::kind::{CapturedWork, Limits, NodeParams, NodeState, Reports};
 use crate::operand::Guard;
 use crate::plan::{EdgeKind, Plan};
 use crate::raw::{self, Cuda, Driver};
@@ -180,9 +180,13 @@ pub struct Stats {
     /// Aliasing checks of the call's buffer address ranges (made when a pointer or length
     /// changed since the last checked call).
     pub alias_checks: u64,
-    /// Recordings of `capture` statements (stream capture of their closures: one per captured
-    /// statement per graph call).
+    /// Recordings of `capture` statements (stream capture of their closures): one per
+    /// statement without a key per graph call; for a keyed statement, one per call whose
+    /// operands and key no kept recording has (see [`GraphCache::set_recordings_per_capture`]).
     pub captures: u64,
+    /// Calls of keyed `capture` statements that took a kept recording instead of recording
+    /// (see [`GraphCache::set_recordings_per_capture`]).
+    pub capture_reuses: u64,
     /// Programmatic edges (from a kernel node into a `#[programmatic]` kernel's node, see
     /// [`EdgeKind`]) in the graphs built for new variants.
     pub programmatic_edges: u64,
@@ -309,6 +313,11 @@ pub struct GraphCache<D: Driver = Cuda> {
     recent_next: usize,
     /// Whether this call's words are among [`Self::recent`] (set by [`Self::unchanged`]).
     packed_seen: bool,
+    /// The recordings kept for the keyed `capture` statements of call site `recordings_site`,
+    /// by node index ([`Self::set_recordings_per_capture`]).
+    recordings: Vec<Option<crate::kind::captured::Recordings>>,
+    recordings_site: Option<&'static Plan>,
+    recordings_per_capture: usize,
 }
 
 // SAFETY: the raw driver handles inside are only used through `&mut self` (or `Drop`), so
@@ -388,6 +397,9 @@ impl GraphCache {
     pub const DEFAULT_MAX_VARIANTS: usize = 8;
     /// Execs kept per variant by default ([`GraphCache::set_execs_per_variant`]).
     pub const DEFAULT_EXECS_PER_VARIANT: usize = 3;
+    /// Recordings kept per keyed `capture` statement by default
+    /// ([`GraphCache::set_recordings_per_capture`]).
+    pub const DEFAULT_RECORDINGS_PER_CAPTURE: usize = 4;
 
     /// An empty cache keeping at most [`Self::DEFAULT_MAX_VARIANTS`] variants. Touches no driver.
     pub fn new() -> Self {
@@ -481,6 +493,9 @@ impl GraphCache {
         // A call equal to its variant's last one passes everything `validate` checked then: its
         // words hold the places its buffer handles name in this call, so equal words mean
         // handles that `check_handles` accepts too.
+        if self.mode != Mode::Eager {
+            self.reuse_recordings(call.site, nodes);
+        }
         let same = self.unchanged(&call, ctx, nodes, handles)?;
         if same.is_none() {
             validate(call.shape, nodes, ctx, self.limits.as_ref(), handles, &mut self.peers)?;
@@ -513,6 +528,9 @@ impl GraphCache {
                     && n.prepare(&|| call.shape.site(i))?
                 {
                     self.stats.captures += 1;
+                    if let NodeParams::Captured(c) = n {
+                        self.keep_recording(call.site, i, *c);
+                    }
                 }
             }
         }
@@ -746,6 +764,68 @@ impl<D: Driver> GraphCache<D> {
         self.execs_per_variant
     }
 
+    /// How many recordings the cache keeps for each keyed `capture` statement
+    /// (`capture(&a, &mut b, key = k, |s, k, (a, b)| …)`), least recently used dropped first.
+    /// A call whose operands (address, length, context, written) and key equal a kept
+    /// recording's takes it (counted in [`Stats::capture_reuses`]) and records nothing; so
+    /// buffers alternating between two sets record twice, then never. Default
+    /// [`Self::DEFAULT_RECORDINGS_PER_CAPTURE`]; 0 records every call, as for a statement
+    /// without a key. A recording is a `CUgraph` (host memory only: no device memory until an
+    /// exec is instantiated from it, which holds its own copy), kept with its key's copy (an
+    /// `Arc` in the key stays alive while the recording is kept). [`Self::clear`] and a call at
+    /// another site drop them.
+    pub fn set_recordings_per_capture(&mut self, n: usize) {
+        self.recordings_per_capture = n;
+        for r in self.recordings.iter_mut().flatten() {
+            r.shrink(n);
+        }
+    }
+
+    /// See [`Self::set_recordings_per_capture`].
+    pub fn recordings_per_capture(&self) -> usize {
+        self.recordings_per_capture
+    }
+
+    /// Recordings kept for the keyed `capture` statements of the last call site, in all.
+    pub fn recordings_kept(&self) -> usize {
+        self.recordings.iter().flatten().map(|r| r.len()).sum()
+    }
+
+    /// Takes, for each keyed `capture` statement of a `graph!` call, the recording kept for its
+    /// operands and key, if any (before the unchanged-call check, which compares recordings).
+    fn reuse_recordings(&mut self, site: Site, nodes: &[Option<NodeParams<'_>>]) {
+        let Site::Plan(plan) = site else { return };
+        if !self.recordings_site.is_some_and(|p| ptr::eq(p, plan)) {
+            self.recordings.clear();
+            self.recordings_site = Some(plan);
+        }
+        for (i, n) in nodes.iter().enumerate() {
+            let Some(NodeParams::Captured(c)) = n else { continue };
+            if c.key().is_none() {
+                continue;
+            }
+            if let Some(Some(r)) = self.recordings.get_mut(i)
+                && let Some(g) = r.find(*c)
+            {
+                c.reuse(g);
+                self.stats.capture_reuses += 1;
+            }
+        }
+    }
+
+    /// Keeps a keyed statement's new recording (node `i` of a `graph!` call).
+    fn keep_recording(&mut self, site: Site, i: usize, c: &dyn CapturedWork) {
+        let Site::Plan(plan) = site else { return };
+        if c.key().is_none() || !self.recordings_site.is_some_and(|p| ptr::eq(p, plan)) {
+            return;
+        }
+        if self.recordings.len() <= i {
+            self.recordings.resize_with(i + 1, || None);
+        }
+        let r = self.recordings[i].get_or_insert_with(crate::kind::captured::Recordings::new);
+        r.keep(c, self.recordings_per_capture);
+    }
+
     /// Whether edges from kernel nodes into `#[programmatic]` kernels' nodes are programmatic
     /// edges (`true`, the default) or plain ones (`false`: for comparisons, or to rule them out
     /// while debugging). Takes effect at the next call; variants built with the other setting
@@ -821,6 +901,9 @@ impl<D: Driver> GraphCache<D> {
             recent: [0; 4],
             recent_next: 0,
             packed_seen: false,
+            recordings: Vec::new(),
+            recordings_site: None,
+            recordings_per_capture: GraphCache::DEFAULT_RECORDINGS_PER_CAPTURE,
         }
     }
 
@@ -1235,6 +1318,8 @@ impl<D: Driver> GraphCache<D> {
             self.remove(self.variants.len() - 1);
         }
         self.site = None;
+        self.recordings.clear();
+        self.recordings_site = None;
     }
 }
 

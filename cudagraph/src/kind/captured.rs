@@ -2,18 +2,28 @@
 //! `graph!`, recorded by stream capture into a graph that becomes a child-graph node
 //! (`cuGraphAddNode_v2` with `CU_GRAPH_NODE_TYPE_GRAPH`).
 //!
-//! When it is recorded: on every graph call, before anything is enqueued ([`NodeKind::prepare`]).
-//! The closure's work depends on values the graph cannot see (a cuBLAS handle's settings, scalars
-//! it captured, which function it calls), so replaying an older recording could be stale; a
-//! recording needs no GPU work, only host time. The new recording is sent to the exec with
+//! When it is recorded, before anything of the call is enqueued ([`NodeKind::prepare`]):
+//! - a statement without a key, on every graph call: its closure may depend on anything it
+//!   captured (a cuBLAS handle's settings, scalars, which function it calls), so replaying an
+//!   older recording could be stale;
+//! - a keyed statement (`capture(&a, &mut b, key = k, |s, k, (a, b)| …)`, whose closure is a
+//!   `fn` and so captures nothing: everything it uses is the key, its views, or a static), only
+//!   when no recording kept by the cache ([`Recordings`]) was made with equal operands (address,
+//!   length, context, written) and an equal key ([`CaptureKey::same`]) on a stream of the same
+//!   context. An unchanged call takes the node's recording again and sends nothing; a call
+//!   back to a kept set (ping-pong buffers) takes that one.
+//!
+//! A recording needs no GPU work, only host time. The new recording is sent to the exec with
 //! `cuGraphExecNodeSetParams` (the child graph's parameters updated in place, which the driver
 //! accepts when the recording has the same topology); a recording of another topology is refused
 //! there and the ladder falls to a whole-exec update or a new instantiation. In
 //! [`Mode::Eager`](crate::Mode::Eager) the closure runs directly on the stream, not captured.
 
 use core::cell::{Cell, RefCell};
+use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::sys::{self, CUcontext, CUgraph, CUgraphNodeParams, CUgraphNodeType};
 use cudarc::driver::{CudaFunction, CudaStream, DriverError};
@@ -32,6 +42,9 @@ use crate::session::{
 #[doc(hidden)]
 pub struct OwnedGraph {
     raw: CUgraph,
+    /// Unique in the process (never reused, unlike the address): what a captured node's words
+    /// name in the cache's unchanged-call check.
+    serial: u64,
     ctx: Arc<cudarc::driver::CudaContext>,
     /// The functions of the recording's explicit kernel nodes: their modules stay loaded while
     /// the recording (and so the cache's node that holds it) exists. Dropped after the graph.
@@ -43,6 +56,23 @@ pub struct OwnedGraph {
 // driver copies) while the cache, which is not `Sync`, holds it behind `&mut self`.
 unsafe impl Send for OwnedGraph {}
 unsafe impl Sync for OwnedGraph {}
+
+impl OwnedGraph {
+    fn new(
+        raw: CUgraph,
+        ctx: Arc<cudarc::driver::CudaContext>,
+        functions: Vec<CudaFunction>,
+    ) -> Self {
+        static SERIAL: AtomicU64 = AtomicU64::new(1);
+        let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
+        OwnedGraph { raw, serial, ctx, functions }
+    }
+
+    /// Unique in the process for as long as it runs.
+    pub(crate) fn serial(&self) -> u64 {
+        self.serial
+    }
+}
 
 impl Drop for OwnedGraph {
     fn drop(&mut self) {
@@ -113,6 +143,10 @@ pub trait CaptureOperands: sealed::Sealed {
     /// Each operand's `(tag, written, context)` into `out`; returns how many.
     #[doc(hidden)]
     fn accesses(&self, out: &mut Accesses) -> usize;
+    /// Each operand's `(address, length in elements, context, written)` into `out`; returns
+    /// how many: what a recording of the statement depends on besides its key.
+    #[doc(hidden)]
+    fn ranges(&self, out: &mut Ranges) -> usize;
     /// The own stream of each operand of another context than `ctx` (`None` for such an
     /// operand without one), into `out`.
     #[doc(hidden)]
@@ -150,6 +184,13 @@ macro_rules! capture_operands {
                 n += 1;)*
                 n
             }
+            fn ranges(&self, out: &mut Ranges) -> usize {
+                let mut n = 0;
+                $(let (ptr, len, ctx, _, write) = self.$i.parts();
+                out[n] = (ptr, len, ctx, write);
+                n += 1;)*
+                n
+            }
             fn foreign<'x>(&'x self, ctx: CUcontext, out: &mut Vec<Option<&'x CudaStream>>) {
                 $(if self.$i.parts().2 != ctx {
                     out.push(self.$i.own());
@@ -184,6 +225,10 @@ capture_operands!(A 0, B 1, C 2, D 3);
 capture_operands!(A 0, B 1, C 2, D 3, E 4);
 capture_operands!(A 0, B 1, C 2, D 3, E 4, F 5);
 
+/// Each operand of a `capture` statement as `(address, length in elements, context, written)`.
+#[doc(hidden)]
+pub type Ranges = [(sys::CUdeviceptr, usize, CUcontext, bool); 6];
+
 /// Object-safe view of a `capture` statement's value, used by the cache (sealed).
 pub trait CapturedWork: sealed::Sealed {
     /// Each operand's `(tag, written, context)` into `out`; returns how many.
@@ -206,23 +251,284 @@ pub trait CapturedWork: sealed::Sealed {
     /// after the work this enqueues).
     #[doc(hidden)]
     unsafe fn run_eager(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error>;
+    /// The statement's key (`capture(…, key = k, |s, k, views| …)`); `None` for a statement
+    /// whose closure may depend on anything, recorded on every call.
+    #[doc(hidden)]
+    fn key(&self) -> Option<&dyn DynKey> {
+        None
+    }
+    /// Each operand's `(address, length, context, written)` into `out`; returns how many.
+    #[doc(hidden)]
+    fn ranges(&self, _out: &mut Ranges) -> usize {
+        0
+    }
+    /// The context of the call's stream (the recording's).
+    #[doc(hidden)]
+    fn context(&self) -> CUcontext {
+        core::ptr::null_mut()
+    }
+    /// Takes `graph`, a recording kept for equal operands and key, instead of recording.
+    #[doc(hidden)]
+    fn reuse(&self, _graph: Arc<OwnedGraph>) {}
 }
+
+/// A value a keyed `capture` statement's recording depends on, compared with the value the
+/// kept recordings were made with ([`CaptureKey::same`]) to decide whether the statement is
+/// recorded again. Implemented for integers, `bool`, `char`, floats (compared bit for bit, so
+/// `-0.0` and `0.0` differ and a NaN equals the same NaN), `()`, `&'static str`, `String`,
+/// tuples of up to 8 keys, arrays, `Option`, `Vec` and `Box` of keys, cudarc's `CudaFunction`
+/// (the same `CUfunction`; the kept copy keeps its module loaded), and `Arc<T>` for any `T`
+/// (compared by identity: the same allocation; the recording's copy of the key keeps it alive,
+/// so put a library handle or a `kernels!` module in an `Arc` to make it part of the key).
+///
+/// Implement it for a type of your own when the closure needs it: `same` must return `true`
+/// only for values with which the closure records the same work. A wrong `true` replays a
+/// recording made with the other value (stale scalars, never freed memory: the operands'
+/// addresses are compared by the crate, and safe code records nothing else).
+pub trait CaptureKey: Clone + Send + 'static {
+    /// Whether a recording made with `other` is this key's.
+    fn same(&self, other: &Self) -> bool;
+}
+
+macro_rules! key_by_eq {
+    ($($t:ty),*) => {$(
+        impl CaptureKey for $t {
+            #[inline]
+            fn same(&self, other: &Self) -> bool {
+                self == other
+            }
+        }
+    )*};
+}
+key_by_eq!(
+    u8,
+    u16,
+    u32,
+    u64,
+    u128,
+    usize,
+    i8,
+    i16,
+    i32,
+    i64,
+    i128,
+    isize,
+    bool,
+    char,
+    (),
+    &'static str,
+    String
+);
+
+impl CaptureKey for f32 {
+    #[inline]
+    fn same(&self, other: &Self) -> bool {
+        self.to_bits() == other.to_bits()
+    }
+}
+impl CaptureKey for f64 {
+    #[inline]
+    fn same(&self, other: &Self) -> bool {
+        self.to_bits() == other.to_bits()
+    }
+}
+impl<T: ?Sized + Send + Sync + 'static> CaptureKey for Arc<T> {
+    /// The same allocation.
+    #[inline]
+    fn same(&self, other: &Self) -> bool {
+        Arc::ptr_eq(self, other)
+    }
+}
+impl CaptureKey for CudaFunction {
+    /// The same function (`CUfunction`); the kept copy keeps its module loaded.
+    #[inline]
+    fn same(&self, other: &Self) -> bool {
+        self.cu_function() == other.cu_function()
+    }
+}
+impl<T: CaptureKey> CaptureKey for Option<T> {
+    fn same(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Some(a), Some(b)) => a.same(b),
+            (None, None) => true,
+            _ => false,
+        }
+    }
+}
+impl<T: CaptureKey> CaptureKey for Vec<T> {
+    fn same(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().zip(other).all(|(a, b)| a.same(b))
+    }
+}
+impl<T: CaptureKey> CaptureKey for Box<T> {
+    fn same(&self, other: &Self) -> bool {
+        (**self).same(other)
+    }
+}
+impl<T: CaptureKey, const N: usize> CaptureKey for [T; N] {
+    fn same(&self, other: &Self) -> bool {
+        self.iter().zip(other).all(|(a, b)| a.same(b))
+    }
+}
+macro_rules! key_tuple {
+    ($($t:ident $i:tt),*) => {
+        impl<$($t: CaptureKey),*> CaptureKey for ($($t,)*) {
+            #[inline]
+            fn same(&self, other: &Self) -> bool {
+                $(self.$i.same(&other.$i))&&*
+            }
+        }
+    };
+}
+key_tuple!(A 0);
+key_tuple!(A 0, B 1);
+key_tuple!(A 0, B 1, C 2);
+key_tuple!(A 0, B 1, C 2, D 3);
+key_tuple!(A 0, B 1, C 2, D 3, E 4);
+key_tuple!(A 0, B 1, C 2, D 3, E 4, F 5);
+key_tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+key_tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+
+/// A [`CaptureKey`] of any type, as the cache keeps it.
+#[doc(hidden)]
+pub trait DynKey {
+    /// Whether `kept` (a [`Self::keep`] of an equal statement) is the same key.
+    fn same_as(&self, kept: &(dyn Any + Send)) -> bool;
+    /// A copy to keep with the recording.
+    fn keep(&self) -> Box<dyn Any + Send>;
+}
+impl<K: CaptureKey> DynKey for K {
+    fn same_as(&self, kept: &(dyn Any + Send)) -> bool {
+        (kept as &dyn Any).downcast_ref::<K>().is_some_and(|k| k.same(self))
+    }
+    fn keep(&self) -> Box<dyn Any + Send> {
+        Box::new(self.clone())
+    }
+}
+
+/// A `capture` statement without a key: its closure may depend on anything it captured, so it
+/// is recorded on every call.
+#[doc(hidden)]
+pub struct Unkeyed;
+
+/// A keyed `capture` statement's key.
+#[doc(hidden)]
+pub struct Keyed<K>(K);
+
+/// A keyed `capture` statement's closure, a `fn` (it captures nothing).
+#[doc(hidden)]
+pub struct KeyedFn<H: CaptureOperands, K, E>(
+    for<'s> fn(&'s Capture, &K, H::Views<'s>) -> Result<(), E>,
+);
+
+/// The recordings a [`GraphCache`](crate::GraphCache) keeps for one keyed `capture` statement:
+/// at most `max`, least recently used dropped first. A call whose operands (address, length,
+/// context, written) and key equal a kept recording's takes it instead of recording.
+pub(crate) struct Recordings {
+    kept: Vec<Kept>,
+    clock: u64,
+}
+
+struct Kept {
+    ctx: CUcontext,
+    ranges: Ranges,
+    n: usize,
+    key: Box<dyn Any + Send>,
+    graph: Arc<OwnedGraph>,
+    used: u64,
+}
+
+// SAFETY: `ctx` and the ranges' contexts are only compared, never dereferenced.
+unsafe impl Send for Kept {}
+
+impl Recordings {
+    pub(crate) fn new() -> Self {
+        Recordings { kept: Vec::new(), clock: 0 }
+    }
+
+    /// How many are kept.
+    pub(crate) fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    /// Drops the least recently used ones beyond `max`.
+    pub(crate) fn shrink(&mut self, max: usize) {
+        while self.kept.len() > max {
+            if let Some(i) = (0..self.kept.len()).min_by_key(|&i| self.kept[i].used) {
+                self.kept.swap_remove(i);
+            }
+        }
+    }
+
+    /// The kept recording for `w`'s operands and key, if any (marked used).
+    pub(crate) fn find(&mut self, w: &dyn CapturedWork) -> Option<Arc<OwnedGraph>> {
+        let key = w.key()?;
+        let mut ranges = EMPTY_RANGES;
+        let n = w.ranges(&mut ranges);
+        let ctx = w.context();
+        self.clock += 1;
+        let k = self.kept.iter_mut().find(|k| {
+            k.ctx == ctx && k.n == n && k.ranges[..n] == ranges[..n] && key.same_as(&*k.key)
+        })?;
+        k.used = self.clock;
+        Some(k.graph.clone())
+    }
+
+    /// Keeps `w`'s new recording (a keyed statement's), dropping the least recently used one
+    /// beyond `max`.
+    pub(crate) fn keep(&mut self, w: &dyn CapturedWork, max: usize) {
+        let (Some(key), Some(graph)) = (w.key(), w.recorded()) else { return };
+        if max == 0 {
+            return;
+        }
+        let mut ranges = EMPTY_RANGES;
+        let n = w.ranges(&mut ranges);
+        self.clock += 1;
+        let kept = Kept { ctx: w.context(), ranges, n, key: key.keep(), graph, used: self.clock };
+        if self.kept.len() >= max
+            && let Some(i) = (0..self.kept.len()).min_by_key(|&i| self.kept[i].used)
+        {
+            self.kept[i] = kept;
+            self.kept.truncate(max);
+        } else {
+            self.kept.push(kept);
+        }
+    }
+}
+
+const EMPTY_RANGES: Ranges = [(0, 0, core::ptr::null_mut(), false); 6];
 
 /// What a `capture(&a, &mut b, |s, (a, b)| …)` statement of `graph!` evaluates to: the graph
 /// call's stream, the operands' handles (borrowing the buffers for the call) and the closure,
 /// run once per call. Made only by `graph!`.
-pub struct CaptureParams<'a, H, F> {
+pub struct CaptureParams<'a, H, F, K = Unkeyed> {
     stream: &'a Arc<CudaStream>,
     handles: H,
     f: Cell<Option<F>>,
+    key: K,
     recorded: RefCell<Option<Arc<OwnedGraph>>>,
 }
 
 impl<'a, H: CaptureOperands, F> CaptureParams<'a, H, F> {
     pub(crate) fn new(stream: &'a Arc<CudaStream>, handles: H, f: F) -> Self {
-        CaptureParams { stream, handles, f: Cell::new(Some(f)), recorded: RefCell::new(None) }
+        let (f, recorded) = (Cell::new(Some(f)), RefCell::new(None));
+        CaptureParams { stream, handles, f, key: Unkeyed, recorded }
     }
+}
 
+impl<'a, H: CaptureOperands, K: CaptureKey, E> CaptureParams<'a, H, KeyedFn<H, K, E>, Keyed<K>> {
+    pub(crate) fn keyed(
+        stream: &'a Arc<CudaStream>,
+        handles: H,
+        key: K,
+        f: for<'s> fn(&'s Capture, &K, H::Views<'s>) -> Result<(), E>,
+    ) -> Self {
+        let (f, recorded) = (Cell::new(Some(KeyedFn(f))), RefCell::new(None));
+        CaptureParams { stream, handles, f, key: Keyed(key), recorded }
+    }
+}
+
+impl<'a, H: CaptureOperands, F, K> CaptureParams<'a, H, F, K> {
     /// Runs `f` on aliases of the operands: capturing on `origin` (this thread's private
     /// stream, whose capture has begun), or eagerly on the call's stream when `origin` is
     /// `None`. Returns the closure's result, or the panic; the driver error that made the
@@ -235,14 +541,14 @@ impl<'a, H: CaptureOperands, F> CaptureParams<'a, H, F> {
     /// the stream's work so far) and are joined back after the aliases were dropped (whose
     /// `leak` makes them wait for the views' last uses on any stream of their device).
     #[allow(clippy::type_complexity)]
-    fn call<E>(
+    fn call<G, E>(
         &self,
-        f: F,
+        f: G,
         origin: Option<&CaptureOrigin>,
         helpers: &[CaptureOrigin],
     ) -> (std::thread::Result<Result<(), E>>, Option<CudaError>, bool, Vec<CudaFunction>)
     where
-        F: for<'s> FnOnce(&'s Capture, H::Views<'s>) -> Result<(), E>,
+        G: for<'s> FnOnce(&'s Capture, H::Views<'s>) -> Result<(), E>,
     {
         let work: &Arc<CudaStream> = origin.map_or(self.stream, |o| o.stream());
         let mut forked = None;
@@ -328,17 +634,17 @@ impl<'a, H: CaptureOperands, F> CaptureParams<'a, H, F> {
     }
 }
 
-impl<H, F, E> CapturedWork for CaptureParams<'_, H, F>
-where
-    H: CaptureOperands,
-    F: for<'s> FnOnce(&'s Capture, H::Views<'s>) -> Result<(), E>,
-    E: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    fn accesses(&self, out: &mut Accesses) -> usize {
-        self.handles.accesses(out)
-    }
-
-    unsafe fn record(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
+impl<H: CaptureOperands, F, K> CaptureParams<'_, H, F, K> {
+    /// Records `f` (the statement's closure, taken) under stream capture and keeps the
+    /// recording, or returns the error.
+    ///
+    /// # Safety
+    /// As [`CapturedWork::record`].
+    unsafe fn record_with<G, E>(&self, f: G, site: &dyn Fn() -> NodeSite) -> Result<(), Error>
+    where
+        G: for<'s> FnOnce(&'s Capture, H::Views<'s>) -> Result<(), E>,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let at = site();
         let graph_err =
             |call, error| Error::Node { site: site(), source: CudaError { call, error } };
@@ -347,7 +653,6 @@ where
         unsafe { crate::session::can_capture(self.stream) }
             .map_err(|(call, e)| graph_err(call, e))?;
         let helpers = self.helpers(site)?;
-        let f = self.take(site)?;
         let origin = crate::session::idle_origin(self.stream.context()).map_err(|e| {
             graph_err("cuStreamCreate / cuStreamIsCapturing (capture origin; a capture inside another capture's closure on this thread is refused)", e)
         })?;
@@ -361,7 +666,7 @@ where
         // SAFETY: this thread began the capture on `origin` (and the closure joined the stream
         // when `joined`), both alive; it ends whatever the closure did.
         let end = unsafe { crate::session::end_origin(&origin, joined.then_some(&**self.stream)) };
-        let end = end.map(|raw| OwnedGraph { raw, ctx: ctx.clone(), functions });
+        let end = end.map(|raw| OwnedGraph::new(raw, ctx.clone(), functions));
         let (file, line) = (at.file, at.line);
         if end.is_err() {
             // An invalidated capture: work the closure enqueued on another stream may still be
@@ -403,17 +708,20 @@ where
         }
     }
 
-    fn recorded(&self) -> Option<Arc<OwnedGraph>> {
-        self.recorded.borrow().clone()
-    }
-
-    unsafe fn run_eager(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
+    /// Runs `f` (the statement's closure, taken) directly on the stream.
+    ///
+    /// # Safety
+    /// As [`CapturedWork::run_eager`].
+    unsafe fn eager_with<G, E>(&self, f: G, site: &dyn Fn() -> NodeSite) -> Result<(), Error>
+    where
+        G: for<'s> FnOnce(&'s Capture, H::Views<'s>) -> Result<(), E>,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         crate::session::require_tracking(self.stream).map_err(|why| {
             let error = DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED);
             Error::Node { site: site(), source: CudaError { call: why, error } }
         })?;
         let helpers = self.helpers(site)?;
-        let f = self.take(site)?;
         match self.call(f, None, &helpers) {
             (Err(panic), ..) => resume_unwind(panic),
             (Ok(Err(e)), ..) => {
@@ -423,6 +731,78 @@ where
             (Ok(Ok(())), Some(source), ..) => Err(Error::Node { site: site(), source }),
             (Ok(Ok(())), None, ..) => Ok(()),
         }
+    }
+}
+
+impl<H, F, E> CapturedWork for CaptureParams<'_, H, F>
+where
+    H: CaptureOperands,
+    F: for<'s> FnOnce(&'s Capture, H::Views<'s>) -> Result<(), E>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn accesses(&self, out: &mut Accesses) -> usize {
+        self.handles.accesses(out)
+    }
+
+    unsafe fn record(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
+        let f = self.take(site)?;
+        // SAFETY: the caller's contract.
+        unsafe { self.record_with(f, site) }
+    }
+
+    fn recorded(&self) -> Option<Arc<OwnedGraph>> {
+        self.recorded.borrow().clone()
+    }
+
+    unsafe fn run_eager(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
+        let f = self.take(site)?;
+        // SAFETY: the caller's contract.
+        unsafe { self.eager_with(f, site) }
+    }
+}
+
+impl<H, K, E> CapturedWork for CaptureParams<'_, H, KeyedFn<H, K, E>, Keyed<K>>
+where
+    H: CaptureOperands,
+    K: CaptureKey,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn accesses(&self, out: &mut Accesses) -> usize {
+        self.handles.accesses(out)
+    }
+
+    unsafe fn record(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
+        let f = self.take(site)?.0;
+        let key = &self.key.0;
+        // SAFETY: the caller's contract.
+        unsafe { self.record_with(|s, views| f(s, key, views), site) }
+    }
+
+    fn recorded(&self) -> Option<Arc<OwnedGraph>> {
+        self.recorded.borrow().clone()
+    }
+
+    unsafe fn run_eager(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
+        let f = self.take(site)?.0;
+        let key = &self.key.0;
+        // SAFETY: the caller's contract.
+        unsafe { self.eager_with(|s, views| f(s, key, views), site) }
+    }
+
+    fn key(&self) -> Option<&dyn DynKey> {
+        Some(&self.key.0)
+    }
+
+    fn ranges(&self, out: &mut Ranges) -> usize {
+        self.handles.ranges(out)
+    }
+
+    fn context(&self) -> CUcontext {
+        self.stream.context().cu_ctx()
+    }
+
+    fn reuse(&self, graph: Arc<OwnedGraph>) {
+        *self.recorded.borrow_mut() = Some(graph);
     }
 }
 
@@ -463,7 +843,11 @@ impl NodeKind for Captured {
         true
     }
 
+    /// Records, unless the call took a kept recording ([`CapturedWork::reuse`]).
     fn prepare(p: &&dyn CapturedWork, site: &dyn Fn() -> NodeSite) -> Result<bool, Error> {
+        if p.key().is_some() && p.recorded().is_some() {
+            return Ok(false);
+        }
         // SAFETY: the cache's prepare step, inside the call, before its launch.
         unsafe { p.record(site) }.map(|()| true)
     }
@@ -476,10 +860,15 @@ impl NodeKind for Captured {
         ChildState { graph: p.recorded() }
     }
 
-    /// A new recording every call: always changed.
+    /// Changed when the call's recording is another one than the node's (always, for an
+    /// unkeyed statement: it records every call; for a keyed one, when its key or operands
+    /// changed to a set no kept recording has).
     fn record(s: &mut ChildState, p: &&dyn CapturedWork) -> bool {
-        s.graph = p.recorded();
-        true
+        let new = p.recorded();
+        let serial = |g: &Option<Arc<OwnedGraph>>| g.as_ref().map(|g| g.serial);
+        let changed = serial(&s.graph) != serial(&new) || new.is_none();
+        s.graph = new;
+        changed
     }
 
     fn with_params<R>(

@@ -38,7 +38,9 @@ pub(crate) mod memset;
 pub(crate) mod pitched;
 
 pub use alloc::{AllocParams, FreeParams, GraphMemUsage, MAX_ALLOC_BYTES, Scratch, ScratchElem};
-pub use captured::{CaptureOperand, CaptureOperands, CaptureParams, CapturedWork};
+pub use captured::{
+    CaptureKey, CaptureOperand, CaptureOperands, CaptureParams, CapturedWork, Keyed, KeyedFn,
+};
 pub use child::{GraphRef, NoGraphRead};
 pub use conditional::{Condition, ConditionalParams, ConditionalType};
 pub use empty::{EmptyParams, empty};
@@ -562,6 +564,20 @@ impl NodeParams<'_> {
                 out.push(1);
                 k.pack(out)
             }
+            // A keyed statement whose recording was taken from the kept ones: its serial and
+            // its operands' handles.
+            NodeParams::Captured(c) => {
+                let Some(g) = c.recorded().filter(|_| c.key().is_some()) else { return false };
+                out.push(2);
+                out.push(g.serial());
+                let mut accesses: crate::operand::Accesses =
+                    [(0, false, core::ptr::null_mut()); 16];
+                let n = c.accesses(&mut accesses);
+                for &(tag, write, _) in &accesses[..n] {
+                    out.push_handle(tag, write);
+                }
+                true
+            }
             _ => false,
         }
     }
@@ -591,11 +607,21 @@ impl IntoNode for MemsetParams<'_> {
         NodeParams::Memset(self)
     }
 }
-impl<H, F> crate::operand::sealed::Sealed for CaptureParams<'_, H, F> {}
+impl<H, F, K> crate::operand::sealed::Sealed for CaptureParams<'_, H, F, K> {}
 impl<H, F, E> IntoNode for CaptureParams<'_, H, F>
 where
     H: CaptureOperands,
     F: for<'s> FnOnce(&'s crate::session::Capture, H::Views<'s>) -> Result<(), E>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::Captured(self)
+    }
+}
+impl<H, K, E> IntoNode for CaptureParams<'_, H, KeyedFn<H, K, E>, Keyed<K>>
+where
+    H: CaptureOperands,
+    K: CaptureKey,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     fn node(&self) -> NodeParams<'_> {
