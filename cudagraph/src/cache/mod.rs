@@ -766,7 +766,7 @@ impl<D: Driver> GraphCache<D> {
 
     /// How many recordings the cache keeps for each keyed `capture` statement
     /// (`capture(&a, &mut b, key = k, |s, k, (a, b)| …)`), least recently used dropped first.
-    /// A call whose operands (address, length, context, written) and key equal a kept
+    /// A call whose operands (address, length, context, written, element type) and key equal a kept
     /// recording's takes it (counted in [`Stats::capture_reuses`]) and records nothing; so
     /// buffers alternating between two sets record twice, then never. Default
     /// [`Self::DEFAULT_RECORDINGS_PER_CAPTURE`]; 0 records every call, as for a statement

@@ -9,7 +9,7 @@
 //! - a keyed statement (`capture(&a, &mut b, key = k, |s, k, (a, b)| …)`, whose closure is a
 //!   `fn` and so captures nothing: everything it uses is the key, its views, or a static), only
 //!   when no recording kept by the cache ([`Recordings`]) was made with equal operands (address,
-//!   length, context, written) and an equal key ([`CaptureKey::same`]) on a stream of the same
+//!   length, context, written, element type) and an equal key ([`CaptureKey::same`]) on a stream of the same
 //!   context. An unchanged call takes the node's recording again and sends nothing; a call
 //!   back to a kept set (ping-pong buffers) takes that one.
 //!
@@ -20,7 +20,7 @@
 //! [`Mode::Eager`](crate::Mode::Eager) the closure runs directly on the stream, not captured.
 
 use core::cell::{Cell, RefCell};
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -143,8 +143,12 @@ pub trait CaptureOperands: sealed::Sealed {
     /// Each operand's `(tag, written, context)` into `out`; returns how many.
     #[doc(hidden)]
     fn accesses(&self, out: &mut Accesses) -> usize;
-    /// Each operand's `(address, length in elements, context, written)` into `out`; returns
-    /// how many: what a recording of the statement depends on besides its key.
+    /// Each operand's `(address, length in elements, context, written, element type)` into
+    /// `out`; returns how many: what a recording of the statement depends on besides its key.
+    /// The element type is part of it because one statement can have operands of several
+    /// element types: in a generic function, whose `graph!` plan (a `static`) is one item for
+    /// every instantiation, a recording of `n` `u32` replayed on `n` `u8` at the same address
+    /// would write four times the view's bytes.
     #[doc(hidden)]
     fn ranges(&self, out: &mut Ranges) -> usize;
     /// The own stream of each operand of another context than `ctx` (`None` for such an
@@ -187,7 +191,7 @@ macro_rules! capture_operands {
             fn ranges(&self, out: &mut Ranges) -> usize {
                 let mut n = 0;
                 $(let (ptr, len, ctx, _, write) = self.$i.parts();
-                out[n] = (ptr, len, ctx, write);
+                out[n] = (ptr, len, ctx, write, TypeId::of::<$o::Elem>());
                 n += 1;)*
                 n
             }
@@ -225,9 +229,10 @@ capture_operands!(A 0, B 1, C 2, D 3);
 capture_operands!(A 0, B 1, C 2, D 3, E 4);
 capture_operands!(A 0, B 1, C 2, D 3, E 4, F 5);
 
-/// Each operand of a `capture` statement as `(address, length in elements, context, written)`.
+/// Each operand of a `capture` statement as `(address, length in elements, context, written,
+/// element type)`.
 #[doc(hidden)]
-pub type Ranges = [(sys::CUdeviceptr, usize, CUcontext, bool); 6];
+pub type Ranges = [(sys::CUdeviceptr, usize, CUcontext, bool, TypeId); 6];
 
 /// Object-safe view of a `capture` statement's value, used by the cache (sealed).
 pub trait CapturedWork: sealed::Sealed {
@@ -257,7 +262,8 @@ pub trait CapturedWork: sealed::Sealed {
     fn key(&self) -> Option<&dyn DynKey> {
         None
     }
-    /// Each operand's `(address, length, context, written)` into `out`; returns how many.
+    /// Each operand's `(address, length, context, written, element type)` into `out`; returns
+    /// how many.
     #[doc(hidden)]
     fn ranges(&self, _out: &mut Ranges) -> usize {
         0
@@ -423,7 +429,7 @@ pub struct KeyedFn<H: CaptureOperands, K, E>(
 
 /// The recordings a [`GraphCache`](crate::GraphCache) keeps for one keyed `capture` statement:
 /// at most `max`, least recently used dropped first. A call whose operands (address, length,
-/// context, written) and key equal a kept recording's takes it instead of recording.
+/// context, written, element type) and key equal a kept recording's takes it instead of recording.
 pub(crate) struct Recordings {
     kept: Vec<Kept>,
     clock: u64,
@@ -496,7 +502,7 @@ impl Recordings {
     }
 }
 
-const EMPTY_RANGES: Ranges = [(0, 0, core::ptr::null_mut(), false); 6];
+const EMPTY_RANGES: Ranges = [(0, 0, core::ptr::null_mut(), false, TypeId::of::<()>()); 6];
 
 /// What a `capture(&a, &mut b, |s, (a, b)| …)` statement of `graph!` evaluates to: the graph
 /// call's stream, the operands' handles (borrowing the buffers for the call) and the closure,
