@@ -1829,3 +1829,44 @@ fn instantiate_mode_keeps_an_all_kernel_calls_words_for_the_next_launch() {
     let s = cache.stats();
     assert_eq!((s.unchanged_calls, s.uploads, s.launches, s.node_updates), (2, 2, 1, 0), "{s:?}");
 }
+
+/// Memset nodes pack (issue 31): a kernel and a memset whose destination alternates between two
+/// buffers (heat's step) get an exec per set after the first round and then launch with
+/// nothing sent; an unchanged call is an unchanged call; a changed value takes the ladder.
+#[test]
+fn memset_nodes_are_memoized_and_unchanged_like_kernels() {
+    let (r, w) = (|p| Access { place: p, write: false }, |p| Access { place: p, write: true });
+    let plan = leak_plan(
+        vec![
+            plan_node(NodeKind::Memset, vec![w(0)], ""),
+            plan_node(NodeKind::Kernel("acc"), vec![r(0), w(1)], ""),
+        ],
+        2,
+        0,
+    );
+    let mut cache = GraphCache::with_driver(Mock::default(), 8);
+    let set =
+        |dst, value| MemsetParams::recorded(Set1d { dst, len: 8, elem_size: 4, value, ctx: CTX });
+    let call = |cache: &mut GraphCache<Mock>, s: u64, value: u32| {
+        let (m, kk) = (set(0x300 + s * 0x100, value), k(1, 0xa0 + s * 0x100));
+        let nodes =
+            [Some(NodeParams::Memset(&m)), Some(NodeParams::Kernel(&kk as &dyn KernelNode))];
+        cache.run_raw(plan, 0, (CTX, None), STREAM, &nodes).unwrap();
+    };
+    for i in 0..20u64 {
+        call(&mut cache, i % 2, 0);
+    }
+    let st = cache.stats();
+    // Set 0 builds; set 1 updates its exec (2 nodes); set 0 comes back: hashed; set 1 hashed;
+    // set 0 again: an exec of its own. Then nothing is sent.
+    assert_eq!((st.builds, st.memo_builds), (2, 1), "{st:?}");
+    assert!(st.memo_hits >= 14 && st.unchanged_calls >= 14, "{st:?}");
+    let updates = st.node_updates;
+    call(&mut cache, 0, 0);
+    call(&mut cache, 0, 0);
+    assert_eq!(cache.stats().node_updates, updates, "unchanged");
+    // Another value: the ladder updates the least recently used exec (set 1's) to set 0's
+    // pointers and the new value, memset and kernel.
+    call(&mut cache, 0, 7);
+    assert_eq!(cache.stats().node_updates, updates + 2);
+}

@@ -276,6 +276,11 @@ pub trait CapturedWork: sealed::Sealed {
     /// Takes `graph`, a recording kept for equal operands and key, instead of recording.
     #[doc(hidden)]
     fn reuse(&self, _graph: Arc<OwnedGraph>) {}
+    /// The address of a keyed statement's closure (a `fn`).
+    #[doc(hidden)]
+    fn code(&self) -> usize {
+        0
+    }
 }
 
 /// A value a keyed `capture` statement's recording depends on, compared with the value the
@@ -417,9 +422,10 @@ impl<K: CaptureKey> DynKey for K {
 #[doc(hidden)]
 pub struct Unkeyed;
 
-/// A keyed `capture` statement's key.
+/// A keyed `capture` statement's key, and its closure's address (a `fn` chosen at run time
+/// is part of what a recording depends on).
 #[doc(hidden)]
-pub struct Keyed<K>(K);
+pub struct Keyed<K>(K, usize);
 
 /// A keyed `capture` statement's closure, a `fn` (it captures nothing).
 #[doc(hidden)]
@@ -437,6 +443,8 @@ pub(crate) struct Recordings {
 
 struct Kept {
     ctx: CUcontext,
+    /// The closure's address ([`CapturedWork::code`]).
+    code: usize,
     ranges: Ranges,
     n: usize,
     key: Box<dyn Any + Send>,
@@ -471,10 +479,14 @@ impl Recordings {
         let key = w.key()?;
         let mut ranges = EMPTY_RANGES;
         let n = w.ranges(&mut ranges);
-        let ctx = w.context();
+        let (ctx, code) = (w.context(), w.code());
         self.clock += 1;
         let k = self.kept.iter_mut().find(|k| {
-            k.ctx == ctx && k.n == n && k.ranges[..n] == ranges[..n] && key.same_as(&*k.key)
+            k.ctx == ctx
+                && k.code == code
+                && k.n == n
+                && k.ranges[..n] == ranges[..n]
+                && key.same_as(&*k.key)
         })?;
         k.used = self.clock;
         Some(k.graph.clone())
@@ -490,7 +502,8 @@ impl Recordings {
         let mut ranges = EMPTY_RANGES;
         let n = w.ranges(&mut ranges);
         self.clock += 1;
-        let kept = Kept { ctx: w.context(), ranges, n, key: key.keep(), graph, used: self.clock };
+        let (ctx, code, key) = (w.context(), w.code(), key.keep());
+        let kept = Kept { ctx, code, ranges, n, key, graph, used: self.clock };
         if self.kept.len() >= max
             && let Some(i) = (0..self.kept.len()).min_by_key(|&i| self.kept[i].used)
         {
@@ -529,8 +542,9 @@ impl<'a, H: CaptureOperands, K: CaptureKey, E> CaptureParams<'a, H, KeyedFn<H, K
         key: K,
         f: for<'s> fn(&'s Capture, &K, H::Views<'s>) -> Result<(), E>,
     ) -> Self {
+        let code = f as usize;
         let (f, recorded) = (Cell::new(Some(KeyedFn(f))), RefCell::new(None));
-        CaptureParams { stream, handles, f, key: Keyed(key), recorded }
+        CaptureParams { stream, handles, f, key: Keyed(key, code), recorded }
     }
 }
 
@@ -810,6 +824,10 @@ where
     fn reuse(&self, graph: Arc<OwnedGraph>) {
         *self.recorded.borrow_mut() = Some(graph);
     }
+
+    fn code(&self) -> usize {
+        self.key.1
+    }
 }
 
 /// The captured node kind: a child-graph node holding one recording.
@@ -844,9 +862,12 @@ impl NodeKind for Captured {
         true
     }
 
-    /// The closure may use buffers it did not list.
-    fn unlisted_work(_: &&dyn CapturedWork) -> bool {
-        true
+    /// A statement without a key: its closure may use buffers it did not list (values it
+    /// owns). A keyed statement's closure owns nothing (it captures nothing): what its
+    /// recording uses is its views, or (under `Capture::stream`'s contract) memory that outlives
+    /// every graph and exec made from it.
+    fn unlisted_work(p: &&dyn CapturedWork) -> bool {
+        p.key().is_none()
     }
 
     /// Records, unless the call took a kept recording ([`CapturedWork::reuse`]).

@@ -556,13 +556,26 @@ node_kinds! {
 
 impl NodeParams<'_> {
     /// Appends the node's words for the cache's unchanged-call check: `1` and the kernel's
-    /// [`KernelNode::pack`]. `false` for a node of another kind, or a kernel that does not
-    /// pack: the call then takes the node-by-node path.
+    /// [`KernelNode::pack`]; `3` and a memset's parameters and handle; `2`, the recording's
+    /// serial and the operands' handles for a keyed `capture` statement that took a kept
+    /// recording. `false` for a node of another kind (or a kernel that does not pack, or a
+    /// keyed statement still to be recorded): the call then takes the node-by-node path.
     pub(crate) fn pack(&self, out: &mut kernel::Pack<'_>) -> bool {
         match self {
             NodeParams::Kernel(k) => {
                 out.push(1);
                 k.pack(out)
+            }
+            // A memset: everything `validate` and the node's state look at, and its handle.
+            NodeParams::Memset(m) => {
+                let r = &m.raw;
+                out.push(3);
+                out.push(r.dst);
+                out.push(r.len as u64);
+                out.push(u64::from(r.elem_size) | u64::from(r.value) << 32);
+                out.push(r.ctx as u64);
+                out.push_handle(m.dst_tag, true);
+                true
             }
             // A keyed statement whose recording was taken from the kept ones: its serial and
             // its operands' handles.
