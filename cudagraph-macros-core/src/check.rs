@@ -119,6 +119,7 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
     }
     check_device_conditions(&nodes, &conds, errors);
     setter_edges(&nodes, &mut after);
+    capture_edges(&nodes, &mut after);
     let bodies = nodes
         .iter()
         .enumerate()
@@ -167,6 +168,27 @@ fn setter_edges(nodes: &[Flat<'_>], after: &mut [Vec<u32>]) {
                 matches!(a, Arg::Scalar(Expr::Path(p)) if p.qself.is_none() && p.path.is_ident(cond))
             });
             if passes && g.body == f.body && !after[i].contains(&(j as u32)) {
+                after[i].push(j as u32);
+            }
+        }
+    }
+}
+
+/// Each `capture` statement is ordered after every earlier `capture` statement of its block
+/// (an edge as by `.after`), whatever buffers they list: two captures may share a library
+/// handle (a cuBLAS handle's workspace, a communicator's internal buffers) that no listed
+/// buffer shows, so they never run concurrently. (Of two in exclusive host-`if` branches, the
+/// absent one's edge is dropped in each variant, as for `.after`.)
+fn capture_edges(nodes: &[Flat<'_>], after: &mut [Vec<u32>]) {
+    for (i, f) in nodes.iter().enumerate() {
+        if !matches!(f.node.op, Op::Capture { .. }) {
+            continue;
+        }
+        for (j, g) in nodes[..i].iter().enumerate() {
+            if matches!(g.node.op, Op::Capture { .. })
+                && g.body == f.body
+                && !after[i].contains(&(j as u32))
+            {
                 after[i].push(j as u32);
             }
         }

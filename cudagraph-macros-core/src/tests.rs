@@ -208,6 +208,29 @@ fn after_resolves_to_earlier_node_indices() {
     );
 }
 
+/// Captures share what no listed buffer shows (a library handle's workspace): each is ordered
+/// after every earlier capture of its block, even with disjoint operands.
+#[test]
+fn capture_statements_are_ordered_after_earlier_captures_of_their_block() {
+    checked(
+        quote!(&mut c, &s, {
+            capture(&a, |s, (a,)| Ok::<(), E>(()));
+            let x = k.x(&mut u).launch(cfg);
+            capture(&mut b, |s, (b,)| Ok::<(), E>(()));
+            capture(&mut e, key = 1u32, |s, k, (e,)| Ok::<(), E>(())).after(x);
+        }),
+        |c| assert_eq!(c.after, [vec![], vec![], vec![0], vec![1, 0, 2]]),
+    );
+    checked(
+        quote!(&mut c, &s, {
+            capture(&a, |s, (a,)| Ok::<(), E>(()));
+            capture(&mut b, |s, (b,)| Ok::<(), E>(()));
+            capture(&mut e, key = 1u32, |s, k, (e,)| Ok::<(), E>(()));
+        }),
+        |c| assert_eq!(c.after, [vec![], vec![0], vec![0, 1]]),
+    );
+}
+
 #[test]
 fn after_unknown_later_and_self_are_errors() {
     assert_eq!(

@@ -3,13 +3,16 @@
 //! ```text
 //! heat [--n N] [--steps S] [--residual-every R] [--plain-first] [--image PATH] [--plan]
 //! ```
-//! Runs `S` steps (default 1000) on an `N`×`N` f32 grid (default 512) as a CUDA graph, then as
-//! the same graph with plain edges only, then the same steps launched eagerly on a stream
-//! (`cudagraph::eager!`), compares the final fields (expect bit-exact), and prints per-step
-//! times and the speed-up. Every kernel is declared `#[programmatic]` (each waits first with
-//! `griddepcontrol.wait`, see `kernels/heat.cu`), so the edges between kernels are programmatic
-//! on devices of compute capability 9.0 and later; the second graph (`set_programmatic(false)`)
-//! shows what they save (`--plain-first` times it first). Every `R` steps (default 100;
+//! Runs `S` steps (default 1000) on an `N`×`N` f32 grid (default 512) as a CUDA graph with plain
+//! edges, then as the same graph with programmatic edges, then the same steps launched eagerly
+//! on a stream (`cudagraph::eager!`), compares the final fields (expect bit-exact), and prints
+//! per-step times and the speed-up. Every kernel is declared `#[programmatic]` (each waits first
+//! with `griddepcontrol.wait`, see `kernels/heat.cu`), so the edges between kernels can be
+//! programmatic on devices of compute capability 9.0 and later; heat's own graph turns them off
+//! (`set_programmatic(false)`) because its step is faster with plain edges on the H200 (its
+//! kernels are too short for an early launch to hide anything: 1.05–1.09× slower with
+//! programmatic edges in three runs of 2026-12-02); the second graph shows that difference
+//! (`--plain-first` times the plain-edge graph first). Every `R` steps (default 100;
 //! 0 = never) the step also computes the residual max |v − u| and copies it to pinned host
 //! memory: a host `if` inside `graph!`, so the cache holds two variants (with and without the
 //! residual). `--image PATH` writes the final field as a colour-mapped PNG. `--plan` prints the
@@ -84,8 +87,8 @@ struct Args {
     /// Print the step's graph plan as Graphviz DOT and exit, without touching CUDA.
     #[arg(long)]
     plan: bool,
-    /// Time the graph with plain edges before the one with programmatic edges (the default
-    /// order is the other way round).
+    /// Time the graph with plain edges (heat's own) before the one with programmatic edges
+    /// (the default order is the other way round).
     #[arg(long)]
     plain_first: bool,
     /// Write the graph run's final temperature field to this PNG file (N x N pixels, one per
@@ -234,8 +237,9 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
     let k = unsafe { Heat::load(&ctx, ptx) }?;
     let c = Config::new(a.n, a.residual_every);
 
-    // The graph with programmatic edges, and the same graph with plain edges only, timed in
-    // the order asked for (`--plain-first`: plain edges first).
+    // Heat's graph (plain edges: faster for this step, see the module docs), and the same graph
+    // with programmatic edges, timed in the order asked for (`--plain-first`: plain edges
+    // first).
     let graph_run = |programmatic: bool| -> cudagraph::Result<_> {
         let mut f = Fields::new(&stream, a.n)?;
         let mut cache = GraphCache::new();
@@ -243,12 +247,12 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
         let t = timed(&stream, a.steps, || step_graph(&mut cache, &stream, &k, &mut f, &c))?;
         Ok((f, cache, t))
     };
-    let ((g, cache, (g_first, g_step)), (p, plain, (p_first, p_step))) = if a.plain_first {
-        let p = graph_run(false)?;
-        (graph_run(true)?, p)
+    let ((g, cache, (g_first, g_step)), (p, other, (p_first, p_step))) = if a.plain_first {
+        let g = graph_run(false)?;
+        (g, graph_run(true)?)
     } else {
-        let g = graph_run(true)?;
-        (g, graph_run(false)?)
+        let p = graph_run(true)?;
+        (graph_run(false)?, p)
     };
 
     let mut e = Fields::new(&stream, a.n)?;
@@ -269,7 +273,7 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
     let pr = p.host_r.as_slice()?[0];
     let variants = if a.residual_every > 0 && a.steps > 1 { 2 } else { 1 };
     let s = cache.stats();
-    let ps = plain.stats();
+    let ps = other.stats();
     println!(
         "grid {n}x{n}, {steps} steps, 4 nodes per step (+3 every {r} steps)",
         n = a.n,
@@ -290,8 +294,8 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
     );
     println!("variants (hits): {:?}", cache.variant_hits());
     println!(
-        "edges: {} programmatic, {} plain where programmatic was declared but the device or driver lacks it (compute capability 9.0 and CUDA 12.3 needed); the second graph has plain edges only",
-        s.programmatic_edges, s.programmatic_fallbacks
+        "edges: plain (set_programmatic(false)); the second graph has {} programmatic, {} plain where programmatic was declared but the device or driver lacks it (compute capability 9.0 and CUDA 12.3 needed)",
+        ps.programmatic_edges, ps.programmatic_fallbacks
     );
     println!(
         "total heat {heat:.6}; non-finite flag {}; last residual graph {gr:e} eager {er:e}",
@@ -303,18 +307,18 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
     );
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     println!(
-        "first step: graph {:9.1} µs (build + instantiate + launch), plain-edge graph {:9.1} µs, eager {:9.1} µs",
+        "first step: graph {:9.1} µs (build + instantiate + launch), programmatic-edge graph {:9.1} µs, eager {:9.1} µs",
         us(g_first),
         us(p_first),
         us(e_first)
     );
     println!(
-        "per step:   graph {:9.2} µs, plain-edge graph {:9.2} µs, eager {:9.2} µs, speed-up {:.2}x over eager, {:.3}x of plain edges",
+        "per step:   graph {:9.2} µs, programmatic-edge graph {:9.2} µs, eager {:9.2} µs, speed-up {:.2}x over eager, programmatic edges {:.3}x of plain",
         us(g_step),
         us(p_step),
         us(e_step),
         us(e_step) / us(g_step),
-        us(g_step) / us(p_step)
+        us(p_step) / us(g_step)
     );
     if let Some(path) = &a.image {
         match write_image(path, a.n, &gu) {
@@ -340,7 +344,7 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
                 && s.reinstantiations == 0
                 && s.launches == u64::from(a.steps)
         })
-        && ps.programmatic_edges == 0
+        && s.programmatic_edges == 0
         && gf[0] == 0;
     if !ok {
         eprintln!(

@@ -51,6 +51,9 @@ fn steady_state_calls_allocate_nothing() -> Result<()> {
     let mut flags = stream.alloc_zeros::<u32>(4)?;
     let cfg = LaunchConfig::for_num_elems(n);
     let mut cache = GraphCache::new();
+    // The update ladder (one exec per variant): every changed call updates in place. The memo's
+    // path is measured below.
+    cache.set_execs_per_variant(1);
     let mut step = |cache: &mut GraphCache, a: i32, u: &mut _, v: &mut _| -> Result<()> {
         graph!(cache, &stream, {
             memset(&mut flags, 0u32);
@@ -80,5 +83,25 @@ fn steady_state_calls_allocate_nothing() -> Result<()> {
     assert_eq!((s.builds, s.instantiations, s.launches), (1, 1, 304));
     assert!(s.node_updates > 0 && s.nodes_unchanged > 0, "{s:?}");
     assert_eq!(allocations, 0, "steady-state graph! calls allocated {allocations} times");
+
+    // The memo (default execs per variant): ping-pong buffers with fixed scalars get an exec
+    // per set in the first rounds, then every call launches one with nothing sent.
+    let mut memo = GraphCache::new();
+    for _ in 0..6 {
+        step(&mut memo, 3, &mut u, &mut v)?;
+        std::mem::swap(&mut u, &mut v);
+    }
+    stream.synchronize()?;
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let hits = memo.stats().memo_hits;
+    for _ in 0..100 {
+        step(&mut memo, 3, &mut u, &mut v)?;
+        std::mem::swap(&mut u, &mut v);
+    }
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    stream.synchronize()?;
+    let s = memo.stats();
+    assert_eq!(s.memo_hits - hits, 100, "{s:?}");
+    assert_eq!(allocations, 0, "memoized graph! calls allocated {allocations} times");
     Ok(())
 }

@@ -325,3 +325,128 @@ fn an_exec_takes_a_new_recording_with_new_borrows_and_refuses_another_topology()
     ctx.check_err()?;
     Ok(())
 }
+
+/// Issue 30 item 5: two `capture` statements that use one cuBLAS handle (its workspace is
+/// shared, and no listed buffer shows it) never run concurrently, though their listed buffers
+/// are disjoint: every capture statement is ordered after the earlier ones of its block. The
+/// first does a large GEMM between two time stamps, the second a small one between two; the
+/// second's first stamp comes after the first's last. Both GEMMs are compared with the same
+/// body run eagerly, bit for bit.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn two_captures_on_one_cublas_handle_never_overlap() -> Result {
+    use cudagraph::cudarc::cublas::{CudaBlas, Gemm, GemmConfig, sys as cublas_sys};
+    use cudagraph::cudarc::driver::{DevicePtr, PushKernelArg};
+    let _serial = common::serial();
+    let (ctx, stream, k) = gpu()?;
+    let k = Arc::new(k);
+    let workspace = stream.alloc_zeros::<u8>(32 << 20)?;
+    let blas = Arc::new(CudaBlas::new(stream.clone()).expect("cublasCreate"));
+    {
+        let (ptr, _sync) = workspace.device_ptr(&stream);
+        // SAFETY: device memory of the handle's context, 32 MiB, alive longer than the handle
+        // and the caches (declared before them).
+        let status =
+            unsafe { cublas_sys::cublasSetWorkspace_v2(*blas.handle(), ptr as *mut _, 32 << 20) };
+        assert_eq!(status, cublas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS);
+    }
+    let gemm = |n: usize| {
+        let op = cublas_sys::cublasOperation_t::CUBLAS_OP_N;
+        let n = n as i32;
+        GemmConfig {
+            transa: op,
+            transb: op,
+            m: n,
+            n,
+            k: n,
+            alpha: 1.0f32,
+            lda: n,
+            ldb: n,
+            beta: 0.0f32,
+            ldc: n,
+        }
+    };
+    let (big, small) = (2048usize, 64usize);
+    let vals = |n: usize, seed: u32| -> Vec<f32> {
+        (0..n * n).map(|i| ((i as u32).wrapping_mul(seed) % 17) as f32 / 16.0 - 0.5).collect()
+    };
+    let (wa, xa) = (stream.clone_htod(&vals(big, 7))?, stream.clone_htod(&vals(big, 11))?);
+    let (wb, xb) = (stream.clone_htod(&vals(small, 13))?, stream.clone_htod(&vals(small, 5))?);
+    type Outs = (CudaSlice<f32>, CudaSlice<f32>, [CudaSlice<u64>; 4]);
+    let outs = || -> Result<Outs> {
+        Ok((
+            stream.alloc_zeros::<f32>(big * big)?,
+            stream.alloc_zeros::<f32>(small * small)?,
+            std::array::from_fn(|_| stream.alloc_zeros::<u64>(1).expect("alloc")),
+        ))
+    };
+    let one = LaunchConfig::for_num_elems(1);
+    let step = |cache: &mut GraphCache, (ya, yb, t): &mut Outs| -> Result {
+        let [t0, t1, t2, t3] = t;
+        graph!(cache, &stream, {
+            // SAFETY (every `unsafe` below): the stamps and the GEMM run on the joined stream and
+            // touch only the listed views and cuBLAS's workspace (set above, alive longer than
+            // the caches); the sizes are the buffers'.
+            capture(&wa, &xa, &mut *ya, &mut *t0, &mut *t1, |s, (w, x, mut y, mut t0, mut t1)| {
+                let st = unsafe { s.stream() };
+                common::launch!(st, k, "stamp", one; unsafe { t0.as_cuda_view_mut() })?;
+                unsafe { blas.gemm(gemm(big), &w, &x, &mut y) }?;
+                common::launch!(st, k, "stamp", one; unsafe { t1.as_cuda_view_mut() })?;
+                Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+            });
+            capture(
+                &wb,
+                &xb,
+                &mut *yb,
+                &mut *t2,
+                &mut *t3,
+                key = (k.clone(), blas.clone()),
+                |s, (k, blas), (w, x, mut y, mut t2, mut t3)| {
+                    let st = unsafe { s.stream() };
+                    let one = LaunchConfig::for_num_elems(1);
+                    common::launch!(st, k, "stamp", one; unsafe { t2.as_cuda_view_mut() })?;
+                    let op = cublas_sys::cublasOperation_t::CUBLAS_OP_N;
+                    let n = 64;
+                    let cfg = GemmConfig {
+                        transa: op,
+                        transb: op,
+                        m: n,
+                        n,
+                        k: n,
+                        alpha: 1.0f32,
+                        lda: n,
+                        ldb: n,
+                        beta: 0.0f32,
+                        ldc: n,
+                    };
+                    unsafe { blas.gemm(cfg, &w, &x, &mut y) }?;
+                    common::launch!(st, k, "stamp", one; unsafe { t3.as_cuda_view_mut() })?;
+                    Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+                },
+            );
+        })?;
+        Ok(())
+    };
+    let mut cache = GraphCache::new();
+    let mut eager = GraphCache::new();
+    eager.set_mode(Mode::Eager);
+    let (mut g, mut e) = (outs()?, outs()?);
+    for call in 0..5 {
+        step(&mut cache, &mut g)?;
+        step(&mut eager, &mut e)?;
+        let stamp = |t: &CudaSlice<u64>| stream.clone_dtoh(t).expect("copy back")[0];
+        let [a0, a1, b0, b1] = [0, 1, 2, 3].map(|i| stamp(&g.2[i]));
+        assert!(a0 < a1 && b0 < b1, "call {call}: stamps {a0} {a1} {b0} {b1}");
+        assert!(
+            b0 >= a1,
+            "call {call}: the second capture started {} ns before the first ended",
+            a1 - b0
+        );
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        assert_same(&bits(stream.clone_dtoh(&g.0)?), &bits(stream.clone_dtoh(&e.0)?), "large GEMM");
+        assert_same(&bits(stream.clone_dtoh(&g.1)?), &bits(stream.clone_dtoh(&e.1)?), "small GEMM");
+    }
+    assert_eq!(cache.stats().capture_reuses, 4, "{:?}", cache.stats());
+    ctx.check_err()?;
+    Ok(())
+}
