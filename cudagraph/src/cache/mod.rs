@@ -1168,7 +1168,8 @@ impl<D: Driver> GraphCache<D> {
         let (shape, key, signature) = (call.shape, call.key, call.signature);
         let found = self.find(call, ctx);
         if let Some(i) = found {
-            // A call that packs (all kernel nodes), equals none of the variant's execs, and whose
+            // A call that packs (kernels, memsets, kept recordings), equals none of the variant's
+            // execs, and whose
             // words came before in the last few changed calls (a set of buffers coming back): a
             // new exec for its parameters while the variant and the cache have room. Else the
             // least recently used exec of the variant is updated.
