@@ -252,7 +252,7 @@ fn check_places(node: &Node, errors: &mut Errors) {
                 errors.push(
                     &a.place,
                     format!(
-                        "`{}` is used twice in one statement and written: split the buffer first (e.g. `split_at_mut`) so the two operands are different places",
+                        "`{}` is used twice in one statement and written: read one buffer and write another (ping-pong buffers, swapped after the step), or split the buffer first (`split_at_mut`) so the two operands are different places",
                         a.key
                     ),
                 );

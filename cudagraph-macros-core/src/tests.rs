@@ -378,7 +378,7 @@ fn outer_derefs_name_the_same_place() {
             k.axpy(n, &x, &mut *x).launch(cfg);
         })),
         [
-            "`x` is used twice in one statement and written: split the buffer first (e.g. `split_at_mut`) so the two operands are different places"
+            "`x` is used twice in one statement and written: read one buffer and write another (ping-pong buffers, swapped after the step), or split the buffer first (`split_at_mut`) so the two operands are different places"
         ]
     );
 }
@@ -390,7 +390,7 @@ fn same_place_twice_with_a_write_is_an_error() {
             k.axpy(n, &x, &mut x).launch(cfg);
         })),
         [
-            "`x` is used twice in one statement and written: split the buffer first (e.g. `split_at_mut`) so the two operands are different places"
+            "`x` is used twice in one statement and written: read one buffer and write another (ping-pong buffers, swapped after the step), or split the buffer first (`split_at_mut`) so the two operands are different places"
         ]
     );
     assert_eq!(
@@ -398,7 +398,7 @@ fn same_place_twice_with_a_write_is_an_error() {
             copy(&bufs[0 + 1], &mut bufs[1]);
         })),
         [
-            "`bufs[1]` is used twice in one statement and written: split the buffer first (e.g. `split_at_mut`) so the two operands are different places"
+            "`bufs[1]` is used twice in one statement and written: read one buffer and write another (ping-pong buffers, swapped after the step), or split the buffer first (`split_at_mut`) so the two operands are different places"
         ]
     );
     // Two reads of one place, or one place in two statements, are fine.

@@ -853,7 +853,8 @@ impl<D: Driver> GraphCache<D> {
         ladder::Pdl { top, bodies: top && self.limits.is_none_or(|l| l.programmatic_bodies) }
     }
 
-    /// The edges `(from, to, kind)` of the most recently launched variant's graph, as built:
+    /// The edges `(from, to, kind)` of the most recently used variant's graph (launched, or
+    /// uploaded in [`Mode::Instantiate`]), as built:
     /// node indices of the `graph!` plan or the builder (present nodes only), ordered by `to`,
     /// with [`EdgeKind::Programmatic`] for each edge added programmatic (none
     /// after a fallback to plain edges). Empty on an empty cache. Draw them with the plan's
