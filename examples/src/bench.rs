@@ -5,7 +5,8 @@
 //! of compute capability 9.0 and later, chains of `#[programmatic]` kernels with programmatic
 //! edges against raw graphs with plain and with programmatic edges (rows pc, pp, pt, pd, pn,
 //! pf, pnf; and qc, qp, qd, qn with DESIGN.md's kernel on `cuMemAlloc` memory;
-//! `--programmatic-only` runs them alone).
+//! `--programmatic-only` runs them alone); and steps that wait for their graph and read 8 bytes
+//! of its result from pinned host memory, raw graphs against `graph!` (rows rc, rc1, rd, re, rs).
 //!
 //! ```text
 //! bench [--reps N] [--steps S] [--max-k K] [--quick] [--programmatic-only] [--json PATH] [--svg PATH]
@@ -21,8 +22,9 @@
 //! Every measured row first checks its own result: the buffers are zeroed, three steps run, and
 //! the device values must equal a host model of the step; after the timed repetitions the model
 //! replays every step and the values are checked again, so a row whose updates did not reach the
-//! GPU fails instead of looking fast. Any error or mismatch stops the run with a non-zero status;
-//! what was measured up to then is still written to the JSON file.
+//! GPU fails instead of looking fast; the read rows also check every value they read. Any error
+//! or mismatch stops the run with a non-zero status; what was measured up to then is still
+//! written to the JSON file.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ffi::c_void;
@@ -34,14 +36,15 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use cudagraph::cudarc::driver::sys::{
-    self, CUDA_KERNEL_NODE_PARAMS, CUdeviceptr, CUfunction, CUgraphNode, CUstream,
+    self, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUcontext, CUdeviceptr, CUfunction, CUgraphNode,
+    CUmemorytype, CUstream,
 };
 use cudagraph::cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
-    PushKernelArg, result,
+    PinnedHostSlice, PushKernelArg, result,
 };
 use cudagraph::cudarc::nvrtc::{CompileOptions, compile_ptx, compile_ptx_with_opts};
-use cudagraph::{GraphCache, Stats, graph, kernels};
+use cudagraph::{GraphCache, Rows, Stats, graph, kernels};
 use serde::Serialize;
 
 #[path = "progress.rs"]
@@ -344,6 +347,65 @@ fan_graphs!(fan_10, fan_alt_10, 8);
 fan_graphs!(fan_100, fan_alt_100, 98);
 fan_graphs!(fan_1000, fan_alt_1000, 998);
 
+/// Elements the read rows copy back: the first 2 `u32`s of a buffer, 8 bytes.
+const READ_LEN: usize = 2;
+/// The rows of the read rows' `copy_2d` on both sides: one dense row of `READ_LEN` elements
+/// at the buffer's start (the device buffer has `ELEMS`, the pinned one `READ_LEN`). Pitch =
+/// width and one row: the driver gets the fields of a 1-D copy of 8 bytes, as from `copy`
+/// ([`head_copy`] is the raw graphs' same copy).
+const READ_ROWS: Rows = Rows::dense(READ_LEN, 1);
+
+/// The read rows' graphs: `chain` as `chain_graphs!`, `fan` as `fan_graphs!` (every scalar 1,
+/// nothing changes between calls), then one copy of the first `READ_LEN` elements of the
+/// chain's `x` (the fan's `p`) into the pinned buffer `host`, which runs after the last kernel
+/// (the last writer of that buffer).
+macro_rules! read_graphs {
+    (chain $step:ident, $rest:tt) => {
+        fn $step(
+            cache: &mut GraphCache,
+            stream: &CudaStream,
+            k: &Bench,
+            mut x: &mut CudaSlice<u32>,
+            mut host: &mut PinnedHostSlice<u32>,
+        ) -> cudagraph::Result<()> {
+            graph!(cache, stream, {
+                k.add(ELEMS, 1, &mut x).launch(CFG);
+                for _ in 0..$rest {
+                    k.add(ELEMS, 1, &mut x).launch(CFG);
+                }
+                copy_2d(&x, READ_ROWS, &mut host, READ_ROWS);
+            })
+        }
+    };
+    (fan $step:ident, $mid:tt) => {
+        fn $step(
+            cache: &mut GraphCache,
+            stream: &CudaStream,
+            k: &Bench,
+            mut p: &mut CudaSlice<u32>,
+            bufs: &mut [CudaSlice<u32>],
+            mut host: &mut PinnedHostSlice<u32>,
+        ) -> cudagraph::Result<()> {
+            graph!(cache, stream, {
+                k.add(ELEMS, 1, &mut p).launch(CFG);
+                for i in 0..$mid {
+                    k.acc(ELEMS, &p, &mut bufs[i]).launch(CFG);
+                }
+                k.add(ELEMS, 1, &mut p).launch(CFG);
+                copy_2d(&p, READ_ROWS, &mut host, READ_ROWS);
+            })
+        }
+    };
+}
+
+read_graphs!(chain chain_read_1, 0);
+read_graphs!(chain chain_read_10, 9);
+read_graphs!(chain chain_read_100, 99);
+read_graphs!(chain chain_read_1000, 999);
+read_graphs!(fan fan_read_10, 8);
+read_graphs!(fan fan_read_100, 98);
+read_graphs!(fan fan_read_1000, 998);
+
 /// Largest `graph!` compiled in: a 10 000-statement chain, built in about 18 s of release build
 /// on a 2-core machine since the chunked expansion (issue 18; `BENCHMARKS.md`).
 const MAX_GRAPH_NODES: usize = 10_000;
@@ -601,6 +663,67 @@ impl OwnedExec {
         // SAFETY: both live and of the current context.
         let r = unsafe { sys::cuGraphExecUpdate_v2(self.0, g.graph, &mut info) }.result();
         r.map_err(|e| format!("cuGraphExecUpdate_v2 failed: {e} ({:?})", info.result).into())
+    }
+}
+
+/// The read rows' copy as the driver takes it: the first `READ_LEN` `u32`s (8 bytes) of the
+/// device buffer at `src` into the pinned host memory at `dst`, a 1-D `CUDA_MEMCPY3D` (one row,
+/// pitches = width), the fields `graph!` gives `copy_2d(&x, READ_ROWS, &mut host, READ_ROWS)`
+/// and a `copy` of 8 bytes.
+fn head_copy(src: CUdeviceptr, dst: *mut c_void) -> CUDA_MEMCPY3D {
+    let row = READ_LEN * size_of::<u32>();
+    CUDA_MEMCPY3D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcZ: 0,
+        srcLOD: 0,
+        srcMemoryType: CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        srcHost: ptr::null(),
+        srcDevice: src,
+        srcArray: ptr::null_mut(),
+        reserved0: ptr::null_mut(),
+        srcPitch: row,
+        srcHeight: 1,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstZ: 0,
+        dstLOD: 0,
+        dstMemoryType: CUmemorytype::CU_MEMORYTYPE_HOST,
+        dstHost: dst,
+        dstDevice: 0,
+        dstArray: ptr::null_mut(),
+        reserved1: ptr::null_mut(),
+        dstPitch: row,
+        dstHeight: 1,
+        WidthInBytes: row,
+        Height: 1,
+        Depth: 1,
+    }
+}
+
+impl OwnedGraph {
+    /// One memcpy node (`cuGraphAddMemcpyNode`) of `copy`, run in `ctx`, after node `after`:
+    /// the read rows' copy back, added after a graph's last kernel.
+    fn add_copy(&mut self, after: usize, copy: &CUDA_MEMCPY3D, ctx: CUcontext) -> Res<()> {
+        let dep = self.nodes[after];
+        let mut handle = ptr::null_mut();
+        // SAFETY: the graph is live, `dep` is one of its nodes, `copy` names device and pinned
+        // host memory of `ctx` (the current context), which the caller keeps alive while this
+        // graph or an exec of it is used.
+        unsafe { sys::cuGraphAddMemcpyNode(&mut handle, self.graph, &dep, 1, copy, ctx) }
+            .result()?;
+        self.nodes.push(handle);
+        Ok(())
+    }
+}
+
+impl OwnedExec {
+    /// `cuGraphExecMemcpyNodeSetParams`.
+    fn set_copy(&self, node: CUgraphNode, copy: &CUDA_MEMCPY3D, ctx: CUcontext) -> Res<()> {
+        // SAFETY: `node` is a memcpy node of the graph this exec was instantiated from, and
+        // `copy` has its memory types; `copy` as in `OwnedGraph::add_copy`.
+        unsafe { sys::cuGraphExecMemcpyNodeSetParams(self.0, node, copy, ctx) }.result()?;
+        Ok(())
     }
 }
 
@@ -1118,6 +1241,26 @@ const ROWS: &[(&str, &str)] = &[
     ("a*", "a with cudarc's event tracking on (buffers allocated while tracking)"),
     ("d*", "d with cudarc's event tracking on (buffers allocated while tracking)"),
     (
+        "rc",
+        "raw driver: c's graph plus a memcpy node (cuGraphAddMemcpyNode) after the last kernel copying a[0]'s first 8 bytes into pinned host memory (flags 0); per step cuGraphLaunch + cuStreamSynchronize + an 8-byte read, checked against the host model (every r row: one step, waited for, then read)",
+    ),
+    (
+        "rc1",
+        "raw driver: as rc, the copy's pinned destination swapped between two buffers per step: 1 x cuGraphExecMemcpyNodeSetParams + cuGraphLaunch + cuStreamSynchronize + read",
+    ),
+    (
+        "rd",
+        "graph!: d's statements plus copy_2d of a[0]'s first 8 bytes into pinned memory (rc's copy), nothing changed; per step the call + stream.synchronize() + as_slice() (the README's way; graph! sets a copy with a pinned side on every call)",
+    ),
+    (
+        "re",
+        "graph!: as rd, the copy's pinned destination swapped between two buffers per step (one node's pointer, as rc1)",
+    ),
+    (
+        "rs",
+        "graph!: as rd without stream.synchronize(): as_slice() waits on the pinned buffer's CU_EVENT_BLOCKING_SYNC event",
+    ),
+    (
         "pc",
         "raw driver: chain of K add_wait kernels (griddepcontrol.wait first), plain edges, cuGraphLaunch per step",
     ),
@@ -1154,7 +1297,7 @@ fn describe(id: &str) -> &'static str {
 }
 
 /// Row ids of the plot, in the order of the legend (the programmatic rows are not plotted: one
-/// kernel, chains only).
+/// kernel, chains only; nor the read rows, which wait for every step).
 const LEGEND: [&str; 14] =
     ["a", "b", "c", "c1", "cA", "d", "e", "f", "g", "dc", "h", "hf", "a*", "d*"];
 
@@ -1324,6 +1467,32 @@ fn builder_step(
     Ok(())
 }
 
+/// One step of a read row's `graph!`: the unchanged step of the shape (as `graph_step` with
+/// nothing changed), then the copy of `a[0]`'s first 8 bytes into `host`.
+fn read_step(
+    env: &Env,
+    cache: &mut GraphCache,
+    shape: Shape,
+    k: usize,
+    b: &mut Bufs,
+    host: &mut PinnedHostSlice<u32>,
+) -> Res<()> {
+    let (st, kern) = (&*env.stream, &env.kern);
+    let Bufs { a, mids } = b;
+    let x = &mut a[0];
+    match (shape, k) {
+        (Shape::Chain, 1) => chain_read_1(cache, st, kern, x, host)?,
+        (Shape::Chain, 10) => chain_read_10(cache, st, kern, x, host)?,
+        (Shape::Chain, 100) => chain_read_100(cache, st, kern, x, host)?,
+        (Shape::Chain, 1000) => chain_read_1000(cache, st, kern, x, host)?,
+        (Shape::Fan, 10) => fan_read_10(cache, st, kern, x, mids, host)?,
+        (Shape::Fan, 100) => fan_read_100(cache, st, kern, x, mids, host)?,
+        (Shape::Fan, 1000) => fan_read_1000(cache, st, kern, x, mids, host)?,
+        _ => panic!("no graph! {} of {k} nodes with a read is compiled in", shape.name()),
+    }
+    Ok(())
+}
+
 /// Expected `Stats` of a graph! row: builds (variants), and no fallback rungs.
 fn check_stats(what: &str, s: &Stats, variants: u64, report: &mut Report) {
     // Execs the memo built for a set of parameters coming back (ping-pong) are not fallbacks.
@@ -1336,6 +1505,148 @@ fn check_stats(what: &str, s: &Stats, variants: u64, report: &mut Report) {
         out!("{note}");
         report.notes.push(note);
     }
+}
+
+/// Steps per repetition of the read rows, at most (`--steps` sets it as for every steady row):
+/// each step waits for its graph, so there is no enqueue to amortize, and 200 repetitions of 50
+/// steps read 10 000 results.
+const READ_STEPS: usize = 50;
+
+/// What the read rows' pinned buffers hold before a row's first step: no step's result (the
+/// chain's results are multiples of K from K up, the fan's even numbers).
+const UNSET: u32 = u32::MAX;
+
+/// The value a read row expects after step `i`: every element of `a[0]` in the host model of
+/// the unchanged step, started again at step 0 (where `timed_row` zeroes the buffers).
+struct Expect(Model);
+
+impl Expect {
+    fn new(shape: Shape, k: usize) -> Expect {
+        Expect(Model::new(shape, k))
+    }
+
+    fn after(&mut self, i: u64) -> u32 {
+        if i == 0 {
+            self.0 = Model::new(self.0.shape, self.0.k);
+        }
+        self.0.step(i, Change::None);
+        self.0.a[0]
+    }
+}
+
+/// A read row's check of one step: both `u32`s read must be the host model's value.
+fn check_read(what: &str, i: u64, got: [u32; READ_LEN], want: u32) -> Res<()> {
+    if got != [want; READ_LEN] {
+        return Err(format!(
+            "{what}: WRONG RESULT at step {i}: read {got:?} from pinned memory, the host model says {want}"
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Fills the read rows' pinned buffers with [`UNSET`].
+fn unset(hosts: &mut [PinnedHostSlice<u32>]) -> Res<()> {
+    for h in hosts {
+        h.as_mut_slice()?.fill(UNSET);
+    }
+    Ok(())
+}
+
+/// The read rows of one shape and K, every step ending with its result read on the host: the
+/// step's graph copies the first 8 bytes of `a[0]` into pinned host memory (flags 0) after its
+/// last kernel, then the host waits for the step and reads them, and they must hold the host
+/// model's value after that step (else the row fails). rc, rc1: a raw graph with a memcpy node;
+/// rd, re, rs: `graph!` with the same copy as a `copy_2d` statement. `steady` sets the ratios.
+fn read_rows(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Report) -> Res<()> {
+    let steps = env.steps.unwrap_or_else(|| steps_per_rep(k).min(READ_STEPS));
+    let label = |id: &str| format!("{} K={k} row {id}", shape.name());
+    let mut rows: Vec<(&'static str, Summary, Option<Stats>)> = Vec::new();
+    // SAFETY: the memory is uninitialized; `unset` fills it before every row, and nothing reads
+    // it before that.
+    let mut hosts: [PinnedHostSlice<u32>; 2] = unsafe {
+        [
+            env.ctx.alloc_pinned_with_flags(READ_LEN, 0)?,
+            env.ctx.alloc_pinned_with_flags(READ_LEN, 0)?,
+        ]
+    };
+    let (a_ptr, mid_ptrs) = b.ptrs(&env.stream);
+    let (ctx, cs) = (env.ctx.cu_ctx(), env.cu_stream());
+
+    // rc, rc1: c's raw graph and a memcpy node after its last kernel; rc1 swaps the node's
+    // destination between the two pinned buffers every step (one set-params).
+    {
+        // The buffers' host addresses. Their events are never recorded (cudarc does not see
+        // these rows use them), so `as_ptr` does not wait.
+        let hp = [hosts[0].as_ptr()?, hosts[1].as_ptr()?];
+        let copies = hp.map(|p| head_copy(a_ptr[0], p.cast_mut().cast()));
+        let spec = raw_spec(shape, k, env, 1, a_ptr[0], &mid_ptrs);
+        let mut g = OwnedGraph::build(&spec)?;
+        g.add_copy(k - 1, &copies[0], ctx)?;
+        let copy_node = g.nodes[k];
+        let exec = OwnedExec::instantiate(&g)?;
+        for (id, swap) in [("rc", false), ("rc1", true)] {
+            let what = label(id);
+            let mut want = Expect::new(shape, k);
+            unset(&mut hosts)?;
+            let t = timed_row(env, b, shape, k, Change::None, steps, &what, &mut |_, i| {
+                let w = if swap { (i % 2) as usize } else { 0 };
+                if swap {
+                    exec.set_copy(copy_node, &copies[w], ctx)?;
+                }
+                exec.launch(cs)?;
+                // SAFETY: the stream is live.
+                unsafe { sys::cuStreamSynchronize(cs) }.result()?;
+                // SAFETY: `hp[w]` points to `READ_LEN` `u32`s of live pinned memory (`hosts`,
+                // page-aligned), which this step's copy wrote and nothing writes now (the
+                // stream is synchronized).
+                let got = unsafe { ptr::read_volatile(hp[w].cast::<[u32; READ_LEN]>()) };
+                check_read(&what, i, got, want.after(i))
+            })?;
+            rows.push((id, t, None));
+        }
+        env.stream.synchronize()?;
+    }
+
+    // rd, re, rs: graph!; re swaps the copy's destination every step, rs reads without
+    // synchronizing the stream first.
+    for (id, swap, sync) in [("rd", false, true), ("re", true, true), ("rs", false, false)] {
+        let what = label(id);
+        let mut want = Expect::new(shape, k);
+        let mut cache = GraphCache::new();
+        unset(&mut hosts)?;
+        let t = timed_row(env, b, shape, k, Change::None, steps, &what, &mut |b, i| {
+            let w = if swap { (i % 2) as usize } else { 0 };
+            read_step(env, &mut cache, shape, k, b, &mut hosts[w])?;
+            if sync {
+                env.stream.synchronize()?;
+            }
+            // Without the synchronize, `as_slice` waits on the buffer's event, which the call
+            // recorded after its launch.
+            let got: [u32; READ_LEN] = hosts[w].as_slice()?.try_into()?;
+            check_read(&what, i, got, want.after(i))
+        })?;
+        let stats = cache.stats();
+        check_stats(&what, &stats, 1, report);
+        rows.push((id, t, Some(stats)));
+    }
+
+    for (id, t, stats) in rows {
+        report.rows.push(Row {
+            section: "read",
+            shape,
+            k,
+            id,
+            what: describe(id),
+            steps_per_rep: steps,
+            t,
+            floor: None,
+            ratio_raw: None,
+            ratio_floor: None,
+            stats,
+        });
+    }
+    Ok(())
 }
 
 /// Every steady-state row of one shape and K.
@@ -1512,6 +1823,8 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
         push(report, "steady", "dc", t, Some(stats));
         env.stream.synchronize()?;
     }
+    // rc, rc1, rd, re, rs: each step waits for its graph and reads its result.
+    read_rows(env, shape, k, &mut b, report)?;
     // Host enqueue time of one unchanged call with the GPU idle: `graph!` (as row d) against
     // the raw cuGraphLaunch (as row c). Where the first exceeds the GPU time of a step, the
     // steady rows are host-bound (issue 18: the fan at K = 1000). These calls change the
@@ -1598,6 +1911,7 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
     let median = |rows: &[Row], id: &str| rows.iter().find(|r| r.id == id).map(|r| r.t.median);
     let (c, c1, ca) = (median(rows, "c"), median(rows, "c1"), median(rows, "cA"));
     let d = median(rows, "d");
+    let (rc, rc1, rd) = (median(rows, "rc"), median(rows, "rc1"), median(rows, "rd"));
     for r in rows.iter_mut() {
         r.ratio_raw = c.map(|c| r.t.median / c);
         let floor = match r.id {
@@ -1605,6 +1919,9 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
             "e" => Some(("c1", c1)),
             "dc" => Some(("d", d)),
             "f" | "hf" => Some(("cA", ca)),
+            "rd" => Some(("rc", rc)),
+            "re" => Some(("rc1", rc1)),
+            "rs" => Some(("rd", rd)),
             _ => None,
         };
         if let Some((id, Some(v))) = floor {
@@ -1818,6 +2135,64 @@ fn capture_costs(report: &mut Report) {
     report.capture = out;
     out!(
         "  dc / d: a captured region's per-call cost (stream capture of its K launches + cuGraphExecNodeSetParams of the child graph + launch) against the same kernels as graph! nodes; (dc - d) / K: what recording adds per captured launch, the child update shared over K (see the notes at the end)."
+    );
+    out!();
+}
+
+/// Reading a result back every step: `graph!` (rd, re, rs) against the raw graph with the same
+/// copy (rc, rc1), from the steady rows of each shape and K (measured side by side).
+fn read_costs(report: &Report) {
+    let find = |shape: Shape, k: usize, id: &str| {
+        report.rows.iter().find(|r| r.shape == shape && r.k == k && r.id == id).map(|r| r.t.median)
+    };
+    let mut lines = Vec::new();
+    for shape in [Shape::Chain, Shape::Fan] {
+        for k in STEADY_K {
+            let [rc, rd, rc1, re, rs] =
+                ["rc", "rd", "rc1", "re", "rs"].map(|id| find(shape, k, id));
+            if rd.is_none() && rs.is_none() {
+                continue;
+            }
+            let ratio = |x: Option<f64>, y: Option<f64>| x.zip(y).map(|(x, y)| x / y);
+            let opt = |x: Option<f64>, prec: usize| x.map_or("-".into(), |v| format!("{v:.prec$}"));
+            lines.push(format!(
+                "{:<6}{k:>5}  {:>9} {:>9} {:>8}  {:>9} {:>9} {:>8}  {:>9} {:>8}",
+                shape.name(),
+                opt(rc, 2),
+                opt(rd, 2),
+                opt(ratio(rd, rc), 3),
+                opt(rc1, 2),
+                opt(re, 2),
+                opt(ratio(re, rc1), 3),
+                opt(rs, 2),
+                opt(ratio(rs, rd), 3),
+            ));
+        }
+    }
+    if lines.is_empty() {
+        return;
+    }
+    out!(
+        "Reading a result back: each step launched, waited for, and 8 bytes of its result read from pinned memory (rows rc, rc1, rd, re, rs), µs per step, medians of the rows above"
+    );
+    out!(
+        "{:<6}{:>5}  {:>9} {:>9} {:>8}  {:>9} {:>9} {:>8}  {:>9} {:>8}",
+        "shape",
+        "K",
+        "rc",
+        "rd",
+        "rd / rc",
+        "rc1",
+        "re",
+        "re / rc1",
+        "rs",
+        "rs / rd"
+    );
+    for line in lines {
+        out!("{line}");
+    }
+    out!(
+        "  rd / rc: an unchanged call read back against the raw graph (issue 31 goal <= 1.05); re / rc1: the copy's destination swapped per step against one raw set-params (goal <= 1.0); rs / rd: as_slice() without stream.synchronize() (cudarc's blocking-sync event) against synchronizing first."
     );
     out!();
 }
@@ -2173,6 +2548,25 @@ fn goals(report: &mut Report) {
                     false,
                 );
             }
+            let [rc, rc1, rd, re] = ["rc", "rc1", "rd", "re"].map(|id| find(shape, k, id));
+            check(
+                format!(
+                    "{} K={k} graph! unchanged + read / raw launch + sync + read",
+                    shape.name()
+                ),
+                ratio(rd, rc),
+                1.05,
+                true,
+            );
+            check(
+                format!(
+                    "{} K={k} graph! one pointer + read / raw set-params + launch + sync + read",
+                    shape.name()
+                ),
+                ratio(re, rc1),
+                1.0,
+                true,
+            );
         }
     }
     let builds: Vec<(usize, f64)> =
@@ -2242,7 +2636,7 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
         reps,
         quick: args.quick,
         kernel: "1 block x 32 threads on 32 u32 (add: x[i] += v; acc: dst[i] += src[i])",
-        unit: "µs per step = wall time of N steps enqueued back-to-back then one cuStreamSynchronize, divided by N; median and p10/p90 over reps",
+        unit: "µs per step = wall time of N steps enqueued back-to-back then one cuStreamSynchronize, divided by N (rows rc, rc1, rd, re, rs: N steps, each waited for and its result read); median and p10/p90 over reps",
         event_tracking: "off for every row but a* and d*",
     });
     out!(
@@ -2259,6 +2653,9 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
             .map(|&k| format!("K={k}: {}", steps.unwrap_or_else(|| steps_per_rep(k))))
             .collect::<Vec<_>>()
             .join(", ")
+    );
+    out!(
+        "  Rows rc, rc1, rd, re, rs: N steps, each waited for and its result read (N as above but at most {READ_STEPS}, unless --steps)."
     );
     out!(
         "Shapes: chain = K dependent kernels on one buffer; fan = 1 producer add(p) -> K-2 independent acc(p -> own buffer) -> 1 consumer add(p)."
@@ -2298,6 +2695,7 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
         }
     }
     capture_costs(report);
+    read_costs(report);
     // Programmatic rows: compute capability 9.0 (griddepcontrol) and CUDA 12.3.
     let major =
         env.ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
@@ -2356,7 +2754,8 @@ struct Cli {
     /// Repetitions per measurement, at least 5 [default: 200, 20 with --quick].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(5..))]
     reps: Option<u64>,
-    /// Steps enqueued per repetition of every steady row [default: 2000/K within 10..=1000].
+    /// Steps enqueued per repetition of every steady row [default: 2000/K within 10..=1000; rows
+    /// rc, rc1, rd, re, rs: at most 50].
     #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..))]
     steps: Option<u64>,
     /// Steady rows up to this K only (K = 1, 10, 100, 1000).
