@@ -679,7 +679,8 @@ pub mod __private {
     /// passes buffer handles to.
     #[diagnostic::on_unimplemented(
         message = "`{Self}` is not a `kernels!` struct",
-        label = "kernel launches in `graph!` call methods of a struct declared with `kernels!`"
+        label = "kernel launches in `graph!` call methods of a struct declared with `kernels!`",
+        note = "for a struct behind an `Arc` (or another pointer), borrow the struct itself before `graph!`: `let k: &MyKernels = &arc;`, then `k.f(…)`"
     )]
     pub trait Kernels {}
     impl<K: Kernels + ?Sized> Kernels for &K {}
