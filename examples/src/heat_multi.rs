@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! heat_multi [--sizes 512,4096,16384] [--steps S] [--gpus 1,2] [--plan]
+//! examples/launch_local.sh N heat_multi --procs [--sizes …] [--steps S]   # one process per GPU
 //! ```
 //! The N×N field (the stencil and boundary kernels of `kernels/heat.cu`, as `heat` runs them) is
 //! cut into horizontal slabs, one per GPU; each slab holds its rows plus one halo row above and
@@ -13,6 +14,12 @@
 //! (b) with NCCL send/recv captured into the graph (`capture` statement, `Capture::fork` and
 //! `join`), only when built with the `nccl` feature (`--features cudagraph-examples/nccl`);
 //! without it, (b) is skipped and said so.
+//! With `--procs` (and the `nccl` feature) the process is one rank of a run of one process per
+//! GPU started by `examples/launch_local.sh`, torchrun, `srun` or `mpirun` (see `procs.rs`): its
+//! rank and GPU from the launcher's variables, NCCL's unique id from rank 0 through
+//! `--rendezvous file:PATH|tcp:HOST:PORT`, its slab of the field over all ranks, and halos by
+//! NCCL send/recv with the ranks above and below in its step's `capture` statement; each rank
+//! compares its own rows with the single-GPU step on its GPU (see `docs/several-gpus.md`).
 //! Each configuration runs `S` steps (default 200) as a graph and eagerly (the same `graph!`
 //! body in `Mode::Eager`); the final field is compared bit for bit with the single-GPU step
 //! (one slab: `heat`'s stencil and boundary), and the per-step times and the scaling against
@@ -30,6 +37,10 @@ use cudagraph::{GraphCache, Mode, Rows, graph, kernels};
 
 #[path = "cli.rs"]
 mod cli;
+#[path = "procs.rs"]
+mod procs;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const SOURCE: &str = include_str!("../kernels/heat.cu");
 
@@ -63,6 +74,21 @@ struct Args {
     /// Print the steps' graph plans as Graphviz DOT and exit, without touching CUDA.
     #[arg(long)]
     plan: bool,
+    /// Run as one rank of one process per GPU (needs the `nccl` feature): rank, world size and
+    /// GPU from the launcher's variables (RANK/WORLD_SIZE/LOCAL_RANK, OMPI_COMM_WORLD_*, or
+    /// SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID), this rank's slab of the field, halos by NCCL
+    /// send/recv with the neighbour ranks. Start it with examples/launch_local.sh, srun or
+    /// mpirun.
+    #[arg(long)]
+    procs: bool,
+    /// With --procs: where rank 0 hands NCCL's unique id to the others: file:PATH (a fresh path
+    /// on a file system every rank sees) or tcp:HOST:PORT (an address of rank 0's host,
+    /// reachable from every rank).
+    #[arg(long, requires = "procs")]
+    rendezvous: Option<procs::Rendezvous>,
+    /// With --procs: seconds to wait for the other ranks at the rendezvous before giving up.
+    #[arg(long, default_value = "60", value_parser = procs::seconds)]
+    rendezvous_timeout: Duration,
 }
 
 /// `heat.cu` compiled by NVRTC for the device's own architecture (see `heat.rs`: the
@@ -116,13 +142,14 @@ impl Slab {
 /// slab with one row more above and below.
 fn slabs(gpus: &[Gpu], n: u32) -> cudagraph::Result<Vec<Slab>> {
     let g = gpus.len() as u32;
+    (0..g).map(|i| slab(&gpus[i as usize], n, i, g)).collect()
+}
+
+/// Slab `i` of `g` of an N×N field, on `gpu`.
+fn slab(gpu: &Gpu, n: u32, i: u32, g: u32) -> cudagraph::Result<Slab> {
     let interior = n - 2;
-    (0..g)
-        .map(|i| {
-            let (a, b) = (1 + interior * i / g, 1 + interior * (i + 1) / g);
-            Slab::new(&gpus[i as usize], n, a - 1, b - a + 2)
-        })
-        .collect()
+    let (a, b) = (1 + interior * i / g, 1 + interior * (i + 1) / g);
+    Slab::new(gpu, n, a - 1, b - a + 2)
 }
 
 /// The halo exchange of two slabs.
@@ -189,7 +216,6 @@ fn step2(
         #[cfg(feature = "nccl")]
         Exchange::Nccl => {
             use cudarc::nccl::{group_end, group_start};
-            type BoxError = Box<dyn std::error::Error + Send + Sync>;
             let nccl =
                 |e: cudarc::nccl::result::NcclError| -> BoxError { format!("NCCL: {e:?}").into() };
             let w = n as usize;
@@ -403,5 +429,148 @@ fn bits(v: &[f32]) -> Vec<u32> {
 }
 
 fn main() -> ExitCode {
-    cli::main("heat_multi", Heat::PROGRAMMATIC, |a: &Args| a.plan, run)
+    cli::main(
+        "heat_multi",
+        Heat::PROGRAMMATIC,
+        |a: &Args| a.plan,
+        |a: &Args| {
+            if a.procs { run_procs(a) } else { Ok::<_, BoxError>(run(a)?) }
+        },
+    )
+}
+
+#[cfg(not(feature = "nccl"))]
+fn run_procs(_: &Args) -> Result<bool, BoxError> {
+    eprintln!(
+        "heat_multi: --procs exchanges halos with NCCL: build with `--features cudagraph-examples/nccl`"
+    );
+    Ok(false)
+}
+
+/// `--procs`: this process's rank of the run, its slab of each field on GPU `LOCAL_RANK`, the
+/// halos exchanged with the ranks above and below by NCCL send/recv in the step's `capture`
+/// statement; its own rows compared bit for bit with the single-GPU step run on the same GPU.
+#[cfg(feature = "nccl")]
+fn run_procs(a: &Args) -> Result<bool, BoxError> {
+    use cudarc::nccl::{Comm, Id};
+    let rank = procs::Rank::from_env()?;
+    let me = format!("heat_multi: rank {} of {}", rank.rank, rank.world);
+    let Some(rendezvous) = &a.rendezvous else {
+        eprintln!("{me}: --procs needs --rendezvous file:PATH or tcp:HOST:PORT");
+        return Ok(false);
+    };
+    let found = CudaContext::device_count()? as usize;
+    if rank.local >= found {
+        eprintln!("{me}: its local rank is {} but this host has {found} GPUs", rank.local);
+        return Ok(false);
+    }
+    let world = rank.world as u32;
+    if let Some(small) = a.sizes.iter().find(|&&n| n < 8 || n - 2 < world) {
+        eprintln!("{me}: --sizes {small}: the field must be at least 8 x 8, with a row per rank");
+        return Ok(false);
+    }
+    let ctx = CudaContext::new(rank.local)?;
+    let stream = ctx.new_stream()?;
+    // SAFETY: as in `run`.
+    let k = unsafe { Heat::load(&ctx, compile(&ctx)?) }?;
+    let gpu = Gpu { stream, k };
+    println!("{me}: GPU {} of this host: {}", rank.local, ctx.name().unwrap_or_default());
+    // NCCL's unique id, made by rank 0, handed to every rank once all have shown up.
+    let make = || -> Result<Vec<u8>, String> {
+        let id = Id::new().map_err(|e| format!("ncclGetUniqueId: {e:?}"))?;
+        Ok(id.internal().iter().map(|&c| c as u8).collect())
+    };
+    let bytes = rendezvous.share(rank, make, a.rendezvous_timeout)?;
+    let internal: [std::ffi::c_char; 128] =
+        std::array::from_fn(|i| *bytes.get(i).unwrap_or(&0) as _);
+    if bytes.len() != internal.len() {
+        return Err(
+            format!("{me}: the rendezvous gave an id of {} bytes, not 128", bytes.len()).into()
+        );
+    }
+    let comm = Comm::from_rank(gpu.stream.clone(), rank.rank, rank.world, Id::uninit(internal))
+        .map_err(|e| format!("{me}: ncclCommInitRank: {e:?}"))?;
+    let one = std::slice::from_ref(&gpu);
+    let alpha = 0.2f32;
+    let mut ok = true;
+    for &n in &a.sizes {
+        // The single-GPU step on this rank's GPU: the reference field and time.
+        let mut whole = slabs(one, n)?.remove(0);
+        let mut cache = GraphCache::new();
+        let base = timed(one, a.steps, || step1(&mut cache, &gpu, &mut whole, n, alpha))?;
+        let reference = gather(one, std::slice::from_ref(&whole), n)?;
+        drop(whole);
+        for mode in [Mode::Graph, Mode::Eager] {
+            let mut s = slab(&gpu, n, rank.rank as u32, world)?;
+            let mut cache = GraphCache::new();
+            cache.set_mode(mode);
+            let t = timed(one, a.steps, || step_rank(&mut cache, &gpu, &mut s, n, alpha, &comm))?;
+            // Its own rows (and the field's top or bottom edge on the first and last rank).
+            let w = n as usize;
+            let local = gpu.stream.clone_dtoh(&s.u)?;
+            let lo = if rank.rank == 0 { 0 } else { 1 } as usize;
+            let hi = s.rows as usize - if rank.rank + 1 == rank.world { 0 } else { 1 };
+            let at = s.first as usize * w;
+            let same = bits(&local[lo * w..hi * w]) == bits(&reference[at + lo * w..at + hi * w]);
+            ok &= same;
+            let m = if mode == Mode::Graph { "graph" } else { "eager" };
+            println!(
+                "{me}: {n}x{n}, {} steps, rows {}..{}, NCCL send/recv: {m} {:9.2} µs/step, {:.2}x this GPU's 1-GPU graph step rate ({})",
+                a.steps,
+                s.first as usize + lo,
+                s.first as usize + hi,
+                us(t),
+                us(base) / us(t),
+                if same { "bit-exact with 1 GPU" } else { "NOT bit-exact with 1 GPU" }
+            );
+        }
+    }
+    if !ok {
+        eprintln!("{me}: FAILED (its rows differ from the single-GPU step)");
+    }
+    Ok(ok)
+}
+
+/// One step of this rank's slab: stencil and boundary, then its first own row to the rank above
+/// and its last own row to the rank below, the halo rows from them, by NCCL send/recv in a
+/// `capture` statement on the step's stream (the communicator's).
+#[cfg(feature = "nccl")]
+fn step_rank(
+    cache: &mut GraphCache,
+    g: &Gpu,
+    s: &mut Slab,
+    n: u32,
+    alpha: f32,
+    comm: &cudarc::nccl::Comm,
+) -> cudagraph::Result<()> {
+    use cudarc::nccl::{group_end, group_start};
+    let nccl = |e: cudarc::nccl::result::NcclError| -> BoxError { format!("NCCL: {e:?}").into() };
+    let (k, rows, cfg, edge) = (&g.k, s.rows, s.cfg(n), LaunchConfig::for_num_elems(n));
+    let (w, r) = (n as usize, rows as usize);
+    let up = comm.rank().checked_sub(1).map(|p| p as i32);
+    let down = (comm.rank() + 1 < comm.world_size()).then_some(comm.rank() as i32 + 1);
+    graph!(cache, &g.stream, {
+        k.stencil(n, rows, alpha, &s.u, &mut s.v).launch(cfg);
+        k.boundary(n, rows, &mut s.v).launch(edge);
+        capture(&mut s.v, |c, (mut v,)| {
+            // SAFETY: the step's stream is the communicator's (`Comm::from_rank` got it); until
+            // the closure returns it carries only NCCL's send/recv of the listed view.
+            unsafe {
+                c.stream();
+            }
+            group_start().map_err(nccl)?;
+            if let Some(p) = up {
+                comm.send(&v.slice(w..2 * w), p).map_err(nccl)?;
+                comm.recv(&mut v.slice_mut(0..w), p).map_err(nccl)?;
+            }
+            if let Some(p) = down {
+                comm.send(&v.slice((r - 2) * w..(r - 1) * w), p).map_err(nccl)?;
+                comm.recv(&mut v.slice_mut((r - 1) * w..r * w), p).map_err(nccl)?;
+            }
+            group_end().map_err(nccl)?;
+            Ok::<(), BoxError>(())
+        });
+    })?;
+    std::mem::swap(&mut s.u, &mut s.v);
+    Ok(())
 }
