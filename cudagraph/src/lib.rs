@@ -224,6 +224,10 @@ pub use session::{Capture, CaptureSlice, CaptureSliceMut, CaptureView};
 ///   capture on a private stream on every call before anything is enqueued
 ///   ([`Stats::captures`]) and sent to the exec as a per-node update. The closure gets a
 ///   [`CaptureSlice`] of each `&` operand and a [`CaptureSliceMut`] of each `&mut` operand.
+///   Keyed: `capture(&a, &mut b, key = k, |s, k, (a, mut b)| { … })`, a closure that captures
+///   nothing (it must coerce to a `fn`; a captured local is rustc's E0308 "expected fn pointer,
+///   found closure" naming it: move it into the key) and takes `&k`; recorded only when the
+///   operands or the key change ([`CaptureKey`], [`GraphCache::set_recordings_per_capture`]).
 ///   The stream argument must then be a `&Arc<CudaStream>` made with `ctx.new_stream()` (the
 ///   legacy default stream cannot capture), with cudarc's event tracking on (its default).
 ///   Errors: [`Error::Graph`] (a recording that allocated memory: give a library its workspace
