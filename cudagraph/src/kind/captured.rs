@@ -441,12 +441,26 @@ pub(crate) struct Recordings {
     clock: u64,
 }
 
-struct Kept {
+/// What a keyed statement's recording depends on besides its key: the call's context, the
+/// closure's address ([`CapturedWork::code`]) and the operands ([`CapturedWork::ranges`]; the
+/// entries past the operands stay [`EMPTY_RANGES`]'s, so equal arrays mean equal operands).
+#[derive(PartialEq)]
+struct Depends {
     ctx: CUcontext,
-    /// The closure's address ([`CapturedWork::code`]).
     code: usize,
     ranges: Ranges,
-    n: usize,
+}
+
+impl Depends {
+    fn of(w: &dyn CapturedWork) -> Self {
+        let mut ranges = EMPTY_RANGES;
+        w.ranges(&mut ranges);
+        Depends { ctx: w.context(), code: w.code(), ranges }
+    }
+}
+
+struct Kept {
+    depends: Depends,
     key: Box<dyn Any + Send>,
     graph: Arc<OwnedGraph>,
     used: u64,
@@ -477,17 +491,9 @@ impl Recordings {
     /// The kept recording for `w`'s operands and key, if any (marked used).
     pub(crate) fn find(&mut self, w: &dyn CapturedWork) -> Option<Arc<OwnedGraph>> {
         let key = w.key()?;
-        let mut ranges = EMPTY_RANGES;
-        let n = w.ranges(&mut ranges);
-        let (ctx, code) = (w.context(), w.code());
+        let depends = Depends::of(w);
         self.clock += 1;
-        let k = self.kept.iter_mut().find(|k| {
-            k.ctx == ctx
-                && k.code == code
-                && k.n == n
-                && k.ranges[..n] == ranges[..n]
-                && key.same_as(&*k.key)
-        })?;
+        let k = self.kept.iter_mut().find(|k| k.depends == depends && key.same_as(&*k.key))?;
         k.used = self.clock;
         Some(k.graph.clone())
     }
@@ -499,19 +505,10 @@ impl Recordings {
         if max == 0 {
             return;
         }
-        let mut ranges = EMPTY_RANGES;
-        let n = w.ranges(&mut ranges);
         self.clock += 1;
-        let (ctx, code, key) = (w.context(), w.code(), key.keep());
-        let kept = Kept { ctx, code, ranges, n, key, graph, used: self.clock };
-        if self.kept.len() >= max
-            && let Some(i) = (0..self.kept.len()).min_by_key(|&i| self.kept[i].used)
-        {
-            self.kept[i] = kept;
-            self.kept.truncate(max);
-        } else {
-            self.kept.push(kept);
-        }
+        let (depends, key) = (Depends::of(w), key.keep());
+        self.kept.push(Kept { depends, key, graph, used: self.clock });
+        self.shrink(max);
     }
 }
 
