@@ -222,15 +222,7 @@ fn run_floor(
         captured?;
         let graph = graph.ok_or("the capture recorded nothing")?;
         graph.upload()?;
-        stream.synchronize()?;
-        let t = Instant::now();
-        for i in 0..steps {
-            stream.memcpy_dtod(&net.inputs.slice(i * n..(i + 1) * n), &mut net.h[0])?;
-            graph.launch()?;
-            stream.memcpy_dtod(&net.h[LAYERS], &mut outputs.slice_mut(i * n..(i + 1) * n))?;
-        }
-        stream.synchronize()?;
-        Ok(t.elapsed().as_secs_f64())
+        timed_steps(stream, net, outputs, (n, steps), |_| Ok(graph.launch()?))
     })();
     let _ = stream.synchronize();
     // SAFETY: back to cudarc's default, the stream idle.
@@ -248,11 +240,25 @@ fn run_plain(
     (batch, width, steps): (usize, usize, usize),
 ) -> Result<f64, Box<dyn std::error::Error>> {
     let n = batch * width;
+    timed_steps(stream, net, outputs, (n, steps), |net| {
+        layers(stream, blas, k, net, (batch, width))
+    })
+}
+
+/// Runs `steps` steps of `n` elements on `stream` (input `i` copied into `h[0]`, `step`, then
+/// `h[LAYERS]` copied into output `i`), from an idle stream to an idle stream. Returns seconds.
+fn timed_steps(
+    stream: &Arc<CudaStream>,
+    net: &mut Net,
+    outputs: &mut CudaSlice<f32>,
+    (n, steps): (usize, usize),
+    mut step: impl FnMut(&mut Net) -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<f64, Box<dyn std::error::Error>> {
     stream.synchronize()?;
     let t = Instant::now();
     for i in 0..steps {
         stream.memcpy_dtod(&net.inputs.slice(i * n..(i + 1) * n), &mut net.h[0])?;
-        layers(stream, blas, k, net, (batch, width))?;
+        step(net)?;
         stream.memcpy_dtod(&net.h[LAYERS], &mut outputs.slice_mut(i * n..(i + 1) * n))?;
     }
     stream.synchronize()?;
