@@ -1186,6 +1186,30 @@ struct Row {
 }
 
 impl Row {
+    /// A row as measured, its ratios not yet worked out.
+    fn measured(
+        section: &'static str,
+        (shape, k, steps_per_rep): (Shape, usize, usize),
+        id: &'static str,
+        t: Summary,
+        stats: Option<Stats>,
+    ) -> Self {
+        let what = describe(id);
+        Row {
+            section,
+            shape,
+            k,
+            id,
+            what,
+            steps_per_rep,
+            t,
+            floor: None,
+            ratio_raw: None,
+            ratio_floor: None,
+            stats,
+        }
+    }
+
     fn json(&self) -> RowJson {
         RowJson {
             section: self.section,
@@ -1632,19 +1656,7 @@ fn read_rows(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Repor
     }
 
     for (id, t, stats) in rows {
-        report.rows.push(Row {
-            section: "read",
-            shape,
-            k,
-            id,
-            what: describe(id),
-            steps_per_rep: steps,
-            t,
-            floor: None,
-            ratio_raw: None,
-            ratio_floor: None,
-            stats,
-        });
+        report.rows.push(Row::measured("read", (shape, k, steps), id, t, stats));
     }
     Ok(())
 }
@@ -1656,19 +1668,7 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
     let steps = env.steps.unwrap_or_else(|| steps_per_rep(k));
     let first = report.rows.len();
     let push = |report: &mut Report, section, id, t, stats| {
-        report.rows.push(Row {
-            section,
-            shape,
-            k,
-            id,
-            what: describe(id),
-            steps_per_rep: steps,
-            t,
-            floor: None,
-            ratio_raw: None,
-            ratio_floor: None,
-            stats,
-        })
+        report.rows.push(Row::measured(section, (shape, k, steps), id, t, stats))
     };
     let label = |id: &str| format!("{} K={k} row {id}", shape.name());
 
@@ -2061,17 +2061,10 @@ fn programmatic_rows(env: &Env, pdl: &BenchPdl, k: usize, report: &mut Report) -
             _ => None,
         };
         report.rows.push(Row {
-            section: "programmatic",
-            shape,
-            k,
-            id,
-            what: describe(id),
-            steps_per_rep: steps,
-            t,
             floor: floor.map(|f| f.0),
             ratio_raw: pc.map(|c| t.median / c),
             ratio_floor: floor.and_then(|f| f.1).map(|v| t.median / v),
-            stats,
+            ..Row::measured("programmatic", (shape, k, steps), id, t, stats)
         });
     }
     print_block(&report.rows[first..]);
@@ -2847,18 +2840,12 @@ mod tests {
             for &k in ks {
                 for (id, per_node) in [("c", 0.8), ("d", 0.82)] {
                     let median = 1.0 + per_node * k as f64;
+                    let t = Summary { median, p10: median * 0.9, p90: median * 1.1, samples: 20 };
+                    let stats = (id == "d").then(Stats::default);
                     r.rows.push(Row {
-                        section: "steady",
-                        shape,
-                        k,
-                        id,
-                        what: describe(id),
-                        steps_per_rep: steps_per_rep(k),
-                        t: Summary { median, p10: median * 0.9, p90: median * 1.1, samples: 20 },
                         floor: (id == "d").then_some("c"),
                         ratio_raw: Some(1.0),
-                        ratio_floor: None,
-                        stats: (id == "d").then(Stats::default),
+                        ..Row::measured("steady", (shape, k, steps_per_rep(k)), id, t, stats)
                     });
                 }
             }
