@@ -365,6 +365,37 @@ pub unsafe fn memcpy_async(
     unsafe { sys::cuMemcpyAsync(dst, src, bytes, stream) }.result()
 }
 
+/// `cuMemcpyHtoDAsync_v2`: `bytes` bytes from host memory at `src` to device memory at `dst`.
+/// Inside a stream capture it records a memcpy node. Driver reference:
+/// <https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html>.
+///
+/// # Safety
+/// `src` is pinned host memory and `dst` device memory of `stream`'s context, each valid for
+/// `bytes` bytes until the copy ran (for a recorded copy: every launch of the recording); the
+/// context is current and `stream` live.
+pub unsafe fn memcpy_htod_async(
+    dst: sys::CUdeviceptr,
+    src: *const c_void,
+    bytes: usize,
+    stream: CUstream,
+) -> Result<(), DriverError> {
+    unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src, bytes, stream) }.result()
+}
+
+/// `cuMemcpyDtoHAsync_v2`: `bytes` bytes from device memory at `src` to host memory at `dst`.
+/// Inside a stream capture it records a memcpy node.
+///
+/// # Safety
+/// As [`memcpy_htod_async`], the other way: `dst` pinned host memory, `src` device memory.
+pub unsafe fn memcpy_dtoh_async(
+    dst: *mut c_void,
+    src: sys::CUdeviceptr,
+    bytes: usize,
+    stream: CUstream,
+) -> Result<(), DriverError> {
+    unsafe { sys::cuMemcpyDtoHAsync_v2(dst, src, bytes, stream) }.result()
+}
+
 /// `cuMemsetD8Async` / `cuMemsetD16Async` / `cuMemsetD32Async` of `n` elements of
 /// `element_size` bytes at `d` to `v`.
 ///

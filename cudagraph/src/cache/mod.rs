@@ -464,8 +464,12 @@ impl GraphCache {
         call_id: Option<u64>,
     ) -> Result<()> {
         let location = call.shape.location();
-        self.run_checked(call, stream, nodes, guards, call_id)
-            .map_err(|e| e.or_context_fault(location))
+        // Host functions recorded by this call's captures report their panics to this cache.
+        let reports = self.reports.clone();
+        crate::kind::host::with_call_reports(&reports, || {
+            self.run_checked(call, stream, nodes, guards, call_id)
+        })
+        .map_err(|e| e.or_context_fault(location))
     }
 
     fn run_checked(

@@ -83,36 +83,81 @@ impl Drop for OwnedGraph {
 }
 
 /// One operand of a `capture` statement: a `&place` ([`DevRead`], the closure gets a
-/// `CaptureSlice`) or `&mut place` ([`DevWrite`], a `CaptureSliceMut`) handle. Sealed.
+/// `CaptureSlice`) or `&mut place` ([`DevWrite`], a `CaptureSliceMut`) handle of device memory,
+/// or of pinned host memory (`HostRead` / `HostWrite`, a `CaptureHostSlice` /
+/// `CaptureHostSliceMut`: `capture_host.rs`). Sealed.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be an operand of `capture`",
-    label = "not `&buffer` or `&mut buffer` of device memory",
-    note = "`capture` operands are device buffers marked `&` (read) or `&mut` (written)"
+    label = "not `&buffer` or `&mut buffer` of device or pinned host memory",
+    note = "`capture` operands are device buffers or pinned host buffers (`PinnedHostSlice`) marked `&` (read) or `&mut` (written)"
 )]
 pub trait CaptureOperand: sealed::Sealed {
     /// The element type.
     type Elem: 'static;
     /// What the closure gets for it.
     type View<'s>;
+    /// What the view is made of while the closure runs: an [`Alias`] of device memory, or the
+    /// address of pinned host memory.
+    #[doc(hidden)]
+    type Alias;
     /// `(pointer, length, context, tag, written)`.
     #[doc(hidden)]
     fn parts(&self) -> (sys::CUdeviceptr, usize, CUcontext, u64, bool);
     /// The stream the buffer was allocated on (set by `graph!`).
     #[doc(hidden)]
     fn own(&self) -> Option<&CudaStream>;
+    /// Whether the operand is device memory (pinned host memory needs no helper stream of its
+    /// context, and is no device operand of the [`Capture`]).
+    #[doc(hidden)]
+    fn device(&self) -> bool {
+        true
+    }
+    /// The operand's alias: on `stream` for device memory of its context, else on the stream of
+    /// `helpers` of the operand's context.
+    ///
+    /// # Safety
+    /// As [`CaptureOperands::aliases`], for this operand.
+    #[doc(hidden)]
+    unsafe fn alias(&self, stream: &Arc<CudaStream>, helpers: &[Arc<CudaStream>]) -> Self::Alias;
+    /// What the [`Capture`] knows of a device operand, from its alias (`None` for pinned host
+    /// memory: its views carry their capture, see `capture_host.rs`).
+    #[doc(hidden)]
+    fn listed(&self, alias: &mut Self::Alias, stream: &CudaStream) -> Option<Listed>;
     /// The closure's view of the operand's alias.
     #[doc(hidden)]
-    fn view<'s>(alias: &'s mut Alias<Self::Elem>, cap: &'s Capture) -> Self::View<'s>;
+    fn view<'s>(alias: &'s mut Self::Alias, cap: &'s Capture) -> Self::View<'s>;
+}
+
+/// The alias of a device operand of `ctx`: on `stream`, or on the helper stream of `ctx`.
+///
+/// # Safety
+/// As [`Alias::new`], with the stream chosen here.
+unsafe fn device_alias<T>(
+    (ptr, len, ctx): (sys::CUdeviceptr, usize, CUcontext),
+    stream: &Arc<CudaStream>,
+    helpers: &[Arc<CudaStream>],
+) -> Alias<T> {
+    let on = helpers.iter().find(|h| h.context().cu_ctx() == ctx).unwrap_or(stream);
+    // SAFETY: the caller's contract.
+    unsafe { Alias::new(on, ptr, len) }
 }
 
 impl<T: 'static> CaptureOperand for DevRead<'_, T> {
     type Elem = T;
     type View<'s> = CaptureSlice<'s, T>;
+    type Alias = Alias<T>;
     fn parts(&self) -> (sys::CUdeviceptr, usize, CUcontext, u64, bool) {
         (self.ptr, self.len, self.ctx, self.tag, false)
     }
     fn own(&self) -> Option<&CudaStream> {
         self.own
+    }
+    unsafe fn alias(&self, stream: &Arc<CudaStream>, helpers: &[Arc<CudaStream>]) -> Alias<T> {
+        // SAFETY: the caller's contract.
+        unsafe { device_alias((self.ptr, self.len, self.ctx), stream, helpers) }
+    }
+    fn listed(&self, alias: &mut Alias<T>, stream: &CudaStream) -> Option<Listed> {
+        Some(alias.listed(stream, false))
     }
     fn view<'s>(alias: &'s mut Alias<T>, cap: &'s Capture) -> CaptureSlice<'s, T> {
         alias.view(cap)
@@ -122,11 +167,19 @@ impl<T: 'static> CaptureOperand for DevRead<'_, T> {
 impl<T: 'static> CaptureOperand for DevWrite<'_, T> {
     type Elem = T;
     type View<'s> = CaptureSliceMut<'s, T>;
+    type Alias = Alias<T>;
     fn parts(&self) -> (sys::CUdeviceptr, usize, CUcontext, u64, bool) {
         (self.ptr, self.len, self.ctx, self.tag, true)
     }
     fn own(&self) -> Option<&CudaStream> {
         self.own
+    }
+    unsafe fn alias(&self, stream: &Arc<CudaStream>, helpers: &[Arc<CudaStream>]) -> Alias<T> {
+        // SAFETY: the caller's contract.
+        unsafe { device_alias((self.ptr, self.len, self.ctx), stream, helpers) }
+    }
+    fn listed(&self, alias: &mut Alias<T>, stream: &CudaStream) -> Option<Listed> {
+        Some(alias.listed(stream, true))
     }
     fn view<'s>(alias: &'s mut Alias<T>, cap: &'s Capture) -> CaptureSliceMut<'s, T> {
         alias.view_mut(cap)
@@ -170,7 +223,8 @@ pub trait CaptureOperands: sealed::Sealed {
     /// The closure's views of the aliases.
     #[doc(hidden)]
     fn views<'s>(aliases: &'s mut Self::Aliases, cap: &'s Capture) -> Self::Views<'s>;
-    /// What the [`Capture`] knows of each operand, from its alias.
+    /// What the [`Capture`] knows of each device operand, from its alias, in order (pinned host
+    /// operands are left out).
     #[doc(hidden)]
     fn listed(&self, aliases: &mut Self::Aliases, stream: &CudaStream) -> Vec<Listed>;
 }
@@ -180,7 +234,7 @@ macro_rules! capture_operands {
         impl<$($o: CaptureOperand),*> sealed::Sealed for ($($o,)*) {}
         impl<$($o: CaptureOperand),*> CaptureOperands for ($($o,)*) {
             type Views<'s> = ($($o::View<'s>,)*);
-            type Aliases = ($(Alias<$o::Elem>,)*);
+            type Aliases = ($($o::Alias,)*);
             fn accesses(&self, out: &mut Accesses) -> usize {
                 let mut n = 0;
                 $(let (_, _, ctx, tag, write) = self.$i.parts();
@@ -196,7 +250,7 @@ macro_rules! capture_operands {
                 n
             }
             fn foreign<'x>(&'x self, ctx: CUcontext, out: &mut Vec<Option<&'x CudaStream>>) {
-                $(if self.$i.parts().2 != ctx {
+                $(if self.$i.device() && self.$i.parts().2 != ctx {
                     out.push(self.$i.own());
                 })*
             }
@@ -206,18 +260,15 @@ macro_rules! capture_operands {
                 helpers: &[Arc<CudaStream>],
             ) -> Self::Aliases {
                 // SAFETY: the caller's contract, operand by operand.
-                ($({
-                    let (ptr, len, ctx, ..) = self.$i.parts();
-                    let on =
-                        helpers.iter().find(|h| h.context().cu_ctx() == ctx).unwrap_or(stream);
-                    unsafe { Alias::new(on, ptr, len) }
-                },)*)
+                ($(unsafe { self.$i.alias(stream, helpers) },)*)
             }
             fn views<'s>(aliases: &'s mut Self::Aliases, cap: &'s Capture) -> Self::Views<'s> {
                 ($($o::view(&mut aliases.$i, cap),)*)
             }
             fn listed(&self, aliases: &mut Self::Aliases, stream: &CudaStream) -> Vec<Listed> {
-                vec![$(aliases.$i.listed(stream, self.$i.parts().4)),*]
+                let mut listed = Vec::new();
+                $(listed.extend(self.$i.listed(&mut aliases.$i, stream));)*
+                listed
             }
         }
     };

@@ -37,12 +37,13 @@ use std::sync::{Condvar, Mutex};
 
 use crate::raw::Flag;
 
-/// A host node's work for a worker: run `job` (if any), then set `flag`.
+/// A host node's work for a worker: run `job` (if any), then set `flag` (if any: a host function
+/// of a capture sets its flag itself, `capture_host.rs`, and a dropped capture closure has none).
 pub(crate) struct Task {
     /// Runs the closure; returns what to drop after the flag is set (the closure and what it
     /// owns), so that those drops, which may make CUDA calls, never run while the stream waits.
     pub(crate) job: Option<Box<dyn FnOnce() -> Option<super::host::Deferred> + Send>>,
-    pub(crate) flag: &'static Flag,
+    pub(crate) flag: Option<&'static Flag>,
 }
 
 /// Whether `CUDAGRAPH_TRACE_HOST` is set: then the hand-off prints each step on stderr.
@@ -60,8 +61,9 @@ impl Task {
     }
 
     fn run(self) {
+        let device = self.flag.map_or(0, |f| f.device);
         if tracing() {
-            eprintln!("[handoff] worker runs a job for flag {:#x}", self.flag.device);
+            eprintln!("[handoff] worker runs a job for flag {device:#x}");
         }
         let mut leftover = None;
         if let Some(job) = self.job {
@@ -72,9 +74,11 @@ impl Task {
                 Err(p) => core::mem::forget(p),
             }
         }
-        self.flag.set();
+        if let Some(flag) = self.flag {
+            flag.set();
+        }
         if tracing() {
-            eprintln!("[handoff] flag {:#x} set", self.flag.device);
+            eprintln!("[handoff] flag {device:#x} set");
         }
         // The closure's own values (device buffers, caches, pinned memory) are freed now, off
         // the stream's path: a free that waits for the device or for a driver lock held by a
@@ -105,7 +109,7 @@ fn workers() -> std::sync::MutexGuard<'static, Workers> {
 /// can be started, the task runs here (CUDA calls inside it then fail as before).
 pub(crate) fn submit(task: Task) {
     if tracing() {
-        eprintln!("[handoff] callback hands over flag {:#x}", task.flag.device);
+        eprintln!("[handoff] callback hands over flag {:#x}", task.flag.map_or(0, |f| f.device));
     }
     let mut p = workers();
     p.tasks.push_back(task);

@@ -257,7 +257,12 @@ impl Queued {
 /// Reports a caught panic as the cache's next call's [`Error::HostFunction`] (`what` prefixes
 /// the message). The payload's own drop may panic too, which must not unwind into a driver
 /// thread or a worker: dropped inside `catch_unwind`, and a second payload is leaked.
-fn report(reports: &Reports, site: NodeSite, what: &str, panic: Box<dyn core::any::Any + Send>) {
+pub(crate) fn report(
+    reports: &Reports,
+    site: NodeSite,
+    what: &str,
+    panic: Box<dyn core::any::Any + Send>,
+) {
     let message = panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_string())
@@ -278,6 +283,12 @@ pub(crate) struct Deferred {
 }
 
 impl Deferred {
+    /// `value` to drop once its node completed, reported as `site`'s to `reports` if its drop
+    /// panics (a host function of a capture: `capture_host.rs`).
+    pub(crate) fn new(value: Leftover, site: NodeSite, reports: Arc<Reports>) -> Self {
+        Deferred { value, site, reports }
+    }
+
     /// Drops the closure; never unwinds.
     pub(crate) fn drop_now(self) {
         let Deferred { value, site, reports } = self;
@@ -285,6 +296,35 @@ impl Deferred {
             report(&reports, site, "while dropping the closure after it ran: ", panic);
         }
     }
+}
+
+thread_local! {
+    /// The reports of the graph call running on this thread (see [`with_call_reports`]).
+    static CALL_REPORTS: core::cell::RefCell<Option<Arc<Reports>>> =
+        const { core::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with `reports` as this thread's call reports: a host function recorded by a
+/// capture closure that `f` runs (`Capture::host`, in `capture_host.rs`) reports its panics
+/// there, so that the next call of the cache (or launch of the standalone exec) returns them as
+/// [`Error::HostFunction`], as a `host` statement's are. The previous ones are restored after,
+/// also when `f` unwinds.
+pub(crate) fn with_call_reports<R>(reports: &Arc<Reports>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Arc<Reports>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let old = self.0.take();
+            CALL_REPORTS.with(|r| *r.borrow_mut() = old);
+        }
+    }
+    let old = CALL_REPORTS.with(|r| r.borrow_mut().replace(reports.clone()));
+    let _restore = Restore(old);
+    f()
+}
+
+/// The reports of the graph call running on this thread, if any ([`with_call_reports`]).
+pub(crate) fn call_reports() -> Option<Arc<Reports>> {
+    CALL_REPORTS.with(|r| r.borrow().clone())
 }
 
 /// A node's queue in [`QUEUES`]: its waiting jobs, whether its node state is gone (then the
@@ -324,7 +364,7 @@ unsafe extern "C" fn run_queued(user: *mut c_void) {
     // panic.
     if let Some(flag) = flag {
         flag.reset();
-        handoff::submit(Task { job: job.map(|j| Box::new(move || j.run()) as _), flag });
+        handoff::submit(Task { job: job.map(|j| Box::new(move || j.run()) as _), flag: Some(flag) });
     }
 }
 
@@ -340,7 +380,7 @@ unsafe extern "C" fn run_once(user: *mut c_void) {
     // SAFETY: `user` is the `Box<Eager>` that `eager` leaked for this one callback.
     let Eager { queued, flag } = *unsafe { Box::from_raw(user.cast::<Eager>()) };
     flag.reset();
-    handoff::submit(Task { job: Some(Box::new(move || queued.run())), flag });
+    handoff::submit(Task { job: Some(Box::new(move || queued.run())), flag: Some(flag) });
 }
 
 /// An exec's host node: its queue's number, and the child graph (host function, then the wait
