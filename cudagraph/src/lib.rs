@@ -168,6 +168,7 @@
 mod builder;
 mod cache;
 mod capture;
+mod capture_host;
 mod error;
 mod flags;
 mod introspect;
@@ -183,6 +184,9 @@ pub use cache::{GraphCache, InstantiateFlags, Mode, Stats};
 pub use capture::{
     CapturedKernel, DeviceBuffer, DeviceBufferMut, Exec, Graph, Operand, Operands, Released,
     ReleasedUpdateRefused, UpdateRefused, capture,
+};
+pub use capture_host::{
+    CaptureHostSlice, CaptureHostSliceMut, CaptureHostView, HostFnArg, HostFnArgs,
 };
 pub use cudarc;
 pub use error::{CudaError, Error, NodeSite, Refusal, Result};
@@ -563,6 +567,12 @@ pub mod __private {
     /// For tests.
     pub fn host_flags_in_use() -> usize {
         crate::flags::in_use()
+    }
+
+    /// How many host functions recorded by captures (`Capture::host`) are alive: a recording,
+    /// a graph or an exec that may launch them holds them. For tests.
+    pub fn captured_host_functions() -> usize {
+        crate::capture_host::live()
     }
 
     /// A `host(&a, &mut b, |(a, b)| …)` statement of `graph!`: the operands' handles and the

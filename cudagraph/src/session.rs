@@ -412,7 +412,7 @@ impl Capture {
 
     /// The address, length and context of `view`, checked to lie inside the listed operand it
     /// is a view of (a written one when `write`).
-    fn locate<'s, V: CaptureView<'s>>(
+    pub(crate) fn locate<'s, V: CaptureView<'s>>(
         &self,
         view: &V,
         write: bool,

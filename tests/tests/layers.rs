@@ -17,6 +17,7 @@ const RUNTIME: &[&str] = &[
     "ledger",
     "session",
     "kind",
+    "capture_host",
     "introspect",
     "capture",
     "cache",

@@ -364,7 +364,10 @@ unsafe extern "C" fn run_queued(user: *mut c_void) {
     // panic.
     if let Some(flag) = flag {
         flag.reset();
-        handoff::submit(Task { job: job.map(|j| Box::new(move || j.run()) as _), flag: Some(flag) });
+        handoff::submit(Task {
+            job: job.map(|j| Box::new(move || j.run()) as _),
+            flag: Some(flag),
+        });
     }
 }
 
