@@ -51,6 +51,7 @@
 //! long as the recording exists.
 
 use core::any::TypeId;
+use core::ffi::c_void;
 use core::fmt;
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, Location, catch_unwind, resume_unwind};
@@ -60,11 +61,14 @@ use std::sync::Arc;
 use cudarc::driver::sys::{self, CUdeviceptr, CUgraph, CUgraphExec, CUgraphNode, CUresult};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DriverError,
+    PinnedHostSlice,
 };
 
+use crate::capture_host::{CaptureHostSlice, CaptureHostSliceMut, HostAlias};
 use crate::error::{Call, CudaError, Error, NodeSite, Refusal, Result};
+use crate::kind::host::with_call_reports;
 use crate::kind::kernel::{Kernel, MAX_KERNEL_PARAMS};
-use crate::kind::{KernelArgs, KernelLaunch, KernelNode, NodeKind};
+use crate::kind::{KernelArgs, KernelLaunch, KernelNode, NodeKind, Reports};
 use crate::ledger::Ledger;
 use crate::operand::{Acquire, AcquireMut, BufferArg, DevRead, DevWrite, Guard, NO_BUFFER_ARGS};
 use crate::raw;
@@ -408,22 +412,44 @@ impl<P: DeviceBufferMut + Send + ?Sized> Held for &mut P {
 pub trait Operand<'a>: imp::Sealed {
     /// The element type.
     type Elem: 'static;
-    /// What the closure gets for it: `CaptureSlice<'s, Elem>` or `CaptureSliceMut<'s, Elem>`.
+    /// What the closure gets for it: `CaptureSlice<'s, Elem>` or `CaptureSliceMut<'s, Elem>`
+    /// (device memory), `CaptureHostSlice<'s, Elem>` or `CaptureHostSliceMut<'s, Elem>` (pinned
+    /// host memory).
     type View<'s>;
+    /// What the view is made of while the closure runs (see `CaptureOperand::Alias`).
+    #[doc(hidden)]
+    type Alias;
     /// The borrow, as the graph holds it.
     #[doc(hidden)]
     fn into_held(self) -> Box<dyn Held + 'a>;
+    /// The operand's alias over its acquired memory.
+    ///
+    /// # Safety
+    /// As [`Operands::aliases`], for this operand.
+    #[doc(hidden)]
+    unsafe fn alias(stream: &Arc<CudaStream>, acquired: &Acquired<'_>) -> Self::Alias;
+    /// What the [`Capture`] knows of a device operand (`None` for pinned host memory).
+    #[doc(hidden)]
+    fn listed(alias: &mut Self::Alias, stream: &CudaStream, written: bool) -> Option<Listed>;
     /// The closure's view of the operand's alias.
     #[doc(hidden)]
-    fn view<'s>(alias: &'s mut Alias<Self::Elem>, cap: &'s Capture) -> Self::View<'s>;
+    fn view<'s>(alias: &'s mut Self::Alias, cap: &'s Capture) -> Self::View<'s>;
 }
 
 impl<P: DeviceBuffer + Sync + ?Sized> imp::Sealed for &P {}
 impl<'a, P: DeviceBuffer + Sync + ?Sized + 'a> Operand<'a> for &'a P {
     type Elem = P::Elem;
     type View<'s> = CaptureSlice<'s, P::Elem>;
+    type Alias = Alias<P::Elem>;
     fn into_held(self) -> Box<dyn Held + 'a> {
         Box::new(self)
+    }
+    unsafe fn alias(stream: &Arc<CudaStream>, a: &Acquired<'_>) -> Alias<P::Elem> {
+        // SAFETY: the caller's contract.
+        unsafe { Alias::new(stream, a.ptr, a.len) }
+    }
+    fn listed(alias: &mut Alias<P::Elem>, stream: &CudaStream, written: bool) -> Option<Listed> {
+        Some(alias.listed(stream, written))
     }
     fn view<'s>(alias: &'s mut Alias<P::Elem>, cap: &'s Capture) -> CaptureSlice<'s, P::Elem> {
         alias.view(cap)
@@ -434,10 +460,91 @@ impl<P: DeviceBufferMut + Send + ?Sized> imp::Sealed for &mut P {}
 impl<'a, P: DeviceBufferMut + Send + ?Sized + 'a> Operand<'a> for &'a mut P {
     type Elem = P::Elem;
     type View<'s> = CaptureSliceMut<'s, P::Elem>;
+    type Alias = Alias<P::Elem>;
     fn into_held(self) -> Box<dyn Held + 'a> {
         Box::new(self)
     }
+    unsafe fn alias(stream: &Arc<CudaStream>, a: &Acquired<'_>) -> Alias<P::Elem> {
+        // SAFETY: the caller's contract.
+        unsafe { Alias::new(stream, a.ptr, a.len) }
+    }
+    fn listed(alias: &mut Alias<P::Elem>, stream: &CudaStream, written: bool) -> Option<Listed> {
+        Some(alias.listed(stream, written))
+    }
     fn view<'s>(alias: &'s mut Alias<P::Elem>, cap: &'s Capture) -> CaptureSliceMut<'s, P::Elem> {
+        alias.view_mut(cap)
+    }
+}
+
+impl<T> imp::Sealed for &PinnedHostSlice<T> {}
+impl<T> imp::Sealed for &mut PinnedHostSlice<T> {}
+
+impl<T: 'static> Held for &PinnedHostSlice<T> {
+    fn acquire<'b>(&'b mut self, stream: &'b CudaStream) -> Acquired<'b> {
+        let (r, guard) = Acquire::acquire(*self, stream);
+        Acquired { ptr: r.ptr as usize as CUdeviceptr, len: r.len, ctx: r.ctx, guard }
+    }
+    fn written(&self) -> bool {
+        false
+    }
+    fn elem(&self) -> TypeId {
+        TypeId::of::<T>()
+    }
+    fn device(&self) -> bool {
+        false
+    }
+}
+
+impl<T: 'static> Held for &mut PinnedHostSlice<T> {
+    fn acquire<'b>(&'b mut self, stream: &'b CudaStream) -> Acquired<'b> {
+        let (r, _, guard) = AcquireMut::acquire_mut(*self, stream);
+        Acquired { ptr: r.ptr as usize as CUdeviceptr, len: r.len, ctx: r.ctx, guard }
+    }
+    fn written(&self) -> bool {
+        true
+    }
+    fn elem(&self) -> TypeId {
+        TypeId::of::<T>()
+    }
+    fn device(&self) -> bool {
+        false
+    }
+}
+
+/// `&h` of pinned host memory: the closure gets a [`CaptureHostSlice`].
+impl<'a, T: 'static> Operand<'a> for &'a PinnedHostSlice<T> {
+    type Elem = T;
+    type View<'s> = CaptureHostSlice<'s, T>;
+    type Alias = HostAlias<T>;
+    fn into_held(self) -> Box<dyn Held + 'a> {
+        Box::new(self)
+    }
+    unsafe fn alias(_: &Arc<CudaStream>, a: &Acquired<'_>) -> HostAlias<T> {
+        HostAlias::of(a.ptr as usize as *mut c_void, a.len, a.ctx)
+    }
+    fn listed(_: &mut HostAlias<T>, _: &CudaStream, _: bool) -> Option<Listed> {
+        None
+    }
+    fn view<'s>(alias: &'s mut HostAlias<T>, cap: &'s Capture) -> CaptureHostSlice<'s, T> {
+        alias.view(cap)
+    }
+}
+
+/// `&mut h` of pinned host memory: the closure gets a [`CaptureHostSliceMut`].
+impl<'a, T: 'static> Operand<'a> for &'a mut PinnedHostSlice<T> {
+    type Elem = T;
+    type View<'s> = CaptureHostSliceMut<'s, T>;
+    type Alias = HostAlias<T>;
+    fn into_held(self) -> Box<dyn Held + 'a> {
+        Box::new(self)
+    }
+    unsafe fn alias(_: &Arc<CudaStream>, a: &Acquired<'_>) -> HostAlias<T> {
+        HostAlias::of(a.ptr as usize as *mut c_void, a.len, a.ctx)
+    }
+    fn listed(_: &mut HostAlias<T>, _: &CudaStream, _: bool) -> Option<Listed> {
+        None
+    }
+    fn view<'s>(alias: &'s mut HostAlias<T>, cap: &'s Capture) -> CaptureHostSliceMut<'s, T> {
         alias.view_mut(cap)
     }
 }
@@ -469,7 +576,8 @@ pub trait Operands<'a>: imp::Sealed {
     /// The closure's views of the aliases.
     #[doc(hidden)]
     fn views<'s>(aliases: &'s mut Self::Aliases, cap: &'s Capture) -> Self::Views<'s>;
-    /// What the [`Capture`] knows of each operand (`written[i]`: operand `i` is `&mut`).
+    /// What the [`Capture`] knows of each device operand, in order (`written[i]`: operand `i`
+    /// is `&mut`; pinned host operands are left out).
     #[doc(hidden)]
     fn listed(aliases: &mut Self::Aliases, stream: &CudaStream, written: &[bool]) -> Vec<Listed>;
 }
@@ -479,26 +587,28 @@ macro_rules! operands {
         impl<$($o),*> imp::Sealed for ($($o,)*) {}
         impl<'a, $($o: Operand<'a>),*> Operands<'a> for ($($o,)*) {
             type Views<'s> = ($($o::View<'s>,)*);
-            type Aliases = ($(Alias<$o::Elem>,)*);
+            type Aliases = ($($o::Alias,)*);
             fn into_held(self) -> Vec<Box<dyn Held + 'a>> {
                 vec![$(self.$i.into_held()),*]
             }
             #[allow(unused_variables, clippy::unused_unit)]
             unsafe fn aliases(stream: &Arc<CudaStream>, acquired: &[Acquired<'_>]) -> Self::Aliases {
                 // SAFETY: the caller's contract, operand by operand.
-                ($(unsafe { Alias::new(stream, acquired[$i].ptr, acquired[$i].len) },)*)
+                ($(unsafe { $o::alias(stream, &acquired[$i]) },)*)
             }
             #[allow(unused_variables, clippy::unused_unit)]
             fn views<'s>(aliases: &'s mut Self::Aliases, cap: &'s Capture) -> Self::Views<'s> {
                 ($($o::view(&mut aliases.$i, cap),)*)
             }
-            #[allow(unused_variables)]
+            #[allow(unused_variables, unused_mut)]
             fn listed(
                 aliases: &mut Self::Aliases,
                 stream: &CudaStream,
                 written: &[bool],
             ) -> Vec<Listed> {
-                vec![$(aliases.$i.listed(stream, written[$i])),*]
+                let mut listed = Vec::new();
+                $(listed.extend($o::listed(&mut aliases.$i, stream, written[$i]));)*
+                listed
             }
         }
     };
@@ -636,6 +746,7 @@ where
     unsafe { can_capture(stream) }.map_err(|(call, e)| err(call, e))?;
     let mut held = operands.into_held();
     let id = next_capture_id();
+    let reports = Arc::<Reports>::default();
     let functions;
     let (result, end, accesses, recorded, broken) = {
         // Outside the capture: `stream` waits for the operands' earlier users. The guards record
@@ -669,7 +780,10 @@ where
         // SAFETY: the origin is this thread's own, alive and not capturing; its context current.
         unsafe { begin_origin(&origin) }.map_err(|e| err("cuStreamBeginCapture", e))?;
         let cap = Capture::new(origin.stream().clone(), stream.clone(), true, listed, id, &[]);
-        let result = catch_unwind(AssertUnwindSafe(|| f(&cap, Ops::views(&mut aliases, &cap))));
+        // Host functions the closure records (`Capture::host`) report their panics to the graph.
+        let result = with_call_reports(&reports, || {
+            catch_unwind(AssertUnwindSafe(|| f(&cap, Ops::views(&mut aliases, &cap))))
+        });
         let broken = cap.broken();
         // What cudarc recorded instead of returning it (its waits on buffer events) during the
         // closure: a wait that invalidated the capture, say. Taken out here (cudarc's next call
@@ -738,8 +852,20 @@ where
                 return Err(graph_error(file, line, why, error));
             }
             let elems = held.iter().map(|h| h.elem()).collect();
-            let handle =
-                GraphHandle { raw, ctx: ctx.clone(), accesses, elems, file, line, id, functions };
+            let devices = held.iter().map(|h| h.device()).collect();
+            let ctx = ctx.clone();
+            let handle = GraphHandle {
+                raw,
+                ctx,
+                accesses,
+                elems,
+                devices,
+                file,
+                line,
+                id,
+                functions,
+                reports,
+            };
             Ok(Graph { handle, operands: held })
         }
         (Ok(Ok(())), Err(error)) => {
@@ -782,6 +908,12 @@ struct GraphHandle {
     accesses: Vec<Access>,
     /// The operands' element types, in order: a later binding must have the same.
     elems: Vec<TypeId>,
+    /// Whether each operand is device memory (else pinned host memory), in order: a later
+    /// binding must have the same.
+    devices: Vec<bool>,
+    /// Where the panics of the graph's host functions go ([`Capture::host`]): returned by the
+    /// next [`Exec::launch`].
+    reports: Arc<Reports>,
     /// The capture's number (see [`next_capture_id`]).
     id: u64,
     /// Where the `capture` call is.
@@ -970,7 +1102,8 @@ impl<'a> Graph<'a> {
     ) -> Result<Vec<Acquired<'b>>> {
         let h = &self.handle;
         let elems_same = self.operands.len() == h.elems.len()
-            && self.operands.iter().zip(&h.elems).all(|(o, &t)| o.elem() == t);
+            && self.operands.iter().zip(&h.elems).all(|(o, &t)| o.elem() == t)
+            && self.operands.iter().zip(&h.devices).all(|(o, &d)| o.device() == d);
         let acquired: Vec<_> = self.operands.iter_mut().map(|o| o.acquire(stream)).collect();
         let same = elems_same
             && acquired.len() == h.accesses.len()
@@ -1075,6 +1208,9 @@ impl<'a> Exec<'a> {
     /// context or is capturing; after [`Released::bind`], an operand is not the memory the graph
     /// was captured with (`CUDA_ERROR_INVALID_VALUE`); or a driver call failed
     /// (`cuGraphLaunch`; `cuEventRecord`, `cuStreamWaitEvent` for operands of other streams).
+    /// [`Error::HostFunction`], nothing enqueued: a host function of the graph
+    /// ([`Capture::host`]) panicked in an earlier launch (the first panic since the last
+    /// launch; the launch after it runs normally).
     pub fn launch(&mut self, stream: &CudaStream) -> Result<()> {
         self.check_stream(
             stream,
@@ -1083,6 +1219,9 @@ impl<'a> Exec<'a> {
                 "cuGraphLaunch (the stream is capturing)",
             ],
         )?;
+        if let Some(panicked) = self.host_panic() {
+            return Err(panicked);
+        }
         let (file, line) = (self.graph.handle.file, self.graph.handle.line);
         let err = |source| Error::Graph { file, line, source };
         let exec = self.exec.raw;
@@ -1097,6 +1236,13 @@ impl<'a> Exec<'a> {
         self.ledger.after(stream, true).map_err(err)?;
         drop(acquired); // records the operands' events after the launch
         Ok(())
+    }
+
+    /// The first panic of a host function of the exec's graphs (the one it runs, and the one it
+    /// was instantiated from) since the last launch, as [`Error::HostFunction`].
+    fn host_panic(&self) -> Option<Error> {
+        let first = self.origin.graph.as_ref().and_then(|g| g.reports.take());
+        first.or_else(|| self.graph.handle.reports.take())
     }
 
     /// Uploads the exec's work to the device ahead of its next launch on `stream`
@@ -1254,6 +1400,7 @@ impl<'a> Exec<'a> {
         h.accesses
             .iter()
             .zip(&self.graph.operands)
+            .filter(|(_, o)| o.device())
             .map(|(a, o)| Access { write: a.write && o.written(), ..*a })
             .collect()
     }
@@ -1265,6 +1412,7 @@ impl<'a> Exec<'a> {
     ///
     /// # Errors
     /// [`Error::NodeRefused`] naming this call's location: [`Refusal::NoOperand`],
+    /// [`Refusal::HostMemory`] (a pinned host operand: a kernel takes device memory),
     /// [`Refusal::ElementType`] (the operand held is not of `T`s).
     #[track_caller]
     pub fn read<T: 'static>(&self, index: usize) -> Result<DevRead<'_, T>> {
@@ -1298,6 +1446,9 @@ impl<'a> Exec<'a> {
             let operands = accesses.len().min(self.graph.operands.len());
             return Err(refuse(Refusal::NoOperand { index, operands }));
         };
+        if !o.device() {
+            return Err(refuse(Refusal::HostMemory { index }));
+        }
         if o.elem() != TypeId::of::<T>() {
             return Err(refuse(Refusal::ElementType { index }));
         }

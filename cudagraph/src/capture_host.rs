@@ -249,8 +249,20 @@ pub struct HostAlias<T> {
 }
 
 impl<T> HostAlias<T> {
-    fn of(ptr: *mut c_void, len: usize, ctx: CUcontext) -> Self {
+    /// The alias of `len` elements of pinned host memory at `ptr`, of `ctx`.
+    pub(crate) fn of(ptr: *mut c_void, len: usize, ctx: CUcontext) -> Self {
         HostAlias { ptr: ptr.cast(), len, ctx }
+    }
+
+    /// The closure's view of a `&` operand.
+    pub(crate) fn view<'s>(&'s mut self, cap: &'s Capture) -> CaptureHostSlice<'s, T> {
+        CaptureHostSlice { ptr: self.ptr.cast_const(), len: self.len, ctx: self.ctx, cap }
+    }
+
+    /// The closure's view of a `&mut` operand.
+    pub(crate) fn view_mut<'s>(&'s mut self, cap: &'s Capture) -> CaptureHostSliceMut<'s, T> {
+        let (ptr, len, ctx) = (self.ptr, self.len, self.ctx);
+        CaptureHostSliceMut { ptr, len, ctx, cap, _write: PhantomData }
     }
 }
 
@@ -274,7 +286,7 @@ impl<T: 'static> CaptureOperand for HostRead<'_, T> {
         None
     }
     fn view<'s>(alias: &'s mut HostAlias<T>, cap: &'s Capture) -> CaptureHostSlice<'s, T> {
-        CaptureHostSlice { ptr: alias.ptr.cast_const(), len: alias.len, ctx: alias.ctx, cap }
+        alias.view(cap)
     }
 }
 
@@ -298,8 +310,7 @@ impl<T: 'static> CaptureOperand for HostWrite<'_, T> {
         None
     }
     fn view<'s>(alias: &'s mut HostAlias<T>, cap: &'s Capture) -> CaptureHostSliceMut<'s, T> {
-        let (ptr, len, ctx) = (alias.ptr, alias.len, alias.ctx);
-        CaptureHostSliceMut { ptr, len, ctx, cap, _write: PhantomData }
+        alias.view_mut(cap)
     }
 }
 

@@ -340,6 +340,11 @@ pub enum Refusal {
         /// The operand.
         index: usize,
     },
+    /// Operand `index` is pinned host memory, which a kernel node does not take.
+    HostMemory {
+        /// The operand.
+        index: usize,
+    },
 }
 
 impl fmt::Display for Refusal {
@@ -378,6 +383,9 @@ impl fmt::Display for Refusal {
             }
             Refusal::NotWritten { index } => {
                 write!(f, "operand {index} is not written by the graph (borrowed `&`)")
+            }
+            Refusal::HostMemory { index } => {
+                write!(f, "operand {index} is pinned host memory: a kernel takes device memory")
             }
         }
     }

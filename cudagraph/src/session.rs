@@ -737,6 +737,10 @@ pub(crate) mod imp {
         fn written(&self) -> bool;
         /// The element type.
         fn elem(&self) -> TypeId;
+        /// Whether it is device memory (else pinned host memory, `capture_host.rs`).
+        fn device(&self) -> bool {
+            true
+        }
     }
 
     /// A listed operand as a [`Capture`] knows it: its memory and access, the identity of its
