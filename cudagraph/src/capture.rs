@@ -327,7 +327,7 @@ impl fmt::Debug for CapturedKernel {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a capture operand",
     label = "not device memory",
-    note = "capture operands are `&` or `&mut` borrows of `CudaSlice<T>`, `CudaView<'_, T>` or `CudaViewMut<'_, T>`"
+    note = "capture operands are `&` or `&mut` borrows of `CudaSlice<T>`, `CudaView<'_, T>`, `CudaViewMut<'_, T>` or pinned host memory (`PinnedHostSlice<T>`)"
 )]
 pub trait DeviceBuffer: imp::Sealed {
     /// The element type.
@@ -402,12 +402,13 @@ impl<P: DeviceBufferMut + Send + ?Sized> Held for &mut P {
 }
 
 /// One operand of [`capture`]: `&buffer` (the closure gets a [`CaptureSlice`]) or `&mut buffer`
-/// (a [`CaptureSliceMut`]) of a [`DeviceBuffer`], borrowed for `'a`, the lifetime of the [`Graph`].
-/// Sealed.
+/// (a [`CaptureSliceMut`]) of a [`DeviceBuffer`], or `&h` / `&mut h` of a `PinnedHostSlice` (a
+/// [`CaptureHostSlice`] / [`CaptureHostSliceMut`]), borrowed for `'a`, the lifetime of the
+/// [`Graph`]. Sealed.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a capture operand",
-    label = "not `&buffer` or `&mut buffer` of device memory",
-    note = "capture operands are `&` or `&mut` borrows of `CudaSlice<T>`, `CudaView<'_, T>` or `CudaViewMut<'_, T>`"
+    label = "not `&buffer` or `&mut buffer` of device or pinned host memory",
+    note = "capture operands are `&` or `&mut` borrows of `CudaSlice<T>`, `CudaView<'_, T>`, `CudaViewMut<'_, T>` or pinned host memory (`PinnedHostSlice<T>`)"
 )]
 pub trait Operand<'a>: imp::Sealed {
     /// The element type.
@@ -553,7 +554,7 @@ impl<'a, T: 'static> Operand<'a> for &'a mut PinnedHostSlice<T> {
 /// `(&a, &mut b)`, …). Sealed.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a tuple of capture operands",
-    label = "expected a tuple of 0 to 6 `&buffer` / `&mut buffer` of device memory",
+    label = "expected a tuple of 0 to 6 `&buffer` / `&mut buffer` of device or pinned host memory",
     note = "write one operand as `(&x,)`, with the comma"
 )]
 pub trait Operands<'a>: imp::Sealed {
@@ -631,15 +632,18 @@ fn graph_error(file: &'static str, line: u32, call: &'static str, error: DriverE
 /// crate's, `cuStreamEndCapture`).
 ///
 /// `operands` is a tuple of 0 to 6 borrows of device buffers (`CudaSlice<T>`, `CudaView<'_, T>`,
-/// `CudaViewMut<'_, T>`; device memory only): `&x` for buffers the work only reads, `&mut x`
-/// for buffers it writes. `f` gets the [`Capture`] and, in the same order, a [`CaptureSlice`]
-/// of each `&` operand and a [`CaptureSliceMut`] of each `&mut` operand, by value: they cannot
-/// leave the closure. The returned graph holds the borrows of `operands` (so they outlive it,
+/// `CudaViewMut<'_, T>`) or pinned host buffers (`PinnedHostSlice<T>`): `&x` for buffers the
+/// work only reads, `&mut x` for buffers it writes. `f` gets the [`Capture`] and, in the same
+/// order, a [`CaptureSlice`] of each `&` device operand and a [`CaptureSliceMut`] of each `&mut`
+/// one, a [`CaptureHostSlice`] / [`CaptureHostSliceMut`] of each pinned one, by value: they
+/// cannot leave the closure. Host views serve [`Capture::copy_htod`], [`Capture::copy_dtoh`]
+/// and [`Capture::host`] (docs/capture.md, "Host work inside a capture"). The returned graph holds the borrows of `operands` (so they outlive it,
 /// and its [`Exec`]) and the modules of its explicit kernel nodes, and is run by
 /// [`instantiate`](Graph::instantiate) and [`Exec::launch`].
 ///
 /// What `f` records: in safe code, only work on the listed operands, through the capture's
-/// methods ([`Capture::copy`], [`Capture::zero`], [`Capture::kernel`]). Library calls
+/// methods ([`Capture::copy`], [`Capture::zero`], [`Capture::kernel`], [`Capture::copy_htod`],
+/// [`Capture::copy_dtoh`], [`Capture::host`]). Library calls
 /// (cuBLAS, cuFFT, NCCL) and cudarc launches go on the call's stream, which joins the capture
 /// through the `unsafe` [`Capture::stream`] (its contract: SAFETY.md, "Captured work"). Safe
 /// code that uses `stream` (or any other stream) without joining it runs at once, as outside a

@@ -227,8 +227,10 @@ pub use session::{Capture, CaptureSlice, CaptureSliceMut, CaptureView};
 ///   launches on the call's stream joined by the `unsafe` `s.stream()`), recorded by stream
 ///   capture on a private stream on every call before anything is enqueued
 ///   ([`Stats::captures`]) and sent to the exec as a per-node update. The closure gets a
-///   [`CaptureSlice`] of each `&` operand and a [`CaptureSliceMut`] of each `&mut` operand.
-///   Keyed: `capture(&a, &mut b, key = k, |s, k, (a, mut b)| { … })`, a closure that captures
+///   [`CaptureSlice`] of each `&` operand and a [`CaptureSliceMut`] of each `&mut` operand;
+///   pinned host operands may be listed too (a [`CaptureHostSlice`] / [`CaptureHostSliceMut`]),
+///   for [`Capture::copy_htod`], [`Capture::copy_dtoh`] and host functions ([`Capture::host`])
+///   recorded as nodes of the capture. Keyed: `capture(&a, &mut b, key = k, |s, k, (a, mut b)| { … })`, a closure that captures
 ///   nothing (it must coerce to a `fn`; a captured local is rustc's E0308 "expected fn pointer,
 ///   found closure" naming it: move it into the key) and takes `&k`; recorded only when the
 ///   operands or the key change ([`CaptureKey`], [`GraphCache::set_recordings_per_capture`]).
