@@ -368,7 +368,7 @@ impl<T: Send + 'static> HostFnArg for &mut CaptureHostSliceMut<'_, T> {
         (self.ptr.cast(), self.len, self.cap)
     }
     unsafe fn view<'v>(ptr: *mut c_void, len: usize) -> &'v mut [T] {
-        if len == 0 {
+        if len == 0 || ptr.is_null() {
             return &mut [];
         }
         // SAFETY: the caller's contract; pinned memory of `len` elements of `T`.
@@ -376,12 +376,13 @@ impl<T: Send + 'static> HostFnArg for &mut CaptureHostSliceMut<'_, T> {
     }
 }
 
-/// `&[T]` of `len` elements at `ptr` (an empty slice for none: the pointer may then be null).
+/// `&[T]` of `len` elements at `ptr` (an empty slice for none, or for a null pointer, which an
+/// empty pinned buffer has).
 ///
 /// # Safety
 /// As [`HostFnArg::view`].
 unsafe fn slice_of<'v, T>(ptr: *mut c_void, len: usize) -> &'v [T] {
-    if len == 0 {
+    if len == 0 || ptr.is_null() {
         return &[];
     }
     // SAFETY: the caller's contract.
