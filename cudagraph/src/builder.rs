@@ -184,11 +184,15 @@ impl<'a> GraphBuilder<'a> {
     /// (`cuGraphAddNode_v2`, child graph), like `graph!`'s `capture` statement. Its label is
     /// `capture`.
     ///
-    /// `operands` is a tuple of 1 to 6 of this builder's device handles, `(x,)`, `(x, y)`, …:
+    /// `operands` is a tuple of 1 to 6 of this builder's handles, `(x,)`, `(x, y)`, …:
     /// a [`DevRead`](crate::DevRead) from [`read`](Self::read) (the closure gets a `CaptureSlice`)
-    /// or a [`DevWrite`] from [`write`](Self::write) (a `CaptureSliceMut`). They are the node's
+    /// or a [`DevWrite`] from [`write`](Self::write) (a `CaptureSliceMut`) of device memory, or
+    /// a `HostRead` / `HostWrite` of pinned host memory (a `CaptureHostSlice` /
+    /// `CaptureHostSliceMut`, for [`Capture::copy_htod`], [`Capture::copy_dtoh`] and
+    /// [`Capture::host`]). They are the node's
     /// accesses: edges follow from the data hazards with the other nodes, as for any node. `f`
-    /// gets the [`Capture`] (safe work on the listed views: `copy`, `zero`, `kernel`; library
+    /// gets the [`Capture`] (safe work on the listed views: `copy`, `zero`, `kernel`, the host
+    /// copies and host functions; library
     /// calls on the builder's stream joined by the `unsafe` [`stream`](Capture::stream)) and the
     /// views in order; views cannot escape the closure (see [`capture`](crate::capture)'s
     /// docs).

@@ -864,3 +864,162 @@ unsafe fn fill_template(
         .call("cuGraphAddNode_v2 (batch mem op: wait for the host function)")?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    //! The hand-off of a capture's host function without a GPU: a flag over a plain word of
+    //! host memory stands for the one the device's wait polls.
+
+    use std::sync::atomic::AtomicU32;
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// A flag over a leaked word (its device address unused: no device here), starting at 7.
+    fn flag() -> &'static Flag {
+        let word: &'static mut u32 = Box::leak(Box::new(7u32));
+        Box::leak(Box::new(Flag { host: word, device: 0, ctx: 0 }))
+    }
+
+    fn value(f: &Flag) -> u32 {
+        // SAFETY: the word is leaked (lives for the process) and only accessed atomically.
+        unsafe { AtomicU32::from_ptr(f.host) }.load(Ordering::SeqCst)
+    }
+
+    #[track_caller]
+    fn entry(run: impl FnMut() + Send + 'static, flag: &'static Flag) -> Arc<Entry> {
+        let site = site_at("host", "Capture::host", Location::caller());
+        let run: Box<dyn FnMut() + Send> = Box::new(run);
+        let reports = Arc::<Reports>::default();
+        Arc::new(Entry { run: Mutex::new(run), pending: Mutex::new(0), flag, site, reports })
+    }
+
+    #[track_caller]
+    fn eventually(what: &str, done: impl Fn() -> bool) {
+        let start = Instant::now();
+        while !done() {
+            assert!(start.elapsed() < Duration::from_secs(10), "{what}: not within 10 s");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// The callback resets the flag and returns; the closure runs on another thread, and the
+    /// flag is set only after it returned.
+    #[test]
+    fn a_run_resets_the_flag_and_sets_it_after_the_closure_returned_on_a_worker() {
+        let f = flag();
+        let (go, wait) = mpsc::channel::<()>();
+        let (ran, ran_on) = mpsc::channel();
+        let wait = Mutex::new(wait);
+        let e = entry(
+            move || {
+                wait.lock().unwrap().recv().unwrap();
+                ran.send(std::thread::current().id()).unwrap();
+            },
+            f,
+        );
+        start(e);
+        assert_eq!(value(f), 0, "reset by the callback before it returns");
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(value(f), 0, "not set while the closure runs");
+        go.send(()).unwrap();
+        let on = ran_on.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_ne!(on, std::thread::current().id(), "the closure ran on a worker");
+        eventually("the flag set", || value(f) == 1);
+    }
+
+    /// Two launches of one recording at once (two execs): the flag is set only once neither run
+    /// is pending, and the runs do not overlap.
+    #[test]
+    fn with_two_runs_pending_the_flag_waits_for_both() {
+        let f = flag();
+        let (go, wait) = mpsc::channel::<()>();
+        let wait = Mutex::new(wait);
+        let done = Arc::new(AtomicU32::new(0));
+        let inside = Arc::new(AtomicU32::new(0));
+        let (d, i) = (done.clone(), inside.clone());
+        let e = entry(
+            move || {
+                assert_eq!(i.fetch_add(1, Ordering::SeqCst), 0, "runs overlap");
+                wait.lock().unwrap().recv().unwrap();
+                i.fetch_sub(1, Ordering::SeqCst);
+                d.fetch_add(1, Ordering::SeqCst);
+            },
+            f,
+        );
+        start(e.clone());
+        start(e.clone());
+        go.send(()).unwrap();
+        eventually("one run done", || done.load(Ordering::SeqCst) == 1);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(value(f), 0, "one run still pending: the device must still wait");
+        go.send(()).unwrap();
+        eventually("both runs done and the flag set", || {
+            done.load(Ordering::SeqCst) == 2 && value(f) == 1
+        });
+        assert_eq!(*e.pending(), 0);
+    }
+
+    /// A panic is caught on the worker, reported as the cache's next `Error::HostFunction`
+    /// naming the `Capture::host` call, and the flag is set all the same (the launch goes on);
+    /// the next launch runs the closure again.
+    #[test]
+    fn a_panic_is_reported_and_the_flag_still_set() {
+        let f = flag();
+        let runs = Arc::new(AtomicU32::new(0));
+        let r = runs.clone();
+        let line = line!() + 1;
+        let e = entry(move || assert!(r.fetch_add(1, Ordering::SeqCst) != 0, "on purpose"), f);
+        start(e.clone());
+        eventually("the flag set after the panic", || value(f) == 1);
+        match e.reports.take() {
+            Some(Error::HostFunction { site, message }) => {
+                assert!(message.contains("on purpose"), "{message}");
+                assert_eq!((site.text, site.line), ("Capture::host", line));
+            }
+            other => panic!("expected a reported panic, got {other:?}"),
+        }
+        start(e.clone());
+        eventually("the second run", || runs.load(Ordering::SeqCst) == 2 && value(f) == 1);
+        assert!(e.reports.take().is_none(), "the second run did not panic");
+    }
+
+    /// Counts its drop, and on which thread.
+    struct Token(mpsc::Sender<std::thread::ThreadId>);
+    impl Drop for Token {
+        fn drop(&mut self) {
+            let _ = self.0.send(std::thread::current().id());
+        }
+    }
+
+    /// The user object's destructor (a driver thread, where no CUDA call is allowed) removes
+    /// the entry and hands the closure to a worker, which drops it; the callback of a removed
+    /// entry does nothing.
+    #[test]
+    fn the_destructor_removes_the_entry_and_a_worker_drops_the_closure() {
+        let f = flag();
+        let (tx, dropped_on) = mpsc::channel();
+        let token = Token(tx);
+        let e = entry(
+            move || {
+                let _owned = &token;
+            },
+            f,
+        );
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        with_entries(|m| m.insert(id, e));
+        // SAFETY: no CUDA here; `id` is this test's entry.
+        unsafe { run_captured(id as *mut c_void) };
+        eventually("the run through the table", || value(f) == 1);
+        // SAFETY: as above; the destructor runs once.
+        unsafe { drop_entry(id as *mut c_void) };
+        assert!(!with_entries(|m| m.contains_key(&id)), "removed from the table");
+        let on = dropped_on.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_ne!(on, std::thread::current().id(), "dropped on a worker");
+        // A callback for a number no longer in the table changes nothing.
+        f.set();
+        unsafe { run_captured(id as *mut c_void) };
+        assert_eq!(value(f), 1);
+    }
+}

@@ -221,6 +221,48 @@ fn the_simple_cuda_graphs_capture_has_its_seven_nodes_and_matches_eager() -> Res
     Ok(())
 }
 
+/// `GraphBuilder::capture` with pinned host handles: H2D copy, host function, D2H copy in the
+/// builder's captured node, three launches with new inputs, graph and eager alike, against the
+/// host model.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_builder_capture_takes_pinned_host_handles() -> Result {
+    let _serial = common::serial();
+    let _dog = common::watchdog(120, "a builder capture with pinned host handles");
+    let (ctx, s, _k) = gpu()?;
+    let len = N as usize;
+    let mut per_mode = Vec::new();
+    for mode in [Mode::Graph, Mode::Eager] {
+        let mut x = s.alloc_zeros::<u32>(len)?;
+        let mut inp = pinned::<u32>(&ctx, len)?;
+        let mut back = pinned::<u32>(&ctx, len)?;
+        let mut cache = GraphCache::new();
+        cache.set_mode(mode);
+        let mut got = Vec::new();
+        for step in 0..3u32 {
+            let input = host::iota(N, 9, step);
+            inp.as_mut_slice()?.copy_from_slice(&input);
+            let mut g = cache.builder(&s);
+            let (hr, xw, bw) = (g.read(&inp), g.write(&mut x), g.write(&mut back));
+            g.capture(&s, (hr, xw, bw), move |c, (inp, mut x, mut back)| {
+                c.copy_dtoh(&x, &mut back)?; // last call's x (zero at first)
+                c.host((&mut back,), move |(b,)| b.iter_mut().for_each(|v| *v ^= step))?;
+                c.copy_htod(&inp, &mut x)?;
+                Ok::<(), Error>(())
+            });
+            g.launch()?;
+            s.synchronize()?;
+            let last = if step == 0 { vec![0; len] } else { host::iota(N, 9, step - 1) };
+            let want: Vec<u32> = last.iter().map(|v| v ^ step).collect();
+            assert_same(back.as_slice()?, &want, &format!("{mode:?}, launch {step}"));
+            got.push(back.as_slice()?.to_vec());
+        }
+        per_mode.push(got);
+    }
+    assert!(per_mode[0] == per_mode[1], "graph and eager results differ");
+    Ok(())
+}
+
 /// Counts the runs of a host function and the drops of what its closure owns.
 #[derive(Default)]
 struct Probe {
