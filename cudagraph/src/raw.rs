@@ -846,6 +846,29 @@ pub unsafe fn stream_set_capture_dependencies(
     .result()
 }
 
+/// `cuGraphMemAllocNodeGetParams`: the address and size in bytes of a memory allocation node
+/// (`CU_GRAPH_NODE_TYPE_MEM_ALLOC`).
+///
+/// # Safety
+/// `node` is a memory allocation node of a live graph.
+pub unsafe fn mem_alloc_node(node: CUgraphNode) -> Result<(sys::CUdeviceptr, usize), DriverError> {
+    // SAFETY: all-zero is a valid `CUDA_MEM_ALLOC_NODE_PARAMS` (plain data; the driver fills it).
+    let mut p: sys::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { core::mem::zeroed() };
+    unsafe { sys::cuGraphMemAllocNodeGetParams(node, &mut p) }.result()?;
+    Ok((p.dptr, p.bytesize))
+}
+
+/// `cuGraphMemFreeNodeGetParams`: the address a memory free node (`CU_GRAPH_NODE_TYPE_MEM_FREE`)
+/// frees.
+///
+/// # Safety
+/// `node` is a memory free node of a live graph.
+pub unsafe fn mem_free_node(node: CUgraphNode) -> Result<sys::CUdeviceptr, DriverError> {
+    let mut d: sys::CUdeviceptr = 0;
+    unsafe { sys::cuGraphMemFreeNodeGetParams(node, &mut d) }.result()?;
+    Ok(d)
+}
+
 /// `cuGraphNodeGetType`: the kind of `node`.
 ///
 /// # Safety

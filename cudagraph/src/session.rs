@@ -282,14 +282,29 @@ impl Capture {
     ///   (`&` operands only read), or memory that stays allocated and unused elsewhere for as
     ///   long as the graph (and every exec and `graph!` cache made from it) may be launched,
     ///   such as a library's workspace set before the capture;
-    /// - neither allocates nor frees memory (a buffer made or dropped on this stream while it
-    ///   captures), nor copies from or to host memory (pageable or pinned): such a copy is
-    ///   recorded and would run at each launch, after the host memory may be gone;
+    /// - uses memory it allocates on this stream while it captures (`alloc`, `alloc_zeros`,
+    ///   a library's outputs and workspace: graph memory, see below) only inside the capture,
+    ///   and drops every such buffer before the closure returns, or never uses or drops it
+    ///   after (`mem::forget`); frees no other memory (a buffer made before the capture and
+    ///   dropped in it is refused when the capture ends);
+    /// - copies neither from nor to host memory (pageable or pinned): such a copy is recorded
+    ///   and would run at each launch, after the host memory may be gone;
     /// - launches only functions whose modules stay loaded while the graph may be launched;
     /// - waits only on events recorded inside this capture.
     ///
     /// A library call that cudarc marks `unsafe` (cuBLAS GEMMs, cuFFT) is then covered by the
     /// same `unsafe` block. SAFETY.md ("Captured work") says what the crate relies on.
+    ///
+    /// **Allocations while captured.** `cuMemAllocAsync` on a capturing stream is a memory
+    /// allocation node: the buffer's address is graph memory of the recording, which exists
+    /// only inside each launch, from that node to its free node. A buffer dropped inside the
+    /// closure is that free node; the crate frees every allocation still live when the closure
+    /// returns at the end of the recording (after all its work). So nothing a closure allocates
+    /// outlives a launch or leaks; an output the program needs afterwards is copied into a
+    /// listed `&mut` operand inside the closure. The recording's allocation nodes are counted in
+    /// [`Stats::capture_allocations`](crate::Stats::capture_allocations) and their bytes in
+    /// [`GraphCache::graph_owned_bytes`](crate::GraphCache::graph_owned_bytes); the memory comes
+    /// from the device's graph memory pool ([`graph_mem_usage`](crate::graph_mem_usage)).
     ///
     /// [`capture`]: crate::capture()
     pub unsafe fn stream(&self) -> &Arc<CudaStream> {
@@ -964,8 +979,98 @@ pub(crate) unsafe fn end_origin(
         let _ = unsafe { raw::record_event(origin.join.cu_event(), s.cu_stream()) }
             .and_then(|()| unsafe { raw::wait_event(o, origin.join.cu_event()) });
     }
+    // An error here (an invalidated capture) also shows in the end of the capture.
+    // SAFETY: the caller's contract: the origin captures, everything joined into it.
+    let _ = unsafe { free_live_allocations(o) };
     // SAFETY: the caller's contract.
     unsafe { raw::stream_end_capture(o) }
+}
+
+/// Frees, at the end of the recording, every allocation made inside the capture on `origin`
+/// that no free of the capture freed: `cuMemFreeAsync` on the origin, after all the capture's
+/// work (every other stream of the capture was joined back into the origin), so the recording
+/// holds a memory free node for it. What a closure (a library it calls) allocated while
+/// captured is then graph memory that exists only inside each launch of the recording, from
+/// its allocation node to its free node: nothing outlives the launch, so nothing leaks and a
+/// relaunch never finds an allocation still live. The allocation nodes and free nodes are read
+/// from the graph being captured (`cuStreamGetCaptureInfo_v3`, `cuGraphGetNodes`).
+///
+/// # Safety
+/// `origin` is live, of the current context, and capturing (begun by this thread) with every
+/// other stream of the capture joined back into it.
+unsafe fn free_live_allocations(origin: sys::CUstream) -> Result<(), DriverError> {
+    // SAFETY: the caller's contract.
+    let info = unsafe { raw::stream_capture_info(origin) }?;
+    if info.status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE {
+        return Ok(());
+    }
+    // SAFETY: the graph being captured is alive while the capture is; only read.
+    let (allocs, freed) = unsafe { memory_nodes(info.graph) }?;
+    for d in live(&allocs, &freed) {
+        // SAFETY: `d` is an allocation of this capture not freed by it; the free is captured,
+        // ordered after all of the capture's work (the caller's contract).
+        unsafe { raw::mem_free_async(d, origin) }?;
+    }
+    Ok(())
+}
+
+/// The addresses still allocated after a recording's allocations and frees: the driver hands
+/// an address freed inside the graph to a later allocation of the same graph, so an address is
+/// live when it was allocated more often than freed (once more, at most).
+fn live(allocs: &[(CUdeviceptr, usize)], freed: &[CUdeviceptr]) -> Vec<CUdeviceptr> {
+    let mut out: Vec<CUdeviceptr> = Vec::new();
+    for &(d, _) in allocs {
+        let made = allocs.iter().filter(|a| a.0 == d).count();
+        let gone = freed.iter().filter(|&&f| f == d).count();
+        if made > gone && !out.contains(&d) {
+            out.push(d);
+        }
+    }
+    out
+}
+
+/// The memory allocation nodes `(address, bytes)` and the addresses of the memory free nodes of
+/// `graph` (its top level: a recording's).
+///
+/// # Safety
+/// `graph` is alive.
+unsafe fn memory_nodes(
+    graph: CUgraph,
+) -> Result<(Vec<(CUdeviceptr, usize)>, Vec<CUdeviceptr>), DriverError> {
+    let (mut allocs, mut freed) = (Vec::new(), Vec::new());
+    // SAFETY: the caller's contract.
+    for n in unsafe { raw::graph_nodes(graph) }? {
+        // SAFETY: `n` is a node of the live graph, of the type asked.
+        match unsafe { raw::node_type(n) }? {
+            sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
+                allocs.push(unsafe { raw::mem_alloc_node(n) }?)
+            }
+            sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE => {
+                freed.push(unsafe { raw::mem_free_node(n) }?)
+            }
+            _ => {}
+        }
+    }
+    Ok((allocs, freed))
+}
+
+/// The graph memory of a recording: its memory allocation nodes, each freed by a free node of
+/// the recording (the closure's free, or the one [`end_origin`] adds).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RecordingMemory {
+    /// How many allocation nodes.
+    pub(crate) allocations: u32,
+    /// Their sizes summed, in bytes: what each launch of the recording allocates from the
+    /// device's graph memory pool (allocations whose lifetimes do not overlap may share it).
+    pub(crate) bytes: u64,
+}
+
+impl RecordingMemory {
+    /// Whether the recording has memory nodes (which a child-graph node holds only with its
+    /// graph moved in, and an exec updates only by a new instantiation).
+    pub(crate) fn any(&self) -> bool {
+        self.allocations > 0
+    }
 }
 
 /// Whether a capture may begin on `stream`, else the refusal (the call to name and the error):
@@ -1011,26 +1116,27 @@ pub(crate) fn require_tracking(stream: &CudaStream) -> Result<(), &'static str> 
 pub(crate) const LEGACY_STREAM: &str = "cuStreamBeginCapture, not called: the legacy default \
     stream (`ctx.default_stream()`) cannot capture; use a stream from `ctx.new_stream()`; the check";
 
-/// Refuses a recording that allocated memory (an allocation node: a buffer allocated inside the
-/// closure would outlive the recording that owns its memory) or freed memory (a free node: a
-/// buffer dropped inside the closure would be freed by every launch).
-pub(crate) fn check_recording(graph: CUgraph) -> core::result::Result<(), &'static str> {
+/// Checks a recording's memory nodes and returns its graph memory. What the closure allocated
+/// while captured is graph memory, freed inside the recording (see [`free_live_allocations`]).
+/// Refused: a free node of memory the recording did not allocate (a buffer made before the
+/// capture and dropped in the closure: every launch would free memory the recording does not
+/// own), and an allocation no free node frees (none, after [`end_origin`]'s frees).
+pub(crate) fn check_recording(
+    graph: CUgraph,
+) -> core::result::Result<RecordingMemory, &'static str> {
     // SAFETY: the graph is alive (just recorded, owned by the caller).
-    let nodes = unsafe { raw::graph_nodes(graph) }.map_err(|_| "cuGraphGetNodes")?;
-    for n in nodes {
-        // SAFETY: `n` is a node of the live graph.
-        let t = unsafe { raw::node_type(n) }.map_err(|_| "cuGraphNodeGetType")?;
-        if t == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC {
-            return Err("cuStreamEndCapture (the closure allocated device memory while captured: \
-                        a buffer made in the closure would outlive the recording that owns its \
-                        memory; allocate before the capture, or set a library's workspace, e.g. \
-                        cublasSetWorkspace)");
-        }
-        if t == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE {
-            return Err("cuStreamEndCapture (the closure freed device memory while captured: a \
-                        buffer dropped in the closure would be freed by every launch of the \
-                        recording, which does not own it; drop buffers after the capture)");
-        }
+    let (allocs, freed) =
+        unsafe { memory_nodes(graph) }.map_err(|_| "cuGraphGetNodes / cuGraphNodeGetType")?;
+    let made = |d: &CUdeviceptr| allocs.iter().filter(|a| a.0 == *d).count();
+    if freed.iter().any(|d| freed.iter().filter(|&f| f == d).count() > made(d)) {
+        return Err("cuStreamEndCapture (the closure freed device memory while captured that it \
+                    did not allocate in the capture: a buffer dropped in the closure would be \
+                    freed by every launch of the recording, which does not own it; drop buffers \
+                    after the capture)");
     }
-    Ok(())
+    if !live(&allocs, &freed).is_empty() {
+        return Err("cuStreamEndCapture (an allocation of the capture is not freed in it)");
+    }
+    let bytes = allocs.iter().map(|&(_, b)| b as u64).sum();
+    Ok(RecordingMemory { allocations: allocs.len() as u32, bytes })
 }

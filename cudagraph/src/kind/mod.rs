@@ -179,6 +179,13 @@ pub(crate) trait NodeKind {
     fn scratch(_state: &Self::State) -> Option<(u32, u64, usize)> {
         None
     }
+    /// Bytes of graph memory that the node's child graph allocates and frees inside each launch
+    /// (a `capture` statement whose closure allocated while captured); 0 for none. A graph
+    /// holding such a node is never updated as a whole (`cuGraphExecUpdate`), as with
+    /// [`Self::scratch`] nodes.
+    fn recorded_memory(_state: &Self::State) -> u64 {
+        0
+    }
     /// Runs the node eagerly on `stream` (the oracle of [`Mode::Eager`](crate::Mode::Eager)).
     ///
     /// # Safety
@@ -505,6 +512,14 @@ macro_rules! node_kinds {
                 match self {
                     NodeState::Absent => None,
                     $(NodeState::$variant(_, s) => <$kind>::scratch(s),)*
+                }
+            }
+
+            /// See [`NodeKind::recorded_memory`].
+            pub(crate) fn recorded_memory(&self) -> u64 {
+                match self {
+                    NodeState::Absent => 0,
+                    $(NodeState::$variant(_, s) => <$kind>::recorded_memory(s),)*
                 }
             }
 
