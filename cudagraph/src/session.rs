@@ -283,10 +283,9 @@ impl Capture {
     ///   long as the graph (and every exec and `graph!` cache made from it) may be launched,
     ///   such as a library's workspace set before the capture;
     /// - uses memory it allocates on this stream while it captures (`alloc`, `alloc_zeros`,
-    ///   a library's outputs and workspace: graph memory, see below) only inside the capture,
-    ///   and drops every such buffer before the closure returns, or never uses or drops it
-    ///   after (`mem::forget`); frees no other memory (a buffer made before the capture and
-    ///   dropped in it is refused when the capture ends);
+    ///   a library's outputs and workspace: graph memory, see below) only inside the capture
+    ///   (one not freed before the closure returns is refused when the capture ends), and frees
+    ///   no other memory (refused too);
     /// - copies neither from nor to host memory (pageable or pinned): such a copy is recorded
     ///   and would run at each launch, after the host memory may be gone;
     /// - launches only functions whose modules stay loaded while the graph may be launched;
@@ -297,11 +296,11 @@ impl Capture {
     ///
     /// **Allocations while captured.** `cuMemAllocAsync` on a capturing stream is a memory
     /// allocation node: the buffer's address is graph memory of the recording, which exists
-    /// only inside each launch, from that node to its free node. A buffer dropped inside the
-    /// closure is that free node; the crate frees every allocation still live when the closure
-    /// returns at the end of the recording (after all its work). So nothing a closure allocates
-    /// outlives a launch or leaks; an output the program needs afterwards is copied into a
-    /// listed `&mut` operand inside the closure. The recording's allocation nodes are counted in
+    /// only inside each launch, from that node to its free node, the buffer's drop inside the
+    /// closure. A recording with an allocation the closure did not free (a buffer kept past the
+    /// closure by its environment or by a library) is refused when the capture ends: nothing a
+    /// closure allocates outlives a launch or leaks. An output the program needs afterwards is
+    /// copied into a listed `&mut` operand inside the closure. The recording's allocation nodes are counted in
     /// [`Stats::capture_allocations`](crate::Stats::capture_allocations) and their bytes in
     /// [`GraphCache::graph_owned_bytes`](crate::GraphCache::graph_owned_bytes); the memory comes
     /// from the device's graph memory pool ([`graph_mem_usage`](crate::graph_mem_usage)).
@@ -979,44 +978,14 @@ pub(crate) unsafe fn end_origin(
         let _ = unsafe { raw::record_event(origin.join.cu_event(), s.cu_stream()) }
             .and_then(|()| unsafe { raw::wait_event(o, origin.join.cu_event()) });
     }
-    // An error here (an invalidated capture) also shows in the end of the capture.
-    // SAFETY: the caller's contract: the origin captures, everything joined into it.
-    let _ = unsafe { free_live_allocations(o) };
     // SAFETY: the caller's contract.
     unsafe { raw::stream_end_capture(o) }
 }
 
-/// Frees, at the end of the recording, every allocation made inside the capture on `origin`
-/// that no free of the capture freed: `cuMemFreeAsync` on the origin, after all the capture's
-/// work (every other stream of the capture was joined back into the origin), so the recording
-/// holds a memory free node for it. What a closure (a library it calls) allocated while
-/// captured is then graph memory that exists only inside each launch of the recording, from
-/// its allocation node to its free node: nothing outlives the launch, so nothing leaks and a
-/// relaunch never finds an allocation still live. The allocation nodes and free nodes are read
-/// from the graph being captured (`cuStreamGetCaptureInfo_v3`, `cuGraphGetNodes`).
-///
-/// # Safety
-/// `origin` is live, of the current context, and capturing (begun by this thread) with every
-/// other stream of the capture joined back into it.
-unsafe fn free_live_allocations(origin: sys::CUstream) -> Result<(), DriverError> {
-    // SAFETY: the caller's contract.
-    let info = unsafe { raw::stream_capture_info(origin) }?;
-    if info.status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE {
-        return Ok(());
-    }
-    // SAFETY: the graph being captured is alive while the capture is; only read.
-    let (allocs, freed) = unsafe { memory_nodes(info.graph) }?;
-    for d in live(&allocs, &freed) {
-        // SAFETY: `d` is an allocation of this capture not freed by it; the free is captured,
-        // ordered after all of the capture's work (the caller's contract).
-        unsafe { raw::mem_free_async(d, origin) }?;
-    }
-    Ok(())
-}
-
 /// The addresses still allocated after a recording's allocations and frees: the driver hands
 /// an address freed inside the graph to a later allocation of the same graph, so an address is
-/// live when it was allocated more often than freed (once more, at most).
+/// live when it was allocated more often than freed (once more, at most; measured on the H200:
+/// a library's scratch freed, then its next output at the same address).
 fn live(allocs: &[(CUdeviceptr, usize)], freed: &[CUdeviceptr]) -> Vec<CUdeviceptr> {
     let mut out: Vec<CUdeviceptr> = Vec::new();
     for &(d, _) in allocs {
@@ -1055,7 +1024,7 @@ unsafe fn memory_nodes(
 }
 
 /// The graph memory of a recording: its memory allocation nodes, each freed by a free node of
-/// the recording (the closure's free, or the one [`end_origin`] adds).
+/// the recording (a buffer the closure allocated while captured and dropped).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct RecordingMemory {
     /// How many allocation nodes.
@@ -1117,10 +1086,16 @@ pub(crate) const LEGACY_STREAM: &str = "cuStreamBeginCapture, not called: the le
     stream (`ctx.default_stream()`) cannot capture; use a stream from `ctx.new_stream()`; the check";
 
 /// Checks a recording's memory nodes and returns its graph memory. What the closure allocated
-/// while captured is graph memory, freed inside the recording (see [`free_live_allocations`]).
-/// Refused: a free node of memory the recording did not allocate (a buffer made before the
-/// capture and dropped in the closure: every launch would free memory the recording does not
-/// own), and an allocation no free node frees (none, after [`end_origin`]'s frees).
+/// while captured (on a stream joined with the `unsafe` [`Capture::stream`] or
+/// [`Capture::fork`]) is graph memory of the recording, which exists only inside each launch:
+/// accepted when the closure freed every such buffer (dropped it: a free node), so that nothing
+/// it allocated outlives a launch. Refused:
+/// - an allocation no free node frees: a buffer that outlived the closure (kept by its
+///   environment, or by a library across calls) would point into the recording's graph memory,
+///   which is not allocated outside a launch and is freed again by the next one (and a graph
+///   with a live allocation cannot be launched again);
+/// - a free node of memory the recording did not allocate (a buffer made before the capture and
+///   dropped in the closure: every launch would free memory the recording does not own).
 pub(crate) fn check_recording(
     graph: CUgraph,
 ) -> core::result::Result<RecordingMemory, &'static str> {
@@ -1135,7 +1110,12 @@ pub(crate) fn check_recording(
                     after the capture)");
     }
     if !live(&allocs, &freed).is_empty() {
-        return Err("cuStreamEndCapture (an allocation of the capture is not freed in it)");
+        return Err("cuStreamEndCapture (the closure allocated device memory while captured and \
+                    did not free it: a buffer that outlives the closure, kept by its environment \
+                    or by a library across calls, would point into the recording's graph memory; \
+                    drop every buffer allocated in the closure before it returns, copying a \
+                    result into a listed `&mut` operand, or give the library memory made before \
+                    the capture, e.g. cublasSetWorkspace)");
     }
     let bytes = allocs.iter().map(|&(_, b)| b as u64).sum();
     Ok(RecordingMemory { allocations: allocs.len() as u32, bytes })
