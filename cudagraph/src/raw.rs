@@ -869,6 +869,20 @@ pub unsafe fn mem_free_node(node: CUgraphNode) -> Result<sys::CUdeviceptr, Drive
     Ok(d)
 }
 
+/// `cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_BUFFER_ID)`: the id of the allocation holding
+/// `p` (device or pinned host memory), unique in the process for its life ("every memory
+/// allocation from any of the CUDA memory allocation APIs will have a unique ID"): a buffer
+/// freed and another allocated at the same address have two ids. 0 when the driver cannot say
+/// (an address no CUDA allocation holds, or no driver).
+pub fn buffer_id(p: sys::CUdeviceptr) -> u64 {
+    let mut id: u64 = 0;
+    let attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID;
+    // SAFETY: a query of any address; `id` is a valid out-pointer of the attribute's type
+    // (`unsigned long long`).
+    let r = unsafe { sys::cuPointerGetAttribute((&raw mut id).cast(), attr, p) };
+    if r == sys::CUresult::CUDA_SUCCESS { id } else { 0 }
+}
+
 /// `cuGraphNodeGetType`: the kind of `node`.
 ///
 /// # Safety

@@ -207,10 +207,12 @@ pub struct Stats {
     /// Pairs of contexts (devices) whose peer access the cache enabled, both ways
     /// (`cuCtxEnablePeerAccess`), for copies between them: once per pair and cache.
     pub peer_enables: u64,
-    /// Hits whose nodes are all kernel nodes, memset nodes or keyed `capture` statements with
-    /// exactly the parameters of the variant's last call (a kernel's function, context, launch
-    /// dimensions, argument bytes, buffer contexts, device scalar lengths; a memset's address,
-    /// length, element size, value and context; a captured statement's recording; the places
+    /// Hits whose nodes are all kernel nodes, memset nodes, 1-D memcpy nodes or keyed `capture`
+    /// statements with exactly the parameters of the variant's last call (a kernel's function,
+    /// context, launch dimensions, argument bytes, buffer contexts, device scalar lengths; a
+    /// memset's address, length, element size, value and context; a copy's addresses, lengths,
+    /// element size, contexts and pinned host allocation (its driver id); a captured
+    /// statement's recording; the places
     /// their buffer handles name): such a call launches with no per-node validation or
     /// comparison (its nodes count in [`Stats::nodes_unchanged`] too).
     pub unchanged_calls: u64,
@@ -770,8 +772,8 @@ impl<D: Driver> GraphCache<D> {
     /// the exec already holding this call's pointers and sends nothing (counted in
     /// [`Stats::memo_hits`]). Default [`Self::DEFAULT_EXECS_PER_VARIANT`]; 1 turns it off.
     ///
-    /// Only calls whose nodes are all kernel nodes, memset nodes and keyed `capture` statements
-    /// with a kept recording are memoized (the calls that
+    /// Only calls whose nodes are all kernel nodes, memset nodes, 1-D memcpy nodes and keyed
+    /// `capture` statements with a kept recording are memoized (the calls that
     /// [`Stats::unchanged_calls`] can count). When such a call equals no kept exec's last call
     /// but equals one of the last four calls that changed parameters (a buffer set coming back),
     /// a new exec is built for it (`cuGraphInstantiate`, counted in [`Stats::memo_builds`])

@@ -310,9 +310,12 @@ pub trait CapturedWork: sealed::Sealed {
     /// # Safety
     /// As [`Self::record`].
     #[doc(hidden)]
-    unsafe fn fresh(&self, site: &dyn Fn() -> NodeSite) -> Result<Arc<OwnedGraph>, Error> {
+    unsafe fn fresh(&self, site: &dyn Fn() -> NodeSite) -> Result<Option<Arc<OwnedGraph>>, Error> {
         // An unkeyed statement records once per call, and a call adds a node once.
-        self.recorded().filter(|g| !g.moved()).ok_or_else(|| unrecorded(site))
+        match self.recorded() {
+            Some(g) if g.moved() => Err(unrecorded(site)),
+            g => Ok(g),
+        }
     }
     /// Whether [`Self::fresh`] recorded again in this call (the cache then keeps and counts
     /// that recording); cleared by the call.
@@ -322,7 +325,8 @@ pub trait CapturedWork: sealed::Sealed {
     }
 }
 
-/// The error of a node added without a recording (never: `prepare` records first).
+/// The error of a node whose recording was moved into another graph and cannot be made again
+/// (never: an unkeyed statement records once per call and a call adds its node once).
 fn unrecorded(site: &dyn Fn() -> NodeSite) -> Error {
     let at = site();
     let source = "the capture statement has no recording to add".into();
@@ -896,9 +900,10 @@ where
         self.key.1
     }
 
-    unsafe fn fresh(&self, site: &dyn Fn() -> NodeSite) -> Result<Arc<OwnedGraph>, Error> {
-        if let Some(g) = self.recorded().filter(|g| !g.moved()) {
-            return Ok(g);
+    unsafe fn fresh(&self, site: &dyn Fn() -> NodeSite) -> Result<Option<Arc<OwnedGraph>>, Error> {
+        match self.recorded() {
+            Some(g) if g.moved() => {}
+            g => return Ok(g),
         }
         // The kept recording's graph was moved into another node: record again (same `fn`,
         // key and operands, so the same work). A panic is this node's error: the cache is part
@@ -914,7 +919,7 @@ where
             }
         }
         self.rerecorded.set(true);
-        self.recorded().ok_or_else(|| unrecorded(site))
+        self.recorded().map(Some).ok_or_else(|| unrecorded(site))
     }
 
     fn rerecorded(&self) -> bool {
@@ -1024,7 +1029,7 @@ impl NodeKind for Captured {
         // SAFETY: called when a node is added, by the cache's build inside the call, before
         // its launch.
         match unsafe { p.fresh(&site) } {
-            Ok(g) => ChildState { graph: Some(g), failed: None },
+            Ok(graph) => ChildState { graph, failed: None },
             Err(e) => ChildState { graph: None, failed: Some(as_cuda_error(e)) },
         }
     }

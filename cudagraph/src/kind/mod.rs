@@ -571,7 +571,9 @@ node_kinds! {
 
 impl NodeParams<'_> {
     /// Appends the node's words for the cache's unchanged-call check: `1` and the kernel's
-    /// [`KernelNode::pack`]; `3` and a memset's parameters and handle; `2`, the recording's
+    /// [`KernelNode::pack`]; `3` and a memset's parameters and handle; `4` (with the sides'
+    /// memory types) and a 1-D copy's parameters, its pinned host allocation's id and its
+    /// handles, unless that id is unknown; `2`, the recording's
     /// serial and the operands' handles for a keyed `capture` statement that took a kept
     /// recording. `false` for a node of another kind (or a kernel that does not pack, or a
     /// keyed statement still to be recorded): the call then takes the node-by-node path.
@@ -589,6 +591,32 @@ impl NodeParams<'_> {
                 out.push(r.len as u64);
                 out.push(u64::from(r.elem_size) | u64::from(r.value) << 32);
                 out.push(r.ctx as u64);
+                out.push_handle(m.dst_tag, true);
+                true
+            }
+            // A 1-D copy: everything `validate` and the node's state look at (the pinned host
+            // side's allocation id included: a copy whose id is unknown is sent every call and
+            // does not pack), and its handles.
+            NodeParams::Memcpy(m) => {
+                let r = &m.raw;
+                if memcpy::host_unresolved(r) {
+                    return false;
+                }
+                let word = |side: memcpy::Memory| match side {
+                    memcpy::Memory::Device(p) => (p, 0),
+                    memcpy::Memory::Host(p) => (p as u64, 1),
+                };
+                let ((src, src_host), (dst, dst_host)) = (word(r.src), word(r.dst));
+                out.push(4 | src_host << 8 | dst_host << 9);
+                out.push(src);
+                out.push(dst);
+                out.push(r.src_len as u64);
+                out.push(r.dst_len as u64);
+                out.push(r.elem_size as u64);
+                out.push(r.src_ctx as u64);
+                out.push(r.dst_ctx as u64);
+                out.push(r.host_buffer);
+                out.push_handle(m.src_tag, false);
                 out.push_handle(m.dst_tag, true);
                 true
             }
