@@ -207,7 +207,7 @@ pub struct Stats {
     /// Pairs of contexts (devices) whose peer access the cache enabled, both ways
     /// (`cuCtxEnablePeerAccess`), for copies between them: once per pair and cache.
     pub peer_enables: u64,
-    /// Hits whose nodes are all kernel nodes, memset nodes, 1-D memcpy nodes or keyed `capture`
+    /// Hits whose nodes are all kernel nodes, memset nodes, memcpy nodes (1-D, 2-D) or keyed `capture`
     /// statements with exactly the parameters of the variant's last call (a kernel's function,
     /// context, launch dimensions, argument bytes, buffer contexts, device scalar lengths; a
     /// memset's address, length, element size, value and context; a copy's addresses, lengths,
@@ -772,7 +772,7 @@ impl<D: Driver> GraphCache<D> {
     /// the exec already holding this call's pointers and sends nothing (counted in
     /// [`Stats::memo_hits`]). Default [`Self::DEFAULT_EXECS_PER_VARIANT`]; 1 turns it off.
     ///
-    /// Only calls whose nodes are all kernel nodes, memset nodes, 1-D memcpy nodes and keyed
+    /// Only calls whose nodes are all kernel nodes, memset nodes, memcpy nodes (1-D, 2-D) and keyed
     /// `capture` statements with a kept recording are memoized (the calls that
     /// [`Stats::unchanged_calls`] can count). When such a call equals no kept exec's last call
     /// but equals one of the last four calls that changed parameters (a buffer set coming back),

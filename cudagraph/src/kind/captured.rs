@@ -592,12 +592,15 @@ pub struct CaptureParams<'a, H, F, K = Unkeyed> {
     recorded: RefCell<Option<Arc<OwnedGraph>>>,
     /// Set when [`CapturedWork::fresh`] recorded again.
     rerecorded: Cell<bool>,
+    /// The serial a recording made by [`CapturedWork::fresh`] takes over (0: a new one).
+    inherit: Cell<u64>,
 }
 
 impl<'a, H: CaptureOperands, F> CaptureParams<'a, H, F> {
     pub(crate) fn new(stream: &'a Arc<CudaStream>, handles: H, f: F) -> Self {
         let (f, recorded, rerecorded) = (Cell::new(Some(f)), RefCell::new(None), Cell::new(false));
-        CaptureParams { stream, handles, f, key: Unkeyed, recorded, rerecorded }
+        let inherit = Cell::new(0);
+        CaptureParams { stream, handles, f, key: Unkeyed, recorded, rerecorded, inherit }
     }
 }
 
@@ -610,8 +613,8 @@ impl<'a, H: CaptureOperands, K: CaptureKey, E> CaptureParams<'a, H, KeyedFn<H, K
     ) -> Self {
         let code = f as usize;
         let (f, recorded) = (Cell::new(Some(KeyedFn(f))), RefCell::new(None));
-        let rerecorded = Cell::new(false);
-        CaptureParams { stream, handles, f, key: Keyed(key, code), recorded, rerecorded }
+        let (rerecorded, inherit) = (Cell::new(false), Cell::new(0));
+        CaptureParams { stream, handles, f, key: Keyed(key, code), recorded, rerecorded, inherit }
     }
 }
 
@@ -786,6 +789,9 @@ impl<H: CaptureOperands, F, K> CaptureParams<'_, H, F, K> {
                     }
                     Ok(memory) => {
                         graph.memory = memory;
+                        if self.inherit.get() != 0 {
+                            graph.serial = self.inherit.get();
+                        }
                         *self.recorded.borrow_mut() = Some(Arc::new(graph));
                         Ok(())
                     }
@@ -901,15 +907,20 @@ where
     }
 
     unsafe fn fresh(&self, site: &dyn Fn() -> NodeSite) -> Result<Option<Arc<OwnedGraph>>, Error> {
-        match self.recorded() {
-            Some(g) if g.moved() => {}
+        let serial = match self.recorded() {
+            Some(g) if g.moved() => g.serial,
             g => return Ok(g),
-        }
+        };
+        // The same `fn`, key and operands record the same work: the new recording keeps the
+        // moved one's serial, so that the execs and variants holding the moved one still count
+        // as holding it (an unchanged call, a memo twin) and nothing is recorded again for them.
+        self.inherit.set(serial);
         // The kept recording's graph was moved into another node: record again (same `fn`,
         // key and operands, so the same work). A panic is this node's error: the cache is part
         // way through a build, which the error unwinds cleanly.
         // SAFETY: the caller's contract.
         let again = catch_unwind(AssertUnwindSafe(|| unsafe { self.record(site) }));
+        self.inherit.set(0);
         match again {
             Ok(r) => r?,
             Err(_) => {
@@ -930,18 +941,21 @@ where
 /// A recording with memory nodes goes into its child-graph node by moving its graph there
 /// (`CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`, CUDA 12.9: a child graph with memory nodes must be
 /// moved, not cloned): the parent graph owns it from then on, so the recording is marked moved
-/// (before the add: if the add fails, the graph is leaked rather than destroyed twice) and never
-/// used again. Only [`Captured::with_params`] of an add gets here ([`Captured::settable`]).
+/// and never used again (marked before the add, and unmarked by [`Captured::unadded`] if the
+/// driver refuses it, e.g. inside the body of a conditional node, where memory nodes are not
+/// allowed: the crate then destroys it). Only [`Captured::with_params`] of an add gets here
+/// ([`Captured::settable`]). Returns whether it marked the recording.
 #[cfg(any(
     feature = "cuda-12090",
     feature = "cuda-13000",
     feature = "cuda-13010",
     feature = "cuda-13020"
 ))]
-fn move_child(p: &mut CUgraphNodeParams, g: &OwnedGraph) {
+fn move_child(p: &mut CUgraphNodeParams, g: &OwnedGraph) -> bool {
     p.__bindgen_anon_1.graph.ownership =
         sys::CUgraphChildGraphNodeOwnership::CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE;
     g.moved.store(true, Ordering::Relaxed);
+    true
 }
 
 /// Before CUDA 12.9 a child graph cannot hold memory nodes: the driver refuses the add
@@ -952,7 +966,9 @@ fn move_child(p: &mut CUgraphNodeParams, g: &OwnedGraph) {
     feature = "cuda-13010",
     feature = "cuda-13020"
 )))]
-fn move_child(_: &mut CUgraphNodeParams, _: &OwnedGraph) {}
+fn move_child(_: &mut CUgraphNodeParams, _: &OwnedGraph) -> bool {
+    false
+}
 
 /// The captured node kind: a child-graph node holding one recording.
 pub(crate) struct Captured;
@@ -963,6 +979,9 @@ pub(crate) struct ChildState {
     /// Why a node being added has no recording (see [`CapturedWork::fresh`]): the add fails
     /// with it.
     failed: Option<CudaError>,
+    /// Set when [`Captured::with_params`] marked the recording moved for an add: undone if the
+    /// driver refuses the add ([`Captured::unadded`]), so the recording is destroyed, not leaked.
+    moving: bool,
 }
 
 /// The driver error an add reports for a recording made again that failed ([`CapturedWork::fresh`]):
@@ -1029,8 +1048,8 @@ impl NodeKind for Captured {
         // SAFETY: called when a node is added, by the cache's build inside the call, before
         // its launch.
         match unsafe { p.fresh(&site) } {
-            Ok(graph) => ChildState { graph, failed: None },
-            Err(e) => ChildState { graph: None, failed: Some(as_cuda_error(e)) },
+            Ok(graph) => ChildState { graph, failed: None, moving: false },
+            Err(e) => ChildState { graph: None, failed: Some(as_cuda_error(e)), moving: false },
         }
     }
 
@@ -1052,6 +1071,18 @@ impl NodeKind for Captured {
 
     fn recorded_memory(s: &ChildState) -> u64 {
         s.graph.as_ref().map_or(0, |g| g.memory().bytes)
+    }
+
+    fn memory_nodes(s: &ChildState) -> bool {
+        s.graph.as_ref().is_some_and(|g| g.memory().any())
+    }
+
+    fn unadded(s: &mut ChildState) {
+        if core::mem::take(&mut s.moving)
+            && let Some(g) = &s.graph
+        {
+            g.moved.store(false, Ordering::Relaxed);
+        }
     }
 
     /// Changed when the call's recording is another one than the node's (always, for an
@@ -1076,7 +1107,7 @@ impl NodeKind for Captured {
         let g = s.graph.as_ref().filter(|g| !g.moved());
         p.__bindgen_anon_1.graph.graph = g.map_or(core::ptr::null_mut(), |g| g.raw);
         if let Some(g) = g.filter(|g| g.memory().any()) {
-            move_child(&mut p, g);
+            s.moving = move_child(&mut p, g);
         }
         f(&mut p)
     }
