@@ -998,14 +998,15 @@ fn live(allocs: &[(CUdeviceptr, usize)], freed: &[CUdeviceptr]) -> Vec<CUdevicep
     out
 }
 
+/// A graph's memory allocation nodes `(address, bytes)` and its free nodes' addresses.
+type MemoryNodes = (Vec<(CUdeviceptr, usize)>, Vec<CUdeviceptr>);
+
 /// The memory allocation nodes `(address, bytes)` and the addresses of the memory free nodes of
 /// `graph` (its top level: a recording's).
 ///
 /// # Safety
 /// `graph` is alive.
-unsafe fn memory_nodes(
-    graph: CUgraph,
-) -> Result<(Vec<(CUdeviceptr, usize)>, Vec<CUdeviceptr>), DriverError> {
+unsafe fn memory_nodes(graph: CUgraph) -> Result<MemoryNodes, DriverError> {
     let (mut allocs, mut freed) = (Vec::new(), Vec::new());
     // SAFETY: the caller's contract.
     for n in unsafe { raw::graph_nodes(graph) }? {

@@ -70,7 +70,7 @@ fn forward(
     // SAFETY: the work joined on the stream reads `x` and writes `y` (listed views), and
     // otherwise only buffers it allocates on the stream while captured and frees here.
     let (st, xv) = unsafe { (s.stream(), x.as_cuda_view()) };
-    let t = lib.affine(st, &xv, (*a, 1))?;
+    let t = lib.affine(st, xv, (*a, 1))?;
     let u = lib.mix(st, &t)?;
     drop(t);
     st.memcpy_dtod(&u, &mut y)?;
@@ -301,7 +301,7 @@ fn a_capture_keeping_an_allocation_past_the_closure_is_refused_and_the_cache_sta
             // `t` is forgotten, not freed: the recording must be refused, whatever happens to
             // the handle.
             let (st, xv) = unsafe { (s.stream(), x.as_cuda_view()) };
-            let t = lib.affine(st, &xv, (5, 1))?;
+            let t = lib.affine(st, xv, (5, 1))?;
             st.memcpy_dtod(&t, &mut y)?;
             std::mem::forget(t);
             Ok::<(), DriverError>(())
