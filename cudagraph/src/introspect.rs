@@ -199,6 +199,7 @@ unsafe fn details(node: CUgraphNode, kind: GraphNodeKind) -> Result<NodeDetails,
                 elem_size: 1,
                 src_ctx: core::ptr::null_mut(),
                 dst_ctx: core::ptr::null_mut(),
+                host_buffer: 0,
             };
             let mut p = crate::kind::memcpy::memcpy3d(&dummy);
             // SAFETY: `node` is a memcpy node; `p` is a valid out-struct.
@@ -376,6 +377,7 @@ mod tests {
             elem_size: 4,
             src_ctx: core::ptr::null_mut(),
             dst_ctx: core::ptr::null_mut(),
+            host_buffer: 0,
         };
         let want =
             NodeDetails::Memcpy { width_bytes: 40, height: 1, src_device: false, dst_device: true };

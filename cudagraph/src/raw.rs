@@ -877,6 +877,43 @@ pub unsafe fn stream_set_capture_dependencies(
     .result()
 }
 
+/// `cuGraphMemAllocNodeGetParams`: the address and size in bytes of a memory allocation node
+/// (`CU_GRAPH_NODE_TYPE_MEM_ALLOC`).
+///
+/// # Safety
+/// `node` is a memory allocation node of a live graph.
+pub unsafe fn mem_alloc_node(node: CUgraphNode) -> Result<(sys::CUdeviceptr, usize), DriverError> {
+    // SAFETY: all-zero is a valid `CUDA_MEM_ALLOC_NODE_PARAMS` (plain data; the driver fills it).
+    let mut p: sys::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { core::mem::zeroed() };
+    unsafe { sys::cuGraphMemAllocNodeGetParams(node, &mut p) }.result()?;
+    Ok((p.dptr, p.bytesize))
+}
+
+/// `cuGraphMemFreeNodeGetParams`: the address a memory free node (`CU_GRAPH_NODE_TYPE_MEM_FREE`)
+/// frees.
+///
+/// # Safety
+/// `node` is a memory free node of a live graph.
+pub unsafe fn mem_free_node(node: CUgraphNode) -> Result<sys::CUdeviceptr, DriverError> {
+    let mut d: sys::CUdeviceptr = 0;
+    unsafe { sys::cuGraphMemFreeNodeGetParams(node, &mut d) }.result()?;
+    Ok(d)
+}
+
+/// `cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_BUFFER_ID)`: the id of the allocation holding
+/// `p` (device or pinned host memory), unique in the process for its life ("every memory
+/// allocation from any of the CUDA memory allocation APIs will have a unique ID"): a buffer
+/// freed and another allocated at the same address have two ids. 0 when the driver cannot say
+/// (an address no CUDA allocation holds, or no driver).
+pub fn buffer_id(p: sys::CUdeviceptr) -> u64 {
+    let mut id: u64 = 0;
+    let attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID;
+    // SAFETY: a query of any address; `id` is a valid out-pointer of the attribute's type
+    // (`unsigned long long`).
+    let r = unsafe { sys::cuPointerGetAttribute((&raw mut id).cast(), attr, p) };
+    if r == sys::CUresult::CUDA_SUCCESS { id } else { 0 }
+}
+
 /// `cuGraphNodeGetType`: the kind of `node`.
 ///
 /// # Safety

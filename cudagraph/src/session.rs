@@ -282,14 +282,28 @@ impl Capture {
     ///   (`&` operands only read), or memory that stays allocated and unused elsewhere for as
     ///   long as the graph (and every exec and `graph!` cache made from it) may be launched,
     ///   such as a library's workspace set before the capture;
-    /// - neither allocates nor frees memory (a buffer made or dropped on this stream while it
-    ///   captures), nor copies from or to host memory (pageable or pinned): such a copy is
-    ///   recorded and would run at each launch, after the host memory may be gone;
+    /// - uses memory it allocates on this stream while it captures (`alloc`, `alloc_zeros`,
+    ///   a library's outputs and workspace: graph memory, see below) only inside the capture
+    ///   (one not freed before the closure returns is refused when the capture ends), and frees
+    ///   no other memory (refused too);
+    /// - copies neither from nor to host memory (pageable or pinned): such a copy is recorded
+    ///   and would run at each launch, after the host memory may be gone;
     /// - launches only functions whose modules stay loaded while the graph may be launched;
     /// - waits only on events recorded inside this capture.
     ///
     /// A library call that cudarc marks `unsafe` (cuBLAS GEMMs, cuFFT) is then covered by the
     /// same `unsafe` block. SAFETY.md ("Captured work") says what the crate relies on.
+    ///
+    /// **Allocations while captured.** `cuMemAllocAsync` on a capturing stream is a memory
+    /// allocation node: the buffer's address is graph memory of the recording, which exists
+    /// only inside each launch, from that node to its free node, the buffer's drop inside the
+    /// closure. A recording with an allocation the closure did not free (a buffer kept past the
+    /// closure by its environment or by a library) is refused when the capture ends: nothing a
+    /// closure allocates outlives a launch or leaks. An output the program needs afterwards is
+    /// copied into a listed `&mut` operand inside the closure. The recording's allocation nodes are counted in
+    /// [`Stats::capture_allocations`](crate::Stats::capture_allocations) and their bytes in
+    /// [`GraphCache::graph_owned_bytes`](crate::GraphCache::graph_owned_bytes); the memory comes
+    /// from the device's graph memory pool ([`graph_mem_usage`](crate::graph_mem_usage)).
     ///
     /// [`capture`]: crate::capture()
     pub unsafe fn stream(&self) -> &Arc<CudaStream> {
@@ -972,6 +986,67 @@ pub(crate) unsafe fn end_origin(
     unsafe { raw::stream_end_capture(o) }
 }
 
+/// The addresses still allocated after a recording's allocations and frees: the driver hands
+/// an address freed inside the graph to a later allocation of the same graph, so an address is
+/// live when it was allocated more often than freed (once more, at most; measured on the H200:
+/// a library's scratch freed, then its next output at the same address).
+fn live(allocs: &[(CUdeviceptr, usize)], freed: &[CUdeviceptr]) -> Vec<CUdeviceptr> {
+    let mut out: Vec<CUdeviceptr> = Vec::new();
+    for &(d, _) in allocs {
+        let made = allocs.iter().filter(|a| a.0 == d).count();
+        let gone = freed.iter().filter(|&&f| f == d).count();
+        if made > gone && !out.contains(&d) {
+            out.push(d);
+        }
+    }
+    out
+}
+
+/// A graph's memory allocation nodes `(address, bytes)` and its free nodes' addresses.
+type MemoryNodes = (Vec<(CUdeviceptr, usize)>, Vec<CUdeviceptr>);
+
+/// The memory allocation nodes `(address, bytes)` and the addresses of the memory free nodes of
+/// `graph` (its top level: a recording's).
+///
+/// # Safety
+/// `graph` is alive.
+unsafe fn memory_nodes(graph: CUgraph) -> Result<MemoryNodes, DriverError> {
+    let (mut allocs, mut freed) = (Vec::new(), Vec::new());
+    // SAFETY: the caller's contract.
+    for n in unsafe { raw::graph_nodes(graph) }? {
+        // SAFETY: `n` is a node of the live graph, of the type asked.
+        match unsafe { raw::node_type(n) }? {
+            sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
+                allocs.push(unsafe { raw::mem_alloc_node(n) }?)
+            }
+            sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE => {
+                freed.push(unsafe { raw::mem_free_node(n) }?)
+            }
+            _ => {}
+        }
+    }
+    Ok((allocs, freed))
+}
+
+/// The graph memory of a recording: its memory allocation nodes, each freed by a free node of
+/// the recording (a buffer the closure allocated while captured and dropped).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RecordingMemory {
+    /// How many allocation nodes.
+    pub(crate) allocations: u32,
+    /// Their sizes summed, in bytes: what each launch of the recording allocates from the
+    /// device's graph memory pool (allocations whose lifetimes do not overlap may share it).
+    pub(crate) bytes: u64,
+}
+
+impl RecordingMemory {
+    /// Whether the recording has memory nodes (which a child-graph node holds only with its
+    /// graph moved in, and an exec updates only by a new instantiation).
+    pub(crate) fn any(&self) -> bool {
+        self.allocations > 0
+    }
+}
+
 /// Whether a capture may begin on `stream`, else the refusal (the call to name and the error):
 /// the stream is already capturing; it is the legacy default stream, which cannot capture; or
 /// cudarc does not manage stream synchronization for its context object (event tracking on, its
@@ -1015,26 +1090,38 @@ pub(crate) fn require_tracking(stream: &CudaStream) -> Result<(), &'static str> 
 pub(crate) const LEGACY_STREAM: &str = "cuStreamBeginCapture, not called: the legacy default \
     stream (`ctx.default_stream()`) cannot capture; use a stream from `ctx.new_stream()`; the check";
 
-/// Refuses a recording that allocated memory (an allocation node: a buffer allocated inside the
-/// closure would outlive the recording that owns its memory) or freed memory (a free node: a
-/// buffer dropped inside the closure would be freed by every launch).
-pub(crate) fn check_recording(graph: CUgraph) -> core::result::Result<(), &'static str> {
+/// Checks a recording's memory nodes and returns its graph memory. What the closure allocated
+/// while captured (on a stream joined with the `unsafe` [`Capture::stream`] or
+/// [`Capture::fork`]) is graph memory of the recording, which exists only inside each launch:
+/// accepted when the closure freed every such buffer (dropped it: a free node), so that nothing
+/// it allocated outlives a launch. Refused:
+/// - an allocation no free node frees: a buffer that outlived the closure (kept by its
+///   environment, or by a library across calls) would point into the recording's graph memory,
+///   which is not allocated outside a launch and is freed again by the next one (and a graph
+///   with a live allocation cannot be launched again);
+/// - a free node of memory the recording did not allocate (a buffer made before the capture and
+///   dropped in the closure: every launch would free memory the recording does not own).
+pub(crate) fn check_recording(
+    graph: CUgraph,
+) -> core::result::Result<RecordingMemory, &'static str> {
     // SAFETY: the graph is alive (just recorded, owned by the caller).
-    let nodes = unsafe { raw::graph_nodes(graph) }.map_err(|_| "cuGraphGetNodes")?;
-    for n in nodes {
-        // SAFETY: `n` is a node of the live graph.
-        let t = unsafe { raw::node_type(n) }.map_err(|_| "cuGraphNodeGetType")?;
-        if t == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC {
-            return Err("cuStreamEndCapture (the closure allocated device memory while captured: \
-                        a buffer made in the closure would outlive the recording that owns its \
-                        memory; allocate before the capture, or set a library's workspace, e.g. \
-                        cublasSetWorkspace)");
-        }
-        if t == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE {
-            return Err("cuStreamEndCapture (the closure freed device memory while captured: a \
-                        buffer dropped in the closure would be freed by every launch of the \
-                        recording, which does not own it; drop buffers after the capture)");
-        }
+    let (allocs, freed) =
+        unsafe { memory_nodes(graph) }.map_err(|_| "cuGraphGetNodes / cuGraphNodeGetType")?;
+    let made = |d: &CUdeviceptr| allocs.iter().filter(|a| a.0 == *d).count();
+    if freed.iter().any(|d| freed.iter().filter(|&f| f == d).count() > made(d)) {
+        return Err("cuStreamEndCapture (the closure freed device memory while captured that it \
+                    did not allocate in the capture: a buffer dropped in the closure would be \
+                    freed by every launch of the recording, which does not own it; drop buffers \
+                    after the capture)");
     }
-    Ok(())
+    if !live(&allocs, &freed).is_empty() {
+        return Err("cuStreamEndCapture (the closure allocated device memory while captured and \
+                    did not free it: a buffer that outlives the closure, kept by its environment \
+                    or by a library across calls, would point into the recording's graph memory; \
+                    drop every buffer allocated in the closure before it returns, copying a \
+                    result into a listed `&mut` operand, or give the library memory made before \
+                    the capture, e.g. cublasSetWorkspace)");
+    }
+    let bytes = allocs.iter().map(|&(_, b)| b as u64).sum();
+    Ok(RecordingMemory { allocations: allocs.len() as u32, bytes })
 }

@@ -829,8 +829,9 @@ fn end_capture_inside_the_closure(joined: bool) -> Result {
 /// not `?`-ed.
 ///
 /// Since issue 29 safe code reaches the capturing stream only through the `unsafe`
-/// `Capture::stream`, whose contract forbids allocating (`joined` true: broken on purpose, the
-/// recording's check must still refuse it). With the call's stream as safe code holds it
+/// `Capture::stream`; since issue 30 an allocation there is graph memory of the recording,
+/// accepted only when the closure frees it (`joined` true: kept past the closure, the
+/// recording's check must refuse it). With the call's stream as safe code holds it
 /// (`joined` false) the allocation is an ordinary one, at once: the capture is accepted with no
 /// node and the buffer is a valid, zeroed one after the graph is gone.
 #[test]

@@ -327,6 +327,7 @@ impl Params {
             elem_size: 4,
             src_ctx: CTX,
             dst_ctx: CTX,
+            host_buffer: 0,
         });
         Params {
             k: K { grid: 4 + v % 3, scalar: v },

@@ -110,7 +110,7 @@ impl<D: Driver> GraphCache<D> {
         // do not use: it is instantiated anew rather than updated into the exec. So is a graph
         // with memory allocation or free nodes, whose whole-exec update the driver refuses (and
         // whose new allocations have new addresses, which the exec's nodes do not use).
-        let memory_nodes = states.iter().any(|s| s.scratch().is_some());
+        let memory_nodes = states.iter().any(|s| s.scratch().is_some() || s.memory_nodes());
         let updated = if handles.is_empty() && !memory_nodes {
             // SAFETY: both live, same context, same topology (same variant key).
             unsafe { self.driver.exec_update(exec, graph) }

@@ -187,6 +187,12 @@ pub struct Stats {
     /// Calls of keyed `capture` statements that took a kept recording instead of recording
     /// (see [`GraphCache::set_recordings_per_capture`]).
     pub capture_reuses: u64,
+    /// Memory allocation nodes in the recordings of [`Stats::captures`]: what closures (the
+    /// libraries they call) allocated while captured. Each is graph memory that exists only
+    /// inside each launch of its recording, freed there by the closure's drop or at the end of
+    /// the recording (see `docs/capture.md`, "Libraries that allocate";
+    /// [`GraphCache::graph_owned_bytes`] sums their sizes).
+    pub capture_allocations: u64,
     /// Programmatic edges (from a kernel node into a `#[programmatic]` kernel's node, see
     /// [`EdgeKind`]) in the graphs built for new variants.
     pub programmatic_edges: u64,
@@ -201,10 +207,12 @@ pub struct Stats {
     /// Pairs of contexts (devices) whose peer access the cache enabled, both ways
     /// (`cuCtxEnablePeerAccess`), for copies between them: once per pair and cache.
     pub peer_enables: u64,
-    /// Hits whose nodes are all kernel nodes, memset nodes or keyed `capture` statements with
-    /// exactly the parameters of the variant's last call (a kernel's function, context, launch
-    /// dimensions, argument bytes, buffer contexts, device scalar lengths; a memset's address,
-    /// length, element size, value and context; a captured statement's recording; the places
+    /// Hits whose nodes are all kernel nodes, memset nodes, memcpy nodes (1-D, 2-D) or keyed `capture`
+    /// statements with exactly the parameters of the variant's last call (a kernel's function,
+    /// context, launch dimensions, argument bytes, buffer contexts, device scalar lengths; a
+    /// memset's address, length, element size, value and context; a copy's addresses, lengths,
+    /// element size, contexts and pinned host allocation (its driver id); a captured
+    /// statement's recording; the places
     /// their buffer handles name): such a call launches with no per-node validation or
     /// comparison (its nodes count in [`Stats::nodes_unchanged`] too).
     pub unchanged_calls: u64,
@@ -535,6 +543,7 @@ impl GraphCache {
                 {
                     self.stats.captures += 1;
                     if let NodeParams::Captured(c) = n {
+                        self.count_allocations(*c);
                         self.keep_recording(call.site, i, *c);
                     }
                 }
@@ -563,7 +572,22 @@ impl GraphCache {
             }
         } else {
             let owner = Some(stream.context());
-            self.run_validated(call, (ctx, owner), stream.cu_stream(), nodes, same)
+            let site = call.site;
+            let r = self.run_validated(call, (ctx, owner), stream.cu_stream(), nodes, same);
+            // Keyed statements recorded again while a graph was built (their kept recording's
+            // graph, with memory nodes, had been moved into another graph): kept in its place.
+            // (Only a cache that recorded has any.)
+            let recorded = self.stats.captures > 0;
+            for (i, n) in nodes.iter().enumerate().filter(|_| recorded) {
+                if let Some(NodeParams::Captured(c)) = n
+                    && c.rerecorded()
+                {
+                    self.stats.captures += 1;
+                    self.count_allocations(*c);
+                    self.keep_recording(site, i, *c);
+                }
+            }
+            r
         };
         clock.lap(phases::LADDER_LAUNCH);
         // After an error part way through an eager call, its earlier nodes are enqueued.
@@ -752,8 +776,8 @@ impl<D: Driver> GraphCache<D> {
     /// the exec already holding this call's pointers and sends nothing (counted in
     /// [`Stats::memo_hits`]). Default [`Self::DEFAULT_EXECS_PER_VARIANT`]; 1 turns it off.
     ///
-    /// Only calls whose nodes are all kernel nodes, memset nodes and keyed `capture` statements
-    /// with a kept recording are memoized (the calls that
+    /// Only calls whose nodes are all kernel nodes, memset nodes, memcpy nodes (1-D, 2-D) and keyed
+    /// `capture` statements with a kept recording are memoized (the calls that
     /// [`Stats::unchanged_calls`] can count). When such a call equals no kept exec's last call
     /// but equals one of the last four calls that changed parameters (a buffer set coming back),
     /// a new exec is built for it (`cuGraphInstantiate`, counted in [`Stats::memo_builds`])
@@ -818,6 +842,12 @@ impl<D: Driver> GraphCache<D> {
                 self.stats.capture_reuses += 1;
             }
         }
+    }
+
+    /// Counts the allocation nodes of a statement's new recording.
+    fn count_allocations(&mut self, c: &dyn CapturedWork) {
+        let allocations = c.recorded().map_or(0, |g| g.memory().allocations);
+        self.stats.capture_allocations += u64::from(allocations);
     }
 
     /// Keeps a keyed statement's new recording (node `i` of a `graph!` call).
@@ -916,7 +946,8 @@ impl<D: Driver> GraphCache<D> {
     }
 
     /// Bytes of graph-owned buffers (`alloc` statements,
-    /// [`GraphBuilder::alloc`](crate::GraphBuilder::alloc)) allocated by each launch of the most
+    /// [`GraphBuilder::alloc`](crate::GraphBuilder::alloc), and what `capture` statements'
+    /// closures allocated while captured) allocated by each launch of the most
     /// recently used variant: the sum of its alloc nodes' sizes, memory that user-held buffers
     /// would occupy between calls too, and that graph allocations occupy only while a launch runs (see [`graph_mem_usage`](crate::graph_mem_usage) for
     /// what the device's graph memory pool holds). 0 on an empty cache.
@@ -924,7 +955,9 @@ impl<D: Driver> GraphCache<D> {
         let Some(v) = self.variants.iter().max_by_key(|v| v.last_use) else {
             return 0;
         };
-        v.nodes.iter().filter_map(NodeState::scratch).map(|(_, _, bytes)| bytes).sum()
+        let scratch: usize = v.nodes.iter().filter_map(NodeState::scratch).map(|(_, _, b)| b).sum();
+        let recorded: u64 = v.nodes.iter().map(NodeState::recorded_memory).sum();
+        scratch + recorded as usize
     }
 
     /// The counters so far.

@@ -176,6 +176,7 @@ fn an_unchanged_call_enables_no_peer_pair_of_an_earlier_refused_call() {
         elem_size: 4,
         src_ctx: CTX,
         dst_ctx: CTX1,
+        host_buffer: 0,
     });
     (c.src_tag, c.dst_tag) = (crate::operand::tag(3, 1), crate::operand::tag(3, 2));
     let nodes = [

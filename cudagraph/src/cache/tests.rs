@@ -331,6 +331,7 @@ fn copy(len: usize) -> MemcpyParams<'static> {
         elem_size: 4,
         src_ctx: CTX,
         dst_ctx: CTX,
+        host_buffer: 0,
     })
 }
 
@@ -1328,6 +1329,7 @@ fn run_pitched(
         elem_size: 4,
         src_ctx: CTX,
         dst_ctx: CTX,
+        host_buffer: 0,
     };
     let c = Copy2d { base, src_rows: src, dst_rows: dst };
     let s = Set2d { dst: 0x9000, len: 60, rows: set, elem_size: 2, value, ctx: CTX };

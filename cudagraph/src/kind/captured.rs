@@ -23,7 +23,7 @@ use core::cell::{Cell, RefCell};
 use std::any::{Any, TypeId};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use cudarc::driver::sys::{self, CUcontext, CUgraph, CUgraphNodeParams, CUgraphNodeType};
 use cudarc::driver::{CudaFunction, CudaStream, DriverError};
@@ -34,8 +34,8 @@ use crate::operand::{Accesses, DevRead, DevWrite, sealed};
 use crate::raw;
 use crate::session::imp::{Alias, Listed};
 use crate::session::{
-    Capture, CaptureOrigin, CaptureSlice, CaptureSliceMut, next_capture_id, order_streams,
-    origin_stream,
+    Capture, CaptureOrigin, CaptureSlice, CaptureSliceMut, RecordingMemory, next_capture_id,
+    order_streams, origin_stream,
 };
 
 /// A `CUgraph` this crate owns (destroyed on drop): one recording of a captured statement.
@@ -50,6 +50,12 @@ pub struct OwnedGraph {
     /// the recording (and so the cache's node that holds it) exists. Dropped after the graph.
     #[allow(dead_code)] // held for its drop only
     functions: Vec<CudaFunction>,
+    /// Its graph memory (what the closure allocated while captured).
+    memory: RecordingMemory,
+    /// Set when the graph was moved into a child-graph node (a recording with memory nodes,
+    /// `CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`): the parent graph owns and destroys it, and `raw`
+    /// is never used again (a later node needs a new recording: see [`CapturedWork::fresh`]).
+    moved: AtomicBool,
 }
 
 // SAFETY: the graph is only read (as the child graph of a node being added or set, which the
@@ -65,17 +71,32 @@ impl OwnedGraph {
     ) -> Self {
         static SERIAL: AtomicU64 = AtomicU64::new(1);
         let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
-        OwnedGraph { raw, serial, ctx, functions }
+        let (memory, moved) = (RecordingMemory::default(), AtomicBool::new(false));
+        OwnedGraph { raw, serial, ctx, functions, memory, moved }
     }
 
     /// Unique in the process for as long as it runs.
     pub(crate) fn serial(&self) -> u64 {
         self.serial
     }
+
+    /// Its graph memory.
+    pub(crate) fn memory(&self) -> RecordingMemory {
+        self.memory
+    }
+
+    /// Whether its graph was moved into a node (and so may not be used again).
+    pub(crate) fn moved(&self) -> bool {
+        self.moved.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for OwnedGraph {
     fn drop(&mut self) {
+        if self.moved() {
+            // Owned (and destroyed) by the graph it was moved into.
+            return;
+        }
         let _ = self.ctx.bind_to_thread();
         // SAFETY: made by a capture of this crate, owned here, used by nothing after this.
         self.ctx.record_err(unsafe { raw::graph_destroy(self.raw) });
@@ -332,6 +353,35 @@ pub trait CapturedWork: sealed::Sealed {
     fn code(&self) -> usize {
         0
     }
+    /// The recording for a node being added: the last one, unless its graph was moved into
+    /// another node (a recording with memory nodes, kept and taken again for equal operands
+    /// and key): a keyed statement's `fn` is then recorded again, once per call (see
+    /// [`Self::rerecorded`]); an unkeyed statement, recorded once per call, has no other.
+    ///
+    /// # Safety
+    /// As [`Self::record`].
+    #[doc(hidden)]
+    unsafe fn fresh(&self, site: &dyn Fn() -> NodeSite) -> Result<Option<Arc<OwnedGraph>>, Error> {
+        // An unkeyed statement records once per call, and a call adds a node once.
+        match self.recorded() {
+            Some(g) if g.moved() => Err(unrecorded(site)),
+            g => Ok(g),
+        }
+    }
+    /// Whether [`Self::fresh`] recorded again in this call (the cache then keeps and counts
+    /// that recording); cleared by the call.
+    #[doc(hidden)]
+    fn rerecorded(&self) -> bool {
+        false
+    }
+}
+
+/// The error of a node whose recording was moved into another graph and cannot be made again
+/// (never: an unkeyed statement records once per call and a call adds its node once).
+fn unrecorded(site: &dyn Fn() -> NodeSite) -> Error {
+    let at = site();
+    let source = "the capture statement has no recording to add".into();
+    Error::Capture { file: at.file, line: at.line, source }
 }
 
 /// A value a keyed `capture` statement's recording depends on, compared with the value the
@@ -484,6 +534,16 @@ pub struct KeyedFn<H: CaptureOperands, K, E>(
     for<'s> fn(&'s Capture, &K, H::Views<'s>) -> Result<(), E>,
 );
 
+impl<H: CaptureOperands, K, E> Clone for KeyedFn<H, K, E> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+// A `fn` pointer: a keyed statement may be recorded again in its call (see
+// [`CapturedWork::fresh`]).
+impl<H: CaptureOperands, K, E> Copy for KeyedFn<H, K, E> {}
+
 /// The recordings a [`GraphCache`](crate::GraphCache) keeps for one keyed `capture` statement:
 /// at most `max`, least recently used dropped first. A call whose operands (address, length,
 /// context, written, element type) and key equal a kept recording's takes it instead of recording.
@@ -549,15 +609,22 @@ impl Recordings {
         Some(k.graph.clone())
     }
 
-    /// Keeps `w`'s new recording (a keyed statement's), dropping the least recently used one
-    /// beyond `max`.
+    /// Keeps `w`'s new recording (a keyed statement's), in place of a kept one for equal
+    /// operands and key (recorded again: see [`CapturedWork::fresh`]), else dropping the least
+    /// recently used one beyond `max`.
     pub(crate) fn keep(&mut self, w: &dyn CapturedWork, max: usize) {
         let (Some(key), Some(graph)) = (w.key(), w.recorded()) else { return };
         if max == 0 {
             return;
         }
         self.clock += 1;
-        let (depends, key) = (Depends::of(w), key.keep());
+        let depends = Depends::of(w);
+        if let Some(k) = self.kept.iter_mut().find(|k| k.depends == depends && key.same_as(&*k.key))
+        {
+            (k.graph, k.used) = (graph, self.clock);
+            return;
+        }
+        let key = key.keep();
         self.kept.push(Kept { depends, key, graph, used: self.clock });
         self.shrink(max);
     }
@@ -574,12 +641,17 @@ pub struct CaptureParams<'a, H, F, K = Unkeyed> {
     f: Cell<Option<F>>,
     key: K,
     recorded: RefCell<Option<Arc<OwnedGraph>>>,
+    /// Set when [`CapturedWork::fresh`] recorded again.
+    rerecorded: Cell<bool>,
+    /// The serial a recording made by [`CapturedWork::fresh`] takes over (0: a new one).
+    inherit: Cell<u64>,
 }
 
 impl<'a, H: CaptureOperands, F> CaptureParams<'a, H, F> {
     pub(crate) fn new(stream: &'a Arc<CudaStream>, handles: H, f: F) -> Self {
-        let (f, recorded) = (Cell::new(Some(f)), RefCell::new(None));
-        CaptureParams { stream, handles, f, key: Unkeyed, recorded }
+        let (f, recorded, rerecorded) = (Cell::new(Some(f)), RefCell::new(None), Cell::new(false));
+        let inherit = Cell::new(0);
+        CaptureParams { stream, handles, f, key: Unkeyed, recorded, rerecorded, inherit }
     }
 }
 
@@ -592,7 +664,8 @@ impl<'a, H: CaptureOperands, K: CaptureKey, E> CaptureParams<'a, H, KeyedFn<H, K
     ) -> Self {
         let code = f as usize;
         let (f, recorded) = (Cell::new(Some(KeyedFn(f))), RefCell::new(None));
-        CaptureParams { stream, handles, f, key: Keyed(key, code), recorded }
+        let (rerecorded, inherit) = (Cell::new(false), Cell::new(0));
+        CaptureParams { stream, handles, f, key: Keyed(key, code), recorded, rerecorded, inherit }
     }
 }
 
@@ -760,14 +833,20 @@ impl<H: CaptureOperands, F, K> CaptureParams<'_, H, F, K> {
             Ok(Ok(())) => match (end, broken) {
                 // An explicit node whose successors could not be set: unusable.
                 (Ok(_), Some(source)) => Err(Error::CaptureInvalidated { file, line, source }),
-                (Ok(graph), None) => {
-                    if let Err(why) = crate::session::check_recording(graph.raw) {
+                (Ok(mut graph), None) => match crate::session::check_recording(graph.raw) {
+                    Err(why) => {
                         let error = DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED);
-                        return Err(graph_err(why, error));
+                        Err(graph_err(why, error))
                     }
-                    *self.recorded.borrow_mut() = Some(Arc::new(graph));
-                    Ok(())
-                }
+                    Ok(memory) => {
+                        graph.memory = memory;
+                        if self.inherit.get() != 0 {
+                            graph.serial = self.inherit.get();
+                        }
+                        *self.recorded.borrow_mut() = Some(Arc::new(graph));
+                        Ok(())
+                    }
+                },
                 (Err(error), _) => {
                     let source = CudaError { call: "cuStreamEndCapture", error };
                     Err(Error::CaptureInvalidated { file, line, source })
@@ -840,7 +919,8 @@ where
     }
 
     unsafe fn record(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
-        let f = self.take(site)?.0;
+        // A `fn`, copied: recorded again in the same call when [`CapturedWork::fresh`] needs to.
+        let f = self.f.get().ok_or_else(|| unrecorded(site))?.0;
         let key = &self.key.0;
         // SAFETY: the caller's contract.
         unsafe { self.record_with(|s, views| f(s, key, views), site) }
@@ -876,6 +956,69 @@ where
     fn code(&self) -> usize {
         self.key.1
     }
+
+    unsafe fn fresh(&self, site: &dyn Fn() -> NodeSite) -> Result<Option<Arc<OwnedGraph>>, Error> {
+        let serial = match self.recorded() {
+            Some(g) if g.moved() => g.serial,
+            g => return Ok(g),
+        };
+        // The same `fn`, key and operands record the same work: the new recording keeps the
+        // moved one's serial, so that the execs and variants holding the moved one still count
+        // as holding it (an unchanged call, a memo twin) and nothing is recorded again for them.
+        self.inherit.set(serial);
+        // The kept recording's graph was moved into another node: record again (same `fn`,
+        // key and operands, so the same work). A panic is this node's error: the cache is part
+        // way through a build, which the error unwinds cleanly.
+        // SAFETY: the caller's contract.
+        let again = catch_unwind(AssertUnwindSafe(|| unsafe { self.record(site) }));
+        self.inherit.set(0);
+        match again {
+            Ok(r) => r?,
+            Err(_) => {
+                let at = site();
+                let source = "the closure panicked when recorded again for a new graph".into();
+                return Err(Error::Capture { file: at.file, line: at.line, source });
+            }
+        }
+        self.rerecorded.set(true);
+        self.recorded().map(Some).ok_or_else(|| unrecorded(site))
+    }
+
+    fn rerecorded(&self) -> bool {
+        self.rerecorded.replace(false)
+    }
+}
+
+/// A recording with memory nodes goes into its child-graph node by moving its graph there
+/// (`CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`, CUDA 12.9: a child graph with memory nodes must be
+/// moved, not cloned): the parent graph owns it from then on, so the recording is marked moved
+/// and never used again (marked before the add, and unmarked by [`Captured::unadded`] if the
+/// driver refuses it, e.g. inside the body of a conditional node, where memory nodes are not
+/// allowed: the crate then destroys it). Only [`Captured::with_params`] of an add gets here
+/// ([`Captured::settable`]). Returns whether it marked the recording.
+#[cfg(any(
+    feature = "cuda-12090",
+    feature = "cuda-13000",
+    feature = "cuda-13010",
+    feature = "cuda-13020"
+))]
+fn move_child(p: &mut CUgraphNodeParams, g: &OwnedGraph) -> bool {
+    p.__bindgen_anon_1.graph.ownership =
+        sys::CUgraphChildGraphNodeOwnership::CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE;
+    g.moved.store(true, Ordering::Relaxed);
+    true
+}
+
+/// Before CUDA 12.9 a child graph cannot hold memory nodes: the driver refuses the add
+/// ([`Captured::ADD`] says why).
+#[cfg(not(any(
+    feature = "cuda-12090",
+    feature = "cuda-13000",
+    feature = "cuda-13010",
+    feature = "cuda-13020"
+)))]
+fn move_child(_: &mut CUgraphNodeParams, _: &OwnedGraph) -> bool {
+    false
 }
 
 /// The captured node kind: a child-graph node holding one recording.
@@ -884,15 +1027,33 @@ pub(crate) struct Captured;
 /// A captured node's last recording.
 pub(crate) struct ChildState {
     graph: Option<Arc<OwnedGraph>>,
+    /// Why a node being added has no recording (see [`CapturedWork::fresh`]): the add fails
+    /// with it.
+    failed: Option<CudaError>,
+    /// Set when [`Captured::with_params`] marked the recording moved for an add: undone if the
+    /// driver refuses the add ([`Captured::unadded`]), so the recording is destroyed, not leaked.
+    moving: bool,
+}
+
+/// The driver error an add reports for a recording made again that failed ([`CapturedWork::fresh`]):
+/// the driver's when there is one, else `CUDA_ERROR_UNKNOWN` naming what failed.
+fn as_cuda_error(e: Error) -> CudaError {
+    match e {
+        Error::Node { source, .. } | Error::CaptureInvalidated { source, .. } => source,
+        _ => CudaError {
+            call: "capture statement recorded again for a new graph (its closure failed; the \
+                   kept recording's graph, with memory nodes, was moved into another graph)",
+            error: DriverError(sys::CUresult::CUDA_ERROR_UNKNOWN),
+        },
+    }
 }
 
 impl NodeKind for Captured {
     type Params<'a> = &'a dyn CapturedWork;
     type State = ChildState;
-    const ADD: &'static str = "cuGraphAddNode_v2 (child graph of the captured work; a child graph \
-                               cannot hold memory allocation nodes: a library that allocates while \
-                               captured, such as cuBLAS without cublasSetWorkspace, cannot be a \
-                               captured statement)";
+    const ADD: &'static str = "cuGraphAddNode_v2 (child graph of the captured work; a recording \
+                               that allocated memory is moved into its node, which needs CUDA 12.9 \
+                               or newer, in the driver and in the crate's `cuda-*` feature)";
     const SET: &'static str = "cuGraphExecNodeSetParams (child graph)";
     const EAGER: &'static str = "captured work, run eagerly";
 
@@ -931,8 +1092,48 @@ impl NodeKind for Captured {
         p.accesses(out)
     }
 
+    /// The state of a node being added: its recording, which must not have been moved into
+    /// another node (see [`CapturedWork::fresh`]).
     fn state(p: &&dyn CapturedWork) -> ChildState {
-        ChildState { graph: p.recorded() }
+        let site = || NodeSite { label: "capture", text: "", file: "", line: 0, column: 0 };
+        // SAFETY: called when a node is added, by the cache's build inside the call, before
+        // its launch.
+        match unsafe { p.fresh(&site) } {
+            Ok(graph) => ChildState { graph, failed: None, moving: false },
+            Err(e) => ChildState { graph: None, failed: Some(as_cuda_error(e)), moving: false },
+        }
+    }
+
+    unsafe fn setup(
+        state: &mut ChildState,
+        _driver: &mut impl crate::raw::Driver,
+        _ctx: CUcontext,
+    ) -> Result<(), CudaError> {
+        state.failed.take().map_or(Ok(()), Err)
+    }
+
+    /// A recording with memory nodes is never set into an exec's node: its allocations have
+    /// addresses of their own, which the exec's allocation nodes do not have; the ladder goes
+    /// to a new graph (the driver refuses the whole-exec update of a graph with memory nodes).
+    fn settable(old: &ChildState, new: &&dyn CapturedWork) -> bool {
+        let memory = |g: Option<&Arc<OwnedGraph>>| g.is_some_and(|g| g.memory().any());
+        !memory(old.graph.as_ref()) && !memory(new.recorded().as_ref())
+    }
+
+    fn recorded_memory(s: &ChildState) -> u64 {
+        s.graph.as_ref().map_or(0, |g| g.memory().bytes)
+    }
+
+    fn memory_nodes(s: &ChildState) -> bool {
+        s.graph.as_ref().is_some_and(|g| g.memory().any())
+    }
+
+    fn unadded(s: &mut ChildState) {
+        if core::mem::take(&mut s.moving)
+            && let Some(g) = &s.graph
+        {
+            g.moved.store(false, Ordering::Relaxed);
+        }
     }
 
     /// Changed when the call's recording is another one than the node's (always, for an
@@ -952,9 +1153,13 @@ impl NodeKind for Captured {
         f: impl FnOnce(&mut CUgraphNodeParams) -> R,
     ) -> R {
         let mut p = super::node_params(CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH);
-        // A null graph (no recording: never, since `prepare` records first) is refused by the
-        // driver with an error, not used.
-        p.__bindgen_anon_1.graph.graph = s.graph.as_ref().map_or(core::ptr::null_mut(), |g| g.raw);
+        // A null graph (no recording, or one moved into another node: never, since `prepare`
+        // records and `state` records again) is refused by the driver with an error, not used.
+        let g = s.graph.as_ref().filter(|g| !g.moved());
+        p.__bindgen_anon_1.graph.graph = g.map_or(core::ptr::null_mut(), |g| g.raw);
+        if let Some(g) = g.filter(|g| g.memory().any()) {
+            s.moving = move_child(&mut p, g);
+        }
         f(&mut p)
     }
 

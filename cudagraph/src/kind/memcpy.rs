@@ -34,6 +34,9 @@ pub(crate) struct Copy1d {
     pub(crate) elem_size: usize,
     pub(crate) src_ctx: CUcontext,
     pub(crate) dst_ctx: CUcontext,
+    /// The id of the pinned host side's allocation ([`raw::buffer_id`]), 0 for none or unknown:
+    /// see [`host_unresolved`].
+    pub(crate) host_buffer: u64,
 }
 
 /// A memcpy node's parameters, made by `copy(&src, &mut dst)` in `graph!` ([`CopyTo::memcpy`]
@@ -81,7 +84,7 @@ macro_rules! copy_to {
                 Self: 'x,
                 $dst<'b, T>: 'x,
             {
-                let raw = Copy1d {
+                let mut raw = Copy1d {
                     src: Memory::$s(self.ptr as _),
                     dst: Memory::$d(dst.ptr as _),
                     src_len: self.len,
@@ -89,7 +92,9 @@ macro_rules! copy_to {
                     elem_size: size_of::<T>(),
                     src_ctx: self.ctx,
                     dst_ctx: dst.ctx,
+                    host_buffer: 0,
                 };
+                raw.host_buffer = host_buffer(&raw);
                 MemcpyParams { raw, src_tag: self.tag, dst_tag: dst.tag, _borrow: PhantomData }
             }
         }
@@ -160,6 +165,26 @@ pub(crate) fn peer(c: &Copy1d) -> Option<(CUcontext, CUcontext)> {
 /// `cuGraphExecNodeSetParams` per host copy per call.
 pub(crate) fn host_side(c: &Copy1d) -> bool {
     matches!(c.src, Memory::Host(_)) || matches!(c.dst, Memory::Host(_))
+}
+
+/// The id of a copy's pinned host allocation ([`raw::buffer_id`], one driver query per call),
+/// 0 for a copy between device buffers, or a null (empty) host side.
+pub(crate) fn host_buffer(c: &Copy1d) -> u64 {
+    match (c.src, c.dst) {
+        (Memory::Host(p), _) | (_, Memory::Host(p)) if !p.is_null() => {
+            raw::buffer_id(p as CUdeviceptr)
+        }
+        _ => 0,
+    }
+}
+
+/// Whether a copy's node must be set again on every call ([`host_side`]): a pinned host side
+/// whose allocation's id is unknown. With the id known, it is part of the copy's parameters:
+/// a pinned buffer freed and another allocated at the same address has another id, so the copy
+/// counts as changed exactly then, and an unchanged copy sends nothing (and packs: see
+/// `NodeParams::pack`).
+pub(crate) fn host_unresolved(c: &Copy1d) -> bool {
+    host_side(c) && c.host_buffer == 0
 }
 
 fn memory_fields(m: Memory) -> (CUmemorytype, *const c_void, CUdeviceptr) {
@@ -249,9 +274,10 @@ impl NodeKind for Memcpy {
         c.raw
     }
 
-    /// A copy with a pinned host side counts as changed on every call: see [`host_side`].
+    /// A copy whose pinned host allocation is not known by its id counts as changed on every
+    /// call: see [`host_unresolved`].
     fn record(s: &mut Copy1d, c: &&MemcpyParams<'_>) -> bool {
-        super::record_value(s, c.raw) | host_side(&c.raw)
+        super::record_value(s, c.raw) | host_unresolved(&c.raw)
     }
 
     /// The driver refuses to turn a copy's memory types (device↔host) by set-params.

@@ -179,6 +179,21 @@ pub(crate) trait NodeKind {
     fn scratch(_state: &Self::State) -> Option<(u32, u64, usize)> {
         None
     }
+    /// Bytes of graph memory that the node's child graph allocates and frees inside each launch
+    /// (a `capture` statement whose closure allocated while captured); 0 for none. A graph
+    /// holding such a node is never updated as a whole (`cuGraphExecUpdate`), as with
+    /// [`Self::scratch`] nodes.
+    fn recorded_memory(_state: &Self::State) -> u64 {
+        0
+    }
+    /// Whether the node's child graph holds memory nodes (even of 0 bytes): see
+    /// [`Self::recorded_memory`].
+    fn memory_nodes(_state: &Self::State) -> bool {
+        false
+    }
+    /// Right after an add the driver refused: undoes what [`Self::with_params`] did for that
+    /// add only (a recording marked moved into the node stays the crate's).
+    fn unadded(_state: &mut Self::State) {}
     /// Runs the node eagerly on `stream` (the oracle of [`Mode::Eager`](crate::Mode::Eager)).
     ///
     /// # Safety
@@ -374,6 +389,9 @@ macro_rules! node_kinds {
                             driver.add_node(graph, deps, edges, params)
                         });
                         <$kind>::added(&mut state, driver);
+                        if node.is_err() {
+                            <$kind>::unadded(&mut state);
+                        }
                         let node = node.map_err(|error| CudaError { call: <$kind>::ADD, error })?;
                         Ok(NodeState::$variant(node, state))
                     })*
@@ -508,6 +526,22 @@ macro_rules! node_kinds {
                 }
             }
 
+            /// See [`NodeKind::memory_nodes`].
+            pub(crate) fn memory_nodes(&self) -> bool {
+                match self {
+                    NodeState::Absent => false,
+                    $(NodeState::$variant(_, s) => <$kind>::memory_nodes(s),)*
+                }
+            }
+
+            /// See [`NodeKind::recorded_memory`].
+            pub(crate) fn recorded_memory(&self) -> u64 {
+                match self {
+                    NodeState::Absent => 0,
+                    $(NodeState::$variant(_, s) => <$kind>::recorded_memory(s),)*
+                }
+            }
+
             /// See [`NodeKind::carry`].
             pub(crate) fn carry(old: &mut NodeState, new: &mut NodeState) {
                 match (old, new) {
@@ -556,7 +590,9 @@ node_kinds! {
 
 impl NodeParams<'_> {
     /// Appends the node's words for the cache's unchanged-call check: `1` and the kernel's
-    /// [`KernelNode::pack`]; `3` and a memset's parameters and handle; `2`, the recording's
+    /// [`KernelNode::pack`]; `3` and a memset's parameters and handle; `4` and a copy's
+    /// ([`pack_copy`], 1-D and 2-D), unless its pinned host allocation's id is unknown; `2`, the
+    /// recording's
     /// serial and the operands' handles for a keyed `capture` statement that took a kept
     /// recording. `false` for a node of another kind (or a kernel that does not pack, or a
     /// keyed statement still to be recorded): the call then takes the node-by-node path.
@@ -577,6 +613,15 @@ impl NodeParams<'_> {
                 out.push_handle(m.dst_tag, true);
                 true
             }
+            // A 1-D copy: everything `validate` and the node's state look at (the pinned host
+            // side's allocation id included: a copy whose id is unknown is sent every call and
+            // does not pack), and its handles.
+            NodeParams::Memcpy(m) => pack_copy(out, &m.raw, (m.src_tag, m.dst_tag), None),
+            // A 2-D copy: the same, and the rows of both sides.
+            NodeParams::Memcpy2d(m) => {
+                let r = &m.raw;
+                pack_copy(out, &r.base, (m.src_tag, m.dst_tag), Some((r.src_rows, r.dst_rows)))
+            }
             // A keyed statement whose recording was taken from the kept ones: its serial and
             // its operands' handles.
             NodeParams::Captured(c) => {
@@ -594,6 +639,43 @@ impl NodeParams<'_> {
             _ => false,
         }
     }
+}
+
+/// The unchanged-call words of a copy node ([`NodeParams::pack`]): `4` with the sides' memory
+/// types (and `1 << 10` for a 2-D copy), the addresses, lengths, element size, contexts, the
+/// pinned host allocation's id, the rows of a 2-D copy, and the handles. `false` (nothing
+/// packed) when the host allocation's id is unknown: such a copy is sent on every call.
+fn pack_copy(
+    out: &mut kernel::Pack<'_>,
+    r: &memcpy::Copy1d,
+    (src_tag, dst_tag): (u64, u64),
+    rows: Option<(pitched::Rows, pitched::Rows)>,
+) -> bool {
+    if memcpy::host_unresolved(r) {
+        return false;
+    }
+    let word = |side: memcpy::Memory| match side {
+        memcpy::Memory::Device(p) => (p, 0),
+        memcpy::Memory::Host(p) => (p as u64, 1),
+    };
+    let ((src, src_host), (dst, dst_host)) = (word(r.src), word(r.dst));
+    out.push(4 | src_host << 8 | dst_host << 9 | u64::from(rows.is_some()) << 10);
+    for w in [src, dst, r.src_len as u64, r.dst_len as u64, r.elem_size as u64] {
+        out.push(w);
+    }
+    out.push(r.src_ctx as u64);
+    out.push(r.dst_ctx as u64);
+    out.push(r.host_buffer);
+    if let Some((a, b)) = rows {
+        for x in [a, b] {
+            for w in [x.width, x.height, x.pitch, x.first] {
+                out.push(w as u64);
+            }
+        }
+    }
+    out.push_handle(src_tag, false);
+    out.push_handle(dst_tag, true);
+    true
 }
 
 /// What a statement evaluates to inside `graph!` (sealed: a kernel launch made by a

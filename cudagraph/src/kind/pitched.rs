@@ -255,10 +255,10 @@ impl NodeKind for Memcpy2d {
         c.raw
     }
 
-    /// As for 1-D copies ([`host_side`](super::memcpy::host_side)): a pinned host side is
-    /// set again on every call.
+    /// As for 1-D copies ([`host_unresolved`](super::memcpy::host_unresolved)): a pinned host
+    /// side whose allocation is not known by its id is set again on every call.
     fn record(s: &mut Copy2d, c: &&Copy2dParams<'_>) -> bool {
-        super::record_value(s, c.raw) | super::memcpy::host_side(&c.raw.base)
+        super::record_value(s, c.raw) | super::memcpy::host_unresolved(&c.raw.base)
     }
 
     /// As for 1-D copies: the driver refuses to turn a copy's memory types by set-params.
@@ -427,6 +427,7 @@ mod tests {
             elem_size: 4,
             src_ctx: core::ptr::null_mut(),
             dst_ctx: core::ptr::null_mut(),
+            host_buffer: 0,
         };
         let c = Copy2d { base, src_rows: Rows::new(3, 5, 7), dst_rows: Rows::new(3, 5, 11) };
         let p = memcpy2d(&c);
