@@ -622,6 +622,20 @@ operands!(A 0, B 1, C 2, D 3);
 operands!(A 0, B 1, C 2, D 3, E 4);
 operands!(A 0, B 1, C 2, D 3, E 4, F 5);
 
+/// The allocation id ([`raw::buffer_id`]) of each pinned host operand at its acquired address,
+/// 0 for device memory. The driver resolves a host address when a memcpy node is made and keeps
+/// what it resolved (`kind/memcpy.rs`, `host_side`): a graph whose host copies were recorded
+/// with one pinned buffer must not be launched on another one allocated at the same address
+/// (after [`Released::bind`]), so the ids must match too. (A driver that cannot say gives 0
+/// both times.)
+fn host_buffers(devices: &[bool], accesses: &[Access]) -> Vec<u64> {
+    devices
+        .iter()
+        .zip(accesses)
+        .map(|(&d, a)| if d || a.bytes == 0 { 0 } else { raw::buffer_id(a.start) })
+        .collect()
+}
+
 /// A driver error of a graph as a whole, at `file:line`.
 fn graph_error(file: &'static str, line: u32, call: &'static str, error: DriverError) -> Error {
     Error::Graph { file, line, source: CudaError { call, error } }
@@ -856,7 +870,8 @@ where
                 return Err(graph_error(file, line, why, error));
             }
             let elems = held.iter().map(|h| h.elem()).collect();
-            let devices = held.iter().map(|h| h.device()).collect();
+            let devices: Vec<bool> = held.iter().map(|h| h.device()).collect();
+            let buffers = host_buffers(&devices, &accesses);
             let ctx = ctx.clone();
             let handle = GraphHandle {
                 raw,
@@ -864,6 +879,7 @@ where
                 accesses,
                 elems,
                 devices,
+                buffers,
                 file,
                 line,
                 id,
@@ -915,6 +931,10 @@ struct GraphHandle {
     /// Whether each operand is device memory (else pinned host memory), in order: a later
     /// binding must have the same.
     devices: Vec<bool>,
+    /// The allocation id of each pinned host operand (0 for device memory): a later binding
+    /// must have the same allocation, not another one at the same address (see
+    /// [`host_buffers`]).
+    buffers: Vec<u64>,
     /// Where the panics of the graph's host functions go ([`Capture::host`]): returned by the
     /// next [`Exec::launch`].
     reports: Arc<Reports>,
@@ -1108,8 +1128,12 @@ impl<'a> Graph<'a> {
         let elems_same = self.operands.len() == h.elems.len()
             && self.operands.iter().zip(&h.elems).all(|(o, &t)| o.elem() == t)
             && self.operands.iter().zip(&h.devices).all(|(o, &d)| o.device() == d);
+        let devices: Vec<bool> = self.operands.iter().map(|o| o.device()).collect();
         let acquired: Vec<_> = self.operands.iter_mut().map(|o| o.acquire(stream)).collect();
+        let now: Vec<Access> = acquired.iter().map(Access::of).collect();
+        let buffers_same = host_buffers(&devices, &now) == h.buffers;
         let same = elems_same
+            && buffers_same
             && acquired.len() == h.accesses.len()
             && acquired.iter().zip(&h.accesses).all(|(a, c)| {
                 let now = Access::of(a);

@@ -266,6 +266,21 @@ impl<T> HostAlias<T> {
     }
 }
 
+/// The id of the pinned allocation at `ptr` ([`raw::buffer_id`]) for what a kept recording
+/// depends on ([`CaptureOperand::buffer`]): 0 for an empty buffer (no copy of it is recorded),
+/// and a number never given before when the driver cannot say, so that such a recording is
+/// never taken again.
+pub(crate) fn host_buffer(ptr: *const c_void) -> u64 {
+    static UNKNOWN: AtomicU64 = AtomicU64::new(u64::MAX);
+    if ptr.is_null() {
+        return 0;
+    }
+    match raw::buffer_id(ptr as usize as sys::CUdeviceptr) {
+        0 => UNKNOWN.fetch_sub(1, Ordering::Relaxed),
+        id => id,
+    }
+}
+
 impl<T: 'static> CaptureOperand for HostRead<'_, T> {
     type Elem = T;
     type View<'s> = CaptureHostSlice<'s, T>;
@@ -278,6 +293,9 @@ impl<T: 'static> CaptureOperand for HostRead<'_, T> {
     }
     fn device(&self) -> bool {
         false
+    }
+    fn buffer(&self) -> u64 {
+        host_buffer(self.ptr)
     }
     unsafe fn alias(&self, _: &Arc<CudaStream>, _: &[Arc<CudaStream>]) -> HostAlias<T> {
         HostAlias::of(self.ptr.cast_mut(), self.len, self.ctx)
@@ -302,6 +320,9 @@ impl<T: 'static> CaptureOperand for HostWrite<'_, T> {
     }
     fn device(&self) -> bool {
         false
+    }
+    fn buffer(&self) -> u64 {
+        host_buffer(self.ptr)
     }
     unsafe fn alias(&self, _: &Arc<CudaStream>, _: &[Arc<CudaStream>]) -> HostAlias<T> {
         HostAlias::of(self.ptr, self.len, self.ctx)

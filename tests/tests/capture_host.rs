@@ -263,6 +263,59 @@ fn a_builder_capture_takes_pinned_host_handles() -> Result {
     Ok(())
 }
 
+/// A pinned buffer freed and another allocated (often at the same address: the driver hands it
+/// back) is another buffer for a kept recording, whose host copies the driver resolved for the
+/// first one: a keyed capture records again for it (and the result is the new buffer's), and a
+/// standalone exec bound to it refuses to launch.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_pinned_buffer_reallocated_at_the_same_address_is_not_the_recorded_one() -> Result {
+    let _serial = common::serial();
+    let _dog = common::watchdog(120, "a pinned buffer reallocated at the same address");
+    let (ctx, s, _k) = gpu()?;
+    let len = N as usize;
+    let mut x = s.alloc_zeros::<u32>(len)?;
+    let mut out = pinned::<u32>(&ctx, len)?;
+    let mut cache = GraphCache::new();
+    let mut step =
+        |cache: &mut GraphCache, inp: &PinnedHostSlice<u32>, out: &mut PinnedHostSlice<u32>| {
+            graph!(cache, &s, {
+                capture(&*inp, &mut x, &mut *out, key = (), |c, (), (inp, mut x, mut out)| {
+                    c.copy_htod(&inp, &mut x)?;
+                    c.copy_dtoh(&x, &mut out)?;
+                    Ok::<(), Error>(())
+                });
+            })
+        };
+    let mut first = pinned::<u32>(&ctx, len)?;
+    first.as_mut_slice()?.copy_from_slice(&host::iota(N, 3, 1));
+    step(&mut cache, &first, &mut out)?;
+    s.synchronize()?;
+    assert_same(out.as_slice()?, &host::iota(N, 3, 1), "the first buffer");
+    let at = first.as_ptr()? as usize;
+    drop(first);
+    let mut second = pinned::<u32>(&ctx, len)?;
+    let reused = second.as_ptr()? as usize == at;
+    eprintln!("pinned address reused by the new buffer: {reused}");
+    second.as_mut_slice()?.copy_from_slice(&host::iota(N, 5, 2));
+    step(&mut cache, &second, &mut out)?;
+    s.synchronize()?;
+    assert_same(out.as_slice()?, &host::iota(N, 5, 2), "the second buffer");
+    let st = cache.stats();
+    assert_eq!((st.captures, st.capture_reuses), (2, 0), "recorded again: {st:?}");
+
+    // The standalone capture: bound to the new buffer, the exec refuses to launch.
+    let mut h = pinned::<u32>(&ctx, len)?;
+    let exec = cudagraph::capture(&s, (&h, &mut x), |c, (h, mut x)| c.copy_htod(&h, &mut x))?
+        .instantiate()?;
+    let released = exec.release();
+    drop(h);
+    h = pinned::<u32>(&ctx, len)?;
+    let mut exec = released.bind((&h, &mut x));
+    assert!(matches!(exec.launch(&s), Err(Error::Graph { .. })), "another pinned buffer");
+    Ok(())
+}
+
 /// Counts the runs of a host function and the drops of what its closure owns.
 #[derive(Default)]
 struct Probe {

@@ -133,6 +133,14 @@ pub trait CaptureOperand: sealed::Sealed {
     fn device(&self) -> bool {
         true
     }
+    /// What a kept recording depends on besides the address: for pinned host memory, its
+    /// allocation's id (the driver resolves a host address when a memcpy node is set and keeps
+    /// what it resolved, so a recording's host copies must not be replayed on another buffer
+    /// allocated at the same address: `kind/memcpy.rs`, `host_side`); 0 for device memory.
+    #[doc(hidden)]
+    fn buffer(&self) -> u64 {
+        0
+    }
     /// The operand's alias: on `stream` for device memory of its context, else on the stream of
     /// `helpers` of the operand's context.
     ///
@@ -266,7 +274,7 @@ macro_rules! capture_operands {
             fn ranges(&self, out: &mut Ranges) -> usize {
                 let mut n = 0;
                 $(let (ptr, len, ctx, _, write) = self.$i.parts();
-                out[n] = (ptr, len, ctx, write, TypeId::of::<$o::Elem>());
+                out[n] = (ptr, len, ctx, write, TypeId::of::<$o::Elem>(), self.$i.buffer());
                 n += 1;)*
                 n
             }
@@ -302,9 +310,9 @@ capture_operands!(A 0, B 1, C 2, D 3, E 4);
 capture_operands!(A 0, B 1, C 2, D 3, E 4, F 5);
 
 /// Each operand of a `capture` statement as `(address, length in elements, context, written,
-/// element type)`.
+/// element type, allocation)`, the last [`CaptureOperand::buffer`].
 #[doc(hidden)]
-pub type Ranges = [(sys::CUdeviceptr, usize, CUcontext, bool, TypeId); 6];
+pub type Ranges = [(sys::CUdeviceptr, usize, CUcontext, bool, TypeId, u64); 6];
 
 /// Object-safe view of a `capture` statement's value, used by the cache (sealed).
 pub trait CapturedWork: sealed::Sealed {
@@ -630,7 +638,7 @@ impl Recordings {
     }
 }
 
-const EMPTY_RANGES: Ranges = [(0, 0, core::ptr::null_mut(), false, TypeId::of::<()>()); 6];
+const EMPTY_RANGES: Ranges = [(0, 0, core::ptr::null_mut(), false, TypeId::of::<()>(), 0); 6];
 
 /// What a `capture(&a, &mut b, |s, (a, b)| …)` statement of `graph!` evaluates to: the graph
 /// call's stream, the operands' handles (borrowing the buffers for the call) and the closure,
