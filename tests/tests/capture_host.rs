@@ -278,7 +278,7 @@ fn a_pinned_buffer_reallocated_at_the_same_address_is_not_the_recorded_one() -> 
     let mut out = pinned::<u32>(&ctx, len)?;
     let mut cache = GraphCache::new();
     let mut step =
-        |cache: &mut GraphCache, inp: &PinnedHostSlice<u32>, out: &mut PinnedHostSlice<u32>| {
+        |cache: &mut GraphCache, inp: &mut PinnedHostSlice<u32>, out: &mut PinnedHostSlice<u32>| {
             graph!(cache, &s, {
                 capture(&*inp, &mut x, &mut *out, key = (), |c, (), (inp, mut x, mut out)| {
                     c.copy_htod(&inp, &mut x)?;
@@ -289,7 +289,7 @@ fn a_pinned_buffer_reallocated_at_the_same_address_is_not_the_recorded_one() -> 
         };
     let mut first = pinned::<u32>(&ctx, len)?;
     first.as_mut_slice()?.copy_from_slice(&host::iota(N, 3, 1));
-    step(&mut cache, &first, &mut out)?;
+    step(&mut cache, &mut first, &mut out)?;
     s.synchronize()?;
     assert_same(out.as_slice()?, &host::iota(N, 3, 1), "the first buffer");
     let at = first.as_ptr()? as usize;
@@ -298,7 +298,7 @@ fn a_pinned_buffer_reallocated_at_the_same_address_is_not_the_recorded_one() -> 
     let reused = second.as_ptr()? as usize == at;
     eprintln!("pinned address reused by the new buffer: {reused}");
     second.as_mut_slice()?.copy_from_slice(&host::iota(N, 5, 2));
-    step(&mut cache, &second, &mut out)?;
+    step(&mut cache, &mut second, &mut out)?;
     s.synchronize()?;
     assert_same(out.as_slice()?, &host::iota(N, 5, 2), "the second buffer");
     let st = cache.stats();
