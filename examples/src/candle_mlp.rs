@@ -344,9 +344,8 @@ fn run(args: &Args) -> Result<bool, Box<dyn Error>> {
     let model = Arc::new(Model::new(args.width, args.hidden, 1)?);
     println!("device: {}", ctx.name()?);
     println!(
-        "candle {} model: Linear({w}→{h}) GELU LayerNorm Linear({h}→{h}) GELU LayerNorm Linear({h}→{w}), f32; \
+        "candle 0.11.1 model: Linear({w}→{h}) GELU LayerNorm Linear({h}→{h}) GELU LayerNorm Linear({h}→{w}), f32; \
          {} steps, input changes every step; median of {} runs",
-        "0.11.1",
         args.steps,
         args.repeats,
         w = args.width,
