@@ -15,15 +15,18 @@
 # - CUDARC_CUDA_VERSION unset: the workspace's `cuda-13000` feature names the version.
 # CUDA 13.0 exactly, not newer: the GPU machine's driver is 580 (CUDA 13.0), which cannot load PTX
 # of a newer nvcc. Every wheel is pinned, nvcc's `nvidia-nvvm` (cicc) too: left to pip it is the
-# newest, whose PTX (`.version 9.5` from 13.5) nvcc 13.0's own ptxas refuses. The wheels hold the shared libraries with their versioned names only, and no
-# driver: the script adds the unversioned links the linker wants (`libcublas.so` → `.so.13`) and
-# a link-time stub `lib/stubs/libcuda.so` (soname `libcuda.so.1`, every `cu*` entry point of
-# cudarc's bindings as an empty function), as the CUDA toolkit's own `lib64/stubs` does. Nothing
+# newest, whose PTX (`.version 9.5` from 13.5) nvcc 13.0's own ptxas refuses.
+# The wheels hold the shared libraries with their versioned names only, and no driver: the
+# script adds the unversioned links the linker wants (`libcublas.so` → `.so.13`) and a link-time
+# stub `lib/stubs/libcuda.so` (soname `libcuda.so.1`, every `cu*` entry point of
+# cudarc's bindings returning an error), as the CUDA toolkit's own `lib64/stubs` does, and one of
+# NCCL (`libnccl.so`, soname `libnccl.so.2`), which only the linker sees. Nothing
 # of this directory is used at run time: the binaries name `libcuda.so.1`, `libcublas.so.13`, …,
 # which the GPU machine's driver and toolkit provide (`.devbin/run.sh` puts /usr/local/cuda/lib64
 # on LD_LIBRARY_PATH).
 #
-# Downloads about 1 GB once (nvcc, the runtime headers and libraries, cuBLAS, cuRAND).
+# Downloads about 1 GB once (nvcc, the runtime headers and libraries, cuBLAS, cuRAND); the first
+# build of candle's kernels then takes about 8 minutes on 2 cores, per profile (release, dev).
 
 _cudagraph_candle_env() {
     local root venv py cuda cudarc
@@ -55,20 +58,25 @@ _cudagraph_candle_env() {
         case $base in libnvrtc-builtins*|*.alt.so) continue ;; esac
         [ -e "$cuda/lib/$base" ] || ln -s "${so##*/}" "$cuda/lib/$base"
     done
-    # A link-time stub of the driver, from cudarc's bindings (the registry's copy of cudarc
-    # 0.19.10, fetched by cargo; `cargo fetch` first if it is not there yet).
-    if [ ! -f "$cuda/lib/stubs/libcuda.so" ]; then
+    # Link-time stubs of the driver and of NCCL (the tests' cudarc has its `nccl` feature; no
+    # binary of the pack calls NCCL, so `--as-needed` drops it again), from cudarc's bindings
+    # (the registry's copy of cudarc 0.19.10, fetched by cargo; `cargo fetch` first if absent).
+    if [ ! -f "$cuda/lib/stubs/libcuda.so" ] || [ ! -f "$cuda/lib/stubs/libnccl.so" ]; then
         cudarc=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.10 2>/dev/null | head -n 1)
         if [ -z "$cudarc" ]; then
             (cd "$root" && cargo fetch --quiet) || return 1
             cudarc=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.10 | head -n 1)
         fi
         mkdir -p "$cuda/lib/stubs"
-        grep -oE '^pub unsafe fn cu[A-Za-z0-9_]+' "$cudarc/src/driver/sys/mod.rs" \
-            | sed 's/^pub unsafe fn \(.*\)$/int \1(void) { return 999; }/' \
-            | sort -u >"$cuda/lib/stubs/cuda_stub.c"
-        cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$cuda/lib/stubs/libcuda.so" \
-            "$cuda/lib/stubs/cuda_stub.c" || return 1
+        local lib soname sys prefix
+        for lib in cuda:libcuda.so.1:driver:cu nccl:libnccl.so.2:nccl:nccl; do
+            IFS=: read -r lib soname sys prefix <<<"$lib"
+            grep -oE "^pub unsafe fn $prefix[A-Za-z0-9_]+" "$cudarc/src/$sys/sys/mod.rs" \
+                | sed 's/^pub unsafe fn \(.*\)$/int \1(void) { return 999; }/' \
+                | sort -u >"$cuda/lib/stubs/${lib}_stub.c"
+            cc -shared -fPIC -Wl,-soname,"$soname" -o "$cuda/lib/stubs/lib$lib.so" \
+                "$cuda/lib/stubs/${lib}_stub.c" || return 1
+        done
     fi
     export PATH="$cuda/bin:$PATH"
     export CUDA_HOME="$cuda" CUDA_PATH="$cuda" CUDA_ROOT="$cuda"
