@@ -235,8 +235,9 @@ fn run_graph(
             // enqueues there reads `x`'s view and its own `bias` (alive in the key's `Arc` as
             // long as the recording), writes `y`'s view, and allocates and frees only its own
             // buffers, each dropped before the closure returns (graph memory, freed by the
-            // recording); its module stays loaded with its functions (in the key); no host copy,
-            // no event wait (tracking is off on its context). Joined back on error too.
+            // recording); its module stays loaded with its functions (in the key); no host copy;
+            // waits only on the views' events, recorded in this capture (tracking is off on its
+            // context). Joined back on error too.
             capture(&*x, &mut *y, key = lib.clone(), |cap, lib, (x, mut y)| unsafe {
                 cap.fork(&lib.stream)?;
                 let r = lib.forward(x.as_cuda_view(), y.as_cuda_view_mut());

@@ -273,13 +273,15 @@ fn run_graph(
             // Keyed: recorded by the first call only (the operands `x`, `y` and the key never
             // change), replayed by every later launch.
             // SAFETY: `fork` joins candle's stream into the capture; what the model enqueues
-            // there reads `x`'s view and the model's weights (alive in the key's `Arc` as long
-            // as the recording), writes `y`'s view, and allocates and frees only its own
+            // there reads `x`'s view and the model's weights, uses cuBLAS's workspace (both
+            // alive in the key's `Arc` as long as the recording), writes `y`'s view, and
+            // allocates and frees only its own
             // temporaries, each dropped before the closure returns (graph memory, freed by the
             // recording); its kernels' modules stay loaded with candle's device (in the key);
             // it copies nothing from or to the host (the parameter cache, filled by the warm-up,
-            // refuses to) and waits on no event (tracking is off on candle's context). Joined
-            // back before the closure returns, on error too.
+            // refuses to) and waits only on the views' events, recorded in this capture
+            // (tracking is off on candle's context). Joined back before the closure returns,
+            // on error too.
             capture(
                 &*x,
                 &mut *y,
