@@ -575,10 +575,18 @@ pub unsafe fn wait_event(stream: CUstream, event: sys::CUevent) -> Result<(), Dr
     unsafe { sys::cuStreamWaitEvent(stream, event, flags) }.result()
 }
 
-/// Whether the driver library can be loaded ([`crate::driver_available`]).
+/// Whether the driver library can be loaded ([`crate::driver_available`]): the names cudarc's
+/// loader finds the driver by (`libcuda.so`, then the driver's `libcuda.so.1`; `nvcuda.dll`).
+///
+/// Through `libloading` rather than cudarc's `is_culib_present`, which exists only with cudarc's
+/// `dynamic-loading`: a dependency that asks cudarc for `dynamic-linking` (candle, in the
+/// examples' `candle` feature) turns that off, and the program then links the driver instead.
 pub(crate) fn driver_present() -> bool {
-    // SAFETY: only tries to dlopen the library; no driver call is made.
-    unsafe { sys::is_culib_present() }
+    const NAMES: &[&str] =
+        if cfg!(windows) { &["nvcuda.dll"] } else { &["libcuda.so", "libcuda.so.1"] };
+    // SAFETY: only dlopens the driver library (its initializers run, as on cudarc's first
+    // call); no driver call is made, and the handle is closed again.
+    NAMES.iter().any(|&name| unsafe { libloading::Library::new(name) }.is_ok())
 }
 
 /// A null `void*`, for the unused `extra` field of kernel parameters.
