@@ -126,6 +126,32 @@ impl Driver for Cuda {
     unsafe fn graph_create(&mut self) -> Result<CUgraph, DriverError> {
         unsafe { graph_create() }
     }
+    unsafe fn record_done(
+        &mut self,
+        done: &mut sys::CUevent,
+        stream: CUstream,
+    ) -> Result<(), DriverError> {
+        if done.is_null() {
+            let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+            // SAFETY: `done` is a valid out-pointer; the context is current (the trait's
+            // contract).
+            unsafe { sys::cuEventCreate(done, flags) }.result()?;
+        }
+        // SAFETY: the event is ours, of the current context; `stream` live (the contract).
+        unsafe { crate::raw::record_event(*done, stream) }
+    }
+    unsafe fn wait_done(&mut self, done: sys::CUevent, destroy: bool) {
+        if done.is_null() {
+            return;
+        }
+        // SAFETY: the event is ours and alive (made by `record_done`).
+        unsafe {
+            let _ = sys::cuEventSynchronize(done);
+            if destroy {
+                let _ = sys::cuEventDestroy_v2(done);
+            }
+        }
+    }
     unsafe fn graph_destroy(&mut self, graph: CUgraph) {
         let _ = unsafe { graph_destroy(graph) };
     }

@@ -697,6 +697,22 @@ pub trait Driver {
     ) -> Result<Option<HostFlag>, DriverError> {
         Ok(None)
     }
+    /// Records `*done` (made first when null: `cuEventCreate`, timing disabled) on `stream`
+    /// after a launch of an exec whose graph has memory nodes, so that [`Self::wait_done`] can
+    /// wait for that launch before the exec and its graph are destroyed. The default, for test
+    /// drivers (which run nothing): nothing to wait for.
+    #[doc(hidden)]
+    unsafe fn record_done(
+        &mut self,
+        _done: &mut sys::CUevent,
+        _stream: CUstream,
+    ) -> Result<(), DriverError> {
+        Ok(())
+    }
+    /// Waits for the launch [`Self::record_done`] recorded (`cuEventSynchronize`), then, when
+    /// `destroy`, destroys the event. Errors are ignored (a launch that failed is over).
+    #[doc(hidden)]
+    unsafe fn wait_done(&mut self, _done: sys::CUevent, _destroy: bool) {}
     /// [`enable_peer_access`].
     unsafe fn enable_peer_access(
         &mut self,

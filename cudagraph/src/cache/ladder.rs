@@ -110,7 +110,7 @@ impl<D: Driver> GraphCache<D> {
         // do not use: it is instantiated anew rather than updated into the exec. So is a graph
         // with memory allocation or free nodes, whose whole-exec update the driver refuses (and
         // whose new allocations have new addresses, which the exec's nodes do not use).
-        let memory_nodes = states.iter().any(|s| s.scratch().is_some() || s.memory_nodes());
+        let memory_nodes = super::has_memory_nodes(&states);
         let updated = if handles.is_empty() && !memory_nodes {
             // SAFETY: both live, same context, same topology (same variant key).
             unsafe { self.driver.exec_update(exec, graph) }
@@ -153,9 +153,13 @@ impl<D: Driver> GraphCache<D> {
                 v.graph = graph;
                 v.nodes = states;
                 v.handles = handles;
+                v.memory = super::has_memory_nodes(&v.nodes);
+                let done = v.done;
                 // SAFETY: the old exec and graph are ours and replaced; an exec in flight is
-                // freed by the driver once its launches complete.
+                // freed by the driver once its launches complete; one whose graph has memory
+                // nodes is waited for first (its event stays the variant's).
                 unsafe {
+                    self.driver.wait_done(done, false);
                     self.driver.exec_destroy(old_exec);
                     self.driver.graph_destroy(old_graph);
                 }

@@ -362,6 +362,15 @@ struct Variant {
     /// every node of it packed; empty otherwise, and emptied before any change to the exec, so
     /// that a call equal to it needs nothing sent.
     pack: Vec<u64>,
+    /// Whether its graph has memory nodes (graph-owned buffers, recordings that allocate).
+    memory: bool,
+    /// For a graph with memory nodes: an event recorded after each launch (null until the
+    /// first), waited for before the exec and its graph are destroyed. The driver frees an exec
+    /// in flight once its launches complete, but a graph's allocations live at addresses the
+    /// graph holds: destroyed under a running launch, they were lost to it (measured on the
+    /// H200 under compute-sanitizer racecheck, whose slow kernels keep launches running: an
+    /// evicted variant's launch read its scratch buffer as zeros).
+    done: sys::CUevent,
 }
 
 impl Variant {
@@ -1190,6 +1199,13 @@ impl<D: Driver> GraphCache<D> {
             v.take_back(v.launch_work.len());
             return Err(shape.graph_error(source));
         }
+        if v.memory {
+            // SAFETY: the stream is live and of the current context; the event is the
+            // variant's.
+            unsafe { self.driver.record_done(&mut v.done, stream) }
+                .call("cuEventCreate / cuEventRecord (after a launch of a graph with memory nodes)")
+                .map_err(|source| shape.graph_error(source))?;
+        }
         self.stats.launches += 1;
         Ok(())
     }
@@ -1337,7 +1353,10 @@ impl<D: Driver> GraphCache<D> {
             last_use: self.clock,
             hits: 0,
             pack: Vec::new(),
+            memory: false,
+            done: core::ptr::null_mut(),
         };
+        let v = Variant { memory: has_memory_nodes(&v.nodes), ..v };
         self.variants.push(v);
         Ok(self.variants.len() - 1)
     }
@@ -1346,15 +1365,18 @@ impl<D: Driver> GraphCache<D> {
     /// (`cuGraphExecDestroy`), so this never waits and never cuts a launch short.
     fn remove(&mut self, i: usize) {
         let v = self.variants.swap_remove(i);
-        // SAFETY: exec and graph are this variant's, used by nothing else from now on.
+        // SAFETY: exec and graph are this variant's, used by nothing else from now on; `done`
+        // is its event (or null), waited for first.
         unsafe {
+            self.driver.wait_done(v.done, true);
             self.driver.exec_destroy(v.exec);
             self.driver.graph_destroy(v.graph);
         }
     }
 
     /// Destroys every variant (`cuGraphExecDestroy` and `cuGraphDestroy`; the driver frees an
-    /// exec still in flight once its launches complete). Dropping the cache does the same.
+    /// exec still in flight once its launches complete; a variant whose graph has memory nodes
+    /// is first waited for, `cuEventSynchronize`). Dropping the cache does the same.
     pub fn clear(&mut self) {
         while !self.variants.is_empty() {
             self.remove(self.variants.len() - 1);
@@ -1369,4 +1391,9 @@ impl<D: Driver> Drop for GraphCache<D> {
     fn drop(&mut self) {
         self.clear();
     }
+}
+
+/// Whether a variant's nodes include memory nodes (see [`Variant::memory`]).
+fn has_memory_nodes(nodes: &[NodeState]) -> bool {
+    nodes.iter().any(|s| s.scratch().is_some() || s.memory_nodes())
 }
