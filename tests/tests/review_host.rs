@@ -231,6 +231,7 @@ fn updating_a_standalone_exec_with_pending_host_functions() -> Result {
 /// once, and neither launch may hang (the flag set only when no run is pending).
 #[test]
 #[ignore = "needs a CUDA GPU"]
+#[allow(clippy::borrow_deref_ref)] // `graph!` takes `&place`
 fn one_recording_in_two_execs_on_two_streams() -> Result {
     let _serial = common::serial();
     let _dog = common::watchdog(120, "one recording in two execs on two streams");
