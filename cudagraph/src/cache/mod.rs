@@ -330,9 +330,10 @@ pub struct GraphCache<D: Driver = Cuda> {
     recordings_per_capture: usize,
 }
 
-// SAFETY: the raw driver handles inside are only used through `&mut self` (or `Drop`), so
-// every driver call on them is serialized, which is all CUDA asks of graph objects; the driver
-// accepts calls on them from any thread once the context is current, which `run` ensures.
+// SAFETY: the raw driver handles inside (graphs, execs, the variants' launch events) are only
+// used through `&mut self` (or `Drop`), so every driver call on them is serialized, which is all
+// CUDA asks of graph objects; the driver accepts calls on them from any thread once the context
+// is current, which `run` ensures.
 // `recording` holds no pointer between calls (a builder empties it before handing it back).
 unsafe impl<D: Driver + Send> Send for GraphCache<D> {}
 
