@@ -12,30 +12,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Result, assert_same, gpu, host, launch};
-use cudagraph::cudarc::driver::{CudaContext, LaunchConfig, PinnedHostSlice, PushKernelArg};
+use common::{Result, assert_same, gpu, host, launch, pinned};
+use cudagraph::cudarc::driver::{LaunchConfig, PinnedHostSlice, PushKernelArg};
 use cudagraph::{Error, GraphCache, GraphNodeKind, Mode, NodeKind, graph};
 
 const N: u32 = 1024;
 
 fn cfg() -> LaunchConfig {
     LaunchConfig::for_num_elems(N)
-}
-
-/// Pinned host memory the host reads fast (flags 0, not write-combined), zeroed.
-fn pinned<
-    T: cudagraph::cudarc::driver::DeviceRepr
-        + cudagraph::cudarc::driver::ValidAsZeroBits
-        + Default
-        + Clone,
->(
-    ctx: &Arc<CudaContext>,
-    len: usize,
-) -> Result<PinnedHostSlice<T>> {
-    // SAFETY: written (zeroed) below before anything reads it.
-    let mut p = unsafe { ctx.alloc_pinned_with_flags::<T>(len, 0) }?;
-    p.as_mut_slice()?.fill(T::default());
-    Ok(p)
 }
 
 /// An order-sensitive checksum of `v` (what the host functions compute).

@@ -11,27 +11,11 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Result, assert_same, gpu, host};
-use cudagraph::cudarc::driver::{CudaContext, PinnedHostSlice};
+use common::{Result, assert_same, gpu, host, pinned};
+use cudagraph::cudarc::driver::PinnedHostSlice;
 use cudagraph::{Error, GraphCache, Mode, graph};
 
 const N: u32 = 256;
-
-/// Pinned host memory (flags 0), zeroed.
-fn pinned<
-    T: cudagraph::cudarc::driver::DeviceRepr
-        + cudagraph::cudarc::driver::ValidAsZeroBits
-        + Default
-        + Clone,
->(
-    ctx: &Arc<CudaContext>,
-    len: usize,
-) -> Result<PinnedHostSlice<T>> {
-    // SAFETY: zeroed below before anything reads it.
-    let mut p = unsafe { ctx.alloc_pinned_with_flags::<T>(len, 0) }?;
-    p.as_mut_slice()?.fill(T::default());
-    Ok(p)
-}
 
 /// Attack: an unkeyed capture re-recorded every call, each call with a *new* pinned buffer
 /// (new address), the exec reached by the update ladder (child-graph parameters set in place).

@@ -551,10 +551,9 @@ impl GraphCache {
                 if let Some(n) = n
                     && n.prepare(&|| call.shape.site(i))?
                 {
-                    self.stats.captures += 1;
-                    if let NodeParams::Captured(c) = n {
-                        self.count_allocations(*c);
-                        self.keep_recording(call.site, i, *c);
+                    match n {
+                        NodeParams::Captured(c) => self.new_recording(call.site, i, *c),
+                        _ => self.stats.captures += 1,
                     }
                 }
             }
@@ -587,14 +586,13 @@ impl GraphCache {
             // Keyed statements recorded again while a graph was built (their kept recording's
             // graph, with memory nodes, had been moved into another graph): kept in its place.
             // (Only a cache that recorded has any.)
-            let recorded = self.stats.captures > 0;
-            for (i, n) in nodes.iter().enumerate().filter(|_| recorded) {
-                if let Some(NodeParams::Captured(c)) = n
-                    && c.rerecorded()
-                {
-                    self.stats.captures += 1;
-                    self.count_allocations(*c);
-                    self.keep_recording(site, i, *c);
+            if self.stats.captures > 0 {
+                for (i, n) in nodes.iter().enumerate() {
+                    if let Some(NodeParams::Captured(c)) = n
+                        && c.rerecorded()
+                    {
+                        self.new_recording(site, i, *c);
+                    }
                 }
             }
             r
@@ -854,10 +852,13 @@ impl<D: Driver> GraphCache<D> {
         }
     }
 
-    /// Counts the allocation nodes of a statement's new recording.
-    fn count_allocations(&mut self, c: &dyn CapturedWork) {
+    /// Counts a statement's new recording (node `i` of a `graph!` call) and its allocation
+    /// nodes, and keeps it if the statement is keyed.
+    fn new_recording(&mut self, site: Site, i: usize, c: &dyn CapturedWork) {
+        self.stats.captures += 1;
         let allocations = c.recorded().map_or(0, |g| g.memory().allocations);
         self.stats.capture_allocations += u64::from(allocations);
+        self.keep_recording(site, i, c);
     }
 
     /// Keeps a keyed statement's new recording (node `i` of a `graph!` call).

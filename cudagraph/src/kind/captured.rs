@@ -651,15 +651,12 @@ pub struct CaptureParams<'a, H, F, K = Unkeyed> {
     recorded: RefCell<Option<Arc<OwnedGraph>>>,
     /// Set when [`CapturedWork::fresh`] recorded again.
     rerecorded: Cell<bool>,
-    /// The serial a recording made by [`CapturedWork::fresh`] takes over (0: a new one).
-    inherit: Cell<u64>,
 }
 
 impl<'a, H: CaptureOperands, F> CaptureParams<'a, H, F> {
     pub(crate) fn new(stream: &'a Arc<CudaStream>, handles: H, f: F) -> Self {
         let (f, recorded, rerecorded) = (Cell::new(Some(f)), RefCell::new(None), Cell::new(false));
-        let inherit = Cell::new(0);
-        CaptureParams { stream, handles, f, key: Unkeyed, recorded, rerecorded, inherit }
+        CaptureParams { stream, handles, f, key: Unkeyed, recorded, rerecorded }
     }
 }
 
@@ -672,8 +669,8 @@ impl<'a, H: CaptureOperands, K: CaptureKey, E> CaptureParams<'a, H, KeyedFn<H, K
     ) -> Self {
         let code = f as usize;
         let (f, recorded) = (Cell::new(Some(KeyedFn(f))), RefCell::new(None));
-        let (rerecorded, inherit) = (Cell::new(false), Cell::new(0));
-        CaptureParams { stream, handles, f, key: Keyed(key, code), recorded, rerecorded, inherit }
+        let rerecorded = Cell::new(false);
+        CaptureParams { stream, handles, f, key: Keyed(key, code), recorded, rerecorded }
     }
 }
 
@@ -785,11 +782,17 @@ impl<'a, H: CaptureOperands, F, K> CaptureParams<'a, H, F, K> {
 
 impl<H: CaptureOperands, F, K> CaptureParams<'_, H, F, K> {
     /// Records `f` (the statement's closure, taken) under stream capture and keeps the
-    /// recording, or returns the error.
+    /// recording, or returns the error. `serial`: the serial the recording takes over (one made
+    /// again by [`CapturedWork::fresh`]); `None` for a new one.
     ///
     /// # Safety
     /// As [`CapturedWork::record`].
-    unsafe fn record_with<G, E>(&self, f: G, site: &dyn Fn() -> NodeSite) -> Result<(), Error>
+    unsafe fn record_with<G, E>(
+        &self,
+        f: G,
+        site: &dyn Fn() -> NodeSite,
+        serial: Option<u64>,
+    ) -> Result<(), Error>
     where
         G: for<'s> FnOnce(&'s Capture, H::Views<'s>) -> Result<(), E>,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -848,8 +851,8 @@ impl<H: CaptureOperands, F, K> CaptureParams<'_, H, F, K> {
                     }
                     Ok(memory) => {
                         graph.memory = memory;
-                        if self.inherit.get() != 0 {
-                            graph.serial = self.inherit.get();
+                        if let Some(serial) = serial {
+                            graph.serial = serial;
                         }
                         *self.recorded.borrow_mut() = Some(Arc::new(graph));
                         Ok(())
@@ -902,7 +905,7 @@ where
     unsafe fn record(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
         let f = self.take(site)?;
         // SAFETY: the caller's contract.
-        unsafe { self.record_with(f, site) }
+        unsafe { self.record_with(f, site, None) }
     }
 
     fn recorded(&self) -> Option<Arc<OwnedGraph>> {
@@ -913,6 +916,29 @@ where
         let f = self.take(site)?;
         // SAFETY: the caller's contract.
         unsafe { self.eager_with(f, site) }
+    }
+}
+
+impl<H, K, E> CaptureParams<'_, H, KeyedFn<H, K, E>, Keyed<K>>
+where
+    H: CaptureOperands,
+    K: CaptureKey,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    /// Records the statement's `fn` with its key (copied: recorded again in the same call when
+    /// [`CapturedWork::fresh`] needs to), the recording taking over `serial` if given.
+    ///
+    /// # Safety
+    /// As [`CapturedWork::record`].
+    unsafe fn record_keyed(
+        &self,
+        site: &dyn Fn() -> NodeSite,
+        serial: Option<u64>,
+    ) -> Result<(), Error> {
+        let f = self.f.get().ok_or_else(|| unrecorded(site))?.0;
+        let key = &self.key.0;
+        // SAFETY: the caller's contract.
+        unsafe { self.record_with(|s, views| f(s, key, views), site, serial) }
     }
 }
 
@@ -927,11 +953,8 @@ where
     }
 
     unsafe fn record(&self, site: &dyn Fn() -> NodeSite) -> Result<(), Error> {
-        // A `fn`, copied: recorded again in the same call when [`CapturedWork::fresh`] needs to.
-        let f = self.f.get().ok_or_else(|| unrecorded(site))?.0;
-        let key = &self.key.0;
         // SAFETY: the caller's contract.
-        unsafe { self.record_with(|s, views| f(s, key, views), site) }
+        unsafe { self.record_keyed(site, None) }
     }
 
     fn recorded(&self) -> Option<Arc<OwnedGraph>> {
@@ -973,13 +996,12 @@ where
         // The same `fn`, key and operands record the same work: the new recording keeps the
         // moved one's serial, so that the execs and variants holding the moved one still count
         // as holding it (an unchanged call, a memo twin) and nothing is recorded again for them.
-        self.inherit.set(serial);
         // The kept recording's graph was moved into another node: record again (same `fn`,
         // key and operands, so the same work). A panic is this node's error: the cache is part
         // way through a build, which the error unwinds cleanly.
         // SAFETY: the caller's contract.
-        let again = catch_unwind(AssertUnwindSafe(|| unsafe { self.record(site) }));
-        self.inherit.set(0);
+        let again =
+            catch_unwind(AssertUnwindSafe(|| unsafe { self.record_keyed(site, Some(serial)) }));
         match again {
             Ok(r) => r?,
             Err(_) => {

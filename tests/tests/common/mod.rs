@@ -63,6 +63,22 @@ pub fn gpu() -> Result<(Arc<CudaContext>, Arc<CudaStream>, Ops)> {
     Ok((ctx, stream, k))
 }
 
+/// Pinned host memory the host reads fast (flags 0, not write-combined), zeroed.
+pub fn pinned<
+    T: cudagraph::cudarc::driver::DeviceRepr
+        + cudagraph::cudarc::driver::ValidAsZeroBits
+        + Default
+        + Clone,
+>(
+    ctx: &Arc<CudaContext>,
+    len: usize,
+) -> Result<cudagraph::cudarc::driver::PinnedHostSlice<T>> {
+    // SAFETY: written (zeroed) below before anything reads it.
+    let mut p = unsafe { ctx.alloc_pinned_with_flags::<T>(len, 0) }?;
+    p.as_mut_slice()?.fill(T::default());
+    Ok(p)
+}
+
 /// Free device memory may differ this much between before and after a leak test's rounds.
 pub const LEAK_SLACK: usize = 64 << 20;
 
