@@ -19,6 +19,11 @@
 //! 4. after the closure returned (or panicked), drops the aliases *while still capturing*
 //!    (`leak` waits on their events, which are then capture-internal), then ends the capture.
 //!
+//! With event tracking off (cudarc then manages nothing, and the aliases have no events) a
+//! capture works the same, without cudarc's waits: the crate's methods keep all of the capture's
+//! work on one stream ([`Capture::current`]), and [`Capture::fork`], whose second stream only
+//! cudarc's events would order, is refused.
+//!
 //! Driver answers this relies on, measured on an H200 (CUDA 13.0, driver 580.159, cudarc
 //! 0.19.10): inside a capture, `cuStreamWaitEvent` on a never-recorded event is accepted (a
 //! no-op); on an event recorded before the capture, even on the capturing stream itself, or
@@ -139,7 +144,7 @@ impl Capture {
         let err = |source| Error::Node { site: site(), source };
         make_current(ctx).call("cuCtxSetCurrent").map_err(err)?;
         let managing = ctx.is_managing_stream_synchronization();
-        let s = self.stream.cu_stream();
+        let s = self.current().cu_stream();
         if managing {
             for (b, &o) in bufs.iter().zip(&owners) {
                 let op = &self.operands[o];
@@ -189,7 +194,7 @@ impl Capture {
             // SAFETY: validated above; every buffer argument lies inside a listed operand,
             // which the `graph!` call borrows until the work it enqueued is ordered before any
             // later use (its guards).
-            unsafe { Kernel::eager(&k, &self.stream, &Default::default(), &site) }?;
+            unsafe { Kernel::eager(&k, self.current(), &Default::default(), &site) }?;
             self.record_events(bufs, &owners, managing).map_err(err)?;
             None
         };
@@ -219,7 +224,8 @@ impl Capture {
             if let Some(e) = if b.write { op.write_event } else { op.read_event } {
                 // SAFETY: the event is the alias's, alive while the closure runs; the stream is
                 // alive and its context current.
-                unsafe { raw::record_event(e, self.stream.cu_stream()) }.call("cuEventRecord")?;
+                unsafe { raw::record_event(e, self.current().cu_stream()) }
+                    .call("cuEventRecord")?;
             }
         }
         Ok(())
@@ -701,11 +707,9 @@ fn graph_error(file: &'static str, line: u32, call: &'static str, error: DriverE
 ///   driver error `f` returned (a `DriverError`, [`CudaError`] or [`Error::Cuda`]), and
 ///   `cuStreamEndCapture`'s error;
 /// - [`Error::Graph`]: `stream` is already capturing, is a stream that cannot capture (the
-///   legacy default stream: use one from `ctx.new_stream()`), cudarc does not manage stream
-///   synchronization on its context object (event tracking off, or a per-thread stream of a
-///   context object that made no stream: then nothing would refuse a buffer the closure did not
-///   list), the recording allocated memory (an allocation node: set a library's workspace, e.g.
-///   `cublasSetWorkspace`, before capturing), an operand belongs to another context than
+///   legacy default stream: use one from `ctx.new_stream()`), the recording kept memory it
+///   allocated while captured past the closure, or freed memory it did not allocate (see
+///   [`Capture::stream`]), an operand belongs to another context than
 ///   `stream`, or a driver call failed (`cuStreamIsCapturing`, `cuStreamBeginCapture`).
 ///
 /// After an invalidated capture, `capture` synchronizes the context (`cuCtxSynchronize`), so

@@ -615,12 +615,12 @@ impl Capture {
         make_current(self.stream.context()).map_err(err)?;
         // cudarc's events of `dst`'s alias: the stream waits for its last reader and writer in
         // the capture, and its write event is recorded after the copy (the guard's drop).
-        let (d, guard) = DevicePtrMut::device_ptr_mut(dst, &self.stream);
+        let (d, guard) = DevicePtrMut::device_ptr_mut(dst, self.current());
         // SAFETY: `host` is `n` elements of `T` of pinned host memory of a listed operand and
         // `d` as many of a listed `&mut` device operand (checked above), both of the stream's
         // context, which is current; the graph call (or the standalone graph) borrows both for
         // as long as this copy (or a launch of its recording) may run.
-        let r = unsafe { raw::memcpy_htod_async(d, host, bytes, self.stream.cu_stream()) };
+        let r = unsafe { raw::memcpy_htod_async(d, host, bytes, self.current().cu_stream()) };
         drop(guard);
         r.map_err(err)
     }
@@ -661,11 +661,11 @@ impl Capture {
         make_current(self.stream.context()).map_err(err)?;
         // cudarc's events of `src`'s alias: the stream waits for its last writer in the capture,
         // and its read event is recorded after the copy.
-        let (d, guard) = src.device_ptr(&self.stream);
+        let (d, guard) = src.device_ptr(self.current());
         // SAFETY: as in `copy_htod`, the other way round: `dst` is of a listed `&mut` pinned host
         // operand, `d` of a listed device operand.
         let r =
-            unsafe { raw::memcpy_dtoh_async(dst.ptr.cast(), d, bytes, self.stream.cu_stream()) };
+            unsafe { raw::memcpy_dtoh_async(dst.ptr.cast(), d, bytes, self.current().cu_stream()) };
         drop(guard);
         r.map_err(err)
     }
@@ -769,7 +769,7 @@ impl Capture {
     /// captured, after the stream's capture dependencies, and makes it their only one.
     fn host_node(&self, entry: Entry) -> core::result::Result<(), CudaError> {
         let flag = entry.flag;
-        let s = self.stream.cu_stream();
+        let s = self.current().cu_stream();
         // SAFETY: the stream is alive and its context current (`host`).
         let info = match unsafe { raw::stream_capture_info(s) }.call("cuStreamGetCaptureInfo_v3") {
             Ok(info) => info,
@@ -827,7 +827,7 @@ impl Capture {
     /// second host function returning the flag to its pool.
     fn host_eager(&self, entry: Entry) -> core::result::Result<(), CudaError> {
         let flag = entry.flag;
-        let s = self.stream.cu_stream();
+        let s = self.current().cu_stream();
         let user = Box::into_raw(Box::new(Arc::new(entry)));
         // SAFETY: the stream is alive and its context current (`host`); `run_eager` takes
         // ownership of `user` when the driver calls it (exactly once, after the stream's earlier

@@ -235,9 +235,10 @@ pub use session::{Capture, CaptureSlice, CaptureSliceMut, CaptureView};
 ///   found closure" naming it: move it into the key) and takes `&k`; recorded only when the
 ///   operands or the key change ([`CaptureKey`], [`GraphCache::set_recordings_per_capture`]).
 ///   The stream argument must then be a `&Arc<CudaStream>` made with `ctx.new_stream()` (the
-///   legacy default stream cannot capture), with cudarc's event tracking on (its default).
-///   Errors: [`Error::Graph`] (a recording that allocated memory: give a library its workspace
-///   before the capture, e.g. `cublasSetWorkspace`), [`Error::Capture`] (the closure's own),
+///   legacy default stream cannot capture); cudarc's event tracking may be on (its default) or
+///   off, except for [`Capture::fork`], which needs it.
+///   Errors: [`Error::Graph`] (a recording that kept memory it allocated past the closure),
+///   [`Error::Capture`] (the closure's own),
 ///   [`Error::CaptureInvalidated`], both naming the statement; a panic in the closure continues
 ///   after the capture ended. In [`Mode::Eager`] the closure runs directly on the stream. The
 ///   closure's error type is any `Error + Send + Sync + 'static` (`DriverError`, `CublasError`,

@@ -10,7 +10,7 @@
 //! what is checked.
 
 use core::any::TypeId;
-use core::cell::RefCell;
+use core::cell::{Cell, RefCell};
 use core::fmt;
 use core::marker::PhantomData;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -67,6 +67,10 @@ pub struct Capture {
     /// helper streams of other devices' operands, `user` once joined, and the streams
     /// [`fork`](Self::fork)ed in.
     accepted: RefCell<Vec<sys::CUstream>>,
+    /// Set when the `unsafe` [`stream`](Self::stream) joined `user` into a capture whose context
+    /// object cudarc does not manage synchronization for (event tracking off): the crate's own
+    /// methods then enqueue on `user` ([`current`](Self::current)).
+    on_user: Cell<bool>,
     /// The functions of the kernel nodes added by [`kernel`](Self::kernel): the recording keeps
     /// their modules loaded.
     pub(crate) functions: RefCell<Vec<CudaFunction>>,
@@ -115,6 +119,7 @@ impl Capture {
             stream,
             user,
             accepted: RefCell::new(accepted),
+            on_user: Cell::new(false),
             functions: RefCell::new(Vec::new()),
             capturing,
             operands,
@@ -125,6 +130,23 @@ impl Capture {
         };
         cap.prime();
         cap
+    }
+
+    /// The stream the crate's own methods (`kernel`, `copy`, `zero`, `copy_htod`, `copy_dtoh`,
+    /// `host`) enqueue on: the capture's stream, or the call's stream once the `unsafe`
+    /// [`stream`](Self::stream) joined it into a capture whose context object cudarc does not
+    /// manage synchronization for (event tracking off, or a context object with one stream).
+    /// With cudarc's events, work of the two streams on one view is ordered by the view's
+    /// events; without them nothing would be, so from the join on all of it goes on one stream
+    /// (the call's stream waited for the capture's work so far when it joined).
+    pub(crate) fn current(&self) -> &Arc<CudaStream> {
+        if self.on_user.get() { &self.user } else { &self.stream }
+    }
+
+    /// Whether cudarc manages stream synchronization for the capture's context object: its
+    /// events of the views then order the work of the capture's several streams.
+    fn managed(&self) -> bool {
+        self.stream.context().is_managing_stream_synchronization()
     }
 
     /// Whether the closure's views may be used on `stream` (one of this capture's streams).
@@ -216,11 +238,18 @@ impl Capture {
     #[track_caller]
     pub unsafe fn fork(&self, other: &CudaStream) -> Result<()> {
         let at = Location::caller();
-        let err = |error| Error::Node {
+        let err = |call, error| Error::Node {
             site: site_at("fork", "Capture::fork", at),
-            source: CudaError { call: "cuEventRecord / cuStreamWaitEvent (Capture::fork)", error },
+            source: CudaError { call, error },
         };
-        self.join_in(other).map_err(err)
+        if !self.managed() {
+            let why = "Capture::fork, not done: it needs cudarc to manage stream synchronization \
+                       on the capture's context object (event tracking on, its default), whose \
+                       events of the views order the work of the forked stream with the \
+                       capture's; the check";
+            return Err(err(why, DriverError(CUresult::CUDA_ERROR_NOT_SUPPORTED)));
+        }
+        self.join_in(other).map_err(|e| err("cuEventRecord / cuStreamWaitEvent (Capture::fork)", e))
     }
 
     /// `other` waits for the work on the capture's stream so far (joining it into the capture)
@@ -253,7 +282,7 @@ impl Capture {
             source: CudaError { call: "cuEventRecord / cuStreamWaitEvent (Capture::join)", error },
         };
         let there = origin_stream(other.context()).map_err(err)?;
-        let r = order_streams(other, there.join_event(), &self.stream);
+        let r = order_streams(other, there.join_event(), self.current());
         let _ = self.stream.context().bind_to_thread();
         r.map_err(err)
     }
@@ -272,7 +301,10 @@ impl Capture {
     ///
     /// Until the first call the stream is not part of the capture: anything done on it runs
     /// at once, as outside a capture, and safe code (which may hold the stream) cannot record
-    /// into the graph. The capture itself runs on a private stream of the crate's.
+    /// into the graph. The capture itself runs on a private stream of the crate's. Where cudarc
+    /// manages no stream synchronization on the capture's context object (event tracking off),
+    /// the `Capture`'s own methods enqueue on this stream from the first call on, so that they
+    /// stay in program order with the work joined here (no cudarc event would order them).
     ///
     /// # Safety
     /// Until the closure returns, every piece of work enqueued on this stream (by the closure
@@ -307,12 +339,14 @@ impl Capture {
     ///
     /// [`capture`]: crate::capture()
     pub unsafe fn stream(&self) -> &Arc<CudaStream> {
-        if self.capturing
-            && !self.accepts(&self.user)
-            && let Err(error) = self.join_in(&self.user)
-        {
-            let call = "cuEventRecord / cuStreamWaitEvent (Capture::stream)";
-            let _ = self.broken.set(CudaError { call, error });
+        if self.capturing && !self.accepts(&self.user) {
+            match self.join_in(&self.user) {
+                Err(error) => {
+                    let call = "cuEventRecord / cuStreamWaitEvent (Capture::stream)";
+                    let _ = self.broken.set(CudaError { call, error });
+                }
+                Ok(()) => self.on_user.set(!self.managed()),
+            }
         }
         &self.user
     }
@@ -395,7 +429,7 @@ impl Capture {
             return Err(Error::NodeRefused { site: site(), why });
         }
         let call = "cuMemcpyDtoDAsync (Capture::copy)";
-        src.copy_into(&self.stream, &mut dst.view)
+        src.copy_into(self.current(), &mut dst.view)
             .map_err(|error| Error::Node { site: site(), source: CudaError { call, error } })
     }
 
@@ -419,7 +453,7 @@ impl Capture {
             return Err(Error::WrongContext { site: site() });
         }
         let call = "cuMemsetD8Async (Capture::zero)";
-        self.stream
+        self.current()
             .memset_zeros(&mut dst.view)
             .map_err(|error| Error::Node { site: site(), source: CudaError { call, error } })
     }
@@ -446,7 +480,7 @@ impl Capture {
         if write && !op.write {
             return Err(refuse(Refusal::ReadOnly { arg: None }));
         }
-        let ptr = view.pointer(&self.stream);
+        let ptr = view.pointer(self.current());
         let len = view.elems();
         let bytes = (len as u64).saturating_mul(size_of::<V::Elem>() as u64);
         let inside = ptr >= op.start && bytes <= op.bytes && ptr - op.start <= op.bytes - bytes;
@@ -1048,13 +1082,14 @@ impl RecordingMemory {
 }
 
 /// Whether a capture may begin on `stream`, else the refusal (the call to name and the error):
-/// the stream is already capturing; it is the legacy default stream, which cannot capture; or
-/// cudarc does not manage stream synchronization for its context object (event tracking on, its
-/// default, and a stream made with `new_stream`). That last one is what refuses a buffer the
-/// closure did not list: every cudarc use of such a buffer inside the closure waits on the
-/// buffer's events, recorded outside the capture, and so invalidates it instead of being
-/// recorded without a borrow (not so on a per-thread stream of a context object that made no
-/// stream, or with event tracking off).
+/// the stream is already capturing, or it is the legacy default stream, which cannot capture.
+///
+/// cudarc's event tracking is not needed: safe code in the closure records only through the
+/// [`Capture`]'s methods, on listed operands, on one stream (the capture's, or the call's once
+/// the `unsafe` [`Capture::stream`] joined it: [`Capture::current`]); a buffer the closure did
+/// not list cannot be recorded, with or without cudarc's events. Only [`Capture::fork`] (a
+/// second stream whose work on the views cudarc's events order) and another device's helper
+/// stream ([`require_tracking`]) need them.
 ///
 /// # Safety
 /// `stream` is alive and its context current.
@@ -1070,19 +1105,21 @@ pub(crate) unsafe fn can_capture(stream: &CudaStream) -> Result<(), (&'static st
     if s.is_null() {
         return Err((LEGACY_STREAM, DriverError(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)));
     }
-    require_tracking(stream).map_err(|why| (why, DriverError(CUresult::CUDA_ERROR_NOT_SUPPORTED)))
+    Ok(())
 }
 
-/// The last check of [`can_capture`], also made before a `capture` statement runs its closure
-/// eagerly: cudarc manages stream synchronization for the stream's context object.
+/// Whether cudarc manages stream synchronization for `stream`'s context object (event tracking
+/// on, its default, and a stream made with `new_stream` on it), as the helper stream of another
+/// device's operands needs: its work on that device's views is ordered with the capture's by
+/// cudarc's events of the views.
 pub(crate) fn require_tracking(stream: &CudaStream) -> Result<(), &'static str> {
     if stream.context().is_managing_stream_synchronization() {
         Ok(())
     } else {
-        Err("cuStreamBeginCapture, not called: a capture needs cudarc to manage stream \
-             synchronization on the stream's context object (event tracking on, its default, and \
-             a stream made with `ctx.new_stream()` on that object), which is what refuses a buffer \
-             the closure did not list; the check")
+        Err("cuStreamBeginCapture, not called: an operand of another device needs cudarc to \
+             manage stream synchronization on that device's context object (event tracking on, \
+             its default, and a stream made with `ctx.new_stream()` on that object), whose \
+             events order the work of that device's stream with the capture's; the check")
     }
 }
 

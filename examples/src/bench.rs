@@ -40,8 +40,8 @@ use cudagraph::cudarc::driver::sys::{
     CUmemorytype, CUstream,
 };
 use cudagraph::cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
-    PinnedHostSlice, PushKernelArg, result,
+    CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    result,
 };
 use cudagraph::cudarc::nvrtc::{CompileOptions, compile_ptx, compile_ptx_with_opts};
 use cudagraph::{GraphCache, Rows, Stats, graph, kernels};
@@ -487,32 +487,25 @@ fn fan_alt(
 /// K of the captured row `dc` (chain only).
 const CAPTURE_K: [usize; 3] = [1, 10, 100];
 
-/// The chain as one `capture` statement: its closure makes row a's `nodes` cudarc launches of
-/// `add` (the first adds `s`, the others 1) on the capturing stream. `graph!` records it by
-/// stream capture on every call and sends the recording to its child-graph node.
+/// The chain as one `capture` statement: its closure adds row a's `nodes` launches of `add`
+/// (the first adds `s`, the others 1) with the capture's own kernel nodes (`Capture::kernel`:
+/// safe, no cudarc launch). Keyed: recorded by the first call, then the kept recording.
 fn chain_captured(
     cache: &mut GraphCache,
     stream: &Arc<CudaStream>,
-    add: &CudaFunction,
+    kern: &Arc<Bench>,
     nodes: usize,
     s: u32,
     x: &mut CudaSlice<u32>,
 ) -> cudagraph::Result<()> {
     graph!(cache, stream, {
-        // Keyed: recorded again only when the function, the count, the scalar or `x` change.
-        capture(&mut *x, key = (add.clone(), nodes, s), |cap, (add, nodes, s), (mut x,)| {
-            let (n, one) = (ELEMS, 1u32);
-            // SAFETY: the arguments match bench.cu's `add(unsigned, unsigned, unsigned*)`; `x`
-            // (a listed view) holds ELEMS elements; the key keeps the module loaded; nothing
-            // else uses the stream while the closure runs.
-            unsafe {
-                let (st, x) = (cap.stream(), x.as_cuda_view_mut());
-                st.launch_builder(add).arg(&n).arg(s).arg(&mut *x).launch(LAUNCH)?;
-                for _ in 1..*nodes {
-                    st.launch_builder(add).arg(&n).arg(&one).arg(&mut *x).launch(LAUNCH)?;
-                }
+        // Keyed: recorded again only when the kernels, the count, the scalar or `x` change.
+        capture(&mut *x, key = (kern.clone(), nodes, s), |cap, (kern, nodes, s), (mut x,)| {
+            cap.kernel(kern.add(ELEMS, *s, cap.write(&mut x)?).launch(LAUNCH))?;
+            for _ in 1..*nodes {
+                cap.kernel(kern.add(ELEMS, 1, cap.write(&mut x)?).launch(LAUNCH))?;
             }
-            Ok::<(), DriverError>(())
+            Ok::<(), cudagraph::Error>(())
         });
     })
 }
@@ -1144,7 +1137,7 @@ struct Env {
     stream: Arc<CudaStream>,
     /// Another stream, which owns the buffers of row `do`.
     other: Arc<CudaStream>,
-    kern: Bench,
+    kern: Arc<Bench>,
     reps: usize,
     quick: bool,
     /// `--steps`: steps per repetition of every steady row, instead of [`steps_per_rep`].
@@ -1258,7 +1251,7 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "dc",
-        "graph!: a's K launches inside one keyed capture statement (cudarc launch_builder on the unsafe s.stream()), nothing changed (as d): recorded by the first call, then the kept recording every call (nothing recorded or sent); event tracking on (a capture needs it: compare with d*); chain, K = 1, 10, 100",
+        "graph!: a's K launches inside one keyed capture statement (the capture's own kernel nodes, Capture::kernel), nothing changed (as d): recorded by the first call, then the kept recording every call (nothing recorded or sent); event tracking off, as in d; chain, K = 1, 10, 100",
     ),
     ("h", "GraphBuilder: the same K nodes recorded and launched every step, nothing changed"),
     ("hf", "GraphBuilder: as h, every pointer changed per step (as f)"),
@@ -1780,23 +1773,15 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
         env.stream.synchronize()?;
     }
     // dc: a's launches in one keyed capture statement, nothing changed (as d): recorded by the
-    // first call, then the same recording every call (nothing recorded, nothing sent).
+    // first call, then the same recording every call (nothing recorded, nothing sent). Event
+    // tracking off, as in d: a capture does not need it (with it on, the call pays cudarc's
+    // events of `x`, as d* does).
     if shape == Shape::Chain && CAPTURE_K.contains(&k) {
-        let add = env.kern.function("add").expect("declared in kernels!");
         let mut cache = GraphCache::new();
-        // A capture needs cudarc's event tracking (it is what refuses a buffer the closure did
-        // not list): on for this row, with buffers allocated while tracking, as in a* and d*.
-        // SAFETY: everything runs on one stream; see a*, d* below.
-        unsafe { env.ctx.enable_event_tracking() };
-        let tracked = Bufs::new(&env.stream, shape, k);
-        let t = tracked.and_then(|mut tb| {
-            timed_row(env, &mut tb, shape, k, Change::None, steps, &label("dc"), &mut |b, i| {
-                let s = scalar(i, Change::None);
-                Ok(chain_captured(&mut cache, &env.stream, add, k, s, &mut b.a[0])?)
-            })
+        let t = timed_row(env, &mut b, shape, k, Change::None, steps, &label("dc"), &mut |b, i| {
+            let s = scalar(i, Change::None);
+            Ok(chain_captured(&mut cache, &env.stream, &env.kern, k, s, &mut b.a[0])?)
         });
-        // SAFETY: back to the untracked mode the rest of the run uses.
-        unsafe { env.ctx.disable_event_tracking() };
         let t = t?;
         let stats = cache.stats();
         check_stats(&label("dc"), &stats, 1, report);
@@ -2127,7 +2112,7 @@ fn capture_costs(report: &mut Report) {
     }
     report.capture = out;
     out!(
-        "  dc / d: a captured region's per-call cost (stream capture of its K launches + cuGraphExecNodeSetParams of the child graph + launch) against the same kernels as graph! nodes; (dc - d) / K: what recording adds per captured launch, the child update shared over K (see the notes at the end)."
+        "  dc / d: an unchanged captured region's per-call cost (recorded once; later calls take the kept recording and send nothing) against the same kernels as graph! nodes, both with event tracking off; (dc - d) / K: what the captured region adds per launch."
     );
     out!();
 }
@@ -2603,7 +2588,7 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
     let stream = ctx.new_stream()?;
     let other = ctx.new_stream()?;
     // SAFETY: the declarations match the kernels, which stay within their buffers.
-    let kern = unsafe { Bench::load(&ctx, compile_ptx(SOURCE)?) }?;
+    let kern = Arc::new(unsafe { Bench::load(&ctx, compile_ptx(SOURCE)?) }?);
     let mut version = 0i32;
     // SAFETY: writes one int.
     unsafe { sys::cuDriverGetVersion(&mut version) }.result()?;

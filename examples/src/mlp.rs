@@ -7,11 +7,15 @@
 //! For each batch size `B` (default 1,8,64) and width `W` (default 256,1024), runs `S` steps
 //! (default 200) of a 4-layer MLP (`h[l+1] = relu(W_l · h[l] + b_l)`, f32, column-major) whose
 //! input changes every step (step `i` reads input `i` of a device buffer of `S` inputs, so the
-//! graph's copy node gets a new pointer every step), four ways:
+//! graph's copy node gets a new pointer every step), five ways:
 //! - **graph**: one `graph!` call per step. Each GEMM is a keyed `capture` statement, recorded
 //!   by the first call only: its operands (weights and activations) and its key (the sizes and
 //!   the cuBLAS handle) do not change, so later calls take the kept recording and only the two
-//!   copy nodes (input in, output out) are updated;
+//!   copy nodes (input in, output out) are updated. Buffers made with cudarc's event tracking
+//!   off, as for the floor: `graph!` orders its buffers itself and a capture does not need
+//!   cudarc's events;
+//! - **graph\***: the same with cudarc's event tracking on (its default): each call also waits
+//!   on and records every buffer's cudarc events (two or three driver calls per buffer);
 //! - **floor**: the same step captured once with cudarc (`begin_capture`/`end_capture`) on the
 //!   static buffers and replayed: copy in, `cuGraphLaunch`, copy out, with cudarc's event
 //!   tracking off (what a hand-written graph costs; unsafe in general, right here: one stream);
@@ -19,8 +23,9 @@
 //!   (cudarc's default);
 //! - **eager**: the `graph!` body run eagerly ([`Mode::Eager`]).
 //!
-//! It checks that every step's output is bit-identical in all four and prints the per-step
-//! times and the ratios graph ÷ floor and plain ÷ graph.
+//! Each of `--reps` rounds (default 5) times every column once, in turn; the table prints the
+//! medians. It checks that every step's output is bit-identical in all five and prints the
+//! per-step times and the ratios graph ÷ floor, plain ÷ graph and plain ÷ graph*.
 //! `--plan` prints the step's graph as Graphviz DOT without touching CUDA. Without a CUDA driver
 //! the run exits with status 2 and one line saying so; `--help` lists the arguments.
 
@@ -42,7 +47,7 @@ mod cli;
 #[path = "models.rs"]
 mod models;
 
-use models::{positive, values, verdict};
+use models::{median, positive, values, verdict};
 
 const SOURCE: &str = include_str!("../kernels/mlp.cu");
 const LAYERS: usize = 4;
@@ -70,6 +75,10 @@ struct Args {
     /// Batch sizes (columns of the input), comma-separated.
     #[arg(long = "batch", value_name = "B,B…", value_delimiter = ',', default_value = "1,8,64", value_parser = positive)]
     batches: Vec<usize>,
+    /// Rounds per (batch, width) pair: each round times every column once, in turn; the table
+    /// prints each column's median.
+    #[arg(long, default_value_t = 5, value_parser = positive)]
+    reps: usize,
     /// Layer widths (rows), comma-separated.
     #[arg(long = "width", value_name = "W,W…", value_delimiter = ',', default_value = "256,1024", value_parser = positive)]
     widths: Vec<usize>,
@@ -278,68 +287,92 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         args.steps
     );
     println!(
-        "{:>6} {:>6} | {:>9} {:>9} {:>9} {:>9} | {:>11} {:>11} | {:>9} | stats (graph)",
+        "{:>6} {:>6} | {:>9} {:>9} {:>9} {:>9} {:>9} | {:>11} {:>11} {:>12} | {:>9} | stats (graph)",
         "batch",
         "width",
         "graph µs",
+        "graph* µs",
         "floor µs",
         "plain µs",
         "eager µs",
         "graph/floor",
         "plain/graph",
+        "plain/graph*",
         "outputs"
     );
     let mut all_ok = true;
     for &width in &args.widths {
         for &batch in &args.batches {
             let n = batch * width;
-            let mut net = Net {
-                w: (0..LAYERS)
-                    .map(|l| {
-                        stream.clone_htod(&values(width * width, l as u64, 1.0 / width as f32))
-                    })
-                    .collect::<Result<_, _>>()?,
-                b: (0..LAYERS)
-                    .map(|l| stream.clone_htod(&values(width, 100 + l as u64, 0.1)))
-                    .collect::<Result<_, _>>()?,
-                h: (0..=LAYERS).map(|_| stream.alloc_zeros::<f32>(n)).collect::<Result<_, _>>()?,
-                inputs: stream.clone_htod(&values(n * args.steps, 7, 1.0))?,
+            let make_net = || -> Result<Net, Box<dyn std::error::Error>> {
+                Ok(Net {
+                    w: (0..LAYERS)
+                        .map(|l| {
+                            stream.clone_htod(&values(width * width, l as u64, 1.0 / width as f32))
+                        })
+                        .collect::<Result<_, _>>()?,
+                    b: (0..LAYERS)
+                        .map(|l| stream.clone_htod(&values(width, 100 + l as u64, 0.1)))
+                        .collect::<Result<_, _>>()?,
+                    h: (0..=LAYERS)
+                        .map(|_| stream.alloc_zeros::<f32>(n))
+                        .collect::<Result<_, _>>()?,
+                    inputs: stream.clone_htod(&values(n * args.steps, 7, 1.0))?,
+                })
             };
-            let mut out_graph = stream.alloc_zeros::<f32>(n * args.steps)?;
-            let mut out_eager = stream.alloc_zeros::<f32>(n * args.steps)?;
-            let mut out_floor = stream.alloc_zeros::<f32>(n * args.steps)?;
-            let mut out_plain = stream.alloc_zeros::<f32>(n * args.steps)?;
+            // With cudarc's event tracking on (its default): plain, graph*, eager.
+            let mut net = make_net()?;
+            // Made with event tracking off (the buffers have no cudarc events): graph, floor.
+            // SAFETY: every buffer of this program is used on `stream` alone.
+            unsafe { ctx.disable_event_tracking() };
+            let net_off = make_net();
+            // SAFETY: back to cudarc's default.
+            unsafe { ctx.enable_event_tracking() };
+            let mut net_off = net_off?;
+            let mut out = Vec::new();
+            for _ in 0..5 {
+                out.push(stream.alloc_zeros::<f32>(n * args.steps)?);
+            }
+            let [og, ot, of, op, oe] = &mut out[..] else { unreachable!("five outputs") };
             let sizes = (batch, width, args.steps);
-            // Warm-up of both paths (cuBLAS heuristics, module load, first instantiation).
-            let mut cache = GraphCache::new();
-            let mut eager = GraphCache::new();
+            // Warm-up of every path (cuBLAS heuristics, module load, first instantiation).
+            let (mut cache, mut tracked, mut eager) =
+                (GraphCache::new(), GraphCache::new(), GraphCache::new());
             eager.set_mode(Mode::Eager);
             let warm = (batch, width, 2.min(args.steps));
-            run_steps(&stream, &blas, &k, &mut net, &mut out_graph, warm, &mut cache)?;
-            run_steps(&stream, &blas, &k, &mut net, &mut out_eager, warm, &mut eager)?;
-            run_plain(&stream, &blas, &k, &mut net, &mut out_plain, warm)?;
-            let tg = run_steps(&stream, &blas, &k, &mut net, &mut out_graph, sizes, &mut cache)?;
-            let tf = run_floor(&ctx, &stream, &blas, &k, &mut net, &mut out_floor, sizes)?;
-            let tp = run_plain(&stream, &blas, &k, &mut net, &mut out_plain, sizes)?;
-            let te = run_steps(&stream, &blas, &k, &mut net, &mut out_eager, sizes, &mut eager)?;
-            let g = stream.clone_dtoh(&out_graph)?;
+            run_steps(&stream, &blas, &k, &mut net_off, og, warm, &mut cache)?;
+            run_steps(&stream, &blas, &k, &mut net, ot, warm, &mut tracked)?;
+            run_steps(&stream, &blas, &k, &mut net, oe, warm, &mut eager)?;
+            run_plain(&stream, &blas, &k, &mut net, op, warm)?;
+            let mut t: [Vec<f64>; 5] = Default::default();
+            for _ in 0..args.reps {
+                t[0].push(run_steps(&stream, &blas, &k, &mut net_off, og, sizes, &mut cache)?);
+                t[1].push(run_steps(&stream, &blas, &k, &mut net, ot, sizes, &mut tracked)?);
+                t[2].push(run_floor(&ctx, &stream, &blas, &k, &mut net_off, of, sizes)?);
+                t[3].push(run_plain(&stream, &blas, &k, &mut net, op, sizes)?);
+                t[4].push(run_steps(&stream, &blas, &k, &mut net, oe, sizes, &mut eager)?);
+            }
+            let [tg, tt, tf, tp, te] = t.map(median);
+            let g = stream.clone_dtoh(og)?;
             let bits = |o: &CudaSlice<f32>| -> Result<bool, Box<dyn std::error::Error>> {
                 let v = stream.clone_dtoh(o)?;
                 Ok(g.iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()))
             };
-            let same = bits(&out_eager)? && bits(&out_floor)? && bits(&out_plain)?;
+            let same = bits(ot)? && bits(oe)? && bits(of)? && bits(op)?;
             let (ok, word) = verdict(&g, same);
             all_ok &= ok;
             let s = cache.stats();
             let per = |t: f64| t / args.steps as f64 * 1e6;
             println!(
-                "{batch:>6} {width:>6} | {:>9.2} {:>9.2} {:>9.2} {:>9.2} | {:>11.3} {:>11.3} | {:>9} | launches {} builds {} node updates {} exec updates {} reinstantiations {} recordings {} reused {}",
+                "{batch:>6} {width:>6} | {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} | {:>11.3} {:>11.3} {:>12.3} | {:>9} | launches {} builds {} node updates {} exec updates {} reinstantiations {} recordings {} reused {}",
                 per(tg),
+                per(tt),
                 per(tf),
                 per(tp),
                 per(te),
                 tg / tf,
                 tp / tg,
+                tp / tt,
                 word,
                 s.launches,
                 s.builds,

@@ -875,10 +875,6 @@ impl<H: CaptureOperands, F, K> CaptureParams<'_, H, F, K> {
         G: for<'s> FnOnce(&'s Capture, H::Views<'s>) -> Result<(), E>,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        crate::session::require_tracking(self.stream).map_err(|why| {
-            let error = DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED);
-            Error::Node { site: site(), source: CudaError { call: why, error } }
-        })?;
         let helpers = self.helpers(site)?;
         match self.call(f, None, &helpers) {
             (Err(panic), ..) => resume_unwind(panic),
