@@ -55,7 +55,7 @@
 //! invalidates it). Kernel nodes added by [`Capture::kernel`] keep their modules loaded for as
 //! long as the recording exists.
 
-use core::any::TypeId;
+use core::any::{Any, TypeId};
 use core::ffi::c_void;
 use core::fmt;
 use std::collections::HashMap;
@@ -79,8 +79,8 @@ use crate::operand::{Acquire, AcquireMut, BufferArg, DevRead, DevWrite, Guard, N
 use crate::raw;
 use crate::session::imp::{self, Acquired, Alias, Held, Listed};
 use crate::session::{
-    Access, Capture, CaptureSlice, CaptureSliceMut, begin_origin, can_capture, check_recording,
-    end_origin, idle_origin, make_current, next_capture_id, site_at,
+    Access, Capture, CaptureSlice, CaptureSliceMut, Kept, KeptBuf, begin_origin, can_capture,
+    check_recording, end_origin, idle_origin, make_current, next_capture_id, site_at,
 };
 
 impl Capture {
@@ -769,7 +769,7 @@ where
     let mut held = operands.into_held();
     let id = next_capture_id();
     let reports = Arc::<Reports>::default();
-    let functions;
+    let (functions, kept);
     let (result, end, accesses, recorded, broken) = {
         // Outside the capture: `stream` waits for the operands' earlier users. The guards record
         // the operands' events when dropped, after the capture ended (harmless then: nothing ran).
@@ -802,6 +802,7 @@ where
         // SAFETY: the origin is this thread's own, alive and not capturing; its context current.
         unsafe { begin_origin(&origin) }.map_err(|e| err("cuStreamBeginCapture", e))?;
         let cap = Capture::new(origin.stream().clone(), stream.clone(), true, listed, id, &[]);
+        cap.allow_keep();
         // Host functions the closure records (`Capture::host`) report their panics to the graph.
         let result = with_call_reports(&reports, || {
             catch_unwind(AssertUnwindSafe(|| f(&cap, Ops::views(&mut aliases, &cap))))
@@ -820,6 +821,7 @@ where
         let _ = ctx.bind_to_thread();
         let joined = cap.joined_user().then_some(&**stream);
         functions = cap.take_functions();
+        kept = cap.take_kept();
         drop(cap);
         // SAFETY: this thread began the capture on `origin` (and joined `stream` if `joined`),
         // both alive. The capture ends whatever the result.
@@ -868,11 +870,15 @@ where
                 destroy(raw);
                 return Err(Error::CaptureInvalidated { file, line, source });
             }
-            if let Err(why) = check_recording(raw) {
-                destroy(raw);
-                let error = DriverError(CUresult::CUDA_ERROR_NOT_SUPPORTED);
-                return Err(graph_error(file, line, why, error));
-            }
+            let kept_at: Vec<CUdeviceptr> = kept.iter().map(|k| k.ptr).collect();
+            let memory = match check_recording(raw, &kept_at) {
+                Ok(memory) => memory,
+                Err(why) => {
+                    destroy(raw);
+                    let error = DriverError(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+                    return Err(graph_error(file, line, why, error));
+                }
+            };
             let elems = held.iter().map(|h| h.elem()).collect();
             let devices: Vec<bool> = held.iter().map(|h| h.device()).collect();
             let buffers = host_buffers(&devices, &accesses);
@@ -889,6 +895,9 @@ where
                 id,
                 functions,
                 reports,
+                memory: memory.any(),
+                kept,
+                stream: stream.clone(),
             };
             Ok(Graph { handle, operands: held })
         }
@@ -951,6 +960,12 @@ struct GraphHandle {
     /// loaded while the graph (and so its execs) exists. Dropped after the graph.
     #[allow(dead_code)] // held for its drop only
     functions: Vec<CudaFunction>,
+    /// The recording has memory allocation nodes (what the closure allocated while captured).
+    memory: bool,
+    /// The outputs the closure kept ([`Capture::keep`]), in order.
+    kept: Vec<KeptBuf>,
+    /// The `capture` call's stream: the kept outputs' own stream (see [`ExecHandle`]).
+    stream: Arc<CudaStream>,
 }
 
 // SAFETY: the graph handle is owned (no other copy) and every driver call on it goes through
@@ -971,20 +986,127 @@ impl GraphHandle {
     }
 }
 
-/// The owned `CUgraphExec` (destroyed on drop: the driver lets launches already enqueued
-/// finish) and its context.
+/// The owned `CUgraphExec` (destroyed on drop) and its context. An exec whose graph has memory
+/// nodes waits for its last launch before it is destroyed (`done`): destroying it under a
+/// running launch lets the driver take that launch's graph memory back (measured under
+/// racecheck for the cache's variants, docs/graph-owned-memory.md). The outputs a closure kept
+/// ([`Capture::keep`]) are graph memory that each launch allocates and the next one frees first
+/// (`CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`): after a launch the exec owns them, hands
+/// them out between launches ([`Exec::output`]), and frees them when dropped.
 struct ExecHandle {
     raw: CUgraphExec,
     ctx: Arc<CudaContext>,
+    /// Recorded on the launch's stream after each launch of an exec whose graph has memory nodes
+    /// (made by the first); null otherwise.
+    done: sys::CUevent,
+    /// Records `done` after each launch.
+    memory: bool,
+    /// A view of each kept output (a `CudaSlice` over its address on the capture call's stream,
+    /// never freed by its own drop), in [`Capture::keep`]'s order.
+    kept: Vec<Box<dyn KeptSlice>>,
+    /// A launch allocated the kept outputs, and nothing freed them since.
+    live: bool,
 }
 
 // SAFETY: as for `GraphHandle`.
 unsafe impl Send for ExecHandle {}
 
+/// After a launch on `stream` of an exec with memory nodes (`memory`): records its `done`
+/// event, made by the first.
+fn record_done(
+    done: &mut sys::CUevent,
+    memory: bool,
+    stream: &CudaStream,
+) -> Result<(), CudaError> {
+    if !memory {
+        return Ok(());
+    }
+    if done.is_null() {
+        // SAFETY: the context is current (the launch just ran on it).
+        *done = unsafe { raw::event_create() }.call("cuEventCreate")?;
+    }
+    // SAFETY: the event is the exec's, the stream alive and of the current context.
+    unsafe { raw::record_event(*done, stream.cu_stream()) }.call("cuEventRecord")
+}
+
 impl Drop for ExecHandle {
     fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        if !self.done.is_null() {
+            // SAFETY: the event is ours and alive. The exec's last launch is over after this, so
+            // its graph memory is not taken back from under it.
+            unsafe {
+                let _ = sys::cuEventSynchronize(self.done);
+                let _ = sys::cuEventDestroy_v2(self.done);
+            }
+        }
+        for view in self.kept.drain(..) {
+            // The view's `leak` makes its stream wait for the output's readers (cudarc's events);
+            // the free follows them on that stream.
+            let (ptr, stream) = view.release();
+            if self.live {
+                // SAFETY: `ptr` is a graph allocation of this exec that its last launch made and
+                // nothing freed (`live`); that launch is over (above), and the free is ordered
+                // after the readers on `stream`, alive (held by the view until now).
+                self.ctx.record_err(unsafe { raw::mem_free_async(ptr, stream.cu_stream()) });
+            }
+        }
         // SAFETY: owned, alive, not used afterwards.
         self.ctx.record_err(unsafe { raw::exec_destroy(self.raw) });
+    }
+}
+
+/// Makes a kept output's view: [`kept_view`] of its element type.
+pub(crate) type MakeKeptView = fn(&Arc<CudaStream>, CUdeviceptr, usize) -> Box<dyn KeptSlice>;
+
+/// The view of a kept output of `len` `T`s at `ptr` (a graph allocation of the exec that makes
+/// it), on `stream`: a `CudaSlice<T>` that is never freed by its drop.
+pub(crate) fn kept_view<T: 'static>(
+    stream: &Arc<CudaStream>,
+    ptr: CUdeviceptr,
+    len: usize,
+) -> Box<dyn KeptSlice> {
+    // SAFETY: `ptr` is the start of a graph allocation of at least `len` `T`s (checked by
+    // `Capture::keep`), whose address is fixed for the graph's life; the view is handed out
+    // only while a launch's allocation of it is live (`Exec::output`), is never freed by its
+    // drop (`KeptView`), and is given up before the exec frees the memory.
+    Box::new(KeptView(Some(unsafe { stream.upgrade_device_ptr::<T>(ptr, len) })))
+}
+
+/// A kept output's view, type-erased (see [`ExecHandle::kept`]).
+pub(crate) trait KeptSlice: Send {
+    /// The `CudaSlice<T>`, for [`Exec::output`] to downcast.
+    fn as_any(&self) -> &dyn Any;
+    /// Acquired for writing on `stream` for a launch (waits for its readers, records its write
+    /// event after the launch: the guard).
+    fn acquire<'a>(&'a mut self, stream: &'a CudaStream) -> Guard<'a>;
+    /// The address and the view's stream, the view given up without freeing (cudarc's `leak`).
+    fn release(self: Box<Self>) -> (CUdeviceptr, Arc<CudaStream>);
+}
+
+/// A `CudaSlice<T>` over a kept output, never freed by its drop (`leak`).
+struct KeptView<T>(Option<CudaSlice<T>>);
+
+impl<T: 'static> KeptSlice for KeptView<T> {
+    fn as_any(&self) -> &dyn Any {
+        self.0.as_ref().expect("taken only by release")
+    }
+    fn acquire<'a>(&'a mut self, stream: &'a CudaStream) -> Guard<'a> {
+        let slice = self.0.as_mut().expect("taken only by release");
+        AcquireMut::acquire_mut(slice, stream).2
+    }
+    fn release(mut self: Box<Self>) -> (CUdeviceptr, Arc<CudaStream>) {
+        let slice = self.0.take().expect("taken only once");
+        let stream = slice.stream().clone();
+        (slice.leak(), stream)
+    }
+}
+
+impl<T> Drop for KeptView<T> {
+    fn drop(&mut self) {
+        if let Some(slice) = self.0.take() {
+            let _ = slice.leak();
+        }
     }
 }
 
@@ -1094,10 +1216,19 @@ impl<'a> Graph<'a> {
     pub fn instantiate(self) -> Result<Exec<'a>> {
         let h = &self.handle;
         h.ctx.bind_to_thread().map_err(|e| h.error("cuCtxSetCurrent", e))?;
-        // SAFETY: the graph is alive and its context current.
-        let raw = unsafe { raw::instantiate(h.raw) }
+        // Kept outputs are allocations the graph does not free: each launch frees the previous
+        // launch's first.
+        let flags = if h.kept.is_empty() {
+            0
+        } else {
+            sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH.0 as u64
+        };
+        // SAFETY: the graph is alive and its context current; no upload flag.
+        let raw = unsafe { raw::instantiate_with(h.raw, flags, core::ptr::null_mut()) }
             .map_err(|e| h.error("cuGraphInstantiateWithFlags", e))?;
-        let exec = ExecHandle { raw, ctx: h.ctx.clone() };
+        let kept = h.kept.iter().map(|k| (k.view)(&h.stream, k.ptr, k.len)).collect();
+        let (ctx, memory) = (h.ctx.clone(), h.memory);
+        let exec = ExecHandle { raw, ctx, done: core::ptr::null_mut(), memory, kept, live: false };
         let origin = Origin { id: self.handle.id, graph: None };
         Ok(Exec { exec, graph: self, origin, ledger: Ledger::default() })
     }
@@ -1259,15 +1390,22 @@ impl<'a> Exec<'a> {
         let exec = self.exec.raw;
         let refused = "cuGraphLaunch (an operand is not the memory the graph was captured with)";
         let acquired = self.graph.acquire_operands(stream, refused)?;
-        self.ledger.before(stream, acquired.iter().map(|a| a.guard.own)).map_err(err)?;
+        // The kept outputs, which this launch frees and allocates again: after their readers.
+        let kept: Vec<Guard<'_>> = self.exec.kept.iter_mut().map(|k| k.acquire(stream)).collect();
+        let owns = acquired.iter().map(|a| a.guard.own).chain(kept.iter().map(|g| g.own));
+        self.ledger.before(stream, owns).map_err(err)?;
         // SAFETY: exec and stream are alive and of one context (checked), which is current;
         // every pointer the exec uses is in an operand borrowed by `self.graph` (checked above to
-        // be the captured memory), ordered with its other users by the guards and the ledger.
+        // be the captured memory), ordered with its other users by the guards and the ledger,
+        // or graph memory of its own (kept outputs: no view of them is borrowed, `&mut self`).
         unsafe { raw::launch(exec, stream.cu_stream()) }.call("cuGraphLaunch").map_err(err)?;
+        self.exec.live |= !kept.is_empty();
+        let done = record_done(&mut self.exec.done, self.exec.memory, stream);
         // The closure may have used buffers it did not list (see `Ledger::after`).
         self.ledger.after(stream, true).map_err(err)?;
+        drop(kept);
         drop(acquired); // records the operands' events after the launch
-        Ok(())
+        done.map_err(err)
     }
 
     /// The first panic of a host function of the exec's graphs (the one it runs, and the one it
@@ -1329,6 +1467,11 @@ impl<'a> Exec<'a> {
         }
         if let Err(error) = ctx.bind_to_thread() {
             let error = graph_error(file, line, "cuCtxSetCurrent", error);
+            return Err(UpdateRefused { error, graph });
+        }
+        if !self.exec.kept.is_empty() || !graph.handle.kept.is_empty() {
+            let error = DriverError(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+            let error = graph_error(file, line, KEPT_UPDATE, error);
             return Err(UpdateRefused { error, graph });
         }
         // SAFETY: both are alive and of the current context.
@@ -1491,6 +1634,39 @@ impl<'a> Exec<'a> {
         Ok((a.start, len))
     }
 
+    /// The output `kept` as the last launch left it: memory the closure allocated while captured
+    /// and kept ([`Capture::keep`]), which each launch allocates again at the same address (the
+    /// previous launch's freed first) and writes. `kept` is the [`Kept`] that `keep` returned in
+    /// the capture of this exec's graph. The slice borrows the exec, so the next
+    /// [`launch`](Self::launch) (`&mut self`) waits until it is no longer used; work enqueued on
+    /// it in the meantime (a copy to the host on any stream) is ordered before that launch by
+    /// cudarc's events and the exec's ledger, as for the exec's operands.
+    ///
+    /// # Errors
+    /// [`Error::Node`] naming this call's location: `kept` is of another capture than this
+    /// exec's graph (`CUDA_ERROR_INVALID_VALUE`), or the exec was not launched yet (the memory
+    /// exists from the first launch on: `CUDA_ERROR_NOT_READY`).
+    #[track_caller]
+    pub fn output<T: 'static>(&self, kept: &Kept<T>) -> Result<&CudaSlice<T>> {
+        let at = Location::caller();
+        let refuse = |call, error| Error::Node {
+            site: site_at("output", "Exec::output", at),
+            source: CudaError { call, error: DriverError(error) },
+        };
+        let view = self.exec.kept.get(kept.index).filter(|_| kept.capture == self.origin.id);
+        let slice = view.and_then(|v| v.as_any().downcast_ref::<CudaSlice<T>>());
+        let Some(slice) = slice else {
+            let call = "Exec::output (an output kept by another capture than this exec's graph)";
+            return Err(refuse(call, CUresult::CUDA_ERROR_INVALID_VALUE));
+        };
+        if !self.exec.live {
+            let call =
+                "Exec::output (not launched yet: a kept output exists from the first launch on)";
+            return Err(refuse(call, CUresult::CUDA_ERROR_NOT_READY));
+        }
+        Ok(slice)
+    }
+
     /// The graph the exec runs (the captured one, or the last one [`update`](Self::update)
     /// took), for [`Graph::nodes`], [`Graph::edges`] and [`Graph::debug_dot_print`].
     pub fn graph(&self) -> &Graph<'a> {
@@ -1586,6 +1762,10 @@ impl Released {
         if let Err(error) = ctx.bind_to_thread() {
             return Err(refused(self, graph_error(file, line, "cuCtxSetCurrent", error), graph));
         }
+        if !self.exec.kept.is_empty() || !graph.handle.kept.is_empty() {
+            let error = DriverError(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+            return Err(refused(self, graph_error(file, line, KEPT_UPDATE, error), graph));
+        }
         // SAFETY: both are alive and of the current context.
         match unsafe { raw::exec_update(self.exec.raw, graph.handle.raw) } {
             Ok(()) => {
@@ -1625,6 +1805,17 @@ impl From<ReleasedUpdateRefused<'_>> for Error {
     }
 }
 
+/// Why an exec or a graph with kept outputs is never updated.
+const KEPT_UPDATE: &str = "cuGraphExecUpdate_v2, not called: an exec or a graph with kept outputs \
+    (Capture::keep) is never updated (the exec's launches allocate its outputs at its own \
+    addresses); instantiate the new graph";
+
+/// Why `child(&mut g)` refuses a graph whose operands were bound to other memory.
+const NOT_CAPTURED_MEMORY: &str = "the graph's operands are not the memory it was captured with";
+/// Why `child(&mut g)` refuses a graph with kept outputs.
+const KEPT_CHILD: &str = "the graph keeps outputs (Capture::keep): graph memory that only its \
+    own Exec allocates, hands out and frees; launch it with `instantiate` and `Exec::launch`";
+
 // A captured graph as a `graph!` operand: `child(&mut g)` embeds it as a child-graph node. Its
 // acquisition acquires every operand it holds on the call's stream (waits for earlier users; the
 // guards record the call's use after the launch), as `Exec::launch` does.
@@ -1653,12 +1844,14 @@ impl crate::operand::AcquireMut for Graph<'_> {
     ) -> (Self::Read<'b>, Self::Write<'b>, Guard<'b>) {
         let (raw, ctx, id) = (self.handle.raw, self.handle.ctx.cu_ctx(), self.handle.id);
         let read = crate::kind::NoGraphRead { tag: 0, _borrow: core::marker::PhantomData };
-        let (ok, guards) = match self.acquire_operands(stream, "child") {
-            Ok(acquired) => (true, acquired.into_iter().map(|a| a.guard).collect()),
-            Err(_) => (false, Box::default()),
+        let kept = !self.handle.kept.is_empty();
+        let (refused, guards) = match self.acquire_operands(stream, "child") {
+            Ok(_) if kept => (Some(KEPT_CHILD), Box::default()),
+            Ok(acquired) => (None, acquired.into_iter().map(|a| a.guard).collect()),
+            Err(_) => (Some(NOT_CAPTURED_MEMORY), Box::default()),
         };
-        let g =
-            crate::kind::GraphRef { raw, id, ctx, ok, tag: 0, _borrow: core::marker::PhantomData };
+        let _borrow = core::marker::PhantomData;
+        let g = crate::kind::GraphRef { raw, id, ctx, refused, tag: 0, _borrow };
         (read, g, Guard::of_parts(guards, true))
     }
 }

@@ -104,8 +104,9 @@ impl Ledger {
     /// buffers it did not list), the context's legacy default stream waits for it too: such a
     /// buffer, of a `CudaContext` object cudarc does not track (one that made no stream), lives
     /// on the legacy default stream, or on the per-thread one, which waits for the legacy one, and
-    /// so is freed after the launch. Buffers of tracked context objects cannot be unlisted (the
-    /// capture is refused). Returns how many `cuStreamWaitEvent`s it made.
+    /// so is freed after the launch. Safe code in a closure records only on listed operands;
+    /// joined work that touches other memory breaks the contract of the `unsafe`
+    /// `Capture::stream`/`fork`. Returns how many `cuStreamWaitEvent`s it made.
     pub(crate) fn after(&mut self, stream: &CudaStream, unlisted: bool) -> Result<u64, CudaError> {
         if self.own.is_empty() && !unlisted {
             return Ok(0);

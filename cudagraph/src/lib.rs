@@ -205,7 +205,7 @@ pub use operand::{
     ReadArg, WriteArg,
 };
 pub use plan::{Access, EdgeKind, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges, plans};
-pub use session::{Capture, CaptureSlice, CaptureSliceMut, CaptureView};
+pub use session::{Capture, CaptureSlice, CaptureSliceMut, CaptureView, Kept};
 
 /// Builds, caches, updates and launches a CUDA graph from a block of statements.
 ///

@@ -66,11 +66,13 @@ pub struct Capture {
     /// The streams of this capture that the closure's views may be used on: `stream`, the
     /// helper streams of other devices' operands, `user` once joined, and the streams
     /// [`fork`](Self::fork)ed in.
-    accepted: RefCell<Vec<sys::CUstream>>,
-    /// Set when the `unsafe` [`stream`](Self::stream) joined `user` into a capture whose context
-    /// object cudarc does not manage synchronization for (event tracking off): the crate's own
-    /// methods then enqueue on `user` ([`current`](Self::current)).
+    accepted: RefCell<Vec<(sys::CUstream, CUcontext)>>,
+    /// Set when the `unsafe` [`stream`](Self::stream) joined `user` into the capture: the
+    /// crate's own methods then enqueue on `user` ([`current`](Self::current)).
     on_user: Cell<bool>,
+    /// The allocations the closure kept ([`keep`](Self::keep)): `None` where keeping is not
+    /// offered (a `capture` statement of `graph!` or `GraphBuilder`, or a closure run eagerly).
+    kept: RefCell<Option<Vec<KeptBuf>>>,
     /// The functions of the kernel nodes added by [`kernel`](Self::kernel): the recording keeps
     /// their modules loaded.
     pub(crate) functions: RefCell<Vec<CudaFunction>>,
@@ -88,6 +90,42 @@ pub struct Capture {
     _thread: CapturingThreadOnly,
 }
 
+/// An allocation a closure kept with [`Capture::keep`]: graph memory of the recording.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeptBuf {
+    pub(crate) ptr: CUdeviceptr,
+    /// Elements of the element type.
+    pub(crate) len: usize,
+    /// Makes the exec's view of it, of its element type (see `capture::kept_view`).
+    pub(crate) view: crate::capture::MakeKeptView,
+}
+
+/// An output a [`capture`](crate::capture())'s closure kept ([`Capture::keep`]): names it for
+/// [`Exec::output`](crate::Exec::output) of an exec of that capture's graph. It holds no
+/// address the program can use; only the exec hands out the memory, between launches.
+pub struct Kept<T> {
+    pub(crate) index: usize,
+    pub(crate) capture: u64,
+    _elem: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for Kept<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Kept<T> {}
+
+impl<T> fmt::Debug for Kept<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kept")
+            .field("index", &self.index)
+            .field("capture", &self.capture)
+            .field("elem", &core::any::type_name::<T>())
+            .finish()
+    }
+}
+
 /// Makes a [`Capture`] neither `Send` nor `Sync`: it adds nodes to the graph being captured,
 /// which is not internally synchronized, so it stays on the capturing thread.
 struct CapturingThreadOnly(PhantomData<*const ()>);
@@ -102,7 +140,7 @@ impl Capture {
         capturing: bool,
         operands: Vec<Listed>,
         id: u64,
-        helpers: &[sys::CUstream],
+        helpers: &[(sys::CUstream, CUcontext)],
     ) -> Self {
         let sequence = capturing
             .then(|| {
@@ -113,13 +151,14 @@ impl Capture {
                 (info.status == active).then_some(info.id)
             })
             .flatten();
-        let mut accepted = vec![stream.cu_stream()];
+        let mut accepted = vec![(stream.cu_stream(), stream.context().cu_ctx())];
         accepted.extend_from_slice(helpers);
         let cap = Capture {
             stream,
             user,
             accepted: RefCell::new(accepted),
             on_user: Cell::new(false),
+            kept: RefCell::new(None),
             functions: RefCell::new(Vec::new()),
             capturing,
             operands,
@@ -134,11 +173,12 @@ impl Capture {
 
     /// The stream the crate's own methods (`kernel`, `copy`, `zero`, `copy_htod`, `copy_dtoh`,
     /// `host`) enqueue on: the capture's stream, or the call's stream once the `unsafe`
-    /// [`stream`](Self::stream) joined it into a capture whose context object cudarc does not
-    /// manage synchronization for (event tracking off, or a context object with one stream).
-    /// With cudarc's events, work of the two streams on one view is ordered by the view's
-    /// events; without them nothing would be, so from the join on all of it goes on one stream
-    /// (the call's stream waited for the capture's work so far when it joined).
+    /// [`stream`](Self::stream) joined it. From the join on, the joined work and the crate's own
+    /// work are on one stream, in program order (the call's stream waited for the capture's
+    /// work so far when it joined), whatever cudarc does with events: cudarc records and waits
+    /// on a buffer's events according to the *stream's* context object, which may manage no
+    /// synchronization (event tracking off, or a second `Arc<CudaContext>` of the device that
+    /// made no stream, capturing on its per-thread stream) while the origin's does.
     pub(crate) fn current(&self) -> &Arc<CudaStream> {
         if self.on_user.get() { &self.user } else { &self.stream }
     }
@@ -151,7 +191,9 @@ impl Capture {
 
     /// Whether the closure's views may be used on `stream` (one of this capture's streams).
     fn accepts(&self, stream: &CudaStream) -> bool {
-        self.accepted.borrow().contains(&stream.cu_stream())
+        // The stream with its context: a per-thread default stream (`CU_STREAM_PER_THREAD`) is
+        // one handle for every context.
+        self.accepted.borrow().contains(&(stream.cu_stream(), stream.context().cu_ctx()))
     }
 
     /// Panics unless `stream` is one of this capture's streams: a view used on another stream
@@ -176,6 +218,96 @@ impl Capture {
     /// The functions of the kernel nodes added, whose modules the recording keeps loaded.
     pub(crate) fn take_functions(&self) -> Vec<CudaFunction> {
         self.functions.take()
+    }
+
+    /// Offers [`keep`](Self::keep) to the closure (the standalone [`capture`](crate::capture())).
+    pub(crate) fn allow_keep(&self) {
+        if self.capturing {
+            *self.kept.borrow_mut() = Some(Vec::new());
+        }
+    }
+
+    /// The allocations the closure kept, in the order it kept them.
+    pub(crate) fn take_kept(&self) -> Vec<KeptBuf> {
+        self.kept.take().unwrap_or_default()
+    }
+
+    /// Keeps `buf`, memory the closure allocated while captured (a library's output: a memory
+    /// allocation node of the recording, on a stream joined with the `unsafe`
+    /// [`stream`](Self::stream) or [`fork`](Self::fork)), as an output of the graph instead of
+    /// freeing it in the closure. The crate takes the buffer (it is never freed by its drop) and
+    /// gives back a [`Kept`] naming it: each launch of the graph's [`Exec`](crate::Exec)
+    /// allocates it at the same address (the driver frees the previous launch's first:
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`), and between launches
+    /// [`Exec::output`](crate::Exec::output) reads it, as a `&CudaSlice<T>` borrowed from the
+    /// exec (so no launch can overwrite it while it is read). The exec frees it when it is
+    /// dropped (`cuMemFreeAsync`, after its last launch and the output's readers). This is
+    /// PyTorch's static output of a captured graph; its memory is counted in
+    /// [`graph_mem_usage`](crate::graph_mem_usage) while an exec holds it.
+    ///
+    /// Only in [`capture`](crate::capture()): in a `capture` statement of `graph!` or
+    /// [`GraphBuilder`](crate::GraphBuilder) copy a result into a listed `&mut` operand instead.
+    ///
+    /// # Errors
+    /// [`Error::Node`] naming this call's location (`buf` is then dropped in the closure, as it
+    /// would have been): keeping is not offered here (a `capture` statement, or the closure
+    /// runs eagerly); `buf` belongs to another context; `buf` is not memory this recording
+    /// allocated and has not freed (a buffer made before the capture or outside it: only graph
+    /// memory of the recording can be kept); a driver call failed (`cuStreamGetCaptureInfo_v3`,
+    /// `cuGraphGetNodes`).
+    #[track_caller]
+    pub fn keep<T: 'static>(&self, buf: CudaSlice<T>) -> Result<Kept<T>> {
+        let at = Location::caller();
+        let err = |call, error| Error::Node {
+            site: site_at("keep", "Capture::keep", at),
+            source: CudaError { call, error: DriverError(error) },
+        };
+        if self.kept.borrow().is_none() {
+            let why = "Capture::keep, not done: kept outputs are for `cudagraph::capture` (its Exec \
+                       owns them); in a capture statement of graph! or GraphBuilder, copy the \
+                       result into a listed `&mut` operand";
+            return Err(err(why, CUresult::CUDA_ERROR_NOT_SUPPORTED));
+        }
+        if buf.context().cu_ctx() != self.stream.context().cu_ctx() {
+            let why = "Capture::keep (a buffer of another context than the capture's)";
+            return Err(err(why, CUresult::CUDA_ERROR_INVALID_CONTEXT));
+        }
+        let len = buf.len();
+        let bytes = (len as u64).saturating_mul(size_of::<T>() as u64);
+        // The buffer's address, without cudarc's events (its guard would record one on the
+        // buffer's stream, which need not be part of the capture).
+        let ptr = {
+            let (ptr, guard) = DevicePtr::device_ptr(&buf, buf.stream());
+            core::mem::forget(guard);
+            ptr
+        };
+        // SAFETY: the origin stream is alive and its context current (the closure runs inside
+        // the capture, on this thread).
+        let info = unsafe { raw::stream_capture_info(self.stream.cu_stream()) }
+            .map_err(|e| err("cuStreamGetCaptureInfo_v3 (Capture::keep)", e.0))?;
+        let active = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        if info.status != active || Some(info.id) != self.sequence {
+            let why = "Capture::keep (the capture is not active: invalidated before)";
+            return Err(err(why, CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED));
+        }
+        // SAFETY: the graph being captured is alive while the capture is.
+        let (allocs, freed) = unsafe { memory_nodes(info.graph) }
+            .map_err(|e| err("cuGraphGetNodes / cuGraphNodeGetType (Capture::keep)", e.0))?;
+        let recorded = live(&allocs, &freed).contains(&ptr)
+            && allocs.iter().any(|&(d, b)| d == ptr && b as u64 >= bytes);
+        if !recorded {
+            let why = "Capture::keep (the buffer is not memory this recording allocated while \
+                       captured and still holds: only graph memory of the recording can be kept)";
+            return Err(err(why, CUresult::CUDA_ERROR_INVALID_VALUE));
+        }
+        // Never freed by its drop: the exec allocates and frees this memory from now on. cudarc's
+        // `leak` waits on the buffer's events on its stream (inside the capture, or eagerly on a
+        // stream outside it), as its drop would.
+        let _ = buf.leak();
+        let mut kept = self.kept.borrow_mut();
+        let list = kept.as_mut().expect("checked above");
+        list.push(KeptBuf { ptr, len, view: crate::capture::kept_view::<T> });
+        Ok(Kept { index: list.len() - 1, capture: self.id, _elem: PhantomData })
     }
 
     /// A non-capturing stream for [`DeviceSlice::stream`] of a view: the call's stream for an
@@ -231,7 +363,13 @@ impl Capture {
     /// # Safety
     /// Until it is joined back, everything enqueued on `other` is recorded, by any code that
     /// holds it: see [`stream`](Self::stream) for what the caller promises of that work (the
-    /// same contract, for `other`; SAFETY.md, "Captured work").
+    /// same contract, for `other`; SAFETY.md, "Captured work"). Besides, where cudarc does not
+    /// manage stream synchronization for `other`'s context object (its event tracking off, as
+    /// for candle's device, or an object that made no stream), cudarc's events of the views do
+    /// not order the work on `other` with the capture's other work: the caller orders it, by
+    /// joining `other` back ([`join`](Self::join)) before the capture's other work uses memory
+    /// that the work on `other` touches, and by not touching there memory that the capture's
+    /// work after the fork writes.
     ///
     /// # Errors
     /// [`Error::Node`] naming this call's location if a driver call fails.
@@ -260,7 +398,7 @@ impl Capture {
             .and_then(|here| order_streams(&self.stream, here.fork_event(), other));
         let _ = self.stream.context().bind_to_thread();
         r?;
-        self.accepted.borrow_mut().push(other.cu_stream());
+        self.accepted.borrow_mut().push((other.cu_stream(), other.context().cu_ctx()));
         Ok(())
     }
 
@@ -332,7 +470,8 @@ impl Capture {
     /// closure. A recording with an allocation the closure did not free (a buffer kept past the
     /// closure by its environment or by a library) is refused when the capture ends: nothing a
     /// closure allocates outlives a launch or leaks. An output the program needs afterwards is
-    /// copied into a listed `&mut` operand inside the closure. The recording's allocation nodes are counted in
+    /// copied into a listed `&mut` operand inside the closure or, in the standalone
+    /// [`capture`], handed to the exec with [`keep`](Self::keep). The recording's allocation nodes are counted in
     /// [`Stats::capture_allocations`](crate::Stats::capture_allocations) and their bytes in
     /// [`GraphCache::graph_owned_bytes`](crate::GraphCache::graph_owned_bytes); the memory comes
     /// from the device's graph memory pool ([`graph_mem_usage`](crate::graph_mem_usage)).
@@ -345,7 +484,7 @@ impl Capture {
                     let call = "cuEventRecord / cuStreamWaitEvent (Capture::stream)";
                     let _ = self.broken.set(CudaError { call, error });
                 }
-                Ok(()) => self.on_user.set(!self.managed()),
+                Ok(()) => self.on_user.set(true),
             }
         }
         &self.user
@@ -1138,8 +1277,14 @@ pub(crate) const LEGACY_STREAM: &str = "cuStreamBeginCapture, not called: the le
 ///   with a live allocation cannot be launched again);
 /// - a free node of memory the recording did not allocate (a buffer made before the capture and
 ///   dropped in the closure: every launch would free memory the recording does not own).
+///
+/// `kept`: the addresses the closure kept ([`Capture::keep`], the standalone capture only),
+/// allocations of the recording that no free node frees by design: each must be live at the
+/// end (it is: `keep` leaked the buffer), and is not counted as a buffer that outlived the
+/// closure.
 pub(crate) fn check_recording(
     graph: CUgraph,
+    kept: &[CUdeviceptr],
 ) -> core::result::Result<RecordingMemory, &'static str> {
     // SAFETY: the graph is alive (just recorded, owned by the caller).
     let (allocs, freed) =
@@ -1151,13 +1296,22 @@ pub(crate) fn check_recording(
                     freed by every launch of the recording, which does not own it; drop buffers \
                     after the capture)");
     }
-    if !live(&allocs, &freed).is_empty() {
+    let mut live = live(&allocs, &freed);
+    for k in kept {
+        let Some(i) = live.iter().position(|d| d == k) else {
+            return Err("cuStreamEndCapture (an output the closure kept with Capture::keep was \
+                        freed in the recording after all)");
+        };
+        live.swap_remove(i);
+    }
+    if !live.is_empty() {
         return Err("cuStreamEndCapture (the closure allocated device memory while captured and \
                     did not free it: a buffer that outlives the closure, kept by its environment \
                     or by a library across calls, would point into the recording's graph memory; \
                     drop every buffer allocated in the closure before it returns, copying a \
-                    result into a listed `&mut` operand, or give the library memory made before \
-                    the capture, e.g. cublasSetWorkspace)");
+                    result into a listed `&mut` operand (or, in cudagraph::capture, keeping it \
+                    with Capture::keep), or give the library memory made before the capture, \
+                    e.g. cublasSetWorkspace)");
     }
     let bytes = allocs.iter().map(|&(_, b)| b as u64).sum();
     Ok(RecordingMemory { allocations: allocs.len() as u32, bytes })

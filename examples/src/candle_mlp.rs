@@ -49,8 +49,10 @@
 //!   outside the capture (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`): candle's device is made on a
 //!   `CudaContext` object of its own (the same device and primary context as the step's) with
 //!   event tracking off, before any tensor exists; candle orders its work by its one stream.
-//!   The step's stream keeps tracking on, as `cudagraph` requires; the closure forks candle's
-//!   stream into the capture (`Capture::fork`) and joins it back (`Capture::join`).
+//!   The step's stream keeps tracking on, as `Capture::fork` requires; the closure forks
+//!   candle's stream into the capture (`Capture::fork`), runs the forward there and joins it
+//!   back (`Capture::join`) before it copies the output (candle's stream manages no events, so
+//!   the join is what orders the two: `fork`'s contract).
 //!
 //! `--plan` prints the step's graph as Graphviz DOT without touching CUDA; `--help` lists the
 //! arguments. Unlike the other examples it links the CUDA libraries (candle asks cudarc for

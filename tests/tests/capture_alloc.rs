@@ -316,3 +316,134 @@ fn a_capture_keeping_an_allocation_past_the_closure_is_refused_and_the_cache_sta
     ctx.check_err()?;
     Ok(())
 }
+
+/// The closure of the kept-output tests: `t = affine(x, 5, 1)` and `u = mix(t)` through the
+/// library (each op allocating its output and a scratch buffer it frees), both outputs kept
+/// (`Capture::keep`) instead of copied into listed operands.
+fn forward_kept(
+    s: &cudagraph::Capture,
+    lib: &Lib,
+    x: cudagraph::CaptureSlice<'_, u32>,
+) -> std::result::Result<(cudagraph::Kept<u32>, cudagraph::Kept<u32>), cudagraph::Error> {
+    // SAFETY: the work joined on the stream reads `x` (a listed view) and otherwise only
+    // buffers it allocates on the stream while captured, freed or kept here.
+    let (st, xv) = unsafe { (s.stream(), x.as_cuda_view()) };
+    let t = lib.affine(st, xv, (5, 1))?;
+    let u = lib.mix(st, &t)?;
+    Ok((s.keep(t)?, s.keep(u)?))
+}
+
+/// Kept outputs (`Capture::keep`): a library's outputs allocated while captured stay with the
+/// exec. Before the first launch `Exec::output` refuses; after each launch both outputs hold
+/// that launch's results (host model and eager library calls), over 100 launches with a new
+/// input each time (release, write, bind); device memory and the graph memory pool stay flat,
+/// and dropping the exec gives the kept outputs' graph memory back (`used_current` returns to
+/// where it was before the first launch).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_standalone_capture_keeps_its_allocated_outputs_readable_over_100_launches() -> Result {
+    let _serial = common::serial();
+    let (ctx, stream, k) = gpu()?;
+    let lib = Arc::new(Lib { k });
+    let mut x = stream.alloc_zeros::<u32>(LEN)?;
+    let fill = |x: &mut CudaSlice<u32>, seed: u32| -> Result {
+        stream.memcpy_htod(&host::iota(N, 3, seed), x)?;
+        Ok(())
+    };
+    let want = |seed: u32| {
+        let t = host::affine(&host::iota(N, 3, seed), 5, 1);
+        let u = host::mix(&t);
+        (t, u)
+    };
+    fill(&mut x, 1)?;
+    ctx.synchronize()?;
+    let pool_before = cudagraph::graph_mem_usage(&ctx)?.used_current;
+    let kept = std::cell::Cell::new(None);
+    let graph = capture(&stream, (&x,), |s, (x,)| {
+        kept.set(Some(forward_kept(s, &lib, x)?));
+        Ok::<(), cudagraph::Error>(())
+    })?;
+    let (kt, ku) = kept.get().expect("the closure kept both outputs");
+    let mut exec = graph.instantiate()?;
+    match exec.output(&kt) {
+        Err(cudagraph::Error::Node { source, .. }) => {
+            assert!(source.call.contains("not launched yet"), "{source}")
+        }
+        other => panic!("expected a refused output before the first launch, got {other:?}"),
+    }
+    exec.launch(&stream)?;
+    let (t1, u1) = want(1);
+    assert_same(&stream.clone_dtoh(exec.output(&kt)?)?, &t1, "t after the first launch");
+    assert_same(&stream.clone_dtoh(exec.output(&ku)?)?, &u1, "u after the first launch");
+    // The same calls eagerly, on the library: the outputs match them too.
+    let et = lib.affine(&stream, &x.as_view(), (5, 1))?;
+    let eu = lib.mix(&stream, &et)?;
+    assert_same(&stream.clone_dtoh(exec.output(&ku)?)?, &stream.clone_dtoh(&eu)?, "u vs eager");
+    drop((et, eu));
+    let before = common::free_memory(&ctx)?;
+    let pool_used = cudagraph::graph_mem_usage(&ctx)?.used_current;
+    assert!(pool_used >= pool_before + 2 * (LEN as u64) * 4, "kept outputs in the graph pool");
+    let mut released = Some(exec.release());
+    for call in 0..100u32 {
+        let seed = 20 + call;
+        fill(&mut x, seed)?;
+        let mut exec = released.take().expect("released").bind((&x,));
+        exec.launch(&stream)?;
+        if call % 10 == 0 || call == 99 {
+            let (t, u) = want(seed);
+            assert_same(&stream.clone_dtoh(exec.output(&kt)?)?, &t, &format!("t, call {call}"));
+            assert_same(&stream.clone_dtoh(exec.output(&ku)?)?, &u, &format!("u, call {call}"));
+        }
+        released = Some(exec.release());
+    }
+    common::assert_no_leak(&ctx, before, "100 launches of a capture with kept outputs");
+    assert_eq!(cudagraph::graph_mem_usage(&ctx)?.used_current, pool_used, "pool flat");
+    drop(released);
+    ctx.synchronize()?;
+    assert_eq!(
+        cudagraph::graph_mem_usage(&ctx)?.used_current,
+        pool_before,
+        "the dropped exec gave its kept outputs back"
+    );
+    ctx.check_err()?;
+    Ok(())
+}
+
+/// `Capture::keep` is refused where it cannot hold: in a `capture` statement of `graph!` (the
+/// statement's recording is a child of the cache's graph), and for a buffer the recording did
+/// not allocate (made before the capture); both name the call, and nothing is recorded or kept.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn keep_is_refused_in_a_capture_statement_and_for_memory_the_recording_did_not_allocate() -> Result
+{
+    let _serial = common::serial();
+    let (ctx, stream, k) = gpu()?;
+    let lib = Arc::new(Lib { k });
+    let (mut x, mut y) = (stream.alloc_zeros::<u32>(LEN)?, stream.alloc_zeros::<u32>(LEN)?);
+    let mut cache = GraphCache::new();
+    let kk: &Ops = &lib.k;
+    let r = graph!(&mut cache, &stream, {
+        kk.iota(N, 3, 1, &mut x).launch(cfg());
+        capture(&x, &mut y, key = lib.clone(), |s, lib, (x, _y)| forward_kept(s, lib, x).map(drop));
+    });
+    let e = r.expect_err("keep in a capture statement");
+    assert!(format!("{e}").contains("Capture::keep"), "{e}");
+    assert_eq!(cache.stats().launches, 0);
+
+    let made_before = stream.alloc_zeros::<u32>(LEN)?;
+    let line = line!() + 1;
+    let r = capture(&stream, (&x,), move |s, (_x,)| s.keep(made_before).map(drop));
+    match r {
+        Err(cudagraph::Error::Capture { line: l, source, .. }) => {
+            assert_eq!(l, line);
+            assert!(
+                format!("{source}").contains("not memory this recording allocated"),
+                "{source}"
+            );
+        }
+        other => panic!("expected the closure's refused keep, got {other:?}"),
+    }
+    ctx.synchronize()?;
+    ctx.check_err()?;
+    Ok(())
+}

@@ -344,7 +344,7 @@ impl Params {
                 raw: (0x5000 + 16 * v as usize) as CUgraph,
                 id: u64::from(v),
                 ctx: CTX,
-                ok: true,
+                refused: None,
                 tag: 0,
                 _borrow: core::marker::PhantomData,
             },

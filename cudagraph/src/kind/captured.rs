@@ -715,7 +715,8 @@ impl<'a, H: CaptureOperands, F, K> CaptureParams<'a, H, F, K> {
         let streams: Vec<Arc<CudaStream>> = helpers.iter().map(|h| h.stream().clone()).collect();
         let mut aliases = unsafe { self.handles.aliases(work, &streams) };
         let listed = self.handles.listed(&mut aliases, work);
-        let on: Vec<sys::CUstream> = streams.iter().map(|h| h.cu_stream()).collect();
+        let on: Vec<(sys::CUstream, sys::CUcontext)> =
+            streams.iter().map(|h| (h.cu_stream(), h.context().cu_ctx())).collect();
         let (id, capturing) = (next_capture_id(), origin.is_some());
         let cap = Capture::new(work.clone(), self.stream.clone(), capturing, listed, id, &on);
         let result = catch_unwind(AssertUnwindSafe(|| f(&cap, H::views(&mut aliases, &cap))));
@@ -844,7 +845,7 @@ impl<H: CaptureOperands, F, K> CaptureParams<'_, H, F, K> {
             Ok(Ok(())) => match (end, broken) {
                 // An explicit node whose successors could not be set: unusable.
                 (Ok(_), Some(source)) => Err(Error::CaptureInvalidated { file, line, source }),
-                (Ok(mut graph), None) => match crate::session::check_recording(graph.raw) {
+                (Ok(mut graph), None) => match crate::session::check_recording(graph.raw, &[]) {
                     Err(why) => {
                         let error = DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED);
                         Err(graph_err(why, error))

@@ -27,8 +27,9 @@ pub struct GraphRef<'b> {
     /// dropped graph's handle address may be reused by a new one).
     pub(crate) id: u64,
     pub(crate) ctx: CUcontext,
-    /// The operands are the memory the graph was captured with (else the call is refused).
-    pub(crate) ok: bool,
+    /// Why the graph cannot be a child: its operands are not the memory it was captured with,
+    /// or it keeps outputs ([`Capture::keep`](crate::Capture::keep)). `None`: it can.
+    pub(crate) refused: Option<&'static str>,
     pub(crate) tag: u64,
     pub(crate) _borrow: PhantomData<&'b ()>,
 }
@@ -38,8 +39,8 @@ impl GraphRef<'_> {
     /// the borrow, which the builder's guard and `'a` hold (as
     /// [`MemcpyParams::recorded`](crate::MemcpyParams) for a copy).
     pub(crate) fn recorded(&self) -> GraphRef<'static> {
-        let GraphRef { raw, id, ctx, ok, tag, _borrow } = *self;
-        GraphRef { raw, id, ctx, ok, tag, _borrow: PhantomData }
+        let GraphRef { raw, id, ctx, refused, tag, _borrow } = *self;
+        GraphRef { raw, id, ctx, refused, tag, _borrow: PhantomData }
     }
 }
 
@@ -88,11 +89,10 @@ impl NodeKind for Child {
         _: Option<&super::Limits>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
-        if g.ok {
-            return Ok(());
+        match g.refused {
+            None => Ok(()),
+            Some(why) => Err(Error::InvalidNode { site: site(), why: why.into() }),
         }
-        let why = "the graph's operands are not the memory it was captured with".into();
-        Err(Error::InvalidNode { site: site(), why })
     }
 
     fn accesses(g: &&GraphRef<'_>, out: &mut Accesses) -> usize {
