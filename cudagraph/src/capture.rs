@@ -55,7 +55,7 @@
 //! invalidates it). Kernel nodes added by [`Capture::kernel`] keep their modules loaded for as
 //! long as the recording exists.
 
-use core::any::{Any, TypeId};
+use core::any::TypeId;
 use core::ffi::c_void;
 use core::fmt;
 use std::collections::HashMap;
@@ -79,8 +79,8 @@ use crate::operand::{Acquire, AcquireMut, BufferArg, DevRead, DevWrite, Guard, N
 use crate::raw;
 use crate::session::imp::{self, Acquired, Alias, Held, Listed};
 use crate::session::{
-    Access, Capture, CaptureSlice, CaptureSliceMut, Kept, KeptBuf, begin_origin, can_capture,
-    check_recording, end_origin, idle_origin, make_current, next_capture_id, site_at,
+    Access, Capture, CaptureSlice, CaptureSliceMut, Kept, KeptBuf, KeptSlice, begin_origin,
+    can_capture, check_recording, end_origin, idle_origin, make_current, next_capture_id, site_at,
 };
 
 impl Capture {
@@ -1053,60 +1053,6 @@ impl Drop for ExecHandle {
         }
         // SAFETY: owned, alive, not used afterwards.
         self.ctx.record_err(unsafe { raw::exec_destroy(self.raw) });
-    }
-}
-
-/// Makes a kept output's view: [`kept_view`] of its element type.
-pub(crate) type MakeKeptView = fn(&Arc<CudaStream>, CUdeviceptr, usize) -> Box<dyn KeptSlice>;
-
-/// The view of a kept output of `len` `T`s at `ptr` (a graph allocation of the exec that makes
-/// it), on `stream`: a `CudaSlice<T>` that is never freed by its drop.
-pub(crate) fn kept_view<T: 'static>(
-    stream: &Arc<CudaStream>,
-    ptr: CUdeviceptr,
-    len: usize,
-) -> Box<dyn KeptSlice> {
-    // SAFETY: `ptr` is the start of a graph allocation of at least `len` `T`s (checked by
-    // `Capture::keep`), whose address is fixed for the graph's life; the view is handed out
-    // only while a launch's allocation of it is live (`Exec::output`), is never freed by its
-    // drop (`KeptView`), and is given up before the exec frees the memory.
-    Box::new(KeptView(Some(unsafe { stream.upgrade_device_ptr::<T>(ptr, len) })))
-}
-
-/// A kept output's view, type-erased (see [`ExecHandle::kept`]).
-pub(crate) trait KeptSlice: Send {
-    /// The `CudaSlice<T>`, for [`Exec::output`] to downcast.
-    fn as_any(&self) -> &dyn Any;
-    /// Acquired for writing on `stream` for a launch (waits for its readers, records its write
-    /// event after the launch: the guard).
-    fn acquire<'a>(&'a mut self, stream: &'a CudaStream) -> Guard<'a>;
-    /// The address and the view's stream, the view given up without freeing (cudarc's `leak`).
-    fn release(self: Box<Self>) -> (CUdeviceptr, Arc<CudaStream>);
-}
-
-/// A `CudaSlice<T>` over a kept output, never freed by its drop (`leak`).
-struct KeptView<T>(Option<CudaSlice<T>>);
-
-impl<T: 'static> KeptSlice for KeptView<T> {
-    fn as_any(&self) -> &dyn Any {
-        self.0.as_ref().expect("taken only by release")
-    }
-    fn acquire<'a>(&'a mut self, stream: &'a CudaStream) -> Guard<'a> {
-        let slice = self.0.as_mut().expect("taken only by release");
-        AcquireMut::acquire_mut(slice, stream).2
-    }
-    fn release(mut self: Box<Self>) -> (CUdeviceptr, Arc<CudaStream>) {
-        let slice = self.0.take().expect("taken only once");
-        let stream = slice.stream().clone();
-        (slice.leak(), stream)
-    }
-}
-
-impl<T> Drop for KeptView<T> {
-    fn drop(&mut self) {
-        if let Some(slice) = self.0.take() {
-            let _ = slice.leak();
-        }
     }
 }
 
