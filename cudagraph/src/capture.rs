@@ -56,6 +56,7 @@
 //! long as the recording exists.
 
 use core::any::TypeId;
+use core::cell::Cell;
 use core::ffi::c_void;
 use core::fmt;
 use std::collections::HashMap;
@@ -63,10 +64,12 @@ use std::panic::{AssertUnwindSafe, Location, catch_unwind, resume_unwind};
 use std::path::Path;
 use std::sync::Arc;
 
-use cudarc::driver::sys::{self, CUdeviceptr, CUgraph, CUgraphExec, CUgraphNode, CUresult};
+use cudarc::driver::sys::{
+    self, CUcontext, CUdeviceptr, CUgraph, CUgraphExec, CUgraphNode, CUresult,
+};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DriverError,
-    PinnedHostSlice,
+    PinnedHostSlice, SyncOnDrop,
 };
 
 use crate::capture_host::{CaptureHostSlice, CaptureHostSliceMut, HostAlias};
@@ -79,8 +82,8 @@ use crate::operand::{Acquire, AcquireMut, BufferArg, DevRead, DevWrite, Guard, N
 use crate::raw;
 use crate::session::imp::{self, Acquired, Alias, Held, Listed};
 use crate::session::{
-    Access, Capture, CaptureSlice, CaptureSliceMut, Kept, KeptBuf, KeptSlice, begin_origin,
-    can_capture, check_recording, end_origin, idle_origin, make_current, next_capture_id, site_at,
+    Access, Capture, CaptureSlice, CaptureSliceMut, Kept, KeptBuf, begin_origin, can_capture,
+    check_recording, end_origin, idle_origin, make_current, next_capture_id, site_at,
 };
 
 impl Capture {
@@ -992,7 +995,7 @@ impl GraphHandle {
 /// racecheck for the cache's variants, docs/graph-owned-memory.md). The outputs a closure kept
 /// ([`Capture::keep`]) are graph memory that each launch allocates and the next one frees first
 /// (`CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`): after a launch the exec owns them, hands
-/// them out between launches ([`Exec::output`]), and frees them when dropped.
+/// them out for reading between launches ([`Exec::output`]), and frees them when dropped.
 struct ExecHandle {
     raw: CUgraphExec,
     ctx: Arc<CudaContext>,
@@ -1001,11 +1004,14 @@ struct ExecHandle {
     done: sys::CUevent,
     /// Records `done` after each launch.
     memory: bool,
-    /// A view of each kept output (a `CudaSlice` over its address on the capture call's stream,
-    /// never freed by its own drop), in [`Capture::keep`]'s order.
-    kept: Vec<Box<dyn KeptSlice>>,
+    /// The kept outputs, in [`Capture::keep`]'s order.
+    kept: Vec<KeptBuf>,
     /// A launch allocated the kept outputs, and nothing freed them since.
     live: bool,
+    /// A [`KeptOutput`] enqueued work on some stream since the last launch: the next launch
+    /// (which frees and writes the outputs) and the drop (which frees them) first wait for the
+    /// whole context (`cuCtxSynchronize`), whatever streams the readers used, dropped or not.
+    read: Cell<bool>,
 }
 
 // SAFETY: as for `GraphHandle`.
@@ -1040,19 +1046,82 @@ impl Drop for ExecHandle {
                 let _ = sys::cuEventDestroy_v2(self.done);
             }
         }
-        for view in self.kept.drain(..) {
-            // The view's `leak` makes its stream wait for the output's readers (cudarc's events);
-            // the free follows them on that stream.
-            let (ptr, stream) = view.release();
-            if self.live {
-                // SAFETY: `ptr` is a graph allocation of this exec that its last launch made and
-                // nothing freed (`live`); that launch is over (above), and the free is ordered
-                // after the readers on `stream`, alive (held by the view until now).
-                self.ctx.record_err(unsafe { raw::mem_free_async(ptr, stream.cu_stream()) });
+        if self.live {
+            // The outputs' readers are over after this (or the memory is leaked, never freed
+            // under them).
+            let readers_done = !self.read.get() || self.ctx.synchronize().is_ok();
+            for k in &self.kept {
+                if readers_done {
+                    // SAFETY: a graph allocation of this exec that its last launch made and
+                    // nothing freed (`live`); that launch and every reader are over (above).
+                    // Synchronous, on no stream: it cannot join a capture of the user's.
+                    self.ctx.record_err(unsafe { raw::mem_free(k.ptr) });
+                }
             }
         }
         // SAFETY: owned, alive, not used afterwards.
         self.ctx.record_err(unsafe { raw::exec_destroy(self.raw) });
+    }
+}
+
+/// A kept output of an [`Exec`] ([`Exec::output`]), as its last launch left it: `len` elements
+/// of `T` of graph memory that the exec owns. It implements cudarc's [`DevicePtr`] and
+/// [`DeviceSlice`], so cudarc's copies read it (`stream.clone_dtoh(&out)`,
+/// `stream.memcpy_dtod(&out, &mut dst)`) on any stream of the exec's context; the stream first
+/// waits for the exec's last launch. It borrows the exec, so no launch can run while it exists,
+/// and the next launch (and the exec's drop) waits for the whole context if it was read, so work
+/// enqueued on it is over before the memory is freed or written again, whichever stream it
+/// used. Not `Send`.
+///
+/// [`DevicePtr`]: cudarc::driver::DevicePtr
+/// [`DeviceSlice`]: cudarc::driver::DeviceSlice
+pub struct KeptOutput<'e, T> {
+    ptr: CUdeviceptr,
+    len: usize,
+    done: sys::CUevent,
+    ctx: CUcontext,
+    read: &'e Cell<bool>,
+    stream: &'e Arc<CudaStream>,
+    _elem: core::marker::PhantomData<&'e [T]>,
+}
+
+impl<T> fmt::Debug for KeptOutput<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeptOutput").field("ptr", &self.ptr).field("len", &self.len).finish()
+    }
+}
+
+impl<T> cudarc::driver::DeviceSlice<T> for KeptOutput<'_, T> {
+    fn len(&self) -> usize {
+        self.len
+    }
+    /// The `capture` call's stream.
+    fn stream(&self) -> &Arc<CudaStream> {
+        self.stream
+    }
+}
+
+impl<T> cudarc::driver::DevicePtr<T> for KeptOutput<'_, T> {
+    /// Makes `stream` wait for the exec's last launch (`cuStreamWaitEvent`) and marks the
+    /// output read (the next launch and the drop wait for the context). Panics for a stream of
+    /// another context than the exec's, which that wait would not cover.
+    #[track_caller]
+    fn device_ptr<'a>(&'a self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        assert!(
+            stream.context().cu_ctx() == self.ctx,
+            "a kept output used on a stream of another context than its exec's"
+        );
+        self.read.set(true);
+        // SAFETY: the event is the exec's (alive: the exec is borrowed), recorded after its last
+        // launch; the stream is alive and of its context.
+        let waited = stream
+            .context()
+            .bind_to_thread()
+            .and_then(|()| unsafe { raw::wait_event(stream.cu_stream(), self.done) });
+        // An error is recorded in the context, as cudarc records its own waits' errors; the
+        // read may then run early, but never after the memory is freed or written again.
+        stream.context().record_err(waited);
+        (self.ptr, SyncOnDrop::Sync(None))
     }
 }
 
@@ -1172,9 +1241,9 @@ impl<'a> Graph<'a> {
         // SAFETY: the graph is alive and its context current; no upload flag.
         let raw = unsafe { raw::instantiate_with(h.raw, flags, core::ptr::null_mut()) }
             .map_err(|e| h.error("cuGraphInstantiateWithFlags", e))?;
-        let kept = h.kept.iter().map(|k| (k.view)(&h.stream, k.ptr, k.len)).collect();
-        let (ctx, memory) = (h.ctx.clone(), h.memory);
-        let exec = ExecHandle { raw, ctx, done: core::ptr::null_mut(), memory, kept, live: false };
+        let (ctx, memory, kept) = (h.ctx.clone(), h.memory, h.kept.clone());
+        let done = core::ptr::null_mut();
+        let exec = ExecHandle { raw, ctx, done, memory, kept, live: false, read: Cell::new(false) };
         let origin = Origin { id: self.handle.id, graph: None };
         Ok(Exec { exec, graph: self, origin, ledger: Ledger::default() })
     }
@@ -1336,20 +1405,26 @@ impl<'a> Exec<'a> {
         let exec = self.exec.raw;
         let refused = "cuGraphLaunch (an operand is not the memory the graph was captured with)";
         let acquired = self.graph.acquire_operands(stream, refused)?;
-        // The kept outputs, which this launch frees and allocates again: after their readers.
-        let kept: Vec<Guard<'_>> = self.exec.kept.iter_mut().map(|k| k.acquire(stream)).collect();
-        let owns = acquired.iter().map(|a| a.guard.own).chain(kept.iter().map(|g| g.own));
-        self.ledger.before(stream, owns).map_err(err)?;
+        // The kept outputs, which this launch frees and allocates again: after their readers,
+        // on whatever stream they ran.
+        if self.exec.read.get() {
+            self.exec
+                .ctx
+                .synchronize()
+                .call("cuCtxSynchronize (readers of kept outputs)")
+                .map_err(err)?;
+            self.exec.read.set(false);
+        }
+        self.ledger.before(stream, acquired.iter().map(|a| a.guard.own)).map_err(err)?;
         // SAFETY: exec and stream are alive and of one context (checked), which is current;
         // every pointer the exec uses is in an operand borrowed by `self.graph` (checked above to
         // be the captured memory), ordered with its other users by the guards and the ledger,
         // or graph memory of its own (kept outputs: no view of them is borrowed, `&mut self`).
         unsafe { raw::launch(exec, stream.cu_stream()) }.call("cuGraphLaunch").map_err(err)?;
-        self.exec.live |= !kept.is_empty();
+        self.exec.live |= !self.exec.kept.is_empty();
         let done = record_done(&mut self.exec.done, self.exec.memory, stream);
         // The closure may have used buffers it did not list (see `Ledger::after`).
         self.ledger.after(stream, true).map_err(err)?;
-        drop(kept);
         drop(acquired); // records the operands' events after the launch
         done.map_err(err)
     }
@@ -1583,34 +1658,46 @@ impl<'a> Exec<'a> {
     /// The output `kept` as the last launch left it: memory the closure allocated while captured
     /// and kept ([`Capture::keep`]), which each launch allocates again at the same address (the
     /// previous launch's freed first) and writes. `kept` is the [`Kept`] that `keep` returned in
-    /// the capture of this exec's graph. The slice borrows the exec, so the next
-    /// [`launch`](Self::launch) (`&mut self`) waits until it is no longer used; work enqueued on
-    /// it in the meantime (a copy to the host on any stream) is ordered before that launch by
-    /// cudarc's events and the exec's ledger, as for the exec's operands.
+    /// the capture of this exec's graph. The [`KeptOutput`] borrows the exec, so the next
+    /// [`launch`](Self::launch) (`&mut self`) comes after it; work that cudarc enqueues on it (a
+    /// copy to the host or to another buffer, on any stream of the exec's context) waits for the
+    /// last launch, and the next launch and the exec's drop wait for the context when it was
+    /// used (`cuCtxSynchronize`), so the memory is never freed or written under a reader.
     ///
     /// # Errors
     /// [`Error::Node`] naming this call's location: `kept` is of another capture than this
-    /// exec's graph (`CUDA_ERROR_INVALID_VALUE`), or the exec was not launched yet (the memory
-    /// exists from the first launch on: `CUDA_ERROR_NOT_READY`).
+    /// exec's graph, or of another element type (`CUDA_ERROR_INVALID_VALUE`), or the exec was not
+    /// launched yet (the memory exists from the first launch on: `CUDA_ERROR_NOT_READY`).
     #[track_caller]
-    pub fn output<T: 'static>(&self, kept: &Kept<T>) -> Result<&CudaSlice<T>> {
+    pub fn output<T: 'static>(&self, kept: &Kept<T>) -> Result<KeptOutput<'_, T>> {
         let at = Location::caller();
         let refuse = |call, error| Error::Node {
             site: site_at("output", "Exec::output", at),
             source: CudaError { call, error: DriverError(error) },
         };
-        let view = self.exec.kept.get(kept.index).filter(|_| kept.capture == self.origin.id);
-        let slice = view.and_then(|v| v.as_any().downcast_ref::<CudaSlice<T>>());
-        let Some(slice) = slice else {
+        let k = self
+            .exec
+            .kept
+            .get(kept.index)
+            .filter(|k| kept.capture == self.origin.id && k.elem == TypeId::of::<T>());
+        let Some(k) = k else {
             let call = "Exec::output (an output kept by another capture than this exec's graph)";
             return Err(refuse(call, CUresult::CUDA_ERROR_INVALID_VALUE));
         };
-        if !self.exec.live {
+        if !self.exec.live || self.exec.done.is_null() {
             let call =
                 "Exec::output (not launched yet: a kept output exists from the first launch on)";
             return Err(refuse(call, CUresult::CUDA_ERROR_NOT_READY));
         }
-        Ok(slice)
+        Ok(KeptOutput {
+            ptr: k.ptr,
+            len: k.len,
+            done: self.exec.done,
+            ctx: self.exec.ctx.cu_ctx(),
+            read: &self.exec.read,
+            stream: &self.graph.handle.stream,
+            _elem: core::marker::PhantomData,
+        })
     }
 
     /// The graph the exec runs (the captured one, or the last one [`update`](Self::update)

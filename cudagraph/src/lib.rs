@@ -182,8 +182,8 @@ mod session;
 pub use builder::{GraphBuilder, Node};
 pub use cache::{GraphCache, InstantiateFlags, Mode, Stats};
 pub use capture::{
-    CapturedKernel, DeviceBuffer, DeviceBufferMut, Exec, Graph, Operand, Operands, Released,
-    ReleasedUpdateRefused, UpdateRefused, capture,
+    CapturedKernel, DeviceBuffer, DeviceBufferMut, Exec, Graph, KeptOutput, Operand, Operands,
+    Released, ReleasedUpdateRefused, UpdateRefused, capture,
 };
 pub use capture_host::{
     CaptureHostSlice, CaptureHostSliceMut, CaptureHostView, HostFnArg, HostFnArgs,

@@ -430,6 +430,15 @@ pub unsafe fn mem_alloc_async(
     Ok(d)
 }
 
+/// `cuMemFree`: frees `d` now (a graph allocation no launch is using any more too).
+///
+/// # Safety
+/// `d` is a live allocation of the current context that no work still uses.
+pub unsafe fn mem_free(d: sys::CUdeviceptr) -> Result<(), DriverError> {
+    // SAFETY: the caller's contract.
+    unsafe { sys::cuMemFree_v2(d) }.result()
+}
+
 /// `cuMemFreeAsync`: frees `d` once the work enqueued on `stream` so far is done.
 ///
 /// # Safety

@@ -9,7 +9,7 @@
 //! launches; its module docs say how a capture keeps cudarc's events out of the recording and
 //! what is checked.
 
-use core::any::{Any, TypeId};
+use core::any::TypeId;
 use core::cell::{Cell, RefCell};
 use core::fmt;
 use core::marker::PhantomData;
@@ -91,67 +91,12 @@ pub struct Capture {
 }
 
 /// An allocation a closure kept with [`Capture::keep`]: graph memory of the recording.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct KeptBuf {
     pub(crate) ptr: CUdeviceptr,
     /// Elements of the element type.
     pub(crate) len: usize,
-    /// Makes the exec's view of it, of its element type (see `capture::kept_view`).
-    pub(crate) view: MakeKeptView,
-}
-
-/// Makes a kept output's view: [`kept_view`] of its element type.
-pub(crate) type MakeKeptView = fn(&Arc<CudaStream>, CUdeviceptr, usize) -> Box<dyn KeptSlice>;
-
-/// The view of a kept output of `len` `T`s at `ptr` (a graph allocation of the exec that makes
-/// it), on `stream`: a `CudaSlice<T>` that is never freed by its drop.
-pub(crate) fn kept_view<T: 'static>(
-    stream: &Arc<CudaStream>,
-    ptr: CUdeviceptr,
-    len: usize,
-) -> Box<dyn KeptSlice> {
-    // SAFETY: `ptr` is the start of a graph allocation of at least `len` `T`s (checked by
-    // `Capture::keep`), whose address is fixed for the graph's life; the view is handed out
-    // only while a launch's allocation of it is live (`Exec::output`), is never freed by its
-    // drop (`KeptView`), and is given up before the exec frees the memory.
-    Box::new(KeptView(Some(unsafe { stream.upgrade_device_ptr::<T>(ptr, len) })))
-}
-
-/// A kept output's view, type-erased (an exec's views of its kept outputs).
-pub(crate) trait KeptSlice: Send {
-    /// The `CudaSlice<T>`, for [`Exec::output`](crate::Exec::output) to downcast.
-    fn as_any(&self) -> &dyn Any;
-    /// Acquired for writing on `stream` for a launch (waits for its readers, records its write
-    /// event after the launch: the guard).
-    fn acquire<'a>(&'a mut self, stream: &'a CudaStream) -> Guard<'a>;
-    /// The address and the view's stream, the view given up without freeing (cudarc's `leak`).
-    fn release(self: Box<Self>) -> (CUdeviceptr, Arc<CudaStream>);
-}
-
-/// A `CudaSlice<T>` over a kept output, never freed by its drop (`leak`).
-struct KeptView<T>(Option<CudaSlice<T>>);
-
-impl<T: 'static> KeptSlice for KeptView<T> {
-    fn as_any(&self) -> &dyn Any {
-        self.0.as_ref().expect("taken only by release")
-    }
-    fn acquire<'a>(&'a mut self, stream: &'a CudaStream) -> Guard<'a> {
-        let slice = self.0.as_mut().expect("taken only by release");
-        crate::operand::AcquireMut::acquire_mut(slice, stream).2
-    }
-    fn release(mut self: Box<Self>) -> (CUdeviceptr, Arc<CudaStream>) {
-        let slice = self.0.take().expect("taken only once");
-        let stream = slice.stream().clone();
-        (slice.leak(), stream)
-    }
-}
-
-impl<T> Drop for KeptView<T> {
-    fn drop(&mut self) {
-        if let Some(slice) = self.0.take() {
-            let _ = slice.leak();
-        }
-    }
+    pub(crate) elem: TypeId,
 }
 
 /// An output a [`capture`](crate::capture())'s closure kept ([`Capture::keep`]): names it for
@@ -293,9 +238,9 @@ impl Capture {
     /// gives back a [`Kept`] naming it: each launch of the graph's [`Exec`](crate::Exec)
     /// allocates it at the same address (the driver frees the previous launch's first:
     /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`), and between launches
-    /// [`Exec::output`](crate::Exec::output) reads it, as a `&CudaSlice<T>` borrowed from the
-    /// exec (so no launch can overwrite it while it is read). The exec frees it when it is
-    /// dropped (`cuMemFreeAsync`, after its last launch and the output's readers). This is
+    /// [`Exec::output`](crate::Exec::output) hands it out for reading, as a
+    /// [`KeptOutput`](crate::KeptOutput) borrowed from the exec. The exec frees it when it is
+    /// dropped (after its last launch and the output's readers). This is
     /// PyTorch's static output of a captured graph; its memory is counted in
     /// [`graph_mem_usage`](crate::graph_mem_usage) while an exec holds it.
     ///
@@ -360,7 +305,7 @@ impl Capture {
         let _ = buf.leak();
         let mut kept = self.kept.borrow_mut();
         let list = kept.as_mut().expect("checked above");
-        list.push(KeptBuf { ptr, len, view: kept_view::<T> });
+        list.push(KeptBuf { ptr, len, elem: TypeId::of::<T>() });
         Ok(Kept { index: list.len() - 1, capture: self.id, _elem: PhantomData })
     }
 

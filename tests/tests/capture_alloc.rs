@@ -373,12 +373,12 @@ fn a_standalone_capture_keeps_its_allocated_outputs_readable_over_100_launches()
     }
     exec.launch(&stream)?;
     let (t1, u1) = want(1);
-    assert_same(&stream.clone_dtoh(exec.output(&kt)?)?, &t1, "t after the first launch");
-    assert_same(&stream.clone_dtoh(exec.output(&ku)?)?, &u1, "u after the first launch");
+    assert_same(&stream.clone_dtoh(&exec.output(&kt)?)?, &t1, "t after the first launch");
+    assert_same(&stream.clone_dtoh(&exec.output(&ku)?)?, &u1, "u after the first launch");
     // The same calls eagerly, on the library: the outputs match them too.
     let et = lib.affine(&stream, &x.as_view(), (5, 1))?;
     let eu = lib.mix(&stream, &et)?;
-    assert_same(&stream.clone_dtoh(exec.output(&ku)?)?, &stream.clone_dtoh(&eu)?, "u vs eager");
+    assert_same(&stream.clone_dtoh(&exec.output(&ku)?)?, &stream.clone_dtoh(&eu)?, "u vs eager");
     drop((et, eu));
     let before = common::free_memory(&ctx)?;
     let pool_used = cudagraph::graph_mem_usage(&ctx)?.used_current;
@@ -391,8 +391,8 @@ fn a_standalone_capture_keeps_its_allocated_outputs_readable_over_100_launches()
         exec.launch(&stream)?;
         if call % 10 == 0 || call == 99 {
             let (t, u) = want(seed);
-            assert_same(&stream.clone_dtoh(exec.output(&kt)?)?, &t, &format!("t, call {call}"));
-            assert_same(&stream.clone_dtoh(exec.output(&ku)?)?, &u, &format!("u, call {call}"));
+            assert_same(&stream.clone_dtoh(&exec.output(&kt)?)?, &t, &format!("t, call {call}"));
+            assert_same(&stream.clone_dtoh(&exec.output(&ku)?)?, &u, &format!("u, call {call}"));
         }
         released = Some(exec.release());
     }
@@ -441,8 +441,8 @@ fn dropped_execs_give_their_kept_outputs_back() -> Result {
         let big = kept.get().expect("kept");
         let mut exec = graph.instantiate()?;
         exec.launch(&stream)?;
-        let head = stream.clone_dtoh(&exec.output(&big)?.slice(..16))?;
-        assert_eq!(head, vec![0u8; 16], "round {round}: the kept output after a launch");
+        let got = stream.clone_dtoh(&exec.output(&big)?)?;
+        assert!(got.iter().all(|&b| b == 0), "round {round}: the kept output after a launch");
         drop(exec);
     }
     trim()?;
