@@ -424,10 +424,14 @@ impl Waiter {
         hello.extend_from_slice(&(rank.world as u32).to_le_bytes());
         s.set_write_timeout(Some(self.left())).map_err(self.io("setting a write timeout"))?;
         s.write_all(&hello).map_err(self.io(format!("saying hello to rank 0 at {addr}")))?;
-        // Rank 0 replies once every rank has connected, or at its own deadline.
+        // Rank 0 replies once every rank has connected, or at its own deadline, which may come
+        // after this rank's (rank 0 may have started later): once connected, this rank waits
+        // a little longer for rank 0's verdict (a missing rank is then named as rank 0 saw it),
+        // and gives up on its own only if rank 0 says nothing.
         let mut head = [0u8; 13];
         let mut read = |buf: &mut [u8]| -> Result<(), RendezvousError> {
-            s.set_read_timeout(Some(self.left())).map_err(self.io("setting a read timeout"))?;
+            let wait = self.left() + VERDICT_GRACE;
+            s.set_read_timeout(Some(wait)).map_err(self.io("setting a read timeout"))?;
             s.read_exact(buf).map_err(|e| match e.kind() {
                 ErrorKind::WouldBlock | ErrorKind::TimedOut => self.timeout(format!(
                     "rank 0 at {addr} to send the id (it waits for every rank to connect)"
@@ -448,6 +452,10 @@ impl Waiter {
         Ok(body)
     }
 }
+
+/// How much longer than its own timeout a connected rank waits for rank 0's reply: rank 0's
+/// deadline counts from rank 0's start, which may come later than this rank's.
+const VERDICT_GRACE: Duration = Duration::from_secs(2);
 
 /// A `--rendezvous-timeout` argument: seconds, fractions allowed (`60`, `2.5`).
 pub fn seconds(s: &str) -> Result<Duration, String> {
