@@ -20,12 +20,11 @@ mod common;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use common::{Ops, Result, assert_same, gpu, host, launch};
+use common::{Ops, Result, assert_same, gpu, host, launch, load};
 use cudagraph::cudarc::driver::sys::CUgraphInstantiate_flags;
 use cudagraph::cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg,
 };
-use cudagraph::cudarc::nvrtc::compile_ptx;
 use cudagraph::{Capture, CaptureSliceMut, GraphCache, Mode, capture, graph};
 
 const N: u32 = 1 << 16;
@@ -36,11 +35,6 @@ const SPINS: u32 = 1 << 23;
 
 fn cfg() -> LaunchConfig {
     LaunchConfig::for_num_elems(N)
-}
-
-fn load(ctx: &Arc<CudaContext>) -> Result<Ops> {
-    // SAFETY: the declarations match the kernels, which stay within their buffers.
-    unsafe { Ops::load(ctx, compile_ptx(common::SOURCE)?) }
 }
 
 /// The device address of `b`.

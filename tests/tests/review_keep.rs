@@ -49,11 +49,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use common::{Ops, Result, assert_same, gpu, host, launch};
+use common::{Ops, Result, assert_same, fresh_thread, gpu, host, launch, load, own_origin};
 use cudagraph::cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
-use cudagraph::cudarc::nvrtc::compile_ptx;
 use cudagraph::{Capture, Error, Graph, GraphCache, Kept, KeptOutput, Mode, capture, graph};
 
 const N: u32 = 1 << 16;
@@ -66,24 +65,6 @@ const READ_SPINS: u32 = 1 << 23;
 
 fn cfg() -> LaunchConfig {
     LaunchConfig::for_num_elems(N)
-}
-
-fn load(ctx: &Arc<CudaContext>) -> Result<Ops> {
-    // SAFETY: the declarations match the kernels, which stay within their buffers.
-    unsafe { Ops::load(ctx, compile_ptx(common::SOURCE)?) }
-}
-
-/// Runs `f` on a new thread: its capture origins (thread-local, one per `CUcontext`, owned by
-/// the `Arc<CudaContext>` object that made it) start empty and are dropped with it.
-fn fresh_thread<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    std::thread::scope(|sc| sc.spawn(f).join()).unwrap_or_else(|p| std::panic::resume_unwind(p))
-}
-
-/// Makes `stream`'s context object the owner of this thread's capture origin of its
-/// `CUcontext` (the first capture of the thread there makes it, with `ctx.new_stream()`).
-fn own_origin(stream: &Arc<CudaStream>) -> Result {
-    drop(capture(stream, (), |_, ()| Ok::<(), Error>(()))?);
-    Ok(())
 }
 
 /// The graph of most tests, captured on `stream`: `x ← 3x + 1 + i` (a kernel node), then on the

@@ -38,11 +38,10 @@ mod common;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use common::{Ops, Result, assert_same, host, launch, pinned};
+use common::{Ops, Result, assert_same, fresh_thread, host, launch, load, own_origin, pinned};
 use cudagraph::cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
-use cudagraph::cudarc::nvrtc::compile_ptx;
 use cudagraph::{
     Capture, CaptureHostSliceMut, CaptureSlice, CaptureSliceMut, Error, GraphCache, Mode, capture,
     graph,
@@ -57,24 +56,6 @@ const SPINS: u32 = 1 << 20;
 
 fn cfg() -> LaunchConfig {
     LaunchConfig::for_num_elems(N)
-}
-
-fn load(ctx: &Arc<CudaContext>) -> Result<Ops> {
-    // SAFETY: the declarations match the kernels, which stay within their buffers.
-    unsafe { Ops::load(ctx, compile_ptx(common::SOURCE)?) }
-}
-
-/// Runs `f` on a new thread: its capture origins (thread-local, one per `CUcontext`, owned by
-/// the `Arc<CudaContext>` object that made it) start empty and are dropped with it.
-fn fresh_thread<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    std::thread::scope(|sc| sc.spawn(f).join()).unwrap_or_else(|p| std::panic::resume_unwind(p))
-}
-
-/// Makes `stream`'s context object the owner of this thread's capture origin of its
-/// `CUcontext` (the first capture of the thread there makes it, with `ctx.new_stream()`).
-fn own_origin(stream: &Arc<CudaStream>) -> Result {
-    drop(capture(stream, (), |_, ()| Ok::<(), Error>(()))?);
-    Ok(())
 }
 
 /// The device address of `b`.

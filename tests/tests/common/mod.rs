@@ -47,6 +47,25 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// The kernels, loaded in `ctx` (a context object of the test's choosing).
+pub fn load(ctx: &Arc<CudaContext>) -> Result<Ops> {
+    // SAFETY: the declarations match the kernels, which stay within their buffers.
+    unsafe { Ops::load(ctx, compile_ptx(SOURCE)?) }
+}
+
+/// Runs `f` on a new thread: its capture origins (thread-local, one per `CUcontext`, owned by
+/// the `Arc<CudaContext>` object that made it) start empty and are dropped with it.
+pub fn fresh_thread<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    std::thread::scope(|sc| sc.spawn(f).join()).unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+/// Makes `stream`'s context object the owner of this thread's capture origin of its
+/// `CUcontext` (the first capture of the thread there makes it, with `ctx.new_stream()`).
+pub fn own_origin(stream: &Arc<CudaStream>) -> Result {
+    drop(cudagraph::capture(stream, (), |_, ()| Ok::<(), cudagraph::Error>(()))?);
+    Ok(())
+}
+
 /// The first step of every GPU test: asserts that a CUDA driver is present (a GPU test must not
 /// skip silently on a GPU machine), then creates the context of device 0, a new stream, and
 /// loads the kernels.
