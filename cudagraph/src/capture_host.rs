@@ -297,7 +297,7 @@ impl<T: 'static> CaptureOperand for HostRead<'_, T> {
     fn buffer(&self) -> u64 {
         host_buffer(self.ptr)
     }
-    unsafe fn alias(&self, _: &Arc<CudaStream>, _: &[Arc<CudaStream>]) -> HostAlias<T> {
+    unsafe fn alias(&self, _: &Arc<CudaStream>, _: &[Arc<CudaStream>], _: bool) -> HostAlias<T> {
         HostAlias::of(self.ptr.cast_mut(), self.len, self.ctx)
     }
     fn listed(&self, _: &mut HostAlias<T>, _: &CudaStream) -> Option<Listed> {
@@ -324,7 +324,7 @@ impl<T: 'static> CaptureOperand for HostWrite<'_, T> {
     fn buffer(&self) -> u64 {
         host_buffer(self.ptr)
     }
-    unsafe fn alias(&self, _: &Arc<CudaStream>, _: &[Arc<CudaStream>]) -> HostAlias<T> {
+    unsafe fn alias(&self, _: &Arc<CudaStream>, _: &[Arc<CudaStream>], _: bool) -> HostAlias<T> {
         HostAlias::of(self.ptr, self.len, self.ctx)
     }
     fn listed(&self, _: &mut HostAlias<T>, _: &CudaStream) -> Option<Listed> {

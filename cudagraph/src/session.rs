@@ -208,6 +208,15 @@ impl Capture {
         );
     }
 
+    /// Whether a stream other than the capture's own and the call's was accepted for the views
+    /// ([`fork`](Self::fork), or a helper of another device): the closure's work on the views
+    /// may then be on it.
+    pub(crate) fn forked(&self) -> bool {
+        let pair = |s: &CudaStream| (s.cu_stream(), s.context().cu_ctx());
+        let own = [pair(&self.stream), pair(&self.user)];
+        self.accepted.borrow().iter().any(|p| !own.contains(p))
+    }
+
     /// Whether the call's stream was joined into the capture (by [`stream`](Self::stream)):
     /// it must then be joined back before the capture ends.
     pub(crate) fn joined_user(&self) -> bool {
@@ -959,10 +968,62 @@ pub(crate) mod imp {
         }
     }
 
-    /// A `CudaSlice<T>` over memory that an operand owns: never freed (its drop leaks it).
-    pub struct Alias<T>(Option<CudaSlice<T>>);
+    /// A `CudaSlice<T>` over memory that an operand owns: never freed (its drop leaks it, or
+    /// gives it back to this thread's pool of eager aliases, [`Alias::pooled`]).
+    pub struct Alias<T: 'static> {
+        /// Boxed: [`Listed::identity`] is the address of its `stream` field, which a pooled
+        /// alias keeps across calls.
+        slice: Option<Box<Leaky<T>>>,
+        /// Where the drop puts it back (`None`: leaked), and its `Listed` then.
+        pool: Option<(PoolKey, Option<Listed>)>,
+    }
 
-    impl<T> Alias<T> {
+    /// A `CudaSlice<T>` whose drop never frees its memory (cudarc's `leak`): what a pool or an
+    /// alias drops, however it is dropped (a pool's eviction, a thread's exit).
+    pub struct Leaky<T>(Option<CudaSlice<T>>);
+
+    impl<T> Leaky<T> {
+        fn get(&mut self) -> &mut CudaSlice<T> {
+            self.0.as_mut().expect("emptied only by its drop")
+        }
+    }
+
+    impl<T> Drop for Leaky<T> {
+        fn drop(&mut self) {
+            if let Some(slice) = self.0.take() {
+                // Waits on the alias's events (in multi-stream mode), frees nothing.
+                let _ = slice.leak();
+            }
+        }
+    }
+
+    /// A pooled alias's key: its stream (the `Arc`'s address: the alias holds that `Arc`, so
+    /// the address is not reused while it is pooled), context, address, length, element type
+    /// and whether it was made with cudarc's event tracking on (it then has events).
+    type PoolKey = (usize, CUcontext, CUdeviceptr, usize, TypeId, bool);
+
+    /// A pooled alias: its key, its `Box<Leaky<T>>`, its `Listed`.
+    type Pooled = (PoolKey, Box<dyn core::any::Any>, Listed);
+
+    /// How many eager aliases a thread keeps (the oldest is leaked beyond it).
+    const POOL: usize = 64;
+
+    std::thread_local! {
+        /// This thread's eager aliases not in use: `Box<CudaSlice<T>>` with its `Listed`.
+        static EAGER: RefCell<Vec<Pooled>> =
+            const { RefCell::new(Vec::new()) };
+        /// Set by the caller before eager aliases are dropped when the closure's work may be on
+        /// other streams than the call's (a fork, a helper): their drop then makes the call's
+        /// stream wait on their events, as a leaked alias does.
+        static EAGER_JOIN: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Whether the eager aliases dropped next must make their stream wait on their events.
+    pub(crate) fn eager_join(join: bool) {
+        EAGER_JOIN.with(|j| j.set(join));
+    }
+
+    impl<T: 'static> Alias<T> {
         /// The alias of `len` elements at `ptr`.
         ///
         /// # Safety
@@ -971,11 +1032,51 @@ pub(crate) mod imp {
         pub(crate) unsafe fn new(stream: &Arc<CudaStream>, ptr: CUdeviceptr, len: usize) -> Self {
             // SAFETY: the caller's contract; the memory is never freed through the alias (drop
             // leaks it), and holds valid `T`s: it is the operand's own memory.
-            Alias(Some(unsafe { stream.upgrade_device_ptr(ptr, len) }))
+            let slice = Box::new(Leaky(Some(unsafe { stream.upgrade_device_ptr(ptr, len) })));
+            Alias { slice: Some(slice), pool: None }
+        }
+
+        /// [`new`](Self::new) for a closure run eagerly (`Mode::Eager`) on `stream`: taken from
+        /// this thread's pool when an alias of the same memory on the same stream is there, and
+        /// given back by the drop. Saves the two `cuEventCreate`, the waits of `listed` and the
+        /// alias's `leak`, and the two `cuEventDestroy` per operand and call. Eagerly nothing is
+        /// captured, so waits on events recorded by an earlier call are harmless, and `prime`
+        /// records the events anew first thing.
+        ///
+        /// # Safety
+        /// As [`new`](Self::new).
+        pub(crate) unsafe fn pooled(
+            stream: &Arc<CudaStream>,
+            ptr: CUdeviceptr,
+            len: usize,
+        ) -> Self {
+            let ctx = stream.context();
+            let key: PoolKey = (
+                Arc::as_ptr(stream) as usize,
+                ctx.cu_ctx(),
+                ptr,
+                len,
+                TypeId::of::<T>(),
+                ctx.is_event_tracking(),
+            );
+            let found = EAGER.with(|p| {
+                let mut p = p.borrow_mut();
+                let at = p.iter().rposition(|(k, _, _)| *k == key)?;
+                Some(p.remove(at))
+            });
+            if let Some((_, any, listed)) = found
+                && let Ok(slice) = any.downcast::<Leaky<T>>()
+            {
+                return Alias { slice: Some(slice), pool: Some((key, Some(listed))) };
+            }
+            // SAFETY: the caller's contract.
+            let mut alias = unsafe { Self::new(stream, ptr, len) };
+            alias.pool = Some((key, None));
+            alias
         }
 
         pub(crate) fn slice(&mut self) -> &mut CudaSlice<T> {
-            self.0.as_mut().expect("an alias is emptied only by its drop")
+            self.slice.as_mut().expect("an alias is emptied only by its drop").get()
         }
 
         /// The closure's read-only view of the alias.
@@ -990,9 +1091,13 @@ pub(crate) mod imp {
 
         /// What a [`Capture`] knows of this alias's operand (`write`: listed `&mut`). Takes the
         /// alias's events out of cudarc's guards, whose waits (in multi-stream mode) are on
-        /// events never recorded yet: no-ops, inside a capture or not.
+        /// events never recorded yet: no-ops, inside a capture or not (a pooled alias's, whose
+        /// `Listed` is kept, are not asked again).
         pub(crate) fn listed(&mut self, stream: &CudaStream, write: bool) -> Listed {
-            let slice = self.slice();
+            if let Some((_, Some(listed))) = &self.pool {
+                return Listed { write, ..*listed };
+            }
+            let slice = self.slice.as_mut().expect("an alias is emptied only by its drop").get();
             let identity: *const Arc<CudaStream> = DeviceSlice::stream(&*slice);
             let on = DeviceSlice::stream(&*slice).cu_stream();
             let on_ctx = DeviceSlice::stream(&*slice).context().cu_ctx();
@@ -1002,16 +1107,40 @@ pub(crate) mod imp {
             drop(guard);
             let (_, mut guard) = DevicePtrMut::device_ptr_mut(slice, stream);
             let write_event = disarm(&mut guard);
-            Listed { start, bytes, write, identity, read_event, write_event, on, on_ctx }
+            drop(guard);
+            let listed =
+                Listed { start, bytes, write, identity, read_event, write_event, on, on_ctx };
+            if let Some((_, cached)) = &mut self.pool {
+                *cached = Some(listed);
+            }
+            listed
         }
     }
 
-    impl<T> Drop for Alias<T> {
+    impl<T: 'static> Drop for Alias<T> {
         fn drop(&mut self) {
-            if let Some(alias) = self.0.take() {
-                // Waits on the alias's events (in multi-stream mode), frees nothing.
-                let _ = alias.leak();
+            let Some(mut slice) = self.slice.take() else { return };
+            let Some((key, Some(listed))) = self.pool.take() else {
+                return; // `Leaky`'s drop: waits on its events (multi-stream mode), frees nothing
+            };
+            if EAGER_JOIN.with(Cell::get) {
+                // As `leak` would: the stream waits for the closure's work on the alias on
+                // other streams (cudarc's events of the view).
+                let s = DeviceSlice::stream(slice.get());
+                for e in [listed.read_event, listed.write_event].into_iter().flatten() {
+                    // SAFETY: the alias's event, alive (the alias holds it); its stream alive.
+                    let r = unsafe { raw::wait_event(s.cu_stream(), e) };
+                    s.context().record_err(r);
+                }
             }
+            let any: Box<dyn core::any::Any> = slice;
+            // The oldest beyond the bound is dropped outside the borrow (`Leaky`: never freed).
+            let old = EAGER.with(|p| {
+                let mut p = p.borrow_mut();
+                p.push((key, any, listed));
+                (p.len() > POOL).then(|| p.remove(0))
+            });
+            drop(old);
         }
     }
 }

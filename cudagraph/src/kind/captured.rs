@@ -147,7 +147,12 @@ pub trait CaptureOperand: sealed::Sealed {
     /// # Safety
     /// As [`CaptureOperands::aliases`], for this operand.
     #[doc(hidden)]
-    unsafe fn alias(&self, stream: &Arc<CudaStream>, helpers: &[Arc<CudaStream>]) -> Self::Alias;
+    unsafe fn alias(
+        &self,
+        stream: &Arc<CudaStream>,
+        helpers: &[Arc<CudaStream>],
+        eager: bool,
+    ) -> Self::Alias;
     /// What the [`Capture`] knows of a device operand, from its alias (`None` for pinned host
     /// memory: its views carry their capture, see `capture_host.rs`).
     #[doc(hidden)]
@@ -161,14 +166,15 @@ pub trait CaptureOperand: sealed::Sealed {
 ///
 /// # Safety
 /// As [`Alias::new`], with the stream chosen here.
-unsafe fn device_alias<T>(
+unsafe fn device_alias<T: 'static>(
     (ptr, len, ctx): (sys::CUdeviceptr, usize, CUcontext),
     stream: &Arc<CudaStream>,
     helpers: &[Arc<CudaStream>],
+    eager: bool,
 ) -> Alias<T> {
     let on = helpers.iter().find(|h| h.context().cu_ctx() == ctx).unwrap_or(stream);
     // SAFETY: the caller's contract.
-    unsafe { Alias::new(on, ptr, len) }
+    if eager { unsafe { Alias::pooled(on, ptr, len) } } else { unsafe { Alias::new(on, ptr, len) } }
 }
 
 impl<T: 'static> CaptureOperand for DevRead<'_, T> {
@@ -181,9 +187,14 @@ impl<T: 'static> CaptureOperand for DevRead<'_, T> {
     fn own(&self) -> Option<&CudaStream> {
         self.own
     }
-    unsafe fn alias(&self, stream: &Arc<CudaStream>, helpers: &[Arc<CudaStream>]) -> Alias<T> {
+    unsafe fn alias(
+        &self,
+        stream: &Arc<CudaStream>,
+        helpers: &[Arc<CudaStream>],
+        eager: bool,
+    ) -> Alias<T> {
         // SAFETY: the caller's contract.
-        unsafe { device_alias((self.ptr, self.len, self.ctx), stream, helpers) }
+        unsafe { device_alias((self.ptr, self.len, self.ctx), stream, helpers, eager) }
     }
     fn listed(&self, alias: &mut Alias<T>, stream: &CudaStream) -> Option<Listed> {
         Some(alias.listed(stream, false))
@@ -203,9 +214,14 @@ impl<T: 'static> CaptureOperand for DevWrite<'_, T> {
     fn own(&self) -> Option<&CudaStream> {
         self.own
     }
-    unsafe fn alias(&self, stream: &Arc<CudaStream>, helpers: &[Arc<CudaStream>]) -> Alias<T> {
+    unsafe fn alias(
+        &self,
+        stream: &Arc<CudaStream>,
+        helpers: &[Arc<CudaStream>],
+        eager: bool,
+    ) -> Alias<T> {
         // SAFETY: the caller's contract.
-        unsafe { device_alias((self.ptr, self.len, self.ctx), stream, helpers) }
+        unsafe { device_alias((self.ptr, self.len, self.ctx), stream, helpers, eager) }
     }
     fn listed(&self, alias: &mut Alias<T>, stream: &CudaStream) -> Option<Listed> {
         Some(alias.listed(stream, true))
@@ -248,6 +264,7 @@ pub trait CaptureOperands: sealed::Sealed {
         &self,
         stream: &Arc<CudaStream>,
         helpers: &[Arc<CudaStream>],
+        eager: bool,
     ) -> Self::Aliases;
     /// The closure's views of the aliases.
     #[doc(hidden)]
@@ -287,9 +304,10 @@ macro_rules! capture_operands {
                 &self,
                 stream: &Arc<CudaStream>,
                 helpers: &[Arc<CudaStream>],
+                eager: bool,
             ) -> Self::Aliases {
                 // SAFETY: the caller's contract, operand by operand.
-                ($(unsafe { self.$i.alias(stream, helpers) },)*)
+                ($(unsafe { self.$i.alias(stream, helpers, eager) },)*)
             }
             fn views<'s>(aliases: &'s mut Self::Aliases, cap: &'s Capture) -> Self::Views<'s> {
                 ($($o::view(&mut aliases.$i, cap),)*)
@@ -713,7 +731,9 @@ impl<'a, H: CaptureOperands, F, K> CaptureParams<'a, H, F, K> {
         // the closure gets only views of it, for a lifetime it must accept for any `'s`: they
         // cannot escape the closure.
         let streams: Vec<Arc<CudaStream>> = helpers.iter().map(|h| h.stream().clone()).collect();
-        let mut aliases = unsafe { self.handles.aliases(work, &streams) };
+        // Eagerly, on the call's stream alone, from this thread's pool (see `Alias::pooled`).
+        let eager = origin.is_none() && helpers.is_empty();
+        let mut aliases = unsafe { self.handles.aliases(work, &streams, eager) };
         let listed = self.handles.listed(&mut aliases, work);
         let on: Vec<(sys::CUstream, sys::CUcontext)> =
             streams.iter().map(|h| (h.cu_stream(), h.context().cu_ctx())).collect();
@@ -723,10 +743,14 @@ impl<'a, H: CaptureOperands, F, K> CaptureParams<'a, H, F, K> {
         let broken = cap.broken();
         let joined = cap.joined_user();
         let functions = cap.take_functions();
+        // Pooled eager aliases wait on their events at their drop only when the closure's work
+        // may be on other streams than the call's (a fork): as a leaked alias always does.
+        crate::session::imp::eager_join(cap.forked());
         drop(cap);
         // Still capturing when `capturing`, so their `leak` waits only on events recorded
         // inside this capture.
         drop(aliases);
+        crate::session::imp::eager_join(false);
         let mut back = None;
         for h in helpers {
             if let Err(error) = order_streams(h.stream(), h.join_event(), work) {
