@@ -751,6 +751,9 @@ impl<'a, H: CaptureOperands, F, K> CaptureParams<'a, H, F, K> {
         // inside this capture.
         drop(aliases);
         crate::session::imp::eager_join(false);
+        // An alias dropped from the pool (beyond its bound) may be of another device: its
+        // `leak` made that context current (review 11c).
+        let _ = work.context().bind_to_thread();
         let mut back = None;
         for h in helpers {
             if let Err(error) = order_streams(h.stream(), h.join_event(), work) {
