@@ -1018,7 +1018,7 @@ struct ExecHandle {
 unsafe impl Send for ExecHandle {}
 
 /// After a launch on `stream` of an exec with memory nodes (`memory`): records its `done`
-/// event, made by the first.
+/// event, made by the first (the cache's variants' `Driver::record_done`).
 fn record_done(
     done: &mut sys::CUevent,
     memory: bool,
@@ -1027,25 +1027,18 @@ fn record_done(
     if !memory {
         return Ok(());
     }
-    if done.is_null() {
-        // SAFETY: the context is current (the launch just ran on it).
-        *done = unsafe { raw::event_create() }.call("cuEventCreate")?;
-    }
-    // SAFETY: the event is the exec's, the stream alive and of the current context.
-    unsafe { raw::record_event(*done, stream.cu_stream()) }.call("cuEventRecord")
+    // SAFETY: the context is current (the launch just ran on it), the stream alive; `done` is
+    // null or the exec's own event.
+    unsafe { raw::Driver::record_done(&mut raw::Cuda, done, stream.cu_stream()) }
+        .call("cuEventCreate / cuEventRecord")
 }
 
 impl Drop for ExecHandle {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
-        if !self.done.is_null() {
-            // SAFETY: the event is ours and alive. The exec's last launch is over after this, so
-            // its graph memory is not taken back from under it.
-            unsafe {
-                let _ = sys::cuEventSynchronize(self.done);
-                let _ = sys::cuEventDestroy_v2(self.done);
-            }
-        }
+        // SAFETY: the event is null or ours and alive, and not used again. The exec's last
+        // launch is over after this, so its graph memory is not taken back from under it.
+        unsafe { raw::Driver::wait_done(&mut raw::Cuda, self.done, true) };
         if self.live {
             // The outputs' readers are over after this (or the memory is leaked, never freed
             // under them).

@@ -567,18 +567,6 @@ pub unsafe fn graph_own_user_object(
     Ok(())
 }
 
-/// `cuEventCreate` with `CU_EVENT_DISABLE_TIMING`: an event to record and wait for.
-///
-/// # Safety
-/// A context is current.
-pub unsafe fn event_create() -> Result<sys::CUevent, DriverError> {
-    let mut e = ptr::null_mut();
-    let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
-    // SAFETY: `e` is a valid out-pointer; the caller's contract.
-    unsafe { sys::cuEventCreate(&mut e, flags) }.result()?;
-    Ok(e)
-}
-
 /// `cuEventRecord`: `event` completes when the work enqueued on `stream` so far has.
 ///
 /// # Safety

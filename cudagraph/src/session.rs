@@ -285,8 +285,8 @@ impl Capture {
         // The buffer's address, without cudarc's events (its guard would record one on the
         // buffer's stream, which need not be part of the capture).
         let ptr = {
-            let (ptr, guard) = DevicePtr::device_ptr(&buf, buf.stream());
-            core::mem::forget(guard);
+            let (ptr, mut guard) = DevicePtr::device_ptr(&buf, buf.stream());
+            disarm(&mut guard);
             ptr
         };
         // SAFETY: the origin stream is alive and its context current (the closure runs inside
