@@ -66,7 +66,7 @@ impl<A: KernelArgs> KernelNode for RK<A> {
     fn pack(&self, out: &mut Pack<'_>) -> bool {
         let p = self.args.pointers();
         pack_head(out, self.function(), Some(self.on), &self.dims, self.programmatic, A::LEN, p);
-        self.args.pack(out);
+        self.args.pack(out, Some(self.on));
         true
     }
 }

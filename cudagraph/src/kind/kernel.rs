@@ -46,12 +46,11 @@ pub trait KernelArgs {
     #[doc(hidden)]
     fn pointers(&self) -> u16;
     /// Appends what the cache compares of the arguments between calls (see
-    /// [`KernelNode::pack`]): for each argument its length in bytes (bit 63: a device scalar),
-    /// its bytes in 8-byte words (zero-padded), its context (0 for a plain scalar) and, for a
-    /// device scalar, its buffer's length; for a buffer or device scalar, its handle
-    /// ([`Pack::push_handle`]).
+    /// [`KernelNode::pack`]): for each argument one word of its kind, length and handle
+    /// ([`Pack::push_arg`]), its bytes in 8-byte words (zero-padded), its context when it is
+    /// not `node_ctx`, and, for a device scalar, its buffer's length.
     #[doc(hidden)]
-    fn pack(&self, out: &mut Pack<'_>);
+    fn pack(&self, out: &mut Pack<'_>, node_ctx: Option<CUcontext>);
 }
 
 /// A call's nodes as words (see [`KernelNode::pack`]), compared with the words of the last call
@@ -90,6 +89,47 @@ impl<'a> Pack<'a> {
             },
         };
         self.push(w);
+    }
+
+    /// A kernel argument's first word: its length in bytes (bits 0..=15; `0xffff`: the
+    /// length follows in a word of its own), whether it is a device scalar (bit 63), its
+    /// context (bits 61..=62: none, `node_ctx`, or another one, which [`KernelArgs::pack`]
+    /// pushes after the bytes), and its handle (bit 60: it has one; bit 59: written; for a
+    /// `graph!` call, bit 57 and in bits 16..=47 the place it names, or bit 58 when it names
+    /// none of this call's places, as [`Self::push_handle`]). The caller pushes the words that the bits
+    /// say follow, so the sequence stays one-to-one with what it describes.
+    #[inline(always)]
+    pub(crate) fn push_arg(
+        &mut self,
+        len: usize,
+        scalar: Option<usize>,
+        ctx: Option<CUcontext>,
+        node_ctx: Option<CUcontext>,
+        access: Option<(u64, bool)>,
+    ) {
+        let ctx_kind: u64 = match ctx {
+            None => 0,
+            Some(_) if ctx == node_ctx => 1,
+            Some(_) => 2,
+        };
+        let handle = match access {
+            None => 0,
+            Some((tag, write)) => {
+                let place = match self.call {
+                    None => 0,
+                    Some(id) => match crate::operand::place_of(tag, id) {
+                        Some(p) => 1 << 57 | u64::from(p) << 16,
+                        None => 1 << 58,
+                    },
+                };
+                1 << 60 | u64::from(write) << 59 | place
+            }
+        };
+        let short = len.min(0xffff) as u64;
+        self.push(short | u64::from(scalar.is_some()) << 63 | ctx_kind << 61 | handle);
+        if short == 0xffff {
+            self.push(len as u64);
+        }
     }
 
     /// One word.
@@ -172,18 +212,18 @@ macro_rules! kernel_args {
             }
             #[allow(unused_variables)]
             #[inline]
-            fn pack(&self, out: &mut Pack<'_>) {
+            fn pack(&self, out: &mut Pack<'_>, node_ctx: Option<CUcontext>) {
                 $(
                     let b = self.$i.bytes();
                     let scalar = self.$i.device_scalar_len();
-                    out.push(b.len() as u64 | u64::from(scalar.is_some()) << 63);
+                    let ctx = self.$i.context();
+                    out.push_arg(b.len(), scalar, ctx, node_ctx, self.$i.access());
                     out.push_bytes(b);
-                    out.push(self.$i.context().map_or(0, |c| c as u64));
+                    if ctx.is_some() && ctx != node_ctx {
+                        out.push(ctx.map_or(0, |c| c as u64));
+                    }
                     if let Some(len) = scalar {
                         out.push(len as u64);
-                    }
-                    if let Some((tag, write)) = self.$i.access() {
-                        out.push_handle(tag, write);
                     }
                 )*
             }
@@ -553,7 +593,7 @@ impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
             A::LEN,
             pointers,
         );
-        args.pack(out);
+        args.pack(out, ctx);
         true
     }
 }
