@@ -55,14 +55,17 @@ impl Ledger {
         owns: impl IntoIterator<Item = Option<&'s CudaStream>>,
     ) -> Result<u64, CudaError> {
         self.own.clear();
+        let (launch_raw, launch_ctx) = (stream.cu_stream(), stream.context().cu_ctx());
         for o in owns.into_iter().flatten() {
+            // The launch stream itself (the common case: one look, no pointer chasing).
+            if core::ptr::eq(o, stream) {
+                continue;
+            }
             let raw = o.cu_stream();
             // Two streams of two contexts may both be a legacy default stream (null).
             let ctx = o.context().cu_ctx();
             let same = |&(s, p): &(CUstream, usize)| s == raw && self.pools[p].ctx == ctx;
-            if (raw == stream.cu_stream() && ctx == stream.context().cu_ctx())
-                || self.own.iter().any(same)
-            {
+            if (raw == launch_raw && ctx == launch_ctx) || self.own.iter().any(same) {
                 continue;
             }
             let pool = self.pool(stream, o.context())?;

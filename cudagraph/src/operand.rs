@@ -283,9 +283,6 @@ pub struct Guard<'a> {
     pub(crate) bytes: u64,
     /// Borrowed for writing.
     pub(crate) write: bool,
-    /// A place made of several buffers (a captured [`Graph`](crate::Graph) embedded with
-    /// `child`): their guards; this guard itself then covers no range.
-    pub(crate) children: Box<[Guard<'a>]>,
 }
 
 enum GuardKind<'a> {
@@ -301,6 +298,10 @@ enum GuardKind<'a> {
     /// acquire and the drop (a stream dropped). Recording it always keeps every later user that
     /// waits on the event ordered after the graph.
     Event(&'a CudaEvent, &'a CudaStream),
+    /// A place made of several buffers (a captured [`Graph`](crate::Graph) embedded with
+    /// `child`): their guards; this guard itself then covers no range. (A variant rather than a
+    /// field of every guard: a smaller guard is less to move and drop per place.)
+    Parts(Box<[Guard<'a>]>),
 }
 
 impl<'a> Guard<'a> {
@@ -311,22 +312,58 @@ impl<'a> Guard<'a> {
         range: (u64, u64),
         write: bool,
     ) -> Self {
-        Guard { kind, own, start: range.0, bytes: range.1, write, children: Box::new([]) }
+        Guard { kind, own, start: range.0, bytes: range.1, write }
     }
 
     /// The guard of a place made of several buffers: `children`'s.
     pub(crate) fn of_parts(children: Box<[Guard<'a>]>, write: bool) -> Self {
-        let mut g = Guard::new(GuardKind::Cudarc(SyncOnDrop::Sync(None)), None, (0, 0), write);
-        g.children = children;
-        g
+        Guard::new(GuardKind::Parts(children), None, (0, 0), write)
+    }
+
+    /// The guards of a place made of several buffers ([`Self::of_parts`]); empty otherwise.
+    #[inline(always)]
+    fn children(&self) -> &[Guard<'a>] {
+        match &self.kind {
+            GuardKind::Parts(c) => c,
+            _ => &[],
+        }
     }
 
     /// The buffers' guards, each with its place index: a place's own guard, or its children's.
-    pub(crate) fn leaves<'g>(guards: &'g [Guard<'a>]) -> impl Iterator<Item = (usize, &'g Self)> {
-        guards.iter().enumerate().flat_map(|(p, g)| {
-            let own = g.children.is_empty().then_some(g);
-            own.into_iter().chain(g.children.iter()).map(move |g| (p, g))
-        })
+    pub(crate) fn leaves<'g>(guards: &'g [Guard<'a>]) -> Leaves<'g, 'a> {
+        Leaves { guards, place: 0, child: 0 }
+    }
+}
+
+/// [`Guard::leaves`]: one step per guard for places of one buffer (a `flat_map` over a
+/// `chain` cost a few nanoseconds per place of an unchanged 1000-place call,
+/// `.ci/host-profile`).
+pub(crate) struct Leaves<'g, 'a> {
+    guards: &'g [Guard<'a>],
+    place: usize,
+    /// The next child of `guards[place]` (a place of several buffers).
+    child: usize,
+}
+
+impl<'g, 'a> Iterator for Leaves<'g, 'a> {
+    type Item = (usize, &'g Guard<'a>);
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let g = self.guards.get(self.place)?;
+            let p = self.place;
+            let children = g.children();
+            if children.is_empty() {
+                self.place += 1;
+                return Some((p, g));
+            }
+            if let Some(c) = children.get(self.child) {
+                self.child += 1;
+                return Some((p, c));
+            }
+            self.place += 1;
+            self.child = 0;
+        }
     }
 }
 

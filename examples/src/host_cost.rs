@@ -80,6 +80,35 @@ fn chain(
     })
 }
 
+/// A one-kernel chain: the fixed part of a call's host cost.
+fn chain1(
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    k: &Bench,
+    mut x: &mut CudaSlice<u32>,
+) -> cudagraph::Result<()> {
+    graph!(cache, stream, {
+        k.add(ELEMS, 1, &mut x).launch(CFG);
+    })
+}
+
+/// A 10-node fan (as `bench`'s fan K = 10).
+fn fan10(
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    k: &Bench,
+    mut p: &mut CudaSlice<u32>,
+    bufs: &mut [CudaSlice<u32>],
+) -> cudagraph::Result<()> {
+    graph!(cache, stream, {
+        k.add(ELEMS, 1, &mut p).launch(CFG);
+        for i in 0..8 {
+            k.acc(ELEMS, &p, &mut bufs[i]).launch(CFG);
+        }
+        k.add(ELEMS, 1, &mut p).launch(CFG);
+    })
+}
+
 /// Median of `reps` timings of `f`, each after the stream is idle.
 fn median(stream: &CudaStream, reps: u32, mut f: impl FnMut() -> Res<Duration>) -> Res<f64> {
     let mut t = Vec::with_capacity(reps as usize);
@@ -154,6 +183,22 @@ fn run(a: &Args) -> Res<bool> {
         chain(&mut chain_cache, &stream, &k, &mut x)?;
         Ok(t.elapsed())
     })?;
+    // The small shapes: 100 calls per timing (one call is about a microsecond).
+    let (mut c1, mut f10) = (GraphCache::new(), GraphCache::new());
+    let chain1_call = median(&stream, reps, || {
+        let t = Instant::now();
+        for _ in 0..100 {
+            chain1(&mut c1, &stream, &k, &mut x)?;
+        }
+        Ok(t.elapsed() / 100)
+    })?;
+    let fan10_call = median(&stream, reps, || {
+        let t = Instant::now();
+        for _ in 0..100 {
+            fan10(&mut f10, &stream, &k, &mut pbuf, &mut bufs)?;
+        }
+        Ok(t.elapsed() / 100)
+    })?;
     let mut parts = Vec::new();
     for _ in 0..=reps {
         stream.synchronize()?;
@@ -168,6 +213,8 @@ fn run(a: &Args) -> Res<bool> {
     let fs = fan_cache.stats();
     let cs = chain_cache.stats();
     let ok = ok && fs.builds == 1 && cs.builds == 1 && fs.node_updates == 0 && cs.node_updates == 0;
+    let small = [c1.stats(), f10.stats()];
+    let ok = ok && small.iter().all(|s| s.builds == 1 && s.node_updates == 0);
 
     println!("host_cost: µs per unchanged call with the GPU idle, median of {reps}");
     println!("{:<34}{:>10}{:>14}", "row", "µs", "ns per node");
@@ -187,6 +234,8 @@ fn run(a: &Args) -> Res<bool> {
         );
     }
     row("chain graph! call", chain_call);
+    println!("{:<34}{:>10.3}", "chain K=1 graph! call", chain1_call);
+    println!("{:<34}{:>10.3}", "fan K=10 graph! call", fan10_call);
     println!(
         "note: `rest` holds the cache's validation, aliasing and ledger checks, the ladder's \
          comparisons and cuGraphLaunch (bench row c: about 20 µs for this fan, 2.6 µs for this \

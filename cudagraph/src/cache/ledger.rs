@@ -41,10 +41,10 @@ impl<D: Driver> GraphCache<D> {
         // Keyed on each range's place as well: the same ranges as other places (a child graph's
         // operands regrouped) can overlap across places where they did not before.
         let same = |c: &Vec<(usize, u64, u64, bool)>| {
-            c.len() == Guard::leaves(guards).count()
-                && c.iter()
-                    .zip(Guard::leaves(guards))
-                    .all(|(c, (p, g))| *c == (p, g.start, g.bytes, g.write))
+            let mut leaves = Guard::leaves(guards);
+            c.iter()
+                .all(|c| leaves.next().is_some_and(|(p, g)| *c == (p, g.start, g.bytes, g.write)))
+                && leaves.next().is_none()
         };
         if self.checked.iter().any(same) {
             return Ok(());
