@@ -166,7 +166,13 @@ impl Capture {
             broken: OnceLock::new(),
             _thread: CapturingThreadOnly(PhantomData),
         };
-        cap.prime();
+        // Eagerly every other stream the closure may use its views on (a fork, a joined
+        // stream, another device's helper) is ordered after the call's stream's work so far
+        // when it joins, which covers every earlier recording of the aliases' events: nothing
+        // to prime (two `cuEventRecord` per operand and statement saved in `Mode::Eager`).
+        if capturing {
+            cap.prime();
+        }
         cap
     }
 
@@ -330,12 +336,14 @@ impl Capture {
         &self.user
     }
 
-    /// Records every alias's read and write events on the stream, first thing: inside a
-    /// capture they then stand for the capture's start, so cudarc's use of a view on another
-    /// stream waits on them and joins that stream into the capture (or invalidates it) instead
-    /// of running at once ahead of the buffer's earlier users; eagerly they stand for the
-    /// stream's work so far, which waited for those users. (Without this the aliases' events are
-    /// never recorded, and such a wait is a no-op.)
+    /// Records every alias's read and write events on the stream, first thing, when capturing:
+    /// inside a capture they then stand for the capture's start, so cudarc's use of a view on
+    /// another stream waits on them and joins that stream into the capture (or invalidates it)
+    /// instead of running at once ahead of the buffer's earlier users. (Without this the
+    /// aliases' events are never recorded, and such a wait is a no-op.) Eagerly this is not
+    /// needed: a stream joins the closure's work only through a fork, a join or a helper, each
+    /// of which makes it wait for the call's stream's work so far, after every earlier
+    /// recording of the aliases' events and every earlier user of the buffers.
     ///
     /// An operand of another device has its alias on the thread's stream of that device (see
     /// [`CapturedWork`](crate::CapturedWork)), forked into the capture before this: its events
@@ -1040,8 +1048,9 @@ pub(crate) mod imp {
         /// this thread's pool when an alias of the same memory on the same stream is there, and
         /// given back by the drop. Saves the two `cuEventCreate`, the waits of `listed` and the
         /// alias's `leak`, and the two `cuEventDestroy` per operand and call. Eagerly nothing is
-        /// captured, so waits on events recorded by an earlier call are harmless, and `prime`
-        /// records the events anew first thing.
+        /// captured, so waits on events recorded by an earlier call are harmless: those
+        /// recordings are on the call's stream, or on a stream joined back into it at that
+        /// call's end, so before the call's stream's current work.
         ///
         /// # Safety
         /// As [`new`](Self::new).
