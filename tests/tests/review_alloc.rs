@@ -156,18 +156,12 @@ fn ping_pong_buffer_sets_with_an_allocating_keyed_capture_stay_exact() -> Result
     Ok(())
 }
 
-/// EXPECTED TO FAIL on the current code (a performance and documentation hole, not memory
-/// safety). Two buffer sets with fixed seeds and keys, alternated: after the first rounds, a
-/// cache with memo twins and kept recordings should launch the exec already holding each set's
-/// recording, recording nothing (docs/capture.md: a kept recording taken back "is recorded again
-/// once for the new graph"; `set_execs_per_variant`: ping-pong buffers cost "one update and one
-/// build in their first round, then nothing"). What happens: the memo twin's words hold the
-/// serial of the kept recording that was taken back (moved), while its node holds the
-/// re-recording `fresh` made (a new serial), which then replaces the kept one
-/// (`Recordings::keep`); the next call of that set has the new serial, matches no twin, goes
-/// down the ladder (`settable` is false for memory nodes) and `fresh` records again. So every
-/// call records and re-instantiates (`cache/mod.rs` `unchanged` / `NodeParams::pack` pushing
-/// `g.serial()`; `kind/captured.rs` `fresh`, `Recordings::keep`).
+/// Two buffer sets with fixed seeds and keys, alternated, through a keyed capture statement that
+/// allocates (memory nodes, so a set change re-instantiates rather than updates): after the first
+/// rounds the cache launches the exec already holding each set's recording (memo twins and kept
+/// recordings), recording and instantiating nothing (docs/capture.md; `set_execs_per_variant`).
+/// Review 10 found every call re-recording here; session 12's memo threshold counted node updates
+/// only, so a re-instantiation (no node update) never earned a twin, and this test caught it.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn ping_pong_buffer_sets_with_an_allocating_keyed_capture_record_once_per_set() -> Result {

@@ -1287,10 +1287,12 @@ impl<D: Driver> GraphCache<D> {
         self.stats.hits += 1;
         self.variants[i].hits += 1;
         self.variants[i].pack.clear();
-        let before = (self.stats.node_updates, self.stats.exec_updates);
+        let whole_updates = |s: &Stats| s.exec_updates + s.reinstantiations;
+        let before = (self.stats.node_updates, whole_updates(&self.stats));
         if self.update(i, shape, nodes)? {
-            // (A whole-exec update costs more than any launch of another exec.)
-            let whole = self.stats.exec_updates != before.1;
+            // (A whole-exec update or a new instantiation costs more than any launch of another
+            // exec.)
+            let whole = whole_updates(&self.stats) != before.1;
             let nodes = self.stats.node_updates - before.0;
             self.variants[i].updated = if whole { u64::MAX } else { nodes };
             return Ok(i);
