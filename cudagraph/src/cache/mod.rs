@@ -26,6 +26,8 @@ mod looped;
 pub(crate) mod phases;
 pub(crate) mod recording;
 #[cfg(test)]
+mod review12;
+#[cfg(test)]
 mod review_unchanged;
 #[cfg(test)]
 pub(crate) mod tests;
