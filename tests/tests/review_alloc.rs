@@ -160,8 +160,7 @@ fn ping_pong_buffer_sets_with_an_allocating_keyed_capture_stay_exact() -> Result
 /// allocates (memory nodes, so a set change re-instantiates rather than updates): after the first
 /// rounds the cache launches the exec already holding each set's recording (memo twins and kept
 /// recordings), recording and instantiating nothing (docs/capture.md; `set_execs_per_variant`).
-/// Review 10 found every call re-recording here; session 12's memo threshold counted node updates
-/// only, so a re-instantiation (no node update) never earned a twin, and this test caught it.
+/// Review 10 found every call re-recording here (since fixed).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn ping_pong_buffer_sets_with_an_allocating_keyed_capture_record_once_per_set() -> Result {

@@ -107,8 +107,9 @@ fn review12_unchanged_words_follow_reallocated_permuted_buffers_across_context_o
         other.memcpy_htod(&input(round), &mut x)?;
         for rep in 0..3u32 {
             let call = if rep % 2 == 0 { &s } else { &s2 };
-            // A scalar that repeats across rounds, so that words can repeat.
-            let bias = rep % 2;
+            // A scalar fixed within a round and repeating across rounds, so that a round's
+            // later calls are unchanged calls and words can repeat across rounds.
+            let bias = round % 2;
             chain(&mut cache, &k, call, &x, &mut y, &mut z, bias, None)?;
             let data = input(round * 10 + rep);
             let (want_y, want_z) =

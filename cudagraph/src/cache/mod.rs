@@ -361,8 +361,6 @@ struct Variant {
     edges: Vec<(u32, u32, EdgeKind)>,
     last_use: u64,
     hits: u64,
-    /// Nodes the last update of its exec set (0 until the first update).
-    updated: u64,
     /// The [`NodeParams::pack`] words of the last call that brought the exec up to date, when
     /// every node of it packed; empty otherwise, and emptied before any change to the exec, so
     /// that a call equal to it needs nothing sent.
@@ -415,15 +413,6 @@ impl Default for GraphCache {
         Self::new()
     }
 }
-
-/// Nodes that the last update of a variant's exec must have set for a buffer set coming back
-/// to get an exec of its own ([`GraphCache::set_execs_per_variant`]). Measured on the H200
-/// (`bench`, chain of one kernel, pointer swapped every step): updating the one node in place
-/// and launching took 2.16 µs per step, launching the other of two execs 2.97 µs (the step is
-/// host-bound, and the driver's launch of another exec than the last costs more than one
-/// node's `cuGraphExecKernelNodeSetParams`); with 10 nodes changed (fan of 10), launching the
-/// other exec won (5.97 against 6.21 µs for the raw driver's 10 set-params and launch).
-const MEMO_MIN_UPDATED: u64 = 2;
 
 impl GraphCache {
     /// Variants kept by [`GraphCache::new`].
@@ -804,9 +793,7 @@ impl<D: Driver> GraphCache<D> {
     /// a new exec is built for it (`cuGraphInstantiate`, counted in [`Stats::memo_builds`])
     /// while the variant has fewer than `n` and the cache has room within its variant bound (an
     /// exec never evicts another for this); otherwise the least recently used of them is
-    /// updated in place, as before. Parameters that never repeat (a time step) build nothing,
-    /// and neither do sets that differ from each other in one node only: setting one node in
-    /// place costs less than launching another exec (measured on the H200).
+    /// updated in place, as before. Parameters that never repeat (a time step) build nothing.
     /// Ping-pong buffers cost one update and one build in their first round, then nothing. Each exec holds its kernel nodes' device memory for parameters (a few hundred
     /// bytes per node) and counts against [`Self::with_max_variants`]'s bound.
     pub fn set_execs_per_variant(&mut self, n: usize) {
@@ -1246,24 +1233,18 @@ impl<D: Driver> GraphCache<D> {
             // least recently used exec of the variant is updated.
             // The variant's execs: how many, and the least recently used (no allocation: calls
             // in a steady state allocate nothing).
-            // (And the most nodes an update of one of them set: an exec built for the memo has
-            // not been updated yet.)
             let v = &self.variants[i];
-            let (mut twins, mut lru, mut updated) = (0, i, 0);
+            let (mut twins, mut lru) = (0, i);
             for (j, w) in self.variants.iter().enumerate() {
                 if v.same_variant(w) {
                     twins += 1;
-                    updated = updated.max(w.updated);
                     if w.last_use < self.variants[lru].last_use {
                         lru = j;
                     }
                 }
             }
-            // A set that differs in one node only is updated in place: setting one node costs
-            // less than launching another exec (see `MEMO_MIN_UPDATED`).
             if self.packed_ok
                 && self.packed_seen
-                && updated >= MEMO_MIN_UPDATED
                 && twins < self.execs_per_variant
                 && self.variants.len() < self.max_variants
             {
@@ -1289,14 +1270,7 @@ impl<D: Driver> GraphCache<D> {
         self.stats.hits += 1;
         self.variants[i].hits += 1;
         self.variants[i].pack.clear();
-        let whole_updates = |s: &Stats| s.exec_updates + s.reinstantiations;
-        let before = (self.stats.node_updates, whole_updates(&self.stats));
         if self.update(i, shape, nodes)? {
-            // (A whole-exec update or a new instantiation costs more than any launch of another
-            // exec.)
-            let whole = whole_updates(&self.stats) != before.1;
-            let nodes = self.stats.node_updates - before.0;
-            self.variants[i].updated = if whole { u64::MAX } else { nodes };
             return Ok(i);
         }
         // A node whose kernel is declared `#[programmatic]` where the variant's was not, or the
@@ -1382,7 +1356,6 @@ impl<D: Driver> GraphCache<D> {
             edges,
             last_use: self.clock,
             hits: 0,
-            updated: 0,
             pack: Vec::new(),
             memory: false,
             done: core::ptr::null_mut(),
