@@ -807,9 +807,12 @@ where
         let cap = Capture::new(origin.stream().clone(), stream.clone(), true, listed, id, &[]);
         cap.allow_keep();
         // Host functions the closure records (`Capture::host`) report their panics to the graph.
-        let result = with_call_reports(&reports, || {
-            catch_unwind(AssertUnwindSafe(|| f(&cap, Ops::views(&mut aliases, &cap))))
-        });
+        // SAFETY: `reports` (an `Arc`) lives until the end of this function.
+        let result = unsafe {
+            with_call_reports(Arc::as_ptr(&reports), || {
+                catch_unwind(AssertUnwindSafe(|| f(&cap, Ops::views(&mut aliases, &cap))))
+            })
+        };
         let broken = cap.broken();
         // What cudarc recorded instead of returning it (its waits on buffer events) during the
         // closure: a wait that invalidated the capture, say. Taken out here (cudarc's next call

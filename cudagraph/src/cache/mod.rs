@@ -112,6 +112,14 @@ impl Site {
     }
 }
 
+/// Whether two builder signatures are equal, element by element: `==` on `[u32]` calls libc's
+/// `memcmp` even for the empty signatures of every `graph!` call, which was a third of an
+/// unchanged one-kernel call's host time (`.ci/host-profile`, perf).
+#[inline]
+fn same_signature(a: &[u32], b: &[u32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
 /// Flags of the cache's instantiations (`cuGraphInstantiateWithParams` with
 /// `CUgraphInstantiate_flags`; all off by default, which is `cuGraphInstantiateWithFlags(graph, 0)`).
 /// Set with [`GraphCache::set_instantiate_flags`].
@@ -383,7 +391,7 @@ impl Variant {
         self.key == other.key
             && self.ctx == other.ctx
             && self.programmatic == other.programmatic
-            && self.signature == other.signature
+            && same_signature(&self.signature, &other.signature)
     }
 
     /// Takes back the work handed at launch to the first `count` of its launch-work nodes (the
@@ -485,10 +493,14 @@ impl GraphCache {
     ) -> Result<()> {
         let location = call.shape.location();
         // Host functions recorded by this call's captures report their panics to this cache.
-        let reports = self.reports.clone();
-        crate::kind::host::with_call_reports(&reports, || {
-            self.run_checked(call, stream, nodes, guards, call_id)
-        })
+        let reports = Arc::as_ptr(&self.reports);
+        // SAFETY: `self.reports` is never replaced (only made in the constructor), so the cache
+        // holds that `Arc` for the whole call.
+        unsafe {
+            crate::kind::host::with_call_reports(reports, || {
+                self.run_checked(call, stream, nodes, guards, call_id)
+            })
+        }
         .map_err(|e| e.or_context_fault(location))
     }
 
@@ -1129,7 +1141,7 @@ impl<D: Driver> GraphCache<D> {
                 v.key == call.key
                     && v.ctx == ctx
                     && v.programmatic == pdl
-                    && *v.signature == *call.signature
+                    && same_signature(&v.signature, call.signature)
             })
             .max_by_key(|&i| self.variants[i].last_use)
     }

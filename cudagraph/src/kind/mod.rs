@@ -240,12 +240,20 @@ pub(crate) fn on_context(
 #[derive(Default)]
 pub(crate) struct Reports {
     panics: Mutex<Vec<(NodeSite, String)>>,
+    /// Set (under the lock) when a panic is pushed, cleared when taken: a call with nothing to
+    /// take reads one flag instead of locking (a tenth of an unchanged one-kernel call).
+    any: core::sync::atomic::AtomicBool,
 }
 
 impl Reports {
     /// The first panic reported since the last call, as the error of this call.
     pub(crate) fn take(&self) -> Option<Error> {
+        use core::sync::atomic::Ordering;
+        if !self.any.load(Ordering::Acquire) {
+            return None;
+        }
         let mut p = self.panics.lock().unwrap_or_else(|e| e.into_inner());
+        self.any.store(false, Ordering::Relaxed);
         if p.is_empty() {
             return None;
         }
@@ -255,7 +263,9 @@ impl Reports {
     }
 
     fn push(&self, site: NodeSite, message: String) {
-        self.panics.lock().unwrap_or_else(|e| e.into_inner()).push((site, message));
+        let mut p = self.panics.lock().unwrap_or_else(|e| e.into_inner());
+        p.push((site, message));
+        self.any.store(true, core::sync::atomic::Ordering::Release);
     }
 }
 
