@@ -10,66 +10,22 @@
 //! length), equal words imply equal parameters, which is what the fast path relies on.
 use super::tests::{self, CTX, Mock, STREAM, plan_node};
 use super::validate::validate;
+use super::review_unchanged::RK;
 use super::{GraphCache, GraphCall, Site};
 use crate::error::{Error, Result};
-use crate::kind::kernel::{KernelArgs, Pack, pack_head};
+use crate::kind::kernel::{KernelArgs, Pack};
 use crate::kind::{KernelNode, LaunchDims, NodeParams};
 use crate::operand::{DevRead, DevWrite, DeviceScalar, NO_ACCESSES, NO_BUFFER_ARGS, place_of, tag};
 use crate::plan::{Access, NodeKind, Plan};
-use cudarc::driver::sys::{CUcontext, CUfunction};
+use cudarc::driver::sys::CUcontext;
 
 /// Another context than [`CTX`].
 const CTX1: CUcontext = 0x1100 as CUcontext;
 
-/// A kernel node packed exactly as `KernelLaunch::pack` packs (head with its own context, then
-/// `KernelArgs::pack(out, Some(on))`).
-struct RK<A> {
-    func: usize,
-    on: CUcontext,
-    dims: LaunchDims,
-    args: A,
-}
-
-impl<A> crate::operand::sealed::Sealed for RK<A> {}
-
-impl<A: KernelArgs> KernelNode for RK<A> {
-    fn function(&self) -> CUfunction {
-        self.func as CUfunction
-    }
-    fn node_context(&self) -> Option<CUcontext> {
-        Some(self.on)
-    }
-    fn dims(&self) -> LaunchDims {
-        self.dims
-    }
-    fn arg_count(&self) -> usize {
-        A::LEN
-    }
-    fn for_each_arg(&self, f: &mut dyn FnMut(&[u8])) {
-        self.args.for_each(f)
-    }
-    fn accesses(&self, out: &mut crate::operand::Accesses) -> usize {
-        self.args.accesses(out)
-    }
-    fn for_each_condition(&self, f: &mut dyn FnMut(usize, u32, u64)) {
-        self.args.conditions(f)
-    }
-    fn for_each_device_scalar(&self, f: &mut dyn FnMut(usize, usize)) {
-        self.args.device_scalars(f)
-    }
-    fn pointer_args(&self) -> u16 {
-        self.args.pointers()
-    }
-    fn pack(&self, out: &mut Pack<'_>) -> bool {
-        let p = self.args.pointers();
-        pack_head(out, self.function(), Some(self.on), &self.dims, false, A::LEN, p);
-        self.args.pack(out, Some(self.on));
-        true
-    }
-}
+// `RK`: review_unchanged's mock kernel node, packed exactly as `KernelLaunch::pack` packs.
 
 fn rk<A>(args: A) -> RK<A> {
-    RK { func: 0x10, on: CTX, dims: LaunchDims::new(4, 32), args }
+    RK { func: 0x10, on: CTX, dims: LaunchDims::new(4, 32), programmatic: false, args }
 }
 
 /// What a handle names, as `validate` sees it for a `graph!` call (`check_handles`): a place of

@@ -22,12 +22,12 @@ const CTX1: CUcontext = 0x1100 as CUcontext;
 /// A kernel node of function `func` with the argument tuple `args`, packed as `KernelLaunch`
 /// packs (`pack_head` with its own context, then `KernelArgs::pack`).
 #[derive(Clone)]
-struct RK<A> {
-    func: usize,
-    on: CUcontext,
-    dims: LaunchDims,
-    programmatic: bool,
-    args: A,
+pub(super) struct RK<A> {
+    pub(super) func: usize,
+    pub(super) on: CUcontext,
+    pub(super) dims: LaunchDims,
+    pub(super) programmatic: bool,
+    pub(super) args: A,
 }
 
 impl<A> crate::operand::sealed::Sealed for RK<A> {}
