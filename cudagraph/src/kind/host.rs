@@ -580,3 +580,141 @@ impl NodeKind for Host {
             .map_err(|e| node("cuLaunchHostFunc (returning the host node's flag)", e))
     }
 }
+
+/// Review 12b: the thread's call reports as a raw pointer (`with_call_reports`/`call_reports`),
+/// and `Reports`' flag read before locking.
+#[cfg(test)]
+mod review12b_tests {
+    use super::{Reports, call_reports, with_call_reports};
+    use crate::Error;
+    use crate::error::NodeSite;
+    use std::sync::atomic::Ordering;
+    use std::sync::{Arc, Barrier, mpsc};
+
+    fn site(line: u32) -> NodeSite {
+        NodeSite { label: "host", text: "review12b", file: file!(), line, column: 1 }
+    }
+
+    fn taken_line(r: &Reports) -> Option<u32> {
+        match r.take() {
+            Some(Error::HostFunction { site, .. }) => Some(site.line),
+            Some(other) => panic!("unexpected {other:?}"),
+            None => None,
+        }
+    }
+
+    /// The `Arc` handed out inside the scope is a real strong reference (the count goes up and
+    /// back down, the `Arc` outlives the scope and the caller's `Arc`), nested scopes restore
+    /// the outer pointer, an unwinding scope restores it, and another thread sees none.
+    #[test]
+    fn call_reports_is_a_counted_clone_and_scopes_restore_also_on_unwind() {
+        assert!(call_reports().is_none());
+        let outer = Arc::new(Reports::default());
+        let inner = Arc::new(Reports::default());
+        let kept = unsafe {
+            with_call_reports(Arc::as_ptr(&outer), || {
+                let a = call_reports().expect("set");
+                assert!(Arc::ptr_eq(&a, &outer));
+                assert_eq!(Arc::strong_count(&outer), 2);
+                unsafe {
+                    with_call_reports(Arc::as_ptr(&inner), || {
+                        assert!(Arc::ptr_eq(&call_reports().unwrap(), &inner));
+                    })
+                };
+                assert!(Arc::ptr_eq(&call_reports().unwrap(), &outer), "outer restored");
+                // An unwinding inner scope restores the outer pointer too.
+                let inner2 = Arc::new(Reports::default());
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
+                    with_call_reports(Arc::as_ptr(&inner2), || panic!("on purpose"))
+                }));
+                assert!(r.is_err());
+                drop(inner2);
+                assert!(Arc::ptr_eq(&call_reports().unwrap(), &outer), "restored on unwind");
+                // Another thread has no call reports.
+                std::thread::scope(|s| s.spawn(|| assert!(call_reports().is_none())).join())
+                    .unwrap();
+                a
+            })
+        };
+        assert!(call_reports().is_none(), "cleared after the scope");
+        assert_eq!(Arc::strong_count(&outer), 2, "the handed-out clone counts");
+        drop(outer);
+        assert_eq!(Arc::strong_count(&kept), 1, "the clone alone keeps the reports");
+        kept.push(site(7), "after".into());
+        assert_eq!(taken_line(&kept), Some(7));
+        assert_eq!(Arc::strong_count(&inner), 1, "no count leaked by the inner scope");
+    }
+
+    /// A push that happened before a take (joined thread, channel) is returned by it, once.
+    #[test]
+    fn a_push_on_another_thread_is_taken_once() {
+        let r = Arc::new(Reports::default());
+        for i in 0..2000u32 {
+            let r2 = r.clone();
+            std::thread::spawn(move || r2.push(site(i), "p".into())).join().unwrap();
+            assert_eq!(taken_line(&r), Some(i), "round {i}: lost");
+            assert_eq!(taken_line(&r), None, "round {i}: returned twice");
+        }
+        // Ping-pong with a long-lived thread (happens-before through the channel alone).
+        let (tx, rx) = mpsc::channel::<u32>();
+        let (back, done) = mpsc::channel::<()>();
+        let r2 = r.clone();
+        let t = std::thread::spawn(move || {
+            for i in rx {
+                r2.push(site(i), "p".into());
+                back.send(()).unwrap();
+            }
+        });
+        for i in 0..20_000u32 {
+            tx.send(i).unwrap();
+            done.recv().unwrap();
+            assert_eq!(taken_line(&r), Some(i), "ping-pong round {i}: lost");
+            assert_eq!(taken_line(&r), None, "ping-pong round {i}: twice");
+        }
+        drop(tx);
+        t.join().unwrap();
+    }
+
+    /// Pushers racing a taker: no report is returned twice, and once all are done the flag is
+    /// set exactly when the list holds something (a report left is never hidden behind a clear
+    /// flag), so the next take returns it, and the one after nothing.
+    #[test]
+    fn racing_pushes_and_takes_leave_the_flag_consistent() {
+        for round in 0..200u32 {
+            let r = Arc::new(Reports::default());
+            let go = Arc::new(Barrier::new(4));
+            let seen = std::thread::scope(|s| {
+                for t in 0..3u32 {
+                    let (r, go) = (r.clone(), go.clone());
+                    s.spawn(move || {
+                        go.wait();
+                        for i in 0..200 {
+                            r.push(site(t * 1000 + i), "p".into());
+                        }
+                    });
+                }
+                let (r, go) = (r.clone(), go.clone());
+                s.spawn(move || {
+                    go.wait();
+                    let mut seen = Vec::new();
+                    for _ in 0..400 {
+                        if let Some(l) = taken_line(&r) {
+                            seen.push(l);
+                        }
+                    }
+                    seen
+                })
+                .join()
+                .unwrap()
+            });
+            let mut sorted = seen.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(sorted.len(), seen.len(), "round {round}: a report returned twice");
+            let left = !r.panics.lock().unwrap().is_empty();
+            assert_eq!(r.any.load(Ordering::SeqCst), left, "round {round}: flag vs list");
+            assert_eq!(taken_line(&r).is_some(), left, "round {round}");
+            assert_eq!(taken_line(&r), None, "round {round}: after the final take");
+        }
+    }
+}
