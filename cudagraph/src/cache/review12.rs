@@ -8,9 +8,9 @@
 //! every word sequence decodes to exactly what `validate` and `KernelState` look at (function,
 //! context, dims, argument bytes, each argument's context, handle place and write, device scalar
 //! length), equal words imply equal parameters, which is what the fast path relies on.
+use super::review_unchanged::RK;
 use super::tests::{self, CTX, Mock, STREAM, plan_node};
 use super::validate::validate;
-use super::review_unchanged::RK;
 use super::{GraphCache, GraphCall, Site};
 use crate::error::{Error, Result};
 use crate::kind::kernel::{KernelArgs, Pack};
