@@ -150,7 +150,7 @@ fn every_panic_is_reported_once_by_the_next_call_of_its_own_cache() -> Result {
             (None, Ok(())) => {
                 s.synchronize()?;
                 let n = runs.load(Ordering::SeqCst) - 1;
-                if n % 3 == 0 {
+                if n.is_multiple_of(3) {
                     pending = Some(n);
                 }
             }

@@ -606,36 +606,37 @@ mod review12b_tests {
     /// The `Arc` handed out inside the scope is a real strong reference (the count goes up and
     /// back down, the `Arc` outlives the scope and the caller's `Arc`), nested scopes restore
     /// the outer pointer, an unwinding scope restores it, and another thread sees none.
+    /// [`with_call_reports`] on an `Arc` the caller holds.
+    fn scoped<R>(r: &Arc<Reports>, f: impl FnOnce() -> R) -> R {
+        // SAFETY: `r` is borrowed, so its `Arc` is alive until this returns.
+        unsafe { with_call_reports(Arc::as_ptr(r), f) }
+    }
+
     #[test]
     fn call_reports_is_a_counted_clone_and_scopes_restore_also_on_unwind() {
         assert!(call_reports().is_none());
         let outer = Arc::new(Reports::default());
         let inner = Arc::new(Reports::default());
-        let kept = unsafe {
-            with_call_reports(Arc::as_ptr(&outer), || {
-                let a = call_reports().expect("set");
-                assert!(Arc::ptr_eq(&a, &outer));
-                assert_eq!(Arc::strong_count(&outer), 2);
-                unsafe {
-                    with_call_reports(Arc::as_ptr(&inner), || {
-                        assert!(Arc::ptr_eq(&call_reports().unwrap(), &inner));
-                    })
-                };
-                assert!(Arc::ptr_eq(&call_reports().unwrap(), &outer), "outer restored");
-                // An unwinding inner scope restores the outer pointer too.
-                let inner2 = Arc::new(Reports::default());
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
-                    with_call_reports(Arc::as_ptr(&inner2), || panic!("on purpose"))
-                }));
-                assert!(r.is_err());
-                drop(inner2);
-                assert!(Arc::ptr_eq(&call_reports().unwrap(), &outer), "restored on unwind");
-                // Another thread has no call reports.
-                std::thread::scope(|s| s.spawn(|| assert!(call_reports().is_none())).join())
-                    .unwrap();
-                a
-            })
-        };
+        let kept = scoped(&outer, || {
+            let a = call_reports().expect("set");
+            assert!(Arc::ptr_eq(&a, &outer));
+            assert_eq!(Arc::strong_count(&outer), 2);
+            scoped(&inner, || {
+                assert!(Arc::ptr_eq(&call_reports().unwrap(), &inner));
+            });
+            assert!(Arc::ptr_eq(&call_reports().unwrap(), &outer), "outer restored");
+            // An unwinding inner scope restores the outer pointer too.
+            let inner2 = Arc::new(Reports::default());
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                scoped(&inner2, || panic!("on purpose"))
+            }));
+            assert!(r.is_err());
+            drop(inner2);
+            assert!(Arc::ptr_eq(&call_reports().unwrap(), &outer), "restored on unwind");
+            // Another thread has no call reports.
+            std::thread::scope(|s| s.spawn(|| assert!(call_reports().is_none())).join()).unwrap();
+            a
+        });
         assert!(call_reports().is_none(), "cleared after the scope");
         assert_eq!(Arc::strong_count(&outer), 2, "the handed-out clone counts");
         drop(outer);
