@@ -236,6 +236,13 @@ fn run(a: &Args) -> Res<bool> {
     row("chain graph! call", chain_call);
     println!("{:<34}{:>10.3}", "chain K=1 graph! call", chain1_call);
     println!("{:<34}{:>10.3}", "fan K=10 graph! call", fan10_call);
+    if cfg!(feature = "phase-times") {
+        println!(
+            "note: built with the feature phase-times, every call also reads the clock at each \
+             phase (about 0.3 µs per call, most of the K=1 and K=10 rows); without it the \
+             one-kernel call was 0.08 µs on the 2-core machine of 2026-12-02"
+        );
+    }
     println!(
         "note: `rest` holds the cache's validation, aliasing and ledger checks, the ladder's \
          comparisons and cuGraphLaunch (bench row c: about 20 µs for this fan, 2.6 µs for this \
