@@ -603,15 +603,15 @@ mod review12b_tests {
         }
     }
 
-    /// The `Arc` handed out inside the scope is a real strong reference (the count goes up and
-    /// back down, the `Arc` outlives the scope and the caller's `Arc`), nested scopes restore
-    /// the outer pointer, an unwinding scope restores it, and another thread sees none.
     /// [`with_call_reports`] on an `Arc` the caller holds.
     fn scoped<R>(r: &Arc<Reports>, f: impl FnOnce() -> R) -> R {
         // SAFETY: `r` is borrowed, so its `Arc` is alive until this returns.
         unsafe { with_call_reports(Arc::as_ptr(r), f) }
     }
 
+    /// The `Arc` handed out inside the scope is a real strong reference (the count goes up and
+    /// back down, the `Arc` outlives the scope and the caller's `Arc`), nested scopes restore
+    /// the outer pointer, an unwinding scope restores it, and another thread sees none.
     #[test]
     fn call_reports_is_a_counted_clone_and_scopes_restore_also_on_unwind() {
         assert!(call_reports().is_none());
