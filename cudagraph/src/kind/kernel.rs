@@ -67,6 +67,16 @@ pub struct Pack<'a> {
     out: &'a mut Vec<u64>,
 }
 
+/// What a buffer handle names in a [`Pack`]'s call.
+enum HandlePlace {
+    /// A builder's call: its handles are checked on every call, not packed by place.
+    Unchecked,
+    /// Place `p` of this `graph!` call.
+    Place(u32),
+    /// None of this call's places: a word no valid handle makes, so `validate` runs.
+    Foreign,
+}
+
 impl<'a> Pack<'a> {
     /// Compares with `last`; the new words go to `out` (emptied) once they differ. `call`: the
     /// id of the `graph!` call whose handles are checked (`None` for a builder's call).
@@ -81,14 +91,23 @@ impl<'a> Pack<'a> {
     /// plan lists for the same nodes ([`check_handles`](crate::cache)); for a builder's call, 0.
     #[inline(always)]
     pub(crate) fn push_handle(&mut self, tag: u64, write: bool) {
-        let w = match self.call {
-            None => 0,
-            Some(id) => match crate::operand::place_of(tag, id) {
-                Some(p) => 1 << 33 | u64::from(write) << 32 | u64::from(p),
-                None => u64::MAX,
-            },
+        let w = match self.handle_place(tag) {
+            HandlePlace::Unchecked => 0,
+            HandlePlace::Place(p) => 1 << 33 | u64::from(write) << 32 | u64::from(p),
+            HandlePlace::Foreign => u64::MAX,
         };
         self.push(w);
+    }
+
+    /// What a buffer handle `tag` names, for [`Self::push_handle`] and [`Self::push_arg`].
+    #[inline(always)]
+    fn handle_place(&self, tag: u64) -> HandlePlace {
+        match self.call {
+            None => HandlePlace::Unchecked,
+            Some(id) => {
+                crate::operand::place_of(tag, id).map_or(HandlePlace::Foreign, HandlePlace::Place)
+            }
+        }
     }
 
     /// A kernel argument's first word: its length in bytes (bits 0..=15; `0xffff`: the
@@ -96,8 +115,9 @@ impl<'a> Pack<'a> {
     /// context (bits 61..=62: none, `node_ctx`, or another one, which [`KernelArgs::pack`]
     /// pushes after the bytes), and its handle (bit 60: it has one; bit 59: written; for a
     /// `graph!` call, bit 57 and in bits 16..=47 the place it names, or bit 58 when it names
-    /// none of this call's places, as [`Self::push_handle`]). The caller pushes the words that the bits
-    /// say follow, so the sequence stays one-to-one with what it describes.
+    /// none of this call's places, as [`Self::push_handle`]). Returns the other context, whose
+    /// word the caller pushes after the bytes (with the device scalar's length), so the
+    /// sequence stays one-to-one with what it describes.
     #[inline(always)]
     pub(crate) fn push_arg(
         &mut self,
@@ -106,21 +126,20 @@ impl<'a> Pack<'a> {
         ctx: Option<CUcontext>,
         node_ctx: Option<CUcontext>,
         access: Option<(u64, bool)>,
-    ) {
-        let ctx_kind: u64 = match ctx {
-            None => 0,
-            Some(_) if ctx == node_ctx => 1,
-            Some(_) => 2,
+    ) -> Option<CUcontext> {
+        let other = ctx.filter(|_| ctx != node_ctx);
+        let ctx_kind: u64 = match (ctx, other) {
+            (None, _) => 0,
+            (Some(_), None) => 1,
+            (Some(_), Some(_)) => 2,
         };
         let handle = match access {
             None => 0,
             Some((tag, write)) => {
-                let place = match self.call {
-                    None => 0,
-                    Some(id) => match crate::operand::place_of(tag, id) {
-                        Some(p) => 1 << 57 | u64::from(p) << 16,
-                        None => 1 << 58,
-                    },
+                let place = match self.handle_place(tag) {
+                    HandlePlace::Unchecked => 0,
+                    HandlePlace::Place(p) => 1 << 57 | u64::from(p) << 16,
+                    HandlePlace::Foreign => 1 << 58,
                 };
                 1 << 60 | u64::from(write) << 59 | place
             }
@@ -130,6 +149,7 @@ impl<'a> Pack<'a> {
         if short == 0xffff {
             self.push(len as u64);
         }
+        other
     }
 
     /// One word.
@@ -216,11 +236,11 @@ macro_rules! kernel_args {
                 $(
                     let b = self.$i.bytes();
                     let scalar = self.$i.device_scalar_len();
-                    let ctx = self.$i.context();
-                    out.push_arg(b.len(), scalar, ctx, node_ctx, self.$i.access());
+                    let access = self.$i.access();
+                    let other = out.push_arg(b.len(), scalar, self.$i.context(), node_ctx, access);
                     out.push_bytes(b);
-                    if ctx.is_some() && ctx != node_ctx {
-                        out.push(ctx.map_or(0, |c| c as u64));
+                    if let Some(c) = other {
+                        out.push(c as u64);
                     }
                     if let Some(len) = scalar {
                         out.push(len as u64);
