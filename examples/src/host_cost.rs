@@ -47,6 +47,10 @@ struct Args {
     /// Print the graph plans as Graphviz DOT and exit (no GPU needed).
     #[arg(long)]
     plan: bool,
+    /// Time only this shape's unchanged call (`fan` or `chain`, 1000 nodes) and exit: for
+    /// `perf record`, whose report then holds that call alone.
+    #[arg(long, value_parser = ["fan", "chain"])]
+    only: Option<String>,
 }
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -172,6 +176,20 @@ fn run(a: &Args) -> Res<bool> {
     let mut x = stream.alloc_zeros::<u32>(ELEMS as usize)?;
     let (mut fan_cache, mut chain_cache) = (GraphCache::new(), GraphCache::new());
     let reps = a.reps;
+    if let Some(shape) = &a.only {
+        let only = median(&stream, reps, || {
+            let t = Instant::now();
+            if shape == "fan" {
+                fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs)?;
+            } else {
+                chain(&mut chain_cache, &stream, &k, &mut x)?;
+            }
+            Ok(t.elapsed())
+        })?;
+        println!("{shape} graph! call: {only:.2} µs (median of {reps})");
+        let s = if shape == "fan" { fan_cache.stats() } else { chain_cache.stats() };
+        return Ok(s.builds == 1 && s.node_updates == 0);
+    }
 
     let fan_call = median(&stream, reps, || {
         let t = Instant::now();

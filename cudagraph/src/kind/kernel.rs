@@ -152,16 +152,26 @@ impl<'a> Pack<'a> {
         other
     }
 
-    /// One word.
+    /// One word. While the words agree with `last`, one load, compare and increment; from the
+    /// first that differs on, `last` is empty and every word is written out ([`Self::push_slow`]).
     #[inline(always)]
     pub(crate) fn push(&mut self, w: u64) {
+        match self.last.get(self.pos) {
+            Some(&x) if x == w => self.pos += 1,
+            _ => self.push_slow(w),
+        }
+    }
+
+    /// [`Self::push`] of a word past the agreeing ones: at the first, the agreeing words are
+    /// written out and `last` is emptied (so every later word comes here too).
+    #[cold]
+    #[inline(never)]
+    fn push_slow(&mut self, w: u64) {
         if !self.diverged {
-            if self.last.get(self.pos) == Some(&w) {
-                self.pos += 1;
-                return;
-            }
             self.diverged = true;
             self.out.extend_from_slice(&self.last[..self.pos]);
+            self.last = &[];
+            self.pos = 0;
         }
         self.out.push(w);
     }
@@ -1036,6 +1046,34 @@ impl NodeKind for Kernel {
                 super::on_context(stream, c, site, run)
             }
             _ => run(stream),
+        }
+    }
+}
+
+#[cfg(test)]
+mod pack_tests {
+    use super::Pack;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever the last words and the new ones (equal, a prefix, longer, differing
+        /// anywhere), `finish` says whether they are equal, and when they are not, `out` holds
+        /// exactly the new words: the fast path's `last` and `pos` reset loses nothing.
+        #[test]
+        fn pack_reports_equality_and_keeps_the_new_words(
+            last in proptest::collection::vec(0u64..4, 0..12),
+            new in proptest::collection::vec(0u64..4, 0..12),
+        ) {
+            let mut out = vec![99];
+            let mut p = Pack::new(&last, &mut out, None);
+            for &w in &new {
+                p.push(w);
+            }
+            let equal = p.finish();
+            prop_assert_eq!(equal, last == new);
+            if !equal {
+                prop_assert_eq!(&out, &new);
+            }
         }
     }
 }
