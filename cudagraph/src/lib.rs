@@ -175,6 +175,7 @@ mod introspect;
 mod kind;
 mod ledger;
 mod operand;
+mod pinned;
 mod plan;
 pub mod raw;
 mod session;
@@ -204,6 +205,7 @@ pub use operand::{
     DevRead, DevWrite, DeviceScalar, Handle, HostRead, HostWrite, KernelArg, Place, PlaceMut,
     ReadArg, WriteArg,
 };
+pub use pinned::PinnedBuffer;
 pub use plan::{Access, EdgeKind, MAX_REDUCED_NODES, NodeKind, Plan, PlanNode, infer_edges, plans};
 pub use session::{Capture, CaptureSlice, CaptureSliceMut, CaptureView, Kept};
 

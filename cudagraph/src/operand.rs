@@ -298,6 +298,9 @@ enum GuardKind<'a> {
     /// acquire and the drop (a stream dropped). Recording it always keeps every later user that
     /// waits on the event ordered after the graph.
     Event(&'a CudaEvent, &'a CudaStream),
+    /// A [`PinnedBuffer`](crate::PinnedBuffer)'s: its event recorded on the stream, and the
+    /// stream noted as its last use (see `pinned.rs`).
+    Pinned(&'a crate::pinned::PinnedState, &'a CudaStream),
     /// A place made of several buffers (a captured [`Graph`](crate::Graph) embedded with
     /// `child`): their guards; this guard itself then covers no range. (A variant rather than a
     /// field of every guard: a smaller guard is less to move and drop per place.)
@@ -313,6 +316,23 @@ impl<'a> Guard<'a> {
         write: bool,
     ) -> Self {
         Guard { kind, own, start: range.0, bytes: range.1, write }
+    }
+
+    /// The guard of a [`PinnedBuffer`](crate::PinnedBuffer)'s place used on `stream`.
+    #[inline(always)]
+    pub(crate) fn pinned(
+        state: &'a crate::pinned::PinnedState,
+        stream: &'a CudaStream,
+        range: (u64, u64),
+        write: bool,
+    ) -> Self {
+        Guard::new(GuardKind::Pinned(state, stream), None, range, write)
+    }
+
+    /// A guard that orders nothing: for pinned host memory of another context, which
+    /// validation then refuses.
+    pub(crate) fn none() -> Self {
+        no_sync()
     }
 
     /// The guard of a place made of several buffers: `children`'s.
@@ -377,8 +397,10 @@ impl Guard<'static> {
 
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
-        if let GuardKind::Event(event, stream) = self.kind {
-            stream.context().record_err(event.record(stream));
+        match self.kind {
+            GuardKind::Event(event, stream) => stream.context().record_err(event.record(stream)),
+            GuardKind::Pinned(state, stream) => state.used(stream),
+            _ => {}
         }
     }
 }

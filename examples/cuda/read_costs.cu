@@ -40,7 +40,8 @@ int main() {
     "+cuPointerGetAttribute(BUFFER_ID)", "+cuCtxGetCurrent x2", "+cuCtxSetCurrent(same)",
     "rd model: ctx x3, attr, wait(bs), record(bs), evsync(bs)", "rd model with dt event",
     "+record(bs)+cuEventQuery(bs)", "+record(dt)+cuEventQuery(dt)", "rd model, query instead of evsync",
-    "+cuStreamQuery after sync" };
+    "+cuStreamQuery after sync", "record(dt)+evsync(dt), no stream sync",
+    "+a second cuStreamSynchronize" };
   const int V = sizeof(names) / sizeof(names[0]);
   const int REPS = 200, STEPS = 50;
   std::vector<std::vector<double>> t(V);
@@ -57,12 +58,13 @@ int main() {
         if (v == 7 || v == 11 || v == 15) cuStreamWaitEvent(cs, bs, 0);
         if (v == 12) cuStreamWaitEvent(cs, dt, 0);
         cudaGraphLaunch(e, s);
-        CUevent ev = (v == 4 || v == 5 || v == 12 || v == 14) ? dt : v == 6 ? bsdt : bs;
-        bool rec = (v >= 1 && v <= 6) || (v >= 11 && v <= 15);
+        CUevent ev = (v == 4 || v == 5 || v == 12 || v == 14 || v == 17) ? dt : v == 6 ? bsdt : bs;
+        bool rec = (v >= 1 && v <= 6) || (v >= 11 && v <= 15) || v == 17;
         if (rec) cuEventRecord(ev, cs);
         if (model) cuCtxGetCurrent(&c);
-        if (v != 3) cuStreamSynchronize(cs);
-        if (v == 2 || v == 3 || v == 5 || v == 6 || v == 11 || v == 12) cuEventSynchronize(ev);
+        if (v != 3 && v != 17) cuStreamSynchronize(cs);
+        if (v == 18) cuStreamSynchronize(cs);
+        if (v == 2 || v == 3 || v == 5 || v == 6 || v == 11 || v == 12 || v == 17) cuEventSynchronize(ev);
         if (v >= 13 && v <= 15) { if (cuEventQuery(ev) != CUDA_SUCCESS) cuEventSynchronize(ev); }
         if (v == 16) cuStreamQuery(cs);
         sink += h[0];

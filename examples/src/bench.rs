@@ -44,7 +44,7 @@ use cudagraph::cudarc::driver::{
     result,
 };
 use cudagraph::cudarc::nvrtc::{CompileOptions, compile_ptx, compile_ptx_with_opts};
-use cudagraph::{GraphCache, Rows, Stats, graph, kernels};
+use cudagraph::{GraphCache, PinnedBuffer, Rows, Stats, graph, kernels};
 use serde::Serialize;
 
 #[path = "progress.rs"]
@@ -360,13 +360,13 @@ const READ_ROWS: Rows = Rows::dense(READ_LEN, 1);
 /// chain's `x` (the fan's `p`) into the pinned buffer `host`, which runs after the last kernel
 /// (the last writer of that buffer).
 macro_rules! read_graphs {
-    (chain $step:ident, $rest:tt) => {
+    (chain $step:ident, $host:ty, $rest:tt) => {
         fn $step(
             cache: &mut GraphCache,
             stream: &CudaStream,
             k: &Bench,
             mut x: &mut CudaSlice<u32>,
-            mut host: &mut PinnedHostSlice<u32>,
+            mut host: &mut $host,
         ) -> cudagraph::Result<()> {
             graph!(cache, stream, {
                 k.add(ELEMS, 1, &mut x).launch(CFG);
@@ -377,14 +377,14 @@ macro_rules! read_graphs {
             })
         }
     };
-    (fan $step:ident, $mid:tt) => {
+    (fan $step:ident, $host:ty, $mid:tt) => {
         fn $step(
             cache: &mut GraphCache,
             stream: &CudaStream,
             k: &Bench,
             mut p: &mut CudaSlice<u32>,
             bufs: &mut [CudaSlice<u32>],
-            mut host: &mut PinnedHostSlice<u32>,
+            mut host: &mut $host,
         ) -> cudagraph::Result<()> {
             graph!(cache, stream, {
                 k.add(ELEMS, 1, &mut p).launch(CFG);
@@ -398,13 +398,21 @@ macro_rules! read_graphs {
     };
 }
 
-read_graphs!(chain chain_read_1, 0);
-read_graphs!(chain chain_read_10, 9);
-read_graphs!(chain chain_read_100, 99);
-read_graphs!(chain chain_read_1000, 999);
-read_graphs!(fan fan_read_10, 8);
-read_graphs!(fan fan_read_100, 98);
-read_graphs!(fan fan_read_1000, 998);
+read_graphs!(chain chain_read_1, PinnedBuffer<u32>, 0);
+read_graphs!(chain chain_read_10, PinnedBuffer<u32>, 9);
+read_graphs!(chain chain_read_100, PinnedBuffer<u32>, 99);
+read_graphs!(chain chain_read_1000, PinnedBuffer<u32>, 999);
+read_graphs!(fan fan_read_10, PinnedBuffer<u32>, 8);
+read_graphs!(fan fan_read_100, PinnedBuffer<u32>, 98);
+read_graphs!(fan fan_read_1000, PinnedBuffer<u32>, 998);
+// Row rs: the same graphs into cudarc's `PinnedHostSlice`.
+read_graphs!(chain chain_read_1_cudarc, PinnedHostSlice<u32>, 0);
+read_graphs!(chain chain_read_10_cudarc, PinnedHostSlice<u32>, 9);
+read_graphs!(chain chain_read_100_cudarc, PinnedHostSlice<u32>, 99);
+read_graphs!(chain chain_read_1000_cudarc, PinnedHostSlice<u32>, 999);
+read_graphs!(fan fan_read_10_cudarc, PinnedHostSlice<u32>, 8);
+read_graphs!(fan fan_read_100_cudarc, PinnedHostSlice<u32>, 98);
+read_graphs!(fan fan_read_1000_cudarc, PinnedHostSlice<u32>, 998);
 
 /// Largest `graph!` compiled in: a 10 000-statement chain, built in about 18 s of release build
 /// on a 2-core machine since the chunked expansion (issue 18; `BENCHMARKS.md`).
@@ -1267,7 +1275,7 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "rd",
-        "graph!: d's statements plus copy_2d of a[0]'s first 8 bytes into pinned memory (rc's copy), nothing changed; per step the call + stream.synchronize() + as_slice() (the README's way; graph! sets a copy with a pinned side on every call)",
+        "graph!: d's statements plus copy_2d of a[0]'s first 8 bytes into a cudagraph::PinnedBuffer (rc's copy), nothing changed; per step the call + as_slice(), which waits with one cuStreamSynchronize (the README's way)",
     ),
     (
         "re",
@@ -1275,7 +1283,7 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "rs",
-        "graph!: as rd without stream.synchronize(): as_slice() waits on the pinned buffer's CU_EVENT_BLOCKING_SYNC event",
+        "graph!: as rd into cudarc's PinnedHostSlice (flags 0): per step the call + stream.synchronize() + as_slice() (cudarc's event, timing enabled, recorded after each call and checked by as_slice)",
     ),
     (
         "pc",
@@ -1492,7 +1500,7 @@ fn read_step(
     shape: Shape,
     k: usize,
     b: &mut Bufs,
-    host: &mut PinnedHostSlice<u32>,
+    host: &mut PinnedBuffer<u32>,
 ) -> Res<()> {
     let (st, kern) = (&*env.stream, &env.kern);
     let Bufs { a, mids } = b;
@@ -1505,6 +1513,31 @@ fn read_step(
         (Shape::Fan, 10) => fan_read_10(cache, st, kern, x, mids, host)?,
         (Shape::Fan, 100) => fan_read_100(cache, st, kern, x, mids, host)?,
         (Shape::Fan, 1000) => fan_read_1000(cache, st, kern, x, mids, host)?,
+        _ => panic!("no graph! {} of {k} nodes with a read is compiled in", shape.name()),
+    }
+    Ok(())
+}
+
+/// [`read_step`] into cudarc's `PinnedHostSlice` (row rs).
+fn read_step_cudarc(
+    env: &Env,
+    cache: &mut GraphCache,
+    shape: Shape,
+    k: usize,
+    b: &mut Bufs,
+    host: &mut PinnedHostSlice<u32>,
+) -> Res<()> {
+    let (st, kern) = (&*env.stream, &env.kern);
+    let Bufs { a, mids } = b;
+    let x = &mut a[0];
+    match (shape, k) {
+        (Shape::Chain, 1) => chain_read_1_cudarc(cache, st, kern, x, host)?,
+        (Shape::Chain, 10) => chain_read_10_cudarc(cache, st, kern, x, host)?,
+        (Shape::Chain, 100) => chain_read_100_cudarc(cache, st, kern, x, host)?,
+        (Shape::Chain, 1000) => chain_read_1000_cudarc(cache, st, kern, x, host)?,
+        (Shape::Fan, 10) => fan_read_10_cudarc(cache, st, kern, x, mids, host)?,
+        (Shape::Fan, 100) => fan_read_100_cudarc(cache, st, kern, x, mids, host)?,
+        (Shape::Fan, 1000) => fan_read_1000_cudarc(cache, st, kern, x, mids, host)?,
         _ => panic!("no graph! {} of {k} nodes with a read is compiled in", shape.name()),
     }
     Ok(())
@@ -1625,27 +1658,45 @@ fn read_rows(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Repor
         env.stream.synchronize()?;
     }
 
-    // rd, re, rs: graph!; re swaps the copy's destination every step, rs reads without
-    // synchronizing the stream first.
-    for (id, swap, sync) in [("rd", false, true), ("re", true, true), ("rs", false, false)] {
+    // rd, re: graph! into `PinnedBuffer`s, read right after the call (`as_slice` waits: one
+    // cuStreamSynchronize); re swaps the copy's destination every step.
+    let mut ours = [
+        PinnedBuffer::from_slice(&env.stream, &[UNSET; READ_LEN])?,
+        PinnedBuffer::from_slice(&env.stream, &[UNSET; READ_LEN])?,
+    ];
+    for (id, swap) in [("rd", false), ("re", true)] {
         let what = label(id);
         let mut want = Expect::new(shape, k);
         let mut cache = GraphCache::new();
-        unset(&mut hosts)?;
+        for h in &mut ours {
+            h.as_mut_slice()?.fill(UNSET);
+        }
         let t = timed_row(env, b, shape, k, Change::None, steps, &what, &mut |b, i| {
             let w = if swap { (i % 2) as usize } else { 0 };
-            read_step(env, &mut cache, shape, k, b, &mut hosts[w])?;
-            if sync {
-                env.stream.synchronize()?;
-            }
-            // Without the synchronize, `as_slice` waits on the buffer's event, which the call
-            // recorded after its launch.
-            let got: [u32; READ_LEN] = hosts[w].as_slice()?.try_into()?;
+            read_step(env, &mut cache, shape, k, b, &mut ours[w])?;
+            let got: [u32; READ_LEN] = ours[w].as_slice()?.try_into()?;
             check_read(&what, i, got, want.after(i))
         })?;
         let stats = cache.stats();
         check_stats(&what, &stats, 1, report);
         rows.push((id, t, Some(stats)));
+    }
+    // rs: graph! into cudarc's `PinnedHostSlice`, then `stream.synchronize()` and `as_slice()`
+    // (without the synchronize, `as_slice` sleeps on cudarc's blocking-sync event: 57.6 µs).
+    {
+        let what = label("rs");
+        let mut want = Expect::new(shape, k);
+        let mut cache = GraphCache::new();
+        unset(&mut hosts)?;
+        let t = timed_row(env, b, shape, k, Change::None, steps, &what, &mut |b, i| {
+            read_step_cudarc(env, &mut cache, shape, k, b, &mut hosts[0])?;
+            env.stream.synchronize()?;
+            let got: [u32; READ_LEN] = hosts[0].as_slice()?.try_into()?;
+            check_read(&what, i, got, want.after(i))
+        })?;
+        let stats = cache.stats();
+        check_stats(&what, &stats, 1, report);
+        rows.push(("rs", t, Some(stats)));
     }
 
     for (id, t, stats) in rows {
@@ -2170,7 +2221,7 @@ fn read_costs(report: &Report) {
         out!("{line}");
     }
     out!(
-        "  rd / rc: an unchanged call read back against the raw graph (issue 31 goal <= 1.05); re / rc1: the copy's destination swapped per step against one raw set-params (goal <= 1.0); rs / rd: as_slice() without stream.synchronize() (cudarc's blocking-sync event) against synchronizing first."
+        "  rd / rc: an unchanged call read back against the raw graph (issue 31 goal <= 1.05); re / rc1: the copy's destination swapped per step against one raw set-params (goal <= 1.0); rs / rd: cudarc's PinnedHostSlice (stream.synchronize() + as_slice()) against cudagraph's PinnedBuffer (as_slice() alone)."
     );
     out!();
 }

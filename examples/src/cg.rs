@@ -33,9 +33,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cudagraph::cudarc::driver::sys::CUdevice_attribute;
-use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, PinnedHostSlice};
+use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use cudagraph::cudarc::nvrtc::{CompileOptions, compile_ptx_with_opts};
-use cudagraph::{Condition, GraphCache, graph, kernels};
+use cudagraph::{Condition, GraphCache, PinnedBuffer, graph, kernels};
 
 #[path = "cli.rs"]
 mod cli;
@@ -116,7 +116,7 @@ struct Solver {
     it: CudaSlice<u32>,
     done: CudaSlice<u32>,
     /// The converged flag, copied here by the host-checked variants: allocated once per solver.
-    flag: PinnedHostSlice<u32>,
+    flag: PinnedBuffer<u32>,
     caches: [GraphCache; 3],
 }
 
@@ -136,8 +136,8 @@ impl Solver {
     ) -> Result<Self, Box<dyn std::error::Error>> {
         let len = (n * n) as usize;
         let z = |l| stream.alloc_zeros::<f64>(l);
-        // SAFETY: pinned host memory of one u32, read only after the stream synchronized.
-        let flag = unsafe { stream.context().alloc_pinned_with_flags::<u32>(1, 0) }?;
+        // Page-locked, and read right after each call: `as_slice` waits for the copy.
+        let flag = PinnedBuffer::zeros(stream, 1)?;
         Ok(Solver {
             n,
             b: stream.clone_htod(&rhs(n))?,
@@ -277,7 +277,6 @@ impl Solver {
                 copy(&*done, &mut *flag);
             })?;
             odd = !every10 && !odd;
-            stream.synchronize()?;
             if flag.as_slice()?[0] != 0 {
                 return Ok(());
             }

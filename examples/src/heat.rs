@@ -24,11 +24,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use cudagraph::cudarc::driver::sys::CUdevice_attribute;
-use cudagraph::cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice,
-};
+use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
 use cudagraph::cudarc::nvrtc::{CompileOptions, Ptx, compile_ptx_with_opts};
-use cudagraph::{GraphCache, graph, kernels};
+use cudagraph::{GraphCache, PinnedBuffer, graph, kernels};
 use std::sync::Arc;
 
 #[path = "cli.rs"]
@@ -104,7 +102,7 @@ struct Fields {
     flags: CudaSlice<u32>,
     /// Residual on the device and its pinned host copy.
     r: CudaSlice<f32>,
-    host_r: PinnedHostSlice<f32>,
+    host_r: PinnedBuffer<f32>,
     step: u32,
 }
 
@@ -116,10 +114,8 @@ impl Fields {
             v: stream.alloc_zeros(cells)?,
             flags: stream.alloc_zeros(1)?,
             r: stream.alloc_zeros(1)?,
-            // SAFETY: written by the residual copy before it is read (after the stream
-            // synchronized). Flags 0, not cudarc's `alloc_pinned`: that memory is write-combined,
-            // slow for the host to read.
-            host_r: unsafe { stream.context().alloc_pinned_with_flags(1, 0)? },
+            // Page-locked host memory the host reads fast; `as_slice` waits for the copy.
+            host_r: PinnedBuffer::zeros(stream, 1)?,
             step: 0,
         })
     }
@@ -266,9 +262,7 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
     let same = |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(a, b)| a.to_bits() == b.to_bits());
     let bit_exact = same(&gu, &eu) && same(&pu, &eu);
     let heat: f64 = gu.iter().map(|&x| f64::from(x)).sum();
-    // The residuals: synchronize first, then read (`as_slice` alone would wait on the buffer's
-    // blocking-sync event, which puts the thread to sleep until the driver wakes it).
-    stream.synchronize()?;
+    // The residuals: `as_slice` waits for each buffer's last copy.
     let (gr, er) = (g.host_r.as_slice()?[0], e.host_r.as_slice()?[0]);
     let pr = p.host_r.as_slice()?[0];
     let variants = if a.residual_every > 0 && a.steps > 1 { 2 } else { 1 };

@@ -1,0 +1,288 @@
+//! [`PinnedBuffer`]: page-locked host memory whose reads after a graph call cost what the raw
+//! driver's `cuStreamSynchronize` + read cost.
+
+use core::cell::Cell;
+use core::ffi::c_void;
+use core::marker::PhantomData;
+use core::ptr::NonNull;
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaEvent, CudaStream, DeviceRepr, ValidAsZeroBits, result};
+
+use crate::error::{Call, CudaError, Error};
+use crate::operand::{Acquire, AcquireMut, Guard, HostRead, HostWrite, Place, PlaceMut, sealed};
+
+/// Where the device last used a [`PinnedBuffer`] (see [`PinnedState`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum LastUse {
+    /// No use since the host last waited: nothing to wait for.
+    Idle,
+    /// Last used on the buffer's own stream: `cuStreamSynchronize` of that stream waits for
+    /// every use (each use on another stream was ordered before it by the event).
+    Home,
+    /// Last used on another stream: the event, recorded after that use, covers every use.
+    Elsewhere,
+}
+
+/// What the guard of a [`PinnedBuffer`]'s place needs (no element type, so that [`Guard`] is
+/// not generic): the buffer's own stream, its event and where it was last used.
+pub(crate) struct PinnedState {
+    /// The stream the buffer was made for: its context is the buffer's, and it is kept alive
+    /// (so never replaced by another stream at the same address) as long as the buffer.
+    home: Arc<CudaStream>,
+    /// Recorded after each use (`CU_EVENT_DISABLE_TIMING`, no blocking sync: waiting spins as
+    /// `cuStreamSynchronize` does in the default scheduling mode).
+    event: CudaEvent,
+    last: Cell<LastUse>,
+}
+
+impl PinnedState {
+    /// Orders a use on `stream` after the uses so far: `cuStreamWaitEvent` unless they were all
+    /// on `stream` itself, the buffer's own stream.
+    #[inline]
+    fn order(&self, stream: &CudaStream) {
+        let same = self.last.get() == LastUse::Home && core::ptr::eq(stream, &*self.home);
+        if self.last.get() != LastUse::Idle && !same {
+            stream.context().record_err(stream.wait(&self.event));
+        }
+    }
+
+    /// After a use on `stream` was enqueued (the guard's drop): records the event there.
+    #[inline]
+    pub(crate) fn used(&self, stream: &CudaStream) {
+        stream.context().record_err(self.event.record(stream));
+        let home = core::ptr::eq(stream, &*self.home);
+        self.last.set(if home { LastUse::Home } else { LastUse::Elsewhere });
+    }
+
+    /// Blocks until every use so far finished.
+    fn wait(&self) -> Result<(), CudaError> {
+        match self.last.get() {
+            LastUse::Idle => {}
+            LastUse::Home => self.home.synchronize().call("cuStreamSynchronize (PinnedBuffer)")?,
+            LastUse::Elsewhere => {
+                self.event.synchronize().call("cuEventSynchronize (PinnedBuffer)")?;
+            }
+        }
+        self.last.set(LastUse::Idle);
+        Ok(())
+    }
+}
+
+/// Page-locked host memory (`cuMemHostAlloc`, flags 0: cached, readable by the host at full
+/// speed), for results a step copies back and the host reads every step.
+///
+/// A graph operand like cudarc's `PinnedHostSlice` (`copy(&dev, &mut host)` in `graph!`,
+/// [`GraphBuilder`](crate::GraphBuilder) copies, `host` statements), with a cheaper way of
+/// waiting for the device: each call that uses it records an event without timing, and
+/// [`as_slice`](Self::as_slice) / [`as_mut_slice`](Self::as_mut_slice) wait for the device's
+/// uses themselves, with one `cuStreamSynchronize` of the buffer's own stream when the last
+/// use was there (else `cuEventSynchronize` on that event). Read it right after the call:
+///
+/// ```no_run
+/// # use cudagraph::{graph, GraphCache, PinnedBuffer};
+/// # use cudagraph::cudarc::driver::CudaContext;
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let ctx = CudaContext::new(0)?;
+/// let stream = ctx.new_stream()?;
+/// let residual = stream.alloc_zeros::<f32>(1)?;
+/// let mut host = PinnedBuffer::<f32>::zeros(&stream, 1)?;
+/// let mut cache = GraphCache::new();
+/// graph!(&mut cache, &stream, {
+///     copy(&residual, &mut host);
+/// })?;
+/// let r = host.as_slice()?[0]; // waits for the copy: no `stream.synchronize()` needed
+/// # let _ = r;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// Do not call `stream.synchronize()` before reading: a second synchronize, or any driver
+/// query of finished work, costs about 1.4 µs on the H200 (`examples/cuda/read_costs.cu`).
+/// What a use waits for: a use on another stream than the buffer's own waits for the earlier
+/// uses (`cuStreamWaitEvent`), as cudarc's buffers do.
+///
+/// `Send` (when `T` is), not `Sync`: the buffer notes where it was last used. Not a `capture`
+/// operand (use cudarc's `PinnedHostSlice` there). Dropping it waits for the device's uses,
+/// then frees it (`cuMemFreeHost`); a driver error there is recorded in the context, as
+/// cudarc's drops do.
+pub struct PinnedBuffer<T> {
+    ptr: NonNull<T>,
+    len: usize,
+    state: PinnedState,
+    _owns: PhantomData<T>,
+}
+
+// SAFETY: the buffer owns its memory (like a `Box<[T]>`), and its state is only touched through
+// `&self`/`&mut self` on one thread at a time (it is not `Sync`); cudarc's stream and event are
+// `Send`.
+unsafe impl<T: Send> Send for PinnedBuffer<T> {}
+
+impl<T: DeviceRepr> PinnedBuffer<T> {
+    /// `len` elements, uninitialized, for `stream` (its context; the buffer's own stream).
+    fn alloc(stream: &Arc<CudaStream>, len: usize) -> Result<Self, Error> {
+        let ctx = stream.context();
+        let bytes = len.checked_mul(size_of::<T>()).ok_or(CudaError {
+            call: "cuMemHostAlloc (PinnedBuffer: length overflows)",
+            error: cudarc::driver::DriverError(
+                cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+            ),
+        })?;
+        ctx.bind_to_thread().call("cuCtxSetCurrent")?;
+        let event = ctx
+            .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+            .call("cuEventCreate (PinnedBuffer)")?;
+        let ptr = if bytes == 0 {
+            NonNull::dangling()
+        } else {
+            // SAFETY: the context is current; flags 0 (portable to no other context, not
+            // mapped, not write-combined). Freed in `Drop` only.
+            let p = unsafe { result::malloc_host(bytes, 0) }.call("cuMemHostAlloc")?;
+            NonNull::new(p.cast::<T>()).ok_or(CudaError {
+                call: "cuMemHostAlloc (returned null)",
+                error: cudarc::driver::DriverError(
+                    cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+                ),
+            })?
+        };
+        let state = PinnedState { home: stream.clone(), event, last: Cell::new(LastUse::Idle) };
+        Ok(PinnedBuffer { ptr, len, state, _owns: PhantomData })
+    }
+
+    /// `len` zeroed elements of page-locked host memory in `stream`'s context, which is the
+    /// buffer's own stream (`cuMemHostAlloc`, then a host `memset`).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] from `cuEventCreate` or `cuMemHostAlloc` (out of page-locked memory).
+    pub fn zeros(stream: &Arc<CudaStream>, len: usize) -> Result<Self, Error>
+    where
+        T: ValidAsZeroBits,
+    {
+        let b = Self::alloc(stream, len)?;
+        // SAFETY: `len` elements were allocated; all-zero bits are a valid `T`.
+        unsafe { core::ptr::write_bytes(b.ptr.as_ptr(), 0, len) };
+        Ok(b)
+    }
+
+    /// A copy of `data` in page-locked host memory of `stream`'s context (see [`Self::zeros`]).
+    ///
+    /// # Errors
+    /// As [`Self::zeros`].
+    pub fn from_slice(stream: &Arc<CudaStream>, data: &[T]) -> Result<Self, Error>
+    where
+        T: Copy,
+    {
+        let b = Self::alloc(stream, data.len())?;
+        // SAFETY: `data.len()` elements were allocated; they do not overlap `data`.
+        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), b.ptr.as_ptr(), data.len()) };
+        Ok(b)
+    }
+}
+
+impl<T> PinnedBuffer<T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// `true` when the buffer has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The buffer's own stream (the one it was made for).
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.state.home
+    }
+
+    /// The contents, after every use of the buffer by the device so far finished: no wait when
+    /// there was none since the last wait, else `cuStreamSynchronize` of the buffer's own
+    /// stream (last used there) or `cuEventSynchronize` (last used on another stream).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] from that wait (a kernel faulted; the stream is capturing).
+    pub fn as_slice(&self) -> Result<&[T], Error> {
+        self.state.wait()?;
+        // SAFETY: `len` initialized elements (made by `zeros`/`from_slice`, written since by
+        // the host or by device copies of `T`s, which finished: waited for above). No device
+        // use can start while the slice lives without a new borrow of `self`, and a shared one
+        // only reads.
+        Ok(unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
+    }
+
+    /// The contents, writable, after every use so far finished (as [`Self::as_slice`]).
+    ///
+    /// # Errors
+    /// As [`Self::as_slice`].
+    pub fn as_mut_slice(&mut self) -> Result<&mut [T], Error> {
+        self.state.wait()?;
+        // SAFETY: as in `as_slice`; the borrow is exclusive, so no graph call uses the buffer
+        // while the slice lives.
+        Ok(unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
+    }
+
+    /// The context and address range of the memory, for handles.
+    fn raw(&self) -> (cudarc::driver::sys::CUcontext, *mut c_void, u64) {
+        let bytes = (self.len as u64).saturating_mul(size_of::<T>() as u64);
+        (self.state.home.context().cu_ctx(), self.ptr.as_ptr().cast(), bytes)
+    }
+}
+
+impl<T> Drop for PinnedBuffer<T> {
+    fn drop(&mut self) {
+        let ctx = self.state.home.context().clone();
+        // Every device use finished before the memory goes back. An error (a faulted context)
+        // is recorded in the context, as cudarc's drops do; the memory is freed either way
+        // (the faulted context runs nothing more).
+        if let Err(e) = self.state.wait() {
+            ctx.record_err(Err::<(), _>(e.error));
+        }
+        if self.len > 0 && size_of::<T>() > 0 {
+            ctx.record_err(ctx.bind_to_thread());
+            // SAFETY: allocated by `cuMemHostAlloc` in `alloc`, not freed before; no device
+            // use is pending (waited for above) and no slice of it outlives `&mut self`.
+            ctx.record_err(unsafe { result::free_host(self.ptr.as_ptr().cast()) });
+        }
+    }
+}
+
+impl<T> sealed::Sealed for PinnedBuffer<T> {}
+impl<T> Place for PinnedBuffer<T> {}
+impl<T> Acquire for PinnedBuffer<T> {
+    type Read<'a>
+        = HostRead<'a, T>
+    where
+        Self: 'a;
+    fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (HostRead<'a, T>, Guard<'a>) {
+        let (ctx, ptr, bytes) = self.raw();
+        if ctx != stream.context().cu_ctx() {
+            // Validation refuses a pinned operand of another context; nothing to order.
+            return (HostRead::new(core::ptr::null(), self.len, ctx), Guard::none());
+        }
+        self.state.order(stream);
+        let guard = Guard::pinned(&self.state, stream, (ptr as u64, bytes), false);
+        (HostRead::new(ptr.cast_const(), self.len, ctx), guard)
+    }
+}
+impl<T> PlaceMut for PinnedBuffer<T> {}
+impl<T> AcquireMut for PinnedBuffer<T> {
+    type Write<'a>
+        = HostWrite<'a, T>
+    where
+        Self: 'a;
+    fn acquire_mut<'a>(
+        &'a mut self,
+        stream: &'a CudaStream,
+    ) -> (HostRead<'a, T>, HostWrite<'a, T>, Guard<'a>) {
+        let (ctx, ptr, bytes) = self.raw();
+        let len = self.len;
+        if ctx != stream.context().cu_ctx() {
+            let (r, w) = (core::ptr::null(), core::ptr::null_mut());
+            return (HostRead::new(r, len, ctx), HostWrite::new(w, len, ctx), Guard::none());
+        }
+        self.state.order(stream);
+        let guard = Guard::pinned(&self.state, stream, (ptr as u64, bytes), true);
+        (HostRead::new(ptr.cast_const(), len, ctx), HostWrite::new(ptr, len, ctx), guard)
+    }
+}
