@@ -185,3 +185,17 @@ fn a_drop_waits_for_the_pending_copy() -> Result {
     }
     Ok(())
 }
+
+/// The host model of `slow_iota` (composed by squaring) equals the generator run step by step.
+#[test]
+fn the_slow_iota_model_equals_the_stepwise_generator() {
+    for spins in [0, 1, 2, 3, 7, 64, 1000, 4097] {
+        for (a, b) in [(7, 0), (7, 5), (1, 1 << 31)] {
+            assert_eq!(
+                host::slow_iota(64, spins, a, b),
+                host::slow_iota_stepwise(64, spins, a, b),
+                "spins {spins}, a {a}, b {b}"
+            );
+        }
+    }
+}

@@ -47,6 +47,10 @@
 //!   answers `CUDA_ERROR_CAPTURED_EVENT` or similar); `as_slice` must give an error or the slow
 //!   copy's complete result, and `drop` right after frees while the copy may still run.
 //!   Expected: pass only if `cuMemFreeHost` waits for the device.
+//!
+//! Fixed after this review: `PinnedBuffer` waits with `cuEventSynchronize` only (the event's
+//! last real record follows every use, so a capture begun on the stream afterwards does not
+//! stop the wait), and `drop` leaks the memory when its wait fails instead of freeing it.
 
 mod common;
 

@@ -194,8 +194,28 @@ pub mod host {
         (0..n).map(|i| i.wrapping_mul(a).wrapping_add(b)).collect()
     }
 
-    /// `slow_iota`'s values: `spins` steps of the generator from `i * a + b`.
+    /// `slow_iota`'s values: `spins` steps of the generator `v * 1664525 + 1013904223` from
+    /// `i * a + b`. The steps compose to one affine map `v * m + k` (mod 2^32), made by squaring
+    /// in `log2(spins)` steps, so the model costs `n` steps, not `n * spins` (65 536 × 2^20 took
+    /// minutes per call).
     pub fn slow_iota(n: u32, spins: u32, a: u32, b: u32) -> Vec<u32> {
+        // `(m, k)` is `v -> v * m + k`; `then(f, g)` is `g` after `f`.
+        let then = |f: (u32, u32), g: (u32, u32)| {
+            (f.0.wrapping_mul(g.0), f.1.wrapping_mul(g.0).wrapping_add(g.1))
+        };
+        let (mut map, mut pow, mut s) = ((1u32, 0u32), (1664525u32, 1013904223u32), spins);
+        while s > 0 {
+            if s & 1 == 1 {
+                map = then(map, pow);
+            }
+            pow = then(pow, pow);
+            s >>= 1;
+        }
+        iota(n, a, b).into_iter().map(|v| v.wrapping_mul(map.0).wrapping_add(map.1)).collect()
+    }
+
+    /// [`slow_iota`] step by step (the model's own check).
+    pub fn slow_iota_stepwise(n: u32, spins: u32, a: u32, b: u32) -> Vec<u32> {
         let step = |v: u32| v.wrapping_mul(1664525).wrapping_add(1013904223);
         iota(n, a, b).into_iter().map(|v| (0..spins).fold(v, |v, _| step(v))).collect()
     }
