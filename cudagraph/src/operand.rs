@@ -4,6 +4,7 @@
 //! tags that say which builder or `graph!` call place a handle names.
 //! Everything here is plain data; the driver is only called by [`crate::cache`].
 
+use core::cell::Cell;
 use core::ffi::c_void;
 use core::marker::PhantomData;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -269,6 +270,76 @@ impl<P: PlaceMut + ?Sized> AcquireMut for &mut P {
     }
 }
 
+/// Where the event of a [`PinnedBuffer`](crate::PinnedBuffer) was last recorded (see [`PinnedState`]). Either way
+/// that record follows every use so far: each use first waited for the event, or was enqueued
+/// on the stream of its last record, after it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum LastUse {
+    /// No use since the host last waited: nothing to wait for.
+    Idle,
+    /// Recorded last on the buffer's own stream: a next use there needs no `cuStreamWaitEvent`.
+    Home,
+    /// Recorded last on another stream.
+    Elsewhere,
+}
+
+/// What the guard of a [`PinnedBuffer`](crate::PinnedBuffer)'s place needs (no element type, so that [`Guard`] is
+/// not generic): the buffer's own stream, its event and where it was last used.
+pub(crate) struct PinnedState {
+    /// The stream the buffer was made for: its context is the buffer's, and it is kept alive
+    /// (so never replaced by another stream at the same address) as long as the buffer.
+    home: Arc<CudaStream>,
+    /// Recorded after each use (`CU_EVENT_DISABLE_TIMING`, no blocking sync: waiting on it
+    /// spins as `cuStreamSynchronize` does in the default scheduling mode, and costs what that
+    /// costs: 8.68 against 8.72 µs per launch + wait + read on the H200, `read_costs.cu`).
+    event: CudaEvent,
+    last: Cell<LastUse>,
+}
+
+impl PinnedState {
+    /// A buffer's state: made for `home`, with `event` (`CU_EVENT_DISABLE_TIMING`), no use yet.
+    pub(crate) fn new(home: Arc<CudaStream>, event: CudaEvent) -> Self {
+        PinnedState { home, event, last: Cell::new(LastUse::Idle) }
+    }
+
+    /// The buffer's own stream.
+    pub(crate) fn home(&self) -> &Arc<CudaStream> {
+        &self.home
+    }
+
+    /// Orders a use on `stream` after the uses so far: `cuStreamWaitEvent` unless they were all
+    /// on `stream` itself, the buffer's own stream.
+    #[inline]
+    pub(crate) fn order(&self, stream: &CudaStream) {
+        let same = self.last.get() == LastUse::Home && core::ptr::eq(stream, &*self.home);
+        if self.last.get() != LastUse::Idle && !same {
+            stream.context().record_err(stream.wait(&self.event));
+        }
+    }
+
+    /// After a use on `stream` was enqueued (the guard's drop): records the event there.
+    #[inline]
+    pub(crate) fn used(&self, stream: &CudaStream) {
+        stream.context().record_err(self.event.record(stream));
+        let home = core::ptr::eq(stream, &*self.home);
+        self.last.set(if home { LastUse::Home } else { LastUse::Elsewhere });
+    }
+
+    /// Blocks until every use so far finished: `cuEventSynchronize` on the event recorded after
+    /// the last one (only that work: not later work on the stream, and not a host node that
+    /// waits for the calling thread, so a host closure that owns the buffer can read it).
+    pub(crate) fn wait(&self) -> Result<(), crate::error::CudaError> {
+        if self.last.get() != LastUse::Idle {
+            crate::error::Call::call(
+                self.event.synchronize(),
+                "cuEventSynchronize (PinnedBuffer)",
+            )?;
+            self.last.set(LastUse::Idle);
+        }
+        Ok(())
+    }
+}
+
 /// One place's borrow for one call (not public API): records the buffer's use on the stream when
 /// dropped, after the graph launch, and tells the cache the buffer's own stream and its address
 /// range (for the ordering of [`crate::cache`]'s ledger and the aliasing check).
@@ -300,7 +371,7 @@ enum GuardKind<'a> {
     Event(&'a CudaEvent, &'a CudaStream),
     /// A [`PinnedBuffer`](crate::PinnedBuffer)'s: its event recorded on the stream, and the
     /// stream noted as its last use (see `pinned.rs`).
-    Pinned(&'a crate::pinned::PinnedState, &'a CudaStream),
+    Pinned(&'a PinnedState, &'a CudaStream),
     /// A place made of several buffers (a captured [`Graph`](crate::Graph) embedded with
     /// `child`): their guards; this guard itself then covers no range. (A variant rather than a
     /// field of every guard: a smaller guard is less to move and drop per place.)
@@ -321,7 +392,7 @@ impl<'a> Guard<'a> {
     /// The guard of a [`PinnedBuffer`](crate::PinnedBuffer)'s place used on `stream`.
     #[inline(always)]
     pub(crate) fn pinned(
-        state: &'a crate::pinned::PinnedState,
+        state: &'a PinnedState,
         stream: &'a CudaStream,
         range: (u64, u64),
         write: bool,

@@ -1,74 +1,18 @@
 //! [`PinnedBuffer`]: page-locked host memory whose reads after a graph call cost what the raw
 //! driver's `cuStreamSynchronize` + read cost.
 
-use core::cell::Cell;
 use core::ffi::c_void;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, CudaStream, DeviceRepr, ValidAsZeroBits, result};
+use cudarc::driver::{CudaStream, DeviceRepr, ValidAsZeroBits, result};
 
 use crate::error::{Call, CudaError, Error};
-use crate::operand::{Acquire, AcquireMut, Guard, HostRead, HostWrite, Place, PlaceMut, sealed};
-
-/// Where the event of a [`PinnedBuffer`] was last recorded (see [`PinnedState`]). Either way
-/// that record follows every use so far: each use first waited for the event, or was enqueued
-/// on the stream of its last record, after it.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum LastUse {
-    /// No use since the host last waited: nothing to wait for.
-    Idle,
-    /// Recorded last on the buffer's own stream: a next use there needs no `cuStreamWaitEvent`.
-    Home,
-    /// Recorded last on another stream.
-    Elsewhere,
-}
-
-/// What the guard of a [`PinnedBuffer`]'s place needs (no element type, so that [`Guard`] is
-/// not generic): the buffer's own stream, its event and where it was last used.
-pub(crate) struct PinnedState {
-    /// The stream the buffer was made for: its context is the buffer's, and it is kept alive
-    /// (so never replaced by another stream at the same address) as long as the buffer.
-    home: Arc<CudaStream>,
-    /// Recorded after each use (`CU_EVENT_DISABLE_TIMING`, no blocking sync: waiting on it
-    /// spins as `cuStreamSynchronize` does in the default scheduling mode, and costs what that
-    /// costs: 8.68 against 8.72 µs per launch + wait + read on the H200, `read_costs.cu`).
-    event: CudaEvent,
-    last: Cell<LastUse>,
-}
-
-impl PinnedState {
-    /// Orders a use on `stream` after the uses so far: `cuStreamWaitEvent` unless they were all
-    /// on `stream` itself, the buffer's own stream.
-    #[inline]
-    fn order(&self, stream: &CudaStream) {
-        let same = self.last.get() == LastUse::Home && core::ptr::eq(stream, &*self.home);
-        if self.last.get() != LastUse::Idle && !same {
-            stream.context().record_err(stream.wait(&self.event));
-        }
-    }
-
-    /// After a use on `stream` was enqueued (the guard's drop): records the event there.
-    #[inline]
-    pub(crate) fn used(&self, stream: &CudaStream) {
-        stream.context().record_err(self.event.record(stream));
-        let home = core::ptr::eq(stream, &*self.home);
-        self.last.set(if home { LastUse::Home } else { LastUse::Elsewhere });
-    }
-
-    /// Blocks until every use so far finished: `cuEventSynchronize` on the event recorded after
-    /// the last one (only that work: not later work on the stream, and not a host node that
-    /// waits for the calling thread, so a host closure that owns the buffer can read it).
-    fn wait(&self) -> Result<(), CudaError> {
-        if self.last.get() != LastUse::Idle {
-            self.event.synchronize().call("cuEventSynchronize (PinnedBuffer)")?;
-            self.last.set(LastUse::Idle);
-        }
-        Ok(())
-    }
-}
+use crate::operand::{
+    Acquire, AcquireMut, Guard, HostRead, HostWrite, PinnedState, Place, PlaceMut, sealed,
+};
 
 /// Page-locked host memory (`cuMemHostAlloc`, flags 0: cached, readable by the host at full
 /// speed), for results a step copies back and the host reads every step.
@@ -153,7 +97,7 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
                 ),
             })?
         };
-        let state = PinnedState { home: stream.clone(), event, last: Cell::new(LastUse::Idle) };
+        let state = PinnedState::new(stream.clone(), event);
         Ok(PinnedBuffer { ptr, len, state, _owns: PhantomData })
     }
 
@@ -200,7 +144,7 @@ impl<T> PinnedBuffer<T> {
 
     /// The buffer's own stream (the one it was made for).
     pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.state.home
+        self.state.home()
     }
 
     /// The contents, after every use of the buffer by the device so far finished: no wait when
@@ -232,13 +176,13 @@ impl<T> PinnedBuffer<T> {
     /// The context and address range of the memory, for handles.
     fn raw(&self) -> (cudarc::driver::sys::CUcontext, *mut c_void, u64) {
         let bytes = (self.len as u64).saturating_mul(size_of::<T>() as u64);
-        (self.state.home.context().cu_ctx(), self.ptr.as_ptr().cast(), bytes)
+        (self.state.home().context().cu_ctx(), self.ptr.as_ptr().cast(), bytes)
     }
 }
 
 impl<T> Drop for PinnedBuffer<T> {
     fn drop(&mut self) {
-        let ctx = self.state.home.context().clone();
+        let ctx = self.state.home().context().clone();
         // Every device use finished before the memory goes back. When the wait fails (its
         // last record went into a stream capture, the context faulted), a copy may still be
         // pending: the memory is leaked, not freed, and the error recorded in the context, as

@@ -14,6 +14,7 @@ const RUNTIME: &[&str] = &[
     "flags",
     "error",
     "operand",
+    "pinned",
     "ledger",
     "session",
     "kind",
