@@ -188,7 +188,7 @@ pub trait Handle: sealed::Sealed + Copy {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a graph buffer",
     label = "not device memory or pinned host memory",
-    note = "graph operands are `CudaSlice`, `CudaView`, `CudaViewMut` or pinned host memory (`PinnedHostSlice`, from `CudaContext::alloc_pinned`); pageable host memory such as `Vec<T>` or `&[T]` is not allowed"
+    note = "graph operands are `CudaSlice`, `CudaView`, `CudaViewMut` or pinned host memory (`cudagraph::PinnedBuffer`, or cudarc's `PinnedHostSlice` from `alloc_pinned_with_flags(n, 0)`); pageable host memory such as `Vec<T>` or `&[T]` is not allowed"
 )]
 pub trait Place: sealed::Sealed + Acquire {}
 
@@ -196,7 +196,7 @@ pub trait Place: sealed::Sealed + Acquire {}
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be written by a graph node",
     label = "not writable device memory or pinned host memory",
-    note = "graph operands written with `&mut` are `CudaSlice`, `CudaViewMut` or `PinnedHostSlice`; pageable host memory such as `Vec<T>` or `&mut [T]` is not allowed (nothing would keep it alive until the graph ran)"
+    note = "graph operands written with `&mut` are `CudaSlice`, `CudaViewMut`, `PinnedBuffer` or `PinnedHostSlice`; pageable host memory such as `Vec<T>` or `&mut [T]` is not allowed (nothing would keep it alive until the graph ran)"
 )]
 pub trait PlaceMut: Place + AcquireMut {}
 

@@ -199,3 +199,45 @@ fn the_slow_iota_model_equals_the_stepwise_generator() {
         }
     }
 }
+
+/// `graph!`'s `capture` statement with `PinnedBuffer` operands (it takes any pinned place): a
+/// captured device→host copy after a slow kernel, read right after the call, and a captured
+/// host→device copy of a buffer the host rewrites right after the call (it must wait for the
+/// copy). Graph and eager mode, keyed recordings reused across calls.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn capture_statement_copies_into_and_out_of_pinned_buffers() -> Result {
+    let _serial = common::serial();
+    let (_ctx, s, k) = gpu()?;
+    for mode in [Mode::Graph, Mode::Eager] {
+        let mut cache = GraphCache::new();
+        cache.set_mode(mode);
+        let mut y = s.alloc_zeros::<u32>(LEN)?;
+        let mut x = s.alloc_zeros::<u32>(LEN)?;
+        let mut z = s.alloc_zeros::<u32>(LEN)?;
+        let mut out = PinnedBuffer::<u32>::zeros(&s, LEN)?;
+        let mut src = PinnedBuffer::from_slice(&s, &host::iota(N, 3, 1))?;
+        for step in 0..6u32 {
+            let sent = src.as_slice()?.to_vec();
+            graph!(&mut cache, &s, {
+                k.slow_iota(N, SPINS, 7, step % 2, &mut y).launch(cfg());
+                capture(&y, &mut out, key = step % 2, |c, _, (y, mut out)| {
+                    c.copy_dtoh(&y, &mut out)?;
+                    Ok::<(), cudagraph::Error>(())
+                });
+                k.slow_iota(N, SPINS, 1, 0, &mut x).launch(cfg());
+                capture(&src, &mut x, key = 0u32, |c, _, (src, mut x)| {
+                    c.copy_htod(&src, &mut x)?;
+                    Ok::<(), cudagraph::Error>(())
+                });
+                k.affine(N, 2, 1, &x, &mut z).launch(cfg());
+            })?;
+            // At once: the slow kernels still run, the captured copies have not run yet.
+            src.as_mut_slice()?.copy_from_slice(&host::iota(N, 11, step + 100));
+            let what = format!("{mode:?} step {step}");
+            assert_same(out.as_slice()?, &host::slow_iota(N, SPINS, 7, step % 2), &what);
+            assert_same(&s.clone_dtoh(&z)?, &host::affine(&sent, 2, 1), &what);
+        }
+    }
+    Ok(())
+}
