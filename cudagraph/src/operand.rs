@@ -400,12 +400,6 @@ impl<'a> Guard<'a> {
         Guard::new(GuardKind::Pinned(state, stream), None, range, write)
     }
 
-    /// A guard that orders nothing: for pinned host memory of another context, which
-    /// validation then refuses.
-    pub(crate) fn none() -> Self {
-        no_sync()
-    }
-
     /// The guard of a place made of several buffers: `children`'s.
     pub(crate) fn of_parts(children: Box<[Guard<'a>]>, write: bool) -> Self {
         Guard::new(GuardKind::Parts(children), None, (0, 0), write)
@@ -478,7 +472,7 @@ impl Drop for Guard<'_> {
 
 /// No synchronization: for a pinned host buffer of another context, which validation then
 /// refuses.
-fn no_sync<'a>() -> Guard<'a> {
+pub(crate) fn no_sync<'a>() -> Guard<'a> {
     Guard::new(GuardKind::Cudarc(SyncOnDrop::Sync(None)), None, (0, 0), false)
 }
 
@@ -525,7 +519,7 @@ unsafe fn own_stream<'a>(s: &Arc<CudaStream>) -> &'a CudaStream {
 }
 
 /// Bytes of `len` elements of `T`.
-fn bytes_of<T>(len: usize) -> u64 {
+pub(crate) fn bytes_of<T>(len: usize) -> u64 {
     (len as u64).saturating_mul(size_of::<T>() as u64)
 }
 

@@ -11,7 +11,8 @@ use cudarc::driver::{CudaStream, DeviceRepr, ValidAsZeroBits, result};
 
 use crate::error::{Call, CudaError, Error};
 use crate::operand::{
-    Acquire, AcquireMut, Guard, HostRead, HostWrite, PinnedState, Place, PlaceMut, sealed,
+    Acquire, AcquireMut, Guard, HostRead, HostWrite, PinnedState, Place, PlaceMut, bytes_of,
+    no_sync, sealed,
 };
 
 /// Page-locked host memory (`cuMemHostAlloc`, flags 0: cached, readable by the host at full
@@ -183,10 +184,23 @@ impl<T> PinnedBuffer<T> {
         Ok(unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
     }
 
-    /// The context and address range of the memory, for handles.
-    fn raw(&self) -> (cudarc::driver::sys::CUcontext, *mut c_void, u64) {
-        let bytes = (self.len as u64).saturating_mul(size_of::<T>() as u64);
-        (self.state.home().context().cu_ctx(), self.ptr.as_ptr().cast(), bytes)
+    /// A use on `stream` (for [`Acquire`] and [`AcquireMut`]): the memory's context, its
+    /// address and the guard of the use, after ordering it after the earlier uses. Memory of
+    /// another context than the stream's gets a null address and a guard that orders nothing
+    /// (validation then refuses the call).
+    fn use_on<'a>(
+        &'a self,
+        stream: &'a CudaStream,
+        write: bool,
+    ) -> (cudarc::driver::sys::CUcontext, *mut c_void, Guard<'a>) {
+        let ctx = self.state.home().context().cu_ctx();
+        if ctx != stream.context().cu_ctx() {
+            return (ctx, core::ptr::null_mut(), no_sync());
+        }
+        self.state.order(stream);
+        let ptr: *mut c_void = self.ptr.as_ptr().cast();
+        let range = (ptr as u64, bytes_of::<T>(self.len));
+        (ctx, ptr, Guard::pinned(&self.state, stream, range, write))
     }
 }
 
@@ -218,13 +232,7 @@ impl<T> Acquire for PinnedBuffer<T> {
     where
         Self: 'a;
     fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (HostRead<'a, T>, Guard<'a>) {
-        let (ctx, ptr, bytes) = self.raw();
-        if ctx != stream.context().cu_ctx() {
-            // Validation refuses a pinned operand of another context; nothing to order.
-            return (HostRead::new(core::ptr::null(), self.len, ctx), Guard::none());
-        }
-        self.state.order(stream);
-        let guard = Guard::pinned(&self.state, stream, (ptr as u64, bytes), false);
+        let (ctx, ptr, guard) = self.use_on(stream, false);
         (HostRead::new(ptr.cast_const(), self.len, ctx), guard)
     }
 }
@@ -238,14 +246,8 @@ impl<T> AcquireMut for PinnedBuffer<T> {
         &'a mut self,
         stream: &'a CudaStream,
     ) -> (HostRead<'a, T>, HostWrite<'a, T>, Guard<'a>) {
-        let (ctx, ptr, bytes) = self.raw();
         let len = self.len;
-        if ctx != stream.context().cu_ctx() {
-            let (r, w) = (core::ptr::null(), core::ptr::null_mut());
-            return (HostRead::new(r, len, ctx), HostWrite::new(w, len, ctx), Guard::none());
-        }
-        self.state.order(stream);
-        let guard = Guard::pinned(&self.state, stream, (ptr as u64, bytes), true);
+        let (ctx, ptr, guard) = self.use_on(stream, true);
         (HostRead::new(ptr.cast_const(), len, ctx), HostWrite::new(ptr, len, ctx), guard)
     }
 }
