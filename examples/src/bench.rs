@@ -1492,56 +1492,49 @@ fn builder_step(
     Ok(())
 }
 
-/// One step of a read row's `graph!`: the unchanged step of the shape (as `graph_step` with
-/// nothing changed), then the copy of `a[0]`'s first 8 bytes into `host`.
-fn read_step(
-    env: &Env,
-    cache: &mut GraphCache,
-    shape: Shape,
-    k: usize,
-    b: &mut Bufs,
-    host: &mut PinnedBuffer<u32>,
-) -> Res<()> {
-    let (st, kern) = (&*env.stream, &env.kern);
-    let Bufs { a, mids } = b;
-    let x = &mut a[0];
-    match (shape, k) {
-        (Shape::Chain, 1) => chain_read_1(cache, st, kern, x, host)?,
-        (Shape::Chain, 10) => chain_read_10(cache, st, kern, x, host)?,
-        (Shape::Chain, 100) => chain_read_100(cache, st, kern, x, host)?,
-        (Shape::Chain, 1000) => chain_read_1000(cache, st, kern, x, host)?,
-        (Shape::Fan, 10) => fan_read_10(cache, st, kern, x, mids, host)?,
-        (Shape::Fan, 100) => fan_read_100(cache, st, kern, x, mids, host)?,
-        (Shape::Fan, 1000) => fan_read_1000(cache, st, kern, x, mids, host)?,
-        _ => panic!("no graph! {} of {k} nodes with a read is compiled in", shape.name()),
-    }
-    Ok(())
+/// `$name`: one step of a read row's `graph!` into a `$host`: the unchanged step of the shape
+/// (as `graph_step` with nothing changed), then the copy of `a[0]`'s first 8 bytes into `host`,
+/// by the `read_graphs!` functions of each shape and K.
+macro_rules! read_step {
+    ($name:ident, $host:ty, [$c1:ident, $c10:ident, $c100:ident, $c1000:ident], [$f10:ident, $f100:ident, $f1000:ident]) => {
+        fn $name(
+            env: &Env,
+            cache: &mut GraphCache,
+            shape: Shape,
+            k: usize,
+            b: &mut Bufs,
+            host: &mut $host,
+        ) -> Res<()> {
+            let (st, kern) = (&*env.stream, &env.kern);
+            let Bufs { a, mids } = b;
+            let x = &mut a[0];
+            match (shape, k) {
+                (Shape::Chain, 1) => $c1(cache, st, kern, x, host)?,
+                (Shape::Chain, 10) => $c10(cache, st, kern, x, host)?,
+                (Shape::Chain, 100) => $c100(cache, st, kern, x, host)?,
+                (Shape::Chain, 1000) => $c1000(cache, st, kern, x, host)?,
+                (Shape::Fan, 10) => $f10(cache, st, kern, x, mids, host)?,
+                (Shape::Fan, 100) => $f100(cache, st, kern, x, mids, host)?,
+                (Shape::Fan, 1000) => $f1000(cache, st, kern, x, mids, host)?,
+                _ => panic!("no graph! {} of {k} nodes with a read is compiled in", shape.name()),
+            }
+            Ok(())
+        }
+    };
 }
-
-/// [`read_step`] into cudarc's `PinnedHostSlice` (row rs).
-fn read_step_cudarc(
-    env: &Env,
-    cache: &mut GraphCache,
-    shape: Shape,
-    k: usize,
-    b: &mut Bufs,
-    host: &mut PinnedHostSlice<u32>,
-) -> Res<()> {
-    let (st, kern) = (&*env.stream, &env.kern);
-    let Bufs { a, mids } = b;
-    let x = &mut a[0];
-    match (shape, k) {
-        (Shape::Chain, 1) => chain_read_1_cudarc(cache, st, kern, x, host)?,
-        (Shape::Chain, 10) => chain_read_10_cudarc(cache, st, kern, x, host)?,
-        (Shape::Chain, 100) => chain_read_100_cudarc(cache, st, kern, x, host)?,
-        (Shape::Chain, 1000) => chain_read_1000_cudarc(cache, st, kern, x, host)?,
-        (Shape::Fan, 10) => fan_read_10_cudarc(cache, st, kern, x, mids, host)?,
-        (Shape::Fan, 100) => fan_read_100_cudarc(cache, st, kern, x, mids, host)?,
-        (Shape::Fan, 1000) => fan_read_1000_cudarc(cache, st, kern, x, mids, host)?,
-        _ => panic!("no graph! {} of {k} nodes with a read is compiled in", shape.name()),
-    }
-    Ok(())
-}
+read_step!(
+    read_step,
+    PinnedBuffer<u32>,
+    [chain_read_1, chain_read_10, chain_read_100, chain_read_1000],
+    [fan_read_10, fan_read_100, fan_read_1000]
+);
+// Row rs: into cudarc's `PinnedHostSlice`.
+read_step!(
+    read_step_cudarc,
+    PinnedHostSlice<u32>,
+    [chain_read_1_cudarc, chain_read_10_cudarc, chain_read_100_cudarc, chain_read_1000_cudarc],
+    [fan_read_10_cudarc, fan_read_100_cudarc, fan_read_1000_cudarc]
+);
 
 /// Expected `Stats` of a graph! row: builds (variants), and no fallback rungs.
 fn check_stats(what: &str, s: &Stats, variants: u64, report: &mut Report) {
