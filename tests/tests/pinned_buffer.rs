@@ -109,27 +109,32 @@ fn alternating_destinations_read_their_own_calls_results() -> Result {
 
 /// `y = affine(x)` where `x` was first written by a slow kernel and then overwritten by a copy
 /// from the `PinnedBuffer`: writing the buffer with `as_mut_slice` right after the call waits
-/// for that copy, so `y` is made from the values the buffer held at the call.
+/// for that copy, so `y` is made from the values the buffer held at the call. On the buffer's
+/// own stream and on another one (the event path; review 13's attack, merged here).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_host_write_right_after_the_call_waits_for_the_copy_that_reads_it() -> Result {
     let _serial = common::serial();
-    let (_ctx, s, k) = gpu()?;
-    let mut x = s.alloc_zeros::<u32>(LEN)?;
-    let mut y = s.alloc_zeros::<u32>(LEN)?;
-    let mut src = PinnedBuffer::from_slice(&s, &host::iota(N, 3, 1))?;
-    let mut cache = GraphCache::new();
-    for step in 0..6u32 {
-        let sent = src.as_slice()?.to_vec();
-        graph!(&mut cache, &s, {
-            k.slow_iota(N, SPINS, 1, 0, &mut x).launch(cfg());
-            copy(&src, &mut x);
-            k.affine(N, 2, 1, &x, &mut y).launch(cfg());
-        })?;
-        // At once: the slow kernel still runs, the copy has not read `src` yet.
-        src.as_mut_slice()?.copy_from_slice(&host::iota(N, 11, step + 100));
-        let got = s.clone_dtoh(&y)?;
-        assert_same(&got, &host::affine(&sent, 2, 1), &format!("step {step}"));
+    let (ctx, s, k) = gpu()?;
+    let other = ctx.new_stream()?;
+    for on in [&s, &other] {
+        let mut x = on.alloc_zeros::<u32>(LEN)?;
+        let mut y = on.alloc_zeros::<u32>(LEN)?;
+        let mut src = PinnedBuffer::from_slice(&s, &host::iota(N, 3, 1))?;
+        let mut cache = GraphCache::new();
+        for step in 0..6u32 {
+            let sent = src.as_slice()?.to_vec();
+            graph!(&mut cache, on, {
+                k.slow_iota(N, SPINS, 1, 0, &mut x).launch(cfg());
+                copy(&src, &mut x);
+                k.affine(N, 2, 1, &x, &mut y).launch(cfg());
+            })?;
+            // At once: the slow kernel still runs, the copy has not read `src` yet.
+            src.as_mut_slice()?.copy_from_slice(&host::iota(N, 11, step + 100));
+            let got = on.clone_dtoh(&y)?;
+            let own = core::ptr::eq(on, &s);
+            assert_same(&got, &host::affine(&sent, 2, 1), &format!("own {own}, step {step}"));
+        }
     }
     Ok(())
 }
