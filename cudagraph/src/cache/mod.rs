@@ -338,6 +338,11 @@ pub struct GraphCache<D: Driver = Cuda> {
     recordings: Vec<Option<crate::kind::captured::Recordings>>,
     recordings_site: Option<&'static Plan>,
     recordings_per_capture: usize,
+    /// The `graph!` plan last asked about by [`Self::may_capture`], and whether it has a
+    /// `capture` statement.
+    plan_captures: Option<(&'static Plan, bool)>,
+    /// The nodes present in the call [`Self::unchanged`] last packed to the end.
+    present_nodes: u64,
 }
 
 // SAFETY: the raw driver handles inside (graphs, execs, the variants' launch events) are only
@@ -531,7 +536,10 @@ impl GraphCache {
         // A call equal to its variant's last one passes everything `validate` checked then: its
         // words hold the places its buffer handles name in this call, so equal words mean
         // handles that `check_handles` accepts too.
-        if self.mode != Mode::Eager {
+        // Only a `capture` statement keeps recordings or may do unlisted work: a `graph!` plan
+        // without one skips both walks of the node list (a builder's call always walks them).
+        let captures = self.may_capture(call.site);
+        if self.mode != Mode::Eager && captures {
             self.reuse_recordings(call.site, nodes);
         }
         let same = self.unchanged(&call, ctx, nodes, handles)?;
@@ -578,7 +586,7 @@ impl GraphCache {
         if ordered {
             self.order_before(stream, guards).map_err(graph_err)?;
         }
-        let unlisted = nodes.iter().flatten().any(|n| n.unlisted_work());
+        let unlisted = captures && nodes.iter().flatten().any(|n| n.unlisted_work());
         clock.lap(phases::LEDGER);
         let r = if self.mode == Mode::Eager {
             // A panic in a statement (a capture statement's closure) still orders the buffers'
@@ -846,6 +854,23 @@ impl<D: Driver> GraphCache<D> {
 
     /// Takes, for each keyed `capture` statement of a `graph!` call, the recording kept for its
     /// operands and key, if any (before the unchanged-call check, which compares recordings).
+    /// Whether a call of `site` may have a `capture` statement's node ([`NodeParams::Captured`],
+    /// the only kind with kept recordings or unlisted work): for a `graph!` plan, whether it has
+    /// a node of kind [`NodeKind::Captured`](crate::NodeKind::Captured) (device bodies and
+    /// run-time loop bodies included: the plan lists their nodes), remembered for the last plan;
+    /// `true` for a builder's call.
+    fn may_capture(&mut self, site: Site) -> bool {
+        let Site::Plan(plan) = site else { return true };
+        if let Some((p, c)) = self.plan_captures
+            && ptr::eq(p, plan)
+        {
+            return c;
+        }
+        let c = plan.nodes.iter().any(|n| n.kind == crate::NodeKind::Captured);
+        self.plan_captures = Some((plan, c));
+        c
+    }
+
     fn reuse_recordings(&mut self, site: Site, nodes: &[Option<NodeParams<'_>>]) {
         let Site::Plan(plan) = site else { return };
         if !self.recordings_site.is_some_and(|p| ptr::eq(p, plan)) {
@@ -966,6 +991,8 @@ impl<D: Driver> GraphCache<D> {
             packed_seen: false,
             recordings: Vec::new(),
             recordings_site: None,
+            plan_captures: None,
+            present_nodes: 0,
             recordings_per_capture: GraphCache::DEFAULT_RECORDINGS_PER_CAPTURE,
         }
     }
@@ -1087,6 +1114,7 @@ impl<D: Driver> GraphCache<D> {
         let last = found.map_or(&[][..], |i| &self.variants[i].pack[..]);
         let id = handles.map(|h| h.1);
         let mut pack = crate::kind::kernel::Pack::new(last, &mut self.packed, id);
+        let mut present = 0;
         for n in nodes {
             match n {
                 None => pack.push(0),
@@ -1094,10 +1122,12 @@ impl<D: Driver> GraphCache<D> {
                     if !n.pack(&mut pack) {
                         return Ok(None);
                     }
+                    present += 1;
                 }
             }
         }
         let equal = pack.finish();
+        self.present_nodes = present;
         self.packed_ok = !equal;
         // (An empty pack is a variant's whose last call did not pack, unless it has no nodes.)
         let kept = |i: usize| !self.variants[i].pack.is_empty() || nodes.is_empty();
@@ -1169,7 +1199,8 @@ impl<D: Driver> GraphCache<D> {
             Some(i) => {
                 self.stats.hits += 1;
                 self.stats.unchanged_calls += 1;
-                self.stats.nodes_unchanged += nodes.iter().flatten().count() as u64;
+                // Counted by `unchanged`, which made `same`.
+                self.stats.nodes_unchanged += self.present_nodes;
                 self.variants[i].hits += 1;
                 i
             }

@@ -1872,3 +1872,21 @@ fn memset_nodes_are_memoized_and_unchanged_like_kernels() {
     call(&mut cache, 0, 7);
     assert_eq!(cache.stats().node_updates, updates + 2);
 }
+
+/// `may_capture`: a `graph!` plan with a `capture` statement's node (anywhere in its node list)
+/// walks the node list for kept recordings and unlisted work, one without does not, and the
+/// answer follows the plan when the call site changes; a builder's call always walks it.
+#[test]
+fn only_plans_with_a_capture_statement_walk_the_nodes_for_captures() {
+    let mock = Mock::default();
+    let mut cache = GraphCache::with_driver(mock, 8);
+    let kernels = leak_plan(vec![plan_node(NodeKind::Kernel("k"), vec![], ""); 3], 0, 0);
+    let mut with = vec![plan_node(NodeKind::Kernel("k"), vec![], ""); 3];
+    with[2] = plan_node(NodeKind::Captured, vec![], "");
+    let captured = leak_plan(with, 0, 0);
+    for _ in 0..2 {
+        assert!(!cache.may_capture(Site::Plan(kernels)));
+        assert!(cache.may_capture(Site::Plan(captured)));
+    }
+    assert!(cache.may_capture(Site::Builder));
+}
