@@ -47,9 +47,10 @@ struct Args {
     /// Print the graph plans as Graphviz DOT and exit (no GPU needed).
     #[arg(long)]
     plan: bool,
-    /// Time only this shape's unchanged call (`fan` or `chain`, 1000 nodes) and exit: for
-    /// `perf record`, whose report then holds that call alone.
-    #[arg(long, value_parser = ["fan", "chain"])]
+    /// Time only this shape's unchanged call (`fan` or `chain`, 1000 nodes; `chain1`, one
+    /// kernel, 100 calls per timing) and exit: for `perf record`, whose report then holds that
+    /// call alone.
+    #[arg(long, value_parser = ["fan", "chain", "chain1"])]
     only: Option<String>,
 }
 
@@ -177,16 +178,19 @@ fn run(a: &Args) -> Res<bool> {
     let (mut fan_cache, mut chain_cache) = (GraphCache::new(), GraphCache::new());
     let reps = a.reps;
     if let Some(shape) = &a.only {
+        let calls = if shape == "chain1" { 100 } else { 1 };
         let only = median(&stream, reps, || {
             let t = Instant::now();
-            if shape == "fan" {
-                fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs)?;
-            } else {
-                chain(&mut chain_cache, &stream, &k, &mut x)?;
+            for _ in 0..calls {
+                match shape.as_str() {
+                    "fan" => fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs)?,
+                    "chain" => chain(&mut chain_cache, &stream, &k, &mut x)?,
+                    _ => chain1(&mut chain_cache, &stream, &k, &mut x)?,
+                }
             }
-            Ok(t.elapsed())
+            Ok(t.elapsed() / calls)
         })?;
-        println!("{shape} graph! call: {only:.2} µs (median of {reps})");
+        println!("{shape} graph! call: {only:.3} µs (median of {reps})");
         let s = if shape == "fan" { fan_cache.stats() } else { chain_cache.stats() };
         return Ok(s.builds == 1 && s.node_updates == 0);
     }

@@ -55,7 +55,7 @@ pub(crate) fn run_call(
     call: &Ident,
     key: &Ident,
     stream: &Ident,
-    guards: Vec<Ident>,
+    guards: &TokenStream,
 ) -> TokenStream {
     let nodes = local("__cudagraph_nodes");
     let t = local("__cudagraph_t");
@@ -95,7 +95,7 @@ pub(crate) fn run_call(
         unsafe {
             #cache.run_looped(
                 &__CUDAGRAPH_PLAN, &#call, #key, &[#(#ranges),*], &[#(#counts),*],
-                #stream, &#nodes, &[#(#guards),*],
+                #stream, &#nodes, #guards,
             )
         }
     }

@@ -21,6 +21,9 @@ pub(crate) struct PlaceInfo<'a> {
     first: &'a Operand,
     /// One operand per other spelling of the place (`x` beside `*x`), checked to be a `Place`.
     others: Vec<&'a Operand>,
+    /// For an element of an array acquired in one loop (see [`mark_arrays`]): the array's
+    /// number and the element's position in it.
+    array: Option<(usize, usize)>,
 }
 
 /// Which spelling of a place to borrow, highest first: an indexed element without deref (so
@@ -39,7 +42,7 @@ fn places<'a>(checked: &Checked<'a>) -> (Vec<String>, HashMap<String, PlaceInfo<
             let n = map.len();
             let info = map.entry(o.key.clone()).or_insert_with(|| {
                 order.push(o.key.clone());
-                PlaceInfo { index: n, written: false, first: o, others: Vec::new() }
+                PlaceInfo { index: n, written: false, first: o, others: Vec::new(), array: None }
             });
             info.written |= o.write;
             let text = normalize(&o.place);
@@ -60,7 +63,7 @@ fn places<'a>(checked: &Checked<'a>) -> (Vec<String>, HashMap<String, PlaceInfo<
 /// The generated code of a checked `graph!` call: acquire each place once, evaluate each
 /// statement's node parameters, and hand them to `GraphCache::run` with the static plan.
 pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
-    let (order, places) = places(checked);
+    let (order, mut places) = places(checked);
     let stream = local("__cudagraph_stream");
     let cache_var = local("__cudagraph_cache");
     let key = local("__cudagraph_key");
@@ -75,8 +78,13 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
             _ => None,
         })
         .collect();
+    mark_arrays(&order, &mut places, &scratch);
     let acquisitions = acquisitions(&order, &places, &scratch, &stream.to_token_stream(), &call);
-    let guards: Vec<syn::Ident> = (0..order.len()).map(|i| handles(i).2).collect();
+    let guards_var = local("__cudagraph_guards");
+    let place_count = proc_macro2::Literal::usize_unsuffixed(order.len());
+    let guards = quote!(#guards_var.all());
+    // (A body without places puts no guard.)
+    let guards_mut = if order.is_empty() { quote!() } else { quote!(mut) };
 
     let mut counter = NodeCounter {
         next: 0,
@@ -122,7 +130,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
     };
     let count = proc_macro2::Literal::usize_unsuffixed(checked.nodes.len());
     let run = if loops {
-        loops::run_call(checked, &entry, &cache_var, &call, &key, &stream, guards.clone())
+        loops::run_call(checked, &entry, &cache_var, &call, &key, &stream, &guards)
     } else {
         // The node list in segments: one array per chunk (see `emit_chunk`), one entry per
         // other statement, in node order.
@@ -153,7 +161,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
             // SAFETY: the plan was generated from this body (`run` checks each node's handles
             // against its accesses), and the guards are its places' borrows, in place order.
             unsafe {
-                #cache_var.run(&__CUDAGRAPH_PLAN, &#call, #key, #stream, &#nodes, &[#(#guards),*])
+                #cache_var.run(&__CUDAGRAPH_PLAN, &#call, #key, #stream, &#nodes, #guards)
             }
         }
     };
@@ -162,6 +170,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         #stream_decl
         #plan
         let #call = ::cudagraph::__private::begin_call();
+        let #guards_mut #guards_var = ::cudagraph::__private::Guards::<#place_count>::new();
         #acquisitions
         #key_decl
         #decls
@@ -170,9 +179,64 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
     }}
 }
 
-/// One borrow per distinct place. Elements of one array or `Vec` indexed by different indices
-/// (`bufs[0]`, `bufs[1]`) where one is written are borrowed together with `get_disjoint_mut`,
-/// which the borrow checker cannot split by index on its own; overlapping indices panic.
+/// Indexed places by the key of their base, in order of first use: each group's base
+/// expression and its members' keys, for groups of two or more members of which one is written
+/// (the borrow checker cannot split those by index on its own).
+fn index_groups<'p>(
+    order: &'p [String],
+    places: &'p HashMap<String, PlaceInfo<'_>>,
+) -> Vec<(&'p Expr, Vec<&'p str>)> {
+    let mut groups: Vec<(String, &Expr, Vec<&str>)> = Vec::new();
+    for key in order {
+        let p = &places[key];
+        if let Expr::Index(ix) = &p.first.place {
+            let base = p.first.key[..p.first.key.rfind('[').expect("indexed key")].to_string();
+            match groups.iter_mut().find(|g| g.0 == base) {
+                Some(g) => g.2.push(key),
+                None => groups.push((base, &ix.expr, vec![key])),
+            }
+        }
+    }
+    groups.retain(|g| g.2.len() > 1 && g.2.iter().any(|k| places[*k].written));
+    groups.into_iter().map(|(_, base, members)| (base, members)).collect()
+}
+
+/// Whether every index of a group's members is an integer constant (their folded keys then
+/// differ: the indices are distinct).
+fn constant_indices(members: &[&str]) -> bool {
+    members.iter().all(|k| {
+        k.ends_with(']')
+            && k[k.rfind('[').expect("indexed") + 1..k.len() - 1].parse::<u64>().is_ok()
+    })
+}
+
+/// Marks the groups of [`index_groups`] acquired in one loop ([`PlaceInfo::array`]): constant
+/// indices, every member written (`for i in 0..N { … &mut bufs[i] … }`, unrolled). Their
+/// handles are then elements of one array, `__cudagraph_a{group}[k]`.
+fn mark_arrays(
+    order: &[String],
+    places: &mut HashMap<String, PlaceInfo<'_>>,
+    scratch: &HashMap<String, (&syn::Type, &Expr)>,
+) {
+    let arrays: Vec<Vec<String>> = index_groups(order, places)
+        .into_iter()
+        .filter(|(_, m)| {
+            constant_indices(m) && m.iter().all(|k| places[*k].written && !scratch.contains_key(*k))
+        })
+        .map(|(_, m)| m.into_iter().map(str::to_string).collect())
+        .collect();
+    for (a, members) in arrays.iter().enumerate() {
+        for (k, key) in members.iter().enumerate() {
+            places.get_mut(key).expect("a place").array = Some((a, k));
+        }
+    }
+}
+
+/// One borrow per distinct place, its guard put into `__cudagraph_guards`. Elements of one
+/// array or `Vec` indexed by different indices (`bufs[0]`, `bufs[1]`) where one is written are
+/// borrowed together with `get_disjoint_mut`, which the borrow checker cannot split by index
+/// on its own; overlapping indices panic. A group of constant indices, all written, is
+/// acquired in one loop (see [`mark_arrays`]).
 fn acquisitions(
     order: &[String],
     places: &HashMap<String, PlaceInfo<'_>>,
@@ -180,19 +244,8 @@ fn acquisitions(
     stream: &TokenStream,
     call: &syn::Ident,
 ) -> TokenStream {
-    // Indexed places grouped by the key of their base, in order of first use.
-    let mut groups: Vec<(String, &Expr, Vec<&PlaceInfo<'_>>)> = Vec::new();
-    for key in order {
-        let p = &places[key];
-        if let Expr::Index(ix) = &p.first.place {
-            let base = p.first.key[..p.first.key.rfind('[').expect("indexed key")].to_string();
-            match groups.iter_mut().find(|g| g.0 == base) {
-                Some(g) => g.2.push(p),
-                None => groups.push((base, &ix.expr, vec![p])),
-            }
-        }
-    }
-    groups.retain(|g| g.2.len() > 1 && g.2.iter().any(|p| p.written));
+    let guards = local("__cudagraph_guards");
+    let groups = index_groups(order, places);
     let mut out = TokenStream::new();
     // A place spelled two ways (`x` and `*x`) is borrowed once, through `first`; each other
     // spelling is checked to be a graph buffer too (a shared borrow that ends at once), so the
@@ -210,9 +263,8 @@ fn acquisitions(
         }
     }
     let mut split: HashMap<usize, syn::Ident> = HashMap::new();
-    for (gi, (_, base, members)) in groups.iter().enumerate() {
-        let elems: Vec<syn::Ident> =
-            (0..members.len()).map(|k| local(format!("__cudagraph_e{gi}_{k}"))).collect();
+    for (gi, (base, keys)) in groups.iter().enumerate() {
+        let members: Vec<&PlaceInfo<'_>> = keys.iter().map(|k| &places[*k]).collect();
         let idx: Vec<&Expr> = members
             .iter()
             .map(|p| match &p.first.place {
@@ -220,32 +272,42 @@ fn acquisitions(
                 _ => unreachable!("grouped places are indexed"),
             })
             .collect();
-        // Constant indices are distinct (their folded keys differ): checked once in a `const`,
-        // leaving only bounds checks at run time. Others: `get_disjoint_mut` checks every call.
-        let constant = members.iter().all(|p| {
-            p.first.key.ends_with(']') && {
-                let k = &p.first.key;
-                k[k.rfind('[').expect("indexed") + 1..k.len() - 1].parse::<u64>().is_ok()
-            }
-        });
         let n = members.len();
         let ids = format_ident!("__CUDAGRAPH_IDX{}", gi);
-        out.extend(if constant {
+        // Constant indices are distinct (their folded keys differ): checked once in a `const`,
+        // leaving only bounds checks at run time. Others: `get_disjoint_mut` checks every call.
+        let elements = if constant_indices(keys) {
             quote_spanned! {members[0].first.span=>
-                const #ids: ::cudagraph::__private::DistinctIndices<#n> =
-                    ::cudagraph::__private::DistinctIndices::new([#(#idx),*]);
-                let [#(#elems),*] = {
+                {
+                    const #ids: ::cudagraph::__private::DistinctIndices<#n> =
+                        ::cudagraph::__private::DistinctIndices::new([#(#idx),*]);
                     use ::cudagraph::__private::DisjointMut as _;
                     #base.__cudagraph_disjoint_mut_distinct(#ids)
-                };
+                }
             }
         } else {
             quote_spanned! {members[0].first.span=>
-                let [#(#elems),*] = {
+                {
                     use ::cudagraph::__private::DisjointMut as _;
                     #base.__cudagraph_disjoint_mut([#(#idx),*])
-                };
+                }
             }
+        };
+        if let Some((a, _)) = members[0].array {
+            // Acquired in one loop: element `k` is place `indices[k]`.
+            let array = local(format!("__cudagraph_a{a}"));
+            let indices = members.iter().map(|p| p.index as u32);
+            out.extend(quote_spanned! {members[0].first.span=>
+                let #array = ::cudagraph::__private::acquire_mut_each(
+                    #elements, #stream, &#call, &[#(#indices),*], &mut #guards,
+                );
+            });
+            continue;
+        }
+        let elems: Vec<syn::Ident> =
+            (0..n).map(|k| local(format!("__cudagraph_e{gi}_{k}"))).collect();
+        out.extend(quote_spanned! {members[0].first.span=>
+            let [#(#elems),*] = #elements;
         });
         for (p, e) in members.iter().zip(elems) {
             split.insert(p.index, e);
@@ -253,14 +315,19 @@ fn acquisitions(
     }
     for key in order {
         let p = &places[key];
-        let (r, w, g) = handles(p.index);
+        if p.array.is_some() {
+            continue;
+        }
+        let (r, w) = handles(p.index);
         if let Some((ty, len)) = scratch.get(key) {
             // A graph-owned buffer: no place to borrow; its handles are made for this call.
             let s = local(format!("__cudagraph_s{}", p.index));
             let index = p.index as u32;
             let len = quote_spanned!(len.span()=> { let __n: usize = #len; __n });
             out.extend(quote_spanned! {p.first.span=>
-                let (#s, #g) = ::cudagraph::__private::scratch::<#ty>(#stream, &#call, #index, #len);
+                let #s = ::cudagraph::__private::scratch::<#ty, _>(
+                    #stream, &#call, #index, #len, &mut #guards,
+                );
                 let (#r, #w) = (#s.read(), #s.write());
             });
             continue;
@@ -283,16 +350,16 @@ fn acquisitions(
         let index = p.index as u32;
         let mut args = proc_macro2::Group::new(
             proc_macro2::Delimiter::Parenthesis,
-            quote!(#place, #stream, &#call, #index),
+            quote!(#place, #stream, &#call, #index, &mut #guards),
         );
         args.set_span(last.unwrap_or(p.first.span));
         out.extend(if p.written {
             quote_spanned! {p.first.span=>
-                let (#r, #w, #g) = ::cudagraph::__private::acquire_mut #args;
+                let (#r, #w) = ::cudagraph::__private::acquire_mut_into #args;
             }
         } else {
             quote_spanned! {p.first.span=>
-                let (#r, #g) = ::cudagraph::__private::acquire #args;
+                let #r = ::cudagraph::__private::acquire_into #args;
             }
         });
     }
@@ -306,12 +373,9 @@ pub(crate) fn local(name: impl std::fmt::Display) -> syn::Ident {
     syn::Ident::new(&name.to_string(), Span::mixed_site())
 }
 
-pub(crate) fn handles(i: usize) -> (syn::Ident, syn::Ident, syn::Ident) {
-    (
-        local(format!("__cudagraph_r{i}")),
-        local(format!("__cudagraph_w{i}")),
-        local(format!("__cudagraph_g{i}")),
-    )
+/// Place `i`'s read and write handles.
+pub(crate) fn handles(i: usize) -> (syn::Ident, syn::Ident) {
+    (local(format!("__cudagraph_r{i}")), local(format!("__cudagraph_w{i}")))
 }
 
 pub(crate) struct NodeCounter {
@@ -559,8 +623,19 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
     // error on it (e.g. `&x` where the kernel writes) lands on the user's `&x`. (The statement
     // holding the node value allows `unused_braces`.)
     let operand = |o: &Operand| {
-        let (r, w, _) = handles(places[&o.key].index);
-        let h = if o.write { w } else { r };
+        let p = &places[&o.key];
+        let h = match p.array {
+            Some((a, k)) => {
+                let array = local(format!("__cudagraph_a{a}"));
+                let k = proc_macro2::Literal::usize_unsuffixed(k);
+                let field = syn::Index::from(usize::from(o.write));
+                quote!(#array[#k].#field)
+            }
+            None => {
+                let (r, w) = handles(p.index);
+                if o.write { quote!(#w) } else { quote!(#r) }
+            }
+        };
         let mut block = proc_macro2::Group::new(proc_macro2::Delimiter::Brace, quote!(#h));
         block.set_span(o.span);
         quote!(#block)

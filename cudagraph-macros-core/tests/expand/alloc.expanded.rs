@@ -109,8 +109,10 @@ fn expanded() -> ::cudagraph::Result<()> {
         ::cudagraph::__private::Registered(& __CUDAGRAPH_PLAN)
     }
     let __cudagraph_call = ::cudagraph::__private::begin_call();
-    let (__cudagraph_s0, __cudagraph_g0) = ::cudagraph::__private::scratch::<
+    let mut __cudagraph_guards = ::cudagraph::__private::Guards::<4>::new();
+    let __cudagraph_s0 = ::cudagraph::__private::scratch::<
         f32,
+        _,
     >(
         __cudagraph_stream,
         &__cudagraph_call,
@@ -119,28 +121,32 @@ fn expanded() -> ::cudagraph::Result<()> {
             let __n: usize = n as usize;
             __n
         },
+        &mut __cudagraph_guards,
     );
     let (__cudagraph_r0, __cudagraph_w0) = (
         __cudagraph_s0.read(),
         __cudagraph_s0.write(),
     );
-    let (__cudagraph_r1, __cudagraph_g1) = ::cudagraph::__private::acquire(
+    let __cudagraph_r1 = ::cudagraph::__private::acquire_into(
         &u,
         __cudagraph_stream,
         &__cudagraph_call,
         1u32,
+        &mut __cudagraph_guards,
     );
-    let (__cudagraph_r2, __cudagraph_w2, __cudagraph_g2) = ::cudagraph::__private::acquire_mut(
+    let (__cudagraph_r2, __cudagraph_w2) = ::cudagraph::__private::acquire_mut_into(
         &mut v,
         __cudagraph_stream,
         &__cudagraph_call,
         2u32,
+        &mut __cudagraph_guards,
     );
-    let (__cudagraph_r3, __cudagraph_w3, __cudagraph_g3) = ::cudagraph::__private::acquire_mut(
+    let (__cudagraph_r3, __cudagraph_w3) = ::cudagraph::__private::acquire_mut_into(
         &mut host_out,
         __cudagraph_stream,
         &__cudagraph_call,
         3u32,
+        &mut __cudagraph_guards,
     );
     let __cudagraph_key: u64 = 0;
     #[allow(unused_braces)]
@@ -196,7 +202,7 @@ fn expanded() -> ::cudagraph::Result<()> {
                 __cudagraph_key,
                 __cudagraph_stream,
                 &__cudagraph_nodes,
-                &[__cudagraph_g0, __cudagraph_g1, __cudagraph_g2, __cudagraph_g3],
+                __cudagraph_guards.all(),
             )
     }
 }

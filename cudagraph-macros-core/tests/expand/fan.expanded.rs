@@ -138,47 +138,55 @@ fn expanded() -> ::cudagraph::Result<()> {
         ::cudagraph::__private::Registered(& __CUDAGRAPH_PLAN)
     }
     let __cudagraph_call = ::cudagraph::__private::begin_call();
-    let (__cudagraph_r0, __cudagraph_g0) = ::cudagraph::__private::acquire(
+    let mut __cudagraph_guards = ::cudagraph::__private::Guards::<7>::new();
+    let __cudagraph_r0 = ::cudagraph::__private::acquire_into(
         &host_in,
         __cudagraph_stream,
         &__cudagraph_call,
         0u32,
+        &mut __cudagraph_guards,
     );
-    let (__cudagraph_r1, __cudagraph_w1, __cudagraph_g1) = ::cudagraph::__private::acquire_mut(
+    let (__cudagraph_r1, __cudagraph_w1) = ::cudagraph::__private::acquire_mut_into(
         &mut x,
         __cudagraph_stream,
         &__cudagraph_call,
         1u32,
+        &mut __cudagraph_guards,
     );
-    let (__cudagraph_r2, __cudagraph_w2, __cudagraph_g2) = ::cudagraph::__private::acquire_mut(
+    let (__cudagraph_r2, __cudagraph_w2) = ::cudagraph::__private::acquire_mut_into(
         &mut a,
         __cudagraph_stream,
         &__cudagraph_call,
         2u32,
+        &mut __cudagraph_guards,
     );
-    let (__cudagraph_r3, __cudagraph_w3, __cudagraph_g3) = ::cudagraph::__private::acquire_mut(
+    let (__cudagraph_r3, __cudagraph_w3) = ::cudagraph::__private::acquire_mut_into(
         &mut b,
         __cudagraph_stream,
         &__cudagraph_call,
         3u32,
+        &mut __cudagraph_guards,
     );
-    let (__cudagraph_r4, __cudagraph_w4, __cudagraph_g4) = ::cudagraph::__private::acquire_mut(
+    let (__cudagraph_r4, __cudagraph_w4) = ::cudagraph::__private::acquire_mut_into(
         &mut c,
         __cudagraph_stream,
         &__cudagraph_call,
         4u32,
+        &mut __cudagraph_guards,
     );
-    let (__cudagraph_r5, __cudagraph_w5, __cudagraph_g5) = ::cudagraph::__private::acquire_mut(
+    let (__cudagraph_r5, __cudagraph_w5) = ::cudagraph::__private::acquire_mut_into(
         &mut y,
         __cudagraph_stream,
         &__cudagraph_call,
         5u32,
+        &mut __cudagraph_guards,
     );
-    let (__cudagraph_r6, __cudagraph_w6, __cudagraph_g6) = ::cudagraph::__private::acquire_mut(
+    let (__cudagraph_r6, __cudagraph_w6) = ::cudagraph::__private::acquire_mut_into(
         &mut host_out,
         __cudagraph_stream,
         &__cudagraph_call,
         6u32,
+        &mut __cudagraph_guards,
     );
     let __cudagraph_key: u64 = 0;
     let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
@@ -254,15 +262,7 @@ fn expanded() -> ::cudagraph::Result<()> {
                 __cudagraph_key,
                 __cudagraph_stream,
                 &__cudagraph_nodes,
-                &[
-                    __cudagraph_g0,
-                    __cudagraph_g1,
-                    __cudagraph_g2,
-                    __cudagraph_g3,
-                    __cudagraph_g4,
-                    __cudagraph_g5,
-                    __cudagraph_g6,
-                ],
+                __cudagraph_guards.all(),
             )
     }
 }

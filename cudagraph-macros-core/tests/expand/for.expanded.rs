@@ -298,130 +298,120 @@ fn expanded() -> ::cudagraph::Result<()> {
         ::cudagraph::__private::Registered(& __CUDAGRAPH_PLAN)
     }
     let __cudagraph_call = ::cudagraph::__private::begin_call();
-    const __CUDAGRAPH_IDX0: ::cudagraph::__private::DistinctIndices<3usize> = ::cudagraph::__private::DistinctIndices::new([
-        0, 1, 2,
-    ]);
-    let [__cudagraph_e0_0, __cudagraph_e0_1, __cudagraph_e0_2] = {
-        use ::cudagraph::__private::DisjointMut as _;
-        bufs.__cudagraph_disjoint_mut_distinct(__CUDAGRAPH_IDX0)
-    };
-    const __CUDAGRAPH_IDX1: ::cudagraph::__private::DistinctIndices<3usize> = ::cudagraph::__private::DistinctIndices::new([
-        0, 1, 2,
-    ]);
-    let [__cudagraph_e1_0, __cudagraph_e1_1, __cudagraph_e1_2] = {
-        use ::cudagraph::__private::DisjointMut as _;
-        flags.__cudagraph_disjoint_mut_distinct(__CUDAGRAPH_IDX1)
-    };
-    let (__cudagraph_r0, __cudagraph_g0) = ::cudagraph::__private::acquire(
+    let mut __cudagraph_guards = ::cudagraph::__private::Guards::<10>::new();
+    let __cudagraph_a0 = ::cudagraph::__private::acquire_mut_each(
+        {
+            const __CUDAGRAPH_IDX0: ::cudagraph::__private::DistinctIndices<3usize> = ::cudagraph::__private::DistinctIndices::new([
+                0, 1, 2,
+            ]);
+            use ::cudagraph::__private::DisjointMut as _;
+            bufs.__cudagraph_disjoint_mut_distinct(__CUDAGRAPH_IDX0)
+        },
+        __cudagraph_stream,
+        &__cudagraph_call,
+        &[1u32, 4u32, 7u32],
+        &mut __cudagraph_guards,
+    );
+    let __cudagraph_a1 = ::cudagraph::__private::acquire_mut_each(
+        {
+            const __CUDAGRAPH_IDX1: ::cudagraph::__private::DistinctIndices<3usize> = ::cudagraph::__private::DistinctIndices::new([
+                0, 1, 2,
+            ]);
+            use ::cudagraph::__private::DisjointMut as _;
+            flags.__cudagraph_disjoint_mut_distinct(__CUDAGRAPH_IDX1)
+        },
+        __cudagraph_stream,
+        &__cudagraph_call,
+        &[2u32, 5u32, 8u32],
+        &mut __cudagraph_guards,
+    );
+    let __cudagraph_r0 = ::cudagraph::__private::acquire_into(
         &host[0],
         __cudagraph_stream,
         &__cudagraph_call,
         0u32,
+        &mut __cudagraph_guards,
     );
-    let (__cudagraph_r1, __cudagraph_w1, __cudagraph_g1) = ::cudagraph::__private::acquire_mut(
-        __cudagraph_e0_0,
-        __cudagraph_stream,
-        &__cudagraph_call,
-        1u32,
-    );
-    let (__cudagraph_r2, __cudagraph_w2, __cudagraph_g2) = ::cudagraph::__private::acquire_mut(
-        __cudagraph_e1_0,
-        __cudagraph_stream,
-        &__cudagraph_call,
-        2u32,
-    );
-    let (__cudagraph_r3, __cudagraph_g3) = ::cudagraph::__private::acquire(
+    let __cudagraph_r3 = ::cudagraph::__private::acquire_into(
         &host[1],
         __cudagraph_stream,
         &__cudagraph_call,
         3u32,
+        &mut __cudagraph_guards,
     );
-    let (__cudagraph_r4, __cudagraph_w4, __cudagraph_g4) = ::cudagraph::__private::acquire_mut(
-        __cudagraph_e0_1,
-        __cudagraph_stream,
-        &__cudagraph_call,
-        4u32,
-    );
-    let (__cudagraph_r5, __cudagraph_w5, __cudagraph_g5) = ::cudagraph::__private::acquire_mut(
-        __cudagraph_e1_1,
-        __cudagraph_stream,
-        &__cudagraph_call,
-        5u32,
-    );
-    let (__cudagraph_r6, __cudagraph_g6) = ::cudagraph::__private::acquire(
+    let __cudagraph_r6 = ::cudagraph::__private::acquire_into(
         &host[2],
         __cudagraph_stream,
         &__cudagraph_call,
         6u32,
+        &mut __cudagraph_guards,
     );
-    let (__cudagraph_r7, __cudagraph_w7, __cudagraph_g7) = ::cudagraph::__private::acquire_mut(
-        __cudagraph_e0_2,
-        __cudagraph_stream,
-        &__cudagraph_call,
-        7u32,
-    );
-    let (__cudagraph_r8, __cudagraph_w8, __cudagraph_g8) = ::cudagraph::__private::acquire_mut(
-        __cudagraph_e1_2,
-        __cudagraph_stream,
-        &__cudagraph_call,
-        8u32,
-    );
-    let (__cudagraph_r9, __cudagraph_w9, __cudagraph_g9) = ::cudagraph::__private::acquire_mut(
+    let (__cudagraph_r9, __cudagraph_w9) = ::cudagraph::__private::acquire_mut_into(
         &mut acc,
         __cudagraph_stream,
         &__cudagraph_call,
         9u32,
+        &mut __cudagraph_guards,
     );
     let __cudagraph_key: u64 = 0;
     let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n0 = ::cudagraph::__private::copy(
             { __cudagraph_r0 },
-            { __cudagraph_w1 },
+            { __cudagraph_a0[0].1 },
         );
         #[allow(unused_braces)]
-        let __cudagraph_n1 = ::cudagraph::__private::memset({ __cudagraph_w2 }, 0u32);
+        let __cudagraph_n1 = ::cudagraph::__private::memset(
+            { __cudagraph_a1[0].1 },
+            0u32,
+        );
         #[allow(unused_braces)]
         let __cudagraph_n2 = ::cudagraph::__private::kernel_node(
             ::cudagraph::__private::kernels(&k)
                 .scale(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5),
-                    { __cudagraph_w1 },
+                    { __cudagraph_a0[0].1 },
                 )
                 .launch(cfg),
         );
         #[allow(unused_braces)]
         let __cudagraph_n3 = ::cudagraph::__private::copy(
             { __cudagraph_r3 },
-            { __cudagraph_w4 },
+            { __cudagraph_a0[1].1 },
         );
         #[allow(unused_braces)]
-        let __cudagraph_n4 = ::cudagraph::__private::memset({ __cudagraph_w5 }, 0u32);
+        let __cudagraph_n4 = ::cudagraph::__private::memset(
+            { __cudagraph_a1[1].1 },
+            0u32,
+        );
         #[allow(unused_braces)]
         let __cudagraph_n5 = ::cudagraph::__private::kernel_node(
             ::cudagraph::__private::kernels(&k)
                 .scale(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5),
-                    { __cudagraph_w4 },
+                    { __cudagraph_a0[1].1 },
                 )
                 .launch(cfg),
         );
         #[allow(unused_braces)]
         let __cudagraph_n6 = ::cudagraph::__private::copy(
             { __cudagraph_r6 },
-            { __cudagraph_w7 },
+            { __cudagraph_a0[2].1 },
         );
         #[allow(unused_braces)]
-        let __cudagraph_n7 = ::cudagraph::__private::memset({ __cudagraph_w8 }, 0u32);
+        let __cudagraph_n7 = ::cudagraph::__private::memset(
+            { __cudagraph_a1[2].1 },
+            0u32,
+        );
         #[allow(unused_braces)]
         let __cudagraph_n8 = ::cudagraph::__private::kernel_node(
             ::cudagraph::__private::kernels(&k)
                 .scale(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5),
-                    { __cudagraph_w7 },
+                    { __cudagraph_a0[2].1 },
                 )
                 .launch(cfg),
         );
@@ -432,7 +422,7 @@ fn expanded() -> ::cudagraph::Result<()> {
             ::cudagraph::__private::kernels(&k)
                 .axpy(
                     ::cudagraph::__private::scalar(n),
-                    { __cudagraph_r1 },
+                    { __cudagraph_a0[0].0 },
                     { __cudagraph_w9 },
                 )
                 .launch(cfg),
@@ -442,7 +432,7 @@ fn expanded() -> ::cudagraph::Result<()> {
             ::cudagraph::__private::kernels(&k)
                 .axpy(
                     ::cudagraph::__private::scalar(n),
-                    { __cudagraph_r4 },
+                    { __cudagraph_a0[1].0 },
                     { __cudagraph_w9 },
                 )
                 .launch(cfg),
@@ -452,20 +442,20 @@ fn expanded() -> ::cudagraph::Result<()> {
             ::cudagraph::__private::kernels(&k)
                 .axpy(
                     ::cudagraph::__private::scalar(n),
-                    { __cudagraph_r7 },
+                    { __cudagraph_a0[2].0 },
                     { __cudagraph_w9 },
                 )
                 .launch(cfg),
         );
         #[allow(unused_braces)]
         let __cudagraph_n13 = ::cudagraph::__private::copy(
-            { __cudagraph_r1 },
-            { __cudagraph_w4 },
+            { __cudagraph_a0[0].0 },
+            { __cudagraph_a0[1].1 },
         );
         #[allow(unused_braces)]
         let __cudagraph_n14 = ::cudagraph::__private::copy(
-            { __cudagraph_r1 },
-            { __cudagraph_w7 },
+            { __cudagraph_a0[0].0 },
+            { __cudagraph_a0[2].1 },
         );
         (
             __cudagraph_n0,
@@ -496,18 +486,7 @@ fn expanded() -> ::cudagraph::Result<()> {
                 __cudagraph_key,
                 __cudagraph_stream,
                 &__cudagraph_nodes,
-                &[
-                    __cudagraph_g0,
-                    __cudagraph_g1,
-                    __cudagraph_g2,
-                    __cudagraph_g3,
-                    __cudagraph_g4,
-                    __cudagraph_g5,
-                    __cudagraph_g6,
-                    __cudagraph_g7,
-                    __cudagraph_g8,
-                    __cudagraph_g9,
-                ],
+                __cudagraph_guards.all(),
             )
     }
 }

@@ -152,35 +152,41 @@ fn expanded() -> ::cudagraph::Result<()> {
         ::cudagraph::__private::Registered(& __CUDAGRAPH_PLAN)
     }
     let __cudagraph_call = ::cudagraph::__private::begin_call();
-    let (__cudagraph_r0, __cudagraph_w0, __cudagraph_g0) = ::cudagraph::__private::acquire_mut(
+    let mut __cudagraph_guards = ::cudagraph::__private::Guards::<5>::new();
+    let (__cudagraph_r0, __cudagraph_w0) = ::cudagraph::__private::acquire_mut_into(
         &mut f.flags,
         __cudagraph_stream,
         &__cudagraph_call,
         0u32,
+        &mut __cudagraph_guards,
     );
-    let (__cudagraph_r1, __cudagraph_g1) = ::cudagraph::__private::acquire(
+    let __cudagraph_r1 = ::cudagraph::__private::acquire_into(
         &f.u,
         __cudagraph_stream,
         &__cudagraph_call,
         1u32,
+        &mut __cudagraph_guards,
     );
-    let (__cudagraph_r2, __cudagraph_w2, __cudagraph_g2) = ::cudagraph::__private::acquire_mut(
+    let (__cudagraph_r2, __cudagraph_w2) = ::cudagraph::__private::acquire_mut_into(
         &mut f.v,
         __cudagraph_stream,
         &__cudagraph_call,
         2u32,
+        &mut __cudagraph_guards,
     );
-    let (__cudagraph_r3, __cudagraph_w3, __cudagraph_g3) = ::cudagraph::__private::acquire_mut(
+    let (__cudagraph_r3, __cudagraph_w3) = ::cudagraph::__private::acquire_mut_into(
         &mut f.r,
         __cudagraph_stream,
         &__cudagraph_call,
         3u32,
+        &mut __cudagraph_guards,
     );
-    let (__cudagraph_r4, __cudagraph_w4, __cudagraph_g4) = ::cudagraph::__private::acquire_mut(
+    let (__cudagraph_r4, __cudagraph_w4) = ::cudagraph::__private::acquire_mut_into(
         &mut f.host_r,
         __cudagraph_stream,
         &__cudagraph_call,
         4u32,
+        &mut __cudagraph_guards,
     );
     let mut __cudagraph_key: u64 = 0;
     let mut __cudagraph_n4 = ::core::option::Option::None;
@@ -265,13 +271,7 @@ fn expanded() -> ::cudagraph::Result<()> {
                 __cudagraph_key,
                 __cudagraph_stream,
                 &__cudagraph_nodes,
-                &[
-                    __cudagraph_g0,
-                    __cudagraph_g1,
-                    __cudagraph_g2,
-                    __cudagraph_g3,
-                    __cudagraph_g4,
-                ],
+                __cudagraph_guards.all(),
             )
     }
 }

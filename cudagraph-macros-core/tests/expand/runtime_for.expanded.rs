@@ -68,17 +68,20 @@ fn expanded() -> ::cudagraph::Result<()> {
         ::cudagraph::__private::Registered(& __CUDAGRAPH_PLAN)
     }
     let __cudagraph_call = ::cudagraph::__private::begin_call();
-    let (__cudagraph_r0, __cudagraph_w0, __cudagraph_g0) = ::cudagraph::__private::acquire_mut(
+    let mut __cudagraph_guards = ::cudagraph::__private::Guards::<2>::new();
+    let (__cudagraph_r0, __cudagraph_w0) = ::cudagraph::__private::acquire_mut_into(
         &mut x,
         __cudagraph_stream,
         &__cudagraph_call,
         0u32,
+        &mut __cudagraph_guards,
     );
-    let (__cudagraph_r1, __cudagraph_w1, __cudagraph_g1) = ::cudagraph::__private::acquire_mut(
+    let (__cudagraph_r1, __cudagraph_w1) = ::cudagraph::__private::acquire_mut_into(
         &mut d,
         __cudagraph_stream,
         &__cudagraph_call,
         1u32,
+        &mut __cudagraph_guards,
     );
     let __cudagraph_key: u64 = 0;
     let mut __cudagraph_c0: usize = 0;
@@ -143,7 +146,7 @@ fn expanded() -> ::cudagraph::Result<()> {
                 &[__cudagraph_c0],
                 __cudagraph_stream,
                 &__cudagraph_nodes,
-                &[__cudagraph_g0, __cudagraph_g1],
+                __cudagraph_guards.all(),
             )
     }
 }
