@@ -1,0 +1,20 @@
+// Review 14: the handles `__private::acquire_mut_into` and `acquire_mut_each` return borrow the
+// buffer: it cannot be freed while a handle (or the `Guards` holding its guard) is alive.
+use cudagraph::__private::{Guards, acquire_mut_each, acquire_mut_into, begin_call};
+use cudagraph::cudarc::driver::CudaContext;
+
+fn main() -> cudagraph::Result<()> {
+    let ctx = CudaContext::new(0)?;
+    let s = ctx.new_stream()?;
+    let mut a = s.alloc_zeros::<u32>(16)?;
+    let mut v = vec![s.alloc_zeros::<u32>(16)?, s.alloc_zeros::<u32>(16)?];
+    let call = begin_call();
+    let mut g = Guards::<3>::new();
+    let (_r, w) = acquire_mut_into(&mut a, &s, &call, 0, &mut g);
+    let [x, y] = &mut v[..] else { return Ok(()) };
+    let hs = acquire_mut_each([x, y], &s, &call, &[1, 2], &mut g);
+    drop(a);
+    drop(v);
+    let _ = (w.len(), hs[0].1.len());
+    Ok(())
+}
