@@ -143,6 +143,9 @@ const VERIFY_STEPS: u64 = 3;
 /// variants by a host `if`: the first kernel adds 1 on even steps, 2 on odd ones).
 macro_rules! chain_graphs {
     ($step:ident, $rest:tt) => {
+        // Out of line: a row calls only its own size's body (inlined into `graph_step`,
+        // the 1000-node fan's stack frame was probed by every call of every size).
+        #[inline(never)]
         fn $step(
             cache: &mut GraphCache,
             stream: &CudaStream,
@@ -161,6 +164,9 @@ macro_rules! chain_graphs {
     ($step:ident, $alt:ident, $rest:tt) => {
         chain_graphs!($step, $rest);
 
+        // Out of line: a row calls only its own size's body (inlined into `graph_step`,
+        // the 1000-node fan's stack frame was probed by every call of every size).
+        #[inline(never)]
         fn $alt(
             cache: &mut GraphCache,
             stream: &CudaStream,
@@ -190,6 +196,9 @@ macro_rules! chain_graphs {
 /// what they all read, so it runs after all of them). `$alt` as in `chain_graphs!`.
 macro_rules! fan_graphs {
     ($step:ident, $mid:tt) => {
+        // Out of line: a row calls only its own size's body (inlined into `graph_step`,
+        // the 1000-node fan's stack frame was probed by every call of every size).
+        #[inline(never)]
         fn $step(
             cache: &mut GraphCache,
             stream: &CudaStream,
@@ -210,6 +219,9 @@ macro_rules! fan_graphs {
     ($step:ident, $alt:ident, $mid:tt) => {
         fan_graphs!($step, $mid);
 
+        // Out of line: a row calls only its own size's body (inlined into `graph_step`,
+        // the 1000-node fan's stack frame was probed by every call of every size).
+        #[inline(never)]
         fn $alt(
             cache: &mut GraphCache,
             stream: &CudaStream,
@@ -241,6 +253,9 @@ macro_rules! fan_graphs {
 /// `$rest` programmatic edges.
 macro_rules! pdl_chain_graph {
     ($step:ident, $rest:tt) => {
+        // Out of line: a row calls only its own size's body (inlined into `graph_step`,
+        // the 1000-node fan's stack frame was probed by every call of every size).
+        #[inline(never)]
         fn $step(
             cache: &mut GraphCache,
             stream: &CudaStream,
@@ -266,6 +281,9 @@ pdl_chain_graph!(pdl_chain_1000, 999);
 /// edges, the chain of rows qd and qn.
 macro_rules! inc_chain_graph {
     ($step:ident, $rest:tt) => {
+        // Out of line: a row calls only its own size's body (inlined into `graph_step`,
+        // the 1000-node fan's stack frame was probed by every call of every size).
+        #[inline(never)]
         fn $step(
             cache: &mut GraphCache,
             stream: &CudaStream,
@@ -361,6 +379,9 @@ const READ_ROWS: Rows = Rows::dense(READ_LEN, 1);
 /// (the last writer of that buffer).
 macro_rules! read_graphs {
     (chain $step:ident, $host:ty, $rest:tt) => {
+        // Out of line: a row calls only its own size's body (inlined into `graph_step`,
+        // the 1000-node fan's stack frame was probed by every call of every size).
+        #[inline(never)]
         fn $step(
             cache: &mut GraphCache,
             stream: &CudaStream,
@@ -378,6 +399,9 @@ macro_rules! read_graphs {
         }
     };
     (fan $step:ident, $host:ty, $mid:tt) => {
+        // Out of line: a row calls only its own size's body (inlined into `graph_step`,
+        // the 1000-node fan's stack frame was probed by every call of every size).
+        #[inline(never)]
         fn $step(
             cache: &mut GraphCache,
             stream: &CudaStream,

@@ -417,8 +417,7 @@ fn user_deref_to_different_slices_acquires_one_of_them() -> Result {
             assert_same(b, &seed, &format!("shown[{i}] is never written"));
         }
         // All three reads went through one borrow of the `DerefMut` slice.
-        let want =
-            host::combine3(&seed, &host::iota(N, 9, 0), &host::iota(N, 9, 1));
+        let want = host::combine3(&seed, &host::iota(N, 9, 0), &host::iota(N, 9, 1));
         assert_same(&s.clone_dtoh(&go)?, &want, "out model (DerefMut slice)");
     }
     Ok(())
