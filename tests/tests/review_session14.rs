@@ -79,7 +79,8 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 
 /// Three array groups of three kinds of container, each written in an unrolled `for` and read
 /// again afterwards.
-#[allow(clippy::too_many_arguments)]
+// A `Vec` on purpose: its elements are split through `Vec`'s own `DerefMut`.
+#[allow(clippy::too_many_arguments, clippy::ptr_arg)]
 fn containers(
     cache: &mut GraphCache,
     k: &Ops,
@@ -147,6 +148,8 @@ fn array_groups_of_vec_array_slice_and_views_match_eager() -> Result {
 }
 
 #[allow(unused_parens)] // `bufs[(1)]` is the attack
+// The index spellings are the point of the test.
+#[allow(clippy::identity_op)]
 fn spelled(
     cache: &mut GraphCache,
     k: &Ops,
