@@ -612,15 +612,15 @@ pub mod __private {
         call: &CallId,
         index: &[u32; M],
         guards: &mut Guards<'a, N>,
-    ) -> [(P::Read<'a>, P::Write<'a>); M] {
+    ) -> [P::Write<'a>; M] {
         // A plain loop writing in place (`array::map` moved each element through its
-        // adapters).
+        // adapters). Only the write handle is kept (half the bytes stored per place): a
+        // statement that reads the element uses its `read()`.
         let mut out = [const { core::mem::MaybeUninit::uninit() }; M];
         for ((place, slot), &i) in places.into_iter().zip(&mut out).zip(index) {
-            let (r, w, g) = place.acquire_mut(stream);
+            let (_, w, g) = place.acquire_mut(stream);
             guards.put(i, g);
-            let t = crate::operand::tag(call.0, i);
-            slot.write((r.with_tag(t, Token(())), w.with_tag(t, Token(()))));
+            slot.write(w.with_tag(crate::operand::tag(call.0, i), Token(())));
         }
         // SAFETY: the loop wrote all `M` elements (a panic part way leaks the handles, which
         // own nothing); `[MaybeUninit<T>; M]` has the layout of `[T; M]`.

@@ -626,10 +626,10 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
         let p = &places[&o.key];
         let h = match p.array {
             Some((a, k)) => {
+                // The array holds write handles; a read takes the same buffer's read handle.
                 let array = local(format!("__cudagraph_a{a}"));
                 let k = proc_macro2::Literal::usize_unsuffixed(k);
-                let field = syn::Index::from(usize::from(o.write));
-                quote!(#array[#k].#field)
+                if o.write { quote!(#array[#k]) } else { quote!(#array[#k].read()) }
             }
             None => {
                 let (r, w) = handles(p.index);

@@ -358,60 +358,51 @@ fn expanded() -> ::cudagraph::Result<()> {
         #[allow(unused_braces)]
         let __cudagraph_n0 = ::cudagraph::__private::copy(
             { __cudagraph_r0 },
-            { __cudagraph_a0[0].1 },
+            { __cudagraph_a0[0] },
         );
         #[allow(unused_braces)]
-        let __cudagraph_n1 = ::cudagraph::__private::memset(
-            { __cudagraph_a1[0].1 },
-            0u32,
-        );
+        let __cudagraph_n1 = ::cudagraph::__private::memset({ __cudagraph_a1[0] }, 0u32);
         #[allow(unused_braces)]
         let __cudagraph_n2 = ::cudagraph::__private::kernel_node(
             ::cudagraph::__private::kernels(&k)
                 .scale(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5),
-                    { __cudagraph_a0[0].1 },
+                    { __cudagraph_a0[0] },
                 )
                 .launch(cfg),
         );
         #[allow(unused_braces)]
         let __cudagraph_n3 = ::cudagraph::__private::copy(
             { __cudagraph_r3 },
-            { __cudagraph_a0[1].1 },
+            { __cudagraph_a0[1] },
         );
         #[allow(unused_braces)]
-        let __cudagraph_n4 = ::cudagraph::__private::memset(
-            { __cudagraph_a1[1].1 },
-            0u32,
-        );
+        let __cudagraph_n4 = ::cudagraph::__private::memset({ __cudagraph_a1[1] }, 0u32);
         #[allow(unused_braces)]
         let __cudagraph_n5 = ::cudagraph::__private::kernel_node(
             ::cudagraph::__private::kernels(&k)
                 .scale(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5),
-                    { __cudagraph_a0[1].1 },
+                    { __cudagraph_a0[1] },
                 )
                 .launch(cfg),
         );
         #[allow(unused_braces)]
         let __cudagraph_n6 = ::cudagraph::__private::copy(
             { __cudagraph_r6 },
-            { __cudagraph_a0[2].1 },
+            { __cudagraph_a0[2] },
         );
         #[allow(unused_braces)]
-        let __cudagraph_n7 = ::cudagraph::__private::memset(
-            { __cudagraph_a1[2].1 },
-            0u32,
-        );
+        let __cudagraph_n7 = ::cudagraph::__private::memset({ __cudagraph_a1[2] }, 0u32);
         #[allow(unused_braces)]
         let __cudagraph_n8 = ::cudagraph::__private::kernel_node(
             ::cudagraph::__private::kernels(&k)
                 .scale(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5),
-                    { __cudagraph_a0[2].1 },
+                    { __cudagraph_a0[2] },
                 )
                 .launch(cfg),
         );
@@ -422,7 +413,7 @@ fn expanded() -> ::cudagraph::Result<()> {
             ::cudagraph::__private::kernels(&k)
                 .axpy(
                     ::cudagraph::__private::scalar(n),
-                    { __cudagraph_a0[0].0 },
+                    { __cudagraph_a0[0].read() },
                     { __cudagraph_w9 },
                 )
                 .launch(cfg),
@@ -432,7 +423,7 @@ fn expanded() -> ::cudagraph::Result<()> {
             ::cudagraph::__private::kernels(&k)
                 .axpy(
                     ::cudagraph::__private::scalar(n),
-                    { __cudagraph_a0[1].0 },
+                    { __cudagraph_a0[1].read() },
                     { __cudagraph_w9 },
                 )
                 .launch(cfg),
@@ -442,20 +433,20 @@ fn expanded() -> ::cudagraph::Result<()> {
             ::cudagraph::__private::kernels(&k)
                 .axpy(
                     ::cudagraph::__private::scalar(n),
-                    { __cudagraph_a0[2].0 },
+                    { __cudagraph_a0[2].read() },
                     { __cudagraph_w9 },
                 )
                 .launch(cfg),
         );
         #[allow(unused_braces)]
         let __cudagraph_n13 = ::cudagraph::__private::copy(
-            { __cudagraph_a0[0].0 },
-            { __cudagraph_a0[1].1 },
+            { __cudagraph_a0[0].read() },
+            { __cudagraph_a0[1] },
         );
         #[allow(unused_braces)]
         let __cudagraph_n14 = ::cudagraph::__private::copy(
-            { __cudagraph_a0[0].0 },
-            { __cudagraph_a0[2].1 },
+            { __cudagraph_a0[0].read() },
+            { __cudagraph_a0[2] },
         );
         (
             __cudagraph_n0,

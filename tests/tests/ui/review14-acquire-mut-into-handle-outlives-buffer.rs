@@ -15,6 +15,6 @@ fn main() -> cudagraph::Result<()> {
     let hs = acquire_mut_each([x, y], &s, &call, &[1, 2], &mut g);
     drop(a);
     drop(v);
-    let _ = (w.len(), hs[0].1.len());
+    let _ = (w.len(), hs[0].len());
     Ok(())
 }
