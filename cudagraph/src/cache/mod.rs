@@ -852,8 +852,6 @@ impl<D: Driver> GraphCache<D> {
         self.recordings.iter().flatten().map(|r| r.len()).sum()
     }
 
-    /// Takes, for each keyed `capture` statement of a `graph!` call, the recording kept for its
-    /// operands and key, if any (before the unchanged-call check, which compares recordings).
     /// Whether a call of `site` may have a `capture` statement's node ([`NodeParams::Captured`],
     /// the only kind with kept recordings or unlisted work): for a `graph!` plan, whether it has
     /// a node of kind [`NodeKind::Captured`](crate::NodeKind::Captured) (device bodies and
@@ -871,6 +869,8 @@ impl<D: Driver> GraphCache<D> {
         c
     }
 
+    /// Takes, for each keyed `capture` statement of a `graph!` call, the recording kept for its
+    /// operands and key, if any (before the unchanged-call check, which compares recordings).
     fn reuse_recordings(&mut self, site: Site, nodes: &[Option<NodeParams<'_>>]) {
         let Site::Plan(plan) = site else { return };
         if !self.recordings_site.is_some_and(|p| ptr::eq(p, plan)) {
