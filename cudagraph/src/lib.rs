@@ -618,9 +618,7 @@ pub mod __private {
         // statement that reads the element uses its `read()`.
         let mut out = [const { core::mem::MaybeUninit::uninit() }; M];
         for ((place, slot), &i) in places.into_iter().zip(&mut out).zip(index) {
-            let (_, w, g) = place.acquire_mut(stream);
-            guards.put(i, g);
-            slot.write(w.with_tag(crate::operand::tag(call.0, i), Token(())));
+            slot.write(acquire_mut_into(place, stream, call, i, guards).1);
         }
         // SAFETY: the loop wrote all `M` elements (a panic part way leaks the handles, which
         // own nothing); `[MaybeUninit<T>; M]` has the layout of `[T; M]`.
