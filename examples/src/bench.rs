@@ -139,12 +139,14 @@ const ENQUEUE_REPS: u64 = 50;
 /// Steps run and checked before a row is timed.
 const VERIFY_STEPS: u64 = 3;
 
+// Every graph function below is `#[inline(never)]`: a row calls only its own size's body.
+// (Inlined into `graph_step`, the 1000-node fan's stack frame was probed by every call of every
+// size: 0.25 µs more host time per call at K = 1 and 10.)
+
 /// Chain graphs of `1 + REST` kernels: `$step` (the first adds `s`, the others 1) and `$alt` (two
 /// variants by a host `if`: the first kernel adds 1 on even steps, 2 on odd ones).
 macro_rules! chain_graphs {
     ($step:ident, $rest:tt) => {
-        // Out of line: a row calls only its own size's body (inlined into `graph_step`,
-        // the 1000-node fan's stack frame was probed by every call of every size).
         #[inline(never)]
         fn $step(
             cache: &mut GraphCache,
@@ -164,8 +166,6 @@ macro_rules! chain_graphs {
     ($step:ident, $alt:ident, $rest:tt) => {
         chain_graphs!($step, $rest);
 
-        // Out of line: a row calls only its own size's body (inlined into `graph_step`,
-        // the 1000-node fan's stack frame was probed by every call of every size).
         #[inline(never)]
         fn $alt(
             cache: &mut GraphCache,
@@ -196,8 +196,6 @@ macro_rules! chain_graphs {
 /// what they all read, so it runs after all of them). `$alt` as in `chain_graphs!`.
 macro_rules! fan_graphs {
     ($step:ident, $mid:tt) => {
-        // Out of line: a row calls only its own size's body (inlined into `graph_step`,
-        // the 1000-node fan's stack frame was probed by every call of every size).
         #[inline(never)]
         fn $step(
             cache: &mut GraphCache,
@@ -219,8 +217,6 @@ macro_rules! fan_graphs {
     ($step:ident, $alt:ident, $mid:tt) => {
         fan_graphs!($step, $mid);
 
-        // Out of line: a row calls only its own size's body (inlined into `graph_step`,
-        // the 1000-node fan's stack frame was probed by every call of every size).
         #[inline(never)]
         fn $alt(
             cache: &mut GraphCache,
@@ -253,8 +249,6 @@ macro_rules! fan_graphs {
 /// `$rest` programmatic edges.
 macro_rules! pdl_chain_graph {
     ($step:ident, $rest:tt) => {
-        // Out of line: a row calls only its own size's body (inlined into `graph_step`,
-        // the 1000-node fan's stack frame was probed by every call of every size).
         #[inline(never)]
         fn $step(
             cache: &mut GraphCache,
@@ -281,8 +275,6 @@ pdl_chain_graph!(pdl_chain_1000, 999);
 /// edges, the chain of rows qd and qn.
 macro_rules! inc_chain_graph {
     ($step:ident, $rest:tt) => {
-        // Out of line: a row calls only its own size's body (inlined into `graph_step`,
-        // the 1000-node fan's stack frame was probed by every call of every size).
         #[inline(never)]
         fn $step(
             cache: &mut GraphCache,
@@ -379,8 +371,6 @@ const READ_ROWS: Rows = Rows::dense(READ_LEN, 1);
 /// (the last writer of that buffer).
 macro_rules! read_graphs {
     (chain $step:ident, $host:ty, $rest:tt) => {
-        // Out of line: a row calls only its own size's body (inlined into `graph_step`,
-        // the 1000-node fan's stack frame was probed by every call of every size).
         #[inline(never)]
         fn $step(
             cache: &mut GraphCache,
@@ -399,8 +389,6 @@ macro_rules! read_graphs {
         }
     };
     (fan $step:ident, $host:ty, $mid:tt) => {
-        // Out of line: a row calls only its own size's body (inlined into `graph_step`,
-        // the 1000-node fan's stack frame was probed by every call of every size).
         #[inline(never)]
         fn $step(
             cache: &mut GraphCache,

@@ -9,11 +9,12 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{Ops, Result, assert_same, gpu};
+use common::{Ops, Result, buffers, gpu, read_all, same_all};
 use cudagraph::cudarc::driver::{CudaSlice, CudaStream, LaunchConfig};
 use cudagraph::{GraphCache, graph};
 
 const N: u32 = 4096;
+const LEN: usize = N as usize;
 
 fn cfg() -> LaunchConfig {
     LaunchConfig::for_num_elems(N)
@@ -42,14 +43,6 @@ fn step(
     })
 }
 
-fn buffers(s: &Arc<CudaStream>, n: usize) -> Result<Vec<CudaSlice<u32>>> {
-    Ok((0..n).map(|_| s.alloc_zeros::<u32>(N as usize)).collect::<std::result::Result<_, _>>()?)
-}
-
-fn host(s: &Arc<CudaStream>, bufs: &[CudaSlice<u32>]) -> Result<Vec<Vec<u32>>> {
-    Ok(bufs.iter().map(|b| s.clone_dtoh(b)).collect::<std::result::Result<_, _>>()?)
-}
-
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn array_elements_of_an_unrolled_for_match_eager_across_swaps() -> Result {
@@ -57,19 +50,16 @@ fn array_elements_of_an_unrolled_for_match_eager_across_swaps() -> Result {
     let (_ctx, s, k) = gpu()?;
     let x = s.clone_htod(&(0..N).map(|i| i.wrapping_mul(2_654_435_761)).collect::<Vec<_>>())?;
     // Two sets of arrays for the graph and the same two for the eager oracle.
-    let (mut bufs, mut out) = (buffers(&s, 6)?, buffers(&s, 5)?);
-    let (mut bufs2, mut out2) = (buffers(&s, 6)?, buffers(&s, 5)?);
-    let (mut ebufs, mut eout) = (buffers(&s, 6)?, buffers(&s, 5)?);
-    let (mut ebufs2, mut eout2) = (buffers(&s, 6)?, buffers(&s, 5)?);
+    let (mut bufs, mut out) = (buffers(&s, 6, LEN)?, buffers(&s, 5, LEN)?);
+    let (mut bufs2, mut out2) = (buffers(&s, 6, LEN)?, buffers(&s, 5, LEN)?);
+    let (mut ebufs, mut eout) = (buffers(&s, 6, LEN)?, buffers(&s, 5, LEN)?);
+    let (mut ebufs2, mut eout2) = (buffers(&s, 6, LEN)?, buffers(&s, 5, LEN)?);
     let (mut cache, mut eager) = (GraphCache::new(), GraphCache::eager());
     for call in 0..8u32 {
         step(&mut cache, &k, &s, &x, &mut bufs, &mut out, call)?;
         step(&mut eager, &k, &s, &x, &mut ebufs, &mut eout, call)?;
-        for (g, e) in [(&bufs, &ebufs), (&out, &eout)] {
-            for (i, (g, e)) in host(&s, g)?.iter().zip(&host(&s, e)?).enumerate() {
-                assert_same(g, e, &format!("call {call}, element {i}: graph vs eager"));
-            }
-        }
+        same_all(&read_all(&s, &bufs)?, &read_all(&s, &ebufs)?, &format!("call {call}: bufs"));
+        same_all(&read_all(&s, &out)?, &read_all(&s, &eout)?, &format!("call {call}: out"));
         // Elements swapped within an array, or the whole arrays replaced by the other set, as
         // the next call's buffers (pointer updates of the same variant).
         match call % 3 {
@@ -91,7 +81,7 @@ fn array_elements_of_an_unrolled_for_match_eager_across_swaps() -> Result {
     assert!(st.node_updates > 0, "the swapped pointers were updated: {st:?}");
     assert!(st.unchanged_calls == 0, "every call changed a scalar: {st:?}");
     // The host-side sums differ between calls (the results are not all zero).
-    assert!(host(&s, &bufs)?.iter().any(|b| b.iter().any(|&v| v != 0)));
+    assert!(read_all(&s, &bufs)?.iter().any(|b| b.iter().any(|&v| v != 0)));
     Ok(())
 }
 
@@ -103,10 +93,10 @@ fn array_elements_of_an_unrolled_for_match_eager_across_swaps() -> Result {
 fn a_place_that_panics_after_an_array_was_acquired_leaves_the_cache_usable() -> Result {
     let _serial = common::serial();
     let (_ctx, s, k) = gpu()?;
-    let mut bufs = buffers(&s, 3)?;
-    let mut others = buffers(&s, 2)?;
-    let mut ebufs = buffers(&s, 3)?;
-    let mut eothers = buffers(&s, 2)?;
+    let mut bufs = buffers(&s, 3, LEN)?;
+    let mut others = buffers(&s, 2, LEN)?;
+    let mut ebufs = buffers(&s, 3, LEN)?;
+    let mut eothers = buffers(&s, 2, LEN)?;
     fn call(
         cache: &mut GraphCache,
         k: &Ops,
@@ -131,12 +121,8 @@ fn a_place_that_panics_after_an_array_was_acquired_leaves_the_cache_usable() -> 
     for j in [1, 0, 1] {
         call(&mut cache, &k, &s, &mut bufs, &mut others, j)?;
         call(&mut GraphCache::eager(), &k, &s, &mut ebufs, &mut eothers, j)?;
-        for (i, (g, e)) in host(&s, &others)?.iter().zip(&host(&s, &eothers)?).enumerate() {
-            assert_same(g, e, &format!("others[{i}] after j = {j}: graph vs eager"));
-        }
-        for (i, (g, e)) in host(&s, &bufs)?.iter().zip(&host(&s, &ebufs)?).enumerate() {
-            assert_same(g, e, &format!("bufs[{i}] after j = {j}: graph vs eager"));
-        }
+        same_all(&read_all(&s, &others)?, &read_all(&s, &eothers)?, &format!("others, j = {j}"));
+        same_all(&read_all(&s, &bufs)?, &read_all(&s, &ebufs)?, &format!("bufs, j = {j}"));
     }
     Ok(())
 }

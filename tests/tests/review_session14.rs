@@ -44,7 +44,7 @@ mod common;
 use std::cell::Cell;
 use std::sync::Arc;
 
-use common::{Ops, Result, assert_same, gpu, host};
+use common::{Ops, Result, assert_same, buffers, gpu, host, read_all, same_all};
 use cudagraph::cudarc::driver::{CudaSlice, CudaStream, CudaViewMut, LaunchConfig};
 use cudagraph::{GraphCache, PinnedBuffer, eager, graph};
 
@@ -53,21 +53,6 @@ const LEN: usize = N as usize;
 
 fn cfg() -> LaunchConfig {
     LaunchConfig::for_num_elems(N)
-}
-
-fn buffers(s: &Arc<CudaStream>, n: usize) -> Result<Vec<CudaSlice<u32>>> {
-    Ok((0..n).map(|_| s.alloc_zeros::<u32>(LEN)).collect::<std::result::Result<_, _>>()?)
-}
-
-fn read_all(s: &Arc<CudaStream>, bufs: &[CudaSlice<u32>]) -> Result<Vec<Vec<u32>>> {
-    Ok(bufs.iter().map(|b| s.clone_dtoh(b)).collect::<std::result::Result<_, _>>()?)
-}
-
-fn same_all(g: &[Vec<u32>], e: &[Vec<u32>], what: &str) {
-    assert_eq!(g.len(), e.len(), "{what}: lengths");
-    for (i, (g, e)) in g.iter().zip(e).enumerate() {
-        assert_same(g, e, &format!("{what}, element {i}"));
-    }
 }
 
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
@@ -110,10 +95,10 @@ fn array_groups_of_vec_array_slice_and_views_match_eager() -> Result {
     let (_ctx, s, k) = gpu()?;
     let mut sets = Vec::new();
     for _ in 0..2 {
-        let v = buffers(&s, 3)?;
+        let v = buffers(&s, 3, LEN)?;
         let a: [CudaSlice<u32>; 3] =
             [s.alloc_zeros(LEN)?, s.alloc_zeros(LEN)?, s.alloc_zeros(LEN)?];
-        let sl = buffers(&s, 4)?;
+        let sl = buffers(&s, 4, LEN)?;
         let big = s.alloc_zeros::<u32>(3 * LEN)?;
         sets.push((v, a, sl, big));
     }
@@ -172,7 +157,7 @@ fn spelled(
 fn one_constant_element_spelled_three_ways_is_one_place() -> Result {
     let _serial = common::serial();
     let (_ctx, s, k) = gpu()?;
-    let (mut g, mut e) = (buffers(&s, 3)?, buffers(&s, 3)?);
+    let (mut g, mut e) = (buffers(&s, 3, LEN)?, buffers(&s, 3, LEN)?);
     let (mut go, mut eo) = (s.alloc_zeros::<u32>(LEN)?, s.alloc_zeros::<u32>(LEN)?);
     let (mut cache, mut eager_cache) = (GraphCache::new(), GraphCache::eager());
     for b in [5u32, 9, 9] {
@@ -477,7 +462,7 @@ fn reversed_body(
 fn user_inherent_disjoint_method_only_redirects() -> Result {
     let _serial = common::serial();
     let (_ctx, s, k) = gpu()?;
-    let (mut g, mut e) = (Reversed(buffers(&s, 3)?), Reversed(buffers(&s, 3)?));
+    let (mut g, mut e) = (Reversed(buffers(&s, 3, LEN)?), Reversed(buffers(&s, 3, LEN)?));
     let (mut cache, mut eager_cache) = (GraphCache::new(), GraphCache::eager());
     for _ in 0..2 {
         reversed_body(&mut cache, &k, &s, &mut g)?;
@@ -547,7 +532,7 @@ fn flaky_eager(
 fn user_index_that_panics_after_the_array_was_acquired() -> Result {
     let _serial = common::serial();
     let (_ctx, s, k) = gpu()?;
-    let f = Flaky { v: buffers(&s, 2)?, armed: Cell::new(true) };
+    let f = Flaky { v: buffers(&s, 2, LEN)?, armed: Cell::new(true) };
     let marker: Vec<u32> = (0..N).map(|i| !i).collect();
     let mut bufs: Vec<CudaSlice<u32>> =
         (0..2).map(|_| s.clone_htod(&marker)).collect::<std::result::Result<_, _>>()?;
@@ -573,7 +558,7 @@ fn user_index_that_panics_after_the_array_was_acquired() -> Result {
     }
     assert_eq!(cache.stats().builds, 0, "{:?}", cache.stats());
     f.armed.set(false);
-    let mut ebufs = buffers(&s, 2)?;
+    let mut ebufs = buffers(&s, 2, LEN)?;
     let mut epins: Vec<PinnedBuffer<u32>> =
         (0..2).map(|_| PinnedBuffer::<u32>::zeros(&s, LEN)).collect::<cudagraph::Result<_>>()?;
     for b in [2u32, 3] {

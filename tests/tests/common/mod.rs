@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use cudagraph::cudarc::driver::{CudaContext, CudaStream};
+use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use cudagraph::cudarc::nvrtc::compile_ptx;
 use cudagraph::kernels;
 
@@ -80,6 +80,25 @@ pub fn gpu() -> Result<(Arc<CudaContext>, Arc<CudaStream>, Ops)> {
     // SAFETY: the declarations match the kernels, which stay within their buffers.
     let k = unsafe { Ops::load(&ctx, compile_ptx(SOURCE)?) }?;
     Ok((ctx, stream, k))
+}
+
+/// `n` zeroed device buffers of `len` `u32` each, on `s`.
+pub fn buffers(s: &Arc<CudaStream>, n: usize, len: usize) -> Result<Vec<CudaSlice<u32>>> {
+    Ok((0..n).map(|_| s.alloc_zeros::<u32>(len)).collect::<std::result::Result<_, _>>()?)
+}
+
+/// Every buffer of `bufs` copied to the host.
+pub fn read_all(s: &Arc<CudaStream>, bufs: &[CudaSlice<u32>]) -> Result<Vec<Vec<u32>>> {
+    Ok(bufs.iter().map(|b| s.clone_dtoh(b)).collect::<std::result::Result<_, _>>()?)
+}
+
+/// Asserts two lists of buffer contents are equal: as many buffers, each [`assert_same`].
+#[track_caller]
+pub fn same_all(got: &[Vec<u32>], want: &[Vec<u32>], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_same(g, w, &format!("{what}, element {i}"));
+    }
 }
 
 /// Pinned host memory the host reads fast (flags 0, not write-combined), zeroed.
