@@ -544,8 +544,28 @@ pub mod __private {
         /// If `index` is not below `N` or its guard was put already (a bug of the macro).
         #[inline(always)]
         fn put(&mut self, index: u32, guard: Guard<'a>) {
+            let i = self.vacant(index);
+            self.fill(i, guard);
+        }
+
+        /// Place `index`'s slot, checked before its guard is made: nothing between the
+        /// guard's making and [`Self::fill`] can panic, so it is written straight into its
+        /// slot (a panic path in between kept each guard in a stack temporary, copied into
+        /// the slot with loads wider than the stores that made it: a store-forwarding stall
+        /// per place, most of the acquisition loop's time, `.ci/host-profile`).
+        ///
+        /// # Panics
+        /// If `index` is not below `N` or its guard was put already (a bug of the macro).
+        #[inline(always)]
+        fn vacant(&self, index: u32) -> usize {
             let i = index as usize;
             assert!(!self.set[i], "graph!: place {i} acquired twice");
+            i
+        }
+
+        /// Puts the guard of slot `i`, from [`Self::vacant`].
+        #[inline(always)]
+        fn fill(&mut self, i: usize, guard: Guard<'a>) {
             self.slots[i].write(guard);
             self.set[i] = true;
         }
@@ -566,7 +586,11 @@ pub mod __private {
     impl<const N: usize> Drop for Guards<'_, N> {
         fn drop(&mut self) {
             for (slot, &set) in self.slots.iter_mut().zip(&self.set) {
-                if set {
+                // SAFETY (of the read): `set` slots were written by `put`. A guard that
+                // records and owns nothing is left undropped: its drop does nothing, and the
+                // call into it per place was 8 % of an unchanged 1000-place call
+                // (`.ci/host-profile`).
+                if set && !unsafe { slot.assume_init_ref() }.is_inert() {
                     // SAFETY: `set` slots were written by `put` and are dropped only here.
                     unsafe { slot.assume_init_drop() }
                 }
@@ -583,8 +607,9 @@ pub mod __private {
         index: u32,
         guards: &mut Guards<'a, N>,
     ) -> P::Read<'a> {
+        let i = guards.vacant(index);
         let (r, g) = acquire(place, stream, call, index);
-        guards.put(index, g);
+        guards.fill(i, g);
         r
     }
 
@@ -597,8 +622,9 @@ pub mod __private {
         index: u32,
         guards: &mut Guards<'a, N>,
     ) -> (P::Read<'a>, P::Write<'a>) {
+        let i = guards.vacant(index);
         let (r, w, g) = acquire_mut(place, stream, call, index);
-        guards.put(index, g);
+        guards.fill(i, g);
         (r, w)
     }
 
@@ -606,23 +632,27 @@ pub mod __private {
     /// [`DisjointMut`]), element `k` being place number `index[k]`, in one loop: `graph!` uses
     /// it for the elements an unrolled `for` indexes with constants (`&mut bufs[i]`), which were
     /// one straight-line acquisition each (about 130 bytes of code per place).
-    pub fn acquire_mut_each<'a, P: PlaceMut + ?Sized, const M: usize, const N: usize>(
+    pub fn acquire_mut_each<'a, 'o, P: PlaceMut + ?Sized, const M: usize, const N: usize>(
+        out: &'o mut core::mem::MaybeUninit<[P::Write<'a>; M]>,
         places: [&'a mut P; M],
         stream: &'a CudaStream,
         call: &CallId,
         index: &[u32; M],
         guards: &mut Guards<'a, N>,
-    ) -> [P::Write<'a>; M] {
-        // A plain loop writing in place (`array::map` moved each element through its
-        // adapters). Only the write handle is kept (half the bytes stored per place): a
+    ) -> &'o [P::Write<'a>; M] {
+        // A plain loop writing into the caller's array (`array::map` moved each element
+        // through its adapters, and an array returned by value was copied once more: 40 KB
+        // for 1000 places). Only the write handle is kept (half the bytes stored per place): a
         // statement that reads the element uses its `read()`.
-        let mut out = [const { core::mem::MaybeUninit::uninit() }; M];
-        for ((place, slot), &i) in places.into_iter().zip(&mut out).zip(index) {
+        // SAFETY: `MaybeUninit<[T; M]>` has the layout of `[MaybeUninit<T>; M]`, every bit
+        // pattern of which is valid.
+        let slots = unsafe { &mut *out.as_mut_ptr().cast::<[core::mem::MaybeUninit<_>; M]>() };
+        for ((place, slot), &i) in places.into_iter().zip(slots).zip(index) {
             slot.write(acquire_mut_into(place, stream, call, i, guards).1);
         }
-        // SAFETY: the loop wrote all `M` elements (a panic part way leaks the handles, which
-        // own nothing); `[MaybeUninit<T>; M]` has the layout of `[T; M]`.
-        unsafe { core::mem::transmute_copy(&out) }
+        // SAFETY: the loop wrote all `M` elements (a panic part way returns nothing, and leaves
+        // written handles, which own nothing, undropped in `out`).
+        unsafe { out.assume_init_ref() }
     }
 
     /// `let name = alloc::<T>(len);`, place number `index` of `call`: a graph-owned buffer of
@@ -1029,17 +1059,18 @@ pub mod __private {
     tuple_segment!(15: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14);
     tuple_segment!(16: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14, P 15);
 
-    /// Each statement's node parameters, in one loop out of line (one instance per body size):
-    /// the statements of `segments`, in order (`N` in all).
+    /// Each statement's node parameters into `out`, in one loop out of line (one instance per
+    /// body size): the statements of `segments`, in order (`N` in all).
     #[inline(never)]
     pub fn entries<'a, const N: usize>(
+        out: &mut [Option<NodeParams<'a>>; N],
         segments: &[&dyn Segment<'a>],
-    ) -> [Option<NodeParams<'a>>; N] {
+    ) {
         // Filled in place by a plain loop (an iterator through `array::from_fn` moved each
-        // entry through its adapters: 10 % of an unchanged 1000-node call, `.ci/host-profile`).
-        // Each segment's count is read once. The segments are generated with the body: a count
-        // that differs from `N` is a bug of the macro, and panics here.
-        let mut out = [const { None }; N];
+        // entry through its adapters: 10 % of an unchanged 1000-node call, `.ci/host-profile`),
+        // into the caller's array (one returned by value was copied once more: 24 KB for 1000
+        // nodes). Each segment's count is read once. The segments are generated with the body:
+        // a count that differs from `N` is a bug of the macro, and panics here.
         let mut k = 0;
         for s in segments {
             let n = s.statements();
@@ -1048,7 +1079,6 @@ pub mod __private {
             k += n;
         }
         assert_eq!(k, N, "graph! node list: fewer than {N} statements");
-        out
     }
 
     #[cfg(test)]
@@ -1056,6 +1086,13 @@ pub mod __private {
         use super::{Entry, NodeParams, Segment, empty, entries, entry, entry_if};
         use crate::EmptyParams;
         use core::cell::Cell;
+
+        /// [`entries`] into a new list.
+        fn list<'a, const N: usize>(segments: &[&dyn Segment<'a>]) -> [Option<NodeParams<'a>>; N] {
+            let mut out = [const { None }; N];
+            entries(&mut out, segments);
+            out
+        }
 
         /// Which entries are present, in order.
         fn present<const N: usize>(list: &[Option<NodeParams<'_>>; N]) -> [bool; N] {
@@ -1069,21 +1106,21 @@ pub mod __private {
             let pair = (empty(), empty());
             let ec = entry(&c);
             let segments: [&dyn Segment<'_>; 4] = [&ea, &&pair, &eb, &ec];
-            assert_eq!(present(&entries::<5>(&segments)), [true, true, true, false, true]);
+            assert_eq!(present(&list::<5>(&segments)), [true, true, true, false, true]);
         }
 
         #[test]
         #[should_panic(expected = "fewer than 4 statements")]
         fn entries_refuses_too_few_statements() {
             let pair = (empty(), empty());
-            let _ = entries::<4>(&[&&pair]);
+            let _ = list::<4>(&[&&pair]);
         }
 
         #[test]
         #[should_panic(expected = "more than 1 statements")]
         fn entries_refuses_too_many_statements() {
             let pair = (empty(), empty());
-            let _ = entries::<1>(&[&&pair]);
+            let _ = list::<1>(&[&&pair]);
         }
 
         /// `Guards`: guards put in any order come back in place order; a place put twice or
@@ -1133,7 +1170,7 @@ pub mod __private {
         #[test]
         fn entries_reads_each_count_once() {
             let g = Growing(Cell::new(2));
-            assert_eq!(present(&entries::<2>(&[&g])), [false, false]);
+            assert_eq!(present(&list::<2>(&[&g])), [false, false]);
             assert_eq!(g.0.get(), 3);
         }
     }

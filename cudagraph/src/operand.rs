@@ -409,6 +409,13 @@ impl<'a> Guard<'a> {
         Guard::new(GuardKind::Parts(children), None, (0, 0), write)
     }
 
+    /// Whether it records nothing and owns nothing ([`GuardKind::Nothing`]): dropping it does
+    /// nothing, so it may be forgotten instead.
+    #[inline(always)]
+    pub(crate) fn is_inert(&self) -> bool {
+        matches!(self.kind, GuardKind::Nothing)
+    }
+
     /// The guards of a place made of several buffers ([`Self::of_parts`]); empty otherwise.
     #[inline(always)]
     fn children(&self) -> &[Guard<'a>] {

@@ -594,7 +594,14 @@ fn private_guards_and_acquire_mut_each_from_safe_code() -> Result {
         let (a, b) = bufs.split_at_mut(1);
         let _ = acquire_into(&x, &s, &call, 3, &mut g);
         let _ = acquire_mut_into(&mut pin, &s, &call, 2, &mut g);
-        let _ = acquire_mut_each([&mut a[0], &mut b[0]], &s, &call, &[0, 2], &mut g);
+        let _ = acquire_mut_each(
+            &mut std::mem::MaybeUninit::uninit(),
+            [&mut a[0], &mut b[0]],
+            &s,
+            &call,
+            &[0, 2],
+            &mut g,
+        );
     }));
     assert!(panic_text(&*r.expect_err("put twice")).contains("acquired twice"));
     // 2. An index out of range: a bounds panic, nothing left half put.
@@ -602,7 +609,14 @@ fn private_guards_and_acquire_mut_each_from_safe_code() -> Result {
         let call = begin_call();
         let mut g = Guards::<2>::new();
         let [a, b, c] = &mut bufs[..] else { unreachable!() };
-        let _ = acquire_mut_each([a, b, c], &s, &call, &[0, 1, 2], &mut g);
+        let _ = acquire_mut_each(
+            &mut std::mem::MaybeUninit::uninit(),
+            [a, b, c],
+            &s,
+            &call,
+            &[0, 1, 2],
+            &mut g,
+        );
     }));
     assert!(r.is_err(), "index 2 of a Guards<2>");
     // 3. `all()` of a partly filled container, and of a full one, with a scratch place.

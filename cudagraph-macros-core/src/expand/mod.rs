@@ -157,7 +157,8 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         quote! {
             // One fat pointer per chunk or other statement, converted out of line (a literal of
             // every statement's parameters makes large bodies slow to compile).
-            let #nodes = ::cudagraph::__private::entries::<#count>(&[#(#segments),*]);
+            let mut #nodes = [const { ::core::option::Option::None }; #count];
+            ::cudagraph::__private::entries(&mut #nodes, &[#(#segments),*]);
             // SAFETY: the plan was generated from this body (`run` checks each node's handles
             // against its accesses), and the guards are its places' borrows, in place order.
             unsafe {
@@ -297,9 +298,11 @@ fn acquisitions(
             // Acquired in one loop: element `k` is place `indices[k]`.
             let array = local(format!("__cudagraph_a{a}"));
             let indices = members.iter().map(|p| p.index as u32);
+            let store = local(format!("__cudagraph_as{a}"));
             out.extend(quote_spanned! {members[0].first.span=>
+                let mut #store = ::core::mem::MaybeUninit::uninit();
                 let #array = ::cudagraph::__private::acquire_mut_each(
-                    #elements, #stream, &#call, &[#(#indices),*], &mut #guards,
+                    &mut #store, #elements, #stream, &#call, &[#(#indices),*], &mut #guards,
                 );
             });
             continue;

@@ -185,9 +185,9 @@ fn expanded() -> ::cudagraph::Result<()> {
     });
     #[allow(unused_braces)]
     let __cudagraph_n4 = __cudagraph_s0.free_node();
-    let __cudagraph_nodes = ::cudagraph::__private::entries::<
-        5,
-    >(
+    let mut __cudagraph_nodes = [const { ::core::option::Option::None }; 5];
+    ::cudagraph::__private::entries(
+        &mut __cudagraph_nodes,
         &[
             &::cudagraph::__private::entry(&__cudagraph_n0),
             &&__cudagraph_chunk0,

@@ -251,9 +251,8 @@ fn expanded() -> ::cudagraph::Result<()> {
             __cudagraph_n5,
         )
     });
-    let __cudagraph_nodes = ::cudagraph::__private::entries::<
-        6,
-    >(&[&&__cudagraph_chunk0]);
+    let mut __cudagraph_nodes = [const { ::core::option::Option::None }; 6];
+    ::cudagraph::__private::entries(&mut __cudagraph_nodes, &[&&__cudagraph_chunk0]);
     unsafe {
         __cudagraph_cache
             .run(

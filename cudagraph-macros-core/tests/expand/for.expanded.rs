@@ -299,7 +299,9 @@ fn expanded() -> ::cudagraph::Result<()> {
     }
     let __cudagraph_call = ::cudagraph::__private::begin_call();
     let mut __cudagraph_guards = ::cudagraph::__private::Guards::<10>::new();
+    let mut __cudagraph_as0 = ::core::mem::MaybeUninit::uninit();
     let __cudagraph_a0 = ::cudagraph::__private::acquire_mut_each(
+        &mut __cudagraph_as0,
         {
             const __CUDAGRAPH_IDX0: ::cudagraph::__private::DistinctIndices<3usize> = ::cudagraph::__private::DistinctIndices::new([
                 0, 1, 2,
@@ -312,7 +314,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         &[1u32, 4u32, 7u32],
         &mut __cudagraph_guards,
     );
+    let mut __cudagraph_as1 = ::core::mem::MaybeUninit::uninit();
     let __cudagraph_a1 = ::cudagraph::__private::acquire_mut_each(
+        &mut __cudagraph_as1,
         {
             const __CUDAGRAPH_IDX1: ::cudagraph::__private::DistinctIndices<3usize> = ::cudagraph::__private::DistinctIndices::new([
                 0, 1, 2,
@@ -466,9 +470,8 @@ fn expanded() -> ::cudagraph::Result<()> {
             __cudagraph_n14,
         )
     });
-    let __cudagraph_nodes = ::cudagraph::__private::entries::<
-        15,
-    >(&[&&__cudagraph_chunk0]);
+    let mut __cudagraph_nodes = [const { ::core::option::Option::None }; 15];
+    ::cudagraph::__private::entries(&mut __cudagraph_nodes, &[&&__cudagraph_chunk0]);
     unsafe {
         __cudagraph_cache
             .run(

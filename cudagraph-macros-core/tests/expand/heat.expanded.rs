@@ -253,9 +253,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         __cudagraph_n6 = ::core::option::Option::Some(__cudagraph_v);
     } else {}
-    let __cudagraph_nodes = ::cudagraph::__private::entries::<
-        7,
-    >(
+    let mut __cudagraph_nodes = [const { ::core::option::Option::None }; 7];
+    ::cudagraph::__private::entries(
+        &mut __cudagraph_nodes,
         &[
             &&__cudagraph_chunk0,
             &::cudagraph::__private::entry_if(&__cudagraph_n4),

@@ -9,6 +9,6 @@ fn main() -> cudagraph::Result<()> {
     let mut a = s.alloc_zeros::<u32>(16)?;
     let call = begin_call();
     let mut g = Guards::<2>::new();
-    let _h = acquire_mut_each([&mut a, &mut a], &s, &call, &[0, 1], &mut g);
+    let _h = acquire_mut_each(&mut std::mem::MaybeUninit::uninit(), [&mut a, &mut a], &s, &call, &[0, 1], &mut g);
     Ok(())
 }

@@ -12,7 +12,8 @@ fn main() -> cudagraph::Result<()> {
     let mut g = Guards::<3>::new();
     let (_r, w) = acquire_mut_into(&mut a, &s, &call, 0, &mut g);
     let [x, y] = &mut v[..] else { return Ok(()) };
-    let hs = acquire_mut_each([x, y], &s, &call, &[1, 2], &mut g);
+    let mut store = std::mem::MaybeUninit::uninit();
+    let hs = acquire_mut_each(&mut store, [x, y], &s, &call, &[1, 2], &mut g);
     drop(a);
     drop(v);
     let _ = (w.len(), hs[0].len());
