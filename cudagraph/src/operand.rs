@@ -343,6 +343,9 @@ impl PinnedState {
 /// One place's borrow for one call (not public API): records the buffer's use on the stream when
 /// dropped, after the graph launch, and tells the cache the buffer's own stream and its address
 /// range (for the ordering of [`crate::cache`]'s ledger and the aliasing check).
+///
+/// Only `kind` may own anything: `Guards::drop` forgets a guard of kind [`GuardKind::Nothing`]
+/// instead of dropping it ([`Guard::is_inert`]), so every other field must need no drop.
 #[doc(hidden)]
 pub struct Guard<'a> {
     kind: GuardKind<'a>,
@@ -413,6 +416,10 @@ impl<'a> Guard<'a> {
     /// nothing, so it may be forgotten instead.
     #[inline(always)]
     pub(crate) fn is_inert(&self) -> bool {
+        // Every field but `kind` needs no drop (see the struct's doc).
+        const _: () = assert!(
+            !core::mem::needs_drop::<Option<&CudaStream>>() && !core::mem::needs_drop::<u64>()
+        );
         matches!(self.kind, GuardKind::Nothing)
     }
 

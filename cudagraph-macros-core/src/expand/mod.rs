@@ -86,13 +86,20 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
     // (A body without places puts no guard.)
     let guards_mut = if order.is_empty() { quote!() } else { quote!(mut) };
 
+    // A body with captured work needs the stream's `Arc` (cudarc's stream calls take one).
+    let captures = checked.nodes.iter().any(|f| matches!(f.node.op, Op::Capture { .. }));
+    let looped_body = checked.nodes.iter().any(|f| f.looped.is_some());
     let mut counter = NodeCounter {
         next: 0,
         ifs: 0,
         loops: 0,
         conds: 0,
         chunks: 0,
-        looped_body: checked.nodes.iter().any(|f| f.looped.is_some()),
+        looped_body,
+        // The call's words are made with its statements, except where the cache must see
+        // the node list first (kept recordings of `capture` statements) or runs it otherwise
+        // (run-time loops).
+        words: !looped_body && !captures,
         chunk_of: Vec::new(),
     };
     let mut decls = TokenStream::new();
@@ -117,8 +124,6 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
     } else {
         quote!(let #key: u64 = 0;)
     };
-    // A body with captured work needs the stream's `Arc` (cudarc's stream calls take one).
-    let captures = checked.nodes.iter().any(|f| matches!(f.node.op, Op::Capture { .. }));
     let stream_decl = if captures {
         let arc = local("__cudagraph_stream_arc");
         quote! {
@@ -154,17 +159,42 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
             }
         }
         let nodes = local("__cudagraph_nodes");
+        let run_call = if counter.words {
+            let words = local("__cudagraph_words");
+            quote! {
+                // SAFETY: the plan was generated from this body (`run_words` checks each
+                // node's handles against its accesses), the guards are its places' borrows,
+                // in place order, and the words were made by this cache for this call, each
+                // present node put in as its statement made it.
+                unsafe {
+                    #cache_var.run_words(
+                        &__CUDAGRAPH_PLAN, &#call, #key, #stream, &#nodes, #guards, #words,
+                    )
+                }
+            }
+        } else {
+            quote! {
+                // SAFETY: the plan was generated from this body (`run` checks each node's
+                // handles against its accesses), and the guards are its places' borrows, in
+                // place order.
+                unsafe {
+                    #cache_var.run(&__CUDAGRAPH_PLAN, &#call, #key, #stream, &#nodes, #guards)
+                }
+            }
+        };
         quote! {
             // One fat pointer per chunk or other statement, converted out of line (a literal of
             // every statement's parameters makes large bodies slow to compile).
             let mut #nodes = [const { ::core::option::Option::None }; #count];
             ::cudagraph::__private::entries(&mut #nodes, &[#(#segments),*]);
-            // SAFETY: the plan was generated from this body (`run` checks each node's handles
-            // against its accesses), and the guards are its places' borrows, in place order.
-            unsafe {
-                #cache_var.run(&__CUDAGRAPH_PLAN, &#call, #key, #stream, &#nodes, #guards)
-            }
+            #run_call
         }
+    };
+    let words_decl = if counter.words {
+        let words = local("__cudagraph_words");
+        quote!(let mut #words = #cache_var.words(&__CUDAGRAPH_PLAN, &#call);)
+    } else {
+        quote!()
     };
     quote! {{
         let #cache_var: &mut ::cudagraph::GraphCache = #cache;
@@ -173,6 +203,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         let #call = ::cudagraph::__private::begin_call();
         let #guards_mut #guards_var = ::cudagraph::__private::Guards::<#place_count>::new();
         #acquisitions
+        #words_decl
         #key_decl
         #decls
         #body
@@ -389,6 +420,9 @@ pub(crate) struct NodeCounter {
     pub(crate) chunks: usize,
     /// Whether the body has run-time loops (its node list is a `Vec`, not the array).
     pub(crate) looped_body: bool,
+    /// Whether each statement's node goes into the call's words as it is made
+    /// (`__private::word_node`, `GraphCache::run_words`).
+    pub(crate) words: bool,
     /// By node index, the chunk of each statement built in one (its name is then a reference
     /// into the chunk), and whether it is the chunk's first.
     pub(crate) chunk_of: Vec<Option<(usize, bool)>>,
@@ -436,13 +470,18 @@ pub(crate) fn emit_items(
             counter.next += 1;
             chunk.push((n, node_value(node, places)));
             if chunk.len() == CHUNK {
-                out.extend(emit_chunk(&mut chunk, counter.chunks, !counter.looped_body));
+                out.extend(emit_chunk(
+                    &mut chunk,
+                    counter.chunks,
+                    !counter.looped_body,
+                    counter.words,
+                ));
                 counter.chunks += 1;
             }
             continue;
         }
         if !chunk.is_empty() {
-            out.extend(emit_chunk(&mut chunk, counter.chunks, !counter.looped_body));
+            out.extend(emit_chunk(&mut chunk, counter.chunks, !counter.looped_body, counter.words));
             counter.chunks += 1;
         }
         match item {
@@ -461,13 +500,25 @@ pub(crate) fn emit_items(
                 } else if holder == Holder::Conditional {
                     decls.extend(quote!(let mut #n = ::core::option::Option::None;));
                     let v = local("__cudagraph_v");
+                    let word = if counter.words {
+                        let w = local("__cudagraph_words");
+                        quote! {
+                            if let ::core::option::Option::Some(#v) = &#n {
+                                ::cudagraph::__private::word_node(&mut #w, #v);
+                            }
+                        }
+                    } else {
+                        quote!()
+                    };
                     out.extend(quote! {
                         #[allow(unused_braces)]
                         let #v = #value;
                         #n = ::core::option::Option::Some(#v);
+                        #word
                     });
                 } else {
-                    out.extend(quote!(#[allow(unused_braces)] let #n = #value;));
+                    let word = word_node(&n, counter.words);
+                    out.extend(quote!(#[allow(unused_braces)] let #n = #value; #word));
                 }
                 // A device statement's bodies follow it in the node list, present with it.
                 if let Op::Conditional { bodies, .. } = &node.op {
@@ -514,7 +565,7 @@ pub(crate) fn emit_items(
         }
     }
     if !chunk.is_empty() {
-        out.extend(emit_chunk(&mut chunk, counter.chunks, !counter.looped_body));
+        out.extend(emit_chunk(&mut chunk, counter.chunks, !counter.looped_body, counter.words));
         counter.chunks += 1;
     }
     out
@@ -601,6 +652,7 @@ fn emit_chunk(
     chunk: &mut Vec<(syn::Ident, TokenStream)>,
     number: usize,
     set_list: bool,
+    words: bool,
 ) -> TokenStream {
     let c = local(format!("__cudagraph_chunk{number}"));
     let names: Vec<&syn::Ident> = chunk.iter().map(|(n, _)| n).collect();
@@ -611,6 +663,13 @@ fn emit_chunk(
             (#(#names,)*)
         });
     };
+    if words {
+        // Each node into the call's words from its place in the chunk's tuple (a node put in
+        // inside the closure, before it moved into the tuple, was copied once more).
+        let w = local("__cudagraph_words");
+        let fields = (0..chunk.len()).map(syn::Index::from);
+        out.extend(quote!(#(::cudagraph::__private::word_node(&mut #w, &#c.#fields);)*));
+    }
     if !set_list {
         // A body with a run-time `for` lists its nodes by name (see `loops`); the
         // node list of any other body takes the chunk's tuple as one segment.
@@ -618,6 +677,13 @@ fn emit_chunk(
     }
     chunk.clear();
     out
+}
+
+/// The statement that puts node `n` into the call's words, as soon as it is made (nothing
+/// when the body makes no words).
+fn word_node(n: &syn::Ident, words: bool) -> TokenStream {
+    let w = local("__cudagraph_words");
+    if words { quote!(::cudagraph::__private::word_node(&mut #w, &#n);) } else { quote!() }
 }
 
 /// The expression that evaluates a statement's node parameters.

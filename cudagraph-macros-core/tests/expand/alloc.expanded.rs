@@ -148,9 +148,12 @@ fn expanded() -> ::cudagraph::Result<()> {
         3u32,
         &mut __cudagraph_guards,
     );
+    let mut __cudagraph_words = __cudagraph_cache
+        .words(&__CUDAGRAPH_PLAN, &__cudagraph_call);
     let __cudagraph_key: u64 = 0;
     #[allow(unused_braces)]
     let __cudagraph_n0 = __cudagraph_s0.alloc_node();
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_n0);
     let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n1 = ::cudagraph::__private::kernel_node(
@@ -183,8 +186,12 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         (__cudagraph_n1, __cudagraph_n2, __cudagraph_n3)
     });
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.0);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.1);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.2);
     #[allow(unused_braces)]
     let __cudagraph_n4 = __cudagraph_s0.free_node();
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_n4);
     let mut __cudagraph_nodes = [const { ::core::option::Option::None }; 5];
     ::cudagraph::__private::entries(
         &mut __cudagraph_nodes,
@@ -196,13 +203,14 @@ fn expanded() -> ::cudagraph::Result<()> {
     );
     unsafe {
         __cudagraph_cache
-            .run(
+            .run_words(
                 &__CUDAGRAPH_PLAN,
                 &__cudagraph_call,
                 __cudagraph_key,
                 __cudagraph_stream,
                 &__cudagraph_nodes,
                 __cudagraph_guards.all(),
+                __cudagraph_words,
             )
     }
 }

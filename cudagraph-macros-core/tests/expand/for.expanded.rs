@@ -357,6 +357,8 @@ fn expanded() -> ::cudagraph::Result<()> {
         9u32,
         &mut __cudagraph_guards,
     );
+    let mut __cudagraph_words = __cudagraph_cache
+        .words(&__CUDAGRAPH_PLAN, &__cudagraph_call);
     let __cudagraph_key: u64 = 0;
     let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
@@ -470,17 +472,33 @@ fn expanded() -> ::cudagraph::Result<()> {
             __cudagraph_n14,
         )
     });
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.0);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.1);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.2);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.3);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.4);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.5);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.6);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.7);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.8);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.9);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.10);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.11);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.12);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.13);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.14);
     let mut __cudagraph_nodes = [const { ::core::option::Option::None }; 15];
     ::cudagraph::__private::entries(&mut __cudagraph_nodes, &[&&__cudagraph_chunk0]);
     unsafe {
         __cudagraph_cache
-            .run(
+            .run_words(
                 &__CUDAGRAPH_PLAN,
                 &__cudagraph_call,
                 __cudagraph_key,
                 __cudagraph_stream,
                 &__cudagraph_nodes,
                 __cudagraph_guards.all(),
+                __cudagraph_words,
             )
     }
 }

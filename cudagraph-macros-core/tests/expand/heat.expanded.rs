@@ -188,6 +188,8 @@ fn expanded() -> ::cudagraph::Result<()> {
         4u32,
         &mut __cudagraph_guards,
     );
+    let mut __cudagraph_words = __cudagraph_cache
+        .words(&__CUDAGRAPH_PLAN, &__cudagraph_call);
     let mut __cudagraph_key: u64 = 0;
     let mut __cudagraph_n4 = ::core::option::Option::None;
     let mut __cudagraph_n5 = ::core::option::Option::None;
@@ -229,11 +231,18 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         (__cudagraph_n0, __cudagraph_n1, __cudagraph_n2, __cudagraph_n3)
     });
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.0);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.1);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.2);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.3);
     if residual {
         __cudagraph_key |= 1u64 << 0u32;
         #[allow(unused_braces)]
         let __cudagraph_v = ::cudagraph::__private::zero({ __cudagraph_w3 });
         __cudagraph_n4 = ::core::option::Option::Some(__cudagraph_v);
+        if let ::core::option::Option::Some(__cudagraph_v) = &__cudagraph_n4 {
+            ::cudagraph::__private::word_node(&mut __cudagraph_words, __cudagraph_v);
+        }
         #[allow(unused_braces)]
         let __cudagraph_v = ::cudagraph::__private::kernel_node(
             ::cudagraph::__private::kernels(&k)
@@ -246,12 +255,18 @@ fn expanded() -> ::cudagraph::Result<()> {
                 .launch(c.cells),
         );
         __cudagraph_n5 = ::core::option::Option::Some(__cudagraph_v);
+        if let ::core::option::Option::Some(__cudagraph_v) = &__cudagraph_n5 {
+            ::cudagraph::__private::word_node(&mut __cudagraph_words, __cudagraph_v);
+        }
         #[allow(unused_braces)]
         let __cudagraph_v = ::cudagraph::__private::copy(
             { __cudagraph_r3 },
             { __cudagraph_w4 },
         );
         __cudagraph_n6 = ::core::option::Option::Some(__cudagraph_v);
+        if let ::core::option::Option::Some(__cudagraph_v) = &__cudagraph_n6 {
+            ::cudagraph::__private::word_node(&mut __cudagraph_words, __cudagraph_v);
+        }
     } else {}
     let mut __cudagraph_nodes = [const { ::core::option::Option::None }; 7];
     ::cudagraph::__private::entries(
@@ -265,13 +280,14 @@ fn expanded() -> ::cudagraph::Result<()> {
     );
     unsafe {
         __cudagraph_cache
-            .run(
+            .run_words(
                 &__CUDAGRAPH_PLAN,
                 &__cudagraph_call,
                 __cudagraph_key,
                 __cudagraph_stream,
                 &__cudagraph_nodes,
                 __cudagraph_guards.all(),
+                __cudagraph_words,
             )
     }
 }

@@ -13,7 +13,8 @@ use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::error::{Call, CudaError, Error, NodeSite, Result};
 use crate::introspect::{ClonedGraph, GraphInfo, GraphNode};
-use crate::kind::{CapturedWork, Limits, NodeParams, NodeState, Reports};
+use crate::kind::kernel::WORDS_TAG;
+use crate::kind::{CallWords, CapturedWork, Limits, NodeParams, NodeState, Reports};
 use crate::operand::Guard;
 use crate::plan::{EdgeKind, Plan};
 use crate::raw::{self, Cuda, Driver};
@@ -343,6 +344,8 @@ pub struct GraphCache<D: Driver = Cuda> {
     plan_captures: Option<(&'static Plan, bool)>,
     /// The nodes present in the call [`Self::unchanged`] last packed to the end.
     present_nodes: u64,
+    /// A number no other cache has: the [`CallWords`] it makes name it.
+    id: u64,
 }
 
 // SAFETY: the raw driver handles inside (graphs, execs, the variants' launch events) are only
@@ -374,6 +377,9 @@ struct Variant {
     edges: Vec<(u32, u32, EdgeKind)>,
     last_use: u64,
     hits: u64,
+    /// A number no other variant has (its index changes as variants are removed): the
+    /// [`CallWords`] compared with its words name it.
+    serial: u64,
     /// The [`NodeParams::pack`] words of the last call that brought the exec up to date, when
     /// every node of it packed; empty otherwise, and emptied before any change to the exec, so
     /// that a call equal to it needs nothing sent.
@@ -419,6 +425,19 @@ pub(crate) struct GraphCall<'s> {
     pub(crate) key: u64,
     /// A builder variant's topology, compared in full (empty for `graph!`).
     pub(crate) signature: &'s [u32],
+}
+
+/// A call's [`CallWords`] after [`GraphCache::take_back`]: what the unchanged-call check needs.
+pub(crate) struct Words {
+    /// The variant they were compared with, given back its words.
+    from: Option<usize>,
+    plan: &'static Plan,
+    call: u64,
+    out: Vec<u64>,
+    pos: usize,
+    diverged: bool,
+    ok: bool,
+    present: u64,
 }
 
 impl Default for GraphCache {
@@ -481,7 +500,40 @@ impl GraphCache {
             return Err(plan.graph_error(source));
         }
         let call = GraphCall { shape: plan, site: Site::Plan(plan), key, signature: &[] };
-        self.run_call(call, stream, nodes, guards, Some(call_id.0))
+        self.run_call(call, stream, nodes, guards, Some(call_id.0), None)
+    }
+
+    /// [`Self::run`] with the call's words made as its statements were evaluated
+    /// ([`Self::words`], then [`word_node`](crate::__private::word_node) of each node): the
+    /// unchanged-call check compares those instead of packing `nodes` again. Called by
+    /// generated code for bodies without `capture` statements or run-time loops.
+    ///
+    /// # Safety
+    /// As [`Self::run`]; and `words` was made by this cache's `words(plan, call_id)`, then
+    /// given each node present in `nodes`, once, in an order that only `key` decides (the
+    /// order the body's statements made them), and nothing else.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn run_words(
+        &mut self,
+        plan: &'static Plan,
+        call_id: &crate::operand::CallId,
+        key: u64,
+        stream: &CudaStream,
+        nodes: &[Option<NodeParams<'_>>],
+        guards: &[Guard<'_>],
+        words: CallWords,
+    ) -> Result<()> {
+        // The variant's words go back first, whatever happens next.
+        let words = self.take_back(words);
+        if nodes.len() != plan.nodes.len() || guards.len() != plan.places.len() {
+            self.packed = words.out;
+            let error = cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE);
+            let source = CudaError { call: "GraphCache::run (node list of another plan)", error };
+            return Err(plan.graph_error(source));
+        }
+        let call = GraphCall { shape: plan, site: Site::Plan(plan), key, signature: &[] };
+        self.run_call(call, stream, nodes, guards, Some(call_id.0), Some(words))
     }
 
     /// Binds the stream's context, reads the device's launch limits once per context,
@@ -495,6 +547,7 @@ impl GraphCache {
         nodes: &[Option<NodeParams<'_>>],
         guards: &[Guard<'_>],
         call_id: Option<u64>,
+        words: Option<Words>,
     ) -> Result<()> {
         let location = call.shape.location();
         // Host functions recorded by this call's captures report their panics to this cache.
@@ -503,7 +556,7 @@ impl GraphCache {
         // holds that `Arc` for the whole call.
         unsafe {
             crate::kind::host::with_call_reports(reports, || {
-                self.run_checked(call, stream, nodes, guards, call_id)
+                self.run_checked(call, stream, nodes, guards, call_id, words)
             })
         }
         .map_err(|e| e.or_context_fault(location))
@@ -516,6 +569,7 @@ impl GraphCache {
         nodes: &[Option<NodeParams<'_>>],
         guards: &[Guard<'_>],
         call_id: Option<u64>,
+        words: Option<Words>,
     ) -> Result<()> {
         let graph_err = |source| call.shape.graph_error(source);
         if let Some(panicked) = self.reports.take() {
@@ -542,7 +596,10 @@ impl GraphCache {
         if self.mode != Mode::Eager && captures {
             self.reuse_recordings(call.site, nodes);
         }
-        let same = self.unchanged(&call, ctx, nodes, handles)?;
+        let same = match words {
+            Some(w) => self.unchanged_words(&call, ctx, w, handles),
+            None => self.unchanged(&call, ctx, nodes, handles)?,
+        };
         if same.is_none() {
             validate(call.shape, nodes, ctx, self.limits.as_ref(), handles, &mut self.peers)?;
         }
@@ -993,6 +1050,7 @@ impl<D: Driver> GraphCache<D> {
             recordings_site: None,
             plan_captures: None,
             present_nodes: 0,
+            id: crate::operand::next_id(),
             recordings_per_capture: GraphCache::DEFAULT_RECORDINGS_PER_CAPTURE,
         }
     }
@@ -1127,12 +1185,25 @@ impl<D: Driver> GraphCache<D> {
             }
         }
         let equal = pack.finish();
+        Ok(self.settle(call, found, equal, present, nodes.is_empty()))
+    }
+
+    /// The end of [`Self::unchanged`] and [`Self::unchanged_words`], with the call's words in
+    /// `packed` (`equal`: equal to `found`'s, the variant of the call's key).
+    fn settle(
+        &mut self,
+        call: &GraphCall<'_>,
+        found: Option<usize>,
+        equal: bool,
+        present: u64,
+        no_nodes: bool,
+    ) -> Option<usize> {
         self.present_nodes = present;
         self.packed_ok = !equal;
         // (An empty pack is a variant's whose last call did not pack, unless it has no nodes.)
-        let kept = |i: usize| !self.variants[i].pack.is_empty() || nodes.is_empty();
+        let kept = |i: usize| !self.variants[i].pack.is_empty() || no_nodes;
         if equal {
-            return Ok(found.filter(|&i| kept(i)));
+            return found.filter(|&i| kept(i));
         }
         self.packed_seen = false;
         if self.execs_per_variant > 1 && self.packed_ok {
@@ -1155,10 +1226,115 @@ impl<D: Driver> GraphCache<D> {
             if twin.is_some() {
                 self.packed_ok = false;
                 self.stats.memo_hits += 1;
-                return Ok(twin);
+                return twin;
             }
         }
-        Ok(None)
+        None
+    }
+
+    /// The words of a `graph!` call of `plan` to be made as its statements are evaluated
+    /// ([`CallWords`], [`word_node`](crate::__private::word_node)), compared as they are made
+    /// with the words of the variant this cache launched last, which are lent to them until
+    /// [`Self::run_words`] gives them back (a call that never gets there, because its body
+    /// panicked, leaves that variant without words: its next call is compared node by node).
+    /// In [`Mode::Eager`] no words are made. Touches no driver.
+    #[doc(hidden)]
+    pub fn words(&mut self, plan: &'static Plan, call: &crate::operand::CallId) -> CallWords {
+        let mut out = core::mem::take(&mut self.packed);
+        out.clear();
+        let ok = self.mode != Mode::Eager;
+        let mut w = CallWords {
+            cache: self.id,
+            from: None,
+            plan,
+            call: call.0,
+            last: Vec::new(),
+            out,
+            pos: 0,
+            diverged: false,
+            ok,
+            present: 0,
+        };
+        if ok && self.site.is_some_and(|s| s.same(Site::Plan(plan))) {
+            let last = (0..self.variants.len()).max_by_key(|&i| self.variants[i].last_use);
+            if let Some(i) = last {
+                w.last = core::mem::take(&mut self.variants[i].pack);
+                w.from = Some((i, self.variants[i].serial));
+            }
+        }
+        if ok {
+            w.with(|p| p.push(WORDS_TAG));
+        }
+        w
+    }
+
+    /// Gives the variant a call's words were compared with its words back ([`Self::words`])
+    /// and returns the rest. Words made by another cache, or compared with a variant that is
+    /// gone or whose words changed since, give nothing back (what they were compared with is
+    /// dropped), and count as not made unless they diverged (then `out` holds them all).
+    fn take_back(&mut self, w: CallWords) -> Words {
+        let CallWords { cache, from, plan, call, last, out, pos, diverged, ok, present } = w;
+        let lent = |&(i, serial): &(usize, u64)| {
+            cache == self.id
+                && self.variants.get(i).is_some_and(|v| v.serial == serial && v.pack.is_empty())
+        };
+        let from = from.filter(lent).map(|(i, _)| i);
+        if let Some(i) = from {
+            self.variants[i].pack = last;
+        }
+        let ok = ok && (diverged || from.is_some());
+        Words { from, plan, call, out, pos, diverged, ok, present }
+    }
+
+    /// [`Self::unchanged`] of a call whose words were made with its statements ([`CallWords`],
+    /// given back by [`Self::take_back`]): the variant whose last call this one equals, else
+    /// `None` with the call's words in `packed` (when every node packed).
+    fn unchanged_words(
+        &mut self,
+        call: &GraphCall<'_>,
+        ctx: CUcontext,
+        w: Words,
+        handles: Option<(&Plan, u64)>,
+    ) -> Option<usize> {
+        self.packed_ok = false;
+        // As in `unchanged`: pairs a refused earlier call noted are not this call's.
+        self.peers.pending.clear();
+        let Words { from, plan, call: id, mut out, pos, diverged, ok, present } = w;
+        // Words of this call: of its plan and its call id (whose handles they packed by place).
+        let ours = matches!(call.site, Site::Plan(p) if ptr::eq(p, plan))
+            && handles.is_some_and(|(p, h)| ptr::eq(p, plan) && h == id);
+        if self.mode == Mode::Eager || !ok || !ours {
+            out.clear();
+            self.packed = out;
+            return None;
+        }
+        let site = self.site.is_some_and(|s| s.same(call.site));
+        let found = if site { self.find(call, ctx) } else { None };
+        if !diverged {
+            // Every word equal to the first `pos` of `from`'s (`take_back` keeps `ok` only
+            // with `from` here).
+            let Some(i) = from else {
+                self.packed = out;
+                return None;
+            };
+            if found == Some(i) && pos == self.variants[i].pack.len() {
+                self.packed = out;
+                self.present_nodes = present;
+                return Some(i);
+            }
+            out.clear();
+            out.extend_from_slice(&self.variants[i].pack[..pos]);
+        }
+        self.packed = out;
+        let equal = found.is_some_and(|i| self.variants[i].pack == self.packed);
+        let same = self.settle(call, found, equal, present, false);
+        if found.is_some_and(|i| self.variants[i].pack.is_empty()) {
+            // Its words were lent to a call that never gave them back (its body panicked):
+            // its exec is brought up to date node by node, not joined by another for words
+            // that only look new.
+            self.packed_seen = false;
+        }
+        same
     }
 
     /// The cached variant of this call's key, context, edge kinds and builder signature: of
@@ -1399,6 +1575,7 @@ impl<D: Driver> GraphCache<D> {
             edges,
             last_use: self.clock,
             hits: 0,
+            serial: crate::operand::next_id(),
             pack: Vec::new(),
             memory: false,
             done: core::ptr::null_mut(),

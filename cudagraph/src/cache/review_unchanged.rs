@@ -107,7 +107,9 @@ fn kernels_plan(n: usize) -> &'static Plan {
     leak_plan((0..n as u32).map(|i| node(NodeKind::Kernel("k"), vec![wr(i)])).collect(), n)
 }
 
-/// `GraphCache::run_checked`'s graph-mode steps (see the module's doc).
+/// `GraphCache::run_checked`'s graph-mode steps (see the module's doc), with the call's words
+/// made as `graph!` makes them (`GraphCache::words`, each present node in order, then
+/// `run_words`'s `take_back` and `unchanged_words`).
 fn run_checked(
     cache: &mut GraphCache<Mock>,
     plan: &'static Plan,
@@ -115,9 +117,40 @@ fn run_checked(
     nodes: &[Option<NodeParams<'_>>],
     call_id: u64,
 ) -> Result<()> {
+    let mut words = cache.words(plan, &crate::operand::CallId(call_id));
+    for n in nodes.iter().flatten() {
+        words.node(|p| n.pack(p));
+    }
+    let words = cache.take_back(words);
+    run_rest(cache, plan, key, nodes, call_id, Some(words))
+}
+
+/// [`run_checked`] with the node list packed by the cache (`GraphCache::unchanged`), as for a
+/// builder's call or a body with `capture` statements.
+fn run_checked_list(
+    cache: &mut GraphCache<Mock>,
+    plan: &'static Plan,
+    key: u64,
+    nodes: &[Option<NodeParams<'_>>],
+    call_id: u64,
+) -> Result<()> {
+    run_rest(cache, plan, key, nodes, call_id, None)
+}
+
+fn run_rest(
+    cache: &mut GraphCache<Mock>,
+    plan: &'static Plan,
+    key: u64,
+    nodes: &[Option<NodeParams<'_>>],
+    call_id: u64,
+    words: Option<super::Words>,
+) -> Result<()> {
     let call = GraphCall { shape: plan, site: Site::Plan(plan), key, signature: &[] };
     let handles = Some((plan, call_id));
-    let same = cache.unchanged(&call, CTX, nodes, handles)?;
+    let same = match words {
+        Some(w) => cache.unchanged_words(&call, CTX, w, handles),
+        None => cache.unchanged(&call, CTX, nodes, handles)?,
+    };
     if same.is_none() {
         validate(call.shape, nodes, CTX, cache.limits.as_ref(), handles, &mut cache.peers)?;
     }
@@ -439,4 +472,127 @@ fn different_parameters_pack_to_different_words() {
     // declared one or the other (each `kernels!` kernel is declared once per module), so this
     // never compares two calls of one function: listed, not refused.
     assert_eq!(equal, ["condition 0xa0 = plain 0xa0"], "{all:?}");
+}
+
+/// The two ways to the unchanged-call check, the call's words made with its statements
+/// (`graph!`) and the node list packed by the cache, take the same steps: two caches run the
+/// same 400 calls (buffers swapped between two and three sets, a scalar changed now and then,
+/// host `if`s switching the variant, a node absent), one each way, and their stats and driver
+/// calls agree after every call.
+#[test]
+fn words_made_with_the_statements_decide_as_the_node_list_does() {
+    let plan = kernels_plan(3);
+    let (ma, mb) = (Mock::default(), Mock::default());
+    let mut a = GraphCache::with_driver(ma.clone(), 8);
+    let mut b = GraphCache::with_driver(mb.clone(), 8);
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    for call in 1..=400u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let set = if call < 200 { call % 2 } else { call % 3 };
+        let scalar = if x.is_multiple_of(17) { 9 } else { 1 };
+        let key = u64::from(x.is_multiple_of(11));
+        let (k0, k1, k2) = (
+            kn(scalar, 0xa00 + 0x100 * set, call, 0),
+            kn(2, 0xb00 + 0x100 * set, call, 1),
+            kn(3, 0xc00, call, 2),
+        );
+        let nodes = [
+            Some(NodeParams::Kernel(&k0 as &dyn KernelNode)),
+            Some(NodeParams::Kernel(&k1 as &dyn KernelNode)),
+            (key == 0).then_some(NodeParams::Kernel(&k2 as &dyn KernelNode)),
+        ];
+        run_checked(&mut a, plan, key, &nodes, call).unwrap();
+        run_checked_list(&mut b, plan, key, &nodes, call).unwrap();
+        assert_eq!(a.stats(), b.stats(), "call {call}");
+        assert_eq!(ma.calls(), mb.calls(), "call {call}");
+    }
+    let s = a.stats();
+    assert!(s.unchanged_calls > 100 && s.memo_hits > 100, "{s:?}");
+}
+
+/// Words are lent the words of the variant launched last, which `take_back` gives back: words
+/// given to another cache, or back after that variant was removed, give nothing back and are
+/// not taken as unchanged (the other cache's call is checked node by node); words never given
+/// back (a body that panicked) leave the variant without words, so its next call is compared
+/// node by node too, and sends nothing new.
+#[test]
+fn words_given_to_another_cache_or_never_given_back_are_not_unchanged() {
+    fn list(p: &(RK<Args>, RK<Args>)) -> Vec<Option<NodeParams<'_>>> {
+        kernel_nodes(&[&p.0, &p.1])
+    }
+    let plan = kernels_plan(2);
+    let (ma, mb) = (Mock::default(), Mock::default());
+    let mut a = GraphCache::with_driver(ma.clone(), 8);
+    let mut b = GraphCache::with_driver(mb.clone(), 8);
+    let pair = |id| (kn(1, 0xa0, id, 0), kn(2, 0xb0, id, 1));
+    for id in 1..=2 {
+        let p = pair(id);
+        run_checked(&mut a, plan, 0, &list(&p), id).unwrap();
+        run_checked(&mut b, plan, 0, &list(&p), id).unwrap();
+    }
+    assert_eq!((a.stats().unchanged_calls, b.stats().unchanged_calls), (1, 1));
+    // Words made by `a`, equal to its last call's, given to `b`.
+    let p = pair(3);
+    let nodes = list(&p);
+    let mut words = a.words(plan, &crate::operand::CallId(3));
+    for n in nodes.iter().flatten() {
+        words.node(|q| n.pack(q));
+    }
+    let words = b.take_back(words);
+    assert!(!words.ok, "words of another cache");
+    run_rest(&mut b, plan, 0, &nodes, 3, Some(words)).unwrap();
+    assert_eq!(b.stats().unchanged_calls, 1, "checked node by node");
+    assert_eq!(b.stats().node_updates, 0, "nothing changed");
+    // `a` lent its variant's words and never got them back: its next call is compared node
+    // by node (no update sent), and the one after is unchanged again.
+    ma.calls();
+    let p = pair(4);
+    run_checked(&mut a, plan, 0, &list(&p), 4).unwrap();
+    assert_eq!(a.stats().unchanged_calls, 1);
+    assert_eq!(a.stats().node_updates, 0);
+    assert_eq!(ma.calls(), ["launch"]);
+    let p = pair(5);
+    run_checked(&mut a, plan, 0, &list(&p), 5).unwrap();
+    assert_eq!(a.stats().unchanged_calls, 2);
+    // Words lent by a variant removed before they come back: nothing given back.
+    let p = pair(6);
+    let nodes = list(&p);
+    let mut words = a.words(plan, &crate::operand::CallId(6));
+    for n in nodes.iter().flatten() {
+        words.node(|q| n.pack(q));
+    }
+    a.clear();
+    let words = a.take_back(words);
+    assert!(words.from.is_none() && !words.ok);
+    run_rest(&mut a, plan, 0, &nodes, 6, Some(words)).unwrap();
+    assert_eq!(a.stats().unchanged_calls, 2, "built anew");
+    assert_eq!(a.stats().builds, 2);
+}
+
+/// Words of another plan or another call id (their handles were packed as that call's places)
+/// are not this call's: checked node by node, and a handle of another call is refused.
+#[test]
+fn words_of_another_call_are_not_this_calls() {
+    let plan = kernels_plan(2);
+    let mock = Mock::default();
+    let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    let pair = |id| (kn(1, 0xa0, id, 0), kn(2, 0xb0, id, 1));
+    for id in 1..=2 {
+        let p = pair(id);
+        run_checked(&mut cache, plan, 0, &kernel_nodes(&[&p.0, &p.1]), id).unwrap();
+    }
+    assert_eq!(cache.stats().unchanged_calls, 1);
+    // Words made for call 3 from call 3's nodes, run with call 4's id and call 3's handles.
+    let p = pair(3);
+    let nodes = kernel_nodes(&[&p.0, &p.1]);
+    let mut words = cache.words(plan, &crate::operand::CallId(3));
+    for n in nodes.iter().flatten() {
+        words.node(|q| n.pack(q));
+    }
+    let words = cache.take_back(words);
+    let e = run_rest(&mut cache, plan, 0, &nodes, 4, Some(words)).unwrap_err();
+    assert!(matches!(e, Error::InvalidNode { .. }), "{e}");
+    assert_eq!(cache.stats().unchanged_calls, 1);
 }

@@ -204,6 +204,67 @@ impl<'a> Pack<'a> {
     }
 }
 
+/// The first word of a `graph!` call's words made with its statements ([`CallWords`]): no
+/// word sequence [`NodeParams::pack`](super::NodeParams) makes for a node list starts with it
+/// (those start with a node kind, 1 to 4, or 0 for an absent node), so the two kinds of words
+/// never compare equal.
+pub(crate) const WORDS_TAG: u64 = 0xc0de_0000_0000_0001;
+
+/// The unchanged-call words of one `graph!` call, made statement by statement as its body is
+/// evaluated ([`word_node`](crate::__private::word_node)), while each node's parameters are
+/// fresh in the processor's cache, and compared as they are made with the words of the
+/// variant the cache launched last. Made by [`GraphCache::words`](crate::GraphCache::words),
+/// handed back with the call ([`GraphCache::run_words`](crate::GraphCache::run_words)), which
+/// gives that variant its words back. Not public API.
+#[doc(hidden)]
+pub struct CallWords {
+    /// The [`GraphCache`](crate::GraphCache) that made it (its id).
+    pub(crate) cache: u64,
+    /// The variant whose words `last` are: its index and serial.
+    pub(crate) from: Option<(usize, u64)>,
+    pub(crate) plan: &'static crate::plan::Plan,
+    /// The `graph!` call whose handles are packed by place.
+    pub(crate) call: u64,
+    pub(crate) last: Vec<u64>,
+    pub(crate) out: Vec<u64>,
+    /// See [`Pack`]: words made so far equal to `last`'s first ones, while not `diverged`.
+    pub(crate) pos: usize,
+    pub(crate) diverged: bool,
+    /// Whether every node so far packed (and the cache is in graph mode): only then are the
+    /// words compared and kept.
+    pub(crate) ok: bool,
+    /// Nodes packed.
+    pub(crate) present: u64,
+}
+
+impl CallWords {
+    /// Runs `f` on a [`Pack`] that goes on where the last one stopped.
+    #[inline(always)]
+    pub(crate) fn with<R>(&mut self, f: impl FnOnce(&mut Pack<'_>) -> R) -> R {
+        let last = if self.diverged { &[][..] } else { &self.last[..] };
+        let mut p = Pack {
+            call: Some(self.call),
+            last,
+            pos: self.pos,
+            diverged: self.diverged,
+            out: &mut self.out,
+        };
+        let r = f(&mut p);
+        (self.pos, self.diverged) = (p.pos, p.diverged);
+        r
+    }
+
+    /// Packs one node ([`NodeParams::pack`](super::NodeParams)): a node that does not pack
+    /// stops the words (the call then takes the node-by-node path).
+    #[inline(always)]
+    pub(crate) fn node(&mut self, pack: impl FnOnce(&mut Pack<'_>) -> bool) {
+        if self.ok {
+            self.ok = self.with(pack);
+            self.present += 1;
+        }
+    }
+}
+
 macro_rules! kernel_args {
     ($($t:ident $i:tt),*) => {
         impl<$($t: KernelArg),*> KernelArgs for ($($t,)*) {
@@ -610,6 +671,7 @@ impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
     fn accesses(&self, out: &mut Accesses) -> usize {
         self.call.args.accesses(out)
     }
+    #[inline]
     fn pack(&self, out: &mut Pack<'_>) -> bool {
         let (call, args) = (&self.call, &self.call.args);
         let ctx = Some(call.ctx.cu_ctx());

@@ -49,7 +49,8 @@ pub use fill::{FillNode, MAX_FILL_BYTES};
 pub use host::{HostOperand, HostOperands, HostParams, HostWork};
 pub(crate) use kernel::Limits;
 pub use kernel::{
-    KernelArgs, KernelCall, KernelFn, KernelLaunch, KernelNode, LaunchCfg, LaunchDims, LaunchNode,
+    CallWords, KernelArgs, KernelCall, KernelFn, KernelLaunch, KernelNode, LaunchCfg, LaunchDims,
+    LaunchNode,
 };
 pub use memcpy::{CopyTo, MemcpyParams, Memory, copy};
 pub use memset::{MemsetParams, MemsetValue, MemsetValueOf, memset, zero};
@@ -693,11 +694,23 @@ fn pack_copy(
 pub trait IntoNode: crate::operand::sealed::Sealed {
     /// The node parameters.
     fn node(&self) -> NodeParams<'_>;
+    /// Its unchanged-call words ([`NodeParams::pack`]), without the dynamic dispatch.
+    #[doc(hidden)]
+    #[inline(always)]
+    fn words(&self, out: &mut kernel::Pack<'_>) -> bool {
+        self.node().pack(out)
+    }
 }
 impl<A: KernelArgs> crate::operand::sealed::Sealed for KernelLaunch<'_, A> {}
 impl<A: KernelArgs> IntoNode for KernelLaunch<'_, A> {
     fn node(&self) -> NodeParams<'_> {
         NodeParams::Kernel(self)
+    }
+    #[inline(always)]
+    fn words(&self, out: &mut kernel::Pack<'_>) -> bool {
+        // As `NodeParams::pack` of a kernel node, with the launch's own `pack`.
+        out.push(1);
+        KernelNode::pack(self, out)
     }
 }
 impl crate::operand::sealed::Sealed for MemcpyParams<'_> {}

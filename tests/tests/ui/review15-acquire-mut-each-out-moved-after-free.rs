@@ -1,0 +1,22 @@
+// Review 15: the `out` store of `__private::acquire_mut_each` is a `MaybeUninit` of the
+// buffers' handles; copied out after the buffers are freed (to read it later), it still
+// carries their borrow.
+use cudagraph::__private::{Guards, acquire_mut_each, begin_call};
+use cudagraph::cudarc::driver::CudaContext;
+
+fn main() -> cudagraph::Result<()> {
+    let ctx = CudaContext::new(0)?;
+    let s = ctx.new_stream()?;
+    let mut v = vec![s.alloc_zeros::<u32>(16)?, s.alloc_zeros::<u32>(16)?];
+    let call = begin_call();
+    let mut store = std::mem::MaybeUninit::uninit();
+    {
+        let mut g = Guards::<2>::new();
+        let [x, y] = &mut v[..] else { return Ok(()) };
+        let _ = acquire_mut_each(&mut store, [x, y], &s, &call, &[0, 1], &mut g);
+    }
+    drop(v);
+    let kept = store;
+    std::mem::forget(kept);
+    Ok(())
+}

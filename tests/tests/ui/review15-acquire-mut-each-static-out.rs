@@ -1,0 +1,18 @@
+// Review 15: an `out` store of `__private::acquire_mut_each` typed with `'static` handles
+// (to keep them past the buffers) makes the buffers' borrow `'static`.
+use cudagraph::DevWrite;
+use cudagraph::__private::{Guards, acquire_mut_each, begin_call};
+use cudagraph::cudarc::driver::CudaContext;
+use std::mem::MaybeUninit;
+
+fn main() -> cudagraph::Result<()> {
+    let ctx = CudaContext::new(0)?;
+    let s = ctx.new_stream()?;
+    let mut v = vec![s.alloc_zeros::<u32>(16)?, s.alloc_zeros::<u32>(16)?];
+    let call = begin_call();
+    let mut g = Guards::<2>::new();
+    let mut store: MaybeUninit<[DevWrite<'static, u32>; 2]> = MaybeUninit::uninit();
+    let [x, y] = &mut v[..] else { return Ok(()) };
+    let _ = acquire_mut_each(&mut store, [x, y], &s, &call, &[0, 1], &mut g);
+    Ok(())
+}
