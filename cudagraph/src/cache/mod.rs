@@ -494,13 +494,7 @@ impl GraphCache {
         nodes: &[Option<NodeParams<'_>>],
         guards: &[Guard<'_>],
     ) -> Result<()> {
-        if nodes.len() != plan.nodes.len() || guards.len() != plan.places.len() {
-            let error = cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE);
-            let source = CudaError { call: "GraphCache::run (node list of another plan)", error };
-            return Err(plan.graph_error(source));
-        }
-        let call = GraphCall { shape: plan, site: Site::Plan(plan), key, signature: &[] };
-        self.run_call(call, stream, nodes, guards, Some(call_id.0), None)
+        self.run_plan(plan, call_id, key, stream, nodes, guards, None)
     }
 
     /// [`Self::run`] with the call's words made as its statements were evaluated
@@ -526,14 +520,32 @@ impl GraphCache {
     ) -> Result<()> {
         // The variant's words go back first, whatever happens next.
         let words = self.take_back(words);
+        self.run_plan(plan, call_id, key, stream, nodes, guards, Some(words))
+    }
+
+    /// [`Self::run`] and [`Self::run_words`]: a node list and guards of another plan are
+    /// refused (the words' buffer kept for the next call), else the call is run.
+    #[allow(clippy::too_many_arguments)]
+    fn run_plan(
+        &mut self,
+        plan: &'static Plan,
+        call_id: &crate::operand::CallId,
+        key: u64,
+        stream: &CudaStream,
+        nodes: &[Option<NodeParams<'_>>],
+        guards: &[Guard<'_>],
+        words: Option<Words>,
+    ) -> Result<()> {
         if nodes.len() != plan.nodes.len() || guards.len() != plan.places.len() {
-            self.packed = words.out;
+            if let Some(w) = words {
+                self.packed = w.out;
+            }
             let error = cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE);
             let source = CudaError { call: "GraphCache::run (node list of another plan)", error };
             return Err(plan.graph_error(source));
         }
         let call = GraphCall { shape: plan, site: Site::Plan(plan), key, signature: &[] };
-        self.run_call(call, stream, nodes, guards, Some(call_id.0), Some(words))
+        self.run_call(call, stream, nodes, guards, Some(call_id.0), words)
     }
 
     /// Binds the stream's context, reads the device's launch limits once per context,

@@ -611,6 +611,14 @@ pub trait KernelNode: sealed::Sealed {
     }
 }
 
+/// A kernel node's words in a call's ([`NodeParams::pack`](super::NodeParams) and
+/// [`IntoNode::words`](super::IntoNode)): its kind, `1`, then [`KernelNode::pack`].
+#[inline(always)]
+pub(crate) fn pack_node<K: KernelNode + ?Sized>(k: &K, out: &mut Pack<'_>) -> bool {
+    out.push(1);
+    k.pack(out)
+}
+
 /// The words [`KernelNode::pack`] puts before a kernel node's arguments.
 #[doc(hidden)]
 #[inline(always)]

@@ -609,10 +609,7 @@ impl NodeParams<'_> {
     /// keyed statement still to be recorded): the call then takes the node-by-node path.
     pub(crate) fn pack(&self, out: &mut kernel::Pack<'_>) -> bool {
         match self {
-            NodeParams::Kernel(k) => {
-                out.push(1);
-                k.pack(out)
-            }
+            NodeParams::Kernel(k) => kernel::pack_node(*k, out),
             // A memset: everything `validate` and the node's state look at, and its handle.
             NodeParams::Memset(m) => {
                 let r = &m.raw;
@@ -709,8 +706,7 @@ impl<A: KernelArgs> IntoNode for KernelLaunch<'_, A> {
     #[inline(always)]
     fn words(&self, out: &mut kernel::Pack<'_>) -> bool {
         // As `NodeParams::pack` of a kernel node, with the launch's own `pack`.
-        out.push(1);
-        KernelNode::pack(self, out)
+        kernel::pack_node(self, out)
     }
 }
 impl crate::operand::sealed::Sealed for MemcpyParams<'_> {}
