@@ -678,7 +678,7 @@ pub mod __private {
     /// 1000-node call, `.ci/host-profile`).
     #[inline(never)]
     pub fn word_node<N: IntoNode>(words: &mut CallWords, node: &N) {
-        words.node(|p| node.words(p));
+        words.node(&crate::kind::kernel::OfNode(node));
     }
 
     /// A scalar kernel argument of `graph!`: any argument not written `&place`/`&mut place`.
@@ -832,10 +832,15 @@ pub mod __private {
         }
 
         /// Kernel `i` with the context it was loaded in, for a kernel call (its node runs on
-        /// that context's device). Not inlined, as [`Self::get`].
-        #[inline(never)]
+        /// that context's device). Inlined into each statement (a call there spilled the
+        /// statement's operands around it), with the bounds check's panic out of line (inlined,
+        /// it made a 1000-statement body take ten times longer to build, [`Self::get`]).
+        #[inline(always)]
         pub fn kernel(&self, i: usize) -> crate::kind::KernelFn<'_> {
-            crate::kind::KernelFn::new(&self.functions[i], &self.ctx)
+            match self.functions.get(i) {
+                Some(f) => crate::kind::KernelFn::new(f, &self.ctx),
+                None => no_kernel(i),
+            }
         }
 
         /// The context the module was loaded in.
@@ -847,6 +852,13 @@ pub mod __private {
         pub fn module(&self) -> &Arc<CudaModule> {
             &self.module
         }
+    }
+
+    /// [`Functions::kernel`] of an index past the last kernel (a bug of `kernels!`).
+    #[cold]
+    #[inline(never)]
+    fn no_kernel(i: usize) -> ! {
+        panic!("kernels!: no kernel {i} in the struct's module (a bug of the macro)")
     }
 
     /// Implemented by `kernels!` structs (and references to them): the only receivers `graph!`

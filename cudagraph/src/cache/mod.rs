@@ -1183,13 +1183,18 @@ impl<D: Driver> GraphCache<D> {
         let found = if site { self.find(call, ctx) } else { None };
         let last = found.map_or(&[][..], |i| &self.variants[i].pack[..]);
         let id = handles.map(|h| h.1);
-        let mut pack = crate::kind::kernel::Pack::new(last, &mut self.packed, id);
+        let mut pack = crate::kind::kernel::Compare::new(last, &mut self.packed, id);
         let mut present = 0;
         for n in nodes {
             match n {
-                None => pack.push(0),
+                None => {
+                    pack.node(&|p: &mut crate::kind::kernel::Pack<'_>| {
+                        p.push(0);
+                        true
+                    });
+                }
                 Some(n) => {
-                    if !n.pack(&mut pack) {
+                    if !pack.node(&|p: &mut crate::kind::kernel::Pack<'_>| n.pack(p)) {
                         return Ok(None);
                     }
                     present += 1;
@@ -1275,7 +1280,12 @@ impl<D: Driver> GraphCache<D> {
             }
         }
         if ok {
-            w.with(|p| p.push(WORDS_TAG));
+            // (`node` counts it as a node: `present` starts at 0 again.)
+            w.node(&|p: &mut crate::kind::kernel::Pack<'_>| {
+                p.push(WORDS_TAG);
+                true
+            });
+            w.present = 0;
         }
         w
     }

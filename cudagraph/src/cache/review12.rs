@@ -2,9 +2,12 @@
 //! the unchanged-call check (`Pack::push_arg`, `KernelArgs::pack(out, node_ctx)`), attacked
 //! against the mock driver.
 //!
-//! The words are decoded back here, with a decoder written from `push_arg`'s documentation
-//! (bits 0..=15 length or 0xffff and a length word, bit 63 device scalar, bits 61..=62 context
-//! class, bit 60 handle, bit 59 written, bit 57 and bits 16..=47 the place, bit 58 foreign). If
+//! The words are decoded back here, with a decoder written from `pack_head`'s documentation
+//! (session 16: the kernel tag, flags, argument count and layout in the first word, the
+//! function, the context only when it is not the function's, one word of 1-D dimensions) and
+//! `push_arg`'s (bits 0..=15 length or 0xffff and a length word, bit 63 device scalar, bits
+//! 61..=62 context class, bit 60 handle, bit 59 written, bit 57 and bits 16..=47 the place, bit
+//! 58 foreign). If
 //! every word sequence decodes to exactly what `validate` and `KernelState` look at (function,
 //! context, dims, argument bytes, each argument's context, handle place and write, device scalar
 //! length), equal words imply equal parameters, which is what the fast path relies on.
@@ -13,7 +16,7 @@ use super::tests::{self, CTX, Mock, STREAM, plan_node};
 use super::validate::validate;
 use super::{GraphCache, GraphCall, Site};
 use crate::error::{Error, Result};
-use crate::kind::kernel::{KernelArgs, Pack};
+use crate::kind::kernel::{Compare, KernelArgs, Pack};
 use crate::kind::{KernelNode, LaunchDims, NodeParams};
 use crate::operand::{DevRead, DevWrite, DeviceScalar, NO_ACCESSES, NO_BUFFER_ARGS, place_of, tag};
 use crate::plan::{Access, NodeKind, Plan};
@@ -93,7 +96,7 @@ fn expected<A: KernelArgs>(k: &RK<A>, call: Option<u64>) -> Node {
         func: k.func as u64,
         ctx: k.on as u64,
         dims: [d.grid.0, d.grid.1, d.grid.2, d.block.0, d.block.1, d.block.2, d.shared_bytes],
-        programmatic: false,
+        programmatic: k.programmatic,
         pointers: ptrs,
         args,
     }
@@ -102,32 +105,65 @@ fn expected<A: KernelArgs>(k: &RK<A>, call: Option<u64>) -> Node {
 /// `k`'s words (compared with nothing: all written out).
 fn words(k: &dyn KernelNode, call: Option<u64>) -> Vec<u64> {
     let mut out = Vec::new();
-    let mut p = Pack::new(&[], &mut out, call);
-    assert!(k.pack(&mut p));
+    let mut p = Compare::new(&[], &mut out, call);
+    assert!(p.node(&|p: &mut Pack<'_>| k.pack(p)));
     assert!(!p.finish());
     out
 }
 
-/// Decodes `w` as `push_arg`'s documentation describes, refusing any word with a bit that
-/// means nothing, and any leftover word.
+/// Decodes `w` as `pack_head`'s and `push_arg`'s documentation describe, refusing any word
+/// with a bit that means nothing, and any leftover word.
 fn decode(w: &[u64], call: Option<u64>) -> Node {
     let mut it = w.iter().copied();
     let mut next = || it.next().expect("words end early");
-    let func = next();
-    let ctx = next();
-    let (a, b, c) = (next(), next(), next());
-    let half = |x: u64| [x as u32, (x >> 32) as u32];
-    let [g0, g1] = half(a);
-    let [g2, b0] = half(b);
-    let [b1, b2] = half(c);
     let h = next();
-    let shared = h as u32;
-    let programmatic = (h >> 32) & 0xff == 1;
-    assert!((h >> 32) & 0xfe == 0, "programmatic word {h:#x}");
-    let count = ((h >> 40) & 0xff) as usize;
-    let pointers = (h >> 48) as u16;
+    assert_eq!(h >> 60, 1, "kernel tag: {h:#x}");
+    assert_eq!(h >> 48 & 0xfff, 0, "bits 48..=59 unused: {h:#x}");
+    assert_eq!(h >> 9 & 0x7f | h >> 3 & 1, 0, "bits 3 and 9..=15 unused: {h:#x}");
+    let programmatic = h & 1 == 1;
+    let has_ctx = h >> 1 & 1 == 1;
+    let one_d = h >> 2 & 1 == 1;
+    let count = (h >> 4 & 0x1f) as usize;
+    let func = next();
+    let layout = if count > 8 {
+        assert_eq!(h >> 16 & 0xffff_ffff, 0, "a layout in the first word of {count} args");
+        next()
+    } else {
+        h >> 16 & 0xffff_ffff
+    };
+    assert_eq!(layout.checked_shr(4 * count as u32).unwrap_or(0), 0, "layout past the args");
+    let ctx = if has_ctx { next() } else { 0 };
+    let dims = if one_d {
+        let d = next();
+        [d as u32, 1, 1, (d >> 32 & 0xffff) as u32, 1, 1, (d >> 48) as u32]
+    } else {
+        let half = |x: u64| [x as u32, (x >> 32) as u32];
+        let [g0, g1] = half(next());
+        let [g2, b0] = half(next());
+        let [b1, b2] = half(next());
+        let shared = next();
+        assert!(shared >> 32 == 0, "shared word {shared:#x}");
+        let d = [g0, g1, g2, b0, b1, b2, shared as u32];
+        // The 1-D form is used whenever it fits.
+        assert!(!(g1 == 1 && g2 == 1 && b1 == 1 && b2 == 1 && b0 < 1 << 16 && d[6] < 1 << 16));
+        d
+    };
     let mut args = Vec::new();
-    for _ in 0..count {
+    let mut pointers = 0u16;
+    for i in 0..count {
+        let form = (layout >> (4 * i) & 0xf) as usize;
+        assert!(form != 0, "argument {i} without a form");
+        if form != 0xf {
+            // A plain argument: its bytes only.
+            let mut bytes = Vec::with_capacity(8);
+            for _ in 0..form.div_ceil(8) {
+                bytes.extend_from_slice(&next().to_ne_bytes());
+            }
+            assert!(bytes[form..].iter().all(|&b| b == 0), "padding");
+            bytes.truncate(form);
+            args.push(Arg { bytes, ctx: None, handle: None, scalar_len: None });
+            continue;
+        }
         let a = next();
         let short = (a & 0xffff) as usize;
         let len = if short == 0xffff { next() as usize } else { short };
@@ -165,11 +201,13 @@ fn decode(w: &[u64], call: Option<u64>) -> Node {
             2 => Some(Some(next() as usize)),
             _ => panic!("context class 3 in {a:#x}"),
         };
+        // The pointer arguments: those with a context.
+        pointers |= u16::from(ctx.is_some()) << i;
         let scalar_len = scalar.then(|| next() as usize);
         args.push(Arg { bytes, ctx, handle, scalar_len });
     }
     assert!(it.next().is_none(), "words left over");
-    Node { func, ctx, dims: [g0, g1, g2, b0, b1, b2, shared], programmatic, pointers, args }
+    Node { func, ctx, dims, programmatic, pointers, args }
 }
 
 /// Decodes `k`'s words and compares with its parameters; returns the words.
@@ -257,6 +295,35 @@ fn review12_every_argument_class_decodes_back_to_its_parameters() {
         // and a u64 whose bytes could be taken for a length word.
         let ff2 = rk((*ff, 0xffffu64));
         all.push(roundtrip(&format!("{c}: 0xffff bytes then u64 0xffff"), &ff2, call));
+        // Session 16's head: plain arguments of 1 to 14 bytes (their length in the layout) and
+        // 15 or 16 (a word of their form), more than 8 arguments (the layout in a word of its
+        // own), dimensions in the 1-D word and not, `#[programmatic]`.
+        let h = wr(0xa0, 64, CTX, tag(ID, 3));
+        all.push(roundtrip(&format!("{c}: u8, [u8; 14]"), &rk((7u8, [9u8; 14])), call));
+        all.push(roundtrip(&format!("{c}: [u8; 15], [u8; 16]"), &rk(([9u8; 15], [9u8; 16])), call));
+        let nine = (1u8, 2u16, 3u32, 4u64, h, 6u32, [7u8; 3], 8u64, 9u32);
+        all.push(roundtrip(&format!("{c}: 9 args"), &rk(nine), call));
+        let sixteen = (1u32, 2u32, 3u32, 4u32, 5u32, 6u32, 7u32, 8u32);
+        let sixteen = (sixteen, (9u32, 10u32, 11u32, 12u32, 13u32, 14u32, 15u32, h));
+        let ((a0, a1, a2, a3, a4, a5, a6, a7), (b0, b1, b2, b3, b4, b5, b6, b7)) = sixteen;
+        let sixteen = (a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7);
+        all.push(roundtrip(&format!("{c}: 16 args"), &rk(sixteen), call));
+        let dims = [
+            ("3-D grid", LaunchDims { grid: (4, 2, 1), block: (32, 1, 1), shared_bytes: 0 }),
+            ("3-D block", LaunchDims { grid: (4, 1, 1), block: (32, 1, 2), shared_bytes: 0 }),
+            ("shared 0xffff", LaunchDims::new(4, 32).shared(0xffff)),
+            ("shared 0x10000", LaunchDims::new(4, 32).shared(0x1_0000)),
+            ("block 0xffff", LaunchDims::new(4, 0xffff)),
+            ("block 0x10000", LaunchDims::new(4, 0x1_0000)),
+            ("grid u32::MAX", LaunchDims::new(u32::MAX, 32)),
+        ];
+        for (what, d) in dims {
+            let mut k = rk((1u32, h));
+            k.dims = d;
+            all.push(roundtrip(&format!("{c}: {what}"), &k, call));
+            k.programmatic = true;
+            all.push(roundtrip(&format!("{c}: {what}, programmatic"), &k, call));
+        }
     }
     // Words equal across the list only where the parameters are equal too (the decoder checked
     // each): list them.

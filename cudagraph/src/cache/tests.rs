@@ -288,8 +288,12 @@ impl KernelNode for K {
     }
     fn pack(&self, out: &mut crate::kind::kernel::Pack<'_>) -> bool {
         let d = self.dims();
-        let (f, p) = (self.function(), self.pointer_args());
-        crate::kind::kernel::pack_head(out, f, self.on, &d, self.programmatic, 2, p);
+        let f = self.function();
+        // The layout: both arguments with a word of their form first (0xf), as below, but the
+        // address one 8 plain bytes when it is not a pointer argument (as `KernelArgs` would
+        // lay out a `u64`), so that the words tell the two apart.
+        let layout = if self.ptr_is_pointer { 0xff } else { 0x8f };
+        crate::kind::kernel::pack_head(out, f, Some(self.on), &d, self.programmatic, 2, layout);
         // As `KernelArgs::pack`: length, bytes, context of each argument.
         for w in [4, u64::from(self.scalar), 0, 8, self.ptr, self.ctx as u64] {
             out.push(w);

@@ -46,25 +46,158 @@ pub trait KernelArgs {
     #[doc(hidden)]
     fn pointers(&self) -> u16;
     /// Appends what the cache compares of the arguments between calls (see
-    /// [`KernelNode::pack`]): for each argument one word of its kind, length and handle
-    /// ([`Pack::push_arg`]), its bytes in 8-byte words (zero-padded), its context when it is
-    /// not `node_ctx`, and, for a device scalar, its buffer's length.
+    /// [`KernelNode::pack`]): for a plain argument (see [`Self::layout`]) its bytes in 8-byte
+    /// words (zero-padded); for any other, one word of its kind, length and handle
+    /// ([`Pack::push_arg`]), its bytes, its context when it is not `node_ctx`, and, for a
+    /// device scalar, its buffer's length.
     #[doc(hidden)]
     fn pack(&self, out: &mut Pack<'_>, node_ctx: Option<CUcontext>);
+    /// The arguments' forms in a kernel node's words, 4 bits per argument (argument `i` in bits
+    /// `4 * i ..`): its length in bytes, 1 to 14, for a plain argument (no context, handle,
+    /// device scalar or condition: only its bytes are packed), `0xf` for any other (a word of
+    /// its kind and length comes first, [`Pack::push_arg`]), 0 past the last argument.
+    #[doc(hidden)]
+    fn layout(&self) -> u64;
 }
 
-/// A call's nodes as words (see [`KernelNode::pack`]), compared with the words of the last call
-/// of the same variant as they are made: while they agree nothing is written; from the first
-/// word that differs on, the whole new sequence is written out, for the cache to keep.
+/// An argument's 4 bits of [`KernelArgs::layout`]: its length for a plain one, else `0xf`.
+#[inline(always)]
+fn arg_form<T: KernelArg + ?Sized>(a: &T) -> u64 {
+    let len = a.bytes().len();
+    let plain = a.context().is_none()
+        && a.access().is_none()
+        && a.device_scalar_len().is_none()
+        && a.condition().is_none()
+        && (1..=14).contains(&len);
+    if plain { len as u64 } else { 0xf }
+}
+
+/// One node's words (see [`KernelNode::pack`]), either compared with the words of the last
+/// call of the same variant (each word's difference folded into one, in registers: no branch
+/// and no store per word) or written out. Made by [`Compare::node`], which packs a node that
+/// differs a second time, writing.
 #[doc(hidden)]
 pub struct Pack<'a> {
     /// The `graph!` call whose buffer handles are packed by place (see [`Pack::push_handle`]).
     call: Option<u64>,
+    /// Comparing: the last call's words, from this node's first on.
     last: &'a [u64],
-    /// Words made so far that equal `last`'s first ones (while `!diverged`).
+    /// Comparing: words made so far.
+    pos: usize,
+    /// Comparing: the bits in which any word so far differs from `last`'s (or is past its end).
+    diff: u64,
+    /// Writing: where the words go.
+    out: Option<&'a mut Vec<u64>>,
+}
+
+/// A call's nodes as words (see [`KernelNode::pack`]), compared node by node with the words of
+/// the last call of the same variant ([`Self::node`]): while they agree nothing is written;
+/// from the first node that differs on, the whole new sequence is written out, for the cache
+/// to keep.
+pub(crate) struct Compare<'a> {
+    call: Option<u64>,
+    last: &'a [u64],
+    /// Words of the nodes so far, all equal to `last`'s first ones (while `!diverged`).
     pos: usize,
     diverged: bool,
     out: &'a mut Vec<u64>,
+}
+
+impl<'a> Compare<'a> {
+    /// Compares with `last`; the new words go to `out` (emptied) once they differ. `call`: the
+    /// id of the `graph!` call whose handles are checked (`None` for a builder's call).
+    pub(crate) fn new(last: &'a [u64], out: &'a mut Vec<u64>, call: Option<u64>) -> Self {
+        out.clear();
+        Compare { call, last, pos: 0, diverged: false, out }
+    }
+
+    /// One node's words, made by `pack` (which returns `false` for a node that does not pack:
+    /// then so does this, and the words are of no use). See [`compare_node`].
+    #[inline(always)]
+    pub(crate) fn node<W: NodeWords + ?Sized>(&mut self, node: &W) -> bool {
+        let (call, last) = (self.call, self.last);
+        compare_node(call, last, &mut self.pos, &mut self.diverged, self.out, node)
+    }
+
+    /// Whether the words equal `last` exactly; if not, `out` holds them all.
+    pub(crate) fn finish(self) -> bool {
+        if !self.diverged && self.pos == self.last.len() {
+            return true;
+        }
+        if !self.diverged {
+            self.out.extend_from_slice(&self.last[..self.pos]);
+        }
+        false
+    }
+}
+
+/// What packs one node's words for [`compare_node`]: a closure `|p| …`, or a statement's node
+/// ([`IntoNode::words`](super::IntoNode), through `OfNode`), whose packing is inlined where it
+/// is compared (a closure packing a node at two call sites is not inlined at either: its
+/// `Pack` then lives in memory, a load and store per word).
+pub(crate) trait NodeWords {
+    /// Packs the node; `false` for a node that does not pack.
+    fn pack_words(&self, p: &mut Pack<'_>) -> bool;
+}
+
+impl<F: Fn(&mut Pack<'_>) -> bool> NodeWords for F {
+    #[inline(always)]
+    fn pack_words(&self, p: &mut Pack<'_>) -> bool {
+        self(p)
+    }
+}
+
+/// A statement's node as [`NodeWords`].
+pub(crate) struct OfNode<'n, N>(pub(crate) &'n N);
+
+impl<N: super::IntoNode> NodeWords for OfNode<'_, N> {
+    #[inline(always)]
+    fn pack_words(&self, p: &mut Pack<'_>) -> bool {
+        self.0.words(p)
+    }
+}
+
+/// One node's words against `last` from `*pos` on, while the words so far agreed
+/// (`!*diverged`): packed by `node` comparing, and when they agree, `*pos` moves past them.
+/// At the first node that differs, the agreeing words go to `out`, `*diverged` is set and the
+/// node is packed again, writing (a node's words depend on its parameters only), as is every
+/// node after it.
+#[inline(always)]
+pub(crate) fn compare_node<W: NodeWords + ?Sized>(
+    call: Option<u64>,
+    last: &[u64],
+    pos: &mut usize,
+    diverged: &mut bool,
+    out: &mut Vec<u64>,
+    node: &W,
+) -> bool {
+    if !*diverged {
+        let rest = last.get(*pos..).unwrap_or(&[]);
+        let mut p = Pack { call, last: rest, pos: 0, diff: 0, out: None };
+        if !node.pack_words(&mut p) {
+            return false;
+        }
+        if p.diff == 0 {
+            *pos += p.pos;
+            return true;
+        }
+        diverge(last, *pos, diverged, out);
+    }
+    write_node(call, out, node)
+}
+
+/// [`compare_node`] past the first node that differs: the node's words written out.
+#[inline(never)]
+fn write_node<W: NodeWords + ?Sized>(call: Option<u64>, out: &mut Vec<u64>, node: &W) -> bool {
+    node.pack_words(&mut Pack { call, last: &[], pos: 0, diff: 0, out: Some(out) })
+}
+
+/// [`compare_node`] at the first node that differs: the words that agreed go to `out`.
+#[cold]
+#[inline(never)]
+fn diverge(last: &[u64], pos: usize, diverged: &mut bool, out: &mut Vec<u64>) {
+    *diverged = true;
+    out.extend_from_slice(&last[..pos]);
 }
 
 /// What a buffer handle names in a [`Pack`]'s call.
@@ -78,13 +211,6 @@ enum HandlePlace {
 }
 
 impl<'a> Pack<'a> {
-    /// Compares with `last`; the new words go to `out` (emptied) once they differ. `call`: the
-    /// id of the `graph!` call whose handles are checked (`None` for a builder's call).
-    pub(crate) fn new(last: &'a [u64], out: &'a mut Vec<u64>, call: Option<u64>) -> Self {
-        out.clear();
-        Pack { call, last, pos: 0, diverged: false, out }
-    }
-
     /// A buffer handle `tag`, written or not: for a `graph!` call, the place it names if it is
     /// one of this call's (else a word no valid handle makes, `u64::MAX`), so that words equal
     /// to those of a validated call mean handles of this call for the same places, which the
@@ -152,28 +278,18 @@ impl<'a> Pack<'a> {
         other
     }
 
-    /// One word. While the words agree with `last`, one load, compare and increment; from the
-    /// first that differs on, `last` is empty and every word is written out ([`Self::push_slow`]).
+    /// One word: written out, or compared with `last`'s next word (a word past `last`'s end
+    /// differs in every bit).
     #[inline(always)]
     pub(crate) fn push(&mut self, w: u64) {
-        match self.last.get(self.pos) {
-            Some(&x) if x == w => self.pos += 1,
-            _ => self.push_slow(w),
+        match &mut self.out {
+            Some(out) => out.push(w),
+            None => {
+                let x = self.last.get(self.pos).map_or(!w, |&x| x);
+                self.diff |= x ^ w;
+                self.pos += 1;
+            }
         }
-    }
-
-    /// [`Self::push`] of a word past the agreeing ones: at the first, the agreeing words are
-    /// written out and `last` is emptied (so every later word comes here too).
-    #[cold]
-    #[inline(never)]
-    fn push_slow(&mut self, w: u64) {
-        if !self.diverged {
-            self.diverged = true;
-            self.out.extend_from_slice(&self.last[..self.pos]);
-            self.last = &[];
-            self.pos = 0;
-        }
-        self.out.push(w);
     }
 
     /// `b` as 8-byte words, the last one zero-padded.
@@ -191,23 +307,12 @@ impl<'a> Pack<'a> {
             }
         }
     }
-
-    /// Whether the words equal `last` exactly; if not, `out` holds them all.
-    pub(crate) fn finish(self) -> bool {
-        if !self.diverged && self.pos == self.last.len() {
-            return true;
-        }
-        if !self.diverged {
-            self.out.extend_from_slice(&self.last[..self.pos]);
-        }
-        false
-    }
 }
 
 /// The first word of a `graph!` call's words made with its statements ([`CallWords`]): no
 /// word sequence [`NodeParams::pack`](super::NodeParams) makes for a node list starts with it
-/// (those start with a node kind, 1 to 4, or 0 for an absent node), so the two kinds of words
-/// never compare equal.
+/// (those start with a node kind, 2 to 4, a kernel's first word, whose top 4 bits are
+/// [`KERNEL_TAG`]'s, or 0 for an absent node), so the two kinds of words never compare equal.
 pub(crate) const WORDS_TAG: u64 = 0xc0de_0000_0000_0001;
 
 /// The unchanged-call words of one `graph!` call, made statement by statement as its body is
@@ -238,28 +343,13 @@ pub struct CallWords {
 }
 
 impl CallWords {
-    /// Runs `f` on a [`Pack`] that goes on where the last one stopped.
+    /// Packs one node ([`NodeParams::pack`](super::NodeParams), [`compare_node`]): a node that
+    /// does not pack stops the words (the call then takes the node-by-node path).
     #[inline(always)]
-    pub(crate) fn with<R>(&mut self, f: impl FnOnce(&mut Pack<'_>) -> R) -> R {
-        let last = if self.diverged { &[][..] } else { &self.last[..] };
-        let mut p = Pack {
-            call: Some(self.call),
-            last,
-            pos: self.pos,
-            diverged: self.diverged,
-            out: &mut self.out,
-        };
-        let r = f(&mut p);
-        (self.pos, self.diverged) = (p.pos, p.diverged);
-        r
-    }
-
-    /// Packs one node ([`NodeParams::pack`](super::NodeParams)): a node that does not pack
-    /// stops the words (the call then takes the node-by-node path).
-    #[inline(always)]
-    pub(crate) fn node(&mut self, pack: impl FnOnce(&mut Pack<'_>) -> bool) {
+    pub(crate) fn node<W: NodeWords + ?Sized>(&mut self, node: &W) {
         if self.ok {
-            self.ok = self.with(pack);
+            let CallWords { call, last, pos, diverged, out, .. } = self;
+            self.ok = compare_node(Some(*call), last, pos, diverged, out, node);
             self.present += 1;
         }
     }
@@ -302,10 +392,14 @@ macro_rules! kernel_args {
                 $(if let Some((slot, owner)) = self.$i.condition() { f($i, slot, owner) })*
             }
             #[allow(unused_variables)]
-            #[inline]
+            #[inline(always)]
             fn pack(&self, out: &mut Pack<'_>, node_ctx: Option<CUcontext>) {
                 $(
                     let b = self.$i.bytes();
+                    if arg_form(&self.$i) != 0xf {
+                        // A plain argument: its length is in the layout.
+                        out.push_bytes(b);
+                    } else {
                     let scalar = self.$i.device_scalar_len();
                     let access = self.$i.access();
                     let other = out.push_arg(b.len(), scalar, self.$i.context(), node_ctx, access);
@@ -316,7 +410,15 @@ macro_rules! kernel_args {
                     if let Some(len) = scalar {
                         out.push(len as u64);
                     }
+                    }
                 )*
+            }
+            #[allow(unused_mut)]
+            #[inline(always)]
+            fn layout(&self) -> u64 {
+                let mut l = 0u64;
+                $(l |= arg_form(&self.$i) << (4 * $i);)*
+                l
             }
             #[allow(unused_variables, unused_mut)]
             fn buffers(&self, out: &mut BufferArgs) -> usize {
@@ -438,6 +540,7 @@ pub struct KernelFn<'f> {
 
 impl<'f> KernelFn<'f> {
     /// `function`, loaded in `ctx`.
+    #[inline(always)]
     pub(crate) fn new(function: &'f CudaFunction, ctx: &'f Arc<CudaContext>) -> Self {
         KernelFn { function, ctx }
     }
@@ -487,6 +590,11 @@ impl<'f, A: KernelArgs> KernelCall<'f, A> {
     /// Launch configuration: a cudarc `LaunchConfig`, a [`LaunchDims`]
     /// (`LaunchDims::new(grid, block).shared(bytes)`), or `(grid, block)` with `u32` or
     /// `(u32, u32, u32)` dimensions (see [`LaunchCfg`]).
+    ///
+    /// Inlined into the statement, which then makes the launch in place (a call moved the
+    /// 128-byte call in and the launch out: 4 µs of an unchanged 1000-node call,
+    /// `.ci/host-profile`; a 1000-statement body takes about 1 s longer to build).
+    #[inline]
     pub fn launch(self, cfg: impl LaunchCfg) -> KernelLaunch<'f, A> {
         KernelLaunch { call: self, dims: cfg.dims() }
     }
@@ -598,10 +706,11 @@ pub trait KernelNode: sealed::Sealed {
         u16::MAX
     }
     /// Appends to `out` everything of this node that an exec's node and the call's validation
-    /// depend on: function, context, launch dimensions, `#[programmatic]`, argument count,
-    /// pointer arguments, and each argument's bytes, context, device scalar length and buffer
-    /// handle (as the place it names in the call, [`Pack::push_handle`]), in an encoding that is
-    /// unambiguous (equal words mean equal parameters). Returns `false` for a node that does
+    /// depend on: function, context (unless the function decides it, see [`pack_head`]),
+    /// launch dimensions, `#[programmatic]`, argument count and each argument's form (which
+    /// also says which carry device addresses), bytes, context, device scalar length and
+    /// buffer handle (as the place it names in the call, [`Pack::push_handle`]), in an encoding
+    /// that is unambiguous (equal words mean equal parameters). Returns `false` for a node that does
     /// not pack: the call then takes the node-by-node path. Two calls of one variant whose
     /// words are equal need no validation and no update (the cache's unchanged call,
     /// [`Stats::unchanged_calls`](crate::Stats::unchanged_calls)).
@@ -612,37 +721,75 @@ pub trait KernelNode: sealed::Sealed {
 }
 
 /// A kernel node's words in a call's ([`NodeParams::pack`](super::NodeParams) and
-/// [`IntoNode::words`](super::IntoNode)): its kind, `1`, then [`KernelNode::pack`].
+/// [`IntoNode::words`](super::IntoNode)): [`KernelNode::pack`], whose first word
+/// ([`pack_head`]) carries the kind.
 #[inline(always)]
 pub(crate) fn pack_node<K: KernelNode + ?Sized>(k: &K, out: &mut Pack<'_>) -> bool {
-    out.push(1);
     k.pack(out)
 }
 
-/// The words [`KernelNode::pack`] puts before a kernel node's arguments.
+/// The top 4 bits of a kernel node's first word ([`pack_head`]): no other node's words start
+/// with a word this large (theirs start with their kind, 2 to 4, or 0 for an absent node), nor
+/// a call's words ([`WORDS_TAG`]).
+const KERNEL_TAG: u64 = 1 << 60;
+
+/// The words [`KernelNode::pack`] puts before a kernel node's arguments, one-to-one with what
+/// they describe:
+/// - a first word: [`KERNEL_TAG`]; bit 0 `programmatic`; bit 1 a context word follows; bit 2
+///   the launch is 1-D with block and shared memory below 2^16 (one word of dimensions); bits
+///   4..=8 the number of arguments; for at most 8 arguments, bits 16..=47 the argument
+///   `layout` ([`KernelArgs::layout`]);
+/// - the function's handle;
+/// - for more than 8 arguments, the layout;
+/// - with `ctx: Some(c)`, the context (`c`, 0 for none). `ctx: None` for a node whose context
+///   its function decides: a `kernels!` kernel's, loaded in its struct's context (a function
+///   handle names one function of one module of one context while it is loaded, and a
+///   variant's nodes keep the functions of the words they were last launched with loaded);
+/// - the dimensions: `grid.x | block.x << 32 | shared_bytes << 48` for the 1-D form, else
+///   `(grid.x, grid.y)`, `(grid.z, block.x)`, `(block.y, block.z)` and `shared_bytes`, two
+///   32-bit halves a word.
 #[doc(hidden)]
 #[inline(always)]
 pub fn pack_head(
     out: &mut Pack<'_>,
     func: CUfunction,
-    ctx: Option<CUcontext>,
+    ctx: Option<Option<CUcontext>>,
     d: &LaunchDims,
     programmatic: bool,
     args: usize,
-    pointers: u16,
+    layout: u64,
 ) {
     let pair = |a: u32, b: u32| u64::from(a) | u64::from(b) << 32;
-    out.push(func as u64);
-    out.push(ctx.map_or(0, |c| c as u64));
-    out.push(pair(d.grid.0, d.grid.1));
-    out.push(pair(d.grid.2, d.block.0));
-    out.push(pair(d.block.1, d.block.2));
+    let one_d = d.grid.1 == 1
+        && d.grid.2 == 1
+        && d.block.1 == 1
+        && d.block.2 == 1
+        && d.block.0 < 1 << 16
+        && d.shared_bytes < 1 << 16;
+    let few = args <= 8;
     out.push(
-        u64::from(d.shared_bytes)
-            | u64::from(programmatic) << 32
-            | (args as u64 & 0xff) << 40
-            | u64::from(pointers) << 48,
+        KERNEL_TAG
+            | u64::from(programmatic)
+            | u64::from(ctx.is_some()) << 1
+            | u64::from(one_d) << 2
+            | (args as u64 & 0x1f) << 4
+            | if few { (layout & 0xffff_ffff) << 16 } else { 0 },
     );
+    out.push(func as u64);
+    if !few {
+        out.push(layout);
+    }
+    if let Some(c) = ctx {
+        out.push(c.map_or(0, |c| c as u64));
+    }
+    if one_d {
+        out.push(pair(d.grid.0, d.block.0) | u64::from(d.shared_bytes) << 48);
+    } else {
+        out.push(pair(d.grid.0, d.grid.1));
+        out.push(pair(d.grid.2, d.block.0));
+        out.push(pair(d.block.1, d.block.2));
+        out.push(u64::from(d.shared_bytes));
+    }
 }
 
 impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
@@ -679,21 +826,15 @@ impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
     fn accesses(&self, out: &mut Accesses) -> usize {
         self.call.args.accesses(out)
     }
-    #[inline]
+    #[inline(always)]
     fn pack(&self, out: &mut Pack<'_>) -> bool {
         let (call, args) = (&self.call, &self.call.args);
-        let ctx = Some(call.ctx.cu_ctx());
-        let pointers = args.pointers();
-        pack_head(
-            out,
-            call.function.cu_function(),
-            ctx,
-            &self.dims,
-            call.programmatic,
-            A::LEN,
-            pointers,
-        );
-        args.pack(out, ctx);
+        // The context is the one the function was loaded in (`Functions::kernel`): implied by
+        // the function's handle, not packed (see `pack_head`); the arguments' contexts are
+        // packed relative to it.
+        let func = call.function.cu_function();
+        pack_head(out, func, None, &self.dims, call.programmatic, A::LEN, args.layout());
+        args.pack(out, Some(call.ctx.cu_ctx()));
         true
     }
 }
@@ -1122,22 +1263,32 @@ impl NodeKind for Kernel {
 
 #[cfg(test)]
 mod pack_tests {
-    use super::Pack;
+    use super::{Compare, Pack};
     use proptest::prelude::*;
 
     proptest! {
         /// Whatever the last words and the new ones (equal, a prefix, longer, differing
-        /// anywhere), `finish` says whether they are equal, and when they are not, `out` holds
-        /// exactly the new words: the fast path's `last` and `pos` reset loses nothing.
+        /// anywhere), split into nodes anyhow, `finish` says whether they are equal, and when
+        /// they are not, `out` holds exactly the new words: a node that differs is packed
+        /// again, writing, after the words that agreed, and loses nothing.
         #[test]
-        fn pack_reports_equality_and_keeps_the_new_words(
+        fn compare_reports_equality_and_keeps_the_new_words(
             last in proptest::collection::vec(0u64..4, 0..12),
             new in proptest::collection::vec(0u64..4, 0..12),
+            cuts in proptest::collection::vec(1usize..4, 12),
         ) {
             let mut out = vec![99];
-            let mut p = Pack::new(&last, &mut out, None);
-            for &w in &new {
-                p.push(w);
+            let mut p = Compare::new(&last, &mut out, None);
+            let (mut at, mut cut) = (0, cuts.iter());
+            while at < new.len() {
+                let n = (*cut.next().unwrap()).min(new.len() - at);
+                let node = &new[at..at + n];
+                let packed = p.node(&|p: &mut Pack<'_>| {
+                    node.iter().for_each(|&w| p.push(w));
+                    true
+                });
+                prop_assert!(packed);
+                at += n;
             }
             let equal = p.finish();
             prop_assert_eq!(equal, last == new);

@@ -600,8 +600,8 @@ node_kinds! {
 }
 
 impl NodeParams<'_> {
-    /// Appends the node's words for the cache's unchanged-call check: `1` and the kernel's
-    /// [`KernelNode::pack`]; `3` and a memset's parameters and handle; `4` and a copy's
+    /// Appends the node's words for the cache's unchanged-call check: the kernel's
+    /// [`KernelNode::pack`] (its first word carries its kind, `kernel::pack_head`); `3` and a memset's parameters and handle; `4` and a copy's
     /// ([`pack_copy`], 1-D and 2-D), unless its pinned host allocation's id is unknown; `2`, the
     /// recording's
     /// serial and the operands' handles for a keyed `capture` statement that took a kept
