@@ -56,11 +56,15 @@ impl Ledger {
     ) -> Result<u64, CudaError> {
         self.own.clear();
         let (launch_raw, launch_ctx) = (stream.cu_stream(), stream.context().cu_ctx());
+        // The own stream of the place before, already looked at.
+        let mut prev: *const CudaStream = stream;
         for o in owns.into_iter().flatten() {
-            // The launch stream itself (the common case: one look, no pointer chasing).
-            if core::ptr::eq(o, stream) {
+            // The launch stream itself, or the stream the place before was made on (the common
+            // cases: one look, no pointer chasing).
+            if core::ptr::eq(o, prev) || core::ptr::eq(o, stream) {
                 continue;
             }
+            prev = o;
             let raw = o.cu_stream();
             // Two streams of two contexts may both be a legacy default stream (null).
             let ctx = o.context().cu_ctx();
