@@ -29,6 +29,8 @@ pub(crate) mod recording;
 #[cfg(test)]
 mod review12;
 #[cfg(test)]
+mod review16;
+#[cfg(test)]
 mod review_unchanged;
 #[cfg(test)]
 pub(crate) mod tests;
