@@ -1167,6 +1167,13 @@ impl NodeKind for Kernel {
             s.func = k.function();
             s.owner = k.function_owner().cloned();
             s.pointers = k.pointer_args();
+            // And its `Condition` arguments (review 16: none of safe code's statements changes
+            // them with the function, whose declaration fixes them; kept in step anyway).
+            let mut conds = Vec::new();
+            k.for_each_condition(&mut |i, slot, _| conds.push((i as u32, slot)));
+            if *s.conds != *conds {
+                s.conds = conds.into_boxed_slice();
+            }
             changed = true;
         }
         let ctx = k.node_context().unwrap_or(ptr::null_mut());
@@ -1295,5 +1302,53 @@ mod pack_tests {
                 prop_assert_eq!(&out, &new);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod record_tests {
+    use super::{Kernel, KernelNode, LaunchDims};
+    use crate::kind::NodeKind;
+    use cudarc::driver::sys::CUfunction;
+
+    /// A kernel node of two 8-byte arguments, `cond` the one that is a `Condition` (its slot).
+    struct Two {
+        func: usize,
+        cond: usize,
+    }
+    impl crate::operand::sealed::Sealed for Two {}
+    impl KernelNode for Two {
+        fn function(&self) -> CUfunction {
+            self.func as CUfunction
+        }
+        fn dims(&self) -> LaunchDims {
+            LaunchDims::new(1, 32)
+        }
+        fn arg_count(&self) -> usize {
+            2
+        }
+        fn for_each_arg(&self, f: &mut dyn FnMut(&[u8])) {
+            f(&7u64.to_ne_bytes());
+            f(&7u64.to_ne_bytes());
+        }
+        fn accesses(&self, _: &mut crate::operand::Accesses) -> usize {
+            0
+        }
+        fn for_each_condition(&self, f: &mut dyn FnMut(usize, u32, u64)) {
+            f(self.cond, 7, 1)
+        }
+    }
+
+    /// A node recorded with another function whose `Condition` is another argument (same sizes)
+    /// has its conditions taken from the new function's, not kept from the old one's.
+    #[test]
+    fn a_new_function_brings_its_own_condition_arguments() {
+        let (a, b) = (Two { func: 0x10, cond: 0 }, Two { func: 0x20, cond: 1 });
+        let mut s = Kernel::state(&(&a as &dyn KernelNode));
+        assert_eq!(*s.conds, [(0, 7)]);
+        assert!(Kernel::record(&mut s, &(&b as &dyn KernelNode)));
+        assert_eq!(*s.conds, [(1, 7)]);
+        assert!(!Kernel::record(&mut s, &(&b as &dyn KernelNode)));
+        assert_eq!(*s.conds, [(1, 7)]);
     }
 }
