@@ -13,6 +13,7 @@
 //!   just before, the buffers dropped right after the call and their memory taken by decoys
 //!   filled with a marker. A stream the ledger skipped shows as outputs computed from
 //!   unwritten inputs, or decoys written by the call.
+//!
 //! Both must pass on a GPU.
 
 mod common;
