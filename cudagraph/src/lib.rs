@@ -798,7 +798,8 @@ pub mod __private {
         module: Arc<CudaModule>,
         /// The context the module was loaded in: the kernels' nodes run on its device.
         ctx: Arc<CudaContext>,
-        functions: Box<[CudaFunction]>,
+        /// One per name `load` resolved: the function, `ctx` and the name.
+        functions: Box<[crate::kind::kernel::KernelEntry]>,
         _kernels: core::marker::PhantomData<fn() -> K>,
     }
 
@@ -817,8 +818,11 @@ pub mod __private {
             names: &[&'static str],
         ) -> Result<Self, Error> {
             let module = load_module(ctx, ptx, kernels)?;
-            let functions =
-                names.iter().map(|n| load_function(&module, n)).collect::<Result<_, _>>()?;
+            let entry = |&name: &&'static str| {
+                let function = load_function(&module, name)?;
+                Ok(crate::kind::kernel::KernelEntry { function, ctx: ctx.clone(), name })
+            };
+            let functions = names.iter().map(entry).collect::<Result<_, Error>>()?;
             let ctx = ctx.clone();
             Ok(Functions { module, ctx, functions, _kernels: core::marker::PhantomData })
         }
@@ -828,7 +832,7 @@ pub mod __private {
         /// ten times longer to build in release (`examples/build_cost.rs`).
         #[inline(never)]
         pub fn get(&self, i: usize) -> &CudaFunction {
-            &self.functions[i]
+            &self.functions[i].function
         }
 
         /// Kernel `i` with the context it was loaded in, for a kernel call (its node runs on
@@ -838,7 +842,7 @@ pub mod __private {
         #[inline(always)]
         pub fn kernel(&self, i: usize) -> crate::kind::KernelFn<'_> {
             match self.functions.get(i) {
-                Some(f) => crate::kind::KernelFn::new(f, &self.ctx),
+                Some(e) => crate::kind::KernelFn::new(e),
                 None => no_kernel(i),
             }
         }

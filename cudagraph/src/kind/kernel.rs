@@ -529,30 +529,37 @@ launch_cfg! {
     ((u32, u32, u32), (u32, u32, u32), u32) => |t| LaunchDims { grid: t.0, block: t.1, shared_bytes: t.2 };
 }
 
+/// One kernel of a `kernels!` struct's module: its function, the context the module was loaded
+/// in (where its nodes run) and its name. `Functions` holds one per kernel method, so that a
+/// kernel call holds one reference to it (a node value 24 bytes smaller than with the function,
+/// context and name each).
+pub(crate) struct KernelEntry {
+    pub(crate) function: CudaFunction,
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) name: &'static str,
+}
+
 /// A kernel function of a `kernels!` struct with the context its module was loaded in: the
 /// context (device) its nodes run on. Made by generated code (`Functions::kernel`).
 #[doc(hidden)]
 #[derive(Clone, Copy)]
 pub struct KernelFn<'f> {
-    pub(crate) function: &'f CudaFunction,
-    pub(crate) ctx: &'f Arc<CudaContext>,
+    pub(crate) entry: &'f KernelEntry,
 }
 
 impl<'f> KernelFn<'f> {
-    /// `function`, loaded in `ctx`.
+    /// The kernel of `entry`.
     #[inline(always)]
-    pub(crate) fn new(function: &'f CudaFunction, ctx: &'f Arc<CudaContext>) -> Self {
-        KernelFn { function, ctx }
+    pub(crate) fn new(entry: &'f KernelEntry) -> Self {
+        KernelFn { entry }
     }
 }
 
 /// A typed kernel call made by a `kernels!` method, waiting for `.launch(cfg)`.
 #[must_use = "a kernel call does nothing until `.launch(cfg)` inside `graph!`"]
 pub struct KernelCall<'f, A> {
-    function: &'f CudaFunction,
-    /// The context the function's module was loaded in: its node runs there.
-    ctx: &'f Arc<CudaContext>,
-    name: &'static str,
+    /// The function, the context its module was loaded in (its node runs there) and its name.
+    entry: &'f KernelEntry,
     args: A,
     /// Declared `#[programmatic]` in `kernels!`: every thread waits for the kernels before it
     /// (`griddepcontrol.wait`) before it touches memory or returns.
@@ -560,16 +567,16 @@ pub struct KernelCall<'f, A> {
 }
 
 impl<'f, A: KernelArgs> KernelCall<'f, A> {
-    /// Made by the methods of a [`kernels!`](crate::kernels) struct.
+    /// Made by the methods of a [`kernels!`](crate::kernels) struct (`_name`: the kernel's name,
+    /// which `function` holds).
     ///
     /// # Safety
     /// `function` takes exactly the parameters `A` passes (their types, in order), and reads
     /// only the buffers passed as [`DevRead`] and writes only those passed as [`DevWrite`],
     /// within their lengths: the contract of `kernels!`'s `load`.
     #[doc(hidden)]
-    pub unsafe fn new(function: KernelFn<'f>, name: &'static str, args: A) -> Self {
-        let KernelFn { function, ctx } = function;
-        KernelCall { function, ctx, name, args, programmatic: false }
+    pub unsafe fn new(function: KernelFn<'f>, _name: &'static str, args: A) -> Self {
+        KernelCall { entry: function.entry, args, programmatic: false }
     }
 
     /// Made by the methods of a [`kernels!`](crate::kernels) struct for a kernel declared
@@ -582,9 +589,8 @@ impl<'f, A: KernelArgs> KernelCall<'f, A> {
     /// `cudaGridDependencySynchronize()`) before it reads or writes any buffer and before it
     /// returns: the `#[programmatic]` contract of `kernels!`'s `load`.
     #[doc(hidden)]
-    pub unsafe fn new_programmatic(function: KernelFn<'f>, name: &'static str, args: A) -> Self {
-        let KernelFn { function, ctx } = function;
-        KernelCall { function, ctx, name, args, programmatic: true }
+    pub unsafe fn new_programmatic(function: KernelFn<'f>, _name: &'static str, args: A) -> Self {
+        KernelCall { entry: function.entry, args, programmatic: true }
     }
 
     /// Launch configuration: a cudarc `LaunchConfig`, a [`LaunchDims`]
@@ -607,21 +613,21 @@ pub struct KernelLaunch<'f, A> {
 
 impl<'f, A: KernelArgs> KernelLaunch<'f, A> {
     pub(crate) fn parts(&self) -> (&'f CudaFunction, &A) {
-        (self.call.function, &self.call.args)
+        (&self.call.entry.function, &self.call.args)
     }
 
     /// The kernel's name.
     pub fn name(&self) -> &'static str {
-        self.call.name
+        self.call.entry.name
     }
     /// The CUDA function.
     pub fn function(&self) -> &CudaFunction {
-        self.call.function
+        &self.call.entry.function
     }
     /// The context the function was loaded in (its `kernels!` struct's): the node runs on its
     /// device.
     pub fn context(&self) -> &Arc<CudaContext> {
-        self.call.ctx
+        &self.call.entry.ctx
     }
     /// Grid, block and shared memory.
     pub fn dims(&self) -> LaunchDims {
@@ -802,13 +808,13 @@ impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
         self.call.args.pointers()
     }
     fn function(&self) -> CUfunction {
-        self.call.function.cu_function()
+        self.call.entry.function.cu_function()
     }
     fn function_owner(&self) -> Option<&CudaFunction> {
-        Some(self.call.function)
+        Some(&self.call.entry.function)
     }
     fn context(&self) -> Option<&Arc<CudaContext>> {
-        Some(self.call.ctx)
+        Some(&self.call.entry.ctx)
     }
     fn dims(&self) -> LaunchDims {
         self.dims
@@ -831,9 +837,9 @@ impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
         // The context is the one the function was loaded in (`Functions::kernel`): implied by
         // the function's handle, not packed (see `pack_head`); the arguments' contexts are
         // packed relative to it.
-        let func = call.function.cu_function();
+        let func = call.entry.function.cu_function();
         pack_head(out, func, None, &self.dims, call.programmatic, A::LEN, args.layout());
-        args.pack(out, Some(call.ctx.cu_ctx()));
+        args.pack(out, Some(call.entry.ctx.cu_ctx()));
         true
     }
 }
