@@ -13,7 +13,7 @@ use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::error::{Call, CudaError, Error, NodeSite, Result};
 use crate::introspect::{ClonedGraph, GraphInfo, GraphNode};
-use crate::kind::kernel::WORDS_TAG;
+use crate::kind::kernel::{WORDS_TAG, compare_node};
 use crate::kind::{CallWords, CapturedWork, Limits, NodeParams, NodeState, Reports};
 use crate::operand::Guard;
 use crate::plan::{EdgeKind, Plan};
@@ -1282,12 +1282,13 @@ impl<D: Driver> GraphCache<D> {
             }
         }
         if ok {
-            // (`node` counts it as a node: `present` starts at 0 again.)
-            w.node(&|p: &mut crate::kind::kernel::Pack<'_>| {
+            // The tag, compared as a node's words are (not counted as a node).
+            let CallWords { call, last, pos, diverged, out, .. } = &mut w;
+            let tag = |p: &mut crate::kind::kernel::Pack<'_>| {
                 p.push(WORDS_TAG);
                 true
-            });
-            w.present = 0;
+            };
+            compare_node(Some(*call), last, pos, diverged, out, &tag);
         }
         w
     }

@@ -5,11 +5,11 @@
 //! writing). Attacked against the mock driver.
 //!
 //! The nodes here pack exactly as `KernelLaunch::pack` does (`pack_head` with `ctx: None`, then
-//! `KernelArgs::pack` relative to the node's context), which review12's `RK` (a context word)
-//! does not. Each argument is a [`DynArg`]: any kind of argument the crate passes (plain values
-//! of 0 to 16 bytes, read/write handles of this call or of another, device scalars of either
-//! length, conditions), so that two types at one position, which two kernels of one
-//! signature-agnostic call site could pass, are compared too.
+//! `KernelArgs::pack` relative to the node's context): `LK` is review_unchanged's `RK`
+//! without its context word. Each argument is a [`DynArg`]: any kind of argument the crate
+//! passes (plain values of 0 to 16 bytes, read/write handles of this call or of another,
+//! device scalars of either length, conditions), so that two types at one position, which two
+//! kernels of one signature-agnostic call site could pass, are compared too.
 //!
 //! - `launch_words_are_one_to_one_with_what_validation_and_the_exec_see`: every node, and
 //!   every sequence of two nodes, whose words are equal has equal parameters (function, node
@@ -26,17 +26,16 @@
 //!   (which the words do not hold, and which `validate` checks) never meets the unchanged path.
 use std::collections::HashMap;
 
+use super::review_unchanged::{RK, r as rd, w as wr};
 use super::tests::{self, CTX, Mock, plan_node};
 use super::{GraphCache, GraphCall, Site};
 use crate::Condition;
 use crate::error::Result;
-use crate::kind::kernel::{Compare, KernelArgs, Pack, pack_head};
+use crate::kind::kernel::{Compare, KernelArgs, Pack};
 use crate::kind::{ConditionalParams, ConditionalType, KernelNode, LaunchDims, NodeParams};
-use crate::operand::{
-    DevRead, DevWrite, DeviceScalar, KernelArg, NO_ACCESSES, place_of, sealed, tag,
-};
+use crate::operand::{DevRead, DevWrite, DeviceScalar, KernelArg, NO_ACCESSES, place_of};
 use crate::plan::{Access, NodeKind, Plan};
-use cudarc::driver::sys::{CUcontext, CUfunction};
+use cudarc::driver::sys::CUcontext;
 
 /// A second context (a second device's).
 const CTX1: CUcontext = 0x1100 as CUcontext;
@@ -126,67 +125,7 @@ unsafe impl KernelArg for DynArg {
 
 /// A kernel node packed as `KernelLaunch::pack` packs it: no context word (the function
 /// decides it), the arguments' contexts relative to the node's.
-#[derive(Clone)]
-struct LK<A> {
-    func: usize,
-    on: CUcontext,
-    dims: LaunchDims,
-    programmatic: bool,
-    args: A,
-}
-
-impl<A> sealed::Sealed for LK<A> {}
-
-impl<A: KernelArgs> KernelNode for LK<A> {
-    fn function(&self) -> CUfunction {
-        self.func as CUfunction
-    }
-    fn node_context(&self) -> Option<CUcontext> {
-        Some(self.on)
-    }
-    fn dims(&self) -> LaunchDims {
-        self.dims
-    }
-    fn programmatic(&self) -> bool {
-        self.programmatic
-    }
-    fn arg_count(&self) -> usize {
-        A::LEN
-    }
-    fn for_each_arg(&self, f: &mut dyn FnMut(&[u8])) {
-        self.args.for_each(f)
-    }
-    fn accesses(&self, out: &mut crate::operand::Accesses) -> usize {
-        self.args.accesses(out)
-    }
-    fn for_each_condition(&self, f: &mut dyn FnMut(usize, u32, u64)) {
-        self.args.conditions(f)
-    }
-    fn for_each_device_scalar(&self, f: &mut dyn FnMut(usize, usize)) {
-        self.args.device_scalars(f)
-    }
-    fn pointer_args(&self) -> u16 {
-        self.args.pointers()
-    }
-    fn pack(&self, out: &mut Pack<'_>) -> bool {
-        let (f, l) = (self.function(), self.args.layout());
-        pack_head(out, f, None, &self.dims, self.programmatic, A::LEN, l);
-        self.args.pack(out, Some(self.on));
-        true
-    }
-}
-
-fn rd(ptr: u64, len: usize, ctx: CUcontext, id: u64, place: u32) -> DevRead<'static, u32> {
-    let mut h = DevRead::new(ptr, len, ctx);
-    h.tag = tag(id, place);
-    h
-}
-
-fn wr(ptr: u64, len: usize, ctx: CUcontext, id: u64, place: u32) -> DevWrite<'static, u32> {
-    let mut h = DevWrite::new(ptr, len, ctx);
-    h.tag = tag(id, place);
-    h
-}
+type LK<A> = RK<A, false>;
 
 /// The argument kinds and values compared: bytes that collide across kinds (8 as a length, a
 /// plain 0xa0 and a handle at 0xa0, zero bytes of every length), handles of this call's places

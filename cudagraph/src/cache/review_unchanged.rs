@@ -20,9 +20,11 @@ use cudarc::driver::sys::{CUcontext, CUfunction};
 const CTX1: CUcontext = 0x1100 as CUcontext;
 
 /// A kernel node of function `func` with the argument tuple `args`, packed as `KernelLaunch`
-/// packs (`pack_head`, here with its own context word, then `KernelArgs::pack`).
+/// packs (`pack_head`, then `KernelArgs::pack`), with a context word of its own unless
+/// `CTX_WORD` is false (then exactly as `KernelLaunch`, whose function decides its context:
+/// review16's `LK`).
 #[derive(Clone)]
-pub(super) struct RK<A> {
+pub(super) struct RK<A, const CTX_WORD: bool = true> {
     pub(super) func: usize,
     pub(super) on: CUcontext,
     pub(super) dims: LaunchDims,
@@ -30,9 +32,9 @@ pub(super) struct RK<A> {
     pub(super) args: A,
 }
 
-impl<A> crate::operand::sealed::Sealed for RK<A> {}
+impl<A, const CTX_WORD: bool> crate::operand::sealed::Sealed for RK<A, CTX_WORD> {}
 
-impl<A: KernelArgs> KernelNode for RK<A> {
+impl<A: KernelArgs, const CTX_WORD: bool> KernelNode for RK<A, CTX_WORD> {
     fn function(&self) -> CUfunction {
         self.func as CUfunction
     }
@@ -64,8 +66,8 @@ impl<A: KernelArgs> KernelNode for RK<A> {
         self.args.pointers()
     }
     fn pack(&self, out: &mut Pack<'_>) -> bool {
-        let (f, l) = (self.function(), self.args.layout());
-        pack_head(out, f, Some(Some(self.on)), &self.dims, self.programmatic, A::LEN, l);
+        let (f, l, ctx) = (self.function(), self.args.layout(), CTX_WORD.then_some(Some(self.on)));
+        pack_head(out, f, ctx, &self.dims, self.programmatic, A::LEN, l);
         self.args.pack(out, Some(self.on));
         true
     }
@@ -73,8 +75,27 @@ impl<A: KernelArgs> KernelNode for RK<A> {
 
 type Args = (u32, DevWrite<'static, u32>);
 
+/// A read handle of `ptr` (`len` elements, context `ctx`) tagged as place `place` of call `id`.
+pub(super) fn r(
+    ptr: u64,
+    len: usize,
+    ctx: CUcontext,
+    id: u64,
+    place: u32,
+) -> DevRead<'static, u32> {
+    let mut h = DevRead::new(ptr, len, ctx);
+    h.tag = crate::operand::tag(id, place);
+    h
+}
+
 /// A write handle of `ptr` (`len` elements, context `ctx`) tagged as place `place` of call `id`.
-fn w(ptr: u64, len: usize, ctx: CUcontext, id: u64, place: u32) -> DevWrite<'static, u32> {
+pub(super) fn w(
+    ptr: u64,
+    len: usize,
+    ctx: CUcontext,
+    id: u64,
+    place: u32,
+) -> DevWrite<'static, u32> {
     let mut h = DevWrite::new(ptr, len, ctx);
     h.tag = crate::operand::tag(id, place);
     h
@@ -258,12 +279,14 @@ fn an_unchanged_call_still_refuses_handles_of_another_call_or_place() {
     // two places (accepted, then unchanged), then with place 0 twice: the same words.
     let wr = |p| Access { place: p, write: true };
     let plan2 = leak_plan(vec![node(NodeKind::Kernel("k"), vec![wr(0), wr(1)])], 2);
-    let two = |id: u64, p2: u32| RK {
-        func: 0x30,
-        on: CTX,
-        dims: LaunchDims::new(4, 32),
-        programmatic: false,
-        args: (1u32, w(0xa0, 64, CTX, id, 0), w(0xa0, 64, CTX, id, p2)),
+    let two = |id: u64, p2: u32| -> RK<_> {
+        RK {
+            func: 0x30,
+            on: CTX,
+            dims: LaunchDims::new(4, 32),
+            programmatic: false,
+            args: (1u32, w(0xa0, 64, CTX, id, 0), w(0xa0, 64, CTX, id, p2)),
+        }
     };
     run_checked(&mut cache, plan2, 0, &kernel_nodes(&[&two(6, 1)]), 6).unwrap();
     run_checked(&mut cache, plan2, 0, &kernel_nodes(&[&two(7, 1)]), 7).unwrap();
