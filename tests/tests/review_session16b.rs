@@ -140,7 +140,8 @@ fn each_method_runs_its_declared_kernel() -> Result {
     // What they run: graph and eager, with scalars that change and repeat.
     let mut cache = GraphCache::new();
     let mut eager = GraphCache::eager();
-    let mut xs: Vec<_> = (0..6).map(|_| s.alloc_zeros::<u32>(LEN)).collect::<std::result::Result<_, _>>()?;
+    let mut xs: Vec<_> =
+        (0..6).map(|_| s.alloc_zeros::<u32>(LEN)).collect::<std::result::Result<_, _>>()?;
     for call in 0..8u32 {
         let (a, b) = (call / 2 + 3, 17 * (call / 2));
         for mode in 0..2 {
@@ -190,13 +191,19 @@ fn cache_keeps_module_after_struct_dropped() -> Result {
         }
         drop(k);
         // The cache's exec names this module's function: it must still be loaded.
-        assert!(kept[round as usize].upgrade().is_some(), "round {round}: module unloaded under the cache");
+        assert!(
+            kept[round as usize].upgrade().is_some(),
+            "round {round}: module unloaded under the cache"
+        );
     }
     drop(cache);
     s.synchronize()?;
     // And nothing keeps them after the cache is gone (a leaked owner keeps modules forever).
     for (i, w) in kept.iter().enumerate() {
-        assert!(w.upgrade().is_none(), "module of round {i} still loaded after the cache was dropped");
+        assert!(
+            w.upgrade().is_none(),
+            "module of round {i} still loaded after the cache was dropped"
+        );
     }
     Ok(())
 }
