@@ -13,7 +13,7 @@ use crate::programmatic;
 pub const MAX_PARAMS: usize = 16;
 
 /// Names of the methods `kernels!` generates besides the kernels.
-const RESERVED: &[&str] = &["load", "function", "module", "NAMES", "PROGRAMMATIC"];
+const RESERVED: &[&str] = &["load", "function", "module", "context", "NAMES", "PROGRAMMATIC"];
 
 /// `ATTRS VIS struct NAME { fn name(params); … }`.
 pub struct KernelsInput {
@@ -91,7 +91,7 @@ pub fn expand(input: KernelsInput) -> TokenStream {
         let kname = &sig.ident;
         let kstr = syn::ext::IdentExt::unraw(kname).to_string();
         if RESERVED.contains(&kstr.as_str()) {
-            errors.push(kname, format!("`{kstr}` is a method `kernels!` generates (`load`, `function`, `module`); rename the kernel declaration"));
+            errors.push(kname, format!("`{kstr}` is a method `kernels!` generates (`load`, `function`, `module`, `context`); rename the kernel declaration"));
             continue;
         }
         if names.iter().any(|(n, _)| n == &kstr) {

@@ -1,7 +1,7 @@
 use cudagraph::kernels;
 
-// `context` is a method `kernels!` generates but not one of its reserved names: a kernel of that
-// name is a duplicate definition (it must not compile, whichever of the two would win).
+// `context` is a method `kernels!` generates: a kernel of that name is refused with the macro's
+// own message, on the kernel's name (review 16b: it was a duplicate definition before).
 kernels! {
     struct K {
         fn context(n: u32, x: &mut [u32]);
