@@ -1186,24 +1186,248 @@ fn statements_that_could_act_on_a_closure_are_not_chunked() {
 fn the_iterations_of_an_unrolled_for_share_chunks() {
     // 1000 iterations of one statement, nested or not: ceil(1000 / 16) = 63 chunks, as 1000
     // written-out statements get. One chunk per iteration made type checking and clippy
-    // quadratic and overflowed rustc's stack in debug builds.
+    // quadratic and overflowed rustc's stack in debug builds. (A call in an argument keeps
+    // the iterations from being made once: `repeated_iterations_are_made_once`.)
     for body in [
         quote!({
             for _ in 0..1000 {
-                k.add(n, 1, &mut x).launch(cfg);
+                k.add(n, one(), &mut x).launch(cfg);
             }
         }),
         quote!({
-            for _ in 0..10 {
+            for j in 0..10 {
                 for i in 0..100 {
                     k.add(n, i, &mut x).launch(cfg);
+                    k.add(n, j, &mut x).launch(cfg);
                 }
             }
         }),
     ] {
         let out = crate::graph(quote!(&mut c, &s, #body)).to_string();
         assert!(!out.contains("compile_error"), "{out}");
+        assert!(!out.contains("Repeat"), "{out}");
         let chunks = out.matches("__private :: chunk (").count();
-        assert_eq!(chunks, 63, "chunks of {body}");
+        let want = if out.contains("one ()") { 63 } else { 125 };
+        assert_eq!(chunks, want, "chunks of {body}");
+    }
+}
+
+/// Which bodies `graph!` makes a run of identical iterations once for (`__private::Repeat`):
+/// only iterations with the same tokens whose expressions are literals, names, casts, tuples
+/// and struct literals of them; a call, an operator, a field, an index, a `condition`, an
+/// `if` or an event statement keeps each iteration evaluated as written.
+#[test]
+fn repeated_iterations_are_made_once() {
+    let cases = [
+        // (body, nodes listed as copies of the first iteration's)
+        (
+            quote!({
+                for _ in 0..1000 {
+                    k.add(n, 1, &mut x).launch(cfg);
+                }
+            }),
+            Some(999),
+        ),
+        (
+            quote!({
+                for i in 0..4 {
+                    k.add(n, 1u32 as u32, &mut x).launch(CFG);
+                    copy(&x, &mut y);
+                }
+            }),
+            Some(6),
+        ),
+        (
+            quote!({
+                for _ in 0..3 {
+                    k.add(N, -1, &mut x).launch(((1, 1, 1), (32, 1, 1), 0));
+                }
+            }),
+            Some(2),
+        ),
+        (
+            quote!({
+                for _ in 0..3 {
+                    memset(&mut x, 0u8);
+                    zero(&mut y);
+                    fill(&mut z, 1.5f32);
+                    empty();
+                }
+            }),
+            Some(8),
+        ),
+        (
+            quote!({
+                for _ in 0..3 {
+                    k.add(n, Cfg { v: 1 }, &mut x).launch(cfg);
+                }
+            }),
+            Some(2),
+        ),
+        // The outer run (its first iteration's three statements made once; nested runs are not).
+        (
+            quote!({
+                for _ in 0..2 {
+                    for _ in 0..3 {
+                        k.add(n, 1, &mut x).launch(cfg);
+                    }
+                }
+            }),
+            Some(3),
+        ),
+        // Iterations that differ, each holding a run of its own (two runs of 2 copies).
+        (
+            quote!({
+                for j in 0..2 {
+                    k.add(n, j, &mut x).launch(cfg);
+                    for _ in 0..3 {
+                        k.add(n, 1, &mut x).launch(cfg);
+                    }
+                }
+            }),
+            Some(2),
+        ),
+        // Different tokens: the loop variable in use.
+        (
+            quote!({
+                for i in 0..3 {
+                    k.add(n, 1, &mut bufs[i]).launch(cfg);
+                }
+            }),
+            None,
+        ),
+        (
+            quote!({
+                for i in 0..3 {
+                    k.add(n, i as u32, &mut x).launch(cfg);
+                }
+            }),
+            None,
+        ),
+        // Expressions evaluated as written.
+        (
+            quote!({
+                for _ in 0..3 {
+                    k.add(n, next(), &mut x).launch(cfg);
+                }
+            }),
+            None,
+        ),
+        (
+            quote!({
+                for _ in 0..3 {
+                    k.add(n, a.b, &mut x).launch(cfg);
+                }
+            }),
+            None,
+        ),
+        (
+            quote!({
+                for _ in 0..3 {
+                    k.add(n, a + 1, &mut x).launch(cfg);
+                }
+            }),
+            None,
+        ),
+        (
+            quote!({
+                for _ in 0..3 {
+                    k.add(n, -a, &mut x).launch(cfg);
+                }
+            }),
+            None,
+        ),
+        (
+            quote!({
+                for _ in 0..3 {
+                    k.add(n, v[0], &mut x).launch(cfg);
+                }
+            }),
+            None,
+        ),
+        (
+            quote!({
+                for _ in 0..3 {
+                    k.add(n, 1, &mut x).launch(cfg());
+                }
+            }),
+            None,
+        ),
+        (
+            quote!({
+                for _ in 0..3 {
+                    self.k.add(n, 1, &mut x).launch(cfg);
+                }
+            }),
+            None,
+        ),
+        (
+            quote!({
+                for _ in 0..3 {
+                    k().add(n, 1, &mut x).launch(cfg);
+                }
+            }),
+            None,
+        ),
+        (
+            quote!({
+                for _ in 0..3 {
+                    memset(&mut x, f());
+                }
+            }),
+            None,
+        ),
+        (
+            quote!({
+                for _ in 0..3 {
+                    event_record(&e);
+                }
+            }),
+            None,
+        ),
+        (
+            quote!({
+                for _ in 0..3 {
+                    let c = condition(1);
+                    device_while(c, {
+                        k.add(n, 1, &mut x).launch(cfg);
+                    });
+                }
+            }),
+            None,
+        ),
+        (
+            quote!({
+                for _ in 0..3 {
+                    if on {
+                        k.add(n, 1, &mut x).launch(cfg);
+                    }
+                }
+            }),
+            None,
+        ),
+        (
+            quote!({
+                for _ in 0..3 {
+                    host(&mut p, |(p,)| p[0] += 1);
+                }
+            }),
+            None,
+        ),
+    ];
+    for (body, copies) in cases {
+        let out = crate::graph(quote!(&mut c, &s, #body)).to_string();
+        assert!(!out.contains("compile_error"), "{out}");
+        let made = out.find("word_repeat").map(|at| {
+            let rest = &out[at..];
+            let n = rest.split(',').nth(1).expect("a count");
+            n.trim().split("u64").next().expect("a count").to_string()
+        });
+        let want = copies.map(|c: usize| c.to_string());
+        assert_eq!(made, want, "copies of {body}:\n{out}");
+        assert_eq!(out.contains("Repeat"), copies.is_some(), "{body}");
+        if body.to_string().contains("for j in") {
+            assert_eq!(out.matches("word_repeat").count(), 2, "{out}");
+        }
     }
 }

@@ -161,6 +161,26 @@ fn unrolled_for() {
     );
 }
 
+/// Runs of identical iterations: a Jacobi-style ping-pong `for _` whose statements evaluate
+/// only literals and names (made once, its 3 copies listed by `Repeat`), then a `for` whose
+/// scalar is a call (`steps()`, evaluated in each of its 2 iterations, as written).
+#[test]
+fn repeated_iterations() {
+    snapshot(
+        "repeat",
+        r#"&mut cache, &stream, {
+    k.init(n, s, &mut a).launch(cfg);
+    for _ in 0..4 {
+        k.sweep(n, 0.5f32, &a, &mut b).launch(cfg);
+        k.sweep(n, 0.5f32, &b, &mut a).launch(cfg);
+    }
+    for _ in 0..2 {
+        k.sweep(n, steps(), &a, &mut b).launch(cfg);
+    }
+}"#,
+    );
+}
+
 #[test]
 fn runtime_for_and_fill() {
     snapshot(

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, ValidAsZeroBits};
 
 use crate::cache::recording::{KernelView, RecKind, Recording, site};
-use crate::cache::{GraphCache, GraphCall, Shape, Site};
+use crate::cache::{GraphCache, GraphCall, Nodes, Shape, Site};
 use crate::error::{NodeSite, Result};
 use crate::kind::{
     CaptureOperands, CaptureParams, CapturedWork, CopyTo, HostOperands, HostParams, HostWork,
@@ -562,7 +562,7 @@ impl<'a> GraphBuilder<'a> {
         let views: Vec<KernelView<'_>> = rec.kernel_views().collect();
         let nodes = rec.params(&views, &self.captures, &self.hosts, &self.events);
         let call = GraphCall { shape: rec, site: Site::Builder, key, signature: &rec.sig };
-        self.cache.run_call(call, self.stream, &nodes, &self.guards, None, None)
+        self.cache.run_call(call, self.stream, Nodes::Ready(&nodes), &self.guards, None, None)
         // `self` drops here: the guards record the buffers' use after the launch was enqueued.
     }
 }

@@ -1085,6 +1085,52 @@ pub mod __private {
     tuple_segment!(15: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14);
     tuple_segment!(16: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14, P 15);
 
+    /// `times` copies of the statements of `of`, one after another: the iterations after the
+    /// first of a run of identical iterations of an unrolled `for` whose statements evaluate
+    /// only literals, names and casts (`graph!` makes their nodes once per call, with the
+    /// first iteration, and lists them again here).
+    pub struct Repeat<'s, 'a> {
+        /// The first iteration's segments.
+        pub of: &'s [&'s dyn Segment<'a>],
+        /// Copies after it.
+        pub times: usize,
+    }
+    impl<'a> Segment<'a> for Repeat<'_, 'a> {
+        fn statements(&self) -> usize {
+            let one: usize = self.of.iter().map(|s| s.statements()).sum();
+            one.saturating_mul(self.times)
+        }
+        fn fill(&self, out: &mut [Option<NodeParams<'a>>]) {
+            // One copy made from `of` (each count read once more, each fill kept in bounds),
+            // then copied.
+            let one = out.len().checked_div(self.times).unwrap_or(0);
+            if one == 0 {
+                return;
+            }
+            let (first, rest) = out.split_at_mut(one);
+            let mut at = 0usize;
+            for s in self.of {
+                let n = s.statements();
+                let Some(slots) = at.checked_add(n).and_then(|end| first.get_mut(at..end)) else {
+                    break;
+                };
+                s.fill(slots);
+                at += n;
+            }
+            for copy in rest.chunks_mut(one) {
+                copy.copy_from_slice(&first[..copy.len()]);
+            }
+        }
+    }
+
+    /// `n` more nodes in the call's words, each the same as one already put in (the copies of
+    /// a [`Repeat`]): counted, no words made (the copies' parameters are those of the nodes
+    /// they copy, in every call).
+    #[inline]
+    pub fn word_repeat(words: &mut CallWords, n: u64) {
+        words.repeat(n);
+    }
+
     /// Each statement's node parameters into `out`, in one loop out of line (one instance per
     /// body size): the statements of `segments`, in order (`N` in all).
     #[inline(never)]
@@ -1092,6 +1138,15 @@ pub mod __private {
         out: &mut [Option<NodeParams<'a>>; N],
         segments: &[&dyn Segment<'a>],
     ) {
+        fill_entries(out, segments);
+    }
+
+    /// [`entries`] into a slice (of the call's `N` statements).
+    pub(crate) fn fill_entries<'a>(
+        out: &mut [Option<NodeParams<'a>>],
+        segments: &[&dyn Segment<'a>],
+    ) {
+        let n_all = out.len();
         // Filled in place by a plain loop (an iterator through `array::from_fn` moved each
         // entry through its adapters: 10 % of an unchanged 1000-node call, `.ci/host-profile`),
         // into the caller's array (one returned by value was copied once more: 24 KB for 1000
@@ -1100,11 +1155,11 @@ pub mod __private {
         let mut k = 0;
         for s in segments {
             let n = s.statements();
-            assert!(N - k >= n, "graph! node list: more than {N} statements");
+            assert!(n_all - k >= n, "graph! node list: more than {n_all} statements");
             s.fill(&mut out[k..k + n]);
             k += n;
         }
-        assert_eq!(k, N, "graph! node list: fewer than {N} statements");
+        assert_eq!(k, n_all, "graph! node list: fewer than {n_all} statements");
     }
 
     #[cfg(test)]
@@ -1133,6 +1188,42 @@ pub mod __private {
             let ec = entry(&c);
             let segments: [&dyn Segment<'_>; 4] = [&ea, &&pair, &eb, &ec];
             assert_eq!(present(&list::<5>(&segments)), [true, true, true, false, true]);
+        }
+
+        /// A `Repeat` lists its segments' statements again, `times` times, absent ones absent.
+        #[test]
+        fn repeat_lists_the_first_iteration_again() {
+            use super::Repeat;
+            let (a, b) = (Some(empty()), None::<EmptyParams>);
+            let (ea, eb): (&dyn Entry, &dyn Entry) = (entry_if(&a), entry_if(&b));
+            let pair = (empty(), empty());
+            let of: [&dyn Segment<'_>; 2] = [&eb, &ea];
+            let r = Repeat { of: &of, times: 3 };
+            assert_eq!(r.statements(), 6);
+            let segments: [&dyn Segment<'_>; 4] = [&&pair, &eb, &ea, &r];
+            let want = [true, true, false, true, false, true, false, true, false, true];
+            assert_eq!(present(&list::<10>(&segments)), want);
+            // No copies: nothing listed.
+            let none = Repeat { of: &of, times: 0 };
+            assert_eq!(present(&list::<2>(&[&&pair, &none])), [true, true]);
+        }
+
+        /// A `Repeat` of a segment whose count grows each time it is asked: its fill stays in
+        /// its slots (no panic, nothing past them), and the list's total is checked as ever.
+        #[test]
+        fn a_repeat_of_a_growing_segment_stays_in_its_slots() {
+            use super::Repeat;
+            let g = Growing(Cell::new(1));
+            let of: [&dyn Segment<'_>; 1] = [&g];
+            let r = Repeat { of: &of, times: 2 };
+            let mut out = [const { None }; 2];
+            r.fill(&mut out);
+            assert!(out.iter().all(Option::is_none));
+            let huge = Growing(Cell::new(usize::MAX / 2));
+            let of: [&dyn Segment<'_>; 1] = [&huge];
+            let r = Repeat { of: &of, times: 3 };
+            assert_eq!(r.statements(), usize::MAX, "saturated");
+            r.fill(&mut out);
         }
 
         #[test]

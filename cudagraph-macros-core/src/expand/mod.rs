@@ -101,6 +101,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         // (run-time loops).
         words: !looped_body && !captures,
         chunk_of: Vec::new(),
+        repeats: Vec::new(),
     };
     let mut decls = TokenStream::new();
     let body = emit_items(&input.body, &places, &mut counter, Holder::Plain, &mut decls);
@@ -140,7 +141,19 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         // The node list in segments: one array per chunk (see `emit_chunk`), one entry per
         // other statement, in node order.
         let mut segments = Vec::new();
-        for i in 0..checked.nodes.len() {
+        let mut repeats = counter.repeats.iter().peekable();
+        let mut i = 0;
+        while i < checked.nodes.len() {
+            if let Some(r) = repeats.next_if(|r| r.first == i) {
+                // The copies of a run of identical iterations: the first one's chunks again.
+                let chunks = r.chunks.clone().map(|c| local(format!("__cudagraph_chunk{c}")));
+                let times = r.times;
+                segments.push(quote! {
+                    &::cudagraph::__private::Repeat { of: &[#(&&#chunks),*], times: #times }
+                });
+                i += r.nodes;
+                continue;
+            }
             match counter.chunk_of.get(i).copied().flatten() {
                 Some((chunk, first)) => {
                     if first {
@@ -157,6 +170,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
                     });
                 }
             }
+            i += 1;
         }
         let nodes = local("__cudagraph_nodes");
         let run_call = if counter.words {
@@ -166,9 +180,17 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
                 // node's handles against its accesses), the guards are its places' borrows,
                 // in place order, and the words were made by this cache for this call, each
                 // present node put in as its statement made it.
+                // The node list is made from the segments only if the call needs it.
                 unsafe {
-                    #cache_var.run_words(
-                        &__CUDAGRAPH_PLAN, &#call, #key, #stream, &#nodes, #guards, #words,
+                    #cache_var.run_words_in(
+                        &__CUDAGRAPH_PLAN,
+                        &#call,
+                        #key,
+                        #stream,
+                        &mut #nodes,
+                        &[#(#segments),*],
+                        #guards,
+                        #words,
                     )
                 }
             }
@@ -182,11 +204,16 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
                 }
             }
         };
+        // One fat pointer per chunk or other statement, converted out of line (a literal of
+        // every statement's parameters makes large bodies slow to compile).
+        let fill = if counter.words {
+            quote!()
+        } else {
+            quote!(::cudagraph::__private::entries(&mut #nodes, &[#(#segments),*]);)
+        };
         quote! {
-            // One fat pointer per chunk or other statement, converted out of line (a literal of
-            // every statement's parameters makes large bodies slow to compile).
             let mut #nodes = [const { ::core::option::Option::None }; #count];
-            ::cudagraph::__private::entries(&mut #nodes, &[#(#segments),*]);
+            #fill
             #run_call
         }
     };
@@ -428,6 +455,21 @@ pub(crate) struct NodeCounter {
     pub(crate) chunk_of: Vec<Option<(usize, bool)>>,
     /// Device conditions declared so far (the next one's slot).
     conds: u32,
+    /// The runs of identical iterations made once (see [`repeat_runs`]), in node order.
+    pub(crate) repeats: Vec<RepeatRun>,
+}
+
+/// The copies of a run of identical iterations of an unrolled `for` (see [`repeat_runs`]):
+/// their nodes are the first iteration's, listed again by `__private::Repeat`.
+pub(crate) struct RepeatRun {
+    /// The node index of the first copy's first statement.
+    first: usize,
+    /// Nodes of all the copies.
+    nodes: usize,
+    /// The chunks holding the first iteration's nodes.
+    chunks: std::ops::Range<usize>,
+    /// Copies after the first iteration.
+    times: usize,
 }
 
 /// How a statement's node value is kept: always present, in an `if` branch (an `Option`), or in
@@ -457,9 +499,188 @@ pub(crate) fn emit_items(
     // chunks: one chunk (a closure and three `let`s) per iteration made type checking and
     // clippy quadratic and overflowed rustc's stack in debug builds (nested debug-info scopes)
     // at 1000 iterations. Their names were resolved when the body was checked.
+    // Runs of identical iterations (see `repeat_runs`) are made once, in a node list of its
+    // own kind: only in a body whose node list is the array.
     let mut flat = Vec::with_capacity(items.len());
-    unscope(items, &mut flat);
+    if holder == Holder::Plain && !counter.looped_body {
+        let mut body = Body { places, counter, decls, chunk: &mut chunk, out: &mut out };
+        body.runs(items, &mut flat);
+    } else {
+        unscope(items, &mut flat);
+    }
+    out.extend(emit_flat(&flat, places, counter, holder, decls, &mut chunk));
+    flush(&mut chunk, counter, &mut out);
+    out
+}
+
+/// What [`emit_items`] builds a plain body into.
+struct Body<'b, 'p> {
+    places: &'b HashMap<String, PlaceInfo<'p>>,
+    counter: &'b mut NodeCounter,
+    decls: &'b mut TokenStream,
+    chunk: &'b mut Vec<(syn::Ident, TokenStream)>,
+    out: &'b mut TokenStream,
+}
+
+impl Body<'_, '_> {
+    /// `items` into `flat`, but each run of identical iterations emitted at once: its first
+    /// iteration in chunks of its own, its copies counted (a [`RepeatRun`]). The iterations of
+    /// an unrolled `for` that is no run are looked into for runs of their own.
+    fn runs<'i>(&mut self, items: &'i [Item], flat: &mut Vec<&'i Item>) {
+        for Run { item, times } in repeat_runs(items) {
+            let Item::Scope(body) = item else {
+                flat.push(item);
+                continue;
+            };
+            if times == 1 {
+                self.runs(body, flat);
+                continue;
+            }
+            self.emit(flat);
+            flat.clear();
+            flush(self.chunk, self.counter, self.out);
+            let (first_chunk, first_node) = (self.counter.chunks, self.counter.next);
+            let mut one = Vec::new();
+            unscope(body, &mut one);
+            self.emit(&one);
+            flush(self.chunk, self.counter, self.out);
+            let copies = (self.counter.next - first_node) * (times - 1);
+            self.counter.repeats.push(RepeatRun {
+                first: self.counter.next,
+                nodes: copies,
+                chunks: first_chunk..self.counter.chunks,
+                times: times - 1,
+            });
+            self.counter.next += copies;
+            self.counter.chunk_of.resize(self.counter.next, None);
+            if self.counter.words {
+                let w = local("__cudagraph_words");
+                let copies = copies as u64;
+                self.out.extend(quote!(::cudagraph::__private::word_repeat(&mut #w, #copies);));
+            }
+        }
+    }
+
+    /// Plain statements, chunked.
+    fn emit(&mut self, flat: &[&Item]) {
+        let (places, counter, decls) = (self.places, &mut *self.counter, &mut *self.decls);
+        self.out.extend(emit_flat(flat, places, counter, Holder::Plain, decls, self.chunk));
+    }
+}
+
+/// Emits the chunk being built, if any.
+fn flush(
+    chunk: &mut Vec<(syn::Ident, TokenStream)>,
+    counter: &mut NodeCounter,
+    out: &mut TokenStream,
+) {
+    if !chunk.is_empty() {
+        out.extend(emit_chunk(chunk, counter.chunks, !counter.looped_body, counter.words));
+        counter.chunks += 1;
+    }
+}
+
+/// One item of a body for [`emit_items`], or the first of a run of `times` identical
+/// iterations.
+struct Run<'a> {
+    item: &'a Item,
+    times: usize,
+}
+
+/// The items of a body with each run of two or more consecutive identical iterations of
+/// unrolled `for`s (the same tokens) whose statements are all [`repeatable`] as one
+/// `Run { item: first, times: n }`: their statements evaluate the same values in every iteration, so
+/// the first iteration's nodes are made once and listed `n` times.
+fn repeat_runs(items: &[Item]) -> Vec<Run<'_>> {
+    let mut out: Vec<Run<'_>> = Vec::new();
+    let mut last: Option<String> = None;
+    for item in items {
+        let key = match item {
+            Item::Scope(body) => iteration_key(body),
+            _ => None,
+        };
+        match (&key, &last, out.last_mut()) {
+            (Some(k), Some(l), Some(run)) if k == l => run.times += 1,
+            _ => out.push(Run { item, times: 1 }),
+        }
+        last = key;
+    }
+    out
+}
+
+/// The tokens of an iteration whose statements are all [`repeatable`] (none in `if`s,
+/// run-time loops or `condition` declarations), else `None`.
+fn iteration_key(body: &[Item]) -> Option<String> {
+    let mut flat = Vec::new();
+    unscope(body, &mut flat);
+    let mut key = String::new();
     for item in flat {
+        let Item::Node(node) = item else { return None };
+        if !repeatable(node) {
+            return None;
+        }
+        key.push_str(&node.tokens.to_string());
+        key.push('\u{1}');
+    }
+    (!key.is_empty()).then_some(key)
+}
+
+/// Whether a statement evaluates the same node in every iteration of a run: a chunked kernel
+/// launch, copy, memset, zero, fill or `empty()` whose expressions (receiver, scalar
+/// arguments, configuration, value) are [`pure`]: literals, names, casts and tuples, arrays
+/// and struct literals of them. A function or method call, an operator (which may be a
+/// user's `impl`), a field (which may go through a user's `Deref`) or an index is not: it is
+/// evaluated in every iteration, as written.
+pub(crate) fn repeatable(node: &Node) -> bool {
+    if !chunkable(node) {
+        return false;
+    }
+    match &node.op {
+        Op::Launch { receiver, args, cfg, .. } => {
+            pure(receiver)
+                && pure(cfg)
+                && args.iter().all(|a| match a {
+                    Arg::Scalar(e) => pure(e),
+                    Arg::Buffer(_) => true,
+                })
+        }
+        Op::Copy { .. } | Op::Zero { .. } | Op::Empty { .. } => true,
+        Op::Memset { value, .. } | Op::Fill { value, .. } => pure(value),
+        _ => false,
+    }
+}
+
+/// See [`repeatable`].
+fn pure(e: &Expr) -> bool {
+    match e {
+        Expr::Lit(_) => true,
+        Expr::Path(p) => p.qself.is_none(),
+        Expr::Paren(p) => pure(&p.expr),
+        Expr::Group(g) => pure(&g.expr),
+        Expr::Cast(c) => pure(&c.expr),
+        Expr::Tuple(t) => t.elems.iter().all(pure),
+        Expr::Array(a) => a.elems.iter().all(pure),
+        Expr::Struct(s) => {
+            s.qself.is_none()
+                && s.fields.iter().all(|f| pure(&f.expr))
+                && s.rest.as_deref().is_none_or(pure)
+        }
+        Expr::Unary(u) => matches!(u.op, syn::UnOp::Neg(_)) && matches!(*u.expr, Expr::Lit(_)),
+        _ => false,
+    }
+}
+
+/// Statements of a flattened body, chunked into `chunk` (see [`emit_items`]).
+fn emit_flat(
+    flat: &[&Item],
+    places: &HashMap<String, PlaceInfo<'_>>,
+    counter: &mut NodeCounter,
+    holder: Holder,
+    decls: &mut TokenStream,
+    chunk: &mut Vec<(syn::Ident, TokenStream)>,
+) -> TokenStream {
+    let mut out = TokenStream::new();
+    for &item in flat {
         if holder == Holder::Plain
             && let Item::Node(node) = item
             && chunkable(node)
@@ -470,20 +691,11 @@ pub(crate) fn emit_items(
             counter.next += 1;
             chunk.push((n, node_value(node, places)));
             if chunk.len() == CHUNK {
-                out.extend(emit_chunk(
-                    &mut chunk,
-                    counter.chunks,
-                    !counter.looped_body,
-                    counter.words,
-                ));
-                counter.chunks += 1;
+                flush(chunk, counter, &mut out);
             }
             continue;
         }
-        if !chunk.is_empty() {
-            out.extend(emit_chunk(&mut chunk, counter.chunks, !counter.looped_body, counter.words));
-            counter.chunks += 1;
-        }
+        flush(chunk, counter, &mut out);
         match item {
             Item::Node(node) => {
                 let n = local(format!("__cudagraph_n{}", counter.next));
@@ -563,10 +775,6 @@ pub(crate) fn emit_items(
                 });
             }
         }
-    }
-    if !chunk.is_empty() {
-        out.extend(emit_chunk(&mut chunk, counter.chunks, !counter.looped_body, counter.words));
-        counter.chunks += 1;
     }
     out
 }

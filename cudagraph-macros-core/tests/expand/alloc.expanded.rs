@@ -193,22 +193,19 @@ fn expanded() -> ::cudagraph::Result<()> {
     let __cudagraph_n4 = __cudagraph_s0.free_node();
     ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_n4);
     let mut __cudagraph_nodes = [const { ::core::option::Option::None }; 5];
-    ::cudagraph::__private::entries(
-        &mut __cudagraph_nodes,
-        &[
-            &::cudagraph::__private::entry(&__cudagraph_n0),
-            &&__cudagraph_chunk0,
-            &::cudagraph::__private::entry(&__cudagraph_n4),
-        ],
-    );
     unsafe {
         __cudagraph_cache
-            .run_words(
+            .run_words_in(
                 &__CUDAGRAPH_PLAN,
                 &__cudagraph_call,
                 __cudagraph_key,
                 __cudagraph_stream,
-                &__cudagraph_nodes,
+                &mut __cudagraph_nodes,
+                &[
+                    &::cudagraph::__private::entry(&__cudagraph_n0),
+                    &&__cudagraph_chunk0,
+                    &::cudagraph::__private::entry(&__cudagraph_n4),
+                ],
                 __cudagraph_guards.all(),
                 __cudagraph_words,
             )

@@ -260,15 +260,15 @@ fn expanded() -> ::cudagraph::Result<()> {
     ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.4);
     ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.5);
     let mut __cudagraph_nodes = [const { ::core::option::Option::None }; 6];
-    ::cudagraph::__private::entries(&mut __cudagraph_nodes, &[&&__cudagraph_chunk0]);
     unsafe {
         __cudagraph_cache
-            .run_words(
+            .run_words_in(
                 &__CUDAGRAPH_PLAN,
                 &__cudagraph_call,
                 __cudagraph_key,
                 __cudagraph_stream,
-                &__cudagraph_nodes,
+                &mut __cudagraph_nodes,
+                &[&&__cudagraph_chunk0],
                 __cudagraph_guards.all(),
                 __cudagraph_words,
             )

@@ -269,23 +269,20 @@ fn expanded() -> ::cudagraph::Result<()> {
         }
     } else {}
     let mut __cudagraph_nodes = [const { ::core::option::Option::None }; 7];
-    ::cudagraph::__private::entries(
-        &mut __cudagraph_nodes,
-        &[
-            &&__cudagraph_chunk0,
-            &::cudagraph::__private::entry_if(&__cudagraph_n4),
-            &::cudagraph::__private::entry_if(&__cudagraph_n5),
-            &::cudagraph::__private::entry_if(&__cudagraph_n6),
-        ],
-    );
     unsafe {
         __cudagraph_cache
-            .run_words(
+            .run_words_in(
                 &__CUDAGRAPH_PLAN,
                 &__cudagraph_call,
                 __cudagraph_key,
                 __cudagraph_stream,
-                &__cudagraph_nodes,
+                &mut __cudagraph_nodes,
+                &[
+                    &&__cudagraph_chunk0,
+                    &::cudagraph::__private::entry_if(&__cudagraph_n4),
+                    &::cudagraph::__private::entry_if(&__cudagraph_n5),
+                    &::cudagraph::__private::entry_if(&__cudagraph_n6),
+                ],
                 __cudagraph_guards.all(),
                 __cudagraph_words,
             )

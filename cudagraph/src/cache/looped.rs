@@ -146,6 +146,6 @@ impl GraphCache {
         let signature: Vec<u32> =
             counts.iter().flat_map(|&c| [c as u32, (c as u64 >> 32) as u32]).collect();
         let call = GraphCall { shape: &shape, site: Site::Plan(plan), key, signature: &signature };
-        self.run_call(call, stream, nodes, guards, Some(call_id.0), None)
+        self.run_call(call, stream, super::Nodes::Ready(nodes), guards, Some(call_id.0), None)
     }
 }

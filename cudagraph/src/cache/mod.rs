@@ -429,6 +429,38 @@ pub(crate) struct GraphCall<'s> {
     pub(crate) signature: &'s [u32],
 }
 
+/// A call's node list: made, or made from its statements' segments when first needed
+/// ([`GraphCache::run_words_in`]).
+pub(crate) enum Nodes<'n, 'a> {
+    Ready(&'n [Option<NodeParams<'a>>]),
+    Lazy(&'n mut [Option<NodeParams<'a>>], &'n [&'n dyn crate::__private::Segment<'a>]),
+}
+
+impl<'a> Nodes<'_, 'a> {
+    /// Statements in the list.
+    fn len(&self) -> usize {
+        match self {
+            Nodes::Ready(n) => n.len(),
+            Nodes::Lazy(n, _) => n.len(),
+        }
+    }
+
+    /// The list, made now if it was not yet.
+    fn get(&mut self) -> &[Option<NodeParams<'a>>] {
+        if let Nodes::Lazy(..) = self {
+            let Nodes::Lazy(list, segments) = core::mem::replace(self, Nodes::Ready(&[])) else {
+                unreachable!()
+            };
+            crate::__private::fill_entries(list, segments);
+            *self = Nodes::Ready(list);
+        }
+        match self {
+            Nodes::Ready(n) => n,
+            Nodes::Lazy(..) => unreachable!(),
+        }
+    }
+}
+
 /// A call's [`CallWords`] after [`GraphCache::take_back`]: what the unchanged-call check needs.
 pub(crate) struct Words {
     /// The variant they were compared with, given back its words.
@@ -496,7 +528,7 @@ impl GraphCache {
         nodes: &[Option<NodeParams<'_>>],
         guards: &[Guard<'_>],
     ) -> Result<()> {
-        self.run_plan(plan, call_id, key, stream, nodes, guards, None)
+        self.run_plan(plan, call_id, key, stream, Nodes::Ready(nodes), guards, None)
     }
 
     /// [`Self::run`] with the call's words made as its statements were evaluated
@@ -522,6 +554,32 @@ impl GraphCache {
     ) -> Result<()> {
         // The variant's words go back first, whatever happens next.
         let words = self.take_back(words);
+        self.run_plan(plan, call_id, key, stream, Nodes::Ready(nodes), guards, Some(words))
+    }
+
+    /// [`Self::run_words`] with the node list made only when the call needs it: `nodes` (all
+    /// `None`) is filled from `segments` ([`entries`](crate::__private::entries)) unless the
+    /// words find the call unchanged and no node hands work out at launch (host statements).
+    /// An unchanged call of a kernel-only body then never touches its node list. Called by
+    /// generated code.
+    ///
+    /// # Safety
+    /// As [`Self::run_words`], for the node list `segments` make.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn run_words_in<'a>(
+        &mut self,
+        plan: &'static Plan,
+        call_id: &crate::operand::CallId,
+        key: u64,
+        stream: &CudaStream,
+        nodes: &mut [Option<NodeParams<'a>>],
+        segments: &[&dyn crate::__private::Segment<'a>],
+        guards: &[Guard<'_>],
+        words: CallWords,
+    ) -> Result<()> {
+        let words = self.take_back(words);
+        let nodes = Nodes::Lazy(nodes, segments);
         self.run_plan(plan, call_id, key, stream, nodes, guards, Some(words))
     }
 
@@ -534,7 +592,7 @@ impl GraphCache {
         call_id: &crate::operand::CallId,
         key: u64,
         stream: &CudaStream,
-        nodes: &[Option<NodeParams<'_>>],
+        nodes: Nodes<'_, '_>,
         guards: &[Guard<'_>],
         words: Option<Words>,
     ) -> Result<()> {
@@ -558,7 +616,7 @@ impl GraphCache {
         &mut self,
         call: GraphCall<'_>,
         stream: &CudaStream,
-        nodes: &[Option<NodeParams<'_>>],
+        nodes: Nodes<'_, '_>,
         guards: &[Guard<'_>],
         call_id: Option<u64>,
         words: Option<Words>,
@@ -580,7 +638,7 @@ impl GraphCache {
         &mut self,
         call: GraphCall<'_>,
         stream: &CudaStream,
-        nodes: &[Option<NodeParams<'_>>],
+        mut nodes: Nodes<'_, '_>,
         guards: &[Guard<'_>],
         call_id: Option<u64>,
         words: Option<Words>,
@@ -608,12 +666,19 @@ impl GraphCache {
         // without one skips both walks of the node list (a builder's call always walks them).
         let captures = self.may_capture(call.site);
         if self.mode != Mode::Eager && captures {
-            self.reuse_recordings(call.site, nodes);
+            self.reuse_recordings(call.site, nodes.get());
         }
         let same = match words {
             Some(w) => self.unchanged_words(&call, ctx, w, handles),
-            None => self.unchanged(&call, ctx, nodes, handles)?,
+            None => self.unchanged(&call, ctx, nodes.get(), handles)?,
         };
+        // An unchanged call needs its node list only for work handed out at launch (host
+        // statements) and for kept recordings; an eager call always.
+        let needed = match same {
+            Some(i) => captures || !self.variants[i].launch_work.is_empty(),
+            None => true,
+        };
+        let nodes: &[Option<NodeParams<'_>>] = if needed { nodes.get() } else { &[] };
         if same.is_none() {
             validate(call.shape, nodes, ctx, self.limits.as_ref(), handles, &mut self.peers)?;
         }

@@ -355,6 +355,17 @@ impl CallWords {
     }
 }
 
+impl CallWords {
+    /// `n` more nodes, each equal to one already put in (see
+    /// [`word_repeat`](crate::__private::word_repeat)): counted, no words.
+    #[inline(always)]
+    pub(crate) fn repeat(&mut self, n: u64) {
+        if self.ok {
+            self.present += n;
+        }
+    }
+}
+
 macro_rules! kernel_args {
     ($($t:ident $i:tt),*) => {
         impl<$($t: KernelArg),*> KernelArgs for ($($t,)*) {
