@@ -433,7 +433,7 @@ pub(crate) struct GraphCall<'s> {
 /// ([`GraphCache::run_words_in`]).
 pub(crate) enum Nodes<'n, 'a> {
     Ready(&'n [Option<NodeParams<'a>>]),
-    Lazy(&'n mut [Option<NodeParams<'a>>], &'n [&'n dyn crate::__private::Segment<'a>]),
+    Lazy(&'n mut [Option<NodeParams<'a>>], &'n [&'n dyn crate::kind::list::Segment<'a>]),
 }
 
 impl<'a> Nodes<'_, 'a> {
@@ -451,7 +451,7 @@ impl<'a> Nodes<'_, 'a> {
             let Nodes::Lazy(list, segments) = core::mem::replace(self, Nodes::Ready(&[])) else {
                 unreachable!()
             };
-            crate::__private::fill_entries(list, segments);
+            crate::kind::list::fill_entries(list, segments);
             *self = Nodes::Ready(list);
         }
         match self {
@@ -574,7 +574,7 @@ impl GraphCache {
         key: u64,
         stream: &CudaStream,
         nodes: &mut [Option<NodeParams<'a>>],
-        segments: &[&dyn crate::__private::Segment<'a>],
+        segments: &[&dyn crate::kind::list::Segment<'a>],
         guards: &[Guard<'_>],
         words: CallWords,
     ) -> Result<()> {

@@ -33,6 +33,7 @@ pub(crate) mod fill;
 pub(crate) mod handoff;
 pub(crate) mod host;
 pub(crate) mod kernel;
+pub(crate) mod list;
 pub(crate) mod memcpy;
 pub(crate) mod memset;
 pub(crate) mod pitched;

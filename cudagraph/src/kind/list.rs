@@ -1,0 +1,137 @@
+//! A `graph!` call's node list, made from its statements' segments (one fat pointer per
+//! chunk of statements, per other statement, or per run of identical iterations).
+
+use super::{IntoNode, NodeParams};
+
+/// A statement's entry in the node list of a `graph!` call: its node parameters, or none
+/// for a statement in a host `if` branch not taken. The list is an array of `&dyn Entry`
+/// (a fat pointer per statement), turned into parameters by [`entries`](crate::__private::entries), one loop out of
+/// line: an array literal of each statement's `Option<NodeParams>` made the release build
+/// of a large body super-linear (issue 18).
+pub trait Entry {
+    /// The node's parameters, `None` when absent from this call.
+    fn entry(&self) -> Option<NodeParams<'_>>;
+}
+impl<N: IntoNode> Entry for N {
+    #[inline]
+    fn entry(&self) -> Option<NodeParams<'_>> {
+        Some(self.node())
+    }
+}
+impl<N: IntoNode> Entry for Option<N> {
+    #[inline]
+    fn entry(&self) -> Option<NodeParams<'_>> {
+        self.as_ref().map(IntoNode::node)
+    }
+}
+
+/// A run of consecutive statements of the node list: a chunk's tuple of nodes (see
+/// [`chunk`](crate::__private::chunk)), or one statement's [`Entry`]. The list is a slice of `&dyn Segment` (one fat
+/// pointer per chunk of up to 16 statements), so that the function holding the body does
+/// not name every statement a second time (its type and borrow checking grow faster than
+/// linearly with its size: issue 18).
+pub trait Segment<'a> {
+    /// Statements in it.
+    fn statements(&self) -> usize;
+    /// Writes its statements' node parameters (`None` for one absent from this call) into
+    /// `out`, whose length is [`statements`](Self::statements): one dynamic call per
+    /// segment, not per statement (a call and a `match` per statement were 10 % of an
+    /// unchanged 1000-node call, `.ci/host-profile`).
+    fn fill(&self, out: &mut [Option<NodeParams<'a>>]);
+}
+impl<'a> Segment<'a> for &'a dyn Entry {
+    fn statements(&self) -> usize {
+        1
+    }
+    fn fill(&self, out: &mut [Option<NodeParams<'a>>]) {
+        if let [slot] = out {
+            *slot = (*self).entry();
+        }
+    }
+}
+macro_rules! tuple_segment {
+    ($n:literal: $($t:ident $i:tt),+) => {
+        impl<'a, $($t: IntoNode),+> Segment<'a> for &'a ($($t,)+) {
+            fn statements(&self) -> usize {
+                $n
+            }
+            fn fill(&self, out: &mut [Option<NodeParams<'a>>]) {
+                if let Ok(out) = <&mut [Option<NodeParams<'a>>; $n]>::try_from(out) {
+                    $(out[$i] = Some(self.$i.node());)+
+                }
+            }
+        }
+    };
+}
+tuple_segment!(1: A 0);
+tuple_segment!(2: A 0, B 1);
+tuple_segment!(3: A 0, B 1, C 2);
+tuple_segment!(4: A 0, B 1, C 2, D 3);
+tuple_segment!(5: A 0, B 1, C 2, D 3, E 4);
+tuple_segment!(6: A 0, B 1, C 2, D 3, E 4, F 5);
+tuple_segment!(7: A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+tuple_segment!(8: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+tuple_segment!(9: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
+tuple_segment!(10: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
+tuple_segment!(11: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10);
+tuple_segment!(12: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
+tuple_segment!(13: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12);
+tuple_segment!(14: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13);
+tuple_segment!(15: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14);
+tuple_segment!(16: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14, P 15);
+
+/// `times` copies of the statements of `of`, one after another: the iterations after the
+/// first of a run of identical iterations of an unrolled `for` whose statements evaluate
+/// only literals, names and casts (`graph!` makes their nodes once per call, with the
+/// first iteration, and lists them again here).
+pub struct Repeat<'s, 'a> {
+    /// The first iteration's segments.
+    pub of: &'s [&'s dyn Segment<'a>],
+    /// Copies after it.
+    pub times: usize,
+}
+impl<'a> Segment<'a> for Repeat<'_, 'a> {
+    fn statements(&self) -> usize {
+        let one: usize = self.of.iter().map(|s| s.statements()).sum();
+        one.saturating_mul(self.times)
+    }
+    fn fill(&self, out: &mut [Option<NodeParams<'a>>]) {
+        // One copy made from `of` (each count read once more, each fill kept in bounds),
+        // then copied.
+        let one = out.len().checked_div(self.times).unwrap_or(0);
+        if one == 0 {
+            return;
+        }
+        let (first, rest) = out.split_at_mut(one);
+        let mut at = 0usize;
+        for s in self.of {
+            let n = s.statements();
+            let Some(slots) = at.checked_add(n).and_then(|end| first.get_mut(at..end)) else {
+                break;
+            };
+            s.fill(slots);
+            at += n;
+        }
+        for copy in rest.chunks_mut(one) {
+            copy.copy_from_slice(&first[..copy.len()]);
+        }
+    }
+}
+
+/// [`entries`](crate::__private::entries) into a slice (of the call's `N` statements).
+pub(crate) fn fill_entries<'a>(out: &mut [Option<NodeParams<'a>>], segments: &[&dyn Segment<'a>]) {
+    let n_all = out.len();
+    // Filled in place by a plain loop (an iterator through `array::from_fn` moved each
+    // entry through its adapters: 10 % of an unchanged 1000-node call, `.ci/host-profile`),
+    // into the caller's array (one returned by value was copied once more: 24 KB for 1000
+    // nodes). Each segment's count is read once. The segments are generated with the body:
+    // a count that differs from `N` is a bug of the macro, and panics here.
+    let mut k = 0;
+    for s in segments {
+        let n = s.statements();
+        assert!(n_all - k >= n, "graph! node list: more than {n_all} statements");
+        s.fill(&mut out[k..k + n]);
+        k += n;
+    }
+    assert_eq!(k, n_all, "graph! node list: fewer than {n_all} statements");
+}
