@@ -1287,15 +1287,7 @@ fn repeated_iterations_are_made_once() {
             }),
             Some(2),
         ),
-        // Different tokens: the loop variable in use.
-        (
-            quote!({
-                for i in 0..3 {
-                    k.add(n, 1, &mut bufs[i]).launch(cfg);
-                }
-            }),
-            None,
-        ),
+        // Different tokens: the loop variable in use (as an array index: below).
         (
             quote!({
                 for i in 0..3 {
@@ -1415,6 +1407,83 @@ fn repeated_iterations_are_made_once() {
             None,
         ),
     ];
+    // Indexed runs: iterations that differ only in the element of an array (acquired in one
+    // loop: every element written) each argument names. Their later iterations are lazy
+    // chunks, their words the elements' handles (one `word_handles` per array argument).
+    let indexed = [
+        (
+            quote!({
+                for i in 0..3 {
+                    k.add(n, 1, &mut bufs[i]).launch(cfg);
+                }
+            }),
+            2,
+            1,
+        ),
+        (
+            quote!({
+                for i in 0..1000 {
+                    k.acc(n, &p, &mut bufs[i]).launch(cfg);
+                }
+            }),
+            999,
+            1,
+        ),
+        (
+            quote!({
+                for i in 0..4 {
+                    k.acc(n, &bufs[i], &mut out[i]).launch(cfg);
+                    k.add(n, 2, &mut bufs[i]).launch(cfg);
+                }
+            }),
+            6,
+            3,
+        ),
+        (
+            quote!({
+                for i in 0..3 {
+                    k.add(n, 1, &mut bufs[i]).launch(cfg);
+                    k.add(n, 1, &mut bufs[2 - i]).launch(cfg);
+                }
+            }),
+            4,
+            2,
+        ),
+    ];
+    for (body, copies, handles) in indexed {
+        let out = crate::graph(quote!(&mut c, &s, #body)).to_string();
+        assert!(!out.contains("compile_error"), "{out}");
+        assert!(!out.contains("Repeat"), "{out}");
+        assert!(
+            out.contains(&format!("word_repeat (& mut __cudagraph_words , {copies}u64)")),
+            "{out}"
+        );
+        assert_eq!(out.matches("word_handles").count(), handles, "{body}");
+        assert!(out.contains("LazyChunk"), "{out}");
+    }
+    // Not indexed: elements only read (no array acquired in one loop), an element and a
+    // whole place that differ, an index that is not a constant.
+    for body in [
+        quote!({
+            for i in 0..3 {
+                k.acc(n, &bufs[i], &mut x).launch(cfg);
+            }
+        }),
+        quote!({
+            for i in 0..3 {
+                k.acc(n, &src[i], &mut dst[i]).launch(cfg);
+            }
+        }),
+        quote!({
+            for i in 0..3 {
+                k.add(n, 1, &mut bufs[i + off]).launch(cfg);
+            }
+        }),
+    ] {
+        let out = crate::graph(quote!(&mut c, &s, #body)).to_string();
+        assert!(!out.contains("compile_error"), "{out}");
+        assert!(!out.contains("word_handles") && !out.contains("Repeat"), "{out}");
+    }
     for (body, copies) in cases {
         let out = crate::graph(quote!(&mut c, &s, #body)).to_string();
         assert!(!out.contains("compile_error"), "{out}");

@@ -981,7 +981,7 @@ pub mod __private {
         n.as_ref().map(IntoNode::node)
     }
 
-    pub use crate::kind::list::{Entry, Repeat, Segment};
+    pub use crate::kind::list::{Entry, LazyChunk, Repeat, Segment};
 
     /// Host time of each phase of the `graph!` calls made on this thread since the last read
     /// (names and nanoseconds; feature `phase-times`, for the `host_cost` diagnostic), and
@@ -1008,6 +1008,24 @@ pub mod __private {
     #[inline(always)]
     pub fn entry_if<N: IntoNode>(n: &Option<N>) -> &dyn Entry {
         n
+    }
+
+    /// The later iterations of an indexed run of `graph!` in the call's words: iterations
+    /// whose statements differ from the first iteration's only in which element of an array
+    /// acquired in one loop they name (`&mut bufs[i]`), and evaluate only literals, names and
+    /// casts otherwise. Each such argument of each statement gets one call: the handles of
+    /// `array` at `at` (one per later iteration), `write` when the argument writes it. With
+    /// the first iteration's nodes put in as made ([`word_node`]) and the later ones counted
+    /// ([`word_repeat`]), equal words mean equal nodes: the later iterations' nodes are made
+    /// only when the node list is needed ([`LazyChunk`]).
+    #[inline(never)]
+    pub fn word_handles<H: crate::operand::ElementHandle>(
+        words: &mut CallWords,
+        array: &[H],
+        at: &[u32],
+        write: bool,
+    ) {
+        words.handles(array, at, write);
     }
 
     /// `n` more nodes in the call's words, each the same as one already put in (the copies of

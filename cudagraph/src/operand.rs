@@ -92,6 +92,28 @@ pointer_type!(
     HostWrite, *mut c_void
 );
 
+/// An element handle of an array acquired in one loop (`__private::acquire_mut_each`): what
+/// it names, as the words of an indexed run of `graph!` compare it (see
+/// `__private::word_handles`). Sealed.
+#[doc(hidden)]
+pub trait ElementHandle: sealed::Sealed + Copy {
+    /// `(tag, address, length in elements, context)`: every field of the handle a node's
+    /// parameters can depend on.
+    fn fields(&self) -> (u64, u64, u64, u64);
+}
+impl<T> ElementHandle for DevWrite<'_, T> {
+    #[inline(always)]
+    fn fields(&self) -> (u64, u64, u64, u64) {
+        (self.tag, self.ptr, self.len as u64, self.ctx as u64)
+    }
+}
+impl<T> ElementHandle for HostWrite<'_, T> {
+    #[inline(always)]
+    fn fields(&self) -> (u64, u64, u64, u64) {
+        (self.tag, self.ptr as u64, self.len as u64, self.ctx as u64)
+    }
+}
+
 impl<'a, T> DevWrite<'a, T> {
     /// The same buffer, read: for a [`GraphBuilder`](crate::GraphBuilder) node that reads a
     /// buffer registered with [`GraphBuilder::write`](crate::GraphBuilder::write).

@@ -1,10 +1,13 @@
-//! Runs of identical iterations of an unrolled `for` (`__private::Repeat`, issue 31 item 2):
-//! `graph!` makes the first iteration's nodes once per call and lists them for every iteration
-//! when the iterations have the same tokens and evaluate only literals, names and casts. Each
-//! test compares the graph, after every call, with the same launches made one by one with
-//! cudarc (integers: exact), while the run's scalar, its buffers (swapped between calls) and the
-//! surrounding statements change; and an argument that is a call is still evaluated in every
-//! iteration. Expected on a GPU: all pass.
+//! Runs of iterations of an unrolled `for` (issue 31 item 2). Iterations with the same tokens
+//! that evaluate only literals, names and casts are made once per call and listed for every
+//! iteration (`__private::Repeat`); iterations that differ only in which element of an array
+//! each argument names (`&mut bufs[i]`) form an indexed run, whose later iterations are made
+//! only when the call changed (`__private::LazyChunk`), their words being their elements'
+//! handles (`__private::word_handles`). Each test compares the graph, after every call, with
+//! the same launches made one by one with cudarc (integers: exact), while the runs' scalars,
+//! their buffers (swapped between calls, elements swapped within their array, the array
+//! replaced) and the surrounding statements change; and an argument that is a call is still
+//! evaluated in every iteration. Expected on a GPU: all pass.
 
 mod common;
 
@@ -145,5 +148,97 @@ fn an_argument_that_is_a_call_is_evaluated_in_every_iteration() -> Result {
         }
         assert_same(&s.clone_dtoh(&x)?, &s.clone_dtoh(&e)?, &format!("call {call}"));
     }
+    Ok(())
+}
+
+/// 8 kernels, each on its own element of `bufs` in place (an indexed run), then 3 pairs that
+/// read elements of `bufs` into elements of `out` (an indexed run with two arrays).
+fn fan(
+    cache: &mut GraphCache,
+    k: &Ops,
+    s: &Arc<CudaStream>,
+    b: u32,
+    bufs: &mut [CudaSlice<u32>],
+    out: &mut [CudaSlice<u32>],
+) -> cudagraph::Result<()> {
+    let c = cfg();
+    graph!(cache, s, {
+        for i in 0..8 {
+            k.affine_inplace(N, 3, b, &mut bufs[i]).launch(c);
+        }
+        for i in 0..3 {
+            k.mix(N, &bufs[i + 4], &mut out[i]).launch(c);
+            k.affine_inplace(N, 7, b, &mut out[i]).launch(c);
+        }
+    })
+}
+
+fn fan_eager(
+    k: &Ops,
+    s: &Arc<CudaStream>,
+    b: u32,
+    bufs: &mut [CudaSlice<u32>],
+    out: &mut [CudaSlice<u32>],
+) -> Result {
+    for buf in bufs.iter_mut() {
+        launch!(s, k, "affine_inplace", cfg(); &N, &3u32, &b, buf)?;
+    }
+    for i in 0..3 {
+        launch!(s, k, "mix", cfg(); &N, &bufs[i + 4], &mut out[i])?;
+        launch!(s, k, "affine_inplace", cfg(); &N, &7u32, &b, &mut out[i])?;
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_indexed_run_matches_launch_by_launch_across_swaps() -> Result {
+    let _serial = common::serial();
+    let (_ctx, s, k) = gpu()?;
+    // Every element different, so that a node left on another element shows.
+    let distinct = |n: usize, seed: u32| -> Result<Vec<CudaSlice<u32>>> {
+        (0..n as u32)
+            .map(|e| Ok(s.clone_htod(&(0..N).map(|i| i ^ ((e + 1) * seed)).collect::<Vec<_>>())?))
+            .collect()
+    };
+    let (mut bufs, mut out) = (distinct(8, 0x9e37)?, distinct(3, 0x51)?);
+    let (mut bufs2, mut out2) = (distinct(8, 0x7f4a)?, distinct(3, 0x33)?);
+    let (mut ebufs, mut eout) = (distinct(8, 0x9e37)?, distinct(3, 0x51)?);
+    let (mut ebufs2, mut eout2) = (distinct(8, 0x7f4a)?, distinct(3, 0x33)?);
+    let mut cache = GraphCache::new();
+    let mut unchanged_expected = 0;
+    for call in 0..16u32 {
+        let b = 1 + call / 4;
+        let before = cache.stats().unchanged_calls;
+        fan(&mut cache, &k, &s, b, &mut bufs, &mut out)?;
+        fan_eager(&k, &s, b, &mut ebufs, &mut eout)?;
+        let what = format!("call {call}, b {b}");
+        common::same_all(&common::read_all(&s, &bufs)?, &common::read_all(&s, &ebufs)?, &what);
+        common::same_all(&common::read_all(&s, &out)?, &common::read_all(&s, &eout)?, &what);
+        // Only a call after one that changed nothing is unchanged: calls 3, 7, 11 and 15
+        // (after call % 4 == 2, which changes nothing, with the same scalar).
+        let unchanged = cache.stats().unchanged_calls - before;
+        assert_eq!(unchanged, u64::from(call % 4 == 3), "{what}: unchanged calls");
+        unchanged_expected += unchanged;
+        // What the next call changes: two elements swapped within an array (two later
+        // iterations' handles), both arrays replaced by the other set (every handle), nothing,
+        // or (every fourth call) the scalar of every node.
+        match call % 4 {
+            0 => {
+                bufs.swap(2, 6);
+                ebufs.swap(2, 6);
+            }
+            1 => {
+                std::mem::swap(&mut bufs, &mut bufs2);
+                std::mem::swap(&mut out, &mut out2);
+                std::mem::swap(&mut ebufs, &mut ebufs2);
+                std::mem::swap(&mut eout, &mut eout2);
+            }
+            _ => {}
+        }
+    }
+    let st = cache.stats();
+    assert_eq!(st.unchanged_calls, unchanged_expected, "{st:?}");
+    assert_eq!(st.nodes_unchanged, st.unchanged_calls * 14, "{st:?}");
     Ok(())
 }

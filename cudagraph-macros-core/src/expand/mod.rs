@@ -102,6 +102,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         words: !looped_body && !captures,
         chunk_of: Vec::new(),
         repeats: Vec::new(),
+        lazy: false,
     };
     let mut decls = TokenStream::new();
     let body = emit_items(&input.body, &places, &mut counter, Holder::Plain, &mut decls);
@@ -457,6 +458,9 @@ pub(crate) struct NodeCounter {
     conds: u32,
     /// The runs of identical iterations made once (see [`repeat_runs`]), in node order.
     pub(crate) repeats: Vec<RepeatRun>,
+    /// Whether the chunks being emitted are made only when the node list is needed (the later
+    /// iterations of an indexed run, see [`repeat_runs`]): no words of their own.
+    pub(crate) lazy: bool,
 }
 
 /// The copies of a run of identical iterations of an unrolled `for` (see [`repeat_runs`]):
@@ -527,13 +531,20 @@ impl Body<'_, '_> {
     /// iteration in chunks of its own, its copies counted (a [`RepeatRun`]). The iterations of
     /// an unrolled `for` that is no run are looked into for runs of their own.
     fn runs<'i>(&mut self, items: &'i [Item], flat: &mut Vec<&'i Item>) {
-        for Run { item, times } in repeat_runs(items) {
+        let words = self.counter.words;
+        for Run { item, times, iterations, indexed } in repeat_runs(items, self.places, words) {
             let Item::Scope(body) = item else {
                 flat.push(item);
                 continue;
             };
             if times == 1 {
                 self.runs(body, flat);
+                continue;
+            }
+            if indexed {
+                self.emit(flat);
+                flat.clear();
+                self.indexed(iterations);
                 continue;
             }
             self.emit(flat);
@@ -561,6 +572,58 @@ impl Body<'_, '_> {
         }
     }
 
+    /// An indexed run (see [`repeat_runs`]): the first iteration as written, the handles of
+    /// the later ones' array elements into the words, and the later iterations in lazy chunks.
+    fn indexed(&mut self, iterations: &[Item]) {
+        flush(self.chunk, self.counter, self.out);
+        let first: Vec<&Item> = {
+            let mut one = Vec::new();
+            if let Item::Scope(body) = &iterations[0] {
+                unscope(body, &mut one);
+            }
+            one
+        };
+        self.emit(&first);
+        flush(self.chunk, self.counter, self.out);
+        // Each array argument of each statement: the elements the later iterations name.
+        let later: Vec<Vec<&Node>> = iterations[1..].iter().map(statements_of).collect();
+        let w = local("__cudagraph_words");
+        let mut positions: Vec<(usize, bool, Vec<u32>)> = Vec::new();
+        for (j, it) in later.iter().enumerate() {
+            let mut p = 0;
+            for node in it {
+                for o in node.op.operands() {
+                    if let Some((a, k)) = self.places[&o.key].array {
+                        if j == 0 {
+                            positions.push((a, o.write, Vec::new()));
+                        }
+                        positions[p].2.push(k as u32);
+                        p += 1;
+                    }
+                }
+            }
+        }
+        for (a, write, at) in &positions {
+            let array = local(format!("__cudagraph_a{a}"));
+            self.out.extend(quote! {
+                ::cudagraph::__private::word_handles(&mut #w, #array, &[#(#at),*], #write);
+            });
+        }
+        let first_node = self.counter.next;
+        self.counter.lazy = true;
+        let mut rest = Vec::new();
+        for it in &iterations[1..] {
+            if let Item::Scope(body) = it {
+                unscope(body, &mut rest);
+            }
+        }
+        self.emit(&rest);
+        flush(self.chunk, self.counter, self.out);
+        self.counter.lazy = false;
+        let copies = (self.counter.next - first_node) as u64;
+        self.out.extend(quote!(::cudagraph::__private::word_repeat(&mut #w, #copies);));
+    }
+
     /// Plain statements, chunked.
     fn emit(&mut self, flat: &[&Item]) {
         let (places, counter, decls) = (self.places, &mut *self.counter, &mut *self.decls);
@@ -575,33 +638,96 @@ fn flush(
     out: &mut TokenStream,
 ) {
     if !chunk.is_empty() {
-        out.extend(emit_chunk(chunk, counter.chunks, !counter.looped_body, counter.words));
+        let c = if counter.lazy {
+            emit_lazy_chunk(chunk, counter.chunks)
+        } else {
+            emit_chunk(chunk, counter.chunks, !counter.looped_body, counter.words)
+        };
+        out.extend(c);
         counter.chunks += 1;
     }
 }
 
-/// One item of a body for [`emit_items`], or the first of a run of `times` identical
-/// iterations.
+/// A chunk of an indexed run's later iterations: its statements built only when the node list
+/// is needed (`__private::LazyChunk`), their words being their handles' (`word_handles`).
+fn emit_lazy_chunk(chunk: &mut Vec<(syn::Ident, TokenStream)>, number: usize) -> TokenStream {
+    let c = local(format!("__cudagraph_chunk{number}"));
+    let names: Vec<&syn::Ident> = chunk.iter().map(|(n, _)| n).collect();
+    let lets = chunk.iter().map(|(n, v)| quote!(#[allow(unused_braces)] let #n = #v;));
+    let out = quote! {
+        let #c = ::cudagraph::__private::LazyChunk::new(|| {
+            #(#lets)*
+            (#(#names,)*)
+        });
+    };
+    chunk.clear();
+    out
+}
+
+/// The statements of an iteration (a scope), nested ones included, in order.
+fn statements_of(it: &Item) -> Vec<&Node> {
+    let mut one = Vec::new();
+    if let Item::Scope(body) = it {
+        unscope(body, &mut one);
+    }
+    one.into_iter()
+        .map(|i| match i {
+            Item::Node(n) => n,
+            _ => unreachable!("a run's iterations hold statements only"),
+        })
+        .collect()
+}
+
+/// One item of a body for [`emit_items`], or the first of a run of `times` iterations.
 struct Run<'a> {
     item: &'a Item,
     times: usize,
+    /// The run's iterations (`item` first).
+    iterations: &'a [Item],
+    /// Whether they differ (in array elements only): an indexed run.
+    indexed: bool,
 }
 
-/// The items of a body with each run of two or more consecutive identical iterations of
-/// unrolled `for`s (the same tokens) whose statements are all [`repeatable`] as one
-/// `Run { item: first, times: n }`: their statements evaluate the same values in every iteration, so
-/// the first iteration's nodes are made once and listed `n` times.
-fn repeat_runs(items: &[Item]) -> Vec<Run<'_>> {
-    let mut out: Vec<Run<'_>> = Vec::new();
-    let mut last: Option<String> = None;
-    for item in items {
+/// The items of a body with each run of two or more consecutive iterations of unrolled `for`s
+/// whose statements are all [`repeatable`] as one [`Run`] of `times` iterations:
+/// - iterations with the same tokens evaluate the same nodes: the first iteration's nodes are
+///   made once and listed `times` times (`__private::Repeat`);
+/// - with `words`, iterations that differ only in which element of an array acquired in one
+///   loop each argument names (`&mut bufs[i]`, see [`mark_arrays`]) form an indexed run: the
+///   first iteration is made as written, the later ones only when the node list is needed
+///   (`__private::LazyChunk`), their words being the handles of their elements
+///   (`__private::word_handles`).
+fn repeat_runs<'a>(
+    items: &'a [Item],
+    places: &HashMap<String, PlaceInfo<'_>>,
+    words: bool,
+) -> Vec<Run<'a>> {
+    let mut out: Vec<Run<'a>> = Vec::new();
+    let mut last: Option<(String, String)> = None;
+    for (at, item) in items.iter().enumerate() {
         let key = match item {
-            Item::Scope(body) => iteration_key(body),
+            Item::Scope(body) => iteration_key(body, places),
             _ => None,
         };
-        match (&key, &last, out.last_mut()) {
-            (Some(k), Some(l), Some(run)) if k == l => run.times += 1,
-            _ => out.push(Run { item, times: 1 }),
+        let joins = match (&key, &last, out.last()) {
+            (Some((exact, shape)), Some((e, sh)), Some(run)) if shape == sh => {
+                let indexed = run.indexed || exact != e;
+                (!indexed || words).then_some(indexed)
+            }
+            _ => None,
+        };
+        match (joins, out.last_mut()) {
+            (Some(indexed), Some(run)) => {
+                run.times += 1;
+                run.indexed = indexed;
+                run.iterations = &items[at + 1 - run.times..=at];
+            }
+            _ => out.push(Run {
+                item,
+                times: 1,
+                iterations: std::slice::from_ref(item),
+                indexed: false,
+            }),
         }
         last = key;
     }
@@ -609,20 +735,54 @@ fn repeat_runs(items: &[Item]) -> Vec<Run<'_>> {
 }
 
 /// The tokens of an iteration whose statements are all [`repeatable`] (none in `if`s,
-/// run-time loops or `condition` declarations), else `None`.
-fn iteration_key(body: &[Item]) -> Option<String> {
+/// run-time loops or `condition` declarations), else `None`: as written, and with each
+/// argument that names an element of an array acquired in one loop written as the array.
+fn iteration_key(
+    body: &[Item],
+    places: &HashMap<String, PlaceInfo<'_>>,
+) -> Option<(String, String)> {
     let mut flat = Vec::new();
     unscope(body, &mut flat);
-    let mut key = String::new();
+    let (mut exact, mut shape) = (String::new(), String::new());
     for item in flat {
         let Item::Node(node) = item else { return None };
         if !repeatable(node) {
             return None;
         }
-        key.push_str(&node.tokens.to_string());
-        key.push('\u{1}');
+        exact.push_str(&node.tokens.to_string());
+        exact.push('\u{1}');
+        shape.push_str(&shape_of(node, places));
+        shape.push('\u{1}');
     }
-    (!key.is_empty()).then_some(key)
+    (!exact.is_empty()).then_some((exact, shape))
+}
+
+/// A [`repeatable`] statement's tokens with each operand written as its place, or as its array
+/// for an element of an array acquired in one loop.
+fn shape_of(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> String {
+    let operand = |o: &Operand| match places.get(&o.key).and_then(|p| p.array) {
+        Some((a, _)) => format!("[array {a} {}]", o.write),
+        None => format!("[{} {}]", o.key, o.write),
+    };
+    let t = |e: &Expr| e.to_token_stream().to_string();
+    match &node.op {
+        Op::Launch { receiver, kernel, args, cfg, .. } => {
+            let args: Vec<String> = args
+                .iter()
+                .map(|a| match a {
+                    Arg::Scalar(e) => t(e),
+                    Arg::Buffer(o) => operand(o),
+                })
+                .collect();
+            format!("launch {} {kernel} ({}) {}", t(receiver), args.join(", "), t(cfg))
+        }
+        Op::Copy { src, dst, .. } => format!("copy {} {}", operand(src), operand(dst)),
+        Op::Memset { dst, value, .. } => format!("memset {} {}", operand(dst), t(value)),
+        Op::Fill { dst, value, .. } => format!("fill {} {}", operand(dst), t(value)),
+        Op::Zero { dst, .. } => format!("zero {}", operand(dst)),
+        Op::Empty { .. } => "empty".to_string(),
+        _ => node.tokens.to_string(),
+    }
 }
 
 /// Whether a statement evaluates the same node in every iteration of a run: a chunked kernel

@@ -414,6 +414,30 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         #[allow(unused_braces)]
         let __cudagraph_n9 = ::cudagraph::__private::zero({ __cudagraph_w9 });
+        (
+            __cudagraph_n0,
+            __cudagraph_n1,
+            __cudagraph_n2,
+            __cudagraph_n3,
+            __cudagraph_n4,
+            __cudagraph_n5,
+            __cudagraph_n6,
+            __cudagraph_n7,
+            __cudagraph_n8,
+            __cudagraph_n9,
+        )
+    });
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.0);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.1);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.2);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.3);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.4);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.5);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.6);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.7);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.8);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.9);
+    let __cudagraph_chunk1 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n10 = ::cudagraph::__private::kernel_node(
             ::cudagraph::__private::kernels(&k)
@@ -424,6 +448,16 @@ fn expanded() -> ::cudagraph::Result<()> {
                 )
                 .launch(cfg),
         );
+        (__cudagraph_n10,)
+    });
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk1.0);
+    ::cudagraph::__private::word_handles(
+        &mut __cudagraph_words,
+        __cudagraph_a0,
+        &[1u32, 2u32],
+        false,
+    );
+    let __cudagraph_chunk2 = ::cudagraph::__private::LazyChunk::new(|| {
         #[allow(unused_braces)]
         let __cudagraph_n11 = ::cudagraph::__private::kernel_node(
             ::cudagraph::__private::kernels(&k)
@@ -444,49 +478,39 @@ fn expanded() -> ::cudagraph::Result<()> {
                 )
                 .launch(cfg),
         );
+        (__cudagraph_n11, __cudagraph_n12)
+    });
+    ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 2u64);
+    let __cudagraph_chunk3 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n13 = ::cudagraph::__private::copy(
             { __cudagraph_a0[0].read() },
             { __cudagraph_a0[1] },
         );
+        (__cudagraph_n13,)
+    });
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk3.0);
+    ::cudagraph::__private::word_handles(
+        &mut __cudagraph_words,
+        __cudagraph_a0,
+        &[0u32],
+        false,
+    );
+    ::cudagraph::__private::word_handles(
+        &mut __cudagraph_words,
+        __cudagraph_a0,
+        &[2u32],
+        true,
+    );
+    let __cudagraph_chunk4 = ::cudagraph::__private::LazyChunk::new(|| {
         #[allow(unused_braces)]
         let __cudagraph_n14 = ::cudagraph::__private::copy(
             { __cudagraph_a0[0].read() },
             { __cudagraph_a0[2] },
         );
-        (
-            __cudagraph_n0,
-            __cudagraph_n1,
-            __cudagraph_n2,
-            __cudagraph_n3,
-            __cudagraph_n4,
-            __cudagraph_n5,
-            __cudagraph_n6,
-            __cudagraph_n7,
-            __cudagraph_n8,
-            __cudagraph_n9,
-            __cudagraph_n10,
-            __cudagraph_n11,
-            __cudagraph_n12,
-            __cudagraph_n13,
-            __cudagraph_n14,
-        )
+        (__cudagraph_n14,)
     });
-    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.0);
-    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.1);
-    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.2);
-    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.3);
-    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.4);
-    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.5);
-    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.6);
-    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.7);
-    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.8);
-    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.9);
-    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.10);
-    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.11);
-    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.12);
-    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.13);
-    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.14);
+    ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 1u64);
     let mut __cudagraph_nodes = [const { ::core::option::Option::None }; 15];
     unsafe {
         __cudagraph_cache
@@ -496,7 +520,13 @@ fn expanded() -> ::cudagraph::Result<()> {
                 __cudagraph_key,
                 __cudagraph_stream,
                 &mut __cudagraph_nodes,
-                &[&&__cudagraph_chunk0],
+                &[
+                    &&__cudagraph_chunk0,
+                    &&__cudagraph_chunk1,
+                    &&__cudagraph_chunk2,
+                    &&__cudagraph_chunk3,
+                    &&__cudagraph_chunk4,
+                ],
                 __cudagraph_guards.all(),
                 __cudagraph_words,
             )

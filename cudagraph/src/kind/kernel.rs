@@ -356,6 +356,39 @@ impl CallWords {
 }
 
 impl CallWords {
+    /// The handles `array[k]` for each `k` of `at` (elements of one array, each named by the
+    /// same argument of the same statement in the later iterations of an indexed run: see
+    /// [`word_handles`](crate::__private::word_handles)), as one run of words: each element's
+    /// place (as [`Pack::push_handle`], `write` or not), address, length and context.
+    #[inline(always)]
+    pub(crate) fn handles<H: crate::operand::ElementHandle>(
+        &mut self,
+        array: &[H],
+        at: &[u32],
+        write: bool,
+    ) {
+        if self.ok {
+            let CallWords { call, last, pos, diverged, out, .. } = self;
+            let pack = |p: &mut Pack<'_>| {
+                for &k in at {
+                    let Some(h) = array.get(k as usize) else {
+                        // No such element: a word no handle makes (the macro lists only
+                        // elements of the array).
+                        p.push(u64::MAX);
+                        continue;
+                    };
+                    let (tag, addr, len, ctx) = h.fields();
+                    p.push_handle(tag, write);
+                    p.push(addr);
+                    p.push(len);
+                    p.push(ctx);
+                }
+                true
+            };
+            self.ok = compare_node(Some(*call), last, pos, diverged, out, &pack);
+        }
+    }
+
     /// `n` more nodes, each equal to one already put in (see
     /// [`word_repeat`](crate::__private::word_repeat)): counted, no words.
     #[inline(always)]

@@ -1,6 +1,8 @@
 //! A `graph!` call's node list, made from its statements' segments (one fat pointer per
 //! chunk of statements, per other statement, or per run of identical iterations).
 
+use core::cell::{Cell, OnceCell};
+
 use super::{IntoNode, NodeParams};
 
 /// A statement's entry in the node list of a `graph!` call: its node parameters, or none
@@ -49,16 +51,29 @@ impl<'a> Segment<'a> for &'a dyn Entry {
         }
     }
 }
+/// A chunk's tuple of nodes (see [`chunk`](crate::__private::chunk)).
+pub trait NodeTuple {
+    /// Statements in it.
+    const LEN: usize;
+    /// Its nodes' parameters into `out` (of length [`Self::LEN`]).
+    fn fill_nodes<'a>(&'a self, out: &mut [Option<NodeParams<'a>>]);
+}
 macro_rules! tuple_segment {
     ($n:literal: $($t:ident $i:tt),+) => {
+        impl<$($t: IntoNode),+> NodeTuple for ($($t,)+) {
+            const LEN: usize = $n;
+            fn fill_nodes<'a>(&'a self, out: &mut [Option<NodeParams<'a>>]) {
+                if let Ok(out) = <&mut [Option<NodeParams<'a>>; $n]>::try_from(out) {
+                    $(out[$i] = Some(self.$i.node());)+
+                }
+            }
+        }
         impl<'a, $($t: IntoNode),+> Segment<'a> for &'a ($($t,)+) {
             fn statements(&self) -> usize {
                 $n
             }
             fn fill(&self, out: &mut [Option<NodeParams<'a>>]) {
-                if let Ok(out) = <&mut [Option<NodeParams<'a>>; $n]>::try_from(out) {
-                    $(out[$i] = Some(self.$i.node());)+
-                }
+                self.fill_nodes(out);
             }
         }
     };
@@ -134,4 +149,40 @@ pub(crate) fn fill_entries<'a>(out: &mut [Option<NodeParams<'a>>], segments: &[&
         k += n;
     }
     assert_eq!(k, n_all, "graph! node list: fewer than {n_all} statements");
+}
+
+/// A chunk of statements whose nodes are made only when the node list is needed: the later
+/// iterations of an indexed run of `graph!` (see [`word_handles`](crate::__private::word_handles)),
+/// whose words are their handles'. `make` builds the chunk's tuple of nodes, at most once.
+pub struct LazyChunk<F, R> {
+    make: Cell<Option<F>>,
+    nodes: OnceCell<R>,
+}
+
+impl<F: FnOnce() -> R, R> LazyChunk<F, R> {
+    /// The chunk, not made yet.
+    #[inline(always)]
+    pub fn new(make: F) -> Self {
+        LazyChunk { make: Cell::new(Some(make)), nodes: OnceCell::new() }
+    }
+
+    /// Its nodes, made now if they were not.
+    fn nodes(&self) -> Option<&R> {
+        if self.nodes.get().is_none() {
+            let make = self.make.take()?;
+            let _ = self.nodes.set(make());
+        }
+        self.nodes.get()
+    }
+}
+
+impl<'a, F: FnOnce() -> R, R: NodeTuple> Segment<'a> for &'a LazyChunk<F, R> {
+    fn statements(&self) -> usize {
+        R::LEN
+    }
+    fn fill(&self, out: &mut [Option<NodeParams<'a>>]) {
+        if let Some(nodes) = self.nodes() {
+            nodes.fill_nodes(out);
+        }
+    }
 }
