@@ -256,7 +256,12 @@ pub use session::{Capture, CaptureSlice, CaptureSliceMut, CaptureView, Kept};
 ///   that the body writes is lost in any variant.
 /// - `if cond { … } else { … }`: evaluated on the host at each call; each combination of taken
 ///   branches is its own cached graph (`if let` is rejected).
-/// - `for i in 0..N { … }` with integer literal bounds: unrolled at compile time.
+/// - `for i in 0..N { … }` with integer literal bounds: unrolled at compile time. Consecutive
+///   iterations that repeat are made once per call (the graph is the same): those with the same
+///   statements whose expressions are only literals, names, casts and tuples or struct literals
+///   of them, or the same but for the element of one array each argument names (`&mut
+///   bufs[i]`, every element written); their expressions are then evaluated once per call, not
+///   once per iteration. See `docs/performance.md`, "Host-path notes".
 /// - `for i in a..b { … }` (or `a..=b`) with other `usize` bounds: a run-time count. The body is
 ///   checked once; each call adds its nodes once per iteration, and the count is part of the
 ///   variant key (each distinct count is one cached topology). No host `if`, no run-time `for`
