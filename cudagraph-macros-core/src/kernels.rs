@@ -195,7 +195,14 @@ pub fn expand(input: KernelsInput) -> TokenStream {
             __cudagraph: ::cudagraph::__private::Functions<#name>,
         }
 
-        impl ::cudagraph::__private::Kernels for #name {}
+        // SAFETY: each method named like a kernel is the one generated below, which makes that
+        // kernel's call from its arguments alone.
+        unsafe impl ::cudagraph::__private::Kernels for #name {
+            #[inline]
+            fn __cudagraph_makes(&self, entry: *const (), method: &str) -> bool {
+                self.__cudagraph.makes(entry, method)
+            }
+        }
 
         impl #name {
             /// Names of the kernels, in declaration order.

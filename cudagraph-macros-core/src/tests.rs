@@ -1205,17 +1205,18 @@ fn the_iterations_of_an_unrolled_for_share_chunks() {
     ] {
         let out = crate::graph(quote!(&mut c, &s, #body)).to_string();
         assert!(!out.contains("compile_error"), "{out}");
-        assert!(!out.contains("Repeat"), "{out}");
+        assert!(!out.contains("LazyChunk"), "{out}");
         let chunks = out.matches("__private :: chunk (").count();
         let want = if out.contains("one ()") { 63 } else { 125 };
         assert_eq!(chunks, want, "chunks of {body}");
     }
 }
 
-/// Which bodies `graph!` makes a run of identical iterations once for (`__private::Repeat`):
-/// only iterations with the same tokens whose expressions are literals, names, casts, tuples
-/// and struct literals of them; a call, an operator, a field, an index, a `condition`, an
-/// `if` or an event statement keeps each iteration evaluated as written.
+/// Which bodies make runs of iterations (later iterations in `__private::LazyChunk`s, words
+/// `word_repeat` when `made_by` holds): only iterations with the same tokens (but for array
+/// elements, below) whose expressions are literals, names, casts, tuples and struct literals of
+/// them; a call, an operator, a field, an index, a `condition`, an `if` or an event statement
+/// keeps each iteration evaluated as written.
 #[test]
 fn repeated_iterations_are_made_once() {
     let cases = [
@@ -1453,7 +1454,7 @@ fn repeated_iterations_are_made_once() {
     for (body, copies, handles) in indexed {
         let out = crate::graph(quote!(&mut c, &s, #body)).to_string();
         assert!(!out.contains("compile_error"), "{out}");
-        assert!(!out.contains("Repeat"), "{out}");
+        assert!(out.contains("made_by"), "{out}");
         assert!(
             out.contains(&format!("word_repeat (& mut __cudagraph_words , {copies}u64)")),
             "{out}"
@@ -1482,7 +1483,7 @@ fn repeated_iterations_are_made_once() {
     ] {
         let out = crate::graph(quote!(&mut c, &s, #body)).to_string();
         assert!(!out.contains("compile_error"), "{out}");
-        assert!(!out.contains("word_handles") && !out.contains("Repeat"), "{out}");
+        assert!(!out.contains("word_handles") && !out.contains("LazyChunk"), "{out}");
     }
     for (body, copies) in cases {
         let out = crate::graph(quote!(&mut c, &s, #body)).to_string();
@@ -1494,7 +1495,7 @@ fn repeated_iterations_are_made_once() {
         });
         let want = copies.map(|c: usize| c.to_string());
         assert_eq!(made, want, "copies of {body}:\n{out}");
-        assert_eq!(out.contains("Repeat"), copies.is_some(), "{body}");
+        assert_eq!(out.contains("LazyChunk"), copies.is_some(), "{body}");
         if body.to_string().contains("for j in") {
             assert_eq!(out.matches("word_repeat").count(), 2, "{out}");
         }

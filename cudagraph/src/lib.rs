@@ -256,12 +256,15 @@ pub use session::{Capture, CaptureSlice, CaptureSliceMut, CaptureView, Kept};
 ///   that the body writes is lost in any variant.
 /// - `if cond { … } else { … }`: evaluated on the host at each call; each combination of taken
 ///   branches is its own cached graph (`if let` is rejected).
-/// - `for i in 0..N { … }` with integer literal bounds: unrolled at compile time. Consecutive
-///   iterations that repeat are made once per call (the graph is the same): those with the same
-///   statements whose expressions are only literals, names, casts and tuples or struct literals
-///   of them, or the same but for the element of one array each argument names (`&mut
-///   bufs[i]`, every element written); their expressions are then evaluated once per call, not
-///   once per iteration. See `docs/performance.md`, "Host-path notes".
+/// - `for i in 0..N { … }` with integer literal bounds: unrolled at compile time. A run of
+///   consecutive iterations with the same statements, whose expressions are only literals,
+///   names, casts and tuples or struct literals of them, or the same but for the element of one
+///   array each argument names (`&mut bufs[i]`, every element written), costs an unchanged call
+///   about one iteration (the graph is the same): the call compares the first iteration and the
+///   later iterations' elements, and evaluates the later iterations only when it changed. A
+///   kernel statement calling a method of the user's (not one `kernels!` generated, checked at
+///   every call) is compared iteration by iteration. See `docs/performance.md`, "Host-path
+///   notes".
 /// - `for i in a..b { … }` (or `a..=b`) with other `usize` bounds: a run-time count. The body is
 ///   checked once; each call adds its nodes once per iteration, and the count is part of the
 ///   variant key (each distinct count is one cached topology). No host `if`, no run-time `for`
@@ -857,6 +860,16 @@ pub mod __private {
             &self.ctx
         }
 
+        /// Whether `entry` is the entry of the kernel named `name` (see
+        /// [`Kernels::__cudagraph_makes`]).
+        #[inline]
+        pub fn makes(&self, entry: *const (), name: &str) -> bool {
+            let at = |e: &crate::kind::kernel::KernelEntry| {
+                (e as *const crate::kind::kernel::KernelEntry).cast::<()>()
+            };
+            self.functions.iter().any(|e| core::ptr::eq(at(e), entry) && e.name == name)
+        }
+
         /// The loaded module.
         pub fn module(&self) -> &Arc<CudaModule> {
             &self.module
@@ -877,8 +890,39 @@ pub mod __private {
         label = "kernel launches in `graph!` call methods of a struct declared with `kernels!`",
         note = "for a struct behind an `Arc` (or another pointer), borrow the struct itself before `graph!`: `let k: &MyKernels = &arc;`, then `k.f(…)`"
     )]
-    pub trait Kernels {}
-    impl<K: Kernels + ?Sized> Kernels for &K {}
+    ///
+    /// # Safety
+    /// [`Self::__cudagraph_makes`] is true only of a kernel call made by the method of `Self`
+    /// named `method` from its arguments alone (no other state), as the methods `kernels!`
+    /// generates are: `graph!` then evaluates such a statement once for a run of iterations
+    /// (see `graph!`'s `for`). `kernels!` implements it; nothing else needs to.
+    pub unsafe trait Kernels {
+        /// Whether `entry` (a kernel call's, [`made_by`]) is the entry of `Self`'s kernel
+        /// `method`: a call of the method `kernels!` generated (an inherent method, which
+        /// method-call syntax picks before any trait method of the same name).
+        #[doc(hidden)]
+        fn __cudagraph_makes(&self, entry: *const (), method: &str) -> bool;
+    }
+    // SAFETY: the referent's promise.
+    unsafe impl<K: Kernels + ?Sized> Kernels for &K {
+        #[inline]
+        fn __cudagraph_makes(&self, entry: *const (), method: &str) -> bool {
+            (**self).__cudagraph_makes(entry, method)
+        }
+    }
+
+    /// Whether a kernel statement's node is a call of `k`'s kernel `method` made by the method
+    /// `kernels!` generated for it (not a method of the user's that returns another kernel's
+    /// call): a run of iterations of such statements is evaluated once per call (see
+    /// [`word_handles`]); any other statement evaluates every iteration.
+    #[inline]
+    pub fn made_by<K: Kernels + ?Sized, N: crate::kind::kernel::MadeBy>(
+        k: &K,
+        node: &N,
+        method: &str,
+    ) -> bool {
+        k.__cudagraph_makes(node.entry(), method)
+    }
 
     /// The receiver of a kernel launch, checked to be a `kernels!` struct.
     #[inline]
@@ -986,7 +1030,7 @@ pub mod __private {
         n.as_ref().map(IntoNode::node)
     }
 
-    pub use crate::kind::list::{Entry, LazyChunk, Repeat, Segment};
+    pub use crate::kind::list::{Entry, LazyChunk, Segment};
 
     /// Host time of each phase of the `graph!` calls made on this thread since the last read
     /// (names and nanoseconds; feature `phase-times`, for the `host_cost` diagnostic), and
@@ -1033,9 +1077,8 @@ pub mod __private {
         words.handles(array, at, write);
     }
 
-    /// `n` more nodes in the call's words, each the same as one already put in (the copies of
-    /// a [`Repeat`]): counted, no words made (the copies' parameters are those of the nodes
-    /// they copy, in every call).
+    /// `n` more nodes in the call's words: the later iterations of a run, whose words
+    /// [`word_handles`] made (see there). Counted, no words made.
     #[inline]
     pub fn word_repeat(words: &mut CallWords, n: u64) {
         words.repeat(n);
@@ -1077,42 +1120,6 @@ pub mod __private {
             let ec = entry(&c);
             let segments: [&dyn Segment<'_>; 4] = [&ea, &&pair, &eb, &ec];
             assert_eq!(present(&list::<5>(&segments)), [true, true, true, false, true]);
-        }
-
-        /// A `Repeat` lists its segments' statements again, `times` times, absent ones absent.
-        #[test]
-        fn repeat_lists_the_first_iteration_again() {
-            use super::Repeat;
-            let (a, b) = (Some(empty()), None::<EmptyParams>);
-            let (ea, eb): (&dyn Entry, &dyn Entry) = (entry_if(&a), entry_if(&b));
-            let pair = (empty(), empty());
-            let of: [&dyn Segment<'_>; 2] = [&eb, &ea];
-            let r = Repeat { of: &of, times: 3 };
-            assert_eq!(r.statements(), 6);
-            let segments: [&dyn Segment<'_>; 4] = [&&pair, &eb, &ea, &r];
-            let want = [true, true, false, true, false, true, false, true, false, true];
-            assert_eq!(present(&list::<10>(&segments)), want);
-            // No copies: nothing listed.
-            let none = Repeat { of: &of, times: 0 };
-            assert_eq!(present(&list::<2>(&[&&pair, &none])), [true, true]);
-        }
-
-        /// A `Repeat` of a segment whose count grows each time it is asked: its fill stays in
-        /// its slots (no panic, nothing past them), and the list's total is checked as ever.
-        #[test]
-        fn a_repeat_of_a_growing_segment_stays_in_its_slots() {
-            use super::Repeat;
-            let g = Growing(Cell::new(1));
-            let of: [&dyn Segment<'_>; 1] = [&g];
-            let r = Repeat { of: &of, times: 2 };
-            let mut out = [const { None }; 2];
-            r.fill(&mut out);
-            assert!(out.iter().all(Option::is_none));
-            let huge = Growing(Cell::new(usize::MAX / 2));
-            let of: [&dyn Segment<'_>; 1] = [&huge];
-            let r = Repeat { of: &of, times: 3 };
-            assert_eq!(r.statements(), usize::MAX, "saturated");
-            r.fill(&mut out);
         }
 
         #[test]

@@ -11,32 +11,37 @@
 //! in full, need not use every handle its statement names; the later iterations' nodes may use
 //! another one, whose address no word holds.
 //!
+//! **Found and fixed** (the commit after this file's): a run's later iterations are now taken as
+//! the same calls on other elements only when every kernel statement of its first iteration is
+//! a call its `kernels!` method made (`__private::made_by`, checked every call; `Kernels` is an
+//! `unsafe trait`); a helper's run evaluates and compares every iteration as written. Every test
+//! below is expected to pass (on the CPU stub driver all 7 pass with the fix; 3 failed before).
+//!
 //! - `a_later_iteration_reading_an_operand_the_first_ignores_sees_the_new_buffer`: the later
 //!   iterations read `q`, the first reads `p`. After a call, `q` is replaced by another buffer
 //!   and the old one freed (its memory handed to a new buffer). The next call's words are
 //!   equal (p, the elements, the scalars): unchanged, so the graph reads the freed `q`.
-//!   **Expected to FAIL on the GPU** (reads freed memory; the CPU stub run counts the call as
+//!   Failed before the fix (read freed memory; the CPU stub run counted the call as
 //!   unchanged).
 //! - `a_later_iteration_writing_an_operand_the_first_ignores_writes_the_new_buffer`: the same
 //!   with writes: the later iterations write `q`; the stale graph writes the freed `q`, i.e. the
-//!   buffer allocated after it. **Expected to FAIL on the GPU** (writes freed memory).
+//!   buffer allocated after it. Failed before the fix (wrote freed memory).
 //! - `the_same_in_eager_mode` (control): the first test's steps in `Mode::Eager`, which makes
 //!   no words. Expected to pass.
 //! - `a_later_iteration_runs_the_kernel_its_statement_evaluates_to`: the helper picks the kernel
 //!   and a scalar of the later iterations from a thread-local mode the caller changes between
 //!   calls (nothing else changes): unchanged words, so the exec keeps the last call's kernels.
-//!   **Expected to FAIL on the GPU** (another declared kernel runs than the statement's; memory
-//!   safe: same buffers).
+//!   Failed before the fix (another declared kernel ran than the statement's; memory safe:
+//!   same buffers).
 //! - `a_helper_in_an_exact_run_is_called_in_every_iteration`: `for _ in 0..4` over one
 //!   statement whose helper counts its calls and passes the count as a scalar: the tokens are
 //!   equal, so the run is made once and listed 4 times; written, the helper runs 4 times.
-//!   **Expected to FAIL** (the count is 1, not 4; the scalars differ). Host-side: fails on the
-//!   CPU stub driver too.
+//!   Failed before the fix (the count was 1, not 4), on the CPU stub driver too.
 //! - `a_panic_while_the_later_iterations_are_made_leaves_no_stale_words`: the lazy build panics
 //!   (in a changed call that swapped two elements); after `catch_unwind`, calls with the same
 //!   and other swaps match launch-by-launch results. Expected to pass.
 //! - `an_operand_only_later_iterations_use_replaced_is_not_taken_for_unchanged`: the read
-//!   test's decision alone (no value read): **expected to FAIL** on the GPU and on the stub.
+//!   test's decision alone (no value read): failed before the fix, on the stub too.
 //!
 //! Host-side parts also run on the CPU stub driver: `REVIEW17_STUB=1 LD_LIBRARY_PATH=<dir of
 //! the libraries .ci/stub-driver builds> cargo test -p cudagraph-tests --test review_session17

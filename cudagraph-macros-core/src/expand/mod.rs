@@ -101,7 +101,6 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         // (run-time loops).
         words: !looped_body && !captures,
         chunk_of: Vec::new(),
-        repeats: Vec::new(),
         lazy: false,
     };
     let mut decls = TokenStream::new();
@@ -142,19 +141,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         // The node list in segments: one array per chunk (see `emit_chunk`), one entry per
         // other statement, in node order.
         let mut segments = Vec::new();
-        let mut repeats = counter.repeats.iter().peekable();
-        let mut i = 0;
-        while i < checked.nodes.len() {
-            if let Some(r) = repeats.next_if(|r| r.first == i) {
-                // The copies of a run of identical iterations: the first one's chunks again.
-                let chunks = r.chunks.clone().map(|c| local(format!("__cudagraph_chunk{c}")));
-                let times = r.times;
-                segments.push(quote! {
-                    &::cudagraph::__private::Repeat { of: &[#(&&#chunks),*], times: #times }
-                });
-                i += r.nodes;
-                continue;
-            }
+        for i in 0..checked.nodes.len() {
             match counter.chunk_of.get(i).copied().flatten() {
                 Some((chunk, first)) => {
                     if first {
@@ -171,7 +158,6 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
                     });
                 }
             }
-            i += 1;
         }
         let nodes = local("__cudagraph_nodes");
         let run_call = if counter.words {
@@ -456,24 +442,9 @@ pub(crate) struct NodeCounter {
     pub(crate) chunk_of: Vec<Option<(usize, bool)>>,
     /// Device conditions declared so far (the next one's slot).
     conds: u32,
-    /// The runs of identical iterations made once (see [`repeat_runs`]), in node order.
-    pub(crate) repeats: Vec<RepeatRun>,
     /// Whether the chunks being emitted are made only when the node list is needed (the later
     /// iterations of an indexed run, see [`repeat_runs`]): no words of their own.
     pub(crate) lazy: bool,
-}
-
-/// The copies of a run of identical iterations of an unrolled `for` (see [`repeat_runs`]):
-/// their nodes are the first iteration's, listed again by `__private::Repeat`.
-pub(crate) struct RepeatRun {
-    /// The node index of the first copy's first statement.
-    first: usize,
-    /// Nodes of all the copies.
-    nodes: usize,
-    /// The chunks holding the first iteration's nodes.
-    chunks: std::ops::Range<usize>,
-    /// Copies after the first iteration.
-    times: usize,
 }
 
 /// How a statement's node value is kept: always present, in an `if` branch (an `Option`), or in
@@ -506,7 +477,7 @@ pub(crate) fn emit_items(
     // Runs of identical iterations (see `repeat_runs`) are made once, in a node list of its
     // own kind: only in a body whose node list is the array.
     let mut flat = Vec::with_capacity(items.len());
-    if holder == Holder::Plain && !counter.looped_body {
+    if holder == Holder::Plain && !counter.looped_body && counter.words {
         let mut body = Body { places, counter, decls, chunk: &mut chunk, out: &mut out };
         body.runs(items, &mut flat);
     } else {
@@ -527,12 +498,10 @@ struct Body<'b, 'p> {
 }
 
 impl Body<'_, '_> {
-    /// `items` into `flat`, but each run of identical iterations emitted at once: its first
-    /// iteration in chunks of its own, its copies counted (a [`RepeatRun`]). The iterations of
-    /// an unrolled `for` that is no run are looked into for runs of their own.
+    /// `items` into `flat`, but each run of iterations emitted at once ([`Self::run`]). The
+    /// iterations of an unrolled `for` that is no run are looked into for runs of their own.
     fn runs<'i>(&mut self, items: &'i [Item], flat: &mut Vec<&'i Item>) {
-        let words = self.counter.words;
-        for Run { item, times, iterations, indexed } in repeat_runs(items, self.places, words) {
+        for Run { item, times, iterations } in repeat_runs(items, self.places) {
             let Item::Scope(body) = item else {
                 flat.push(item);
                 continue;
@@ -541,53 +510,47 @@ impl Body<'_, '_> {
                 self.runs(body, flat);
                 continue;
             }
-            if indexed {
-                self.emit(flat);
-                flat.clear();
-                self.indexed(iterations);
-                continue;
-            }
             self.emit(flat);
             flat.clear();
-            flush(self.chunk, self.counter, self.out);
-            let (first_chunk, first_node) = (self.counter.chunks, self.counter.next);
-            let mut one = Vec::new();
-            unscope(body, &mut one);
-            self.emit(&one);
-            flush(self.chunk, self.counter, self.out);
-            let copies = (self.counter.next - first_node) * (times - 1);
-            self.counter.repeats.push(RepeatRun {
-                first: self.counter.next,
-                nodes: copies,
-                chunks: first_chunk..self.counter.chunks,
-                times: times - 1,
-            });
-            self.counter.next += copies;
-            self.counter.chunk_of.resize(self.counter.next, None);
-            if self.counter.words {
-                let w = local("__cudagraph_words");
-                let copies = copies as u64;
-                self.out.extend(quote!(::cudagraph::__private::word_repeat(&mut #w, #copies);));
-            }
+            self.run(iterations);
         }
     }
 
-    /// An indexed run (see [`repeat_runs`]): the first iteration as written, the handles of
-    /// the later ones' array elements into the words, and the later iterations in lazy chunks.
-    fn indexed(&mut self, iterations: &[Item]) {
+    /// A run of iterations (see [`repeat_runs`]): the first iteration as written; the later
+    /// ones in lazy chunks, made only when the node list is needed; then, in the call's words,
+    /// either only the later iterations' array elements (when every kernel statement of the
+    /// first iteration is a call its `kernels!` method made, `__private::made_by`: the later
+    /// iterations then make the same calls on other elements), or every later node as written.
+    fn run(&mut self, iterations: &[Item]) {
         flush(self.chunk, self.counter, self.out);
-        let first: Vec<&Item> = {
+        let first_items: Vec<&Item> = {
             let mut one = Vec::new();
             if let Item::Scope(body) = &iterations[0] {
                 unscope(body, &mut one);
             }
             one
         };
-        self.emit(&first);
+        let first_node = self.counter.next;
+        self.emit(&first_items);
         flush(self.chunk, self.counter, self.out);
+        // Where each node of the first iteration is: its chunk and its field there.
+        let mut fields: HashMap<usize, usize> = HashMap::new();
+        let mut made = Vec::new();
+        for (i, node) in (first_node..self.counter.next).zip(statements_of(&iterations[0])) {
+            let (c, _) = self.counter.chunk_of[i].expect("a run's statements are chunked");
+            let field = fields.entry(c).or_insert(0);
+            if let Op::Launch { receiver, kernel, .. } = &node.op {
+                let chunk = local(format!("__cudagraph_chunk{c}"));
+                let f = syn::Index::from(*field);
+                let method = syn::ext::IdentExt::unraw(kernel).to_string();
+                made.push(quote! {
+                    ::cudagraph::__private::made_by(&#receiver, &#chunk.#f, #method)
+                });
+            }
+            *field += 1;
+        }
         // Each array argument of each statement: the elements the later iterations name.
         let later: Vec<Vec<&Node>> = iterations[1..].iter().map(statements_of).collect();
-        let w = local("__cudagraph_words");
         let mut positions: Vec<(usize, bool, Vec<u32>)> = Vec::new();
         for (j, it) in later.iter().enumerate() {
             let mut p = 0;
@@ -603,13 +566,7 @@ impl Body<'_, '_> {
                 }
             }
         }
-        for (a, write, at) in &positions {
-            let array = local(format!("__cudagraph_a{a}"));
-            self.out.extend(quote! {
-                ::cudagraph::__private::word_handles(&mut #w, #array, &[#(#at),*], #write);
-            });
-        }
-        let first_node = self.counter.next;
+        let (lazy_first, later_node) = (self.counter.chunks, self.counter.next);
         self.counter.lazy = true;
         let mut rest = Vec::new();
         for it in &iterations[1..] {
@@ -620,8 +577,23 @@ impl Body<'_, '_> {
         self.emit(&rest);
         flush(self.chunk, self.counter, self.out);
         self.counter.lazy = false;
-        let copies = (self.counter.next - first_node) as u64;
-        self.out.extend(quote!(::cudagraph::__private::word_repeat(&mut #w, #copies);));
+        let copies = (self.counter.next - later_node) as u64;
+        let w = local("__cudagraph_words");
+        let handles = positions.iter().map(|(a, write, at)| {
+            let array = local(format!("__cudagraph_a{a}"));
+            quote!(::cudagraph::__private::word_handles(&mut #w, #array, &[#(#at),*], #write);)
+        });
+        let lazy =
+            (lazy_first..self.counter.chunks).map(|c| local(format!("__cudagraph_chunk{c}")));
+        let made = if made.is_empty() { quote!(true) } else { quote!(#(#made)&&*) };
+        self.out.extend(quote! {
+            if #made {
+                #(#handles)*
+                ::cudagraph::__private::word_repeat(&mut #w, #copies);
+            } else {
+                #(#lazy.put_words(&mut #w);)*
+            }
+        });
     }
 
     /// Plain statements, chunked.
@@ -684,50 +656,28 @@ struct Run<'a> {
     times: usize,
     /// The run's iterations (`item` first).
     iterations: &'a [Item],
-    /// Whether they differ (in array elements only): an indexed run.
-    indexed: bool,
 }
 
 /// The items of a body with each run of two or more consecutive iterations of unrolled `for`s
-/// whose statements are all [`repeatable`] as one [`Run`] of `times` iterations:
-/// - iterations with the same tokens evaluate the same nodes: the first iteration's nodes are
-///   made once and listed `times` times (`__private::Repeat`);
-/// - with `words`, iterations that differ only in which element of an array acquired in one
-///   loop each argument names (`&mut bufs[i]`, see [`mark_arrays`]) form an indexed run: the
-///   first iteration is made as written, the later ones only when the node list is needed
-///   (`__private::LazyChunk`), their words being the handles of their elements
-///   (`__private::word_handles`).
-fn repeat_runs<'a>(
-    items: &'a [Item],
-    places: &HashMap<String, PlaceInfo<'_>>,
-    words: bool,
-) -> Vec<Run<'a>> {
+/// whose statements are all [`repeatable`] and have the same tokens but for which element of
+/// an array acquired in one loop (see [`mark_arrays`]) each argument names (`&mut bufs[i]`) as
+/// one [`Run`] of `times` iterations: the later iterations make the same nodes as the first,
+/// on other elements, when their kernel statements are `kernels!` methods (checked at run
+/// time: [`Body::run`]).
+fn repeat_runs<'a>(items: &'a [Item], places: &HashMap<String, PlaceInfo<'_>>) -> Vec<Run<'a>> {
     let mut out: Vec<Run<'a>> = Vec::new();
-    let mut last: Option<(String, String)> = None;
+    let mut last: Option<String> = None;
     for (at, item) in items.iter().enumerate() {
         let key = match item {
             Item::Scope(body) => iteration_key(body, places),
             _ => None,
         };
-        let joins = match (&key, &last, out.last()) {
-            (Some((exact, shape)), Some((e, sh)), Some(run)) if shape == sh => {
-                let indexed = run.indexed || exact != e;
-                (!indexed || words).then_some(indexed)
-            }
-            _ => None,
-        };
-        match (joins, out.last_mut()) {
-            (Some(indexed), Some(run)) => {
+        match (&key, &last, out.last_mut()) {
+            (Some(shape), Some(l), Some(run)) if shape == l => {
                 run.times += 1;
-                run.indexed = indexed;
                 run.iterations = &items[at + 1 - run.times..=at];
             }
-            _ => out.push(Run {
-                item,
-                times: 1,
-                iterations: std::slice::from_ref(item),
-                indexed: false,
-            }),
+            _ => out.push(Run { item, times: 1, iterations: std::slice::from_ref(item) }),
         }
         last = key;
     }
@@ -735,26 +685,21 @@ fn repeat_runs<'a>(
 }
 
 /// The tokens of an iteration whose statements are all [`repeatable`] (none in `if`s,
-/// run-time loops or `condition` declarations), else `None`: as written, and with each
-/// argument that names an element of an array acquired in one loop written as the array.
-fn iteration_key(
-    body: &[Item],
-    places: &HashMap<String, PlaceInfo<'_>>,
-) -> Option<(String, String)> {
+/// run-time loops or `condition` declarations), each argument that names an element of an array
+/// acquired in one loop written as the array; else `None`.
+fn iteration_key(body: &[Item], places: &HashMap<String, PlaceInfo<'_>>) -> Option<String> {
     let mut flat = Vec::new();
     unscope(body, &mut flat);
-    let (mut exact, mut shape) = (String::new(), String::new());
+    let mut shape = String::new();
     for item in flat {
         let Item::Node(node) = item else { return None };
         if !repeatable(node) {
             return None;
         }
-        exact.push_str(&node.tokens.to_string());
-        exact.push('\u{1}');
         shape.push_str(&shape_of(node, places));
         shape.push('\u{1}');
     }
-    (!exact.is_empty()).then_some((exact, shape))
+    (!shape.is_empty()).then_some(shape)
 }
 
 /// A [`repeatable`] statement's tokens with each operand written as its place, or as its array

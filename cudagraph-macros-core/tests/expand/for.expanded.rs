@@ -451,12 +451,6 @@ fn expanded() -> ::cudagraph::Result<()> {
         (__cudagraph_n10,)
     });
     ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk1.0);
-    ::cudagraph::__private::word_handles(
-        &mut __cudagraph_words,
-        __cudagraph_a0,
-        &[1u32, 2u32],
-        false,
-    );
     let __cudagraph_chunk2 = ::cudagraph::__private::LazyChunk::new(|| {
         #[allow(unused_braces)]
         let __cudagraph_n11 = ::cudagraph::__private::kernel_node(
@@ -480,7 +474,17 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         (__cudagraph_n11, __cudagraph_n12)
     });
-    ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 2u64);
+    if ::cudagraph::__private::made_by(&k, &__cudagraph_chunk1.0, "axpy") {
+        ::cudagraph::__private::word_handles(
+            &mut __cudagraph_words,
+            __cudagraph_a0,
+            &[1u32, 2u32],
+            false,
+        );
+        ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 2u64);
+    } else {
+        __cudagraph_chunk2.put_words(&mut __cudagraph_words);
+    }
     let __cudagraph_chunk3 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n13 = ::cudagraph::__private::copy(
@@ -490,18 +494,6 @@ fn expanded() -> ::cudagraph::Result<()> {
         (__cudagraph_n13,)
     });
     ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk3.0);
-    ::cudagraph::__private::word_handles(
-        &mut __cudagraph_words,
-        __cudagraph_a0,
-        &[0u32],
-        false,
-    );
-    ::cudagraph::__private::word_handles(
-        &mut __cudagraph_words,
-        __cudagraph_a0,
-        &[2u32],
-        true,
-    );
     let __cudagraph_chunk4 = ::cudagraph::__private::LazyChunk::new(|| {
         #[allow(unused_braces)]
         let __cudagraph_n14 = ::cudagraph::__private::copy(
@@ -510,7 +502,23 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         (__cudagraph_n14,)
     });
-    ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 1u64);
+    if true {
+        ::cudagraph::__private::word_handles(
+            &mut __cudagraph_words,
+            __cudagraph_a0,
+            &[0u32],
+            false,
+        );
+        ::cudagraph::__private::word_handles(
+            &mut __cudagraph_words,
+            __cudagraph_a0,
+            &[2u32],
+            true,
+        );
+        ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 1u64);
+    } else {
+        __cudagraph_chunk4.put_words(&mut __cudagraph_words);
+    }
     let mut __cudagraph_nodes = [const { ::core::option::Option::None }; 15];
     unsafe {
         __cudagraph_cache

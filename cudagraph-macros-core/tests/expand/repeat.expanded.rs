@@ -290,8 +290,90 @@ fn expanded() -> ::cudagraph::Result<()> {
     });
     ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk1.0);
     ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk1.1);
-    ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 6u64);
-    let __cudagraph_chunk2 = ::cudagraph::__private::chunk(|| {
+    let __cudagraph_chunk2 = ::cudagraph::__private::LazyChunk::new(|| {
+        #[allow(unused_braces)]
+        let __cudagraph_n3 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .sweep(
+                    ::cudagraph::__private::scalar(n),
+                    ::cudagraph::__private::scalar(0.5f32),
+                    { __cudagraph_r0 },
+                    { __cudagraph_w1 },
+                )
+                .launch(cfg),
+        );
+        #[allow(unused_braces)]
+        let __cudagraph_n4 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .sweep(
+                    ::cudagraph::__private::scalar(n),
+                    ::cudagraph::__private::scalar(0.5f32),
+                    { __cudagraph_r1 },
+                    { __cudagraph_w0 },
+                )
+                .launch(cfg),
+        );
+        #[allow(unused_braces)]
+        let __cudagraph_n5 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .sweep(
+                    ::cudagraph::__private::scalar(n),
+                    ::cudagraph::__private::scalar(0.5f32),
+                    { __cudagraph_r0 },
+                    { __cudagraph_w1 },
+                )
+                .launch(cfg),
+        );
+        #[allow(unused_braces)]
+        let __cudagraph_n6 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .sweep(
+                    ::cudagraph::__private::scalar(n),
+                    ::cudagraph::__private::scalar(0.5f32),
+                    { __cudagraph_r1 },
+                    { __cudagraph_w0 },
+                )
+                .launch(cfg),
+        );
+        #[allow(unused_braces)]
+        let __cudagraph_n7 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .sweep(
+                    ::cudagraph::__private::scalar(n),
+                    ::cudagraph::__private::scalar(0.5f32),
+                    { __cudagraph_r0 },
+                    { __cudagraph_w1 },
+                )
+                .launch(cfg),
+        );
+        #[allow(unused_braces)]
+        let __cudagraph_n8 = ::cudagraph::__private::kernel_node(
+            ::cudagraph::__private::kernels(&k)
+                .sweep(
+                    ::cudagraph::__private::scalar(n),
+                    ::cudagraph::__private::scalar(0.5f32),
+                    { __cudagraph_r1 },
+                    { __cudagraph_w0 },
+                )
+                .launch(cfg),
+        );
+        (
+            __cudagraph_n3,
+            __cudagraph_n4,
+            __cudagraph_n5,
+            __cudagraph_n6,
+            __cudagraph_n7,
+            __cudagraph_n8,
+        )
+    });
+    if ::cudagraph::__private::made_by(&k, &__cudagraph_chunk1.0, "sweep")
+        && ::cudagraph::__private::made_by(&k, &__cudagraph_chunk1.1, "sweep")
+    {
+        ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 6u64);
+    } else {
+        __cudagraph_chunk2.put_words(&mut __cudagraph_words);
+    }
+    let __cudagraph_chunk3 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n9 = ::cudagraph::__private::kernel_node(
             ::cudagraph::__private::kernels(&k)
@@ -316,8 +398,8 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         (__cudagraph_n9, __cudagraph_n10)
     });
-    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk2.0);
-    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk2.1);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk3.0);
+    ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk3.1);
     let mut __cudagraph_nodes = [const { ::core::option::Option::None }; 11];
     unsafe {
         __cudagraph_cache
@@ -330,11 +412,8 @@ fn expanded() -> ::cudagraph::Result<()> {
                 &[
                     &&__cudagraph_chunk0,
                     &&__cudagraph_chunk1,
-                    &::cudagraph::__private::Repeat {
-                        of: &[&&__cudagraph_chunk1],
-                        times: 3usize,
-                    },
                     &&__cudagraph_chunk2,
+                    &&__cudagraph_chunk3,
                 ],
                 __cudagraph_guards.all(),
                 __cudagraph_words,

@@ -888,6 +888,20 @@ impl<A: KernelArgs> KernelNode for KernelLaunch<'_, A> {
     }
 }
 
+/// The kernel entry a statement's kernel call was made with (see
+/// [`made_by`](crate::__private::made_by)). Sealed.
+#[doc(hidden)]
+pub trait MadeBy: sealed::Sealed {
+    /// The address of its [`KernelEntry`].
+    fn entry(&self) -> *const ();
+}
+impl<A: KernelArgs> MadeBy for KernelLaunch<'_, A> {
+    #[inline(always)]
+    fn entry(&self) -> *const () {
+        (self.call.entry as *const KernelEntry).cast()
+    }
+}
+
 /// A kernel statement's value in `graph!`: only a [`KernelLaunch`], made by a
 /// [`kernels!`](crate::kernels) method and `.launch(cfg)` (sealed).
 #[diagnostic::on_unimplemented(

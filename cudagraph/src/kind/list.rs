@@ -3,6 +3,7 @@
 
 use core::cell::{Cell, OnceCell};
 
+use super::kernel::{CallWords, OfNode};
 use super::{IntoNode, NodeParams};
 
 /// A statement's entry in the node list of a `graph!` call: its node parameters, or none
@@ -57,6 +58,8 @@ pub trait NodeTuple {
     const LEN: usize;
     /// Its nodes' parameters into `out` (of length [`Self::LEN`]).
     fn fill_nodes<'a>(&'a self, out: &mut [Option<NodeParams<'a>>]);
+    /// Each of its nodes into `words`, in order (as `word_node` would).
+    fn put_words(&self, words: &mut CallWords);
 }
 macro_rules! tuple_segment {
     ($n:literal: $($t:ident $i:tt),+) => {
@@ -66,6 +69,9 @@ macro_rules! tuple_segment {
                 if let Ok(out) = <&mut [Option<NodeParams<'a>>; $n]>::try_from(out) {
                     $(out[$i] = Some(self.$i.node());)+
                 }
+            }
+            fn put_words(&self, words: &mut CallWords) {
+                $(words.node(&OfNode(&self.$i));)+
             }
         }
         impl<'a, $($t: IntoNode),+> Segment<'a> for &'a ($($t,)+) {
@@ -94,44 +100,6 @@ tuple_segment!(13: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11,
 tuple_segment!(14: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13);
 tuple_segment!(15: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14);
 tuple_segment!(16: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14, P 15);
-
-/// `times` copies of the statements of `of`, one after another: the iterations after the
-/// first of a run of identical iterations of an unrolled `for` whose statements evaluate
-/// only literals, names and casts (`graph!` makes their nodes once per call, with the
-/// first iteration, and lists them again here).
-pub struct Repeat<'s, 'a> {
-    /// The first iteration's segments.
-    pub of: &'s [&'s dyn Segment<'a>],
-    /// Copies after it.
-    pub times: usize,
-}
-impl<'a> Segment<'a> for Repeat<'_, 'a> {
-    fn statements(&self) -> usize {
-        let one: usize = self.of.iter().map(|s| s.statements()).sum();
-        one.saturating_mul(self.times)
-    }
-    fn fill(&self, out: &mut [Option<NodeParams<'a>>]) {
-        // One copy made from `of` (each count read once more, each fill kept in bounds),
-        // then copied.
-        let one = out.len().checked_div(self.times).unwrap_or(0);
-        if one == 0 {
-            return;
-        }
-        let (first, rest) = out.split_at_mut(one);
-        let mut at = 0usize;
-        for s in self.of {
-            let n = s.statements();
-            let Some(slots) = at.checked_add(n).and_then(|end| first.get_mut(at..end)) else {
-                break;
-            };
-            s.fill(slots);
-            at += n;
-        }
-        for copy in rest.chunks_mut(one) {
-            copy.copy_from_slice(&first[..copy.len()]);
-        }
-    }
-}
 
 /// [`entries`](crate::__private::entries) into a slice (of the call's `N` statements).
 pub(crate) fn fill_entries<'a>(out: &mut [Option<NodeParams<'a>>], segments: &[&dyn Segment<'a>]) {
@@ -164,6 +132,18 @@ impl<F: FnOnce() -> R, R> LazyChunk<F, R> {
     #[inline(always)]
     pub fn new(make: F) -> Self {
         LazyChunk { make: Cell::new(Some(make)), nodes: OnceCell::new() }
+    }
+
+    /// Makes its nodes now (if they were not) and puts each into `words`: the later
+    /// iterations of a run whose statements `graph!` could not show to be `kernels!` methods
+    /// ([`made_by`](crate::__private::made_by)), evaluated and compared as written.
+    pub fn put_words(&self, words: &mut CallWords)
+    where
+        R: NodeTuple,
+    {
+        if let Some(nodes) = self.nodes() {
+            nodes.put_words(words);
+        }
     }
 
     /// Its nodes, made now if they were not.
