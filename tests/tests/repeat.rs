@@ -1,13 +1,12 @@
-//! Runs of iterations of an unrolled `for` (issue 31 item 2). Iterations with the same tokens
-//! that evaluate only literals, names and casts are made once per call and listed for every
-//! iteration (`__private::Repeat`); iterations that differ only in which element of an array
-//! each argument names (`&mut bufs[i]`) form an indexed run, whose later iterations are made
-//! only when the call changed (`__private::LazyChunk`), their words being their elements'
-//! handles (`__private::word_handles`). Each test compares the graph, after every call, with
-//! the same launches made one by one with cudarc (integers: exact), while the runs' scalars,
-//! their buffers (swapped between calls, elements swapped within their array, the array
-//! replaced) and the surrounding statements change; and an argument that is a call is still
-//! evaluated in every iteration. Expected on a GPU: all pass.
+//! Runs of iterations of an unrolled `for` (issue 31 item 2): iterations with the same tokens,
+//! but for which element of an array each argument names (`&mut bufs[i]`), that evaluate only
+//! literals, names and casts. The first iteration is made and compared as written, the later
+//! ones only when the call changed (`__private::LazyChunk`); an unchanged call compares their
+//! elements' handles (`__private::word_handles`). Each test compares the graph, after every
+//! call, with the same launches made one by one with cudarc (integers: exact), while the runs'
+//! scalars, their buffers (swapped between calls, elements swapped within their array, the
+//! array replaced) and the surrounding statements change; and an argument that is a call is
+//! still evaluated in every iteration. Expected on a GPU: all pass.
 
 mod common;
 
