@@ -198,6 +198,11 @@ pub fn expand(input: KernelsInput) -> TokenStream {
         // SAFETY: each method named like a kernel is the one generated below, which makes that
         // kernel's call from its arguments alone.
         unsafe impl ::cudagraph::__private::Kernels for #name {
+            type Struct = Self;
+            #[inline(always)]
+            fn __cudagraph_struct(&self) -> &Self {
+                self
+            }
             #[inline]
             fn __cudagraph_makes(&self, entry: *const (), method: &str) -> bool {
                 self.__cudagraph.makes(entry, method)

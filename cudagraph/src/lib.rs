@@ -897,6 +897,14 @@ pub mod __private {
     /// generates are: `graph!` then evaluates such a statement once for a run of iterations
     /// (see `graph!`'s `for`). `kernels!` implements it; nothing else needs to.
     pub unsafe trait Kernels {
+        /// The `kernels!` struct itself (`Self` for one, the referent's for a reference).
+        #[doc(hidden)]
+        type Struct: ?Sized;
+        /// The struct itself: kernel statements call their method on `&Self::Struct`, where
+        /// the method `kernels!` generated (inherent) is picked before any trait method of the
+        /// same name (on `&&Struct`, a trait method implemented for `&Struct` would be).
+        #[doc(hidden)]
+        fn __cudagraph_struct(&self) -> &Self::Struct;
         /// Whether `entry` (a kernel call's, [`made_by`]) is the entry of `Self`'s kernel
         /// `method`: a call of the method `kernels!` generated (an inherent method, which
         /// method-call syntax picks before any trait method of the same name).
@@ -905,6 +913,11 @@ pub mod __private {
     }
     // SAFETY: the referent's promise.
     unsafe impl<K: Kernels + ?Sized> Kernels for &K {
+        type Struct = K::Struct;
+        #[inline(always)]
+        fn __cudagraph_struct(&self) -> &K::Struct {
+            (**self).__cudagraph_struct()
+        }
         #[inline]
         fn __cudagraph_makes(&self, entry: *const (), method: &str) -> bool {
             (**self).__cudagraph_makes(entry, method)
@@ -924,10 +937,11 @@ pub mod __private {
         k.__cudagraph_makes(node.entry(), method)
     }
 
-    /// The receiver of a kernel launch, checked to be a `kernels!` struct.
-    #[inline]
-    pub fn kernels<K: Kernels + ?Sized>(k: &K) -> &K {
-        k
+    /// The receiver of a kernel launch, checked to be a `kernels!` struct: the struct itself,
+    /// whatever references lead to it (see [`Kernels::__cudagraph_struct`]).
+    #[inline(always)]
+    pub fn kernels<K: Kernels + ?Sized>(k: &K) -> &K::Struct {
+        k.__cudagraph_struct()
     }
 
     /// Disjoint `&mut` borrows of several elements of one array, slice or `Vec` of buffers.
@@ -1075,6 +1089,19 @@ pub mod __private {
         write: bool,
     ) {
         words.handles(array, at, write);
+    }
+
+    /// One operand's handle in the call's words, for a run (see [`word_handles`]): each
+    /// operand of the later iterations' statements that names no array element is put in
+    /// once (the same handle in every iteration), so that every buffer a later node may use is
+    /// compared, whichever handles the statement's kernel call passes on.
+    #[inline(never)]
+    pub fn word_handle<H: crate::operand::ElementHandle>(
+        words: &mut CallWords,
+        handle: &H,
+        write: bool,
+    ) {
+        words.handles(core::slice::from_ref(handle), &[0], write);
     }
 
     /// `n` more nodes in the call's words: the later iterations of a run, whose words

@@ -92,8 +92,8 @@ pointer_type!(
     HostWrite, *mut c_void
 );
 
-/// An element handle of an array acquired in one loop (`__private::acquire_mut_each`): what
-/// it names, as the words of an indexed run of `graph!` compare it (see
+/// A buffer handle as the words of a run of `graph!` compare it (an element of an array
+/// acquired in one loop, `__private::acquire_mut_each`, or any other operand's: see
 /// `__private::word_handles`). Sealed.
 #[doc(hidden)]
 pub trait ElementHandle: sealed::Sealed + Copy {
@@ -108,6 +108,18 @@ impl<T> ElementHandle for DevWrite<'_, T> {
     }
 }
 impl<T> ElementHandle for HostWrite<'_, T> {
+    #[inline(always)]
+    fn fields(&self) -> (u64, u64, u64, u64) {
+        (self.tag, self.ptr as u64, self.len as u64, self.ctx as u64)
+    }
+}
+impl<T> ElementHandle for DevRead<'_, T> {
+    #[inline(always)]
+    fn fields(&self) -> (u64, u64, u64, u64) {
+        (self.tag, self.ptr, self.len as u64, self.ctx as u64)
+    }
+}
+impl<T> ElementHandle for HostRead<'_, T> {
     #[inline(always)]
     fn fields(&self) -> (u64, u64, u64, u64) {
         (self.tag, self.ptr as u64, self.len as u64, self.ctx as u64)

@@ -4,58 +4,24 @@
 //! one, reached through a helper of the user's that forwards the statement's own handles to it
 //! and returns its `KernelCall` (allowed: SAFETY.md rule 1).
 //!
-//! The fix rests on "a method named like a kernel on a `kernels!` struct is always the generated
-//! inherent method". `graph!` calls the method on `__private::kernels(&RECEIVER)`, of type
-//! `&R` where `R` is the receiver's type. When the receiver is a *reference* to the struct
-//! (`k: &Ops`, as in most functions that take kernels), that is `&&Ops`, and method lookup tries
-//! the receiver type `&&Ops` (by value) before it auto-derefs to `&Ops`, where the inherent
-//! method is. A trait method `fn affine(&self, …)` implemented for `&Ops` has receiver type
-//! `&&Ops`: it is picked, not the inherent `Ops::affine`. It forwards to the real `affine`, so
-//! its call's entry is `Ops`'s `affine` and `made_by(&k, …, "affine")` holds: the later
-//! iterations are taken as the same call on other elements, as before the fix.
+//! **Hole found and fixed.** `graph!` called the kernel method on `__private::kernels(&r)`, of
+//! type `&&Ops` for a receiver `k: &Ops`; method lookup tries `&&Ops` by value before it
+//! derefs to `&Ops`, so a trait method named like a kernel (`fn affine(&self, …)`) implemented
+//! for `&Ops` was picked instead of the generated one. It forwarded to the real `affine`, so
+//! `made_by` held and the later iterations were compared by their elements only: a buffer only
+//! they used could be replaced and freed under the graph (review 17's use-after-free). Fixed
+//! (the commit after this file's): `__private::kernels` returns `&Kernels::Struct`, the struct
+//! itself, where the inherent method is found first; and the words of a run's later iterations
+//! hold every operand's handle, array element or not, so that whatever call a helper makes, each
+//! buffer a later node may use is compared. The shadowing helpers are now compile errors (ui:
+//! `review17b-shadow-on-a-reference`, `review17b-shadow-generic`,
+//! `shadowing-trait-method-on-an-owned-receiver`).
 //!
-//! **Hole found, not fixed here.** Every test below is expected to pass on a GPU; with the
-//! crate as of 9740d23 the six that are not controls fail, on the CPU stub driver too (each
-//! fails its host-side assertion: the call is counted unchanged, or the helper ran once):
-//!
-//! - `a_shadowing_method_on_a_reference_reads_the_new_buffer`: review 17's read test with the
-//!   helper named `affine` on `&Ops`. The later iterations read `q`, the first `p`; after `q` is
-//!   replaced (the old one freed, its memory handed to `victim`) the call is taken for unchanged
-//!   and the graph reads the freed `q`. Expected on a GPU: elements 1–3 hold the new `q`
-//!   (`0x3333`); with the hole they hold the old `q`'s or `victim`'s values.
-//! - `a_helper_named_like_another_kernel_is_compared_as_written` (control): `Shadow::mix` on
-//!   `&Ops` makes an `affine` call, so `made_by(…, "mix")` is false and the run is compared as
-//!   written. Expected to pass (passes on the stub).
-//! - `a_shadowing_method_on_a_reference_writes_the_new_buffer`: the same with writes: the stale
-//!   graph writes the freed `q`, i.e. `victim`. Expected: `victim` keeps `0xdead`, the new `q`
-//!   holds element 3's values.
-//! - `a_call_whose_later_iterations_use_another_buffer_is_not_unchanged`: the decision alone
-//!   (host side, holds on the stub too): must not be counted unchanged. Fails.
-//! - `a_shadowed_kernel_name_runs_the_kernel_its_statement_evaluates_to`: a helper named `iota`
-//!   on `&Ops` runs `iota` for the first element and, for the later ones, `iota` or
-//!   `affine_inplace` by a thread-local mode: the exec keeps the last call's kernels (another
-//!   declared kernel runs than the statement evaluates to; same buffers, so memory safe).
-//! - `an_exact_run_of_a_shadowed_kernel_name_calls_it_in_every_iteration`: `for _ in 0..4` over
-//!   one statement whose helper, named `affine_inplace` on `&Ops`, counts its calls: on an
-//!   unchanged call it ran once, not 4 times (the later iterations' lazy chunk is never made).
-//!   Fails on the stub too (the count).
-//! - `a_generic_receiver_bounded_on_kernels_reads_the_new_buffer`: the same hole without a
-//!   reference: in `fn f<K: __private::Kernels + Shadow>(k: &K)` the only `affine` is the
-//!   trait's. (Needs naming `cudagraph::__private::Kernels`, a hidden item.)
-//! - `an_owned_receiver_takes_the_inherent_method` (control): the same helper trait on `Ops`
-//!   itself, receiver an owned `Ops`: the inherent method is taken (the helper is not), so
-//!   `made_by` is right. Expected to pass (passes on the stub). (ui: `shadowing-trait-method-on-an-owned-receiver`:
-//!   with the owned receiver the helper's extra argument is an arity error.)
-//!
-//! A fix: make the receiver of the generated call exactly `&Struct`, e.g. an associated type
-//! `Kernels::Struct` (`Self` for a `kernels!` struct, `K::Struct` for `&K`) and
-//! `__private::kernels(&r) -> &K::Struct`: the inherent `&self` method is then found at the
-//! first (by-value `&Struct`) step, before any trait method of that step, and no trait
-//! method of a later step is reached. That does not close the generic form (a bound
-//! `K::Struct: Shadow` still makes `Shadow::affine` the only candidate); for it, `graph!` could
-//! call a hidden per-kernel name that `kernels!` generates (`__cudagraph_k_affine`), so that a
-//! helper has to name a `__cudagraph_` item to be taken for a kernel (that also closes the
-//! reference form without the associated type).
+//! The tests below keep each attack with the helpers renamed (`helper_affine`, …: no longer
+//! named like a kernel, so `made_by` is false and the run is compared as written), and the
+//! same GPU expectations: all pass. Before the fix, with the helpers named like kernels, the six
+//! that are not controls failed on the CPU stub driver (counted unchanged, or the helper ran
+//! once).
 //!
 //! Host-side parts also run on the CPU stub driver: `REVIEW17_STUB=1 LD_LIBRARY_PATH=<dir of the
 //! libraries .ci/host-profile builds> cargo test -p cudagraph-tests --test review_session17b --
@@ -144,26 +110,27 @@ mod shadow {
     /// `graph!`'s `__private::kernels(&k).affine(…)` is a call on `&&Ops`, which these match
     /// before the inherent methods (receiver `&Ops`).
     pub trait Shadow {
-        fn affine<'k, 'b>(
+        fn helper_affine<'k, 'b>(
             &'k self,
             n: u32,
             p: DevRead<'b, u32>,
             q: DevRead<'b, u32>,
             e: DevWrite<'b, u32>,
         ) -> Affine<'k, 'b>;
-        fn mix<'k, 'b>(
+        fn helper_mix<'k, 'b>(
             &'k self,
             n: u32,
             e: DevWrite<'b, u32>,
             p: DevWrite<'b, u32>,
             q: DevWrite<'b, u32>,
         ) -> Affine<'k, 'b>;
-        fn iota<'k, 'b>(&'k self, n: u32, e: DevWrite<'b, u32>) -> InPlace<'k, 'b>;
-        fn affine_inplace<'k, 'b>(&'k self, n: u32, x: DevWrite<'b, u32>) -> InPlace<'k, 'b>;
+        fn helper_iota<'k, 'b>(&'k self, n: u32, e: DevWrite<'b, u32>) -> InPlace<'k, 'b>;
+        fn helper_affine_inplace<'k, 'b>(&'k self, n: u32, x: DevWrite<'b, u32>)
+        -> InPlace<'k, 'b>;
     }
 
-    impl Shadow for &Ops {
-        fn affine<'k, 'b>(
+    impl Shadow for Ops {
+        fn helper_affine<'k, 'b>(
             &'k self,
             n: u32,
             p: DevRead<'b, u32>,
@@ -174,7 +141,7 @@ mod shadow {
         }
         /// Named `mix` but makes an `affine` call: `made_by(…, "mix")` is false (a control of the
         /// name half of the check; not used by a test that must fail).
-        fn mix<'k, 'b>(
+        fn helper_mix<'k, 'b>(
             &'k self,
             n: u32,
             e: DevWrite<'b, u32>,
@@ -183,7 +150,7 @@ mod shadow {
         ) -> Affine<'k, 'b> {
             store_p_or_q(self, n, e, p, q)
         }
-        fn iota<'k, 'b>(&'k self, n: u32, e: DevWrite<'b, u32>) -> InPlace<'k, 'b> {
+        fn helper_iota<'k, 'b>(&'k self, n: u32, e: DevWrite<'b, u32>) -> InPlace<'k, 'b> {
             let m = MODE.with(Cell::get);
             if e.len() == FIRST {
                 Ops::iota(self, n, 1, 0, e)
@@ -193,7 +160,11 @@ mod shadow {
                 Ops::affine_inplace(self, n, 2, m, e)
             }
         }
-        fn affine_inplace<'k, 'b>(&'k self, n: u32, x: DevWrite<'b, u32>) -> InPlace<'k, 'b> {
+        fn helper_affine_inplace<'k, 'b>(
+            &'k self,
+            n: u32,
+            x: DevWrite<'b, u32>,
+        ) -> InPlace<'k, 'b> {
             let c = COUNT.with(|c| {
                 c.set(c.get() + 1);
                 c.get()
@@ -205,7 +176,7 @@ mod shadow {
 
 /// The same helper for the generic and owned-receiver forms: implemented for `Ops` itself.
 trait OnStruct {
-    fn affine<'k, 'b>(
+    fn struct_affine<'k, 'b>(
         &'k self,
         n: u32,
         p: DevRead<'b, u32>,
@@ -215,7 +186,7 @@ trait OnStruct {
 }
 
 impl OnStruct for Ops {
-    fn affine<'k, 'b>(
+    fn struct_affine<'k, 'b>(
         &'k self,
         n: u32,
         p: DevRead<'b, u32>,
@@ -256,13 +227,14 @@ fn load_run(
     let c = cfg();
     graph!(cache, s, {
         for i in 0..4 {
-            k.affine(N, &p, &q, &mut bufs[i]).launch(c);
+            k.helper_affine(N, &p, &q, &mut bufs[i]).launch(c);
         }
     })
 }
 
-/// A generic receiver: `affine` is `OnStruct::affine`, the only one `K` has.
-fn load_run_generic<K: cudagraph::__private::Kernels + OnStruct>(
+/// A generic receiver (bounded on the hidden `Kernels` with its struct): the helper is
+/// `OnStruct::struct_affine`.
+fn load_run_generic<K: cudagraph::__private::Kernels<Struct = Ops>>(
     cache: &mut GraphCache,
     k: &K,
     s: &Arc<CudaStream>,
@@ -273,7 +245,7 @@ fn load_run_generic<K: cudagraph::__private::Kernels + OnStruct>(
     let c = cfg();
     graph!(cache, s, {
         for i in 0..4 {
-            k.affine(N, &p, &q, &mut bufs[i]).launch(c);
+            k.struct_affine(N, &p, &q, &mut bufs[i]).launch(c);
         }
     })
 }
@@ -389,7 +361,7 @@ fn an_owned_receiver_takes_the_inherent_method() -> Result {
 mod write_form {
     use super::{Affine, DevWrite, Ops};
     pub trait ShadowWrite {
-        fn affine<'k, 'b>(
+        fn helper_store<'k, 'b>(
             &'k self,
             n: u32,
             e: DevWrite<'b, u32>,
@@ -397,8 +369,8 @@ mod write_form {
             q: DevWrite<'b, u32>,
         ) -> Affine<'k, 'b>;
     }
-    impl ShadowWrite for &Ops {
-        fn affine<'k, 'b>(
+    impl ShadowWrite for Ops {
+        fn helper_store<'k, 'b>(
             &'k self,
             n: u32,
             e: DevWrite<'b, u32>,
@@ -448,7 +420,7 @@ fn store_run_w(
     let c = cfg();
     graph!(cache, s, {
         for i in 0..4 {
-            k.affine(N, &mut bufs[i], &mut *p, &mut *q).launch(c);
+            k.helper_store(N, &mut bufs[i], &mut *p, &mut *q).launch(c);
         }
     })
 }
@@ -473,7 +445,7 @@ fn a_helper_named_like_another_kernel_is_compared_as_written() -> Result {
         let (k, c) = (&k, cfg());
         graph!(cache, &s, {
             for i in 0..4 {
-                k.mix(N, &mut bufs[i], &mut *p, &mut *q).launch(c);
+                k.helper_mix(N, &mut bufs[i], &mut *p, &mut *q).launch(c);
             }
         })
     };
@@ -506,7 +478,7 @@ fn a_shadowed_kernel_name_runs_the_kernel_its_statement_evaluates_to() -> Result
         let before = cache.stats().unchanged_calls;
         graph!(&mut cache, &s, {
             for i in 0..4 {
-                k.iota(N, &mut bufs[i]).launch(c);
+                k.helper_iota(N, &mut bufs[i]).launch(c);
             }
         })?;
         if call == 1 || call == 3 {
@@ -541,7 +513,7 @@ fn an_exact_run_of_a_shadowed_kernel_name_calls_it_in_every_iteration() -> Resul
         COUNT.with(|n| n.set(0));
         graph!(&mut cache, &s, {
             for _ in 0..4 {
-                k.affine_inplace(N, &mut x).launch(c);
+                k.helper_affine_inplace(N, &mut x).launch(c);
             }
         })?;
         let count = COUNT.with(Cell::get);

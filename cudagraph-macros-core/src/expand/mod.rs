@@ -421,9 +421,14 @@ pub(crate) fn local(name: impl std::fmt::Display) -> syn::Ident {
     syn::Ident::new(&name.to_string(), Span::mixed_site())
 }
 
-/// Place `i`'s read and write handles.
+/// Place `i`'s read and write handles (also [`handles_of`]).
 pub(crate) fn handles(i: usize) -> (syn::Ident, syn::Ident) {
     (local(format!("__cudagraph_r{i}")), local(format!("__cudagraph_w{i}")))
+}
+
+/// [`handles`], for [`Body::run`] (whose local `handles` shadows it).
+fn handles_of(i: usize) -> (syn::Ident, syn::Ident) {
+    handles(i)
 }
 
 pub(crate) struct NodeCounter {
@@ -549,19 +554,26 @@ impl Body<'_, '_> {
             }
             *field += 1;
         }
-        // Each array argument of each statement: the elements the later iterations name.
+        // Each argument of each statement of the later iterations: for an array element, the
+        // elements they name; for any other operand, its handle (the same in every iteration).
         let later: Vec<Vec<&Node>> = iterations[1..].iter().map(statements_of).collect();
         let mut positions: Vec<(usize, bool, Vec<u32>)> = Vec::new();
+        let mut singles: Vec<(usize, bool)> = Vec::new();
         for (j, it) in later.iter().enumerate() {
             let mut p = 0;
             for node in it {
                 for o in node.op.operands() {
-                    if let Some((a, k)) = self.places[&o.key].array {
-                        if j == 0 {
-                            positions.push((a, o.write, Vec::new()));
+                    let place = &self.places[&o.key];
+                    match place.array {
+                        Some((a, k)) => {
+                            if j == 0 {
+                                positions.push((a, o.write, Vec::new()));
+                            }
+                            positions[p].2.push(k as u32);
+                            p += 1;
                         }
-                        positions[p].2.push(k as u32);
-                        p += 1;
+                        None if j == 0 => singles.push((place.index, o.write)),
+                        None => {}
                     }
                 }
             }
@@ -579,10 +591,18 @@ impl Body<'_, '_> {
         self.counter.lazy = false;
         let copies = (self.counter.next - later_node) as u64;
         let w = local("__cudagraph_words");
-        let handles = positions.iter().map(|(a, write, at)| {
-            let array = local(format!("__cudagraph_a{a}"));
-            quote!(::cudagraph::__private::word_handles(&mut #w, #array, &[#(#at),*], #write);)
-        });
+        let mut handles: Vec<TokenStream> = positions
+            .iter()
+            .map(|(a, write, at)| {
+                let array = local(format!("__cudagraph_a{a}"));
+                quote!(::cudagraph::__private::word_handles(&mut #w, #array, &[#(#at),*], #write);)
+            })
+            .collect();
+        handles.extend(singles.iter().map(|&(index, write)| {
+            let (r, wh) = handles_of(index);
+            let h = if write { wh } else { r };
+            quote!(::cudagraph::__private::word_handle(&mut #w, &#h, #write);)
+        }));
         let lazy =
             (lazy_first..self.counter.chunks).map(|c| local(format!("__cudagraph_chunk{c}")));
         let made = if made.is_empty() { quote!(true) } else { quote!(#(#made)&&*) };

@@ -481,6 +481,11 @@ fn expanded() -> ::cudagraph::Result<()> {
             &[1u32, 2u32],
             false,
         );
+        ::cudagraph::__private::word_handle(
+            &mut __cudagraph_words,
+            &__cudagraph_w9,
+            true,
+        );
         ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 2u64);
     } else {
         __cudagraph_chunk2.put_words(&mut __cudagraph_words);

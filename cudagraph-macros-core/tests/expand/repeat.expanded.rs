@@ -369,6 +369,26 @@ fn expanded() -> ::cudagraph::Result<()> {
     if ::cudagraph::__private::made_by(&k, &__cudagraph_chunk1.0, "sweep")
         && ::cudagraph::__private::made_by(&k, &__cudagraph_chunk1.1, "sweep")
     {
+        ::cudagraph::__private::word_handle(
+            &mut __cudagraph_words,
+            &__cudagraph_r0,
+            false,
+        );
+        ::cudagraph::__private::word_handle(
+            &mut __cudagraph_words,
+            &__cudagraph_w1,
+            true,
+        );
+        ::cudagraph::__private::word_handle(
+            &mut __cudagraph_words,
+            &__cudagraph_r1,
+            false,
+        );
+        ::cudagraph::__private::word_handle(
+            &mut __cudagraph_words,
+            &__cudagraph_w0,
+            true,
+        );
         ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 6u64);
     } else {
         __cudagraph_chunk2.put_words(&mut __cudagraph_words);
