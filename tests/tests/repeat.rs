@@ -98,7 +98,8 @@ fn a_run_of_identical_iterations_matches_launch_by_launch_across_changes() -> Re
     assert!(st.unchanged_calls >= 4, "{st:?}");
     // Every node of each unchanged call counted, copies included.
     let nodes = (2 + 3 * SWEEPS) as u64;
-    assert_eq!(st.nodes_unchanged, st.unchanged_calls * nodes, "{st:?}");
+    // (Changed calls count their unchanged nodes too: at least these.)
+    assert!(st.nodes_unchanged >= st.unchanged_calls * nodes, "{st:?}");
     Ok(())
 }
 
@@ -238,6 +239,7 @@ fn an_indexed_run_matches_launch_by_launch_across_swaps() -> Result {
     }
     let st = cache.stats();
     assert_eq!(st.unchanged_calls, unchanged_expected, "{st:?}");
-    assert_eq!(st.nodes_unchanged, st.unchanged_calls * 14, "{st:?}");
+    // (Changed calls count their unchanged nodes too: at least these.)
+    assert!(st.nodes_unchanged >= st.unchanged_calls * 14, "{st:?}");
     Ok(())
 }
