@@ -103,8 +103,27 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         chunk_of: Vec::new(),
         lazy: false,
     };
+    // Each receiver that is a path (`k`, `self::K`), made the `kernels!` struct itself once per
+    // call (`__private::kernels`, whose `Kernels::Struct` projection took rustc about 2 ms of
+    // release build per statement when made in every statement).
+    let mut receivers_decl = TokenStream::new();
+    let mut receivers: HashMap<String, syn::Ident> = HashMap::new();
+    for f in &checked.nodes {
+        if let Op::Launch { receiver: receiver @ Expr::Path(_), .. } = &f.node.op {
+            let key = receiver.to_token_stream().to_string();
+            if !receivers.contains_key(&key) {
+                let k = local(format!("__cudagraph_k{}", receivers.len()));
+                receivers_decl.extend(quote_spanned! {receiver.span()=>
+                    let #k = ::cudagraph::__private::kernels(&#receiver);
+                });
+                receivers.insert(key, k);
+            }
+        }
+    }
+    RECEIVERS.with(|r| *r.borrow_mut() = receivers);
     let mut decls = TokenStream::new();
     let body = emit_items(&input.body, &places, &mut counter, Holder::Plain, &mut decls);
+    RECEIVERS.with(|r| r.borrow_mut().clear());
     let entry = |i: usize| {
         let n = local(format!("__cudagraph_n{i}"));
         if counter.chunk_of.get(i).is_some_and(Option::is_some) {
@@ -219,6 +238,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         #acquisitions
         #words_decl
         #key_decl
+        #receivers_decl
         #decls
         #body
         #run
@@ -419,6 +439,13 @@ fn acquisitions(
 /// parameters or the variant key.
 pub(crate) fn local(name: impl std::fmt::Display) -> syn::Ident {
     syn::Ident::new(&name.to_string(), Span::mixed_site())
+}
+
+thread_local! {
+    /// The receivers of this expansion's kernel statements that are paths, by their tokens, and
+    /// the local each is made into once per call (see [`expand`]).
+    static RECEIVERS: std::cell::RefCell<HashMap<String, syn::Ident>> =
+        std::cell::RefCell::new(HashMap::new());
 }
 
 /// Place `i`'s read and write handles (also [`handles_of`]).
@@ -1054,8 +1081,19 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
             let mut call =
                 proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#(#args),*));
             call.set_span(*parens);
-            let receiver =
-                quote_spanned!(receiver.span()=> ::cudagraph::__private::kernels(&#receiver));
+            let hoisted = RECEIVERS
+                .with(|r| r.borrow().get(&receiver.to_token_stream().to_string()).cloned());
+            let receiver = match hoisted {
+                // A path: the struct made once per call (see `expand`), with the receiver's span.
+                Some(k) => {
+                    let mut g = proc_macro2::Group::new(proc_macro2::Delimiter::None, quote!(#k));
+                    g.set_span(receiver.span());
+                    quote!(#g)
+                }
+                None => {
+                    quote_spanned!(receiver.span()=> ::cudagraph::__private::kernels(&#receiver))
+                }
+            };
             let launch = quote!(#receiver.#kernel #call.#launch(#cfg));
             quote_spanned!(kernel.span()=> ::cudagraph::__private::kernel_node(#launch))
         }

@@ -151,13 +151,14 @@ fn expanded() -> ::cudagraph::Result<()> {
     let mut __cudagraph_words = __cudagraph_cache
         .words(&__CUDAGRAPH_PLAN, &__cudagraph_call);
     let __cudagraph_key: u64 = 0;
+    let __cudagraph_k0 = ::cudagraph::__private::kernels(&k);
     #[allow(unused_braces)]
     let __cudagraph_n0 = __cudagraph_s0.alloc_node();
     ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_n0);
     let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n1 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .stencil(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(n),
@@ -169,7 +170,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         #[allow(unused_braces)]
         let __cudagraph_n2 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .stencil(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(n),

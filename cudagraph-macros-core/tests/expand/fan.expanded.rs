@@ -191,6 +191,7 @@ fn expanded() -> ::cudagraph::Result<()> {
     let mut __cudagraph_words = __cudagraph_cache
         .words(&__CUDAGRAPH_PLAN, &__cudagraph_call);
     let __cudagraph_key: u64 = 0;
+    let __cudagraph_k0 = ::cudagraph::__private::kernels(&k);
     let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n0 = ::cudagraph::__private::copy(
@@ -199,7 +200,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         #[allow(unused_braces)]
         let __cudagraph_n1 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .scale(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(2.0),
@@ -209,7 +210,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         #[allow(unused_braces)]
         let __cudagraph_n2 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .scale(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(3.0),
@@ -219,7 +220,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         #[allow(unused_braces)]
         let __cudagraph_n3 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .axpy(
                     ::cudagraph::__private::scalar(n),
                     { __cudagraph_r1 },
@@ -229,7 +230,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         #[allow(unused_braces)]
         let __cudagraph_n4 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .sum3(
                     ::cudagraph::__private::scalar(n),
                     { __cudagraph_r2 },

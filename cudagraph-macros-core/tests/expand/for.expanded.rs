@@ -360,6 +360,7 @@ fn expanded() -> ::cudagraph::Result<()> {
     let mut __cudagraph_words = __cudagraph_cache
         .words(&__CUDAGRAPH_PLAN, &__cudagraph_call);
     let __cudagraph_key: u64 = 0;
+    let __cudagraph_k0 = ::cudagraph::__private::kernels(&k);
     let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n0 = ::cudagraph::__private::copy(
@@ -370,7 +371,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         let __cudagraph_n1 = ::cudagraph::__private::memset({ __cudagraph_a1[0] }, 0u32);
         #[allow(unused_braces)]
         let __cudagraph_n2 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .scale(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5),
@@ -387,7 +388,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         let __cudagraph_n4 = ::cudagraph::__private::memset({ __cudagraph_a1[1] }, 0u32);
         #[allow(unused_braces)]
         let __cudagraph_n5 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .scale(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5),
@@ -404,7 +405,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         let __cudagraph_n7 = ::cudagraph::__private::memset({ __cudagraph_a1[2] }, 0u32);
         #[allow(unused_braces)]
         let __cudagraph_n8 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .scale(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5),
@@ -440,7 +441,7 @@ fn expanded() -> ::cudagraph::Result<()> {
     let __cudagraph_chunk1 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n10 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .axpy(
                     ::cudagraph::__private::scalar(n),
                     { __cudagraph_a0[0].read() },
@@ -454,7 +455,7 @@ fn expanded() -> ::cudagraph::Result<()> {
     let __cudagraph_chunk2 = ::cudagraph::__private::LazyChunk::new(|| {
         #[allow(unused_braces)]
         let __cudagraph_n11 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .axpy(
                     ::cudagraph::__private::scalar(n),
                     { __cudagraph_a0[1].read() },
@@ -464,7 +465,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         #[allow(unused_braces)]
         let __cudagraph_n12 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .axpy(
                     ::cudagraph::__private::scalar(n),
                     { __cudagraph_a0[2].read() },

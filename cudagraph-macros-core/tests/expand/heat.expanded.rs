@@ -191,6 +191,7 @@ fn expanded() -> ::cudagraph::Result<()> {
     let mut __cudagraph_words = __cudagraph_cache
         .words(&__CUDAGRAPH_PLAN, &__cudagraph_call);
     let mut __cudagraph_key: u64 = 0;
+    let __cudagraph_k0 = ::cudagraph::__private::kernels(&k);
     let mut __cudagraph_n4 = ::core::option::Option::None;
     let mut __cudagraph_n5 = ::core::option::Option::None;
     let mut __cudagraph_n6 = ::core::option::Option::None;
@@ -199,7 +200,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         let __cudagraph_n0 = ::cudagraph::__private::memset({ __cudagraph_w0 }, 0u32);
         #[allow(unused_braces)]
         let __cudagraph_n1 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .stencil(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(n),
@@ -211,7 +212,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         #[allow(unused_braces)]
         let __cudagraph_n2 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .boundary(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(n),
@@ -221,7 +222,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         #[allow(unused_braces)]
         let __cudagraph_n3 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .check_finite(
                     ::cudagraph::__private::scalar(cells),
                     { __cudagraph_r2 },
@@ -245,7 +246,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         }
         #[allow(unused_braces)]
         let __cudagraph_v = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .residual(
                     ::cudagraph::__private::scalar(cells),
                     { __cudagraph_r1 },

@@ -249,10 +249,11 @@ fn expanded() -> ::cudagraph::Result<()> {
     let mut __cudagraph_words = __cudagraph_cache
         .words(&__CUDAGRAPH_PLAN, &__cudagraph_call);
     let __cudagraph_key: u64 = 0;
+    let __cudagraph_k0 = ::cudagraph::__private::kernels(&k);
     let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n0 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .init(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(s),
@@ -266,7 +267,7 @@ fn expanded() -> ::cudagraph::Result<()> {
     let __cudagraph_chunk1 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n1 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .sweep(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5f32),
@@ -277,7 +278,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         #[allow(unused_braces)]
         let __cudagraph_n2 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .sweep(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5f32),
@@ -293,7 +294,7 @@ fn expanded() -> ::cudagraph::Result<()> {
     let __cudagraph_chunk2 = ::cudagraph::__private::LazyChunk::new(|| {
         #[allow(unused_braces)]
         let __cudagraph_n3 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .sweep(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5f32),
@@ -304,7 +305,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         #[allow(unused_braces)]
         let __cudagraph_n4 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .sweep(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5f32),
@@ -315,7 +316,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         #[allow(unused_braces)]
         let __cudagraph_n5 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .sweep(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5f32),
@@ -326,7 +327,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         #[allow(unused_braces)]
         let __cudagraph_n6 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .sweep(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5f32),
@@ -337,7 +338,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         #[allow(unused_braces)]
         let __cudagraph_n7 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .sweep(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5f32),
@@ -348,7 +349,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         #[allow(unused_braces)]
         let __cudagraph_n8 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .sweep(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5f32),
@@ -396,7 +397,7 @@ fn expanded() -> ::cudagraph::Result<()> {
     let __cudagraph_chunk3 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n9 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .sweep(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(steps()),
@@ -407,7 +408,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         );
         #[allow(unused_braces)]
         let __cudagraph_n10 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .sweep(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(steps()),

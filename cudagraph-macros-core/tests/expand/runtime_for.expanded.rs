@@ -84,13 +84,14 @@ fn expanded() -> ::cudagraph::Result<()> {
         &mut __cudagraph_guards,
     );
     let __cudagraph_key: u64 = 0;
+    let __cudagraph_k0 = ::cudagraph::__private::kernels(&k);
     let mut __cudagraph_c0: usize = 0;
     let mut __cudagraph_n1 = ::std::vec::Vec::new();
     let mut __cudagraph_n2 = ::std::vec::Vec::new();
     let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n0 = ::cudagraph::__private::kernel_node(
-            ::cudagraph::__private::kernels(&k)
+            __cudagraph_k0
                 .iota(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(1),
@@ -109,7 +110,7 @@ fn expanded() -> ::cudagraph::Result<()> {
             __cudagraph_c0 += 1;
             #[allow(unused_braces)]
             let __cudagraph_v = ::cudagraph::__private::kernel_node(
-                ::cudagraph::__private::kernels(&k)
+                __cudagraph_k0
                     .affine_inplace(
                         ::cudagraph::__private::scalar(n),
                         ::cudagraph::__private::scalar(3),
