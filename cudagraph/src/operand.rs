@@ -44,6 +44,12 @@ macro_rules! pointer_type {
         }
         impl<T> Copy for $name<'_, T> {}
         impl<T> sealed::Sealed for $name<'_, T> {}
+        impl<T> ElementHandle for $name<'_, T> {
+            #[inline(always)]
+            fn fields(&self) -> (u64, u64, u64, u64) {
+                (self.tag, self.ptr as usize as u64, self.len as u64, self.ctx as u64)
+            }
+        }
         impl<T> Handle for $name<'_, T> {
             fn tag(&self) -> u64 {
                 self.tag
@@ -101,31 +107,6 @@ pub trait ElementHandle: sealed::Sealed + Copy {
     /// parameters can depend on.
     fn fields(&self) -> (u64, u64, u64, u64);
 }
-impl<T> ElementHandle for DevWrite<'_, T> {
-    #[inline(always)]
-    fn fields(&self) -> (u64, u64, u64, u64) {
-        (self.tag, self.ptr, self.len as u64, self.ctx as u64)
-    }
-}
-impl<T> ElementHandle for HostWrite<'_, T> {
-    #[inline(always)]
-    fn fields(&self) -> (u64, u64, u64, u64) {
-        (self.tag, self.ptr as u64, self.len as u64, self.ctx as u64)
-    }
-}
-impl<T> ElementHandle for DevRead<'_, T> {
-    #[inline(always)]
-    fn fields(&self) -> (u64, u64, u64, u64) {
-        (self.tag, self.ptr, self.len as u64, self.ctx as u64)
-    }
-}
-impl<T> ElementHandle for HostRead<'_, T> {
-    #[inline(always)]
-    fn fields(&self) -> (u64, u64, u64, u64) {
-        (self.tag, self.ptr as u64, self.len as u64, self.ctx as u64)
-    }
-}
-
 impl<'a, T> DevWrite<'a, T> {
     /// The same buffer, read: for a [`GraphBuilder`](crate::GraphBuilder) node that reads a
     /// buffer registered with [`GraphBuilder::write`](crate::GraphBuilder::write).

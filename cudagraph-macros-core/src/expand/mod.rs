@@ -102,6 +102,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         words: !looped_body && !captures,
         chunk_of: Vec::new(),
         lazy: false,
+        receivers: HashMap::new(),
     };
     // Each receiver that is a path (`k`, `self::K`), made the `kernels!` struct itself once per
     // call (`__private::kernels`, whose `Kernels::Struct` projection took rustc about 2 ms of
@@ -120,10 +121,9 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
             }
         }
     }
-    RECEIVERS.with(|r| *r.borrow_mut() = receivers);
+    counter.receivers = receivers;
     let mut decls = TokenStream::new();
     let body = emit_items(&input.body, &places, &mut counter, Holder::Plain, &mut decls);
-    RECEIVERS.with(|r| r.borrow_mut().clear());
     let entry = |i: usize| {
         let n = local(format!("__cudagraph_n{i}"));
         if counter.chunk_of.get(i).is_some_and(Option::is_some) {
@@ -441,21 +441,9 @@ pub(crate) fn local(name: impl std::fmt::Display) -> syn::Ident {
     syn::Ident::new(&name.to_string(), Span::mixed_site())
 }
 
-thread_local! {
-    /// The receivers of this expansion's kernel statements that are paths, by their tokens, and
-    /// the local each is made into once per call (see [`expand`]).
-    static RECEIVERS: std::cell::RefCell<HashMap<String, syn::Ident>> =
-        std::cell::RefCell::new(HashMap::new());
-}
-
-/// Place `i`'s read and write handles (also [`handles_of`]).
+/// Place `i`'s read and write handles.
 pub(crate) fn handles(i: usize) -> (syn::Ident, syn::Ident) {
     (local(format!("__cudagraph_r{i}")), local(format!("__cudagraph_w{i}")))
-}
-
-/// [`handles`], for [`Body::run`] (whose local `handles` shadows it).
-fn handles_of(i: usize) -> (syn::Ident, syn::Ident) {
-    handles(i)
 }
 
 pub(crate) struct NodeCounter {
@@ -477,6 +465,9 @@ pub(crate) struct NodeCounter {
     /// Whether the chunks being emitted are made only when the node list is needed (the later
     /// iterations of an indexed run, see [`repeat_runs`]): no words of their own.
     pub(crate) lazy: bool,
+    /// The receivers of the body's kernel statements that are paths, by their tokens, and the
+    /// local each is made into once per call (see [`expand`]).
+    pub(crate) receivers: HashMap<String, syn::Ident>,
 }
 
 /// How a statement's node value is kept: always present, in an `if` branch (an `Option`), or in
@@ -555,15 +546,8 @@ impl Body<'_, '_> {
     /// iterations then make the same calls on other elements), or every later node as written.
     fn run(&mut self, iterations: &[Item]) {
         flush(self.chunk, self.counter, self.out);
-        let first_items: Vec<&Item> = {
-            let mut one = Vec::new();
-            if let Item::Scope(body) = &iterations[0] {
-                unscope(body, &mut one);
-            }
-            one
-        };
         let first_node = self.counter.next;
-        self.emit(&first_items);
+        self.emit(&items_of(&iterations[0]));
         flush(self.chunk, self.counter, self.out);
         // Where each node of the first iteration is: its chunk and its field there.
         let mut fields: HashMap<usize, usize> = HashMap::new();
@@ -607,26 +591,21 @@ impl Body<'_, '_> {
         }
         let (lazy_first, later_node) = (self.counter.chunks, self.counter.next);
         self.counter.lazy = true;
-        let mut rest = Vec::new();
-        for it in &iterations[1..] {
-            if let Item::Scope(body) = it {
-                unscope(body, &mut rest);
-            }
-        }
+        let rest: Vec<&Item> = iterations[1..].iter().flat_map(items_of).collect();
         self.emit(&rest);
         flush(self.chunk, self.counter, self.out);
         self.counter.lazy = false;
         let copies = (self.counter.next - later_node) as u64;
         let w = local("__cudagraph_words");
-        let mut handles: Vec<TokenStream> = positions
+        let mut compared: Vec<TokenStream> = positions
             .iter()
             .map(|(a, write, at)| {
                 let array = local(format!("__cudagraph_a{a}"));
                 quote!(::cudagraph::__private::word_handles(&mut #w, #array, &[#(#at),*], #write);)
             })
             .collect();
-        handles.extend(singles.iter().map(|&(index, write)| {
-            let (r, wh) = handles_of(index);
+        compared.extend(singles.iter().map(|&(index, write)| {
+            let (r, wh) = handles(index);
             let h = if write { wh } else { r };
             quote!(::cudagraph::__private::word_handle(&mut #w, &#h, #write);)
         }));
@@ -635,7 +614,7 @@ impl Body<'_, '_> {
         let made = if made.is_empty() { quote!(true) } else { quote!(#(#made)&&*) };
         self.out.extend(quote! {
             if #made {
-                #(#handles)*
+                #(#compared)*
                 ::cudagraph::__private::word_repeat(&mut #w, #copies);
             } else {
                 #(#lazy.put_words(&mut #w);)*
@@ -683,13 +662,19 @@ fn emit_lazy_chunk(chunk: &mut Vec<(syn::Ident, TokenStream)>, number: usize) ->
     out
 }
 
-/// The statements of an iteration (a scope), nested ones included, in order.
-fn statements_of(it: &Item) -> Vec<&Node> {
+/// The items of an iteration (a scope), nested iterations' included, in order.
+fn items_of(it: &Item) -> Vec<&Item> {
     let mut one = Vec::new();
     if let Item::Scope(body) = it {
         unscope(body, &mut one);
     }
-    one.into_iter()
+    one
+}
+
+/// The statements of an iteration (a scope), nested ones included, in order.
+fn statements_of(it: &Item) -> Vec<&Node> {
+    items_of(it)
+        .into_iter()
         .map(|i| match i {
             Item::Node(n) => n,
             _ => unreachable!("a run's iterations hold statements only"),
@@ -841,7 +826,7 @@ fn emit_flat(
             counter.chunk_of.resize(counter.next + 1, None);
             counter.chunk_of[counter.next] = Some((counter.chunks, chunk.is_empty()));
             counter.next += 1;
-            chunk.push((n, node_value(node, places)));
+            chunk.push((n, node_value(node, places, &counter.receivers)));
             if chunk.len() == CHUNK {
                 flush(chunk, counter, &mut out);
             }
@@ -852,7 +837,7 @@ fn emit_flat(
             Item::Node(node) => {
                 let n = local(format!("__cudagraph_n{}", counter.next));
                 counter.next += 1;
-                let value = node_value(node, places);
+                let value = node_value(node, places, &counter.receivers);
                 if holder == Holder::Looped {
                     decls.extend(quote!(let mut #n = ::std::vec::Vec::new();));
                     let v = local("__cudagraph_v");
@@ -1047,7 +1032,11 @@ fn word_node(n: &syn::Ident, words: bool) -> TokenStream {
 }
 
 /// The expression that evaluates a statement's node parameters.
-fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStream {
+fn node_value(
+    node: &Node,
+    places: &HashMap<String, PlaceInfo<'_>>,
+    receivers: &HashMap<String, syn::Ident>,
+) -> TokenStream {
     // The handle is a hygienic local; the block around it carries the operand's span, so a type
     // error on it (e.g. `&x` where the kernel writes) lands on the user's `&x`. (The statement
     // holding the node value allows `unused_braces`.)
@@ -1081,9 +1070,7 @@ fn node_value(node: &Node, places: &HashMap<String, PlaceInfo<'_>>) -> TokenStre
             let mut call =
                 proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#(#args),*));
             call.set_span(*parens);
-            let hoisted = RECEIVERS
-                .with(|r| r.borrow().get(&receiver.to_token_stream().to_string()).cloned());
-            let receiver = match hoisted {
+            let receiver = match receivers.get(&receiver.to_token_stream().to_string()) {
                 // A path: the struct made once per call (see `expand`), with the receiver's span.
                 Some(k) => {
                     let mut g = proc_macro2::Group::new(proc_macro2::Delimiter::None, quote!(#k));
