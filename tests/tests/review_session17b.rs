@@ -32,6 +32,7 @@ mod common;
 use std::cell::Cell;
 use std::sync::Arc;
 
+use common::review17::{assert_same, same_all};
 use common::{Ops, Result, gpu, host, launch};
 use cudagraph::cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use cudagraph::{DevRead, DevWrite, GraphCache, KernelCall, graph};
@@ -43,25 +44,6 @@ const FIRST: usize = LEN + 1;
 
 fn cfg() -> LaunchConfig {
     LaunchConfig::for_num_elems(N)
-}
-
-/// Whether the tests run on the CPU stub driver (see the module doc).
-fn stub() -> bool {
-    std::env::var_os("REVIEW17_STUB").is_some()
-}
-
-#[track_caller]
-fn assert_same(got: &[u32], want: &[u32], what: &str) {
-    if !stub() {
-        common::assert_same(got, want, what);
-    }
-}
-
-#[track_caller]
-fn same_all(got: &[Vec<u32>], want: &[Vec<u32>], what: &str) {
-    if !stub() {
-        common::same_all(got, want, what);
-    }
 }
 
 type Affine<'k, 'b> = KernelCall<'k, (u32, u32, u32, DevRead<'b, u32>, DevWrite<'b, u32>)>;

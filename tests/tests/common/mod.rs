@@ -284,3 +284,30 @@ pub mod host {
         (0..n).map(|i| x[n - 1 - i] * s - (i % 1024) as i32).collect()
     }
 }
+
+/// Reviews 17 and 17b (`review_session17.rs`, `review_session17b.rs`): their tests also run on
+/// the CPU stub driver, where kernels and copies do nothing, so only their host-side assertions
+/// (call counts, unchanged calls) are checked there.
+pub mod review17 {
+    /// Whether the tests run on the CPU stub driver (`REVIEW17_STUB` set, `LD_LIBRARY_PATH` at
+    /// the libraries `.ci/host-profile` builds).
+    pub fn stub() -> bool {
+        std::env::var_os("REVIEW17_STUB").is_some()
+    }
+
+    /// [`super::assert_same`], except on the stub driver.
+    #[track_caller]
+    pub fn assert_same(got: &[u32], want: &[u32], what: &str) {
+        if !stub() {
+            super::assert_same(got, want, what);
+        }
+    }
+
+    /// [`super::same_all`], except on the stub driver.
+    #[track_caller]
+    pub fn same_all(got: &[Vec<u32>], want: &[Vec<u32>], what: &str) {
+        if !stub() {
+            super::same_all(got, want, what);
+        }
+    }
+}
