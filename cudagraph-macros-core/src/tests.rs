@@ -1410,7 +1410,8 @@ fn repeated_iterations_are_made_once() {
     ];
     // Indexed runs: iterations that differ only in the element of an array (acquired in one
     // loop: every element written) each argument names. Their later iterations are lazy
-    // chunks, their words the elements' handles (one `word_handles` per array argument).
+    // chunks; their words are the elements' guards and contexts (put in as the array is
+    // acquired) and one `word_handle` per operand that is not an element.
     let indexed = [
         (
             quote!({
@@ -1419,7 +1420,7 @@ fn repeated_iterations_are_made_once() {
                 }
             }),
             2,
-            1,
+            0,
         ),
         (
             quote!({
@@ -1438,7 +1439,7 @@ fn repeated_iterations_are_made_once() {
                 }
             }),
             6,
-            3,
+            0,
         ),
         (
             quote!({
@@ -1448,7 +1449,7 @@ fn repeated_iterations_are_made_once() {
                 }
             }),
             4,
-            2,
+            0,
         ),
     ];
     for (body, copies, handles) in indexed {
@@ -1459,7 +1460,8 @@ fn repeated_iterations_are_made_once() {
             out.contains(&format!("word_repeat (& mut __cudagraph_words , {copies}u64)")),
             "{out}"
         );
-        assert_eq!(out.matches("word_handles").count(), handles, "{body}");
+        assert_eq!(out.matches("word_handle (").count(), handles, "{body}");
+        assert!(out.contains("acquire_mut_each"), "{out}");
         assert!(out.contains("LazyChunk"), "{out}");
     }
     // Not indexed: elements only read (no array acquired in one loop), an element and a
@@ -1483,7 +1485,7 @@ fn repeated_iterations_are_made_once() {
     ] {
         let out = crate::graph(quote!(&mut c, &s, #body)).to_string();
         assert!(!out.contains("compile_error"), "{out}");
-        assert!(!out.contains("word_handles") && !out.contains("LazyChunk"), "{out}");
+        assert!(!out.contains("word_repeat") && !out.contains("LazyChunk"), "{out}");
     }
     for (body, copies) in cases {
         let out = crate::graph(quote!(&mut c, &s, #body)).to_string();

@@ -527,9 +527,21 @@ pub mod __private {
     /// more, in straight-line code of about 8 instructions per place (a 1000-place body's call
     /// fetched about 300 KB of code, `.ci/host-profile`). Dropping it drops the guards put so
     /// far (after a panic part way through the acquisitions, too).
+    ///
+    /// Made [`with_words`](Self::with_words), it also puts each guard into the call's words as
+    /// it is put (its address range: see [`CallWords`]), and notes whether any guard has
+    /// something to record or a buffer on another stream than the call's, so that an unchanged
+    /// call skips the aliasing check, the stream ledger and the guards' drops when none has.
     pub struct Guards<'a, const N: usize> {
         slots: [core::mem::MaybeUninit<Guard<'a>>; N],
         set: [bool; N],
+        /// A guard put so far is not inert ([`Guard::is_inert`]).
+        live: bool,
+        /// A guard put so far has a buffer whose own stream is not `stream` (or several
+        /// buffers): see [`CallWords`]'s `foreign`.
+        foreign: bool,
+        stream: Option<&'a CudaStream>,
+        words: Option<CallWords>,
     }
 
     impl<const N: usize> Default for Guards<'_, N> {
@@ -543,7 +555,43 @@ pub mod __private {
         /// No guard yet.
         #[inline(always)]
         pub fn new() -> Self {
-            Guards { slots: [const { core::mem::MaybeUninit::uninit() }; N], set: [false; N] }
+            Guards {
+                slots: [const { core::mem::MaybeUninit::uninit() }; N],
+                set: [false; N],
+                live: false,
+                foreign: false,
+                stream: None,
+                words: None,
+            }
+        }
+
+        /// No guard yet; each guard put goes into `words` too, and is compared with `stream`
+        /// (the call's), until [`Self::take_words`].
+        #[inline(always)]
+        pub fn with_words(stream: &'a CudaStream, mut words: CallWords) -> Self {
+            words.word(crate::kind::kernel::GUARDS_TAG);
+            Guards {
+                slots: [const { core::mem::MaybeUninit::uninit() }; N],
+                set: [false; N],
+                live: false,
+                foreign: false,
+                stream: Some(stream),
+                words: Some(words),
+            }
+        }
+
+        /// The call's words, with every place's guard in them, once every place is acquired.
+        ///
+        /// # Panics
+        /// If the guards were not made [`with_words`](Self::with_words) or a place's guard was
+        /// not put (a bug of the macro).
+        #[inline]
+        pub fn take_words(&mut self) -> CallWords {
+            assert!(self.set.iter().all(|&s| s), "graph!: a place was not acquired");
+            let mut w = self.words.take().expect("graph!: guards made without words");
+            w.guarded = true;
+            w.foreign = self.foreign;
+            w
         }
 
         /// Puts place `index`'s guard.
@@ -574,8 +622,42 @@ pub mod __private {
         /// Puts the guard of slot `i`, from [`Self::vacant`].
         #[inline(always)]
         fn fill(&mut self, i: usize, guard: Guard<'a>) {
-            self.slots[i].write(guard);
+            // What the words and flags need, read as values before the guard is stored: read
+            // back from its slot, the 1-byte `write` was loaded wider than the store that had
+            // just made it, and a reference to the guard before the store kept it in a stack
+            // temporary copied with wider loads (store-forwarding stalls, each half of the
+            // acquisition loop's time, `.ci/host-profile`).
+            let words = (guard.start, guard.bytes, guard.write);
+            let parts = !guard.children().is_empty();
+            self.live |= !guard.is_inert();
+            self.foreign |= parts || self.stream.is_none_or(|s| guard.foreign_to(s));
+            let slot: &Guard<'a> = self.slots[i].write(guard);
             self.set[i] = true;
+            if let Some(w) = &mut self.words {
+                if parts {
+                    w.guard_parts(slot.children());
+                } else {
+                    w.guard(words);
+                }
+            }
+        }
+
+        /// The contexts of the elements of an array acquired in one loop
+        /// ([`acquire_mut_each`]), into the words: the first one's and `0` when all are the
+        /// same, else the first one's, `1` and each one's. With each element's guard, the
+        /// words then hold every field of its handle a node can depend on
+        /// ([`word_repeat`]).
+        #[inline]
+        fn contexts<H: crate::operand::Handle>(&mut self, first: u64, mixed: bool, all: &[H]) {
+            if let Some(w) = &mut self.words {
+                w.word(first);
+                w.word(u64::from(mixed));
+                if mixed {
+                    for h in all {
+                        w.word(h.context_word());
+                    }
+                }
+            }
         }
 
         /// Every place's guard, in place order.
@@ -593,6 +675,10 @@ pub mod __private {
 
     impl<const N: usize> Drop for Guards<'_, N> {
         fn drop(&mut self) {
+            if !self.live {
+                // Every guard put is inert (see below): nothing to drop.
+                return;
+            }
             for (slot, &set) in self.slots.iter_mut().zip(&self.set) {
                 // SAFETY (of the read): `set` slots were written by `put`. A guard that
                 // records and owns nothing is left undropped: its drop does nothing, and the
@@ -655,12 +741,19 @@ pub mod __private {
         // SAFETY: `MaybeUninit<[T; M]>` has the layout of `[MaybeUninit<T>; M]`, every bit
         // pattern of which is valid.
         let slots = unsafe { &mut *out.as_mut_ptr().cast::<[core::mem::MaybeUninit<_>; M]>() };
+        // The elements' contexts, for the call's words: the first one's, and whether any
+        // other differs.
+        let (mut first, mut mixed) = (None, false);
         for ((place, slot), &i) in places.into_iter().zip(slots).zip(index) {
-            slot.write(acquire_mut_into(place, stream, call, i, guards).1);
+            let w = slot.write(acquire_mut_into(place, stream, call, i, guards).1);
+            let ctx = crate::operand::Handle::context_word(w);
+            mixed |= *first.get_or_insert(ctx) != ctx;
         }
         // SAFETY: the loop wrote all `M` elements (a panic part way returns nothing, and leaves
         // written handles, which own nothing, undropped in `out`).
-        unsafe { out.assume_init_ref() }
+        let all = unsafe { out.assume_init_ref() };
+        guards.contexts(first.unwrap_or(0), mixed, all);
+        all
     }
 
     /// `let name = alloc::<T>(len);`, place number `index` of `call`: a graph-owned buffer of
@@ -927,7 +1020,7 @@ pub mod __private {
     /// Whether a kernel statement's node is a call of `k`'s kernel `method` made by the method
     /// `kernels!` generated for it (not a method of the user's that returns another kernel's
     /// call): a run of iterations of such statements is evaluated once per call (see
-    /// [`word_handles`]); any other statement evaluates every iteration.
+    /// [`word_repeat`]); any other statement evaluates every iteration.
     #[inline]
     pub fn made_by<K: Kernels + ?Sized, N: crate::kind::kernel::MadeBy>(
         k: &K,
@@ -966,23 +1059,35 @@ pub mod __private {
     /// Indices known to be pairwise distinct: `new` checks it, so a `const` made by `graph!` for
     /// constant indices costs nothing at run time.
     #[derive(Clone, Copy)]
-    pub struct DistinctIndices<const N: usize>([usize; N]);
+    pub struct DistinctIndices<const N: usize>([usize; N], usize);
 
     impl<const N: usize> DistinctIndices<N> {
         /// # Panics
         /// If two indices are equal (at compile time, in a `const`).
         pub const fn new(idx: [usize; N]) -> Self {
-            let mut i = 0;
+            let (mut i, mut end) = (0, 0);
             while i < N {
                 let mut j = i + 1;
                 while j < N {
                     assert!(idx[i] != idx[j], "graph!: two operands name the same array element");
                     j += 1;
                 }
+                if idx[i] >= end {
+                    end = idx[i] + 1;
+                }
                 i += 1;
             }
-            DistinctIndices(idx)
+            // (`end`: one past the largest index, so one bounds check covers them all.)
+            DistinctIndices(idx, end)
         }
+    }
+
+    /// The panic of [`DisjointMut::__cudagraph_disjoint_mut_distinct`].
+    #[cold]
+    #[inline(never)]
+    #[track_caller]
+    fn out_of_range(i: usize, len: usize) -> ! {
+        panic!("graph!: buffer index {i} out of range (len {len})")
     }
 
     impl<T> DisjointMut<T> for [T] {
@@ -991,9 +1096,9 @@ pub mod __private {
             idx: DistinctIndices<N>,
         ) -> [&mut T; N] {
             let len = self.len();
-            let idx = idx.0;
-            for &i in &idx {
-                assert!(i < len, "graph!: buffer index {i} out of range (len {len})");
+            let DistinctIndices(idx, end) = idx;
+            if end > len {
+                out_of_range(end - 1, len);
             }
             let base = self.as_mut_ptr();
             // SAFETY: every index is in bounds (checked above) and pairwise distinct
@@ -1073,25 +1178,7 @@ pub mod __private {
         n
     }
 
-    /// The later iterations of an indexed run of `graph!` in the call's words: iterations
-    /// whose statements differ from the first iteration's only in which element of an array
-    /// acquired in one loop they name (`&mut bufs[i]`), and evaluate only literals, names and
-    /// casts otherwise. Each such argument of each statement gets one call: the handles of
-    /// `array` at `at` (one per later iteration), `write` when the argument writes it. With
-    /// the first iteration's nodes put in as made ([`word_node`]) and the later ones counted
-    /// ([`word_repeat`]), equal words mean equal nodes: the later iterations' nodes are made
-    /// only when the node list is needed ([`LazyChunk`]).
-    #[inline(never)]
-    pub fn word_handles<H: crate::operand::ElementHandle>(
-        words: &mut CallWords,
-        array: &[H],
-        at: &[u32],
-        write: bool,
-    ) {
-        words.handles(array, at, write);
-    }
-
-    /// One operand's handle in the call's words, for a run (see [`word_handles`]): each
+    /// One operand's handle in the call's words, for a run (see [`word_repeat`]): each
     /// operand of the later iterations' statements that names no array element is put in
     /// once (the same handle in every iteration), so that every buffer a later node may use is
     /// compared, whichever handles the statement's kernel call passes on.
@@ -1104,8 +1191,18 @@ pub mod __private {
         words.handles(core::slice::from_ref(handle), &[0], write);
     }
 
-    /// `n` more nodes in the call's words: the later iterations of a run, whose words
-    /// [`word_handles`] made (see there). Counted, no words made.
+    /// The later iterations of an indexed run of `graph!` in the call's words: iterations
+    /// whose statements differ from the first iteration's only in which element of an array
+    /// acquired in one loop they name (`&mut bufs[i]`, [`acquire_mut_each`]), and evaluate only
+    /// literals, names and casts otherwise. When every kernel statement of the first iteration
+    /// is a call of the `kernels!` method of its name ([`made_by`]), the later iterations make
+    /// the same calls on other elements: `n` more nodes, counted, and marked by one word where
+    /// the statements evaluated one by one would have put the first later node's words (so
+    /// that the two never compare equal). Every field of an element's handle a node can depend
+    /// on is in the words already (its address range with its place's guard,
+    /// [`Guards::with_words`], and its context with its array's); each other operand of the
+    /// later iterations follows with [`word_handle`]. Equal words then mean equal nodes: the
+    /// later iterations' nodes are made only when the node list is needed ([`LazyChunk`]).
     #[inline]
     pub fn word_repeat(words: &mut CallWords, n: u64) {
         words.repeat(n);

@@ -58,6 +58,10 @@ macro_rules! pointer_type {
                 self.tag = tag;
                 self
             }
+            #[inline(always)]
+            fn context_word(&self) -> u64 {
+                self.ctx as u64
+            }
         }
         impl<'a, T> $name<'a, T> {
             pub(crate) fn new(ptr: $ptr, len: usize, ctx: CUcontext) -> Self {
@@ -100,7 +104,7 @@ pointer_type!(
 
 /// A buffer handle as the words of a run of `graph!` compare it (an element of an array
 /// acquired in one loop, `__private::acquire_mut_each`, or any other operand's: see
-/// `__private::word_handles`). Sealed.
+/// `__private::word_handle`). Sealed.
 #[doc(hidden)]
 pub trait ElementHandle: sealed::Sealed + Copy {
     /// `(tag, address, length in elements, context)`: every field of the handle a node's
@@ -193,6 +197,12 @@ pub trait Handle: sealed::Sealed + Copy {
     /// The handle naming builder place `tag` (only this crate can make the token).
     #[doc(hidden)]
     fn with_tag(self, tag: u64, _: sealed::Token) -> Self;
+    /// The context of its memory, as a word (0 for a handle of no one buffer).
+    #[doc(hidden)]
+    #[inline(always)]
+    fn context_word(&self) -> u64 {
+        0
+    }
 }
 
 /// A buffer that can be a graph operand: device memory (`CudaSlice`, `CudaView`, `CudaViewMut`)
@@ -438,9 +448,17 @@ impl<'a> Guard<'a> {
         matches!(self.kind, GuardKind::Nothing)
     }
 
+    /// Whether the stream ledger may have to order its buffer with `stream`: its buffer lives
+    /// on another stream, or it is a place of several buffers.
+    #[inline(always)]
+    pub(crate) fn foreign_to(&self, stream: &CudaStream) -> bool {
+        self.own.is_some_and(|o| !core::ptr::eq(o, stream))
+            || matches!(self.kind, GuardKind::Parts(_))
+    }
+
     /// The guards of a place made of several buffers ([`Self::of_parts`]); empty otherwise.
     #[inline(always)]
-    fn children(&self) -> &[Guard<'a>] {
+    pub(crate) fn children(&self) -> &[Guard<'a>] {
         match &self.kind {
             GuardKind::Parts(c) => c,
             _ => &[],

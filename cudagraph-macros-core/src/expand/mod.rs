@@ -223,18 +223,27 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
             #run_call
         }
     };
-    let words_decl = if counter.words {
-        let words = local("__cudagraph_words");
-        quote!(let mut #words = #cache_var.words(&__CUDAGRAPH_PLAN, &#call);)
+    // With words, every guard goes into them as its place is acquired (`Guards::with_words`).
+    let words = local("__cudagraph_words");
+    let (guards_decl, words_decl) = if counter.words {
+        let guards = quote! {
+            let mut #words = #cache_var.words(&__CUDAGRAPH_PLAN, &#call);
+            let mut #guards_var =
+                ::cudagraph::__private::Guards::<#place_count>::with_words(#stream, #words);
+        };
+        (guards, quote!(let mut #words = #guards_var.take_words();))
     } else {
-        quote!()
+        let guards = quote! {
+            let #guards_mut #guards_var = ::cudagraph::__private::Guards::<#place_count>::new();
+        };
+        (guards, quote!())
     };
     quote! {{
         let #cache_var: &mut ::cudagraph::GraphCache = #cache;
         #stream_decl
         #plan
         let #call = ::cudagraph::__private::begin_call();
-        let #guards_mut #guards_var = ::cudagraph::__private::Guards::<#place_count>::new();
+        #guards_decl
         #acquisitions
         #words_decl
         #key_decl
@@ -565,26 +574,16 @@ impl Body<'_, '_> {
             }
             *field += 1;
         }
-        // Each argument of each statement of the later iterations: for an array element, the
-        // elements they name; for any other operand, its handle (the same in every iteration).
-        let later: Vec<Vec<&Node>> = iterations[1..].iter().map(statements_of).collect();
-        let mut positions: Vec<(usize, bool, Vec<u32>)> = Vec::new();
+        // Each operand of the later iterations' statements that names no array element: its
+        // handle (the same in every iteration). An element's handle is in the words with its
+        // place's guard and its array's contexts (`__private::acquire_mut_each`).
         let mut singles: Vec<(usize, bool)> = Vec::new();
-        for (j, it) in later.iter().enumerate() {
-            let mut p = 0;
-            for node in it {
+        if let Some(it) = iterations.get(1) {
+            for node in statements_of(it) {
                 for o in node.op.operands() {
                     let place = &self.places[&o.key];
-                    match place.array {
-                        Some((a, k)) => {
-                            if j == 0 {
-                                positions.push((a, o.write, Vec::new()));
-                            }
-                            positions[p].2.push(k as u32);
-                            p += 1;
-                        }
-                        None if j == 0 => singles.push((place.index, o.write)),
-                        None => {}
+                    if place.array.is_none() {
+                        singles.push((place.index, o.write));
                     }
                 }
             }
@@ -597,25 +596,18 @@ impl Body<'_, '_> {
         self.counter.lazy = false;
         let copies = (self.counter.next - later_node) as u64;
         let w = local("__cudagraph_words");
-        let mut compared: Vec<TokenStream> = positions
-            .iter()
-            .map(|(a, write, at)| {
-                let array = local(format!("__cudagraph_a{a}"));
-                quote!(::cudagraph::__private::word_handles(&mut #w, #array, &[#(#at),*], #write);)
-            })
-            .collect();
-        compared.extend(singles.iter().map(|&(index, write)| {
+        let compared = singles.iter().map(|&(index, write)| {
             let (r, wh) = handles(index);
             let h = if write { wh } else { r };
             quote!(::cudagraph::__private::word_handle(&mut #w, &#h, #write);)
-        }));
+        });
         let lazy =
             (lazy_first..self.counter.chunks).map(|c| local(format!("__cudagraph_chunk{c}")));
         let made = if made.is_empty() { quote!(true) } else { quote!(#(#made)&&*) };
         self.out.extend(quote! {
             if #made {
-                #(#compared)*
                 ::cudagraph::__private::word_repeat(&mut #w, #copies);
+                #(#compared)*
             } else {
                 #(#lazy.put_words(&mut #w);)*
             }
@@ -647,7 +639,8 @@ fn flush(
 }
 
 /// A chunk of an indexed run's later iterations: its statements built only when the node list
-/// is needed (`__private::LazyChunk`), their words being their handles' (`word_handles`).
+/// is needed (`__private::LazyChunk`), their words being their elements' guards and contexts
+/// (`__private::acquire_mut_each`).
 fn emit_lazy_chunk(chunk: &mut Vec<(syn::Ident, TokenStream)>, number: usize) -> TokenStream {
     let c = local(format!("__cudagraph_chunk{number}"));
     let names: Vec<&syn::Ident> = chunk.iter().map(|(n, _)| n).collect();

@@ -109,7 +109,11 @@ fn expanded() -> ::cudagraph::Result<()> {
         ::cudagraph::__private::Registered(& __CUDAGRAPH_PLAN)
     }
     let __cudagraph_call = ::cudagraph::__private::begin_call();
-    let mut __cudagraph_guards = ::cudagraph::__private::Guards::<4>::new();
+    let mut __cudagraph_words = __cudagraph_cache
+        .words(&__CUDAGRAPH_PLAN, &__cudagraph_call);
+    let mut __cudagraph_guards = ::cudagraph::__private::Guards::<
+        4,
+    >::with_words(__cudagraph_stream, __cudagraph_words);
     let __cudagraph_s0 = ::cudagraph::__private::scratch::<
         f32,
         _,
@@ -148,8 +152,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         3u32,
         &mut __cudagraph_guards,
     );
-    let mut __cudagraph_words = __cudagraph_cache
-        .words(&__CUDAGRAPH_PLAN, &__cudagraph_call);
+    let mut __cudagraph_words = __cudagraph_guards.take_words();
     let __cudagraph_key: u64 = 0;
     let __cudagraph_k0 = ::cudagraph::__private::kernels(&k);
     #[allow(unused_braces)]

@@ -138,7 +138,11 @@ fn expanded() -> ::cudagraph::Result<()> {
         ::cudagraph::__private::Registered(& __CUDAGRAPH_PLAN)
     }
     let __cudagraph_call = ::cudagraph::__private::begin_call();
-    let mut __cudagraph_guards = ::cudagraph::__private::Guards::<7>::new();
+    let mut __cudagraph_words = __cudagraph_cache
+        .words(&__CUDAGRAPH_PLAN, &__cudagraph_call);
+    let mut __cudagraph_guards = ::cudagraph::__private::Guards::<
+        7,
+    >::with_words(__cudagraph_stream, __cudagraph_words);
     let __cudagraph_r0 = ::cudagraph::__private::acquire_into(
         &host_in,
         __cudagraph_stream,
@@ -188,8 +192,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         6u32,
         &mut __cudagraph_guards,
     );
-    let mut __cudagraph_words = __cudagraph_cache
-        .words(&__CUDAGRAPH_PLAN, &__cudagraph_call);
+    let mut __cudagraph_words = __cudagraph_guards.take_words();
     let __cudagraph_key: u64 = 0;
     let __cudagraph_k0 = ::cudagraph::__private::kernels(&k);
     let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {

@@ -298,7 +298,11 @@ fn expanded() -> ::cudagraph::Result<()> {
         ::cudagraph::__private::Registered(& __CUDAGRAPH_PLAN)
     }
     let __cudagraph_call = ::cudagraph::__private::begin_call();
-    let mut __cudagraph_guards = ::cudagraph::__private::Guards::<10>::new();
+    let mut __cudagraph_words = __cudagraph_cache
+        .words(&__CUDAGRAPH_PLAN, &__cudagraph_call);
+    let mut __cudagraph_guards = ::cudagraph::__private::Guards::<
+        10,
+    >::with_words(__cudagraph_stream, __cudagraph_words);
     let mut __cudagraph_as0 = ::core::mem::MaybeUninit::uninit();
     let __cudagraph_a0 = ::cudagraph::__private::acquire_mut_each(
         &mut __cudagraph_as0,
@@ -357,8 +361,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         9u32,
         &mut __cudagraph_guards,
     );
-    let mut __cudagraph_words = __cudagraph_cache
-        .words(&__CUDAGRAPH_PLAN, &__cudagraph_call);
+    let mut __cudagraph_words = __cudagraph_guards.take_words();
     let __cudagraph_key: u64 = 0;
     let __cudagraph_k0 = ::cudagraph::__private::kernels(&k);
     let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
@@ -476,18 +479,12 @@ fn expanded() -> ::cudagraph::Result<()> {
         (__cudagraph_n11, __cudagraph_n12)
     });
     if ::cudagraph::__private::made_by(&k, &__cudagraph_chunk1.0, "axpy") {
-        ::cudagraph::__private::word_handles(
-            &mut __cudagraph_words,
-            __cudagraph_a0,
-            &[1u32, 2u32],
-            false,
-        );
+        ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 2u64);
         ::cudagraph::__private::word_handle(
             &mut __cudagraph_words,
             &__cudagraph_w9,
             true,
         );
-        ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 2u64);
     } else {
         __cudagraph_chunk2.put_words(&mut __cudagraph_words);
     }
@@ -509,18 +506,6 @@ fn expanded() -> ::cudagraph::Result<()> {
         (__cudagraph_n14,)
     });
     if true {
-        ::cudagraph::__private::word_handles(
-            &mut __cudagraph_words,
-            __cudagraph_a0,
-            &[0u32],
-            false,
-        );
-        ::cudagraph::__private::word_handles(
-            &mut __cudagraph_words,
-            __cudagraph_a0,
-            &[2u32],
-            true,
-        );
         ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 1u64);
     } else {
         __cudagraph_chunk4.put_words(&mut __cudagraph_words);

@@ -231,7 +231,11 @@ fn expanded() -> ::cudagraph::Result<()> {
         ::cudagraph::__private::Registered(& __CUDAGRAPH_PLAN)
     }
     let __cudagraph_call = ::cudagraph::__private::begin_call();
-    let mut __cudagraph_guards = ::cudagraph::__private::Guards::<2>::new();
+    let mut __cudagraph_words = __cudagraph_cache
+        .words(&__CUDAGRAPH_PLAN, &__cudagraph_call);
+    let mut __cudagraph_guards = ::cudagraph::__private::Guards::<
+        2,
+    >::with_words(__cudagraph_stream, __cudagraph_words);
     let (__cudagraph_r0, __cudagraph_w0) = ::cudagraph::__private::acquire_mut_into(
         &mut a,
         __cudagraph_stream,
@@ -246,8 +250,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         1u32,
         &mut __cudagraph_guards,
     );
-    let mut __cudagraph_words = __cudagraph_cache
-        .words(&__CUDAGRAPH_PLAN, &__cudagraph_call);
+    let mut __cudagraph_words = __cudagraph_guards.take_words();
     let __cudagraph_key: u64 = 0;
     let __cudagraph_k0 = ::cudagraph::__private::kernels(&k);
     let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
@@ -370,6 +373,7 @@ fn expanded() -> ::cudagraph::Result<()> {
     if ::cudagraph::__private::made_by(&k, &__cudagraph_chunk1.0, "sweep")
         && ::cudagraph::__private::made_by(&k, &__cudagraph_chunk1.1, "sweep")
     {
+        ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 6u64);
         ::cudagraph::__private::word_handle(
             &mut __cudagraph_words,
             &__cudagraph_r0,
@@ -390,7 +394,6 @@ fn expanded() -> ::cudagraph::Result<()> {
             &__cudagraph_w0,
             true,
         );
-        ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 6u64);
     } else {
         __cudagraph_chunk2.put_words(&mut __cudagraph_words);
     }

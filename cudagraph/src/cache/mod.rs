@@ -472,6 +472,9 @@ pub(crate) struct Words {
     diverged: bool,
     ok: bool,
     present: u64,
+    /// See [`CallWords`]'s fields of these names.
+    guarded: bool,
+    foreign: bool,
 }
 
 impl Default for GraphCache {
@@ -668,6 +671,10 @@ impl GraphCache {
         if self.mode != Mode::Eager && captures {
             self.reuse_recordings(call.site, nodes.get());
         }
+        // Words with every place's guard (`Guards::with_words`): of an unchanged call, they
+        // equal the words of an earlier call that passed the aliasing check with the same
+        // address ranges; with no buffer on another stream the ledger has nothing to order.
+        let (guarded, foreign) = words.as_ref().map_or((false, true), |w| (w.guarded, w.foreign));
         let same = match words {
             Some(w) => self.unchanged_words(&call, ctx, w, handles),
             None => self.unchanged(&call, ctx, nodes.get(), handles)?,
@@ -683,7 +690,9 @@ impl GraphCache {
             validate(call.shape, nodes, ctx, self.limits.as_ref(), handles, &mut self.peers)?;
         }
         clock.lap(phases::VALIDATE);
-        self.check_aliasing(call.shape, guards)?;
+        if !(guarded && same.is_some()) {
+            self.check_aliasing(call.shape, guards)?;
+        }
         clock.lap(phases::ALIASING);
         self.enable_peers(call.shape)?;
         if self.mode == Mode::Eager
@@ -720,7 +729,8 @@ impl GraphCache {
         // Uploaded, not launched: no buffer is used, nothing to order with their streams.
         let ordered = self.mode != Mode::Instantiate;
         if ordered {
-            self.order_before(stream, guards).map_err(graph_err)?;
+            let owns = if guarded && !foreign { &[][..] } else { guards };
+            self.order_before(stream, owns).map_err(graph_err)?;
         }
         let unlisted = captures && nodes.iter().flatten().any(|n| n.unlisted_work());
         clock.lap(phases::LEDGER);
@@ -1338,6 +1348,8 @@ impl<D: Driver> GraphCache<D> {
             diverged: false,
             ok,
             present: 0,
+            guarded: false,
+            foreign: true,
         };
         if ok && self.site.is_some_and(|s| s.same(Site::Plan(plan))) {
             let last = (0..self.variants.len()).max_by_key(|&i| self.variants[i].last_use);
@@ -1363,7 +1375,20 @@ impl<D: Driver> GraphCache<D> {
     /// gone or whose words changed since, give nothing back (what they were compared with is
     /// dropped), and count as not made unless they diverged (then `out` holds them all).
     fn take_back(&mut self, w: CallWords) -> Words {
-        let CallWords { cache, from, plan, call, last, out, pos, diverged, ok, present } = w;
+        let CallWords {
+            cache,
+            from,
+            plan,
+            call,
+            last,
+            out,
+            pos,
+            diverged,
+            ok,
+            present,
+            guarded,
+            foreign,
+        } = w;
         let lent = |&(i, serial): &(usize, u64)| {
             cache == self.id
                 && self.variants.get(i).is_some_and(|v| v.serial == serial && v.pack.is_empty())
@@ -1373,7 +1398,7 @@ impl<D: Driver> GraphCache<D> {
             self.variants[i].pack = last;
         }
         let ok = ok && (diverged || from.is_some());
-        Words { from, plan, call, out, pos, diverged, ok, present }
+        Words { from, plan, call, out, pos, diverged, ok, present, guarded, foreign }
     }
 
     /// [`Self::unchanged`] of a call whose words were made with its statements ([`CallWords`],
@@ -1389,7 +1414,7 @@ impl<D: Driver> GraphCache<D> {
         self.packed_ok = false;
         // As in `unchanged`: pairs a refused earlier call noted are not this call's.
         self.peers.pending.clear();
-        let Words { from, plan, call: id, mut out, pos, diverged, ok, present } = w;
+        let Words { from, plan, call: id, mut out, pos, diverged, ok, present, .. } = w;
         // Words of this call: of its plan and its call id (whose handles they packed by place).
         let ours = matches!(call.site, Site::Plan(p) if ptr::eq(p, plan))
             && handles.is_some_and(|(p, h)| ptr::eq(p, plan) && h == id);

@@ -315,6 +315,27 @@ impl<'a> Pack<'a> {
 /// [`KERNEL_TAG`]'s, or 0 for an absent node), so the two kinds of words never compare equal.
 pub(crate) const WORDS_TAG: u64 = 0xc0de_0000_0000_0001;
 
+/// The second word of a call's words that hold every place's guard ([`CallWords::guard`],
+/// put in before any node's): no node's words start with it (see [`WORDS_TAG`]), so a call's
+/// words with guards never equal words without.
+pub(crate) const GUARDS_TAG: u64 = 0xc0de_0000_0000_0002;
+
+/// The word that marks a run's later iterations in a call's words
+/// ([`word_repeat`](crate::__private::word_repeat)), where a statement evaluated by itself
+/// would have put its node's first word: no node's words start with it (see [`WORDS_TAG`]).
+pub(crate) const RUN_TAG: u64 = 0xc0de_0000_0000_0003;
+
+/// A place of several buffers in a call's guard words ([`CallWords::guard`]), or'ed with
+/// their count: no single buffer's range starts there (the top of the address space).
+const PARTS_TAG: u64 = 0xffff_0000_0000_0000;
+
+/// A guard's second word: its length in bytes, and bit 63 when written. (A range of 2^63
+/// bytes or more does not exist.)
+#[inline(always)]
+fn guard_word(bytes: u64, write: bool) -> u64 {
+    bytes | u64::from(write) << 63
+}
+
 /// The unchanged-call words of one `graph!` call, made statement by statement as its body is
 /// evaluated ([`word_node`](crate::__private::word_node)), while each node's parameters are
 /// fresh in the processor's cache, and compared as they are made with the words of the
@@ -340,6 +361,14 @@ pub struct CallWords {
     pub(crate) ok: bool,
     /// Nodes packed.
     pub(crate) present: u64,
+    /// Whether every place's guard was put in, as its place was acquired
+    /// ([`Guards::with_words`](crate::__private::Guards::with_words)): equal words then mean
+    /// equal address ranges, so the aliasing check of the call they equal holds.
+    pub(crate) guarded: bool,
+    /// Whether a guard's buffer lives on a stream other than the call's (or is a place of
+    /// several buffers): only then has the stream ledger anything to order. Meaningful only
+    /// when `guarded`.
+    pub(crate) foreign: bool,
 }
 
 impl CallWords {
@@ -356,10 +385,52 @@ impl CallWords {
 }
 
 impl CallWords {
-    /// The handles `array[k]` for each `k` of `at` (elements of one array, each named by the
-    /// same argument of the same statement in the later iterations of an indexed run: see
-    /// [`word_handles`](crate::__private::word_handles)), as one run of words: each element's
-    /// place (as [`Pack::push_handle`], `write` or not), address, length and context.
+    /// A word, compared as a node's are (not counted as a node).
+    #[inline(always)]
+    pub(crate) fn word(&mut self, w: u64) {
+        if self.ok {
+            self.words(&[w]);
+        }
+    }
+
+    /// Words compared with `last` in place, while they agree (no store), else written out:
+    /// [`compare_node`] without a node, inlined where the words are made.
+    #[inline(always)]
+    fn words<const K: usize>(&mut self, w: &[u64; K]) {
+        if !self.diverged {
+            let p = self.pos;
+            if self.last.get(p..p + K).is_some_and(|l| l == w) {
+                self.pos = p + K;
+                return;
+            }
+            diverge(&self.last, p, &mut self.diverged, &mut self.out);
+        }
+        self.out.extend_from_slice(w);
+    }
+
+    /// A place's guard (see [`Self::guarded`]): its address range and whether it is written
+    /// (`(start, bytes, write)`).
+    #[inline(always)]
+    pub(crate) fn guard(&mut self, (start, bytes, write): (u64, u64, bool)) {
+        if self.ok {
+            self.words(&[start, guard_word(bytes, write)]);
+        }
+    }
+
+    /// [`Self::guard`] of a place of several buffers: their count, then each one's.
+    #[inline(never)]
+    pub(crate) fn guard_parts(&mut self, children: &[crate::operand::Guard<'_>]) {
+        if self.ok {
+            self.words(&[PARTS_TAG | children.len() as u64]);
+            for c in children {
+                self.words(&[c.start, guard_word(c.bytes, c.write)]);
+            }
+        }
+    }
+
+    /// The handles `array[k]` for each `k` of `at`, as one run of words: each one's place (as
+    /// [`Pack::push_handle`], `write` or not), address, length and context (an operand of a
+    /// run's later iterations: see [`word_handle`](crate::__private::word_handle)).
     #[inline(always)]
     pub(crate) fn handles<H: crate::operand::ElementHandle>(
         &mut self,
@@ -390,10 +461,12 @@ impl CallWords {
     }
 
     /// `n` more nodes, each equal to one already put in (see
-    /// [`word_repeat`](crate::__private::word_repeat)): counted, no words.
+    /// [`word_repeat`](crate::__private::word_repeat)): counted, and marked by one word,
+    /// [`RUN_TAG`], where the same statements evaluated one by one would have put a node's.
     #[inline(always)]
     pub(crate) fn repeat(&mut self, n: u64) {
         if self.ok {
+            self.word(RUN_TAG);
             self.present += n;
         }
     }

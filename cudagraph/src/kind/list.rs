@@ -120,8 +120,8 @@ pub(crate) fn fill_entries<'a>(out: &mut [Option<NodeParams<'a>>], segments: &[&
 }
 
 /// A chunk of statements whose nodes are made only when the node list is needed: the later
-/// iterations of an indexed run of `graph!` (see [`word_handles`](crate::__private::word_handles)),
-/// whose words are their handles'. `make` builds the chunk's tuple of nodes, at most once.
+/// iterations of an indexed run of `graph!` (see [`word_repeat`](crate::__private::word_repeat)),
+/// whose words are their elements' guards and contexts. `make` builds the chunk's tuple of nodes, at most once.
 pub struct LazyChunk<F, R> {
     make: Cell<Option<F>>,
     nodes: OnceCell<R>,

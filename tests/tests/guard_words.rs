@@ -1,0 +1,168 @@
+//! Issue 31 (session 18): a `graph!` call's words hold every place's guard, its address range,
+//! put in as the place is acquired (`__private::Guards::with_words`), and an array acquired in
+//! one loop adds its elements' contexts. An unchanged call then skips the aliasing check (its
+//! words equal those of a call that passed it with the same ranges), the stream ledger when
+//! every buffer lives on the call's stream, and the guards' drops when none records anything;
+//! and a run's later iterations compare no handle of their own. Each test changes only what
+//! one of these skips relies on, on an otherwise unchanged call, and compares the graph with
+//! the same launches made one by one with cudarc or with the host model (integers: exact).
+//! Expected on a GPU: all pass.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{Ops, Result, assert_same, gpu, host, launch, read_all, same_all};
+use cudagraph::cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
+use cudagraph::{Error, GraphCache, graph};
+
+const N: u32 = 1 << 16;
+const LEN: usize = N as usize;
+/// Steps of `slow_iota`: a few milliseconds on an H200, so that a graph that does not wait for
+/// it overtakes it.
+const SPINS: u32 = 1 << 17;
+
+fn cfg() -> LaunchConfig {
+    LaunchConfig::for_num_elems(N)
+}
+
+/// An indexed run of 8 kernels, each on its own element of `bufs`, in place.
+fn run8(
+    cache: &mut GraphCache,
+    k: &Ops,
+    s: &Arc<CudaStream>,
+    bufs: &mut [CudaSlice<u32>],
+) -> cudagraph::Result<()> {
+    let c = cfg();
+    graph!(cache, s, {
+        for i in 0..8 {
+            k.affine_inplace(N, 3, 1, &mut bufs[i]).launch(c);
+        }
+    })
+}
+
+/// `run8`'s work, launch by launch.
+fn run8_eager(k: &Ops, s: &Arc<CudaStream>, bufs: &mut [CudaSlice<u32>]) -> Result {
+    for b in bufs.iter_mut() {
+        launch!(s, k, "affine_inplace", cfg(); &N, &3u32, &1u32, b)?;
+    }
+    Ok(())
+}
+
+/// 8 buffers on `s`, each with other values.
+fn distinct(s: &Arc<CudaStream>) -> Result<Vec<CudaSlice<u32>>> {
+    (0..8u32).map(|j| Ok(s.clone_htod(&host::iota(N, j + 2, 5 * j))?)).collect()
+}
+
+/// An element replaced, on an otherwise unchanged call, by a view that overlaps its neighbour
+/// (as two views of one allocation would): its words differ (its guard's range), so the
+/// aliasing check runs and refuses the call, naming both statements, with nothing enqueued.
+/// Without the element's range in the words, the call counted as unchanged, skipped the check
+/// and launched two unordered kernels on the same memory.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_element_swapped_for_an_overlapping_view_is_refused_on_an_unchanged_call() -> Result {
+    let _serial = common::serial();
+    let (_ctx, s, k) = gpu()?;
+    let (mut bufs, mut eager) = (distinct(&s)?, distinct(&s)?);
+    let mut cache = GraphCache::new();
+    for call in 0..3 {
+        run8(&mut cache, &k, &s, &mut bufs)?;
+        run8_eager(&k, &s, &mut eager)?;
+        same_all(&read_all(&s, &bufs)?, &read_all(&s, &eager)?, &format!("call {call}"));
+    }
+    assert!(cache.stats().unchanged_calls >= 2, "{:?}", cache.stats());
+    let base = bufs[6].device_ptr(&s).0;
+    // SAFETY (of this test only): a view of `bufs[6]` from its element 4 on; leaked below,
+    // never freed, so `bufs[6]` alone frees the memory.
+    let view = unsafe { s.upgrade_device_ptr::<u32>(base + 16, LEN - 4) };
+    let own = std::mem::replace(&mut bufs[5], view);
+    let before = read_all(&s, &bufs)?;
+    let launches = cache.stats().launches;
+    match run8(&mut cache, &k, &s, &mut bufs) {
+        Err(Error::Aliasing { first, second }) => {
+            assert!(first.text.contains("affine_inplace"), "{first}");
+            assert!(second.text.contains("affine_inplace"), "{second}");
+        }
+        r => panic!("expected Aliasing, got {r:?}"),
+    }
+    s.synchronize()?;
+    assert_eq!(cache.stats().launches, launches, "nothing launched");
+    same_all(&read_all(&s, &bufs)?, &before, "nothing enqueued");
+    std::mem::replace(&mut bufs[5], own).leak();
+    // The element back: the call's words equal the earlier calls' again, and it runs.
+    run8(&mut cache, &k, &s, &mut bufs)?;
+    run8_eager(&k, &s, &mut eager)?;
+    same_all(&read_all(&s, &bufs)?, &read_all(&s, &eager)?, "the element back");
+    Ok(())
+}
+
+/// One element of the run allocated on another stream (tracking off, so that cudarc orders
+/// nothing): before each call, a slow kernel on that stream writes it. Every call after the
+/// first is unchanged, and must still wait for the slow kernel (the stream ledger: its guard's
+/// buffer lives on another stream than the call's), else the graph's kernel reads the element
+/// before it is written. Against the host model.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_element_of_another_stream_is_ordered_on_every_unchanged_call() -> Result {
+    let _serial = common::serial();
+    let (_, s, k) = gpu()?;
+    let other = CudaContext::new(0)?;
+    // SAFETY: every cudarc use of `other`'s buffer in this test is on `own`; the graph's
+    // launches are ordered with `own` by the cache's ledger, which is what is tested.
+    unsafe { other.disable_event_tracking() };
+    let own = other.new_stream()?;
+    let mut bufs = distinct(&s)?;
+    bufs[3] = own.alloc_zeros::<u32>(LEN)?;
+    s.synchronize()?;
+    own.synchronize()?;
+    let mut cache = GraphCache::new();
+    let mut want = read_all(&s, &bufs)?;
+    for call in 0..4u32 {
+        launch!(own, k, "slow_iota", cfg(); &N, &SPINS, &(call + 1), &7u32, &mut bufs[3])?;
+        run8(&mut cache, &k, &s, &mut bufs)?;
+        want[3] = host::slow_iota(N, SPINS, call + 1, 7);
+        for w in want.iter_mut() {
+            host::affine_inplace(w, 3, 1);
+        }
+        s.synchronize()?;
+        own.synchronize()?;
+        same_all(&read_all(&s, &bufs)?, &want, &format!("call {call}"));
+    }
+    let st = cache.stats();
+    assert!(st.unchanged_calls >= 3, "{st:?}");
+    assert!(st.stream_waits >= 8, "the ledger waited before and after each call: {st:?}");
+    Ok(())
+}
+
+/// The same run with every element on the call's stream: no stream wait in any call (the
+/// ledger has nothing to order), and the graph matches launch by launch after each call,
+/// with the run's elements swapped within the array between calls.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn elements_on_the_calls_stream_make_no_stream_wait() -> Result {
+    let _serial = common::serial();
+    let (_ctx, s, k) = gpu()?;
+    let (mut bufs, mut eager) = (distinct(&s)?, distinct(&s)?);
+    let mut cache = GraphCache::new();
+    for call in 0..6 {
+        run8(&mut cache, &k, &s, &mut bufs)?;
+        run8_eager(&k, &s, &mut eager)?;
+        same_all(&read_all(&s, &bufs)?, &read_all(&s, &eager)?, &format!("call {call}"));
+        if call % 2 == 1 {
+            bufs.swap(1, 6);
+            eager.swap(1, 6);
+        }
+    }
+    let st = cache.stats();
+    assert_eq!(st.stream_waits, 0, "{st:?}");
+    assert!(st.unchanged_calls >= 2, "{st:?}");
+    let mut model = host::iota(N, 2, 0);
+    for _ in 0..6 {
+        host::affine_inplace(&mut model, 3, 1);
+    }
+    assert_same(&s.clone_dtoh(&bufs[0])?, &model, "element 0 against the host model");
+    Ok(())
+}
