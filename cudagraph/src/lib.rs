@@ -723,12 +723,13 @@ pub mod __private {
     }
 
     /// [`acquire_mut_into`] of `M` written elements of one array (`places`, from
-    /// [`DisjointMut`]), element `k` being place number `index[k]`, in one loop: `graph!` uses
+    /// [`DisjointMut::__cudagraph_each_mut`]), element `k` being place number `index[k]`, in
+    /// one loop: `graph!` uses
     /// it for the elements an unrolled `for` indexes with constants (`&mut bufs[i]`), which were
     /// one straight-line acquisition each (about 130 bytes of code per place).
-    pub fn acquire_mut_each<'a, 'o, P: PlaceMut + ?Sized, const M: usize, const N: usize>(
+    pub fn acquire_mut_each<'a, 'o, P: PlaceMut, const M: usize, const N: usize>(
         out: &'o mut core::mem::MaybeUninit<[P::Write<'a>; M]>,
-        places: [&'a mut P; M],
+        mut places: EachMut<'a, P, M>,
         stream: &'a CudaStream,
         call: &CallId,
         index: &[u32; M],
@@ -744,7 +745,8 @@ pub mod __private {
         // The elements' contexts, for the call's words: the first one's, and whether any
         // other differs.
         let (mut first, mut mixed) = (None, false);
-        for ((place, slot), &i) in places.into_iter().zip(slots).zip(index) {
+        for (k, (slot, &i)) in slots.iter_mut().zip(index).enumerate() {
+            let place = places.take(k);
             let w = slot.write(acquire_mut_into(place, stream, call, i, guards).1);
             let ctx = crate::operand::Handle::context_word(w);
             mixed |= *first.get_or_insert(ctx) != ctx;
@@ -1054,6 +1056,37 @@ pub mod __private {
             &mut self,
             idx: DistinctIndices<N>,
         ) -> [&mut T; N];
+
+        /// The elements at `idx`, each to be borrowed mutably once, in turn
+        /// ([`acquire_mut_each`]): only bounds are checked, here.
+        ///
+        /// # Panics
+        /// If an index is out of range.
+        fn __cudagraph_each_mut<const N: usize>(
+            &mut self,
+            idx: DistinctIndices<N>,
+        ) -> EachMut<'_, T, N>;
+    }
+
+    /// Elements of one slice at distinct indices, in bounds ([`DisjointMut::__cudagraph_each_mut`]),
+    /// the slice borrowed mutably for `'a`: [`acquire_mut_each`] borrows each once, in turn,
+    /// instead of an array of `N` references made and copied first (8 KB for 1000 elements).
+    pub struct EachMut<'a, T, const N: usize> {
+        base: *mut T,
+        idx: [usize; N],
+        _slice: core::marker::PhantomData<&'a mut [T]>,
+    }
+
+    impl<'a, T, const N: usize> EachMut<'a, T, N> {
+        /// Element `k`'s index and a mutable borrow of it for `'a`. `k` is consumed: the
+        /// iterator over `0..N` that [`acquire_mut_each`] runs takes each once.
+        #[inline(always)]
+        fn take(&mut self, k: usize) -> &'a mut T {
+            // SAFETY: `idx[k]` is in bounds of the slice (checked when made) and distinct from
+            // every other index (`DistinctIndices`), and each `k` is taken once (the caller's
+            // loop over `0..N`), so no two borrows alias; the slice stays borrowed for `'a`.
+            unsafe { &mut *self.base.add(self.idx[k]) }
+        }
     }
 
     /// Indices known to be pairwise distinct: `new` checks it, so a `const` made by `graph!` for
@@ -1105,6 +1138,18 @@ pub mod __private {
             // (`DistinctIndices`), so the references are to different elements of `self`, which
             // stays mutably borrowed for their lifetime.
             idx.map(|i| unsafe { &mut *base.add(i) })
+        }
+
+        fn __cudagraph_each_mut<const N: usize>(
+            &mut self,
+            idx: DistinctIndices<N>,
+        ) -> EachMut<'_, T, N> {
+            let len = self.len();
+            let DistinctIndices(idx, end) = idx;
+            if end > len {
+                out_of_range(end - 1, len);
+            }
+            EachMut { base: self.as_mut_ptr(), idx, _slice: core::marker::PhantomData }
         }
 
         fn __cudagraph_disjoint_mut<const N: usize>(&mut self, idx: [usize; N]) -> [&mut T; N] {

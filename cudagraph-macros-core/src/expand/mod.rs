@@ -351,7 +351,17 @@ fn acquisitions(
         let ids = format_ident!("__CUDAGRAPH_IDX{}", gi);
         // Constant indices are distinct (their folded keys differ): checked once in a `const`,
         // leaving only bounds checks at run time. Others: `get_disjoint_mut` checks every call.
-        let elements = if constant_indices(keys) {
+        let elements = if members[0].array.is_some() {
+            // Acquired in one loop, each element borrowed in turn (`__private::EachMut`).
+            quote_spanned! {members[0].first.span=>
+                {
+                    const #ids: ::cudagraph::__private::DistinctIndices<#n> =
+                        ::cudagraph::__private::DistinctIndices::new([#(#idx),*]);
+                    use ::cudagraph::__private::DisjointMut as _;
+                    #base.__cudagraph_each_mut(#ids)
+                }
+            }
+        } else if constant_indices(keys) {
             quote_spanned! {members[0].first.span=>
                 {
                     const #ids: ::cudagraph::__private::DistinctIndices<#n> =

@@ -311,7 +311,7 @@ fn expanded() -> ::cudagraph::Result<()> {
                 0, 1, 2,
             ]);
             use ::cudagraph::__private::DisjointMut as _;
-            bufs.__cudagraph_disjoint_mut_distinct(__CUDAGRAPH_IDX0)
+            bufs.__cudagraph_each_mut(__CUDAGRAPH_IDX0)
         },
         __cudagraph_stream,
         &__cudagraph_call,
@@ -326,7 +326,7 @@ fn expanded() -> ::cudagraph::Result<()> {
                 0, 1, 2,
             ]);
             use ::cudagraph::__private::DisjointMut as _;
-            flags.__cudagraph_disjoint_mut_distinct(__CUDAGRAPH_IDX1)
+            flags.__cudagraph_each_mut(__CUDAGRAPH_IDX1)
         },
         __cudagraph_stream,
         &__cudagraph_call,
