@@ -644,9 +644,9 @@ pub mod __private {
 
         /// The contexts of the elements of an array acquired in one loop
         /// ([`acquire_mut_each`]), into the words: the first one's and `0` when all are the
-        /// same, else the first one's, `1` and each one's. With each element's guard, the
-        /// words then hold every field of its handle a node can depend on
-        /// ([`word_repeat`]).
+        /// same, else the first one's, `1` and each one's; then, for pinned host memory, each
+        /// one's allocation id. With each element's guard, the words then hold every field of
+        /// its handle a node can depend on ([`word_repeat`]).
         #[inline]
         fn contexts<H: crate::operand::Handle>(&mut self, first: u64, mixed: bool, all: &[H]) {
             if let Some(w) = &mut self.words {
@@ -655,6 +655,16 @@ pub mod __private {
                 if mixed {
                     for h in all {
                         w.word(h.context_word());
+                    }
+                }
+                if H::HOST {
+                    // Pinned host memory: each element's allocation id too (one driver query
+                    // each), as a copy's words hold it (`pack_copy`): the driver keeps the host
+                    // address it resolved when a copy node was set, so an element freed and
+                    // another allocated at the same address must make the call changed
+                    // (review 18: the launch crashed).
+                    for h in all {
+                        w.word(h.host_buffer_word());
                     }
                 }
             }
@@ -1105,8 +1115,10 @@ pub mod __private {
                     assert!(idx[i] != idx[j], "graph!: two operands name the same array element");
                     j += 1;
                 }
+                // (Saturating: an index of `usize::MAX`, only in a `DistinctIndices` made at
+                // run time, is out of range of every slice, and must not wrap `end` to 0.)
                 if idx[i] >= end {
-                    end = idx[i] + 1;
+                    end = idx[i].saturating_add(1);
                 }
                 i += 1;
             }
@@ -1245,7 +1257,8 @@ pub mod __private {
     /// the statements evaluated one by one would have put the first later node's words (so
     /// that the two never compare equal). Every field of an element's handle a node can depend
     /// on is in the words already (its address range with its place's guard,
-    /// [`Guards::with_words`], and its context with its array's); each other operand of the
+    /// [`Guards::with_words`], and its context, and for pinned host memory its allocation's
+    /// id, with its array's); each other operand of the
     /// later iterations follows with [`word_handle`]. Equal words then mean equal nodes: the
     /// later iterations' nodes are made only when the node list is needed ([`LazyChunk`]).
     #[inline]

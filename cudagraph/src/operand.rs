@@ -62,6 +62,11 @@ macro_rules! pointer_type {
             fn context_word(&self) -> u64 {
                 self.ctx as u64
             }
+            const HOST: bool = <$ptr as PointerKind>::HOST;
+            #[inline(always)]
+            fn host_buffer_word(&self) -> u64 {
+                PointerKind::host_buffer(self.ptr)
+            }
         }
         impl<'a, T> $name<'a, T> {
             pub(crate) fn new(ptr: $ptr, len: usize, ctx: CUcontext) -> Self {
@@ -202,6 +207,41 @@ pub trait Handle: sealed::Sealed + Copy {
     #[inline(always)]
     fn context_word(&self) -> u64 {
         0
+    }
+    /// Whether it is a handle of pinned host memory ([`Self::host_buffer_word`]).
+    #[doc(hidden)]
+    const HOST: bool = false;
+    /// The id of its pinned host allocation (`raw::buffer_id`, one driver query), 0 for device
+    /// memory or a null host pointer.
+    #[doc(hidden)]
+    #[inline(always)]
+    fn host_buffer_word(&self) -> u64 {
+        0
+    }
+}
+
+/// What a handle's pointer tells of its memory (see [`Handle::HOST`]).
+trait PointerKind: Copy {
+    const HOST: bool;
+    fn host_buffer(self) -> u64;
+}
+impl PointerKind for CUdeviceptr {
+    const HOST: bool = false;
+    #[inline(always)]
+    fn host_buffer(self) -> u64 {
+        0
+    }
+}
+impl PointerKind for *const c_void {
+    const HOST: bool = true;
+    fn host_buffer(self) -> u64 {
+        if self.is_null() { 0 } else { crate::raw::buffer_id(self as CUdeviceptr) }
+    }
+}
+impl PointerKind for *mut c_void {
+    const HOST: bool = true;
+    fn host_buffer(self) -> u64 {
+        self.cast_const().host_buffer()
     }
 }
 
