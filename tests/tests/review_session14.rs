@@ -26,7 +26,9 @@
 //!   slice untouched.
 //! - `user_inherent_disjoint_method_only_redirects`: a user type with an inherent
 //!   `__cudagraph_disjoint_mut_distinct` (found before the crate's trait method) that reverses
-//!   the elements: safe code can only hand back distinct `&mut`, so the worst is a redirection;
+//!   the elements (since session 18: `__cudagraph_each_mut`, which reverses its vector and
+//!   lends the elements the crate's slice method hands out): safe code can only hand back
+//!   distinct `&mut`, so the worst is a redirection;
 //!   graph equal to eager, and the writes land where the method sent them.
 //! - `user_index_that_panics_after_the_array_was_acquired`: a user `Index` that panics on the
 //!   place acquired after the array (its guards are in `Guards`): `graph!` and `eager!` unwind
@@ -416,15 +418,17 @@ fn user_deref_to_different_slices_acquires_one_of_them() -> Result {
 struct Reversed(Vec<CudaSlice<u32>>);
 
 impl Reversed {
+    /// (Since session 18 the macro borrows an array acquired in one loop through
+    /// `__cudagraph_each_mut`, whose `EachMut` only the crate's slice method makes: the user's
+    /// method can only redirect to a slice of its choosing, here the vector reversed.)
     #[allow(non_snake_case, clippy::wrong_self_convention)]
-    fn __cudagraph_disjoint_mut_distinct<const M: usize>(
+    fn __cudagraph_each_mut<const M: usize>(
         &mut self,
         idx: cudagraph::__private::DistinctIndices<M>,
-    ) -> [&mut CudaSlice<u32>; M] {
+    ) -> cudagraph::__private::EachMut<'_, CudaSlice<u32>, M> {
         use cudagraph::__private::DisjointMut as _;
-        let mut r = self.0.__cudagraph_disjoint_mut_distinct(idx);
-        r.reverse();
-        r
+        self.0.reverse();
+        self.0.__cudagraph_each_mut(idx)
     }
 }
 
@@ -469,12 +473,13 @@ fn user_inherent_disjoint_method_only_redirects() -> Result {
         reversed_body(&mut eager_cache, &k, &s, &mut e)?;
         same_all(&read_all(&s, &g.0)?, &read_all(&s, &e.0)?, "graph vs eager");
     }
-    // Place `r[i]` is the method's element `i`: `g.0[2 - i]`.
+    // Place `r[i]` is element `i` of the vector the method reversed: after the second call
+    // (two reversals) `g.0[i]`, each buffer having been every place in turn.
     let x: Vec<Vec<u32>> = (0..3).map(|i| host::iota(N, 1, 100 * i)).collect();
     let got = read_all(&s, &g.0)?;
     assert_same(&got[1], &x[1], "r[1] is g.0[1]");
-    assert_same(&got[0], &x[2], "r[2] is g.0[0]");
-    assert_same(&got[2], &host::combine3(&x[1], &x[2], &x[1]), "r[0] is g.0[2]");
+    assert_same(&got[2], &x[2], "r[2] is g.0[2]");
+    assert_same(&got[0], &host::combine3(&x[1], &x[2], &x[1]), "r[0] is g.0[0]");
     Ok(())
 }
 
@@ -591,12 +596,11 @@ fn private_guards_and_acquire_mut_each_from_safe_code() -> Result {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let call = begin_call();
         let mut g = Guards::<4>::new();
-        let (a, b) = bufs.split_at_mut(1);
         let _ = acquire_into(&x, &s, &call, 3, &mut g);
         let _ = acquire_mut_into(&mut pin, &s, &call, 2, &mut g);
         let _ = acquire_mut_each(
             &mut std::mem::MaybeUninit::uninit(),
-            [&mut a[0], &mut b[0]],
+            each(&mut bufs, [0, 1]),
             &s,
             &call,
             &[0, 2],
@@ -608,10 +612,9 @@ fn private_guards_and_acquire_mut_each_from_safe_code() -> Result {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let call = begin_call();
         let mut g = Guards::<2>::new();
-        let [a, b, c] = &mut bufs[..] else { unreachable!() };
         let _ = acquire_mut_each(
             &mut std::mem::MaybeUninit::uninit(),
-            [a, b, c],
+            each(&mut bufs, [0, 1, 2]),
             &s,
             &call,
             &[0, 1, 2],
@@ -656,4 +659,13 @@ fn private_guards_and_acquire_mut_each_from_safe_code() -> Result {
     }
     assert_same(pin.as_slice()?, &host::affine(&seed, 3, 2), "pin");
     Ok(())
+}
+
+/// `s`'s elements at `idx`, as `graph!` borrows an array acquired in one loop (session 18).
+fn each<const M: usize>(
+    s: &mut [CudaSlice<u32>],
+    idx: [usize; M],
+) -> cudagraph::__private::EachMut<'_, CudaSlice<u32>, M> {
+    use cudagraph::__private::{DisjointMut as _, DistinctIndices};
+    s.__cudagraph_each_mut(DistinctIndices::new(idx))
 }

@@ -246,7 +246,16 @@ fn private_acquire_mut_each_out_reused_after_a_partial_call() -> Result {
         })?;
     }
     {
-        let [a, b, c, d, e, f] = &mut bufs[..] else { unreachable!() };
+        // (Elements borrowed through `EachMut`, as `graph!` does since session 18.)
+        let (abc, def) = bufs.split_at_mut(3);
+        fn each<const M: usize>(
+            s: &mut [CudaSlice<u32>],
+            idx: [usize; M],
+        ) -> cudagraph::__private::EachMut<'_, CudaSlice<u32>, M> {
+            use cudagraph::__private::{DisjointMut as _, DistinctIndices};
+            s.__cudagraph_each_mut(DistinctIndices::new(idx))
+        }
+        let (abc, def) = (each(abc, [0, 1, 2]), each(def, [0, 1, 2]));
         let call = begin_call();
         let mut store = MaybeUninit::uninit();
         // 1. Panics at the third element (index 7 of a `Guards<3>`), after two were written
@@ -257,7 +266,7 @@ fn private_acquire_mut_each_out_reused_after_a_partial_call() -> Result {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
             // Moved in (the closure is then `FnOnce`), not reborrowed through its environment.
             let (out, guards) = (out, guards);
-            let _ = acquire_mut_each(out, [a, b, c], stream, id, &[0, 1, 7], guards);
+            let _ = acquire_mut_each(out, abc, stream, id, &[0, 1, 7], guards);
         }));
         assert!(r.is_err(), "index 7 of a Guards<3>");
         drop(g1);
@@ -265,7 +274,7 @@ fn private_acquire_mut_each_out_reused_after_a_partial_call() -> Result {
         //    scratch place (an inert guard).
         let mut g = Guards::<4>::new();
         let _t = scratch::<u32, 4>(&s2, &call, 1, 16, &mut g);
-        let hs = acquire_mut_each(&mut store, [d, e, f], &s2, &call, &[3, 0, 2], &mut g);
+        let hs = acquire_mut_each(&mut store, def, &s2, &call, &[3, 0, 2], &mut g);
         let got: Vec<usize> = hs.iter().map(|h| h.len()).collect();
         assert_eq!(got, lens[3..], "handles of the second call");
         assert_eq!(hs.iter().map(|h| h.read().len()).collect::<Vec<_>>(), lens[3..]);
@@ -274,8 +283,15 @@ fn private_acquire_mut_each_out_reused_after_a_partial_call() -> Result {
         let mut none = MaybeUninit::uninit();
         let mut g0 = Guards::<1>::new();
         let _t0 = scratch::<u32, 1>(&s2, &call, 0, 16, &mut g0);
-        let empty =
-            acquire_mut_each::<CudaSlice<u32>, 0, 1>(&mut none, [], &s2, &call, &[], &mut g0);
+        let no_element = each(&mut [], []);
+        let empty = acquire_mut_each::<CudaSlice<u32>, 0, 1>(
+            &mut none,
+            no_element,
+            &s2,
+            &call,
+            &[],
+            &mut g0,
+        );
         assert!(empty.is_empty());
         assert_eq!(g0.all().len(), 1);
     }

@@ -527,12 +527,3 @@ fn eager_mode_checks_every_call() -> Result {
     same_all(&read_all(&s, &bufs)?, &read_all(&s, &eager)?, "graph again");
     Ok(())
 }
-
-// ---------------------------------------------------------------------------------------------
-// The compile-fail cases of this review only (`ui.rs` runs them with all the others).
-
-#[test]
-fn ui_review18() {
-    let t = trybuild::TestCases::new();
-    t.compile_fail("tests/ui/review18-*.rs");
-}

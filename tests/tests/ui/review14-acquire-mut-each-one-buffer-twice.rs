@@ -1,14 +1,23 @@
-// Review 14: `__private::acquire_mut_each` is a safe `pub` function taking `[&mut P; M]`: safe
-// code cannot hand it one buffer twice (two write handles and two guards of one buffer).
-use cudagraph::__private::{Guards, acquire_mut_each, begin_call};
+// Review 14: `__private::acquire_mut_each` is a safe `pub` function: safe code cannot hand it
+// one buffer twice (two write handles and two guards of one buffer). Since session 18 it takes
+// the elements of one slice (`EachMut`, from `__cudagraph_each_mut`): two of them over one
+// vector at once are two mutable borrows of it.
+use cudagraph::__private::{
+    DisjointMut as _, DistinctIndices, Guards, acquire_mut_each, begin_call,
+};
 use cudagraph::cudarc::driver::CudaContext;
 
 fn main() -> cudagraph::Result<()> {
     let ctx = CudaContext::new(0)?;
     let s = ctx.new_stream()?;
-    let mut a = s.alloc_zeros::<u32>(16)?;
+    let mut v = vec![s.alloc_zeros::<u32>(16)?];
     let call = begin_call();
     let mut g = Guards::<2>::new();
-    let _h = acquire_mut_each(&mut std::mem::MaybeUninit::uninit(), [&mut a, &mut a], &s, &call, &[0, 1], &mut g);
+    let first = v.__cudagraph_each_mut(DistinctIndices::new([0]));
+    let again = v.__cudagraph_each_mut(DistinctIndices::new([0]));
+    let mut store = std::mem::MaybeUninit::uninit();
+    let _h = acquire_mut_each(&mut store, first, &s, &call, &[0], &mut g);
+    let mut store2 = std::mem::MaybeUninit::uninit();
+    let _k = acquire_mut_each(&mut store2, again, &s, &call, &[1], &mut g);
     Ok(())
 }

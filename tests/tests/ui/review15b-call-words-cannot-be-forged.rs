@@ -16,6 +16,8 @@ fn main() {
         diverged: false,
         ok: true,
         present: 0,
+        guarded: true,
+        foreign: false,
     };
     let _ = forged;
 }
