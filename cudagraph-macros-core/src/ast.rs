@@ -27,6 +27,12 @@ pub enum Item {
     If(If),
     /// One iteration of an unrolled graph `for`: names bound in it are in scope only inside it.
     Scope(Vec<Item>),
+    /// The iterations of one unrolled graph `for` (each a [`Item::Scope`]), kept together so
+    /// that a run of iterations (`expand`'s `repeat_runs`) is only looked for inside one `for`:
+    /// two adjacent `for`s that print alike may name different variables (one written with a
+    /// caller's variable, one with a `macro_rules!` variable of the same spelling: review 18b).
+    /// Transparent otherwise: no scope of its own.
+    For(Vec<Item>),
     /// A graph `for` whose bounds are not literals: its count is evaluated at every call and is
     /// part of the variant key (see `crate::loops`).
     Loop(Loop),
@@ -382,6 +388,7 @@ pub fn flatten(items: &[Item]) -> (Vec<Flat<'_>>, u32, Vec<FlatCondition<'_>>) {
                         self.scope("an `else` branch", &i.els, &join(format!("!({c})")));
                     }
                     Item::Scope(body) => self.scope("a graph `for` body", body, cond),
+                    Item::For(iterations) => self.items(iterations, cond),
                     Item::Loop(l) => {
                         let outer = self.looped.replace(self.loops);
                         self.loops += 1;

@@ -148,7 +148,7 @@ pub fn no_device_control_flow(items: &[Item], errors: &mut Errors) {
                 no_device_control_flow(&i.then, errors);
                 no_device_control_flow(&i.els, errors);
             }
-            Item::Scope(body) => no_device_control_flow(body, errors),
+            Item::Scope(body) | Item::For(body) => no_device_control_flow(body, errors),
             Item::Loop(l) => no_device_control_flow(&l.body, errors),
             Item::Condition(_) => {}
         }

@@ -1503,3 +1503,27 @@ fn repeated_iterations_are_made_once() {
         }
     }
 }
+
+/// Review 18b: two adjacent unrolled `for`s that print alike are two runs, not one (one may be
+/// written with a caller's variable and the other with a `macro_rules!` variable of the same
+/// spelling, which only hygiene tells apart): each `for`'s later iterations are counted on
+/// their own, after its own first iteration.
+#[test]
+fn adjacent_fors_that_print_alike_are_separate_runs() {
+    let out = crate::graph(quote!(&mut c, &s, {
+        for _ in 0..2 {
+            k.add(n, b, &mut x).launch(cfg);
+        }
+        for _ in 0..3 {
+            k.add(n, b, &mut x).launch(cfg);
+        }
+    }))
+    .to_string();
+    assert!(!out.contains("compile_error"), "{out}");
+    let repeats: Vec<&str> = out.match_indices("word_repeat").map(|(at, _)| &out[at..]).collect();
+    assert_eq!(repeats.len(), 2, "{out}");
+    assert!(repeats[0].contains("word_repeat (& mut __cudagraph_words , 1u64)"), "{out}");
+    assert!(repeats[1].starts_with("word_repeat (& mut __cudagraph_words , 2u64)"), "{out}");
+    // Before: one run of 5 iterations (4 copies of the first).
+    assert!(!out.contains("4u64"), "{out}");
+}

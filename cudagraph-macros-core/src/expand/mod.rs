@@ -544,9 +544,16 @@ impl Body<'_, '_> {
     /// iterations of an unrolled `for` that is no run are looked into for runs of their own.
     fn runs<'i>(&mut self, items: &'i [Item], flat: &mut Vec<&'i Item>) {
         for Run { item, times, iterations } in repeat_runs(items, self.places) {
-            let Item::Scope(body) = item else {
-                flat.push(item);
-                continue;
+            let body = match item {
+                Item::Scope(body) => body,
+                Item::For(iterations) => {
+                    self.runs(iterations, flat);
+                    continue;
+                }
+                _ => {
+                    flat.push(item);
+                    continue;
+                }
             };
             if times == 1 {
                 self.runs(body, flat);
@@ -894,7 +901,7 @@ fn emit_flat(
                     let #name: ::cudagraph::Condition = #made;
                 });
             }
-            Item::Scope(_) => unreachable!("`unscope` leaves no scope"),
+            Item::Scope(_) | Item::For(_) => unreachable!("`unscope` leaves no scope"),
             Item::Loop(l) => {
                 out.extend(loops::emit(l, places, counter, decls));
             }
@@ -924,7 +931,7 @@ fn emit_flat(
 fn unscope<'a>(items: &'a [Item], out: &mut Vec<&'a Item>) {
     for item in items {
         match item {
-            Item::Scope(body) => unscope(body, out),
+            Item::Scope(body) | Item::For(body) => unscope(body, out),
             _ => out.push(item),
         }
     }

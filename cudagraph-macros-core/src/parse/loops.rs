@@ -84,7 +84,7 @@ fn check_body(items: &[Item], var: Option<&Ident>, errors: &mut Errors) {
                 &c.func,
                 "a device condition cannot be declared inside a graph `for` with a run-time count (its device statement cannot be there either): declare it outside the loop, or use literal bounds to unroll the loop",
             ),
-            Item::Scope(body) => check_body(body, var, errors),
+            Item::Scope(body) | Item::For(body) => check_body(body, var, errors),
             Item::Loop(l) => errors.push(
                 &l.start,
                 "a graph `for` with a run-time count cannot be inside another one: give one of the two literal bounds",
@@ -105,7 +105,7 @@ pub(crate) fn check_device_body(items: &[Item], word: &Ident, errors: &mut Error
                     "a graph `for` with a run-time count cannot be inside a body of `{word}` (a device body is a graph of its own, built once): use literal bounds to unroll it, or loop on the device with a `device_while`"
                 ),
             ),
-            Item::Scope(body) => check_device_body(body, word, errors),
+            Item::Scope(body) | Item::For(body) => check_device_body(body, word, errors),
             Item::If(i) => {
                 check_device_body(&i.then, word, errors);
                 check_device_body(&i.els, word, errors);

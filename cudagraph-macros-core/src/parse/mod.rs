@@ -120,7 +120,7 @@ pub(crate) fn add_frees(body: &mut Vec<Item>) {
                     frees(&i.then, out);
                     frees(&i.els, out);
                 }
-                Item::Scope(b) => frees(b, out),
+                Item::Scope(b) | Item::For(b) => frees(b, out),
                 Item::Loop(l) => frees(&l.body, out),
                 Item::Condition(_) => {}
             }
@@ -193,7 +193,7 @@ fn statements(items: &[Item]) -> usize {
         .iter()
         .map(|i| match i {
             Item::Node(_) | Item::Condition(_) => 1,
-            Item::Scope(v) => statements(v),
+            Item::Scope(v) | Item::For(v) => statements(v),
             Item::If(f) => statements(&f.then) + statements(&f.els),
             Item::Loop(l) => statements(&l.body),
         })
@@ -245,7 +245,20 @@ pub(crate) fn lower_block(stmts: &[Stmt], errors: &mut Errors) -> Vec<Item> {
                     items.push(Item::If(i));
                 }
             }
-            Stmt::Expr(Expr::ForLoop(f), _) => items.extend(unroll(f, errors)),
+            Stmt::Expr(Expr::ForLoop(f), _) => {
+                let iterations = unroll(f, errors);
+                // An unrolled `for`'s iterations stay together (`Item::For`), so that a run of
+                // iterations is only ever looked for inside one `for` (review 18b: two
+                // adjacent `for`s that print alike, one written with a caller's variable and
+                // one with a `macro_rules!` variable of the same spelling, were one run, and
+                // the second's values were in no word).
+                if !iterations.is_empty() && iterations.iter().all(|i| matches!(i, Item::Scope(_)))
+                {
+                    items.push(Item::For(iterations));
+                } else {
+                    items.extend(iterations);
+                }
+            }
             Stmt::Expr(e, _) => {
                 if let Some(node) = lower_node(e, stmt, None, errors) {
                     items.push(Item::Node(node));

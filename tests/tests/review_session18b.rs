@@ -1,0 +1,755 @@
+//! Review 18b (at c7ded14: a run's later iterations compared through their elements' guards,
+//! contexts and pinned allocation ids, `word_repeat`'s `RUN_TAG` and `word_handle` of the other
+//! operands, and no node words of their own). Safe code only, except the trusted step
+//! (`unsafe { Ops::load }`, truthful: the declarations of `ops.cu`).
+//!
+//! Every test here must PASS when the crate is safe (or keeps its promise that a graph computes
+//! what its statements, run in order, compute). Not run on a GPU by this review. Results at
+//! c7ded14, on the CPU stub driver: 5 fail (every hole below but the two marked GPU values
+//! only, which pass there), 6 pass
+//! (`REVIEW17_STUB=1 LD_LIBRARY_PATH=target/stub-driver cargo test -p cudagraph-tests --test
+//! review_session18b -- --ignored`; values are not compared there, errors and `cache.stats()`
+//! are real):
+//!
+//! **After the review (session 18):** the two `split` tests (two adjacent `for`s merged into
+//! one run) pass: an unrolled `for`'s iterations are kept together (`Item::For`) and runs are
+//! looked for inside one `for` only. The other holes are open (SAFETY.md, 14): their tests are
+//! built only with `--features open-holes`.
+//!
+//! **Holes (fail at c7ded14).** `graph!` compares tokens by their text only, which ignores
+//! `macro_rules!` hygiene: two variables of one spelling, one the caller's and one the
+//! macro's, are one thing to it.
+//! - `a_run_across_two_fors_with_a_macro_local_scalar_is_evaluated_each_call` and
+//!   `a_memset_run_across_two_fors_with_a_macro_local_value_is_evaluated_each_call`: two
+//!   adjacent unrolled `for`s (the first written with the caller's `b`, the second with the
+//!   macro's `b`) print alike, so `repeat_runs` makes them one run; the later iterations,
+//!   evaluated only when the node list is needed, use the macro's `b`, which is in no word.
+//!   A call whose macro-local `b` changed counts as unchanged and launches the old values.
+//! - `a_buffer_the_macro_declares_is_not_the_callers_buffer_of_the_same_name`: places are keyed
+//!   by text, so the macro's own `x` is borrowed through the caller's `x`: the statement
+//!   `copy(&big, &mut x)` is given the caller's buffer (here refused only because the lengths
+//!   differ: `Error::CopyLength`; with equal lengths it silently writes the caller's `x`).
+//!   `a_kernel_on_the_macros_own_buffer_writes_that_buffer` (GPU values only): the same with
+//!   `k.iota(2 * N, …, &mut x)`, a correct launch on the macro's `x` of 2 N elements, which the
+//!   hole turns into a write of 2 N elements into the caller's `x` of N: out of bounds.
+//! - `a_callers_variable_spelled_like_the_loop_variable_is_not_substituted`: `substitute`
+//!   replaces every `i` token, the caller's `i` inside `$place` included: `bufs[i]` (the
+//!   caller's `i = 0`) becomes `bufs[0]`, `bufs[1]`: other places than the statement names.
+//! - `a_receiver_the_macro_declares_runs_its_own_module` (GPU values only): receivers are keyed
+//!   by text too, so the macro's `k` (another module) runs the caller's `k`'s kernel.
+//! - `a_generic_receivers_blanket_helper_is_evaluated_each_iteration`: in a function generic
+//!   over `K: __private::Kernels`, the statement's method on `&K::Struct` is a blanket trait
+//!   method of the user's (`impl<T: ?Sized> Helper for T`: the generated inherent method is
+//!   not visible there), which calls the real `affine_inplace` of a `'static` struct, so
+//!   `made_by` holds; the later iterations' calls are then never evaluated on an unchanged
+//!   call, and whatever they would return (other scalars, another kernel of the struct) is not
+//!   launched. Review 17b's ui case `review17b-shadow-generic` bounds the helper on `K`, not on
+//!   every type, which is why it did not compile.
+//!
+//! No memory error follows from these as far as this review found: every buffer any node may
+//! use is still a place the call borrowed and whose range is in the words; what goes stale is
+//! values (scalars, memset values, which kernel of the struct), and which of the call's own
+//! borrowed buffers a statement writes. But a kernel that trusts a length scalar (every kernel
+//! of `ops.cu`) then writes `n` elements into a buffer of another length than the one the
+//! statement named (the place-conflation hole), which is out of bounds.
+//!
+//! **Refused correctly (pass).** `a_shorter_element_view_at_the_same_address_is_refused`
+//! (guard bytes in the words: a view shrunk at the same start is a changed call, and its copy
+//! length is checked), `a_shorter_single_operand_at_the_same_address_is_refused`
+//! (`word_handle`'s length), `a_run_over_elements_of_two_context_objects_is_ordered_every_call`
+//! (elements on streams of two context objects, mixed contexts on the stub: every unchanged call
+//! still waits), and, GPU only, `a_pinned_single_operand_of_a_run_reallocated_is_copied_from`
+//! (the first iteration's copy words hold the single pinned operand's allocation id).
+//!
+//! **Not applicable** (read in the code, no test): a zero-sized element type (`[u32; 0]` is
+//! `DeviceRepr`) makes equal guard bytes for other lengths, but no node can touch a byte of it
+//! and copies, memsets and fills of 0 bytes are refused; one array has one element type, so
+//! bytes decide lengths; `fill`, `empty`, `alloc`/`free` nodes do not pack (`NodeParams::pack`),
+//! so a body with one never has an unchanged call; `copy_2d`, `child`, `capture`, `host`,
+//! `alloc` are not `repeatable`; an array element only read makes its group no array (no run);
+//! a scalar derived from a length (`bufs[i].len()`) is a call, not `pure` (no run); receivers
+//! `self` and `&dyn`/references reach the inherent method; the stream is per call (`foreign`).
+
+// The open holes' tests and their helpers are built only with `--features open-holes`.
+#![cfg_attr(not(feature = "open-holes"), allow(dead_code, unused_macros, unused_imports))]
+
+mod common;
+
+use std::cell::Cell;
+use std::sync::Arc;
+
+use common::review17::{assert_same, same_all, stub};
+use common::{Ops, Result, gpu, host, launch, read_all};
+use cudagraph::cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PinnedHostSlice,
+    PushKernelArg,
+};
+use cudagraph::cudarc::nvrtc::compile_ptx;
+use cudagraph::{Error, GraphCache, graph};
+
+const N: u32 = 4096;
+const LEN: usize = N as usize;
+
+fn cfg() -> LaunchConfig {
+    LaunchConfig::for_num_elems(N)
+}
+
+/// `n` buffers on `s`, each with other values.
+fn distinct(s: &Arc<CudaStream>, n: u32) -> Result<Vec<CudaSlice<u32>>> {
+    (0..n).map(|j| Ok(s.clone_htod(&host::iota(N, j + 2, 5 * j))?)).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hygiene: a run made of two `for`s whose tokens print alike but name other variables.
+
+/// Two `for`s in one body: the first written with the caller's `$b`, the second with the
+/// macro's own `b` (`$later`). Their statements print alike (`k.affine_inplace(N, 3, b, …)`).
+macro_rules! split_run {
+    ($cache:expr, $s:expr, $k:ident, $bufs:ident, $b:ident, $later:expr) => {{
+        let b: u32 = $later;
+        let c = cfg();
+        graph!($cache, $s, {
+            for i in 0..1 {
+                $k.affine_inplace(N, 3, $b, &mut $bufs[i]).launch(c);
+            }
+            for i in 1..4 {
+                $k.affine_inplace(N, 3, b, &mut $bufs[i]).launch(c);
+            }
+        })
+    }};
+}
+
+/// [`split_run!`] with the caller's `b = 1`: element 0 gets `x * 3 + 1 + i`, the others
+/// `x * 3 + later + i`.
+fn split_run_call(
+    cache: &mut GraphCache,
+    k: &Ops,
+    s: &Arc<CudaStream>,
+    bufs: &mut [CudaSlice<u32>],
+    later: u32,
+) -> cudagraph::Result<()> {
+    let b = 1u32;
+    split_run!(cache, s, k, bufs, b, later)
+}
+
+/// [`split_run_call`]'s work, launch by launch.
+fn split_run_eager(
+    k: &Ops,
+    s: &Arc<CudaStream>,
+    bufs: &mut [CudaSlice<u32>],
+    later: u32,
+) -> Result {
+    for (j, x) in bufs.iter_mut().enumerate() {
+        let b = if j == 0 { 1u32 } else { later };
+        launch!(s, k, "affine_inplace", cfg(); &N, &3u32, &b, x)?;
+    }
+    Ok(())
+}
+
+/// Calls with the macro's `b` = 5, 5, 5, then 9, 9, then 13: each call must compute what its
+/// statements compute (the eager launches), and a call whose macro-local `b` changed must not
+/// count as unchanged. With the hole the two `for`s are one run, whose later iterations are
+/// compared by their elements only: the call with `b = 9` is unchanged and launches `b = 5`.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_run_across_two_fors_with_a_macro_local_scalar_is_evaluated_each_call() -> Result {
+    let _serial = common::serial();
+    let (_ctx, s, k) = gpu()?;
+    let (mut bufs, mut eager) = (distinct(&s, 4)?, distinct(&s, 4)?);
+    let mut cache = GraphCache::new();
+    let mut last = None;
+    for (call, later) in [5u32, 5, 5, 9, 9, 13].into_iter().enumerate() {
+        let before = cache.stats().unchanged_calls;
+        split_run_call(&mut cache, &k, &s, &mut bufs, later)?;
+        split_run_eager(&k, &s, &mut eager, later)?;
+        s.synchronize()?;
+        same_all(&read_all(&s, &bufs)?, &read_all(&s, &eager)?, &format!("call {call}, b {later}"));
+        if last.is_some_and(|l| l != later) {
+            assert_eq!(
+                cache.stats().unchanged_calls,
+                before,
+                "call {call}: the macro's `b` changed to {later}, yet the call counted unchanged \
+                 (its later iterations were not evaluated): {:?}",
+                cache.stats()
+            );
+        }
+        last = Some(later);
+    }
+    // The repeated calls were unchanged: the mechanism under test was in play.
+    assert!(cache.stats().unchanged_calls >= 2, "{:?}", cache.stats());
+    Ok(())
+}
+
+/// [`split_run!`] with `memset`s (no kernel: `made_by` is not even asked).
+macro_rules! split_memset {
+    ($cache:expr, $s:expr, $bufs:ident, $v:ident, $later:expr) => {{
+        let v: u32 = $later;
+        graph!($cache, $s, {
+            for i in 0..1 {
+                memset(&mut $bufs[i], $v);
+            }
+            for i in 1..4 {
+                memset(&mut $bufs[i], v);
+            }
+        })
+    }};
+}
+
+fn split_memset_call(
+    cache: &mut GraphCache,
+    s: &Arc<CudaStream>,
+    bufs: &mut [CudaSlice<u32>],
+    later: u32,
+) -> cudagraph::Result<()> {
+    let v = 7u32;
+    split_memset!(cache, s, bufs, v, later)
+}
+
+/// As [`a_run_across_two_fors_with_a_macro_local_scalar_is_evaluated_each_call`], with
+/// memsets: element 0 is set to the caller's `v = 7`, the others to the macro's `v`.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_memset_run_across_two_fors_with_a_macro_local_value_is_evaluated_each_call() -> Result {
+    let _serial = common::serial();
+    let (_ctx, s, _k) = gpu()?;
+    let mut bufs = distinct(&s, 4)?;
+    let mut cache = GraphCache::new();
+    let mut last = None;
+    for (call, later) in [5u32, 5, 5, 9, 9].into_iter().enumerate() {
+        let before = cache.stats().unchanged_calls;
+        split_memset_call(&mut cache, &s, &mut bufs, later)?;
+        s.synchronize()?;
+        let got = read_all(&s, &bufs)?;
+        let want: Vec<Vec<u32>> =
+            (0..4).map(|j| vec![if j == 0 { 7 } else { later }; LEN]).collect();
+        same_all(&got, &want, &format!("call {call}, v {later}"));
+        if last.is_some_and(|l| l != later) {
+            assert_eq!(
+                cache.stats().unchanged_calls,
+                before,
+                "call {call}: the macro's memset value changed to {later}, yet the call counted \
+                 unchanged: {:?}",
+                cache.stats()
+            );
+        }
+        last = Some(later);
+    }
+    assert!(cache.stats().unchanged_calls >= 2, "{:?}", cache.stats());
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hygiene: places and receivers keyed by their text.
+
+/// A body that copies into the caller's `$x` and into the macro's own `x` (twice as long).
+macro_rules! own_x {
+    ($cache:expr, $s:expr, $small:ident, $x:ident, $big:ident) => {{
+        #[allow(unused_mut)]
+        let mut x = $s.alloc_zeros::<u32>(2 * LEN)?;
+        let r = graph!($cache, $s, {
+            copy(&$small, &mut $x);
+            copy(&$big, &mut x);
+        });
+        r.map(|()| x)
+    }};
+}
+
+fn own_x_call(
+    cache: &mut GraphCache,
+    s: &Arc<CudaStream>,
+    small: &CudaSlice<u32>,
+    mut x: &mut CudaSlice<u32>,
+    big: &CudaSlice<u32>,
+) -> cudagraph::Result<CudaSlice<u32>> {
+    own_x!(cache, s, small, x, big)
+}
+
+/// The macro's `x` (2 × LEN) is another variable than the caller's `x` (LEN): `copy(&big, &mut
+/// x)` must copy `big` into the macro's `x`, and leave the caller's alone. With the hole both
+/// spellings are place "x", borrowed through the caller's: the copy is refused for its lengths
+/// (`Error::CopyLength`, 2 × LEN into LEN), and with equal lengths it would silently write the
+/// caller's buffer. A refusal of the two variables (any other error) would also be safe.
+#[cfg(feature = "open-holes")]
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_buffer_the_macro_declares_is_not_the_callers_buffer_of_the_same_name() -> Result {
+    let _serial = common::serial();
+    let (_ctx, s, _k) = gpu()?;
+    let small = s.clone_htod(&host::iota(N, 3, 1))?;
+    let big = s.clone_htod(&host::iota(2 * N, 5, 7))?;
+    let mut x = s.alloc_zeros::<u32>(LEN)?;
+    let mut cache = GraphCache::new();
+    match own_x_call(&mut cache, &s, &small, &mut x, &big) {
+        Ok(mine) => {
+            s.synchronize()?;
+            assert_same(&s.clone_dtoh(&x)?, &host::iota(N, 3, 1), "the caller's x");
+            assert_same(&s.clone_dtoh(&mine)?, &host::iota(2 * N, 5, 7), "the macro's x");
+        }
+        Err(Error::CopyLength { src, dst, .. }) => panic!(
+            "`copy(&big, &mut x)`, the macro's own `x` of {} elements, was given the caller's `x`: \
+             a copy of {src} elements into {dst}",
+            2 * LEN
+        ),
+        Err(e) => eprintln!("refused (safe): {e}"),
+    }
+    Ok(())
+}
+
+/// [`own_x!`] with kernels: the macro's `x` (2 × LEN) filled by `iota` over `2 N` elements.
+macro_rules! own_x_iota {
+    ($cache:expr, $s:expr, $k:ident, $x:ident) => {{
+        #[allow(unused_mut)]
+        let mut x = $s.alloc_zeros::<u32>(2 * LEN)?;
+        let c = LaunchConfig::for_num_elems(2 * N);
+        let r = graph!($cache, $s, {
+            $k.iota(N, 1, 0, &mut $x).launch(c);
+            $k.iota(2 * N, 1, 0, &mut x).launch(c);
+        });
+        r.map(|()| x)
+    }};
+}
+
+fn own_x_iota_call(
+    cache: &mut GraphCache,
+    k: &Ops,
+    s: &Arc<CudaStream>,
+    mut x: &mut CudaSlice<u32>,
+) -> cudagraph::Result<CudaSlice<u32>> {
+    own_x_iota!(cache, s, k, x)
+}
+
+/// The place conflation with a kernel that trusts its length scalar (as every kernel of
+/// `ops.cu` does): `k.iota(2 * N, …, &mut x)` names the macro's `x` of 2 N elements, a correct
+/// launch. With the hole the node gets the caller's `x` of N elements and writes N elements
+/// past its end (an out-of-bounds device write from safe code; compute-sanitizer reports it),
+/// and the macro's `x` stays zero. GPU values only (the stub runs no kernel).
+#[cfg(feature = "open-holes")]
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_kernel_on_the_macros_own_buffer_writes_that_buffer() -> Result {
+    let _serial = common::serial();
+    let (_ctx, s, k) = gpu()?;
+    let mut x = s.alloc_zeros::<u32>(LEN)?;
+    let mut cache = GraphCache::new();
+    let mine = own_x_iota_call(&mut cache, &k, &s, &mut x)?;
+    s.synchronize()?;
+    assert_same(&s.clone_dtoh(&x)?, &host::iota(N, 1, 0), "the caller's x");
+    assert_same(&s.clone_dtoh(&mine)?, &host::iota(2 * N, 1, 0), "the macro's x");
+    Ok(())
+}
+
+/// A body whose `for` body is written by the macro, with a place of the caller's: `$x` names
+/// the caller's `bufs[i]`, `i` being the caller's variable.
+macro_rules! twice {
+    ($cache:expr, $s:expr, $k:ident, $($x:tt)+) => {{
+        let c = cfg();
+        graph!($cache, $s, {
+            for i in 0..2 {
+                $k.affine_inplace(N, 3, 1, &mut $($x)+).launch(c);
+            }
+        })
+    }};
+}
+
+// (`i` is reported unused at c7ded14: the hole substitutes it away.)
+#[allow(unused_variables)]
+fn twice_call(
+    cache: &mut GraphCache,
+    k: &Ops,
+    s: &Arc<CudaStream>,
+    bufs: &mut [CudaSlice<u32>],
+    i: usize,
+) -> cudagraph::Result<()> {
+    twice!(cache, s, k, bufs[i])
+}
+
+/// The caller's `i = 0` and one buffer: both iterations must apply the kernel to `bufs[0]`.
+/// With the hole (`substitute` replaces the caller's `i` too) the places are `bufs[0]` and
+/// `bufs[1]`, and the bounds check panics (or, with more buffers, `bufs[1]` is written: a place
+/// the statement did not name).
+#[cfg(feature = "open-holes")]
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_callers_variable_spelled_like_the_loop_variable_is_not_substituted() -> Result {
+    let _serial = common::serial();
+    let (_ctx, s, k) = gpu()?;
+    let (mut bufs, mut eager) = (distinct(&s, 1)?, distinct(&s, 1)?);
+    let mut cache = GraphCache::new();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        twice_call(&mut cache, &k, &s, &mut bufs, 0)
+    }));
+    let r = r.unwrap_or_else(|_| {
+        panic!(
+            "the caller's `bufs[i]` (i = 0) of a 1-element array was taken for `bufs[0]`, `bufs[1]`"
+        )
+    });
+    r?;
+    for _ in 0..2 {
+        launch!(s, k, "affine_inplace", cfg(); &N, &3u32, &1u32, &mut eager[0])?;
+    }
+    s.synchronize()?;
+    same_all(&read_all(&s, &bufs)?, &read_all(&s, &eager)?, "bufs[0] twice");
+    Ok(())
+}
+
+/// A body with a kernel statement on the caller's `$k` and one on the macro's own `k`, loaded
+/// from a module whose `affine_inplace` adds `2 i` instead of `i` (truthful: same signature,
+/// same bounds).
+macro_rules! own_k {
+    ($cache:expr, $s:expr, $k:ident, $a:ident, $b:ident) => {{
+        let src =
+            common::SOURCE.replace("x[i] = x[i] * a + b + i;", "x[i] = x[i] * a + b + 2 * i;");
+        assert_ne!(src, common::SOURCE, "ops.cu changed: update the replacement");
+        // SAFETY: the declarations of `Ops` match this module too (only an arithmetic changed).
+        let k = unsafe { Ops::load($s.context(), compile_ptx(src)?) }?;
+        let c = cfg();
+        let r = graph!($cache, $s, {
+            $k.affine_inplace(N, 3, 1, &mut $a).launch(c);
+            k.affine_inplace(N, 3, 1, &mut $b).launch(c);
+        });
+        r.map(|()| k)
+    }};
+}
+
+fn own_k_call(
+    cache: &mut GraphCache,
+    k: &Ops,
+    s: &Arc<CudaStream>,
+    mut a: &mut CudaSlice<u32>,
+    mut b: &mut CudaSlice<u32>,
+) -> cudagraph::Result<Ops> {
+    own_k!(cache, s, k, a, b)
+}
+
+/// `b` must get the macro's module's `x * 3 + 1 + 2 i`. With the hole both statements call the
+/// caller's `k` (receivers are made once per text): `x * 3 + 1 + i`. Values only (GPU).
+#[cfg(feature = "open-holes")]
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_receiver_the_macro_declares_runs_its_own_module() -> Result {
+    let _serial = common::serial();
+    let (_ctx, s, k) = gpu()?;
+    let mut bufs = distinct(&s, 2)?;
+    let before = read_all(&s, &bufs)?;
+    let (a, b) = bufs.split_at_mut(1);
+    let mut cache = GraphCache::new();
+    let other = own_k_call(&mut cache, &k, &s, &mut a[0], &mut b[0])?;
+    s.synchronize()?;
+    drop(other);
+    let got = read_all(&s, &bufs)?;
+    let mut want_a = before[0].clone();
+    host::affine_inplace(&mut want_a, 3, 1);
+    let want_b: Vec<u32> = before[1]
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| v.wrapping_mul(3).wrapping_add(1).wrapping_add(2 * i as u32))
+        .collect();
+    assert_same(&got[0], &want_a, "the caller's k");
+    assert_same(&got[1], &want_b, "the macro's k (its own module)");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// A generic receiver and a blanket helper trait.
+
+mod blanket {
+    use super::*;
+    use cudagraph::{DevWrite, KernelCall};
+
+    type InPlace<'k, 'b> = KernelCall<'k, (u32, u32, u32, DevWrite<'b, u32>)>;
+
+    thread_local! {
+        /// The struct the helper calls (the one the test passes as the receiver).
+        pub static REAL: Cell<Option<&'static Ops>> = const { Cell::new(None) };
+        /// What the helper adds to `b` of every call but the first of a `graph!` call.
+        pub static SHIFT: Cell<u32> = const { Cell::new(0) };
+        /// Helper calls since the test last reset it.
+        pub static MADE: Cell<u32> = const { Cell::new(0) };
+    }
+
+    /// Named like a kernel, implemented for every type: on `&K::Struct` of a generic `K` (where
+    /// the generated inherent method is not visible) this is the method a statement reaches.
+    pub trait Helper {
+        fn affine_inplace<'k, 'b>(
+            &'k self,
+            n: u32,
+            a: u32,
+            b: u32,
+            x: DevWrite<'b, u32>,
+        ) -> InPlace<'k, 'b>;
+    }
+
+    impl<T: ?Sized> Helper for T {
+        fn affine_inplace<'k, 'b>(
+            &'k self,
+            n: u32,
+            a: u32,
+            b: u32,
+            x: DevWrite<'b, u32>,
+        ) -> InPlace<'k, 'b> {
+            let ops: &'static Ops = REAL.get().expect("REAL set by the test");
+            let made = MADE.get();
+            MADE.set(made + 1);
+            let b = if made == 0 { b } else { b + SHIFT.get() };
+            // The real kernel of the receiver's struct (the inherent method: `ops` is concrete).
+            ops.affine_inplace(n, a, b, x)
+        }
+    }
+
+    /// A run of 4 iterations on a generic receiver.
+    pub fn generic_run<K: cudagraph::__private::Kernels>(
+        cache: &mut GraphCache,
+        s: &Arc<CudaStream>,
+        k: &K,
+        bufs: &mut [CudaSlice<u32>],
+    ) -> cudagraph::Result<()> {
+        let c = cfg();
+        graph!(cache, s, {
+            for i in 0..4 {
+                k.affine_inplace(N, 3, 1, &mut bufs[i]).launch(c);
+            }
+        })
+    }
+}
+
+/// The helper's first call of each `graph!` call passes `b = 1`, the others `1 + SHIFT`.
+/// Calls with SHIFT = 0, 0, 0, then 7, 7: every call must launch what its statements evaluate
+/// to (element 0 with `b = 1`, the others with `1 + SHIFT`). With the hole the call with SHIFT =
+/// 7 is unchanged, the helper runs once (the first iteration), and the graph launches `b = 1`.
+#[cfg(feature = "open-holes")]
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_generic_receivers_blanket_helper_is_evaluated_each_iteration() -> Result {
+    use blanket::{MADE, REAL, SHIFT};
+    let _serial = common::serial();
+    let (_ctx, s, k) = gpu()?;
+    let k: &'static Ops = Box::leak(Box::new(k));
+    REAL.set(Some(k));
+    let (mut bufs, mut eager) = (distinct(&s, 4)?, distinct(&s, 4)?);
+    let mut cache = GraphCache::new();
+    let mut last = None;
+    for (call, shift) in [0u32, 0, 0, 7, 7].into_iter().enumerate() {
+        SHIFT.set(shift);
+        MADE.set(0);
+        let before = cache.stats().unchanged_calls;
+        blanket::generic_run(&mut cache, &s, &k, &mut bufs)?;
+        let made = MADE.get();
+        for (j, x) in eager.iter_mut().enumerate() {
+            let b = if j == 0 { 1 } else { 1 + shift };
+            launch!(s, k, "affine_inplace", cfg(); &N, &3u32, &b, x)?;
+        }
+        s.synchronize()?;
+        same_all(&read_all(&s, &bufs)?, &read_all(&s, &eager)?, &format!("call {call}"));
+        if last.is_some_and(|l| l != shift) {
+            assert!(
+                made == 4 || cache.stats().unchanged_calls == before,
+                "call {call}: the helper would pass b = {} to the later iterations, yet the call \
+                 counted unchanged with {made} helper call(s) (the later iterations not \
+                 evaluated): {:?}",
+                1 + shift,
+                cache.stats()
+            );
+        }
+        last = Some(shift);
+    }
+    REAL.set(None);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Controls: what a later iteration's copy depends on is in the words.
+
+/// A run of 4 copies from `src`, each into its own element of `parts`.
+fn copy_into_parts(
+    cache: &mut GraphCache,
+    s: &Arc<CudaStream>,
+    src: &CudaView<'_, u32>,
+    parts: &mut [CudaViewMut<'_, u32>],
+) -> cudagraph::Result<()> {
+    graph!(cache, s, {
+        for i in 0..4 {
+            copy(&src, &mut parts[i]);
+        }
+    })
+}
+
+/// [`copy_into_parts`] from the first `src_len` elements of `src`, into 4 views of `big` at
+/// `k * LEN`, of `lens[k]` elements each (a shorter view starts at the same address).
+fn parts_call(
+    cache: &mut GraphCache,
+    s: &Arc<CudaStream>,
+    src: &CudaSlice<u32>,
+    big: &mut CudaSlice<u32>,
+    src_len: usize,
+    lens: [usize; 4],
+) -> cudagraph::Result<()> {
+    let src = src.slice(..src_len);
+    let (mut v0, mut r0) = big.split_at_mut(LEN);
+    let (mut v1, mut r1) = r0.split_at_mut(LEN);
+    let (mut v2, mut v3) = r1.split_at_mut(LEN);
+    let mut parts = [
+        v0.slice_mut(..lens[0]),
+        v1.slice_mut(..lens[1]),
+        v2.slice_mut(..lens[2]),
+        v3.slice_mut(..lens[3]),
+    ];
+    copy_into_parts(cache, s, &src, &mut parts)
+}
+
+/// Element 2 (a later iteration's) shrunk by one element at the same address: its copy of LEN
+/// elements would write past it (into element 3). The guard's bytes are in the words, so the
+/// call is changed and validated: `Error::CopyLength`, nothing launched.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_shorter_element_view_at_the_same_address_is_refused() -> Result {
+    let _serial = common::serial();
+    let (_ctx, s, _k) = gpu()?;
+    let src = s.clone_htod(&host::iota(N, 3, 1))?;
+    let mut big = s.alloc_zeros::<u32>(4 * LEN)?;
+    let mut cache = GraphCache::new();
+    let full = [LEN; 4];
+    for _ in 0..3 {
+        parts_call(&mut cache, &s, &src, &mut big, LEN, full)?;
+    }
+    assert!(cache.stats().unchanged_calls >= 2, "{:?}", cache.stats());
+    let launches = cache.stats().launches;
+    match parts_call(&mut cache, &s, &src, &mut big, LEN, [LEN, LEN, LEN - 1, LEN]) {
+        Err(Error::CopyLength { .. }) => {}
+        r => panic!("element 2 shortened at the same address: {r:?} ({:?})", cache.stats()),
+    }
+    assert_eq!(cache.stats().launches, launches, "nothing launched");
+    parts_call(&mut cache, &s, &src, &mut big, LEN, full)?;
+    s.synchronize()?;
+    let got = s.clone_dtoh(&big)?;
+    for k in 0..4 {
+        assert_same(&got[k * LEN..(k + 1) * LEN], &host::iota(N, 3, 1), &format!("part {k}"));
+    }
+    Ok(())
+}
+
+/// The run's single operand (`src`, in every iteration) shortened at the same address: its
+/// handle's length is in the words (`word_handle`), so the call is validated and refused.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_shorter_single_operand_at_the_same_address_is_refused() -> Result {
+    let _serial = common::serial();
+    let (_ctx, s, _k) = gpu()?;
+    let src = s.clone_htod(&host::iota(N, 3, 1))?;
+    let mut big = s.alloc_zeros::<u32>(4 * LEN)?;
+    let mut cache = GraphCache::new();
+    let full = [LEN; 4];
+    for _ in 0..3 {
+        parts_call(&mut cache, &s, &src, &mut big, LEN, full)?;
+    }
+    let launches = cache.stats().launches;
+    match parts_call(&mut cache, &s, &src, &mut big, LEN - 1, full) {
+        Err(Error::CopyLength { .. }) => {}
+        r => panic!("the source shortened at the same address: {r:?} ({:?})", cache.stats()),
+    }
+    assert_eq!(cache.stats().launches, launches, "nothing launched");
+    parts_call(&mut cache, &s, &src, &mut big, LEN, full)?;
+    Ok(())
+}
+
+/// A run of copies into elements that live on streams of two context objects of device 0
+/// (on the stub driver their contexts differ too: each `CudaContext::new` retains another
+/// handle there, so the array's contexts are mixed). Every call, unchanged ones included, must
+/// order the graph with the elements' own streams (the ledger: `stream_waits` grows), and copy.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_run_over_elements_of_two_context_objects_is_ordered_every_call() -> Result {
+    let _serial = common::serial();
+    let (ctx, s, _k) = gpu()?;
+    let other = CudaContext::new(0)?;
+    let (sa, sb) = (ctx.new_stream()?, other.new_stream()?);
+    let src = s.clone_htod(&host::iota(N, 3, 1))?;
+    let mut d = Vec::new();
+    for j in 0..4 {
+        d.push(if j % 2 == 0 { sa.alloc_zeros::<u32>(LEN)? } else { sb.alloc_zeros::<u32>(LEN)? });
+    }
+    sa.synchronize()?;
+    sb.synchronize()?;
+    let mut cache = GraphCache::new();
+    for call in 0..4 {
+        let waits = cache.stats().stream_waits;
+        let src = src.slice(..);
+        graph!(&mut cache, &s, {
+            for i in 0..4 {
+                copy(&src, &mut d[i]);
+            }
+        })
+        .unwrap_or_else(|e| panic!("call {call}: {e:?}"));
+        assert!(
+            cache.stats().stream_waits > waits,
+            "call {call}: elements on other streams, no stream wait: {:?}",
+            cache.stats()
+        );
+    }
+    // The unchanged path was taken (the ledger is per call, not per words).
+    assert!(cache.stats().unchanged_calls >= 2, "{:?}", cache.stats());
+    s.synchronize()?;
+    sa.synchronize()?;
+    sb.synchronize()?;
+    for (j, b) in d.iter().enumerate() {
+        let own = if j % 2 == 0 { &sa } else { &sb };
+        assert_same(&own.clone_dtoh(b)?, &host::iota(N, 3, 1), &format!("element {j}"));
+    }
+    Ok(())
+}
+
+/// A run of 4 copies from one pinned buffer (a single operand, in every iteration).
+fn copy_from_pinned(
+    cache: &mut GraphCache,
+    s: &Arc<CudaStream>,
+    p: &PinnedHostSlice<u32>,
+    d: &mut [CudaSlice<u32>],
+) -> cudagraph::Result<()> {
+    graph!(cache, s, {
+        for i in 0..4 {
+            copy(&p, &mut d[i]);
+        }
+    })
+}
+
+/// The single pinned operand of a run freed and another allocated at the same address: its
+/// allocation id is in the first iteration's copy words (`word_handle` has none), so the call
+/// is changed and every copy reads the new buffer. GPU only in effect (the stub reports no
+/// allocation ids, so those copies never pack, and never reuses an address).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_pinned_single_operand_of_a_run_reallocated_is_copied_from() -> Result {
+    let _serial = common::serial();
+    let _dog = common::watchdog(120, "review 18b: a pinned single operand reallocated");
+    let (ctx, s, _k) = gpu()?;
+    let mut d = common::buffers(&s, 4, LEN)?;
+    let make = |a: u32, b: u32| -> Result<PinnedHostSlice<u32>> {
+        let mut p = common::pinned::<u32>(&ctx, LEN)?;
+        p.as_mut_slice()?.copy_from_slice(&host::iota(N, a, b));
+        Ok(p)
+    };
+    let p = make(3, 1)?;
+    let mut cache = GraphCache::new();
+    for call in 0..3 {
+        copy_from_pinned(&mut cache, &s, &p, &mut d)?;
+        s.synchronize()?;
+        same_all(&read_all(&s, &d)?, &vec![host::iota(N, 3, 1); 4], &format!("call {call}"));
+    }
+    let at = p.as_ptr()? as usize;
+    drop(p);
+    let mut aside = Vec::new();
+    let mut fresh = make(9, 4)?;
+    while fresh.as_ptr()? as usize != at && aside.len() < 8 {
+        aside.push(fresh);
+        fresh = make(9, 4)?;
+    }
+    eprintln!("the new allocation is at the freed address: {}", fresh.as_ptr()? as usize == at);
+    drop(aside);
+    let unchanged = cache.stats().unchanged_calls;
+    copy_from_pinned(&mut cache, &s, &fresh, &mut d)?;
+    s.synchronize()?;
+    same_all(&read_all(&s, &d)?, &vec![host::iota(N, 9, 4); 4], "after the reallocation");
+    if !stub() {
+        assert_eq!(cache.stats().unchanged_calls, unchanged, "{:?}", cache.stats());
+    }
+    Ok(())
+}
