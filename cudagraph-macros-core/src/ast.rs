@@ -16,6 +16,9 @@ pub struct GraphInput {
     pub body_span: Span,
     /// Whether the plan is registered for `cudagraph::plans()` (`graph!`: yes; `eager!`: no).
     pub register_plan: bool,
+    /// Compile-time checks that every use of an unrolled `for`'s variable is that variable
+    /// (`parse::loop_variable_probe`), emitted with the expansion.
+    pub probes: proc_macro2::TokenStream,
 }
 
 /// One statement of the body.

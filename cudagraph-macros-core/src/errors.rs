@@ -6,9 +6,11 @@ use std::fmt::Display;
 use proc_macro2::Span;
 use quote::ToTokens;
 
-/// Errors collected over one invocation, reported together.
+/// Errors collected over one invocation, reported together; with the statements unrolled so
+/// far (`.1`) and the hygiene probes of unrolled `for`s' variables (`.2`: see
+/// `parse::loop_variable_probe`), which the expansion emits for rustc to check.
 #[derive(Default)]
-pub struct Errors(Vec<syn::Error>, pub(crate) usize);
+pub struct Errors(Vec<syn::Error>, pub(crate) usize, pub(crate) proc_macro2::TokenStream);
 
 impl Errors {
     /// An error on `tokens`' span.

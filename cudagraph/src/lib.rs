@@ -507,6 +507,27 @@ pub mod __private {
     #[inline(always)]
     pub fn same_place<P: Place + ?Sized>(_: &P) {}
 
+    /// The binding an unrolled `for`'s variable gets in `graph!`'s hygiene probe (see
+    /// [`loop_variable`]).
+    pub struct LoopVariable;
+
+    /// What each use of an unrolled `for`'s variable must name (see [`loop_variable`]).
+    #[diagnostic::on_unimplemented(
+        message = "this `{Self}` is not the graph `for`'s variable",
+        label = "a name of another macro context than the `for`'s pattern",
+        note = "`graph!` replaces every token spelled like an unrolled `for`'s variable by its value; under `macro_rules!` hygiene this one names another variable (a caller's): give the `for` a variable of another spelling, or pass the variable to the macro with the body"
+    )]
+    pub trait IsLoopVariable {}
+    impl IsLoopVariable for LoopVariable {}
+
+    /// `graph!`'s compile-time check that a token it replaces as an unrolled `for`'s variable
+    /// names that variable: the probe binds the variable with the `for` pattern's span to a
+    /// [`LoopVariable`] and passes each token here with its own span, so a token of another
+    /// macro context (which hygiene resolves to another binding) does not compile. Nothing
+    /// happens at run time.
+    #[inline(always)]
+    pub fn loop_variable<T: IsLoopVariable + ?Sized>(_: &T) {}
+
     /// `&mut place`, place number `index` of `call`: one exclusive borrow for the whole call.
     #[inline]
     pub fn acquire_mut<'a, P: PlaceMut + ?Sized>(

@@ -13,8 +13,10 @@
 //!
 //! **After the review (session 18):** the two `split` tests (two adjacent `for`s merged into
 //! one run) pass: an unrolled `for`'s iterations are kept together (`Item::For`) and runs are
-//! looked for inside one `for` only. The other holes are open (SAFETY.md, 14): their tests are
-//! built only with `--features open-holes`.
+//! looked for inside one `for` only. A caller's variable spelled like the loop variable is a
+//! compile error (`__private::loop_variable`, ui `review18b-loop-variable-of-another-context`).
+//! The other holes are open (SAFETY.md, 14): their tests are built only with
+//! `--features open-holes`.
 //!
 //! **Holes (fail at c7ded14).** `graph!` compares tokens by their text only, which ignores
 //! `macro_rules!` hygiene: two variables of one spelling, one the caller's and one the
@@ -338,59 +340,9 @@ fn a_kernel_on_the_macros_own_buffer_writes_that_buffer() -> Result {
     Ok(())
 }
 
-/// A body whose `for` body is written by the macro, with a place of the caller's: `$x` names
-/// the caller's `bufs[i]`, `i` being the caller's variable.
-macro_rules! twice {
-    ($cache:expr, $s:expr, $k:ident, $($x:tt)+) => {{
-        let c = cfg();
-        graph!($cache, $s, {
-            for i in 0..2 {
-                $k.affine_inplace(N, 3, 1, &mut $($x)+).launch(c);
-            }
-        })
-    }};
-}
-
-// (`i` is reported unused at c7ded14: the hole substitutes it away.)
-#[allow(unused_variables)]
-fn twice_call(
-    cache: &mut GraphCache,
-    k: &Ops,
-    s: &Arc<CudaStream>,
-    bufs: &mut [CudaSlice<u32>],
-    i: usize,
-) -> cudagraph::Result<()> {
-    twice!(cache, s, k, bufs[i])
-}
-
-/// The caller's `i = 0` and one buffer: both iterations must apply the kernel to `bufs[0]`.
-/// With the hole (`substitute` replaces the caller's `i` too) the places are `bufs[0]` and
-/// `bufs[1]`, and the bounds check panics (or, with more buffers, `bufs[1]` is written: a place
-/// the statement did not name).
-#[cfg(feature = "open-holes")]
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn a_callers_variable_spelled_like_the_loop_variable_is_not_substituted() -> Result {
-    let _serial = common::serial();
-    let (_ctx, s, k) = gpu()?;
-    let (mut bufs, mut eager) = (distinct(&s, 1)?, distinct(&s, 1)?);
-    let mut cache = GraphCache::new();
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        twice_call(&mut cache, &k, &s, &mut bufs, 0)
-    }));
-    let r = r.unwrap_or_else(|_| {
-        panic!(
-            "the caller's `bufs[i]` (i = 0) of a 1-element array was taken for `bufs[0]`, `bufs[1]`"
-        )
-    });
-    r?;
-    for _ in 0..2 {
-        launch!(s, k, "affine_inplace", cfg(); &N, &3u32, &1u32, &mut eager[0])?;
-    }
-    s.synchronize()?;
-    same_all(&read_all(&s, &bufs)?, &read_all(&s, &eager)?, "bufs[0] twice");
-    Ok(())
-}
+// (`a_callers_variable_spelled_like_the_loop_variable_is_not_substituted`, the review's test of
+// the loop variable's hygiene, is now the compile-fail case
+// `ui/review18b-loop-variable-of-another-context.rs`: such a token does not compile.)
 
 /// A body with a kernel statement on the caller's `$k` and one on the macro's own `k`, loaded
 /// from a module whose `affine_inplace` adds `2 i` instead of `i` (truthful: same signature,

@@ -238,9 +238,11 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         };
         (guards, quote!())
     };
+    let probes = &input.probes;
     quote! {{
         let #cache_var: &mut ::cudagraph::GraphCache = #cache;
         #stream_decl
+        #probes
         #plan
         let #call = ::cudagraph::__private::begin_call();
         #guards_decl

@@ -56,6 +56,7 @@ pub fn parse(tokens: TokenStream) -> syn::Result<(GraphInput, Errors)> {
         body,
         body_span: raw.body.brace_token.span.join(),
         register_plan: true,
+        probes: core::mem::take(&mut errors.2),
     };
     Ok((input, errors))
 }
@@ -99,6 +100,7 @@ pub fn parse_eager(tokens: TokenStream) -> syn::Result<(GraphInput, Errors)> {
         body,
         body_span: raw.body.brace_token.span.join(),
         register_plan: false,
+        probes: core::mem::take(&mut errors.2),
     };
     Ok((input, errors))
 }
@@ -329,6 +331,9 @@ fn unroll(f: &syn::ExprForLoop, errors: &mut Errors) -> Vec<Item> {
         return Vec::new();
     }
     let body = f.body.to_token_stream();
+    if let Some(v) = &var {
+        errors.2.extend(loop_variable_probe(v, &body));
+    }
     let mut items = Vec::new();
     if start >= end {
         // No iteration: still check the body's statements once, so that it cannot hide errors.
@@ -386,6 +391,45 @@ fn int_lit(e: &Expr) -> Option<u64> {
 
 /// `tokens` with every use of the variable `var` replaced by `value`; a field or method name
 /// that happens to be spelled like it (`p.i`, `x.i()`) is kept.
+/// A block rustc checks, for `for var in A..B { body }` unrolled by [`substitute`], which
+/// replaces every `var` token of the body by its text: a binding of `var` with the pattern's
+/// span, then each token `substitute` replaces, as an expression of its own span. A token of
+/// another macro context (a caller's `i` inside a `macro_rules!` argument, beside the macro's
+/// own `for i`) does not name that binding under `macro_rules!` hygiene, so it is a compile
+/// error on that token (review 18b: it was replaced as the loop variable, silently naming
+/// other places). Compiles to nothing.
+fn loop_variable_probe(var: &Ident, body: &TokenStream) -> TokenStream {
+    fn uses(tokens: TokenStream, var: &Ident, out: &mut Vec<Ident>) {
+        let mut after_dot = false;
+        for tt in tokens {
+            let field = after_dot;
+            after_dot = matches!(&tt, TokenTree::Punct(p) if p.as_char() == '.');
+            match tt {
+                TokenTree::Ident(i) if i == *var && !field => out.push(i),
+                TokenTree::Group(g) => uses(g.stream(), var, out),
+                _ => {}
+            }
+        }
+    }
+    let mut found = Vec::new();
+    uses(body.clone(), var, &mut found);
+    if found.is_empty() {
+        return TokenStream::new();
+    }
+    let checks = found.iter().map(|i| {
+        quote::quote_spanned! {i.span()=>
+            ::cudagraph::__private::loop_variable(&#i);
+        }
+    });
+    quote::quote! {
+        #[allow(unused_variables, clippy::let_unit_value)]
+        {
+            let #var = ::cudagraph::__private::LoopVariable;
+            #(#checks)*
+        }
+    }
+}
+
 fn substitute(tokens: TokenStream, var: &Ident, value: u64) -> TokenStream {
     let mut after_dot = false;
     tokens

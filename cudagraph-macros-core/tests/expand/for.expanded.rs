@@ -17,6 +17,24 @@
 fn expanded() -> ::cudagraph::Result<()> {
     let __cudagraph_cache: &mut ::cudagraph::GraphCache = &mut cache;
     let __cudagraph_stream: &::cudagraph::__private::CudaStream = &stream;
+    #[allow(unused_variables, clippy::let_unit_value)]
+    {
+        let i = ::cudagraph::__private::LoopVariable;
+        ::cudagraph::__private::loop_variable(&i);
+        ::cudagraph::__private::loop_variable(&i);
+        ::cudagraph::__private::loop_variable(&i);
+        ::cudagraph::__private::loop_variable(&i);
+    }
+    #[allow(unused_variables, clippy::let_unit_value)]
+    {
+        let i = ::cudagraph::__private::LoopVariable;
+        ::cudagraph::__private::loop_variable(&i);
+    }
+    #[allow(unused_variables, clippy::let_unit_value)]
+    {
+        let i = ::cudagraph::__private::LoopVariable;
+        ::cudagraph::__private::loop_variable(&i);
+    }
     static __CUDAGRAPH_PLAN: ::cudagraph::Plan = ::cudagraph::Plan {
         file: ::core::file!(),
         line: 1u32,
