@@ -1266,7 +1266,7 @@ pub mod __private {
         handle: &H,
         write: bool,
     ) {
-        words.handles(core::slice::from_ref(handle), &[0], write);
+        words.handle(handle, write);
     }
 
     /// The later iterations of an indexed run of `graph!` in the call's words: iterations

@@ -107,9 +107,9 @@ pointer_type!(
     HostWrite, *mut c_void
 );
 
-/// A buffer handle as the words of a run of `graph!` compare it (an element of an array
-/// acquired in one loop, `__private::acquire_mut_each`, or any other operand's: see
-/// `__private::word_handle`). Sealed.
+/// A buffer handle as the words of a run of `graph!` compare it: an operand of the later
+/// iterations that names no array element (`__private::word_handle`; an element's words are
+/// its guard's and its array's contexts, `__private::acquire_mut_each`). Sealed.
 #[doc(hidden)]
 pub trait ElementHandle: sealed::Sealed + Copy {
     /// `(tag, address, length in elements, context)`: every field of the handle a node's

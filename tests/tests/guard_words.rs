@@ -10,51 +10,14 @@
 
 mod common;
 
-use std::sync::Arc;
+use common::run8::{LEN, N, cfg, distinct, run8, run8_eager};
+use common::{Result, assert_same, gpu, host, launch, read_all, same_all};
+use cudagraph::cudarc::driver::{CudaContext, DevicePtr, PushKernelArg};
+use cudagraph::{Error, GraphCache};
 
-use common::{Ops, Result, assert_same, gpu, host, launch, read_all, same_all};
-use cudagraph::cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
-};
-use cudagraph::{Error, GraphCache, graph};
-
-const N: u32 = 1 << 16;
-const LEN: usize = N as usize;
 /// Steps of `slow_iota`: a few milliseconds on an H200, so that a graph that does not wait for
 /// it overtakes it.
 const SPINS: u32 = 1 << 17;
-
-fn cfg() -> LaunchConfig {
-    LaunchConfig::for_num_elems(N)
-}
-
-/// An indexed run of 8 kernels, each on its own element of `bufs`, in place.
-fn run8(
-    cache: &mut GraphCache,
-    k: &Ops,
-    s: &Arc<CudaStream>,
-    bufs: &mut [CudaSlice<u32>],
-) -> cudagraph::Result<()> {
-    let c = cfg();
-    graph!(cache, s, {
-        for i in 0..8 {
-            k.affine_inplace(N, 3, 1, &mut bufs[i]).launch(c);
-        }
-    })
-}
-
-/// `run8`'s work, launch by launch.
-fn run8_eager(k: &Ops, s: &Arc<CudaStream>, bufs: &mut [CudaSlice<u32>]) -> Result {
-    for b in bufs.iter_mut() {
-        launch!(s, k, "affine_inplace", cfg(); &N, &3u32, &1u32, b)?;
-    }
-    Ok(())
-}
-
-/// 8 buffers on `s`, each with other values.
-fn distinct(s: &Arc<CudaStream>) -> Result<Vec<CudaSlice<u32>>> {
-    (0..8u32).map(|j| Ok(s.clone_htod(&host::iota(N, j + 2, 5 * j))?)).collect()
-}
 
 /// An element replaced, on an otherwise unchanged call, by a view that overlaps its neighbour
 /// (as two views of one allocation would): its words differ (its guard's range), so the

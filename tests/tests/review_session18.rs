@@ -58,20 +58,15 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 use common::review17::{assert_same, same_all, stub};
+use common::run8::{LEN, N, cfg, distinct, run8, run8_eager};
 use common::{Ops, Result, gpu, host, launch, read_all};
 use cudagraph::cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    CudaContext, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice, PushKernelArg,
 };
 use cudagraph::{Error, GraphCache, Mode, PinnedBuffer, graph};
 
-const N: u32 = 1 << 16;
-const LEN: usize = N as usize;
 /// Steps of `slow_iota`: a few milliseconds on an H200.
 const SPINS: u32 = 1 << 17;
-
-fn cfg() -> LaunchConfig {
-    LaunchConfig::for_num_elems(N)
-}
 
 // ---------------------------------------------------------------------------------------------
 // DistinctIndices: one bounds check per array (no GPU).
@@ -290,34 +285,6 @@ fn the_first_pinned_element_reallocated_at_the_same_address_is_copied_to() -> Re
 
 // ---------------------------------------------------------------------------------------------
 // The stream ledger, the lent words, eager mode.
-
-/// An indexed run of 8 kernels, each on its own element of `bufs`, in place.
-fn run8(
-    cache: &mut GraphCache,
-    k: &Ops,
-    s: &Arc<CudaStream>,
-    bufs: &mut [CudaSlice<u32>],
-) -> cudagraph::Result<()> {
-    let c = cfg();
-    graph!(cache, s, {
-        for i in 0..8 {
-            k.affine_inplace(N, 3, 1, &mut bufs[i]).launch(c);
-        }
-    })
-}
-
-/// `run8`'s work, launch by launch.
-fn run8_eager(k: &Ops, s: &Arc<CudaStream>, bufs: &mut [CudaSlice<u32>]) -> Result {
-    for b in bufs.iter_mut() {
-        launch!(s, k, "affine_inplace", cfg(); &N, &3u32, &1u32, b)?;
-    }
-    Ok(())
-}
-
-/// 8 buffers on `s`, each with other values.
-fn distinct(s: &Arc<CudaStream>) -> Result<Vec<CudaSlice<u32>>> {
-    (0..8u32).map(|j| Ok(s.clone_htod(&host::iota(N, j + 2, 5 * j))?)).collect()
-}
 
 /// Every buffer lives on `own` (a context object with event tracking off, so that cudarc
 /// orders nothing: only the cache's ledger can). Two calls on `own` itself: no buffer on

@@ -428,32 +428,19 @@ impl CallWords {
         }
     }
 
-    /// The handles `array[k]` for each `k` of `at`, as one run of words: each one's place (as
-    /// [`Pack::push_handle`], `write` or not), address, length and context (an operand of a
-    /// run's later iterations: see [`word_handle`](crate::__private::word_handle)).
+    /// One handle as words: its place (as [`Pack::push_handle`], `write` or not), address,
+    /// length and context (an operand of a run's later iterations that names no array element:
+    /// see [`word_handle`](crate::__private::word_handle)).
     #[inline(always)]
-    pub(crate) fn handles<H: crate::operand::ElementHandle>(
-        &mut self,
-        array: &[H],
-        at: &[u32],
-        write: bool,
-    ) {
+    pub(crate) fn handle<H: crate::operand::ElementHandle>(&mut self, h: &H, write: bool) {
         if self.ok {
             let CallWords { call, last, pos, diverged, out, .. } = self;
+            let (tag, addr, len, ctx) = h.fields();
             let pack = |p: &mut Pack<'_>| {
-                for &k in at {
-                    let Some(h) = array.get(k as usize) else {
-                        // No such element: a word no handle makes (the macro lists only
-                        // elements of the array).
-                        p.push(u64::MAX);
-                        continue;
-                    };
-                    let (tag, addr, len, ctx) = h.fields();
-                    p.push_handle(tag, write);
-                    p.push(addr);
-                    p.push(len);
-                    p.push(ctx);
-                }
+                p.push_handle(tag, write);
+                p.push(addr);
+                p.push(len);
+                p.push(ctx);
                 true
             };
             self.ok = compare_node(Some(*call), last, pos, diverged, out, &pack);

@@ -311,3 +311,50 @@ pub mod review17 {
         }
     }
 }
+
+/// Session 18's run of 8 kernels over an array (`guard_words.rs`, `review_session18.rs`): each
+/// element of `bufs` written in place by one iteration of an unrolled `for`, an indexed run.
+pub mod run8 {
+    use std::sync::Arc;
+
+    use cudagraph::cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+    use cudagraph::{GraphCache, graph};
+
+    use super::{Ops, Result, host};
+
+    /// Elements per buffer.
+    pub const N: u32 = 1 << 16;
+    pub const LEN: usize = N as usize;
+
+    pub fn cfg() -> LaunchConfig {
+        LaunchConfig::for_num_elems(N)
+    }
+
+    /// An indexed run of 8 kernels, each on its own element of `bufs`, in place.
+    pub fn run8(
+        cache: &mut GraphCache,
+        k: &Ops,
+        s: &Arc<CudaStream>,
+        bufs: &mut [CudaSlice<u32>],
+    ) -> cudagraph::Result<()> {
+        let c = cfg();
+        graph!(cache, s, {
+            for i in 0..8 {
+                k.affine_inplace(N, 3, 1, &mut bufs[i]).launch(c);
+            }
+        })
+    }
+
+    /// `run8`'s work, launch by launch.
+    pub fn run8_eager(k: &Ops, s: &Arc<CudaStream>, bufs: &mut [CudaSlice<u32>]) -> Result {
+        for b in bufs.iter_mut() {
+            launch!(s, k, "affine_inplace", cfg(); &N, &3u32, &1u32, b)?;
+        }
+        Ok(())
+    }
+
+    /// 8 buffers on `s`, each with other values.
+    pub fn distinct(s: &Arc<CudaStream>) -> Result<Vec<CudaSlice<u32>>> {
+        (0..8u32).map(|j| Ok(s.clone_htod(&host::iota(N, j + 2, 5 * j))?)).collect()
+    }
+}
