@@ -15,6 +15,7 @@ pub(crate) mod ast;
 pub(crate) mod check;
 pub(crate) mod errors;
 pub(crate) mod expand;
+pub(crate) mod hygiene;
 pub(crate) mod kernels;
 pub(crate) mod parse;
 pub(crate) mod programmatic;

@@ -1527,3 +1527,50 @@ fn adjacent_fors_that_print_alike_are_separate_runs() {
     // Before: one run of 5 iterations (4 copies of the first).
     assert!(!out.contains("4u64"), "{out}");
 }
+
+/// The names the hygiene probe binds (`let NAME = …`, in order of first use) and how many other
+/// occurrences it checks.
+fn probed_names(tokens: TokenStream) -> Vec<(String, usize)> {
+    let (input, mut errors) = lower(tokens);
+    let c = check(&input, &mut errors);
+    assert_eq!(errors.messages(), Vec::<String>::new());
+    let text = crate::hygiene::probe(&c.nodes).to_string();
+    let mut out = Vec::new();
+    for part in text.split("let ").skip(1) {
+        let name = part.split(' ').next().expect("a name").to_string();
+        let rest = part.split("let ").next().unwrap_or("");
+        let checks = rest.matches("(& ").count();
+        out.push((name, checks));
+    }
+    out
+}
+
+#[test]
+fn hygiene_probe_checks_every_repeated_variable_of_places_and_receivers() {
+    // Roots, index variables and path receivers used twice or more are probed; fields,
+    // uppercase names (statics, constants), `self` and names used once are not.
+    let probed = probed_names(text(
+        "cache, stream, {
+            k.f(&mut x, &a.b, &self.c).launch(cfg);
+            k.g(&mut bufs[j], &x, &a.b).launch(cfg);
+            other.h(&mut y[J], &self.c, &BUFS[0]).launch(cfg);
+            copy(&BUFS[0], &mut bufs[j + 1]);
+            let t = alloc::<u32>(4);
+            copy(&x, &mut t);
+            free(&mut t);
+        }",
+    ));
+    assert_eq!(
+        probed,
+        vec![
+            ("x".to_string(), 2),
+            ("a".to_string(), 1),
+            ("k".to_string(), 1),
+            ("bufs".to_string(), 1),
+            ("j".to_string(), 1),
+            ("t".to_string(), 2),
+        ]
+    );
+    // A body whose names are each used once has no probe.
+    assert_eq!(probed_names(text("cache, stream, { k.f(&mut x, &y).launch(cfg); }")), vec![]);
+}

@@ -15,8 +15,11 @@
 //! one run) pass: an unrolled `for`'s iterations are kept together (`Item::For`) and runs are
 //! looked for inside one `for` only. A caller's variable spelled like the loop variable is a
 //! compile error (`__private::loop_variable`, ui `review18b-loop-variable-of-another-context`).
-//! The other holes are open (SAFETY.md, 14): their tests are built only with
-//! `--features open-holes`.
+//!
+//! **Session 19:** a macro's own place or receiver spelled like its caller's is a compile error
+//! too (`graph!`'s name probe, SAFETY.md 14): the three tests of it became ui cases (see the
+//! section "Hygiene" below). Open: the generic receiver's blanket helper (a residual of rule 1,
+//! stale scalars only), whose test is built only with `--features open-holes`.
 //!
 //! **Holes (fail at c7ded14).** `graph!` compares tokens by their text only, which ignores
 //! `macro_rules!` hygiene: two variables of one spelling, one the caller's and one the
@@ -86,7 +89,6 @@ use cudagraph::cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PinnedHostSlice,
     PushKernelArg,
 };
-use cudagraph::cudarc::nvrtc::compile_ptx;
 use cudagraph::{Error, GraphCache, graph};
 
 const N: u32 = 4096;
@@ -243,163 +245,16 @@ fn a_memset_run_across_two_fors_with_a_macro_local_value_is_evaluated_each_call(
 // ---------------------------------------------------------------------------------------------
 // Hygiene: places and receivers keyed by their text.
 
-/// A body that copies into the caller's `$x` and into the macro's own `x` (twice as long).
-macro_rules! own_x {
-    ($cache:expr, $s:expr, $small:ident, $x:ident, $big:ident) => {{
-        #[allow(unused_mut)]
-        let mut x = $s.alloc_zeros::<u32>(2 * LEN)?;
-        let r = graph!($cache, $s, {
-            copy(&$small, &mut $x);
-            copy(&$big, &mut x);
-        });
-        r.map(|()| x)
-    }};
-}
-
-fn own_x_call(
-    cache: &mut GraphCache,
-    s: &Arc<CudaStream>,
-    small: &CudaSlice<u32>,
-    mut x: &mut CudaSlice<u32>,
-    big: &CudaSlice<u32>,
-) -> cudagraph::Result<CudaSlice<u32>> {
-    own_x!(cache, s, small, x, big)
-}
-
-/// The macro's `x` (2 × LEN) is another variable than the caller's `x` (LEN): `copy(&big, &mut
-/// x)` must copy `big` into the macro's `x`, and leave the caller's alone. With the hole both
-/// spellings are place "x", borrowed through the caller's: the copy is refused for its lengths
-/// (`Error::CopyLength`, 2 × LEN into LEN), and with equal lengths it would silently write the
-/// caller's buffer. A refusal of the two variables (any other error) would also be safe.
-#[cfg(feature = "open-holes")]
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn a_buffer_the_macro_declares_is_not_the_callers_buffer_of_the_same_name() -> Result {
-    let _serial = common::serial();
-    let (_ctx, s, _k) = gpu()?;
-    let small = s.clone_htod(&host::iota(N, 3, 1))?;
-    let big = s.clone_htod(&host::iota(2 * N, 5, 7))?;
-    let mut x = s.alloc_zeros::<u32>(LEN)?;
-    let mut cache = GraphCache::new();
-    match own_x_call(&mut cache, &s, &small, &mut x, &big) {
-        Ok(mine) => {
-            s.synchronize()?;
-            assert_same(&s.clone_dtoh(&x)?, &host::iota(N, 3, 1), "the caller's x");
-            assert_same(&s.clone_dtoh(&mine)?, &host::iota(2 * N, 5, 7), "the macro's x");
-        }
-        Err(Error::CopyLength { src, dst, .. }) => panic!(
-            "`copy(&big, &mut x)`, the macro's own `x` of {} elements, was given the caller's `x`: \
-             a copy of {src} elements into {dst}",
-            2 * LEN
-        ),
-        Err(e) => eprintln!("refused (safe): {e}"),
-    }
-    Ok(())
-}
-
-/// [`own_x!`] with kernels: the macro's `x` (2 × LEN) filled by `iota` over `2 N` elements.
-macro_rules! own_x_iota {
-    ($cache:expr, $s:expr, $k:ident, $x:ident) => {{
-        #[allow(unused_mut)]
-        let mut x = $s.alloc_zeros::<u32>(2 * LEN)?;
-        let c = LaunchConfig::for_num_elems(2 * N);
-        let r = graph!($cache, $s, {
-            $k.iota(N, 1, 0, &mut $x).launch(c);
-            $k.iota(2 * N, 1, 0, &mut x).launch(c);
-        });
-        r.map(|()| x)
-    }};
-}
-
-fn own_x_iota_call(
-    cache: &mut GraphCache,
-    k: &Ops,
-    s: &Arc<CudaStream>,
-    mut x: &mut CudaSlice<u32>,
-) -> cudagraph::Result<CudaSlice<u32>> {
-    own_x_iota!(cache, s, k, x)
-}
-
-/// The place conflation with a kernel that trusts its length scalar (as every kernel of
-/// `ops.cu` does): `k.iota(2 * N, …, &mut x)` names the macro's `x` of 2 N elements, a correct
-/// launch. With the hole the node gets the caller's `x` of N elements and writes N elements
-/// past its end (an out-of-bounds device write from safe code; compute-sanitizer reports it),
-/// and the macro's `x` stays zero. GPU values only (the stub runs no kernel).
-#[cfg(feature = "open-holes")]
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn a_kernel_on_the_macros_own_buffer_writes_that_buffer() -> Result {
-    let _serial = common::serial();
-    let (_ctx, s, k) = gpu()?;
-    let mut x = s.alloc_zeros::<u32>(LEN)?;
-    let mut cache = GraphCache::new();
-    let mine = own_x_iota_call(&mut cache, &k, &s, &mut x)?;
-    s.synchronize()?;
-    assert_same(&s.clone_dtoh(&x)?, &host::iota(N, 1, 0), "the caller's x");
-    assert_same(&s.clone_dtoh(&mine)?, &host::iota(2 * N, 1, 0), "the macro's x");
-    Ok(())
-}
-
-// (`a_callers_variable_spelled_like_the_loop_variable_is_not_substituted`, the review's test of
-// the loop variable's hygiene, is now the compile-fail case
-// `ui/review18b-loop-variable-of-another-context.rs`: such a token does not compile.)
-
-/// A body with a kernel statement on the caller's `$k` and one on the macro's own `k`, loaded
-/// from a module whose `affine_inplace` adds `2 i` instead of `i` (truthful: same signature,
-/// same bounds).
-macro_rules! own_k {
-    ($cache:expr, $s:expr, $k:ident, $a:ident, $b:ident) => {{
-        let src =
-            common::SOURCE.replace("x[i] = x[i] * a + b + i;", "x[i] = x[i] * a + b + 2 * i;");
-        assert_ne!(src, common::SOURCE, "ops.cu changed: update the replacement");
-        // SAFETY: the declarations of `Ops` match this module too (only an arithmetic changed).
-        let k = unsafe { Ops::load($s.context(), compile_ptx(src)?) }?;
-        let c = cfg();
-        let r = graph!($cache, $s, {
-            $k.affine_inplace(N, 3, 1, &mut $a).launch(c);
-            k.affine_inplace(N, 3, 1, &mut $b).launch(c);
-        });
-        r.map(|()| k)
-    }};
-}
-
-fn own_k_call(
-    cache: &mut GraphCache,
-    k: &Ops,
-    s: &Arc<CudaStream>,
-    mut a: &mut CudaSlice<u32>,
-    mut b: &mut CudaSlice<u32>,
-) -> cudagraph::Result<Ops> {
-    own_k!(cache, s, k, a, b)
-}
-
-/// `b` must get the macro's module's `x * 3 + 1 + 2 i`. With the hole both statements call the
-/// caller's `k` (receivers are made once per text): `x * 3 + 1 + i`. Values only (GPU).
-#[cfg(feature = "open-holes")]
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn a_receiver_the_macro_declares_runs_its_own_module() -> Result {
-    let _serial = common::serial();
-    let (_ctx, s, k) = gpu()?;
-    let mut bufs = distinct(&s, 2)?;
-    let before = read_all(&s, &bufs)?;
-    let (a, b) = bufs.split_at_mut(1);
-    let mut cache = GraphCache::new();
-    let other = own_k_call(&mut cache, &k, &s, &mut a[0], &mut b[0])?;
-    s.synchronize()?;
-    drop(other);
-    let got = read_all(&s, &bufs)?;
-    let mut want_a = before[0].clone();
-    host::affine_inplace(&mut want_a, 3, 1);
-    let want_b: Vec<u32> = before[1]
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| v.wrapping_mul(3).wrapping_add(1).wrapping_add(2 * i as u32))
-        .collect();
-    assert_same(&got[0], &want_a, "the caller's k");
-    assert_same(&got[1], &want_b, "the macro's k (its own module)");
-    Ok(())
-}
+// The review's three tests of places and receivers keyed by their text (a macro's own `x` beside
+// its caller's `x`: `copy` and `iota` into the caller's buffer; a macro's own `k` running the
+// caller's module) are now compile-fail cases: every variable name of a place or a path
+// receiver must name one binding in the whole body, checked by rustc (`graph!`'s name probe,
+// `cudagraph-macros-core/src/hygiene.rs`), ui cases
+// - `review18b-macro-place-of-the-callers-spelling`,
+// - `review18b-macro-receiver-of-the-callers-spelling`,
+// - `review19-macro-index-variable-of-the-callers-spelling`,
+// - `review19-macro-scratch-of-the-callers-spelling`;
+// pass case `names-from-a-macro`.
 
 // ---------------------------------------------------------------------------------------------
 // A generic receiver and a blanket helper trait.

@@ -239,10 +239,12 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         (guards, quote!())
     };
     let probes = &input.probes;
+    let names = crate::hygiene::probe(&checked.nodes);
     quote! {{
         let #cache_var: &mut ::cudagraph::GraphCache = #cache;
         #stream_decl
         #probes
+        #names
         #plan
         let #call = ::cudagraph::__private::begin_call();
         #guards_decl

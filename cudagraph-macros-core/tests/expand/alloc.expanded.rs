@@ -9,6 +9,39 @@
 fn expanded() -> ::cudagraph::Result<()> {
     let __cudagraph_cache: &mut ::cudagraph::GraphCache = &mut cache;
     let __cudagraph_stream: &::cudagraph::__private::CudaStream = &stream;
+    #[allow(
+        unused_variables,
+        non_camel_case_types,
+        non_snake_case,
+        clippy::let_unit_value
+    )]
+    {
+        #[diagnostic::on_unimplemented(
+            message = "this `tmp` names another variable than the `tmp` at line 2:9 of this `graph!` body",
+            label = "a variable of another macro context",
+            note = "`graph!` keys places and receivers by their text: every `tmp` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `tmp` and its caller's `tmp` are two; give the macro's variable another name"
+        )]
+        trait __CudagraphOneName0 {}
+        struct __CudagraphName0;
+        impl __CudagraphOneName0 for __CudagraphName0 {}
+        fn __cudagraph_one_name0<T: __CudagraphOneName0 + ?Sized>(_: &T) {}
+        let tmp = __CudagraphName0;
+        __cudagraph_one_name0(&tmp);
+        __cudagraph_one_name0(&tmp);
+        __cudagraph_one_name0(&tmp);
+        __cudagraph_one_name0(&tmp);
+        #[diagnostic::on_unimplemented(
+            message = "this `k` names another variable than the `k` at line 3:5 of this `graph!` body",
+            label = "a variable of another macro context",
+            note = "`graph!` keys places and receivers by their text: every `k` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `k` and its caller's `k` are two; give the macro's variable another name"
+        )]
+        trait __CudagraphOneName2 {}
+        struct __CudagraphName2;
+        impl __CudagraphOneName2 for __CudagraphName2 {}
+        fn __cudagraph_one_name2<T: __CudagraphOneName2 + ?Sized>(_: &T) {}
+        let k = __CudagraphName2;
+        __cudagraph_one_name2(&k);
+    }
     static __CUDAGRAPH_PLAN: ::cudagraph::Plan = ::cudagraph::Plan {
         file: ::core::file!(),
         line: 1u32,

@@ -11,6 +11,82 @@
 fn expanded() -> ::cudagraph::Result<()> {
     let __cudagraph_cache: &mut ::cudagraph::GraphCache = &mut cache;
     let __cudagraph_stream: &::cudagraph::__private::CudaStream = &stream;
+    #[allow(
+        unused_variables,
+        non_camel_case_types,
+        non_snake_case,
+        clippy::let_unit_value
+    )]
+    {
+        #[diagnostic::on_unimplemented(
+            message = "this `x` names another variable than the `x` at line 2:36 of this `graph!` body",
+            label = "a variable of another macro context",
+            note = "`graph!` keys places and receivers by their text: every `x` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `x` and its caller's `x` are two; give the macro's variable another name"
+        )]
+        trait __CudagraphOneName1 {}
+        struct __CudagraphName1;
+        impl __CudagraphOneName1 for __CudagraphName1 {}
+        fn __cudagraph_one_name1<T: __CudagraphOneName1 + ?Sized>(_: &T) {}
+        let x = __CudagraphName1;
+        __cudagraph_one_name1(&x);
+        #[diagnostic::on_unimplemented(
+            message = "this `a` names another variable than the `a` at line 3:37 of this `graph!` body",
+            label = "a variable of another macro context",
+            note = "`graph!` keys places and receivers by their text: every `a` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `a` and its caller's `a` are two; give the macro's variable another name"
+        )]
+        trait __CudagraphOneName2 {}
+        struct __CudagraphName2;
+        impl __CudagraphOneName2 for __CudagraphName2 {}
+        fn __cudagraph_one_name2<T: __CudagraphOneName2 + ?Sized>(_: &T) {}
+        let a = __CudagraphName2;
+        __cudagraph_one_name2(&a);
+        #[diagnostic::on_unimplemented(
+            message = "this `k` names another variable than the `k` at line 3:16 of this `graph!` body",
+            label = "a variable of another macro context",
+            note = "`graph!` keys places and receivers by their text: every `k` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `k` and its caller's `k` are two; give the macro's variable another name"
+        )]
+        trait __CudagraphOneName3 {}
+        struct __CudagraphName3;
+        impl __CudagraphOneName3 for __CudagraphName3 {}
+        fn __cudagraph_one_name3<T: __CudagraphOneName3 + ?Sized>(_: &T) {}
+        let k = __CudagraphName3;
+        __cudagraph_one_name3(&k);
+        __cudagraph_one_name3(&k);
+        __cudagraph_one_name3(&k);
+        #[diagnostic::on_unimplemented(
+            message = "this `b` names another variable than the `b` at line 4:38 of this `graph!` body",
+            label = "a variable of another macro context",
+            note = "`graph!` keys places and receivers by their text: every `b` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `b` and its caller's `b` are two; give the macro's variable another name"
+        )]
+        trait __CudagraphOneName4 {}
+        struct __CudagraphName4;
+        impl __CudagraphOneName4 for __CudagraphName4 {}
+        fn __cudagraph_one_name4<T: __CudagraphOneName4 + ?Sized>(_: &T) {}
+        let b = __CudagraphName4;
+        __cudagraph_one_name4(&b);
+        #[diagnostic::on_unimplemented(
+            message = "this `c` names another variable than the `c` at line 5:34 of this `graph!` body",
+            label = "a variable of another macro context",
+            note = "`graph!` keys places and receivers by their text: every `c` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `c` and its caller's `c` are two; give the macro's variable another name"
+        )]
+        trait __CudagraphOneName5 {}
+        struct __CudagraphName5;
+        impl __CudagraphOneName5 for __CudagraphName5 {}
+        fn __cudagraph_one_name5<T: __CudagraphOneName5 + ?Sized>(_: &T) {}
+        let c = __CudagraphName5;
+        __cudagraph_one_name5(&c);
+        #[diagnostic::on_unimplemented(
+            message = "this `y` names another variable than the `y` at line 6:43 of this `graph!` body",
+            label = "a variable of another macro context",
+            note = "`graph!` keys places and receivers by their text: every `y` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `y` and its caller's `y` are two; give the macro's variable another name"
+        )]
+        trait __CudagraphOneName6 {}
+        struct __CudagraphName6;
+        impl __CudagraphOneName6 for __CudagraphName6 {}
+        fn __cudagraph_one_name6<T: __CudagraphOneName6 + ?Sized>(_: &T) {}
+        let y = __CudagraphName6;
+        __cudagraph_one_name6(&y);
+    }
     static __CUDAGRAPH_PLAN: ::cudagraph::Plan = ::cudagraph::Plan {
         file: ::core::file!(),
         line: 1u32,

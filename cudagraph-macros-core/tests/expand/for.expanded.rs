@@ -35,6 +35,88 @@ fn expanded() -> ::cudagraph::Result<()> {
         let i = ::cudagraph::__private::LoopVariable;
         ::cudagraph::__private::loop_variable(&i);
     }
+    #[allow(
+        unused_variables,
+        non_camel_case_types,
+        non_snake_case,
+        clippy::let_unit_value
+    )]
+    {
+        #[diagnostic::on_unimplemented(
+            message = "this `host` names another variable than the `host` at line 3:15 of this `graph!` body",
+            label = "a variable of another macro context",
+            note = "`graph!` keys places and receivers by their text: every `host` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `host` and its caller's `host` are two; give the macro's variable another name"
+        )]
+        trait __CudagraphOneName0 {}
+        struct __CudagraphName0;
+        impl __CudagraphOneName0 for __CudagraphName0 {}
+        fn __cudagraph_one_name0<T: __CudagraphOneName0 + ?Sized>(_: &T) {}
+        let host = __CudagraphName0;
+        __cudagraph_one_name0(&host);
+        __cudagraph_one_name0(&host);
+        #[diagnostic::on_unimplemented(
+            message = "this `bufs` names another variable than the `bufs` at line 3:29 of this `graph!` body",
+            label = "a variable of another macro context",
+            note = "`graph!` keys places and receivers by their text: every `bufs` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `bufs` and its caller's `bufs` are two; give the macro's variable another name"
+        )]
+        trait __CudagraphOneName1 {}
+        struct __CudagraphName1;
+        impl __CudagraphOneName1 for __CudagraphName1 {}
+        fn __cudagraph_one_name1<T: __CudagraphOneName1 + ?Sized>(_: &T) {}
+        let bufs = __CudagraphName1;
+        __cudagraph_one_name1(&bufs);
+        __cudagraph_one_name1(&bufs);
+        __cudagraph_one_name1(&bufs);
+        __cudagraph_one_name1(&bufs);
+        __cudagraph_one_name1(&bufs);
+        __cudagraph_one_name1(&bufs);
+        __cudagraph_one_name1(&bufs);
+        __cudagraph_one_name1(&bufs);
+        __cudagraph_one_name1(&bufs);
+        __cudagraph_one_name1(&bufs);
+        __cudagraph_one_name1(&bufs);
+        __cudagraph_one_name1(&bufs);
+        #[diagnostic::on_unimplemented(
+            message = "this `flags` names another variable than the `flags` at line 4:21 of this `graph!` body",
+            label = "a variable of another macro context",
+            note = "`graph!` keys places and receivers by their text: every `flags` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `flags` and its caller's `flags` are two; give the macro's variable another name"
+        )]
+        trait __CudagraphOneName2 {}
+        struct __CudagraphName2;
+        impl __CudagraphOneName2 for __CudagraphName2 {}
+        fn __cudagraph_one_name2<T: __CudagraphOneName2 + ?Sized>(_: &T) {}
+        let flags = __CudagraphName2;
+        __cudagraph_one_name2(&flags);
+        __cudagraph_one_name2(&flags);
+        #[diagnostic::on_unimplemented(
+            message = "this `k` names another variable than the `k` at line 5:9 of this `graph!` body",
+            label = "a variable of another macro context",
+            note = "`graph!` keys places and receivers by their text: every `k` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `k` and its caller's `k` are two; give the macro's variable another name"
+        )]
+        trait __CudagraphOneName3 {}
+        struct __CudagraphName3;
+        impl __CudagraphOneName3 for __CudagraphName3 {}
+        fn __cudagraph_one_name3<T: __CudagraphOneName3 + ?Sized>(_: &T) {}
+        let k = __CudagraphName3;
+        __cudagraph_one_name3(&k);
+        __cudagraph_one_name3(&k);
+        __cudagraph_one_name3(&k);
+        __cudagraph_one_name3(&k);
+        __cudagraph_one_name3(&k);
+        #[diagnostic::on_unimplemented(
+            message = "this `acc` names another variable than the `acc` at line 7:15 of this `graph!` body",
+            label = "a variable of another macro context",
+            note = "`graph!` keys places and receivers by their text: every `acc` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `acc` and its caller's `acc` are two; give the macro's variable another name"
+        )]
+        trait __CudagraphOneName4 {}
+        struct __CudagraphName4;
+        impl __CudagraphOneName4 for __CudagraphName4 {}
+        fn __cudagraph_one_name4<T: __CudagraphOneName4 + ?Sized>(_: &T) {}
+        let acc = __CudagraphName4;
+        __cudagraph_one_name4(&acc);
+        __cudagraph_one_name4(&acc);
+        __cudagraph_one_name4(&acc);
+    }
     static __CUDAGRAPH_PLAN: ::cudagraph::Plan = ::cudagraph::Plan {
         file: ::core::file!(),
         line: 1u32,

@@ -14,6 +14,48 @@
 fn expanded() -> ::cudagraph::Result<()> {
     let __cudagraph_cache: &mut ::cudagraph::GraphCache = cache;
     let __cudagraph_stream: &::cudagraph::__private::CudaStream = stream;
+    #[allow(
+        unused_variables,
+        non_camel_case_types,
+        non_snake_case,
+        clippy::let_unit_value
+    )]
+    {
+        #[diagnostic::on_unimplemented(
+            message = "this `f` names another variable than the `f` at line 2:17 of this `graph!` body",
+            label = "a variable of another macro context",
+            note = "`graph!` keys places and receivers by their text: every `f` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `f` and its caller's `f` are two; give the macro's variable another name"
+        )]
+        trait __CudagraphOneName0 {}
+        struct __CudagraphName0;
+        impl __CudagraphOneName0 for __CudagraphName0 {}
+        fn __cudagraph_one_name0<T: __CudagraphOneName0 + ?Sized>(_: &T) {}
+        let f = __CudagraphName0;
+        __cudagraph_one_name0(&f);
+        __cudagraph_one_name0(&f);
+        __cudagraph_one_name0(&f);
+        __cudagraph_one_name0(&f);
+        __cudagraph_one_name0(&f);
+        __cudagraph_one_name0(&f);
+        __cudagraph_one_name0(&f);
+        __cudagraph_one_name0(&f);
+        __cudagraph_one_name0(&f);
+        __cudagraph_one_name0(&f);
+        __cudagraph_one_name0(&f);
+        #[diagnostic::on_unimplemented(
+            message = "this `k` names another variable than the `k` at line 3:13 of this `graph!` body",
+            label = "a variable of another macro context",
+            note = "`graph!` keys places and receivers by their text: every `k` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `k` and its caller's `k` are two; give the macro's variable another name"
+        )]
+        trait __CudagraphOneName1 {}
+        struct __CudagraphName1;
+        impl __CudagraphOneName1 for __CudagraphName1 {}
+        fn __cudagraph_one_name1<T: __CudagraphOneName1 + ?Sized>(_: &T) {}
+        let k = __CudagraphName1;
+        __cudagraph_one_name1(&k);
+        __cudagraph_one_name1(&k);
+        __cudagraph_one_name1(&k);
+    }
     static __CUDAGRAPH_PLAN: ::cudagraph::Plan = ::cudagraph::Plan {
         file: ::core::file!(),
         line: 1u32,

@@ -13,6 +13,73 @@
 fn expanded() -> ::cudagraph::Result<()> {
     let __cudagraph_cache: &mut ::cudagraph::GraphCache = &mut cache;
     let __cudagraph_stream: &::cudagraph::__private::CudaStream = &stream;
+    #[allow(
+        unused_variables,
+        non_camel_case_types,
+        non_snake_case,
+        clippy::let_unit_value
+    )]
+    {
+        #[diagnostic::on_unimplemented(
+            message = "this `a` names another variable than the `a` at line 2:23 of this `graph!` body",
+            label = "a variable of another macro context",
+            note = "`graph!` keys places and receivers by their text: every `a` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `a` and its caller's `a` are two; give the macro's variable another name"
+        )]
+        trait __CudagraphOneName0 {}
+        struct __CudagraphName0;
+        impl __CudagraphOneName0 for __CudagraphName0 {}
+        fn __cudagraph_one_name0<T: __CudagraphOneName0 + ?Sized>(_: &T) {}
+        let a = __CudagraphName0;
+        __cudagraph_one_name0(&a);
+        __cudagraph_one_name0(&a);
+        __cudagraph_one_name0(&a);
+        __cudagraph_one_name0(&a);
+        __cudagraph_one_name0(&a);
+        __cudagraph_one_name0(&a);
+        __cudagraph_one_name0(&a);
+        __cudagraph_one_name0(&a);
+        __cudagraph_one_name0(&a);
+        __cudagraph_one_name0(&a);
+        #[diagnostic::on_unimplemented(
+            message = "this `k` names another variable than the `k` at line 2:5 of this `graph!` body",
+            label = "a variable of another macro context",
+            note = "`graph!` keys places and receivers by their text: every `k` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `k` and its caller's `k` are two; give the macro's variable another name"
+        )]
+        trait __CudagraphOneName1 {}
+        struct __CudagraphName1;
+        impl __CudagraphOneName1 for __CudagraphName1 {}
+        fn __cudagraph_one_name1<T: __CudagraphOneName1 + ?Sized>(_: &T) {}
+        let k = __CudagraphName1;
+        __cudagraph_one_name1(&k);
+        __cudagraph_one_name1(&k);
+        __cudagraph_one_name1(&k);
+        __cudagraph_one_name1(&k);
+        __cudagraph_one_name1(&k);
+        __cudagraph_one_name1(&k);
+        __cudagraph_one_name1(&k);
+        __cudagraph_one_name1(&k);
+        __cudagraph_one_name1(&k);
+        __cudagraph_one_name1(&k);
+        #[diagnostic::on_unimplemented(
+            message = "this `b` names another variable than the `b` at line 4:37 of this `graph!` body",
+            label = "a variable of another macro context",
+            note = "`graph!` keys places and receivers by their text: every `b` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `b` and its caller's `b` are two; give the macro's variable another name"
+        )]
+        trait __CudagraphOneName2 {}
+        struct __CudagraphName2;
+        impl __CudagraphOneName2 for __CudagraphName2 {}
+        fn __cudagraph_one_name2<T: __CudagraphOneName2 + ?Sized>(_: &T) {}
+        let b = __CudagraphName2;
+        __cudagraph_one_name2(&b);
+        __cudagraph_one_name2(&b);
+        __cudagraph_one_name2(&b);
+        __cudagraph_one_name2(&b);
+        __cudagraph_one_name2(&b);
+        __cudagraph_one_name2(&b);
+        __cudagraph_one_name2(&b);
+        __cudagraph_one_name2(&b);
+        __cudagraph_one_name2(&b);
+    }
     static __CUDAGRAPH_PLAN: ::cudagraph::Plan = ::cudagraph::Plan {
         file: ::core::file!(),
         line: 1u32,
