@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use syn::Expr;
+use quote::ToTokens;
 
 use crate::ast::{Arg, Flat, FlatCondition, GraphInput, Item, Node, Op, flatten};
 use crate::errors::{Errors, line_column};
@@ -21,6 +21,11 @@ pub struct Checked<'a> {
     pub conditions: u32,
     /// Nodes inside device bodies: `(node, conditional node, body)`, by node.
     pub bodies: Vec<(u32, u32, u32)>,
+    /// The device condition each device statement names, as `graph!` resolves it (the
+    /// condition's slot), by node; `None` for other statements.
+    pub cond_slot: Vec<Option<u32>>,
+    /// The device conditions' names, by slot.
+    pub cond_names: Vec<syn::Ident>,
 }
 
 /// Checks names, dependencies and places of `input`, adding to `errors`.
@@ -117,7 +122,7 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
         check_places(f.node, errors);
         after.push(deps);
     }
-    check_device_conditions(&nodes, &conds, errors);
+    let cond_slot = check_device_conditions(&nodes, &conds, errors);
     setter_edges(&nodes, &mut after);
     capture_edges(&nodes, &mut after);
     let bodies = nodes
@@ -125,7 +130,8 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
         .enumerate()
         .filter_map(|(i, f)| f.body.map(|(c, b)| (i as u32, c as u32, b)))
         .collect();
-    Checked { nodes, after, conditions, bodies }
+    let cond_names = conds.iter().map(|c| c.decl.name.clone()).collect();
+    Checked { nodes, after, conditions, bodies, cond_slot, cond_names }
 }
 
 /// `eager!` has no device control flow: a device statement's condition is set by kernels with
@@ -164,8 +170,12 @@ fn setter_edges(nodes: &[Flat<'_>], after: &mut [Vec<u32>]) {
         let Op::Conditional { cond, .. } = &f.node.op else { continue };
         for (j, g) in nodes[..i].iter().enumerate() {
             let Op::Launch { args, .. } = &g.node.op else { continue };
-            let passes = args.iter().any(|a| {
-                matches!(a, Arg::Scalar(Expr::Path(p)) if p.qself.is_none() && p.path.is_ident(cond))
+            // Any scalar whose tokens use the condition's name (`c`, `(c)`, `{ c }`, `r#c`,
+            // `f(c)`): an edge too many orders nothing wrongly, one too few races the kernel
+            // that sets the condition with the node that reads it (review 19b).
+            let passes = args.iter().any(|a| match a {
+                Arg::Scalar(e) => crate::hygiene::mentions(e.to_token_stream(), cond),
+                Arg::Buffer(_) => false,
             });
             if passes && g.body == f.body && !after[i].contains(&(j as u32)) {
                 after[i].push(j as u32);
@@ -196,17 +206,24 @@ fn capture_edges(nodes: &[Flat<'_>], after: &mut [Vec<u32>]) {
 }
 
 /// Each device statement names a device condition declared before it in the same block, and
-/// each declared condition is used by exactly one device statement.
-fn check_device_conditions(nodes: &[Flat<'_>], conds: &[FlatCondition<'_>], errors: &mut Errors) {
+/// each declared condition is used by exactly one device statement. Returns each device
+/// statement's condition slot (the expansion checks that rustc resolves the name to the same
+/// declaration: `expand`, `__cudagraph_cond_*`).
+fn check_device_conditions(
+    nodes: &[Flat<'_>],
+    conds: &[FlatCondition<'_>],
+    errors: &mut Errors,
+) -> Vec<Option<u32>> {
     let mut used = vec![false; conds.len()];
+    let mut slots = vec![None; nodes.len()];
     for (i, f) in nodes.iter().enumerate() {
         let Op::Conditional { func, cond, .. } = &f.node.op else { continue };
         // The latest declaration of that name before the statement, as Rust resolves it.
-        let decl = conds
-            .iter()
-            .enumerate()
-            .rev()
-            .find(|(_, d)| d.at <= i && d.decl.name == *cond && in_scope(&d.scope, &f.scope));
+        let decl = conds.iter().enumerate().rev().find(|(_, d)| {
+            d.at <= i
+                && crate::hygiene::same_name(&d.decl.name, cond)
+                && in_scope(&d.scope, &f.scope)
+        });
         match decl {
             Some((k, d)) if d.scope != f.scope => {
                 let _ = k;
@@ -219,7 +236,10 @@ fn check_device_conditions(nodes: &[Flat<'_>], conds: &[FlatCondition<'_>], erro
                 cond,
                 format!("device condition `{cond}` already drives another device statement: declare one condition per `{func}`"),
             ),
-            Some((k, _)) => used[k] = true,
+            Some((k, _)) => {
+                used[k] = true;
+                slots[i] = Some(k as u32);
+            }
             None => errors.push(
                 cond,
                 format!("`{cond}` is not a device condition: a device statement's condition is set by kernels on the device; declare it before this statement with `let {cond} = condition(default);` and pass `{cond}` to the kernels that set it (a host value belongs in a host `if`)"),
@@ -235,6 +255,7 @@ fn check_device_conditions(nodes: &[Flat<'_>], conds: &[FlatCondition<'_>], erro
             );
         }
     }
+    slots
 }
 
 /// Whether a name bound in scope path `bound` is visible from a statement in scope path `at`:

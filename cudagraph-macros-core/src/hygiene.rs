@@ -20,7 +20,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, quote_spanned};
 use syn::{Expr, Ident};
 
@@ -78,10 +78,10 @@ pub(crate) fn probe(nodes: &[Flat<'_>]) -> TokenStream {
         let tr = format_ident!("__CudagraphOneName{n}", span = Span::mixed_site());
         let check = format_ident!("__cudagraph_one_name{n}", span = Span::mixed_site());
         let message = format!(
-            "this `{name}` names another variable than the `{name}` at line {line}:{column} of this `graph!` body"
+            "this `{name}` is of another macro context than the `{name}` at line {line}:{column} of this `graph!` body"
         );
         let note = format!(
-            "`graph!` keys places and receivers by their text: every `{name}` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `{name}` and its caller's `{name}` are two; give the macro's variable another name"
+            "`graph!` keys places and receivers by their text: every `{name}` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `{name}` and its caller's `{name}` are two; a macro defined inside a function, whose own `{name}` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         );
         let checks = others.iter().map(|i| {
             quote_spanned! {i.span()=>
@@ -148,5 +148,94 @@ fn place_names(e: &Expr, add: &mut impl FnMut(&Ident)) {
             place_names(&b.right, add);
         }
         _ => {}
+    }
+}
+
+/// Whether two identifiers are one name (`r#x` is `x`).
+pub(crate) fn same_name(a: &Ident, b: &Ident) -> bool {
+    syn::ext::IdentExt::unraw(a) == syn::ext::IdentExt::unraw(b)
+}
+
+/// Whether `tokens` use the name `var` (raw or not; not as a field or method after `.`).
+pub(crate) fn mentions(tokens: TokenStream, var: &Ident) -> bool {
+    let mut after_dot = false;
+    tokens.into_iter().any(|tt| {
+        let field = after_dot;
+        after_dot = matches!(&tt, TokenTree::Punct(p) if p.as_char() == '.');
+        match tt {
+            TokenTree::Ident(i) => !field && same_name(&i, var),
+            TokenTree::Group(g) => mentions(g.stream(), var),
+            _ => false,
+        }
+    })
+}
+
+/// Device conditions: `graph!` resolves the name a device statement gives (`device_while(c,
+/// …)`) to the latest declaration before it in scope, by text, where rustc resolves the
+/// expansion's `let c: Condition` by hygiene and by the expansion's blocks, which are flatter
+/// than the body's (an unrolled `for`'s iteration and a device statement's bodies are no Rust
+/// block there). Each declaration also binds a marker of a type of its own, named after it with
+/// its span (`__cudagraph_cond_c`), and each device statement passes the marker its name
+/// resolves to, with its span, to a function that takes only the marker of the declaration
+/// `graph!` resolved: any other one (a macro's `c` beside its caller's, a `c` of a finished
+/// iteration or device body) is a compile error (review 19b). These are the marker types and
+/// check functions, one per condition slot.
+pub(crate) fn condition_marks(names: &[Ident]) -> TokenStream {
+    let mut out = TokenStream::new();
+    for (k, name) in names.iter().enumerate() {
+        let (ty, tr, check) = condition_items(k as u32);
+        let (line, column) = crate::errors::line_column(name.span());
+        let name = syn::ext::IdentExt::unraw(name);
+        let message = format!(
+            "this `{name}` is not the device condition `{name}` declared at line {line}:{column}, which `graph!` resolved for this device statement"
+        );
+        out.extend(quote! {
+            #[allow(non_camel_case_types, dead_code)]
+            struct #ty;
+            #[diagnostic::on_unimplemented(
+                message = #message,
+                label = "another device condition of this name",
+                note = "`graph!` resolves a device statement's condition by its text, to the latest declaration before it in the same block; here rustc resolves the name to another one (a `condition` of a finished `for` iteration or device body, or one of another macro context): give the conditions distinct names"
+            )]
+            trait #tr {}
+            impl #tr for #ty {}
+            #[allow(dead_code)]
+            fn #check<T: #tr>(_: &T) {}
+        });
+    }
+    out
+}
+
+/// The names of slot `k`'s marker type, trait and check function.
+fn condition_items(k: u32) -> (Ident, Ident, Ident) {
+    let s = Span::mixed_site();
+    (
+        format_ident!("__CudagraphCondition{}", k, span = s),
+        format_ident!("__CudagraphIsCondition{}", k, span = s),
+        format_ident!("__cudagraph_is_condition{}", k, span = s),
+    )
+}
+
+/// The marker variable of the condition named `name` (with its span, so its hygiene).
+fn condition_marker(name: &Ident) -> Ident {
+    format_ident!("__cudagraph_cond_{}", syn::ext::IdentExt::unraw(name), span = name.span())
+}
+
+/// Declaration `name` of slot `slot`: its marker.
+pub(crate) fn condition_mark(name: &Ident, slot: u32) -> TokenStream {
+    let (ty, _, _) = condition_items(slot);
+    let mark = condition_marker(name);
+    quote! {
+        #[allow(unused_variables)]
+        let #mark = #ty;
+    }
+}
+
+/// A device statement naming `cond`, which `graph!` resolved to slot `slot`: the check.
+pub(crate) fn condition_check(cond: &Ident, slot: u32) -> TokenStream {
+    let (_, _, check) = condition_items(slot);
+    let mark = condition_marker(cond);
+    quote_spanned! {cond.span()=>
+        #check(&#mark);
     }
 }

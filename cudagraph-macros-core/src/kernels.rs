@@ -210,6 +210,15 @@ pub fn expand(input: KernelsInput) -> TokenStream {
         }
 
         impl #name {
+            /// `graph!`'s proof that a statement's receiver has this concrete type (see
+            /// `cudagraph::__private::Concrete`).
+            #[doc(hidden)]
+            #[inline(always)]
+            #vis fn __cudagraph_concrete(&self) -> ::cudagraph::__private::Concrete<Self> {
+                // SAFETY: the inherent method of this `kernels!` struct, for itself.
+                unsafe { ::cudagraph::__private::Concrete::new() }
+            }
+
             /// Names of the kernels, in declaration order.
             #vis const NAMES: &'static [&'static str] = &[#(#name_strs),*];
 

@@ -1050,6 +1050,41 @@ pub mod __private {
         }
     }
 
+    /// Proof that a kernel statement's receiver is a `kernels!` struct whose type the statement
+    /// knows, so that its method call reaches the method `kernels!` generated (an inherent
+    /// method): made only by that struct's generated `__cudagraph_concrete`, an inherent method
+    /// too. On a receiver of a generic type (`&K::Struct` of a `K` bounded on [`Kernels`]) no
+    /// inherent method is visible, and a statement's method would be a trait method of the
+    /// user's, which may pass other arguments at each call: a run of iterations of it
+    /// evaluated once (see [`word_repeat`]) would then launch stale values (review 18b). The
+    /// expansion calls `__cudagraph_concrete` on every receiver and hands the proof to
+    /// [`concrete`]; a user trait method of that name cannot make a `Concrete` (its
+    /// constructor is `unsafe`), so such a receiver does not compile (or, if the method never
+    /// returns, the call never gets past it).
+    pub struct Concrete<S: ?Sized>(core::marker::PhantomData<fn() -> *const S>);
+
+    impl<S: ?Sized> Concrete<S> {
+        /// The proof for `S`.
+        ///
+        /// # Safety
+        /// Called only by the inherent method `__cudagraph_concrete` that `kernels!` generates
+        /// for its struct `S`.
+        #[inline(always)]
+        pub const unsafe fn new() -> Self {
+            Concrete(core::marker::PhantomData)
+        }
+    }
+
+    /// `graph!`'s check that a kernel statement's receiver `k` has a concrete `kernels!` type
+    /// (see [`Concrete`]): `proof` is `|r| r.__cudagraph_concrete()`, written in the
+    /// expansion, where `r`'s type is the statement's. Returns `k`; nothing else happens at
+    /// run time.
+    #[inline(always)]
+    pub fn concrete<S: ?Sized>(k: &S, proof: impl FnOnce(&S) -> Concrete<S>) -> &S {
+        proof(k);
+        k
+    }
+
     /// Whether a kernel statement's node is a call of `k`'s kernel `method` made by the method
     /// `kernels!` generated for it (not a method of the user's that returns another kernel's
     /// call): a run of iterations of such statements is evaluated once per call (see

@@ -17,9 +17,9 @@
 //! compile error (`__private::loop_variable`, ui `review18b-loop-variable-of-another-context`).
 //!
 //! **Session 19:** a macro's own place or receiver spelled like its caller's is a compile error
-//! too (`graph!`'s name probe, SAFETY.md 14): the three tests of it became ui cases (see the
-//! section "Hygiene" below). Open: the generic receiver's blanket helper (a residual of rule 1,
-//! stale scalars only), whose test is built only with `--features open-holes`.
+//! too (`graph!`'s name probe, SAFETY.md 14), and so is a receiver of a generic type (the
+//! blanket helper, `__private::Concrete`): the four tests of them became ui cases (see the
+//! sections "Hygiene" and "A generic receiver" below).
 //!
 //! **Holes (fail at c7ded14).** `graph!` compares tokens by their text only, which ignores
 //! `macro_rules!` hygiene: two variables of one spelling, one the caller's and one the
@@ -75,12 +75,8 @@
 //! a scalar derived from a length (`bufs[i].len()`) is a call, not `pure` (no run); receivers
 //! `self` and `&dyn`/references reach the inherent method; the stream is per call (`foreign`).
 
-// The open holes' tests and their helpers are built only with `--features open-holes`.
-#![cfg_attr(not(feature = "open-holes"), allow(dead_code, unused_macros, unused_imports))]
-
 mod common;
 
-use std::cell::Cell;
 use std::sync::Arc;
 
 use common::review17::{assert_same, same_all, stub};
@@ -259,109 +255,13 @@ fn a_memset_run_across_two_fors_with_a_macro_local_value_is_evaluated_each_call(
 // ---------------------------------------------------------------------------------------------
 // A generic receiver and a blanket helper trait.
 
-mod blanket {
-    use super::*;
-    use cudagraph::{DevWrite, KernelCall};
-
-    type InPlace<'k, 'b> = KernelCall<'k, (u32, u32, u32, DevWrite<'b, u32>)>;
-
-    thread_local! {
-        /// The struct the helper calls (the one the test passes as the receiver).
-        pub static REAL: Cell<Option<&'static Ops>> = const { Cell::new(None) };
-        /// What the helper adds to `b` of every call but the first of a `graph!` call.
-        pub static SHIFT: Cell<u32> = const { Cell::new(0) };
-        /// Helper calls since the test last reset it.
-        pub static MADE: Cell<u32> = const { Cell::new(0) };
-    }
-
-    /// Named like a kernel, implemented for every type: on `&K::Struct` of a generic `K` (where
-    /// the generated inherent method is not visible) this is the method a statement reaches.
-    pub trait Helper {
-        fn affine_inplace<'k, 'b>(
-            &'k self,
-            n: u32,
-            a: u32,
-            b: u32,
-            x: DevWrite<'b, u32>,
-        ) -> InPlace<'k, 'b>;
-    }
-
-    impl<T: ?Sized> Helper for T {
-        fn affine_inplace<'k, 'b>(
-            &'k self,
-            n: u32,
-            a: u32,
-            b: u32,
-            x: DevWrite<'b, u32>,
-        ) -> InPlace<'k, 'b> {
-            let ops: &'static Ops = REAL.get().expect("REAL set by the test");
-            let made = MADE.get();
-            MADE.set(made + 1);
-            let b = if made == 0 { b } else { b + SHIFT.get() };
-            // The real kernel of the receiver's struct (the inherent method: `ops` is concrete).
-            ops.affine_inplace(n, a, b, x)
-        }
-    }
-
-    /// A run of 4 iterations on a generic receiver.
-    pub fn generic_run<K: cudagraph::__private::Kernels>(
-        cache: &mut GraphCache,
-        s: &Arc<CudaStream>,
-        k: &K,
-        bufs: &mut [CudaSlice<u32>],
-    ) -> cudagraph::Result<()> {
-        let c = cfg();
-        graph!(cache, s, {
-            for i in 0..4 {
-                k.affine_inplace(N, 3, 1, &mut bufs[i]).launch(c);
-            }
-        })
-    }
-}
-
-/// The helper's first call of each `graph!` call passes `b = 1`, the others `1 + SHIFT`.
-/// Calls with SHIFT = 0, 0, 0, then 7, 7: every call must launch what its statements evaluate
-/// to (element 0 with `b = 1`, the others with `1 + SHIFT`). With the hole the call with SHIFT =
-/// 7 is unchanged, the helper runs once (the first iteration), and the graph launches `b = 1`.
-#[cfg(feature = "open-holes")]
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn a_generic_receivers_blanket_helper_is_evaluated_each_iteration() -> Result {
-    use blanket::{MADE, REAL, SHIFT};
-    let _serial = common::serial();
-    let (_ctx, s, k) = gpu()?;
-    let k: &'static Ops = Box::leak(Box::new(k));
-    REAL.set(Some(k));
-    let (mut bufs, mut eager) = (distinct(&s, 4)?, distinct(&s, 4)?);
-    let mut cache = GraphCache::new();
-    let mut last = None;
-    for (call, shift) in [0u32, 0, 0, 7, 7].into_iter().enumerate() {
-        SHIFT.set(shift);
-        MADE.set(0);
-        let before = cache.stats().unchanged_calls;
-        blanket::generic_run(&mut cache, &s, &k, &mut bufs)?;
-        let made = MADE.get();
-        for (j, x) in eager.iter_mut().enumerate() {
-            let b = if j == 0 { 1 } else { 1 + shift };
-            launch!(s, k, "affine_inplace", cfg(); &N, &3u32, &b, x)?;
-        }
-        s.synchronize()?;
-        same_all(&read_all(&s, &bufs)?, &read_all(&s, &eager)?, &format!("call {call}"));
-        if last.is_some_and(|l| l != shift) {
-            assert!(
-                made == 4 || cache.stats().unchanged_calls == before,
-                "call {call}: the helper would pass b = {} to the later iterations, yet the call \
-                 counted unchanged with {made} helper call(s) (the later iterations not \
-                 evaluated): {:?}",
-                1 + shift,
-                cache.stats()
-            );
-        }
-        last = Some(shift);
-    }
-    REAL.set(None);
-    Ok(())
-}
+// The review's test of it (`a_generic_receivers_blanket_helper_is_evaluated_each_iteration`: in a
+// function generic over `K: __private::Kernels`, a blanket trait method named like the kernel,
+// which calls the real kernel method with a `b` of its own choosing per call, so a run's later
+// iterations, evaluated once, launched stale values) is now the compile-fail case
+// `ui/review18b-generic-receiver-blanket-helper.rs` (session 19): every receiver must have a
+// concrete `kernels!` type, checked by its inherent `__cudagraph_concrete`
+// (`__private::Concrete`), which a trait method cannot stand in for.
 
 // ---------------------------------------------------------------------------------------------
 // Controls: what a later iteration's copy depends on is in the words.

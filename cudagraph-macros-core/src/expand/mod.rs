@@ -103,6 +103,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         chunk_of: Vec::new(),
         lazy: false,
         receivers: HashMap::new(),
+        cond_slot: checked.cond_slot.clone(),
     };
     // Each receiver that is a path (`k`, `self::K`), made the `kernels!` struct itself once per
     // call (`__private::kernels`, whose `Kernels::Struct` projection took rustc about 2 ms of
@@ -115,7 +116,10 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
             if !receivers.contains_key(&key) {
                 let k = local(format!("__cudagraph_k{}", receivers.len()));
                 receivers_decl.extend(quote_spanned! {receiver.span()=>
-                    let #k = ::cudagraph::__private::kernels(&#receiver);
+                    let #k = ::cudagraph::__private::concrete(
+                        ::cudagraph::__private::kernels(&#receiver),
+                        |r| r.__cudagraph_concrete(),
+                    );
                 });
                 receivers.insert(key, k);
             }
@@ -240,11 +244,13 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
     };
     let probes = &input.probes;
     let names = crate::hygiene::probe(&checked.nodes);
+    let condition_marks = crate::hygiene::condition_marks(&checked.cond_names);
     quote! {{
         let #cache_var: &mut ::cudagraph::GraphCache = #cache;
         #stream_decl
         #probes
         #names
+        #condition_marks
         #plan
         let #call = ::cudagraph::__private::begin_call();
         #guards_decl
@@ -488,6 +494,8 @@ pub(crate) struct NodeCounter {
     /// Whether the chunks being emitted are made only when the node list is needed (the later
     /// iterations of an indexed run, see [`repeat_runs`]): no words of their own.
     pub(crate) lazy: bool,
+    /// The device condition each device statement names, as `graph!` resolved it, by node.
+    pub(crate) cond_slot: Vec<Option<u32>>,
     /// The receivers of the body's kernel statements that are paths, by their tokens, and the
     /// local each is made into once per call (see [`expand`]).
     pub(crate) receivers: HashMap<String, syn::Ident>,
@@ -849,6 +857,11 @@ fn emit_flat(
         flush(chunk, counter, &mut out);
         match item {
             Item::Node(node) => {
+                if let (Op::Conditional { cond, .. }, Some(Some(k))) =
+                    (&node.op, counter.cond_slot.get(counter.next))
+                {
+                    out.extend(crate::hygiene::condition_check(cond, *k));
+                }
                 let n = local(format!("__cudagraph_n{}", counter.next));
                 counter.next += 1;
                 let value = node_value(node, places, &counter.receivers);
@@ -904,6 +917,7 @@ fn emit_flat(
                 out.extend(quote_spanned! {func.span()=>
                     let #name: ::cudagraph::Condition = #made;
                 });
+                out.extend(crate::hygiene::condition_mark(name, slot));
             }
             Item::Scope(_) | Item::For(_) => unreachable!("`unscope` leaves no scope"),
             Item::Loop(l) => {
@@ -1092,7 +1106,12 @@ fn node_value(
                     quote!(#g)
                 }
                 None => {
-                    quote_spanned!(receiver.span()=> ::cudagraph::__private::kernels(&#receiver))
+                    quote_spanned! {receiver.span()=>
+                        ::cudagraph::__private::concrete(
+                            ::cudagraph::__private::kernels(&#receiver),
+                            |r| r.__cudagraph_concrete(),
+                        )
+                    }
                 }
             };
             let launch = quote!(#receiver.#kernel #call.#launch(#cfg));

@@ -8,7 +8,7 @@
 //! between iterations), no run-time `for` inside (a literal one is unrolled), and no place that
 //! names the loop variable (every place is borrowed once before the body runs).
 
-use proc_macro2::{TokenStream, TokenTree};
+use proc_macro2::TokenStream;
 use quote::{ToTokens, quote};
 use syn::{Expr, Ident, RangeLimits};
 
@@ -115,16 +115,7 @@ pub(crate) fn check_device_body(items: &[Item], word: &Ident, errors: &mut Error
     }
 }
 
-/// Whether `tokens` use the variable `var` (not a field or method of that name).
+/// Whether `tokens` use the variable `var` (not a field or method of that name; `r#i` is `i`).
 fn mentions(tokens: TokenStream, var: &Ident) -> bool {
-    let mut after_dot = false;
-    tokens.into_iter().any(|tt| {
-        let field = after_dot;
-        after_dot = matches!(&tt, TokenTree::Punct(p) if p.as_char() == '.');
-        match tt {
-            TokenTree::Ident(i) => i == *var && !field,
-            TokenTree::Group(g) => mentions(g.stream(), var),
-            _ => false,
-        }
-    })
+    crate::hygiene::mentions(tokens, var)
 }

@@ -405,7 +405,7 @@ fn loop_variable_probe(var: &Ident, body: &TokenStream) -> TokenStream {
             let field = after_dot;
             after_dot = matches!(&tt, TokenTree::Punct(p) if p.as_char() == '.');
             match tt {
-                TokenTree::Ident(i) if i == *var && !field => out.push(i),
+                TokenTree::Ident(i) if !field && crate::hygiene::same_name(&i, var) => out.push(i),
                 TokenTree::Group(g) => uses(g.stream(), var, out),
                 _ => {}
             }
@@ -440,7 +440,7 @@ fn substitute(tokens: TokenStream, var: &Ident, value: u64) -> TokenStream {
             (tt, field)
         })
         .map(|(tt, field)| match tt {
-            TokenTree::Ident(ref i) if i == var && !field => {
+            TokenTree::Ident(ref i) if !field && crate::hygiene::same_name(i, var) => {
                 let mut lit = proc_macro2::Literal::u64_unsuffixed(value);
                 // At `i` for error messages, but marked as macro output: lints such as
                 // clippy's `erasing_op` would otherwise fire on the user's `2 * i` with `i = 0`.

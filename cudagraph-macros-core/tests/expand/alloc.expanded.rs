@@ -187,7 +187,10 @@ fn expanded() -> ::cudagraph::Result<()> {
     );
     let mut __cudagraph_words = __cudagraph_guards.take_words();
     let __cudagraph_key: u64 = 0;
-    let __cudagraph_k0 = ::cudagraph::__private::kernels(&k);
+    let __cudagraph_k0 = ::cudagraph::__private::concrete(
+        ::cudagraph::__private::kernels(&k),
+        |r| r.__cudagraph_concrete(),
+    );
     #[allow(unused_braces)]
     let __cudagraph_n0 = __cudagraph_s0.alloc_node();
     ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_n0);

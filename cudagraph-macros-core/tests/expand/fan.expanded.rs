@@ -270,7 +270,10 @@ fn expanded() -> ::cudagraph::Result<()> {
     );
     let mut __cudagraph_words = __cudagraph_guards.take_words();
     let __cudagraph_key: u64 = 0;
-    let __cudagraph_k0 = ::cudagraph::__private::kernels(&k);
+    let __cudagraph_k0 = ::cudagraph::__private::concrete(
+        ::cudagraph::__private::kernels(&k),
+        |r| r.__cudagraph_concrete(),
+    );
     let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n0 = ::cudagraph::__private::copy(

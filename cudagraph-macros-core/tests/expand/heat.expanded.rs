@@ -236,7 +236,10 @@ fn expanded() -> ::cudagraph::Result<()> {
     );
     let mut __cudagraph_words = __cudagraph_guards.take_words();
     let mut __cudagraph_key: u64 = 0;
-    let __cudagraph_k0 = ::cudagraph::__private::kernels(&k);
+    let __cudagraph_k0 = ::cudagraph::__private::concrete(
+        ::cudagraph::__private::kernels(&k),
+        |r| r.__cudagraph_concrete(),
+    );
     let mut __cudagraph_n4 = ::core::option::Option::None;
     let mut __cudagraph_n5 = ::core::option::Option::None;
     let mut __cudagraph_n6 = ::core::option::Option::None;

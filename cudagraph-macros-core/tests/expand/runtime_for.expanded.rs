@@ -114,7 +114,10 @@ fn expanded() -> ::cudagraph::Result<()> {
         &mut __cudagraph_guards,
     );
     let __cudagraph_key: u64 = 0;
-    let __cudagraph_k0 = ::cudagraph::__private::kernels(&k);
+    let __cudagraph_k0 = ::cudagraph::__private::concrete(
+        ::cudagraph::__private::kernels(&k),
+        |r| r.__cudagraph_concrete(),
+    );
     let mut __cudagraph_c0: usize = 0;
     let mut __cudagraph_n1 = ::std::vec::Vec::new();
     let mut __cudagraph_n2 = ::std::vec::Vec::new();
