@@ -3,10 +3,13 @@
 
 use std::collections::HashMap;
 
-use quote::ToTokens;
-
-use crate::ast::{Arg, Flat, FlatCondition, GraphInput, Item, Node, Op, flatten};
+use crate::ast::{Flat, FlatCondition, GraphInput, Item, Node, Op, flatten};
 use crate::errors::{Errors, line_column};
+
+/// A name as text, unraw (`r#a` is `a`).
+fn unraw(i: &syn::Ident) -> String {
+    syn::ext::IdentExt::unraw(i).to_string()
+}
 
 /// Most host `if`s one body may have (one bit each of the variant key).
 pub const MAX_CONDITIONS: u32 = 64;
@@ -40,7 +43,7 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
     let mut names: HashMap<String, usize> = HashMap::new();
     for (i, f) in nodes.iter().enumerate() {
         if let Some(name) = &f.node.name {
-            if let Some(&first) = names.get(&name.to_string()) {
+            if let Some(&first) = names.get(&unraw(name)) {
                 // One error on the second name (a second `error:` on the first one would read as
                 // another error). The same position twice means one `let` unrolled by a `for`.
                 let (line, column) =
@@ -56,7 +59,7 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
                 };
                 errors.push(name, msg);
             } else {
-                names.insert(name.to_string(), i);
+                names.insert(unraw(name), i);
             }
         }
     }
@@ -81,7 +84,7 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
     for (i, f) in nodes.iter().enumerate() {
         let mut deps = Vec::new();
         for a in &f.node.after {
-            let s = a.to_string();
+            let s = unraw(a);
             match names.get(&s) {
                 Some(&j) if j < i && !in_scope(&nodes[j].scope, &f.scope) => {
                     let bound = nodes[j].node.name.as_ref().expect("named");
@@ -161,24 +164,32 @@ pub fn no_device_control_flow(items: &[Item], errors: &mut Errors) {
     }
 }
 
-/// A kernel that takes a device condition before its device statement, in the same graph, is
-/// ordered before that statement (an edge as by `.after`): the conditional node reads the value
-/// the kernel sets, through no buffer the hazard inference could see. (Kernels inside the
-/// statement's bodies set it for the next evaluation and need no edge.)
+/// Each device statement (a conditional node) is ordered with every kernel, capture, child
+/// graph and other device statement of its body: after those before it, before those after it.
+/// A kernel that sets a device statement's condition must not run concurrently with the
+/// conditional node reading it, and which kernels receive a condition is known only when they
+/// are made (`Condition` is `Copy`: it can reach a kernel through host state, not only through
+/// its name in the kernel's arguments, review 19c); a node in another body is ordered through
+/// the device statement whose body holds it. Edges as by `.after` (of two nodes in exclusive
+/// host-`if` branches, the absent one's edge is dropped in each variant).
 fn setter_edges(nodes: &[Flat<'_>], after: &mut [Vec<u32>]) {
+    let runs_kernels = |op: &Op| {
+        matches!(
+            op,
+            Op::Launch { .. } | Op::Conditional { .. } | Op::Capture { .. } | Op::Child { .. }
+        )
+    };
     for (i, f) in nodes.iter().enumerate() {
-        let Op::Conditional { cond, .. } = &f.node.op else { continue };
-        for (j, g) in nodes[..i].iter().enumerate() {
-            let Op::Launch { args, .. } = &g.node.op else { continue };
-            // Any scalar whose tokens use the condition's name (`c`, `(c)`, `{ c }`, `r#c`,
-            // `f(c)`): an edge too many orders nothing wrongly, one too few races the kernel
-            // that sets the condition with the node that reads it (review 19b).
-            let passes = args.iter().any(|a| match a {
-                Arg::Scalar(e) => crate::hygiene::mentions(e.to_token_stream(), cond),
-                Arg::Buffer(_) => false,
-            });
-            if passes && g.body == f.body && !after[i].contains(&(j as u32)) {
-                after[i].push(j as u32);
+        if !matches!(f.node.op, Op::Conditional { .. }) {
+            continue;
+        }
+        for (j, g) in nodes.iter().enumerate() {
+            if j == i || g.body != f.body || !runs_kernels(&g.node.op) {
+                continue;
+            }
+            let (later, earlier) = if j < i { (i, j) } else { (j, i) };
+            if !after[later].contains(&(earlier as u32)) {
+                after[later].push(earlier as u32);
             }
         }
     }

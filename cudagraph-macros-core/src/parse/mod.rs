@@ -179,7 +179,8 @@ fn lower_alloc(c: &syn::ExprCall, name: Option<&Ident>, errors: &mut Errors) -> 
         return None;
     };
     let place: Expr = syn::parse_quote_spanned!(name.span()=> #name);
-    let buffer = Operand { write: true, place, key: name.to_string(), span: c.span() };
+    let key = syn::ext::IdentExt::unraw(name).to_string();
+    let buffer = Operand { write: true, place, key, span: c.span() };
     Some(Op::Alloc { func, ty, len: c.args[0].clone(), buffer })
 }
 
@@ -847,6 +848,10 @@ fn place_key(e: &Expr) -> String {
         Expr::Paren(p) if matches!(*p.expr, Expr::Unary(_)) => format!("({})", place_key(&p.expr)),
         Expr::Paren(p) => place_key(&p.expr),
         Expr::Unary(u) => format!("*{}", place_key(&u.expr)),
+        // A variable: its name unraw (`r#x` is `x`, review 19c).
+        Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => {
+            syn::ext::IdentExt::unraw(p.path.get_ident().expect("one ident")).to_string()
+        }
         other => normalize(other),
     }
 }

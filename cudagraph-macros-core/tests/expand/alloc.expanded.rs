@@ -17,9 +17,9 @@ fn expanded() -> ::cudagraph::Result<()> {
     )]
     {
         #[diagnostic::on_unimplemented(
-            message = "this `tmp` names another variable than the `tmp` at line 2:9 of this `graph!` body",
+            message = "this `tmp` is of another macro context than the `tmp` at line 2:9 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `tmp` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `tmp` and its caller's `tmp` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `tmp` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `tmp` and its caller's `tmp` are two; a macro defined inside a function, whose own `tmp` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName0 {}
         struct __CudagraphName0;
@@ -31,9 +31,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         __cudagraph_one_name0(&tmp);
         __cudagraph_one_name0(&tmp);
         #[diagnostic::on_unimplemented(
-            message = "this `k` names another variable than the `k` at line 3:5 of this `graph!` body",
+            message = "this `k` is of another macro context than the `k` at line 3:5 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `k` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `k` and its caller's `k` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `k` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `k` and its caller's `k` are two; a macro defined inside a function, whose own `k` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName2 {}
         struct __CudagraphName2;

@@ -19,9 +19,9 @@ fn expanded() -> ::cudagraph::Result<()> {
     )]
     {
         #[diagnostic::on_unimplemented(
-            message = "this `x` names another variable than the `x` at line 2:36 of this `graph!` body",
+            message = "this `x` is of another macro context than the `x` at line 2:36 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `x` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `x` and its caller's `x` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `x` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `x` and its caller's `x` are two; a macro defined inside a function, whose own `x` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName1 {}
         struct __CudagraphName1;
@@ -30,9 +30,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         let x = __CudagraphName1;
         __cudagraph_one_name1(&x);
         #[diagnostic::on_unimplemented(
-            message = "this `a` names another variable than the `a` at line 3:37 of this `graph!` body",
+            message = "this `a` is of another macro context than the `a` at line 3:37 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `a` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `a` and its caller's `a` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `a` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `a` and its caller's `a` are two; a macro defined inside a function, whose own `a` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName2 {}
         struct __CudagraphName2;
@@ -41,9 +41,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         let a = __CudagraphName2;
         __cudagraph_one_name2(&a);
         #[diagnostic::on_unimplemented(
-            message = "this `k` names another variable than the `k` at line 3:16 of this `graph!` body",
+            message = "this `k` is of another macro context than the `k` at line 3:16 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `k` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `k` and its caller's `k` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `k` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `k` and its caller's `k` are two; a macro defined inside a function, whose own `k` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName3 {}
         struct __CudagraphName3;
@@ -54,9 +54,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         __cudagraph_one_name3(&k);
         __cudagraph_one_name3(&k);
         #[diagnostic::on_unimplemented(
-            message = "this `b` names another variable than the `b` at line 4:38 of this `graph!` body",
+            message = "this `b` is of another macro context than the `b` at line 4:38 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `b` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `b` and its caller's `b` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `b` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `b` and its caller's `b` are two; a macro defined inside a function, whose own `b` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName4 {}
         struct __CudagraphName4;
@@ -65,9 +65,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         let b = __CudagraphName4;
         __cudagraph_one_name4(&b);
         #[diagnostic::on_unimplemented(
-            message = "this `c` names another variable than the `c` at line 5:34 of this `graph!` body",
+            message = "this `c` is of another macro context than the `c` at line 5:34 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `c` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `c` and its caller's `c` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `c` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `c` and its caller's `c` are two; a macro defined inside a function, whose own `c` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName5 {}
         struct __CudagraphName5;
@@ -76,9 +76,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         let c = __CudagraphName5;
         __cudagraph_one_name5(&c);
         #[diagnostic::on_unimplemented(
-            message = "this `y` names another variable than the `y` at line 6:43 of this `graph!` body",
+            message = "this `y` is of another macro context than the `y` at line 6:43 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `y` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `y` and its caller's `y` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `y` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `y` and its caller's `y` are two; a macro defined inside a function, whose own `y` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName6 {}
         struct __CudagraphName6;

@@ -43,9 +43,9 @@ fn expanded() -> ::cudagraph::Result<()> {
     )]
     {
         #[diagnostic::on_unimplemented(
-            message = "this `host` names another variable than the `host` at line 3:15 of this `graph!` body",
+            message = "this `host` is of another macro context than the `host` at line 3:15 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `host` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `host` and its caller's `host` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `host` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `host` and its caller's `host` are two; a macro defined inside a function, whose own `host` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName0 {}
         struct __CudagraphName0;
@@ -55,9 +55,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         __cudagraph_one_name0(&host);
         __cudagraph_one_name0(&host);
         #[diagnostic::on_unimplemented(
-            message = "this `bufs` names another variable than the `bufs` at line 3:29 of this `graph!` body",
+            message = "this `bufs` is of another macro context than the `bufs` at line 3:29 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `bufs` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `bufs` and its caller's `bufs` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `bufs` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `bufs` and its caller's `bufs` are two; a macro defined inside a function, whose own `bufs` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName1 {}
         struct __CudagraphName1;
@@ -77,9 +77,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         __cudagraph_one_name1(&bufs);
         __cudagraph_one_name1(&bufs);
         #[diagnostic::on_unimplemented(
-            message = "this `flags` names another variable than the `flags` at line 4:21 of this `graph!` body",
+            message = "this `flags` is of another macro context than the `flags` at line 4:21 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `flags` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `flags` and its caller's `flags` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `flags` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `flags` and its caller's `flags` are two; a macro defined inside a function, whose own `flags` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName2 {}
         struct __CudagraphName2;
@@ -89,9 +89,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         __cudagraph_one_name2(&flags);
         __cudagraph_one_name2(&flags);
         #[diagnostic::on_unimplemented(
-            message = "this `k` names another variable than the `k` at line 5:9 of this `graph!` body",
+            message = "this `k` is of another macro context than the `k` at line 5:9 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `k` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `k` and its caller's `k` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `k` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `k` and its caller's `k` are two; a macro defined inside a function, whose own `k` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName3 {}
         struct __CudagraphName3;
@@ -104,9 +104,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         __cudagraph_one_name3(&k);
         __cudagraph_one_name3(&k);
         #[diagnostic::on_unimplemented(
-            message = "this `acc` names another variable than the `acc` at line 7:15 of this `graph!` body",
+            message = "this `acc` is of another macro context than the `acc` at line 7:15 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `acc` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `acc` and its caller's `acc` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `acc` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `acc` and its caller's `acc` are two; a macro defined inside a function, whose own `acc` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName4 {}
         struct __CudagraphName4;

@@ -22,9 +22,9 @@ fn expanded() -> ::cudagraph::Result<()> {
     )]
     {
         #[diagnostic::on_unimplemented(
-            message = "this `f` names another variable than the `f` at line 2:17 of this `graph!` body",
+            message = "this `f` is of another macro context than the `f` at line 2:17 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `f` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `f` and its caller's `f` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `f` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `f` and its caller's `f` are two; a macro defined inside a function, whose own `f` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName0 {}
         struct __CudagraphName0;
@@ -43,9 +43,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         __cudagraph_one_name0(&f);
         __cudagraph_one_name0(&f);
         #[diagnostic::on_unimplemented(
-            message = "this `k` names another variable than the `k` at line 3:13 of this `graph!` body",
+            message = "this `k` is of another macro context than the `k` at line 3:13 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `k` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `k` and its caller's `k` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `k` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `k` and its caller's `k` are two; a macro defined inside a function, whose own `k` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName1 {}
         struct __CudagraphName1;

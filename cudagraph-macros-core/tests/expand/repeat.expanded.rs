@@ -21,9 +21,9 @@ fn expanded() -> ::cudagraph::Result<()> {
     )]
     {
         #[diagnostic::on_unimplemented(
-            message = "this `a` names another variable than the `a` at line 2:23 of this `graph!` body",
+            message = "this `a` is of another macro context than the `a` at line 2:23 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `a` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `a` and its caller's `a` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `a` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `a` and its caller's `a` are two; a macro defined inside a function, whose own `a` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName0 {}
         struct __CudagraphName0;
@@ -41,9 +41,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         __cudagraph_one_name0(&a);
         __cudagraph_one_name0(&a);
         #[diagnostic::on_unimplemented(
-            message = "this `k` names another variable than the `k` at line 2:5 of this `graph!` body",
+            message = "this `k` is of another macro context than the `k` at line 2:5 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `k` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `k` and its caller's `k` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `k` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `k` and its caller's `k` are two; a macro defined inside a function, whose own `k` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName1 {}
         struct __CudagraphName1;
@@ -61,9 +61,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         __cudagraph_one_name1(&k);
         __cudagraph_one_name1(&k);
         #[diagnostic::on_unimplemented(
-            message = "this `b` names another variable than the `b` at line 4:37 of this `graph!` body",
+            message = "this `b` is of another macro context than the `b` at line 4:37 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `b` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `b` and its caller's `b` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `b` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `b` and its caller's `b` are two; a macro defined inside a function, whose own `b` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName2 {}
         struct __CudagraphName2;

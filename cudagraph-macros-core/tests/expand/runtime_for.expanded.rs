@@ -18,9 +18,9 @@ fn expanded() -> ::cudagraph::Result<()> {
     )]
     {
         #[diagnostic::on_unimplemented(
-            message = "this `x` names another variable than the `x` at line 2:26 of this `graph!` body",
+            message = "this `x` is of another macro context than the `x` at line 2:26 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `x` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `x` and its caller's `x` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `x` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `x` and its caller's `x` are two; a macro defined inside a function, whose own `x` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName0 {}
         struct __CudagraphName0;
@@ -29,9 +29,9 @@ fn expanded() -> ::cudagraph::Result<()> {
         let x = __CudagraphName0;
         __cudagraph_one_name0(&x);
         #[diagnostic::on_unimplemented(
-            message = "this `k` names another variable than the `k` at line 2:5 of this `graph!` body",
+            message = "this `k` is of another macro context than the `k` at line 2:5 of this `graph!` body",
             label = "a variable of another macro context",
-            note = "`graph!` keys places and receivers by their text: every `k` of the body must name one variable, and under `macro_rules!` hygiene a macro's own `k` and its caller's `k` are two; give the macro's variable another name"
+            note = "`graph!` keys places and receivers by their text: every `k` of the body must be written in one macro context, so that one name is one variable (under `macro_rules!` hygiene a macro's own `k` and its caller's `k` are two; a macro defined inside a function, whose own `k` may name the function's, counts as another context too): give the macro's variable another name, or pass it to the macro"
         )]
         trait __CudagraphOneName1 {}
         struct __CudagraphName1;

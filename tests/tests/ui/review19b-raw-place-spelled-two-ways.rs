@@ -1,7 +1,10 @@
 // Review 19b: `x` and `r#x` are one variable to rustc but two keys to `graph!` (`place_key`
 // prints the raw prefix; `check_places` compares keys): one buffer as two places. Read and
 // written in one statement, or written by two, it must not compile (held at bb0a6e0: each
-// place is a real borrow, so the borrow checker refuses the second: E0502, E0499).
+// place is a real borrow, so the borrow checker refuses the second: E0502, E0499). Since
+// session 19 place keys are unraw: one place, so `graph!` refuses the first statement itself
+// (one buffer read and written), and the second function's two statements are one place,
+// ordered, which compiles.
 use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
 use cudagraph::cudarc::nvrtc::Ptx;
 use cudagraph::{GraphCache, graph, kernels};
