@@ -34,26 +34,45 @@ impl Looped {
         }
         let n = plan.nodes.len();
         let (mut index, mut after) = (Vec::new(), Vec::new());
-        // Call node number of each plan node outside loops.
+        // Call node numbers of each plan node: one for a node outside loops, one per iteration
+        // for a loop's node (none when the loop runs 0 times). A node's `.after` edge to a
+        // node of another loop, or of no loop, orders it after every copy of that node (review
+        // 19d: such edges, which the device statements' and the captures' orderings make, were
+        // dropped, so a condition's setter inside a loop raced the device statement after it).
+        let mut copies: Vec<Vec<u32>> = vec![Vec::new(); n];
         let mut outside = vec![u32::MAX; n];
+        let captured = |q: usize| matches!(plan.nodes[q].kind, crate::plan::NodeKind::Captured);
         let (mut p, mut l) = (0usize, 0usize);
         while p < n {
             match loops.get(l) {
                 Some(&(first, len)) if first as usize == p => {
                     let end = p.checked_add(len as usize).filter(|&e| e <= n && len > 0)?;
+                    let mut prev: Option<u32> = None;
                     for _ in 0..counts[l] {
                         let base = index.len() as u32;
                         for q in p..end {
-                            let deps = plan.nodes[q].after.iter().map(|&a| {
+                            let mut deps = Vec::new();
+                            for &a in plan.nodes[q].after {
                                 if (p..end).contains(&(a as usize)) {
-                                    base + (a - first)
+                                    deps.push(base + (a - first));
                                 } else {
-                                    outside.get(a as usize).copied().unwrap_or(u32::MAX)
+                                    deps.extend_from_slice(copies.get(a as usize)?);
                                 }
-                            });
-                            after.push(deps.collect());
+                            }
+                            // Captures of successive iterations never overlap either (as two
+                            // `capture` statements of one block: `check::capture_edges`).
+                            if let Some(pb) = prev.filter(|_| captured(q)) {
+                                deps.extend(
+                                    (p..end)
+                                        .filter(|&c| captured(c))
+                                        .map(|c| pb + (c as u32 - first)),
+                                );
+                            }
+                            after.push(deps);
+                            copies[q].push(index.len() as u32);
                             index.push(q as u32);
                         }
+                        prev = Some(base);
                     }
                     p = end;
                     l += 1;
@@ -61,7 +80,11 @@ impl Looped {
                 Some(&(first, _)) if (first as usize) < p => return None,
                 _ => {
                     outside[p] = index.len() as u32;
-                    let deps = plan.nodes[p].after.iter().map(|&a| outside[a as usize]).collect();
+                    copies[p].push(index.len() as u32);
+                    let mut deps = Vec::new();
+                    for &a in plan.nodes[p].after {
+                        deps.extend_from_slice(copies.get(a as usize)?);
+                    }
                     after.push(deps);
                     index.push(p as u32);
                     p += 1;

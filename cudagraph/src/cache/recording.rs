@@ -345,7 +345,52 @@ impl Recording {
             scalars: s0..self.scalars.len(),
             pointers: args.pointers(),
         };
-        self.push(site, RecKind::Kernel(k), &operands[..len])
+        let node = self.push(site, RecKind::Kernel(k), &operands[..len]);
+        // A kernel taking the condition of a device statement made earlier: ordered after it
+        // (review 19d; see `condition_edge`).
+        let me = node.index;
+        let slots: Vec<u32> = self.conds[q0..self.conds.len()].iter().map(|&(_, s)| s).collect();
+        for s in slots {
+            let cond = self.nodes[..me as usize]
+                .iter()
+                .position(|n| matches!(&n.kind, RecKind::Conditional(p) if p.slot == s));
+            if let Some(c) = cond {
+                self.condition_edge(c as u32, me);
+            }
+        }
+        node
+    }
+
+    /// The scopes of node `i`, outermost first: `(conditional node, body)` of each device
+    /// statement whose body holds it.
+    fn scopes(&self, i: u32) -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
+        let mut at = self.nodes[i as usize].parent;
+        while let Some((c, b)) = at {
+            out.push((c, b));
+            at = self.nodes[c as usize].parent;
+        }
+        out.reverse();
+        out
+    }
+
+    /// Orders a kernel that takes a condition with the conditional node of that condition, as
+    /// `graph!` does (`check::setter_edges`): the two nodes' ancestors in their innermost common
+    /// scope (each node itself, or the device statement whose body holds it) get an edge from
+    /// the earlier to the later, so the kernel setting the condition never runs while the node
+    /// reading it does; nothing when one holds the other (a kernel in the statement's own
+    /// body sets the condition for its next iteration).
+    fn condition_edge(&mut self, a: u32, b: u32) {
+        let (sa, sb) = (self.scopes(a), self.scopes(b));
+        let common = sa.iter().zip(&sb).take_while(|(x, y)| x == y).count();
+        let up = |s: &[(u32, u32)], n: u32| s.get(common).map_or(n, |&(c, _)| c);
+        let (x, y) = (up(&sa, a), up(&sb, b));
+        if x != y {
+            let e = (x.min(y), x.max(y));
+            if !self.after.contains(&e) {
+                self.after.push(e);
+            }
+        }
     }
 
     /// A graph-owned buffer's alloc node (see
@@ -534,7 +579,7 @@ impl Recording {
         Ok(())
     }
 
-    /// The node of [`Self::device`], with its edges from kernels that take `c`.
+    /// The node of [`Self::device`], with its edges from the kernels made so far that take `c`.
     fn conditional_node(
         &mut self,
         site: NodeSite,
@@ -551,13 +596,18 @@ impl Recording {
         let p = crate::kind::ConditionalParams::new(c.slot(), ty, size, c.default());
         let node = self.push(site, RecKind::Conditional(p), &[]);
         let me = node.index;
-        for (j, n) in self.nodes[..me as usize].iter().enumerate() {
-            if let RecKind::Kernel(k) = &n.kind
-                && n.parent == self.scope
-                && self.conds[k.conds.clone()].iter().any(|&(_, s)| s == c.slot())
-            {
-                self.after.push((j as u32, me));
-            }
+        // Every earlier kernel that takes `c`, in any scope (review 19d: only those of this
+        // scope were ordered); a later one is ordered when it is made.
+        let setters: Vec<u32> = (0..me)
+            .filter(|&j| match &self.nodes[j as usize].kind {
+                RecKind::Kernel(k) => {
+                    self.conds[k.conds.clone()].iter().any(|&(_, s)| s == c.slot())
+                }
+                _ => false,
+            })
+            .collect();
+        for j in setters {
+            self.condition_edge(j, me);
         }
         node
     }

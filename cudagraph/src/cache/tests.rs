@@ -1894,3 +1894,53 @@ fn only_plans_with_a_capture_statement_walk_the_nodes_for_captures() {
     }
     assert!(cache.may_capture(Site::Builder));
 }
+
+#[test]
+fn an_edge_into_a_run_time_loop_orders_after_every_iteration_and_captures_chain() {
+    // Review 19d: nodes 0 (a kernel) and 1 (a capture) are the body of a run-time `for`; node 2
+    // (a capture, no shared buffer) is after it with `.after` edges to both (as `graph!`'s
+    // device-statement and capture orderings make), node 3 after an edge to node 0 only.
+    // Run 3 times: call nodes 0..6 are the iterations, 6 and 7 the nodes after the loop.
+    let node = |kind, after: &'static [u32]| PlanNode { after, ..plan_node(kind, vec![], "") };
+    let nodes = vec![
+        node(NodeKind::Kernel("set"), &[]),
+        node(NodeKind::Captured, &[]),
+        node(NodeKind::Captured, &[0, 1]),
+        node(NodeKind::Kernel("after"), &[0]),
+    ];
+    let plan: &'static Plan = Box::leak(Box::new(Plan {
+        file: "mock.rs",
+        line: 5,
+        places: &[],
+        nodes: Box::leak(nodes.into_boxed_slice()),
+        conditions: 0,
+        bodies: &[],
+    }));
+    let shape = super::looped::Looped::new(plan, &[(0, 2)], &[3]).expect("fits");
+    assert_eq!(shape.len(), 8);
+    let edges = shape.edges(&[true; 8]);
+    // Every copy of the loop's nodes before the nodes after it (none dropped), and each
+    // iteration's capture after the previous iteration's.
+    for e in
+        [(0, 6), (2, 6), (4, 6), (1, 6), (3, 6), (5, 6), (0, 7), (2, 7), (4, 7), (1, 3), (3, 5)]
+    {
+        let reach = |from: u32, to: u32| {
+            let mut seen = vec![from];
+            let mut i = 0;
+            while i < seen.len() {
+                let x = seen[i];
+                for &(a, b) in &edges {
+                    if a == x && !seen.contains(&b) {
+                        seen.push(b);
+                    }
+                }
+                i += 1;
+            }
+            seen.contains(&to)
+        };
+        assert!(reach(e.0, e.1), "call node {} is ordered before {}: edges {edges:?}", e.0, e.1);
+    }
+    // A loop run 0 times: the nodes after it have no edge into it.
+    let shape = super::looped::Looped::new(plan, &[(0, 2)], &[0]).expect("fits");
+    assert_eq!((shape.len(), shape.edges(&[true; 2])), (2, vec![]));
+}
