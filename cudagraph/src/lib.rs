@@ -292,7 +292,17 @@ pub use session::{Capture, CaptureSlice, CaptureSliceMut, CaptureView, Kept};
 ///   bodies are graphs of ordinary statements, looping or branching on the device on the value
 ///   that a kernel taking `c: Condition` sets (`use cudagraph::Condition;` for the `kernels!`
 ///   declaration); see the README's "Device control flow". Refused by [`Mode::Eager`] and
-///   [`eager!`] (the condition means nothing outside a graph).
+///   [`eager!`] (the condition means nothing outside a graph). A device statement is ordered
+///   with every kernel, capture, child graph and device statement of its block (before it: done
+///   before it starts; after it: started after it ends), whichever of them set its condition.
+///
+/// Names are compared by their text: a place (`x`, `bufs[j]`), a receiver (`k`), a condition
+/// (`c`) and a node name are one thing wherever the body writes them, so each must name one
+/// variable throughout the body, which rustc checks (a compile error on the other spelling). In
+/// a body that a `macro_rules!` builds from its caller's tokens and its own, give the macro's
+/// own variables names of their own (under hygiene a macro's `x` and its caller's `x` are two
+/// variables). A receiver must have the concrete type of a [`kernels!`] struct (not a type
+/// parameter).
 ///
 /// Edges from a kernel node into the node of a kernel declared `#[programmatic]` in
 /// [`kernels!`] are programmatic edges ([`EdgeKind`]): that kernel may start before the kernel

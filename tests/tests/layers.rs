@@ -31,7 +31,7 @@ const RUNTIME_CYCLES: &[(&str, &str)] = &[];
 
 /// `cudagraph-macros-core`'s modules, lowest first.
 const MACROS: &[&str] =
-    &["errors", "ast", "parse", "check", "expand", "programmatic", "kernels", "lib"];
+    &["errors", "ast", "hygiene", "parse", "check", "expand", "programmatic", "kernels", "lib"];
 
 #[test]
 fn runtime_modules_use_only_the_modules_below_them() {
