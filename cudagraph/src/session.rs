@@ -467,7 +467,10 @@ impl Capture {
     /// - reads and writes device memory only inside the closure's views, as they are listed
     ///   (`&` operands only read), or memory that stays allocated and unused elsewhere for as
     ///   long as the graph (and every exec and `graph!` cache made from it) may be launched,
-    ///   such as a library's workspace set before the capture;
+    ///   such as a library's workspace set before the capture. Two `capture` statements of
+    ///   one `graph!` body never run concurrently (the crate orders them), but two captures of
+    ///   one [`GraphBuilder`](crate::GraphBuilder) may, unless their operands or `after`
+    ///   order them: a workspace both use is then used elsewhere (order them with `after`);
     /// - uses memory it allocates on this stream while it captures (`alloc`, `alloc_zeros`,
     ///   a library's outputs and workspace: graph memory, see below) only inside the capture
     ///   (one not freed before the closure returns is refused when the capture ends), and frees
