@@ -34,56 +34,57 @@ impl Looped {
         }
         let n = plan.nodes.len();
         let (mut index, mut after) = (Vec::new(), Vec::new());
-        // Call node numbers of each plan node: one for a node outside loops, one per iteration
-        // for a loop's node (none when the loop runs 0 times). A node's `.after` edge to a
-        // node of another loop, or of no loop, orders it after every copy of that node (review
-        // 19d: such edges, which the device statements' and the captures' orderings make, were
-        // dropped, so a condition's setter inside a loop raced the device statement after it).
-        let mut copies: Vec<Vec<u32>> = vec![Vec::new(); n];
+        // Call node number of each plan node outside loops, and each loop placed so far:
+        // `(first, len, base, count)`, its node `first + j` of iteration `k` being call node
+        // `base + k * len + j`. A node's `.after` edge to a node of another loop, or of no
+        // loop, orders it after every copy of that node (`copies`; review 19d: such edges,
+        // which the device statements' and the captures' orderings make, were dropped, so a
+        // condition's setter inside a loop raced the device statement after it).
         let mut outside = vec![u32::MAX; n];
+        let mut placed: Vec<(u32, u32, u32, u32)> = Vec::with_capacity(loops.len());
         let captured = |q: usize| matches!(plan.nodes[q].kind, crate::plan::NodeKind::Captured);
         let (mut p, mut l) = (0usize, 0usize);
         while p < n {
             match loops.get(l) {
                 Some(&(first, len)) if first as usize == p => {
                     let end = p.checked_add(len as usize).filter(|&e| e <= n && len > 0)?;
-                    let mut prev: Option<u32> = None;
-                    for _ in 0..counts[l] {
-                        let base = index.len() as u32;
+                    let count = u32::try_from(counts[l]).ok()?;
+                    let start = index.len() as u32;
+                    for k in 0..count {
+                        let base = start + k * len;
                         for q in p..end {
                             let mut deps = Vec::new();
                             for &a in plan.nodes[q].after {
                                 if (p..end).contains(&(a as usize)) {
                                     deps.push(base + (a - first));
                                 } else {
-                                    deps.extend_from_slice(copies.get(a as usize)?);
+                                    copies(a, n, &outside, &placed, &mut deps)?;
                                 }
                             }
                             // Captures of successive iterations never overlap either (as two
                             // `capture` statements of one block: `check::capture_edges`).
-                            if let Some(pb) = prev.filter(|_| captured(q)) {
+                            if k > 0 && captured(q) {
+                                let prev = base - len;
                                 deps.extend(
                                     (p..end)
                                         .filter(|&c| captured(c))
-                                        .map(|c| pb + (c as u32 - first)),
+                                        .map(|c| prev + (c as u32 - first)),
                                 );
                             }
                             after.push(deps);
-                            copies[q].push(index.len() as u32);
                             index.push(q as u32);
                         }
-                        prev = Some(base);
                     }
+                    placed.push((first, len, start, count));
                     p = end;
                     l += 1;
                 }
                 Some(&(first, _)) if (first as usize) < p => return None,
                 _ => {
                     outside[p] = index.len() as u32;
-                    copies[p].push(index.len() as u32);
                     let mut deps = Vec::new();
                     for &a in plan.nodes[p].after {
-                        deps.extend_from_slice(copies.get(a as usize)?);
+                        copies(a, n, &outside, &placed, &mut deps)?;
                     }
                     after.push(deps);
                     index.push(p as u32);
@@ -109,6 +110,29 @@ impl Looped {
     pub(crate) fn len(&self) -> usize {
         self.index.len()
     }
+}
+
+/// Every call node of plan node `a` made so far, into `out`: its one node outside loops, or its
+/// copy in each iteration of the loop `placed` that holds it (none for a loop run 0 times, nor
+/// for a node not made yet). `None` when `a` is not a node of the plan (`n` nodes).
+fn copies(
+    a: u32,
+    n: usize,
+    outside: &[u32],
+    placed: &[(u32, u32, u32, u32)],
+    out: &mut Vec<u32>,
+) -> Option<()> {
+    if a as usize >= n {
+        return None;
+    }
+    if outside[a as usize] != u32::MAX {
+        out.push(outside[a as usize]);
+    } else if let Some(&(first, len, base, count)) =
+        placed.iter().find(|&&(first, len, ..)| (first..first + len).contains(&a))
+    {
+        out.extend((0..count).map(|k| base + k * len + (a - first)));
+    }
+    Some(())
 }
 
 impl Shape for Looped {
