@@ -6,11 +6,6 @@ use std::collections::HashMap;
 use crate::ast::{Flat, FlatCondition, GraphInput, Item, Node, Op, flatten};
 use crate::errors::{Errors, line_column};
 
-/// A name as text, unraw (`r#a` is `a`).
-fn unraw(i: &syn::Ident) -> String {
-    syn::ext::IdentExt::unraw(i).to_string()
-}
-
 /// Most host `if`s one body may have (one bit each of the variant key).
 pub const MAX_CONDITIONS: u32 = 64;
 
@@ -43,7 +38,7 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
     let mut names: HashMap<String, usize> = HashMap::new();
     for (i, f) in nodes.iter().enumerate() {
         if let Some(name) = &f.node.name {
-            if let Some(&first) = names.get(&unraw(name)) {
+            if let Some(&first) = names.get(&crate::hygiene::name(name)) {
                 // One error on the second name (a second `error:` on the first one would read as
                 // another error). The same position twice means one `let` unrolled by a `for`.
                 let (line, column) =
@@ -59,7 +54,7 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
                 };
                 errors.push(name, msg);
             } else {
-                names.insert(unraw(name), i);
+                names.insert(crate::hygiene::name(name), i);
             }
         }
     }
@@ -84,7 +79,7 @@ pub fn check<'a>(input: &'a GraphInput, errors: &mut Errors) -> Checked<'a> {
     for (i, f) in nodes.iter().enumerate() {
         let mut deps = Vec::new();
         for a in &f.node.after {
-            let s = unraw(a);
+            let s = crate::hygiene::name(a);
             match names.get(&s) {
                 Some(&j) if j < i && !in_scope(&nodes[j].scope, &f.scope) => {
                     let bound = nodes[j].node.name.as_ref().expect("named");

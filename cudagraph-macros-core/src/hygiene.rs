@@ -32,7 +32,7 @@ pub(crate) fn probe(nodes: &[Flat<'_>]) -> TokenStream {
     let mut order: Vec<String> = Vec::new();
     let mut uses: HashMap<String, Vec<Ident>> = HashMap::new();
     let mut add = |i: &Ident| {
-        let name = syn::ext::IdentExt::unraw(i).to_string();
+        let name = name(i);
         if !probed(&name) {
             return;
         }
@@ -151,6 +151,11 @@ fn place_names(e: &Expr, add: &mut impl FnMut(&Ident)) {
     }
 }
 
+/// An identifier's name as text, unraw (`r#x` is `x`): how `graph!` compares names.
+pub(crate) fn name(i: &Ident) -> String {
+    syn::ext::IdentExt::unraw(i).to_string()
+}
+
 /// Whether two identifiers are one name (`r#x` is `x`).
 pub(crate) fn same_name(a: &Ident, b: &Ident) -> bool {
     syn::ext::IdentExt::unraw(a) == syn::ext::IdentExt::unraw(b)
@@ -185,7 +190,7 @@ pub(crate) fn condition_marks(names: &[Ident]) -> TokenStream {
     for (k, name) in names.iter().enumerate() {
         let (ty, tr, check) = condition_items(k as u32);
         let (line, column) = crate::errors::line_column(name.span());
-        let name = syn::ext::IdentExt::unraw(name);
+        let name = self::name(name);
         let message = format!(
             "this `{name}` is not the device condition `{name}` declared at line {line}:{column}, which `graph!` resolved for this device statement"
         );
@@ -218,7 +223,7 @@ fn condition_items(k: u32) -> (Ident, Ident, Ident) {
 
 /// The marker variable of the condition named `name` (with its span, so its hygiene).
 fn condition_marker(name: &Ident) -> Ident {
-    format_ident!("__cudagraph_cond_{}", syn::ext::IdentExt::unraw(name), span = name.span())
+    format_ident!("__cudagraph_cond_{}", self::name(name), span = name.span())
 }
 
 /// Declaration `name` of slot `slot`: its marker.

@@ -8,7 +8,6 @@
 //! between iterations), no run-time `for` inside (a literal one is unrolled), and no place that
 //! names the loop variable (every place is borrowed once before the body runs).
 
-use proc_macro2::TokenStream;
 use quote::{ToTokens, quote};
 use syn::{Expr, Ident, RangeLimits};
 
@@ -66,7 +65,7 @@ fn check_body(items: &[Item], var: Option<&Ident>, errors: &mut Errors) {
                 }
                 let Some(var) = var else { continue };
                 for o in n.op.operands() {
-                    if mentions(o.place.to_token_stream(), var) {
+                    if crate::hygiene::mentions(o.place.to_token_stream(), var) {
                         errors.push(
                             &o.place,
                             format!(
@@ -113,9 +112,4 @@ pub(crate) fn check_device_body(items: &[Item], word: &Ident, errors: &mut Error
             Item::Node(_) | Item::Condition(_) => {}
         }
     }
-}
-
-/// Whether `tokens` use the variable `var` (not a field or method of that name; `r#i` is `i`).
-fn mentions(tokens: TokenStream, var: &Ident) -> bool {
-    crate::hygiene::mentions(tokens, var)
 }

@@ -179,7 +179,7 @@ fn lower_alloc(c: &syn::ExprCall, name: Option<&Ident>, errors: &mut Errors) -> 
         return None;
     };
     let place: Expr = syn::parse_quote_spanned!(name.span()=> #name);
-    let key = syn::ext::IdentExt::unraw(name).to_string();
+    let key = crate::hygiene::name(name);
     let buffer = Operand { write: true, place, key, span: c.span() };
     Some(Op::Alloc { func, ty, len: c.args[0].clone(), buffer })
 }
@@ -850,7 +850,7 @@ fn place_key(e: &Expr) -> String {
         Expr::Unary(u) => format!("*{}", place_key(&u.expr)),
         // A variable: its name unraw (`r#x` is `x`, review 19c).
         Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => {
-            syn::ext::IdentExt::unraw(p.path.get_ident().expect("one ident")).to_string()
+            crate::hygiene::name(p.path.get_ident().expect("one ident"))
         }
         other => normalize(other),
     }
