@@ -28,15 +28,13 @@
 // `unused_parens`: `(c)` is the point of a test; `dead_code`: the plan tests only link the calls.
 #![allow(dead_code, unused_parens, clippy::borrow_deref_ref)]
 
+mod common;
+
 use std::sync::Arc;
 
-use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
-use cudagraph::cudarc::nvrtc::{CompileOptions, compile_ptx_with_opts};
+use common::plans::plan_with;
+use cudagraph::cudarc::driver::{CudaSlice, CudaStream, LaunchConfig};
 use cudagraph::{Condition, GraphCache, graph, kernels};
-
-const SRC: &str = include_str!("../kernels/conditional.cu");
-
-type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 kernels! {
     /// Kernels of `kernels/conditional.cu`.
@@ -45,20 +43,6 @@ kernels! {
         fn count_down(c: Condition, counter: &mut [u32]);
         fn add(n: u32, a: u32, x: &mut [u32]);
     }
-}
-
-fn gpu() -> Result<(Arc<CudaContext>, Arc<CudaStream>, K)> {
-    assert!(cudagraph::driver_available(), "no CUDA driver: the GPU tests need one");
-    let ctx = CudaContext::new(0)?;
-    let stream = ctx.new_stream()?;
-    let opts = CompileOptions {
-        include_paths: vec!["/usr/local/cuda/include".into()],
-        ..Default::default()
-    };
-    // SAFETY: the declarations match conditional.cu; the kernels stay within their buffers
-    // (`n` elements, one element for the counters and flags).
-    let k = unsafe { K::load(&ctx, compile_ptx_with_opts(SRC, opts)?) }?;
-    Ok((ctx, stream, k))
 }
 
 fn one() -> LaunchConfig {
@@ -117,21 +101,11 @@ fn setter_raw(
     })
 }
 
-/// The plan of this file whose statements' text holds `marker`.
-fn plan_with(marker: &str) -> &'static cudagraph::Plan {
-    cudagraph::plans()
-        .find(|p| {
-            p.file.ends_with("review_session19b.rs")
-                && p.nodes.iter().any(|n| n.text.contains(marker))
-        })
-        .unwrap_or_else(|| panic!("the graph! with `{marker}` is registered"))
-}
-
 #[test]
 fn a_kernel_passing_its_condition_in_parentheses_is_ordered_before_its_device_statement() {
     // Nodes: 0 the setter kernel, 1 the device_if, 2 its body's kernel.
     for marker in ["19_001", "19_002", "19_003"] {
-        let plan = plan_with(marker);
+        let plan = plan_with("review_session19b.rs", marker);
         assert_eq!(plan.nodes.len(), 3, "{marker}");
         let edges = plan.edges();
         assert!(
@@ -177,7 +151,7 @@ fn raw_use(
 #[test]
 fn a_raw_loop_variable_is_the_loop_variable() {
     for marker in ["19_004", "19_005"] {
-        let plan = plan_with(marker);
+        let plan = plan_with("review_session19b.rs", marker);
         assert_eq!(
             plan.places,
             ["bufs[0]", "bufs[1]"],

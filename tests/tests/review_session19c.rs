@@ -48,6 +48,7 @@ mod common;
 use std::cell::Cell;
 use std::sync::Arc;
 
+use common::plans::{plan_with, reaches};
 use common::review17::same_all;
 use common::{Ops, Result, gpu, host, launch, read_all};
 use cudagraph::cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
@@ -65,33 +66,6 @@ fn one() -> LaunchConfig {
 
 fn distinct(s: &Arc<CudaStream>, n: u32) -> Result<Vec<CudaSlice<u32>>> {
     (0..n).map(|j| Ok(s.clone_htod(&host::iota(N, j + 2, 5 * j))?)).collect()
-}
-
-/// The plan of this file whose statements' text holds `marker`.
-fn plan_with(marker: &str) -> &'static cudagraph::Plan {
-    cudagraph::plans()
-        .find(|p| {
-            p.file.ends_with("review_session19c.rs")
-                && p.nodes.iter().any(|n| n.text.contains(marker))
-        })
-        .unwrap_or_else(|| panic!("the graph! with `{marker}` is registered"))
-}
-
-/// Whether node `to` is reachable from node `from` by the plan's edges.
-fn reaches(plan: &cudagraph::Plan, from: u32, to: u32) -> bool {
-    let edges = plan.edges();
-    let mut stack = vec![from];
-    let mut seen = vec![false; plan.nodes.len()];
-    while let Some(n) = stack.pop() {
-        if n == to {
-            return true;
-        }
-        if std::mem::replace(&mut seen[n as usize], true) {
-            continue;
-        }
-        stack.extend(edges.iter().filter(|e| e.0 == n).map(|e| e.1));
-    }
-    false
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -250,10 +224,10 @@ fn setter_through_a_cell(
 
 #[test]
 fn a_kernel_passing_its_condition_through_a_cell_is_ordered_before_its_device_statement() {
-    let plan = plan_with("19_101");
+    let plan = plan_with("review_session19c.rs", "19_101");
     assert_eq!(plan.nodes.len(), 4);
     assert!(
-        reaches(plan, 1, 2),
+        reaches(&plan.edges(), 1, 2),
         "the kernel setting the condition (node 1) is ordered before the device statement \
          reading it (node 2): edges {:?}",
         plan.edges()
@@ -279,10 +253,10 @@ fn setter_after(
 
 #[test]
 fn a_kernel_setting_a_condition_after_its_device_statement_is_ordered_after_it() {
-    let plan = plan_with("19_103");
+    let plan = plan_with("review_session19c.rs", "19_103");
     assert_eq!(plan.nodes.len(), 3);
     assert!(
-        reaches(plan, 0, 2),
+        reaches(&plan.edges(), 0, 2),
         "the kernel setting the condition after the device statement (node 2) is ordered after \
          it (node 0): edges {:?}",
         plan.edges()
@@ -311,10 +285,10 @@ fn setter_in_a_sibling_body(
 
 #[test]
 fn a_kernel_setting_a_condition_in_another_device_body_is_ordered_before_its_statement() {
-    let plan = plan_with("19_104");
+    let plan = plan_with("review_session19c.rs", "19_104");
     assert_eq!(plan.nodes.len(), 4);
     assert!(
-        reaches(plan, 0, 2),
+        reaches(&plan.edges(), 0, 2),
         "the device statement whose body sets `c` (node 0) is ordered before `c`'s device \
          statement (node 2): edges {:?}",
         plan.edges()
@@ -341,7 +315,7 @@ fn raw_graph_owned(
 
 #[test]
 fn a_raw_name_of_a_graph_owned_buffer_is_that_buffer() {
-    let plan = plan_with("19_105");
+    let plan = plan_with("review_session19c.rs", "19_105");
     assert_eq!(
         plan.places,
         ["tmp"],

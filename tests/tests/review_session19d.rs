@@ -26,8 +26,11 @@
 //! driver; the two GPU tests run on the H200.
 #![allow(dead_code, clippy::borrow_deref_ref)]
 
+mod common;
+
 use std::sync::Arc;
 
+use common::plans::{plan_with, reaches};
 use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
 use cudagraph::cudarc::nvrtc::{CompileOptions, compile_ptx_with_opts};
 use cudagraph::{Condition, GraphCache, graph, kernels};
@@ -61,30 +64,6 @@ fn gpu() -> Result<(Arc<CudaContext>, Arc<CudaStream>, K)> {
     Ok((ctx, stream, k))
 }
 
-fn plan_with(marker: &str) -> &'static cudagraph::Plan {
-    cudagraph::plans()
-        .find(|p| {
-            p.file.ends_with("review_session19d.rs")
-                && p.nodes.iter().any(|n| n.text.contains(marker))
-        })
-        .unwrap_or_else(|| panic!("the graph! with `{marker}` is registered"))
-}
-
-fn reaches(edges: &[(u32, u32)], from: u32, to: u32) -> bool {
-    let mut stack = vec![from];
-    let mut seen = std::collections::HashSet::new();
-    while let Some(n) = stack.pop() {
-        if n == to {
-            return true;
-        }
-        if !seen.insert(n) {
-            continue;
-        }
-        stack.extend(edges.iter().filter(|e| e.0 == n).map(|e| e.1));
-    }
-    false
-}
-
 // ---------------------------------------------------------------------------------------------
 // A setter in a run-time loop.
 
@@ -110,7 +89,7 @@ fn setter_in_a_run_time_loop(
 
 #[test]
 fn a_setter_in_a_run_time_loop_is_ordered_before_the_device_statement_in_the_plan() {
-    let plan = plan_with("19_401");
+    let plan = plan_with("review_session19d.rs", "19_401");
     assert_eq!(plan.nodes.len(), 3);
     assert!(reaches(&plan.edges(), 0, 1), "plan edges {:?}", plan.edges());
 }
@@ -156,7 +135,7 @@ fn captures_around_a_run_time_loop(
 
 #[test]
 fn a_capture_after_a_run_time_loop_is_ordered_after_the_loops_capture_in_the_plan() {
-    let plan = plan_with("19_402");
+    let plan = plan_with("review_session19d.rs", "19_402");
     assert_eq!(plan.nodes.len(), 2);
     assert!(reaches(&plan.edges(), 0, 1), "plan edges {:?}", plan.edges());
 }

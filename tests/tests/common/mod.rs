@@ -358,3 +358,31 @@ pub mod run8 {
         (0..8u32).map(|j| Ok(s.clone_htod(&host::iota(N, j + 2, 5 * j))?)).collect()
     }
 }
+
+/// The registered plans of the review tests of session 19 (`review_session19b.rs`, `…19c.rs`,
+/// `…19d.rs`), which check a body's edges without a GPU.
+pub mod plans {
+    /// The plan of source file `file` (a suffix of its path) whose statements' text holds
+    /// `marker`.
+    #[track_caller]
+    pub fn plan_with(file: &str, marker: &str) -> &'static cudagraph::Plan {
+        cudagraph::plans()
+            .find(|p| p.file.ends_with(file) && p.nodes.iter().any(|n| n.text.contains(marker)))
+            .unwrap_or_else(|| panic!("the graph! with `{marker}` is registered"))
+    }
+
+    /// Whether node `to` is reachable from node `from` by `edges`.
+    pub fn reaches(edges: &[(u32, u32)], from: u32, to: u32) -> bool {
+        let mut stack = vec![from];
+        let mut seen = std::collections::HashSet::new();
+        while let Some(n) = stack.pop() {
+            if n == to {
+                return true;
+            }
+            if seen.insert(n) {
+                stack.extend(edges.iter().filter(|e| e.0 == n).map(|e| e.1));
+            }
+        }
+        false
+    }
+}
