@@ -232,7 +232,7 @@ fn expanded() -> ::cudagraph::Result<()> {
     #[allow(unused_braces)]
     let __cudagraph_n4 = __cudagraph_s0.free_node();
     ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_n4);
-    let mut __cudagraph_nodes = [const { ::core::option::Option::None }; 5];
+    let mut __cudagraph_nodes = [const { ::core::mem::MaybeUninit::uninit() }; 5];
     unsafe {
         __cudagraph_cache
             .run_words_in(

@@ -342,7 +342,7 @@ fn expanded() -> ::cudagraph::Result<()> {
     ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.3);
     ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.4);
     ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk0.5);
-    let mut __cudagraph_nodes = [const { ::core::option::Option::None }; 6];
+    let mut __cudagraph_nodes = [const { ::core::mem::MaybeUninit::uninit() }; 6];
     unsafe {
         __cudagraph_cache
             .run_words_in(

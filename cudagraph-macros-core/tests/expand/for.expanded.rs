@@ -411,11 +411,17 @@ fn expanded() -> ::cudagraph::Result<()> {
                 0, 1, 2,
             ]);
             use ::cudagraph::__private::DisjointMut as _;
-            bufs.__cudagraph_each_mut(__CUDAGRAPH_IDX0)
+            bufs.__cudagraph_each_mut(&__CUDAGRAPH_IDX0)
         },
         __cudagraph_stream,
         &__cudagraph_call,
-        &[1u32, 4u32, 7u32],
+        {
+            const __CUDAGRAPH_PLACES0: ::cudagraph::__private::PlaceIndices<
+                3usize,
+                10,
+            > = ::cudagraph::__private::PlaceIndices::new([1u32, 4u32, 7u32]);
+            &__CUDAGRAPH_PLACES0
+        },
         &mut __cudagraph_guards,
     );
     let mut __cudagraph_as1 = ::core::mem::MaybeUninit::uninit();
@@ -426,11 +432,17 @@ fn expanded() -> ::cudagraph::Result<()> {
                 0, 1, 2,
             ]);
             use ::cudagraph::__private::DisjointMut as _;
-            flags.__cudagraph_each_mut(__CUDAGRAPH_IDX1)
+            flags.__cudagraph_each_mut(&__CUDAGRAPH_IDX1)
         },
         __cudagraph_stream,
         &__cudagraph_call,
-        &[2u32, 5u32, 8u32],
+        {
+            const __CUDAGRAPH_PLACES1: ::cudagraph::__private::PlaceIndices<
+                3usize,
+                10,
+            > = ::cudagraph::__private::PlaceIndices::new([2u32, 5u32, 8u32]);
+            &__CUDAGRAPH_PLACES1
+        },
         &mut __cudagraph_guards,
     );
     let __cudagraph_r0 = ::cudagraph::__private::acquire_into(
@@ -613,7 +625,7 @@ fn expanded() -> ::cudagraph::Result<()> {
     } else {
         __cudagraph_chunk4.put_words(&mut __cudagraph_words);
     }
-    let mut __cudagraph_nodes = [const { ::core::option::Option::None }; 15];
+    let mut __cudagraph_nodes = [const { ::core::mem::MaybeUninit::uninit() }; 15];
     unsafe {
         __cudagraph_cache
             .run_words_in(

@@ -317,7 +317,7 @@ fn expanded() -> ::cudagraph::Result<()> {
             ::cudagraph::__private::word_node(&mut __cudagraph_words, __cudagraph_v);
         }
     } else {}
-    let mut __cudagraph_nodes = [const { ::core::option::Option::None }; 7];
+    let mut __cudagraph_nodes = [const { ::core::mem::MaybeUninit::uninit() }; 7];
     unsafe {
         __cudagraph_cache
             .run_words_in(

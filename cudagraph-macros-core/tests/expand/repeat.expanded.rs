@@ -494,7 +494,7 @@ fn expanded() -> ::cudagraph::Result<()> {
     });
     ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk3.0);
     ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk3.1);
-    let mut __cudagraph_nodes = [const { ::core::option::Option::None }; 11];
+    let mut __cudagraph_nodes = [const { ::core::mem::MaybeUninit::uninit() }; 11];
     unsafe {
         __cudagraph_cache
             .run_words_in(

@@ -433,7 +433,11 @@ pub(crate) struct GraphCall<'s> {
 /// ([`GraphCache::run_words_in`]).
 pub(crate) enum Nodes<'n, 'a> {
     Ready(&'n [Option<NodeParams<'a>>]),
-    Lazy(&'n mut [Option<NodeParams<'a>>], &'n [&'n dyn crate::kind::list::Segment<'a>]),
+    /// Not made yet: the list's storage, uninitialized, and what makes it.
+    Lazy(
+        &'n mut [core::mem::MaybeUninit<Option<NodeParams<'a>>>],
+        &'n [&'n dyn crate::kind::list::Segment<'a>],
+    ),
 }
 
 impl<'a> Nodes<'_, 'a> {
@@ -451,6 +455,15 @@ impl<'a> Nodes<'_, 'a> {
             let Nodes::Lazy(list, segments) = core::mem::replace(self, Nodes::Ready(&[])) else {
                 unreachable!()
             };
+            // Every entry `None` first, so that the list is initialized whatever the segments
+            // write (`NodeParams` is `Copy`: nothing to drop, before or after).
+            const _: () = assert!(!core::mem::needs_drop::<Option<NodeParams<'static>>>());
+            for e in list.iter_mut() {
+                e.write(None);
+            }
+            // SAFETY: every element was just initialized; `MaybeUninit<T>` has `T`'s layout.
+            let list =
+                unsafe { &mut *(core::ptr::from_mut(list) as *mut [Option<NodeParams<'a>>]) };
             crate::kind::list::fill_entries(list, segments);
             *self = Nodes::Ready(list);
         }
@@ -576,7 +589,7 @@ impl GraphCache {
         call_id: &crate::operand::CallId,
         key: u64,
         stream: &CudaStream,
-        nodes: &mut [Option<NodeParams<'a>>],
+        nodes: &mut [core::mem::MaybeUninit<Option<NodeParams<'a>>>],
         segments: &[&dyn crate::kind::list::Segment<'a>],
         guards: &[Guard<'_>],
         words: CallWords,

@@ -332,7 +332,7 @@ const PARTS_TAG: u64 = 0xffff_0000_0000_0000;
 /// A guard's second word: its length in bytes, and bit 63 when written. (A range of 2^63
 /// bytes or more does not exist.)
 #[inline(always)]
-fn guard_word(bytes: u64, write: bool) -> u64 {
+pub(crate) fn guard_word(bytes: u64, write: bool) -> u64 {
     bytes | u64::from(write) << 63
 }
 
@@ -406,6 +406,26 @@ impl CallWords {
             diverge(&self.last, p, &mut self.diverged, &mut self.out);
         }
         self.out.extend_from_slice(w);
+    }
+
+    /// The `2 * M` words of `last` that the guards of `M` places acquired in one loop
+    /// ([`acquire_mut_each`](crate::__private::acquire_mut_each)) must equal for the call to
+    /// stay unchanged, as `[start, guard_word]` pairs: `None` unless the words are compared
+    /// in place (kept, not diverged) and `last` holds that many more. The caller compares
+    /// them all and then [`Self::skip_guards`], or puts each guard with [`Self::guard`].
+    #[inline(always)]
+    pub(crate) fn guards_ahead<const M: usize>(&self) -> Option<&[[u64; 2]; M]> {
+        if !self.ok || self.diverged {
+            return None;
+        }
+        let rest = self.last.get(self.pos..self.pos.checked_add(2 * M)?)?;
+        rest.as_chunks::<2>().0.try_into().ok()
+    }
+
+    /// The `M` guards of [`Self::guards_ahead`], found equal to them.
+    #[inline(always)]
+    pub(crate) fn skip_guards<const M: usize>(&mut self) {
+        self.pos += 2 * M;
     }
 
     /// A place's guard (see [`Self::guarded`]): its address range and whether it is written
