@@ -3,7 +3,7 @@
 // the elements of one slice (`EachMut`, from `__cudagraph_each_mut`): two of them over one
 // vector at once are two mutable borrows of it.
 use cudagraph::__private::{
-    DisjointMut as _, DistinctIndices, Guards, acquire_mut_each, begin_call,
+    DisjointMut as _, DistinctIndices, Guards, PlaceIndices, acquire_mut_each, begin_call,
 };
 use cudagraph::cudarc::driver::CudaContext;
 
@@ -13,11 +13,11 @@ fn main() -> cudagraph::Result<()> {
     let mut v = vec![s.alloc_zeros::<u32>(16)?];
     let call = begin_call();
     let mut g = Guards::<2>::new();
-    let first = v.__cudagraph_each_mut(DistinctIndices::new([0]));
-    let again = v.__cudagraph_each_mut(DistinctIndices::new([0]));
+    let first = v.__cudagraph_each_mut(&const { DistinctIndices::new([0]) });
+    let again = v.__cudagraph_each_mut(&const { DistinctIndices::new([0]) });
     let mut store = std::mem::MaybeUninit::uninit();
-    let _h = acquire_mut_each(&mut store, first, &s, &call, &[0], &mut g);
+    let _h = acquire_mut_each(&mut store, first, &s, &call, &const { PlaceIndices::new([0]) }, &mut g);
     let mut store2 = std::mem::MaybeUninit::uninit();
-    let _k = acquire_mut_each(&mut store2, again, &s, &call, &[1], &mut g);
+    let _k = acquire_mut_each(&mut store2, again, &s, &call, &const { PlaceIndices::new([1]) }, &mut g);
     Ok(())
 }

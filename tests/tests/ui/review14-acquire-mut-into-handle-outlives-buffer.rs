@@ -1,7 +1,7 @@
 // Review 14: the handles `__private::acquire_mut_into` and `acquire_mut_each` return borrow the
 // buffer: it cannot be freed while a handle (or the `Guards` holding its guard) is alive.
 use cudagraph::__private::{
-    DisjointMut as _, DistinctIndices, Guards, acquire_mut_each, acquire_mut_into, begin_call,
+    DisjointMut as _, DistinctIndices, Guards, PlaceIndices, acquire_mut_each, acquire_mut_into, begin_call,
 };
 use cudagraph::cudarc::driver::CudaContext;
 
@@ -13,9 +13,9 @@ fn main() -> cudagraph::Result<()> {
     let call = begin_call();
     let mut g = Guards::<3>::new();
     let (_r, w) = acquire_mut_into(&mut a, &s, &call, 0, &mut g);
-    let elements = v.__cudagraph_each_mut(DistinctIndices::new([0, 1]));
+    let elements = v.__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });
     let mut store = std::mem::MaybeUninit::uninit();
-    let hs = acquire_mut_each(&mut store, elements, &s, &call, &[1, 2], &mut g);
+    let hs = acquire_mut_each(&mut store, elements, &s, &call, &const { PlaceIndices::new([1, 2]) }, &mut g);
     drop(a);
     drop(v);
     let _ = (w.len(), hs[0].len());

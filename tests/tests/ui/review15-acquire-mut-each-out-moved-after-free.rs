@@ -1,7 +1,7 @@
 // Review 15: the `out` store of `__private::acquire_mut_each` is a `MaybeUninit` of the
 // buffers' handles; copied out after the buffers are freed (to read it later), it still
 // carries their borrow.
-use cudagraph::__private::{DisjointMut as _, DistinctIndices, Guards, acquire_mut_each, begin_call};
+use cudagraph::__private::{DisjointMut as _, DistinctIndices, Guards, PlaceIndices, acquire_mut_each, begin_call};
 use cudagraph::cudarc::driver::CudaContext;
 
 fn main() -> cudagraph::Result<()> {
@@ -12,8 +12,8 @@ fn main() -> cudagraph::Result<()> {
     let mut store = std::mem::MaybeUninit::uninit();
     {
         let mut g = Guards::<2>::new();
-        let elements = v.__cudagraph_each_mut(DistinctIndices::new([0, 1]));
-        let _ = acquire_mut_each(&mut store, elements, &s, &call, &[0, 1], &mut g);
+        let elements = v.__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });
+        let _ = acquire_mut_each(&mut store, elements, &s, &call, &const { PlaceIndices::new([0, 1]) }, &mut g);
     }
     drop(v);
     let kept = store;

@@ -1,6 +1,6 @@
 // Review 15: one `out` store given to `__private::acquire_mut_each` twice: the second call
 // cannot overwrite the handles while the first call's array is still used.
-use cudagraph::__private::{DisjointMut as _, DistinctIndices, Guards, acquire_mut_each, begin_call};
+use cudagraph::__private::{DisjointMut as _, DistinctIndices, Guards, PlaceIndices, acquire_mut_each, begin_call};
 use cudagraph::cudarc::driver::CudaContext;
 
 fn main() -> cudagraph::Result<()> {
@@ -11,10 +11,10 @@ fn main() -> cudagraph::Result<()> {
     let call = begin_call();
     let mut g = Guards::<4>::new();
     let mut store = std::mem::MaybeUninit::uninit();
-    let ab = v.__cudagraph_each_mut(DistinctIndices::new([0, 1]));
-    let first = acquire_mut_each(&mut store, ab, &s, &call, &[0, 1], &mut g);
-    let cd = w.__cudagraph_each_mut(DistinctIndices::new([0, 1]));
-    let second = acquire_mut_each(&mut store, cd, &s, &call, &[2, 3], &mut g);
+    let ab = v.__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });
+    let first = acquire_mut_each(&mut store, ab, &s, &call, &const { PlaceIndices::new([0, 1]) }, &mut g);
+    let cd = w.__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });
+    let second = acquire_mut_each(&mut store, cd, &s, &call, &const { PlaceIndices::new([2, 3]) }, &mut g);
     let _ = (first[0].len(), second[0].len());
     Ok(())
 }

@@ -1,7 +1,7 @@
 // Review 15: an `out` store of `__private::acquire_mut_each` typed with `'static` handles
 // (to keep them past the buffers) makes the buffers' borrow `'static`.
 use cudagraph::DevWrite;
-use cudagraph::__private::{DisjointMut as _, DistinctIndices, Guards, acquire_mut_each, begin_call};
+use cudagraph::__private::{DisjointMut as _, DistinctIndices, Guards, PlaceIndices, acquire_mut_each, begin_call};
 use cudagraph::cudarc::driver::CudaContext;
 use std::mem::MaybeUninit;
 
@@ -12,7 +12,7 @@ fn main() -> cudagraph::Result<()> {
     let call = begin_call();
     let mut g = Guards::<2>::new();
     let mut store: MaybeUninit<[DevWrite<'static, u32>; 2]> = MaybeUninit::uninit();
-    let elements = v.__cudagraph_each_mut(DistinctIndices::new([0, 1]));
-    let _ = acquire_mut_each(&mut store, elements, &s, &call, &[0, 1], &mut g);
+    let elements = v.__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });
+    let _ = acquire_mut_each(&mut store, elements, &s, &call, &const { PlaceIndices::new([0, 1]) }, &mut g);
     Ok(())
 }

@@ -6,7 +6,7 @@ fn main() {
     let mut v = [0u32; 4];
     let _ = EachMut::<'_, u32, 2> {
         base: v.as_mut_ptr(),
-        idx: [0, 0],
+        idx: &[0, 0],
         _slice: core::marker::PhantomData,
     };
 }

@@ -8,5 +8,5 @@ fn twice<'a>(each: EachMut<'a, u32, 2>) -> (EachMut<'a, u32, 2>, EachMut<'a, u32
 
 fn main() {
     let mut v = [0u32; 4];
-    let _ = twice(v.as_mut_slice().__cudagraph_each_mut(DistinctIndices::new([0, 1])));
+    let _ = twice(v.as_mut_slice().__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) }));
 }

@@ -5,7 +5,7 @@ use cudagraph::__private::{DisjointMut, DistinctIndices};
 
 fn main() {
     let mut v = [0u32; 4];
-    let mut each = v.as_mut_slice().__cudagraph_each_mut(DistinctIndices::new([0, 1]));
+    let mut each = v.as_mut_slice().__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });
     let a: &mut u32 = each.take(0);
     let b: &mut u32 = each.take(0);
     *a = 1;
