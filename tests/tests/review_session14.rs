@@ -424,7 +424,7 @@ impl Reversed {
     #[allow(non_snake_case, clippy::wrong_self_convention)]
     fn __cudagraph_each_mut<const M: usize>(
         &mut self,
-        idx: cudagraph::__private::DistinctIndices<M>,
+        idx: &'static cudagraph::__private::DistinctIndices<M>,
     ) -> cudagraph::__private::EachMut<'_, CudaSlice<u32>, M> {
         use cudagraph::__private::DisjointMut as _;
         self.0.reverse();
@@ -603,7 +603,7 @@ fn private_guards_and_acquire_mut_each_from_safe_code() -> Result {
             each(&mut bufs, [0, 1]),
             &s,
             &call,
-            &[0, 2],
+            places([0, 2]),
             &mut g,
         );
     }));
@@ -617,7 +617,7 @@ fn private_guards_and_acquire_mut_each_from_safe_code() -> Result {
             each(&mut bufs, [0, 1, 2]),
             &s,
             &call,
-            &[0, 1, 2],
+            places([0, 1, 2]),
             &mut g,
         );
     }));
@@ -667,5 +667,14 @@ fn each<const M: usize>(
     idx: [usize; M],
 ) -> cudagraph::__private::EachMut<'_, CudaSlice<u32>, M> {
     use cudagraph::__private::{DisjointMut as _, DistinctIndices};
-    s.__cudagraph_each_mut(DistinctIndices::new(idx))
+    // (Indices made at run time: leaked for the `'static` borrow `graph!`'s consts get.)
+    s.__cudagraph_each_mut(Box::leak(Box::new(DistinctIndices::new(idx))))
+}
+
+/// Place numbers made at run time (checked then, not at compile time as `graph!`'s), leaked
+/// for the `'static` borrow `graph!`'s consts get.
+fn places<const M: usize, const N: usize>(
+    idx: [u32; M],
+) -> &'static cudagraph::__private::PlaceIndices<M, N> {
+    Box::leak(Box::new(cudagraph::__private::PlaceIndices::new(idx)))
 }

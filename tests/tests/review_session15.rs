@@ -253,20 +253,29 @@ fn private_acquire_mut_each_out_reused_after_a_partial_call() -> Result {
             idx: [usize; M],
         ) -> cudagraph::__private::EachMut<'_, CudaSlice<u32>, M> {
             use cudagraph::__private::{DisjointMut as _, DistinctIndices};
-            s.__cudagraph_each_mut(DistinctIndices::new(idx))
+            // (Indices made at run time: leaked for the `'static` borrow `graph!`'s consts
+            // get.)
+            s.__cudagraph_each_mut(Box::leak(Box::new(DistinctIndices::new(idx))))
+        }
+        // Place numbers made at run time (checked then, not at compile time as `graph!`'s).
+        fn places<const M: usize, const N: usize>(
+            idx: [u32; M],
+        ) -> &'static cudagraph::__private::PlaceIndices<M, N> {
+            Box::leak(Box::new(cudagraph::__private::PlaceIndices::new(idx)))
         }
         let (abc, def) = (each(abc, [0, 1, 2]), each(def, [0, 1, 2]));
         let call = begin_call();
         let mut store = MaybeUninit::uninit();
-        // 1. Panics at the third element (index 7 of a `Guards<3>`), after two were written
-        //    into `store` and their guards put (dropped with `g1`; `g1` shares the handles'
-        //    lifetime, so it is declared beside `store`).
+        // 1. Panics: index 7 of a `Guards<3>` (since session 20 when its `PlaceIndices` is
+        //    made, before any element is acquired; before, at the third element, after two
+        //    were written into `store` and their guards put). `g1` shares the handles'
+        //    lifetime, so it is declared beside `store`.
         let mut g1 = Guards::<3>::new();
         let (out, guards, stream, id) = (&mut store, &mut g1, &*s2, &call);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
             // Moved in (the closure is then `FnOnce`), not reborrowed through its environment.
             let (out, guards) = (out, guards);
-            let _ = acquire_mut_each(out, abc, stream, id, &[0, 1, 7], guards);
+            let _ = acquire_mut_each(out, abc, stream, id, places([0, 1, 7]), guards);
         }));
         assert!(r.is_err(), "index 7 of a Guards<3>");
         drop(g1);
@@ -274,7 +283,7 @@ fn private_acquire_mut_each_out_reused_after_a_partial_call() -> Result {
         //    scratch place (an inert guard).
         let mut g = Guards::<4>::new();
         let _t = scratch::<u32, 4>(&s2, &call, 1, 16, &mut g);
-        let hs = acquire_mut_each(&mut store, def, &s2, &call, &[3, 0, 2], &mut g);
+        let hs = acquire_mut_each(&mut store, def, &s2, &call, places([3, 0, 2]), &mut g);
         let got: Vec<usize> = hs.iter().map(|h| h.len()).collect();
         assert_eq!(got, lens[3..], "handles of the second call");
         assert_eq!(hs.iter().map(|h| h.read().len()).collect::<Vec<_>>(), lens[3..]);
@@ -289,7 +298,7 @@ fn private_acquire_mut_each_out_reused_after_a_partial_call() -> Result {
             no_element,
             &s2,
             &call,
-            &[],
+            places([]),
             &mut g0,
         );
         assert!(empty.is_empty());

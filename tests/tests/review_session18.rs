@@ -82,7 +82,9 @@ fn distinct_indices_with_usize_max_are_out_of_range() {
     for idx in [[usize::MAX, 0], [0, usize::MAX], [3, usize::MAX]] {
         let idx = std::hint::black_box(idx);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let _each = v.as_mut_slice().__cudagraph_each_mut(DistinctIndices::new(idx));
+            // (Made at run time: leaked for the `'static` borrow `graph!`'s consts get.)
+            let idx = Box::leak(Box::new(DistinctIndices::new(idx)));
+            let _each = v.as_mut_slice().__cudagraph_each_mut(idx);
         }));
         assert!(r.is_err(), "indices {idx:?} of a 4-element slice were accepted");
     }
@@ -113,10 +115,10 @@ fn each_mut_is_sound_through_its_public_api() {
     let dup = std::panic::catch_unwind(|| DistinctIndices::new(std::hint::black_box([1, 1])));
     assert!(dup.is_err(), "duplicate indices accepted");
     let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let _ = v.as_mut_slice().__cudagraph_each_mut(DistinctIndices::new([0, 4]));
+        let _ = v.as_mut_slice().__cudagraph_each_mut(&const { DistinctIndices::new([0, 4]) });
     }));
     assert!(out.is_err(), "index 4 of a 4-element slice accepted");
-    let _ = v.as_mut_slice().__cudagraph_each_mut(DistinctIndices::new([3, 0]));
+    let _ = v.as_mut_slice().__cudagraph_each_mut(&const { DistinctIndices::new([3, 0]) });
 }
 
 // ---------------------------------------------------------------------------------------------
