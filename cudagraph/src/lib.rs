@@ -800,17 +800,18 @@ pub mod __private {
         // guard is not inert, bit 1 a buffer lives on another stream than the call's (or is
         // a place of several buffers), bit 2 a place of several buffers, bit 3 a buffer of
         // another context than the call's stream.
-        // The flags of every element, or-ed into one register (the loop's values fill the
-        // registers; each flag of its own was spilled and reloaded per element): bit 0 a
-        // guard is not inert, bit 1 a buffer lives on another stream than the call's (or is
-        // a place of several buffers), bit 2 a place of several buffers, bit 3 a buffer of
-        // another context than the call's stream.
         let mut flags = 0u8;
         let mut diff = 0u64;
         for (k, (slot, &i)) in slots.iter_mut().zip(index).enumerate() {
             let i = i as usize;
             // SAFETY: `i < N` (`PlaceIndices`).
-            assert!(!unsafe { *set.get_unchecked(i) }, "graph!: place {i} acquired twice");
+            if unsafe { *set.get_unchecked(i) } {
+                // The guards put so far are dropped with `guards`, which must know first
+                // whether any records something (review 20).
+                *live |= flags & 1 != 0;
+                *foreign |= flags & 2 != 0;
+                acquired_twice(i);
+            }
             let place = places.take(k);
             let (_, w, g) = acquire_mut(place, stream, call, i as u32);
             let parts = !g.children().is_empty();
@@ -853,6 +854,14 @@ pub mod __private {
         };
         guards.contexts(first, mixed, all);
         all
+    }
+
+    /// The panic of a place number given twice in one call (a bug of the macro).
+    #[cold]
+    #[inline(never)]
+    #[track_caller]
+    fn acquired_twice(i: usize) -> ! {
+        panic!("graph!: place {i} acquired twice")
     }
 
     /// The first handle's context word and whether any other differs from it.

@@ -573,11 +573,11 @@ impl GraphCache {
         self.run_plan(plan, call_id, key, stream, Nodes::Ready(nodes), guards, Some(words))
     }
 
-    /// [`Self::run_words`] with the node list made only when the call needs it: `nodes` (all
-    /// `None`) is filled from `segments` ([`entries`](crate::__private::entries)) unless the
-    /// words find the call unchanged and no node hands work out at launch (host statements).
-    /// An unchanged call of a kernel-only body then never touches its node list. Called by
-    /// generated code.
+    /// [`Self::run_words`] with the node list made only when the call needs it: `nodes`
+    /// (uninitialized storage of one entry per statement) is set to `None` and filled from
+    /// `segments` ([`entries`](crate::__private::entries)) unless the words find the call
+    /// unchanged and no node hands work out at launch (host statements). An unchanged call of
+    /// a kernel-only body then never touches its node list. Called by generated code.
     ///
     /// # Safety
     /// As [`Self::run_words`], for the node list `segments` make.
