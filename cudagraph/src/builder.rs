@@ -562,7 +562,8 @@ impl<'a> GraphBuilder<'a> {
         let views: Vec<KernelView<'_>> = rec.kernel_views().collect();
         let nodes = rec.params(&views, &self.captures, &self.hosts, &self.events);
         let call = GraphCall { shape: rec, site: Site::Builder, key, signature: &rec.sig };
-        self.cache.run_call(call, self.stream, Nodes::Ready(&nodes), &self.guards, None, None)
+        let mut guards = &self.guards[..];
+        self.cache.run_call(call, self.stream, Nodes::Ready(&nodes), &mut guards, None, None)
         // `self` drops here: the guards record the buffers' use after the launch was enqueued.
     }
 }

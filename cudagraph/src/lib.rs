@@ -551,6 +551,37 @@ pub mod __private {
         (r.with_tag(t, Token(())), w.with_tag(t, Token(())), g)
     }
 
+    /// A [`Guards`] slot with no guard.
+    const EMPTY: u8 = 0;
+    /// A [`Guards`] slot with its guard.
+    const PUT: u8 = 1;
+    /// A [`Guards`] slot of an array element acquired in one loop whose guard is inert and
+    /// its buffer on the call's stream: not stored, made again from the element's handle
+    /// ([`InertGuard`](crate::operand::InertGuard)) only if the call needs it ([`Guards::made`]).
+    const REMADE: u8 = 2;
+    /// Arrays of one call whose elements' guards may be [`REMADE`] (further arrays put theirs).
+    const REMADE_ARRAYS: usize = 4;
+
+    /// An array of [`REMADE`] elements: its handles (an `acquire_mut_each` `out`, borrowed for
+    /// the `Guards`' lifetime `'a`), their place numbers, and what makes element `k`'s guard.
+    struct Remade<'a> {
+        handles: *const u8,
+        index: &'static [u32],
+        remake: unsafe fn(*const u8, usize) -> Guard<'a>,
+    }
+
+    /// Element `k`'s guard of an array of handles `W` at `handles`.
+    ///
+    /// # Safety
+    /// `handles` points to at least `k + 1` initialized `W`s, alive and unchanged.
+    unsafe fn remake<'a, W: crate::operand::InertGuard<'a>>(
+        handles: *const u8,
+        k: usize,
+    ) -> Guard<'a> {
+        // SAFETY: the caller's contract.
+        unsafe { (*handles.cast::<W>().add(k)).inert_guard() }
+    }
+
     /// The guards of one `graph!` call's `N` places, each put at its place's index as the place
     /// is acquired ([`acquire_into`], [`acquire_mut_into`], [`acquire_mut_each`],
     /// [`scratch`]), then handed to the cache in place order by [`Guards::all`]. Built in
@@ -565,7 +596,11 @@ pub mod __private {
     /// call skips the aliasing check, the stream ledger and the guards' drops when none has.
     pub struct Guards<'a, const N: usize> {
         slots: [core::mem::MaybeUninit<Guard<'a>>; N],
-        set: [bool; N],
+        /// Each slot's state: [`EMPTY`], [`PUT`] (its guard written) or [`REMADE`] (an array
+        /// element whose guard is made from its handle when wanted, see [`Remade`]).
+        set: [u8; N],
+        /// Arrays of [`REMADE`] elements ([`acquire_mut_each`]).
+        remade: [Option<Remade<'a>>; REMADE_ARRAYS],
         /// A guard put so far is not inert ([`Guard::is_inert`]).
         live: bool,
         /// A guard put so far has a buffer whose own stream is not `stream` (or several
@@ -588,7 +623,8 @@ pub mod __private {
         pub fn new() -> Self {
             Guards {
                 slots: [const { core::mem::MaybeUninit::uninit() }; N],
-                set: [false; N],
+                set: [EMPTY; N],
+                remade: [const { None }; REMADE_ARRAYS],
                 live: false,
                 foreign: false,
                 stream: None,
@@ -603,7 +639,8 @@ pub mod __private {
             words.word(crate::kind::kernel::GUARDS_TAG);
             Guards {
                 slots: [const { core::mem::MaybeUninit::uninit() }; N],
-                set: [false; N],
+                set: [EMPTY; N],
+                remade: [const { None }; REMADE_ARRAYS],
                 live: false,
                 foreign: false,
                 stream: Some(stream),
@@ -618,7 +655,7 @@ pub mod __private {
         /// not put (a bug of the macro).
         #[inline]
         pub fn take_words(&mut self) -> CallWords {
-            assert!(self.set.iter().all(|&s| s), "graph!: a place was not acquired");
+            assert!(self.set.iter().all(|&s| s != EMPTY), "graph!: a place was not acquired");
             let mut w = self.words.take().expect("graph!: guards made without words");
             w.guarded = true;
             w.foreign = self.foreign;
@@ -646,7 +683,7 @@ pub mod __private {
         #[inline(always)]
         fn vacant(&self, index: u32) -> usize {
             let i = index as usize;
-            assert!(!self.set[i], "graph!: place {i} acquired twice");
+            assert!(self.set[i] == EMPTY, "graph!: place {i} acquired twice");
             i
         }
 
@@ -663,7 +700,7 @@ pub mod __private {
             self.live |= !guard.is_inert();
             self.foreign |= parts || self.stream.is_none_or(|s| guard.foreign_to(s));
             let slot: &Guard<'a> = self.slots[i].write(guard);
-            self.set[i] = true;
+            self.set[i] = PUT;
             if let Some(w) = &mut self.words {
                 if parts {
                     w.guard_parts(slot.children());
@@ -701,16 +738,77 @@ pub mod __private {
             }
         }
 
-        /// Every place's guard, in place order.
+        /// Every place's guard, in place order, the guards of [`REMADE`] elements made now.
         ///
         /// # Panics
         /// If a place's guard was not put (a bug of the macro).
         #[inline]
+        pub fn made(&mut self) -> &[Guard<'a>] {
+            if self.remade.iter().any(Option::is_some) {
+                self.remake();
+            }
+            self.all()
+        }
+
+        /// The guards of the [`REMADE`] elements, made from their handles (a call that is not
+        /// unchanged, or whose guards record or order something, needs them all).
+        #[cold]
+        #[inline(never)]
+        fn remake(&mut self) {
+            for r in &mut self.remade {
+                let Some(r) = r.take() else { continue };
+                for (k, &i) in r.index.iter().enumerate() {
+                    let i = i as usize;
+                    if self.set[i] == REMADE {
+                        // SAFETY: `r` was made by `acquire_mut_each` from its handles, which
+                        // are borrowed for `'a` and all initialized; `k` is below their count.
+                        self.slots[i].write(unsafe { (r.remake)(r.handles, k) });
+                        self.set[i] = PUT;
+                    }
+                }
+            }
+        }
+
+        /// Every place's guard, in place order.
+        ///
+        /// # Panics
+        /// If a place's guard was not put, or is [`REMADE`] and not made yet ([`Self::made`]
+        /// makes it).
+        #[inline]
         pub fn all(&self) -> &[Guard<'a>] {
-            assert!(self.set.iter().all(|&s| s), "graph!: a place was not acquired");
+            assert!(self.set.iter().all(|&s| s == PUT), "graph!: a place was not acquired");
             // SAFETY: every slot is initialized (checked above); `MaybeUninit<T>` has `T`'s
             // layout, and the slice borrows `self`, which drops the guards only when dropped.
             unsafe { core::slice::from_raw_parts(self.slots.as_ptr().cast::<Guard<'a>>(), N) }
+        }
+    }
+
+    /// A call's guards in place order, as the cache takes them: [`Guards`] (whose
+    /// [`REMADE`] guards are made only when [`made`](GuardList::made) is called: an unchanged
+    /// call of guards that record nothing never needs them), or a slice of made guards.
+    #[doc(hidden)]
+    pub trait GuardList<'a> {
+        /// Places, made or not.
+        fn places(&self) -> usize;
+        /// Every place's guard, in place order.
+        fn made(&mut self) -> &[Guard<'a>];
+    }
+
+    impl<'a, const N: usize> GuardList<'a> for Guards<'a, N> {
+        fn places(&self) -> usize {
+            N
+        }
+        fn made(&mut self) -> &[Guard<'a>] {
+            Guards::made(self)
+        }
+    }
+
+    impl<'a> GuardList<'a> for &[Guard<'a>] {
+        fn places(&self) -> usize {
+            self.len()
+        }
+        fn made(&mut self) -> &[Guard<'a>] {
+            self
         }
     }
 
@@ -721,11 +819,12 @@ pub mod __private {
                 return;
             }
             for (slot, &set) in self.slots.iter_mut().zip(&self.set) {
-                // SAFETY (of the read): `set` slots were written by `put`. A guard that
+                // SAFETY (of the read): `PUT` slots were written by `put`. A guard that
                 // records and owns nothing is left undropped: its drop does nothing, and the
                 // call into it per place was 8 % of an unchanged 1000-place call
-                // (`.ci/host-profile`).
-                if set && !unsafe { slot.assume_init_ref() }.is_inert() {
+                // (`.ci/host-profile`). (A `REMADE` slot holds nothing: its guard would be
+                // inert.)
+                if set == PUT && !unsafe { slot.assume_init_ref() }.is_inert() {
                     // SAFETY: `set` slots were written by `put` and are dropped only here.
                     unsafe { slot.assume_init_drop() }
                 }
@@ -768,14 +867,18 @@ pub mod __private {
     /// one loop: `graph!` uses
     /// it for the elements an unrolled `for` indexes with constants (`&mut bufs[i]`), which were
     /// one straight-line acquisition each (about 130 bytes of code per place).
-    pub fn acquire_mut_each<'a, 'o, P: PlaceMut, const M: usize, const N: usize>(
-        out: &'o mut core::mem::MaybeUninit<[P::Write<'a>; M]>,
+    pub fn acquire_mut_each<'a, P: PlaceMut, const M: usize, const N: usize>(
+        out: &'a mut core::mem::MaybeUninit<[P::Write<'a>; M]>,
         mut places: EachMut<'a, P, M>,
         stream: &'a CudaStream,
         call: &CallId,
         index: &'static PlaceIndices<M, N>,
         guards: &mut Guards<'a, N>,
-    ) -> &'o [P::Write<'a>; M] {
+    ) -> &'a [P::Write<'a>; M]
+    where
+        P::Write<'a>: crate::operand::InertGuard<'a>,
+    {
+        use crate::operand::InertGuard;
         let index = &index.0;
         // A plain loop writing into the caller's array (`array::map` moved each element
         // through its adapters, and an array returned by value was copied once more: 40 KB
@@ -791,10 +894,21 @@ pub mod __private {
         // `.ci/host-profile` under callgrind). Where the words are not compared in place, or
         // differ, or an element is a place of several buffers, each guard is put into the
         // words after the loop as `fill` would have, in the same order.
-        let Guards { slots: gslots, set, live, foreign, stream: call_stream, words } = guards;
+        //
+        // On a call whose words are compared in one piece, an element whose guard is inert,
+        // whose buffer lives on the call's stream and whose words are equal gets no guard
+        // stored ([`REMADE`]): while every element so far is such, `remaking` stays on, and at
+        // the end the array is listed in `guards.remade`, its guards made from the handles
+        // only if the call needs them ([`Guards::made`]); at the first element that is not,
+        // the guards of the ones before it are made at once and the rest stored.
+        let Guards { slots: gslots, set, remade, live, foreign, stream: call_stream, words } =
+            guards;
         let call_stream = *call_stream;
         let call_ctx = stream.context().cu_ctx() as u64;
         let ahead = words.as_ref().and_then(|w| w.guards_ahead::<M>());
+        let mut remaking = <P::Write<'a> as InertGuard<'a>>::REMADE
+            && ahead.is_some()
+            && remade.iter().any(Option::is_none);
         // The flags of every element, or-ed into one register (the loop's values fill the
         // registers; each flag of its own was spilled and reloaded per element): bit 0 a
         // guard is not inert, bit 1 a buffer lives on another stream than the call's (or is
@@ -802,10 +916,10 @@ pub mod __private {
         // another context than the call's stream.
         let mut flags = 0u8;
         let mut diff = 0u64;
-        for (k, (slot, &i)) in slots.iter_mut().zip(index).enumerate() {
-            let i = i as usize;
+        for k in 0..M {
+            let i = index[k] as usize;
             // SAFETY: `i < N` (`PlaceIndices`).
-            if unsafe { *set.get_unchecked(i) } {
+            if unsafe { *set.get_unchecked(i) } != EMPTY {
                 // The guards put so far are dropped with `guards`, which must know first
                 // whether any records something (review 20).
                 *live |= flags & 1 != 0;
@@ -813,25 +927,57 @@ pub mod __private {
                 acquired_twice(i);
             }
             let place = places.take(k);
-            let (_, w, g) = acquire_mut(place, stream, call, i as u32);
-            let parts = !g.children().is_empty();
-            let other = parts || call_stream.is_none_or(|s| g.foreign_to(s));
-            let ctx = crate::operand::Handle::context_word(&w);
-            flags |= u8::from(!g.is_inert())
-                | u8::from(other) << 1
-                | u8::from(parts) << 2
-                | u8::from(ctx != call_ctx) << 3;
-            if let Some(a) = ahead {
-                let [start, word] = a[k];
-                diff |=
-                    (start ^ g.start) | (word ^ crate::kind::kernel::guard_word(g.bytes, g.write));
+            let (w, g) = AcquireMut::acquire_mut_element(place, stream);
+            let tag = crate::operand::tag(call.0, i as u32);
+            let w = slots[k].write(w.with_tag(tag, Token(())));
+            let ctx = Handle::context_word(w);
+            let g = match g {
+                None => {
+                    // Inert, of device memory: made from the handle, here only for its
+                    // words and stream (a value the loop need not keep).
+                    let (own, start, bytes) = w.inert_range();
+                    let other =
+                        call_stream.is_none_or(|s| own.is_some_and(|o| !core::ptr::eq(o, s)));
+                    flags |= u8::from(other) << 1 | u8::from(ctx != call_ctx) << 3;
+                    let mut d = 0;
+                    if let Some(a) = ahead {
+                        let [a0, a1] = a[k];
+                        d = (a0 ^ start) | (a1 ^ crate::kind::kernel::guard_word(bytes, true));
+                        diff |= d;
+                    }
+                    if remaking && d == 0 && !other {
+                        // SAFETY: `i < N` (`PlaceIndices`).
+                        unsafe { *set.get_unchecked_mut(i) = REMADE };
+                        continue;
+                    }
+                    w.inert_guard()
+                }
+                Some(g) => {
+                    let parts = !g.children().is_empty();
+                    let other = parts || call_stream.is_none_or(|s| g.foreign_to(s));
+                    flags |= u8::from(!g.is_inert())
+                        | u8::from(other) << 1
+                        | u8::from(parts) << 2
+                        | u8::from(ctx != call_ctx) << 3;
+                    if let Some(a) = ahead {
+                        let [start, word] = a[k];
+                        diff |= (start ^ g.start)
+                            | (word ^ crate::kind::kernel::guard_word(g.bytes, g.write));
+                    }
+                    g
+                }
+            };
+            if remaking {
+                remaking = false;
+                // SAFETY: the handles before `k` are written.
+                let made = unsafe { slots[..k].assume_init_ref() };
+                remake_now(made, &index[..k], gslots, set);
             }
             // SAFETY: `i < N` (`PlaceIndices`).
             unsafe {
                 gslots.get_unchecked_mut(i).write(g);
-                *set.get_unchecked_mut(i) = true;
+                *set.get_unchecked_mut(i) = PUT;
             }
-            slot.write(w);
         }
         *live |= flags & 1 != 0;
         *foreign |= flags & 2 != 0;
@@ -845,7 +991,14 @@ pub mod __private {
         }
         // SAFETY: the loop wrote all `M` elements (a panic part way returns nothing, and leaves
         // written handles, which own nothing, undropped in `out`).
-        let all = unsafe { out.assume_init_ref() };
+        let all: &'a [P::Write<'a>; M] = unsafe { &*out.as_ptr().cast() };
+        if remaking && M > 0 {
+            let r = Remade { handles: all.as_ptr().cast(), index, remake: remake::<P::Write<'a>> };
+            // A free entry: `remaking` began only with one.
+            if let Some(e) = remade.iter_mut().find(|e| e.is_none()) {
+                *e = Some(r);
+            }
+        }
         let (first, mixed) = if flags & 8 == 0 {
             // Every element's context is the call stream's (or there is none).
             (if M == 0 { 0 } else { call_ctx }, false)
@@ -854,6 +1007,25 @@ pub mod __private {
         };
         guards.contexts(first, mixed, all);
         all
+    }
+
+    /// The guards of `handles`' elements, places `index`, left [`REMADE`] so far by
+    /// [`acquire_mut_each`], made now (an element after them was not inert, or differs).
+    #[cold]
+    #[inline(never)]
+    fn remake_now<'a, W: crate::operand::InertGuard<'a>>(
+        handles: &[W],
+        index: &[u32],
+        gslots: &mut [core::mem::MaybeUninit<Guard<'a>>],
+        set: &mut [u8],
+    ) {
+        for (h, &i) in handles.iter().zip(index) {
+            let i = i as usize;
+            if set[i] == REMADE {
+                gslots[i].write(h.inert_guard());
+                set[i] = PUT;
+            }
+        }
     }
 
     /// The panic of a place number given twice in one call (a bug of the macro).

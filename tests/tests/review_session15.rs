@@ -23,7 +23,9 @@
 //! - `private_acquire_mut_each_out_reused_after_a_partial_call`: `acquire_mut_each` called
 //!   directly with one `out` store: a call that panics part way (an index past `N`, after two
 //!   elements were written and their guards put), then a full call into the same store with
-//!   indices out of order, then `M = 0`; each element read back has its own buffer's length
+//!   indices out of order, then `M = 0`. (Since session 20 the index past `N` panics before
+//!   any element, and the full call takes a store of its own: a store is borrowed for its
+//!   guards' lifetime, so reusing it does not compile.) each element read back has its own buffer's length
 //!   (buffers of distinct lengths: a stale or unwritten slot would show), `all()` is complete,
 //!   a scratch guard (inert) beside event guards, and the buffers, written beforehand by a slow
 //!   kernel on another stream, read right after on a third one.
@@ -279,11 +281,14 @@ fn private_acquire_mut_each_out_reused_after_a_partial_call() -> Result {
         }));
         assert!(r.is_err(), "index 7 of a Guards<3>");
         drop(g1);
-        // 2. The same store, every element written again, indices out of order, beside a
-        //    scratch place (an inert guard).
+        // 2. Every element written, indices out of order, beside a scratch place (an inert
+        //    guard). (Since session 20 a store is borrowed for its guards' lifetime, `'a`, the
+        //    guards making an element's guard from its handle when needed: the first store
+        //    cannot be given to a second call, so this one is another.)
+        let mut store2 = MaybeUninit::uninit();
         let mut g = Guards::<4>::new();
         let _t = scratch::<u32, 4>(&s2, &call, 1, 16, &mut g);
-        let hs = acquire_mut_each(&mut store, def, &s2, &call, places([3, 0, 2]), &mut g);
+        let hs = acquire_mut_each(&mut store2, def, &s2, &call, places([3, 0, 2]), &mut g);
         let got: Vec<usize> = hs.iter().map(|h| h.len()).collect();
         assert_eq!(got, lens[3..], "handles of the second call");
         assert_eq!(hs.iter().map(|h| h.read().len()).collect::<Vec<_>>(), lens[3..]);

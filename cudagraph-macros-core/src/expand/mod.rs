@@ -79,7 +79,8 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         })
         .collect();
     mark_arrays(&order, &mut places, &scratch);
-    let acquisitions = acquisitions(&order, &places, &scratch, &stream.to_token_stream(), &call);
+    let (stores, acquisitions) =
+        acquisitions(&order, &places, &scratch, &stream.to_token_stream(), &call);
     let guards_var = local("__cudagraph_guards");
     let place_count = proc_macro2::Literal::usize_unsuffixed(order.len());
     let guards = quote!(#guards_var.all());
@@ -199,7 +200,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
                         #stream,
                         &mut #nodes,
                         &[#(#segments),*],
-                        #guards,
+                        &mut #guards_var,
                         #words,
                     )
                 }
@@ -260,6 +261,7 @@ pub fn expand(input: &GraphInput, checked: &Checked<'_>) -> TokenStream {
         #condition_marks
         #plan
         let #call = ::cudagraph::__private::begin_call();
+        #stores
         #guards_decl
         #acquisitions
         #words_decl
@@ -335,8 +337,11 @@ fn acquisitions(
     scratch: &HashMap<String, (&syn::Type, &Expr)>,
     stream: &TokenStream,
     call: &syn::Ident,
-) -> TokenStream {
+) -> (TokenStream, TokenStream) {
     let guards = local("__cudagraph_guards");
+    // The arrays' handle stores, declared before the guards: the guards may make an
+    // element's guard from its handle (`__private::Guards::made`), so the stores outlive them.
+    let mut stores = TokenStream::new();
     let groups = index_groups(order, places);
     let mut out = TokenStream::new();
     // A place spelled two ways (`x` and `*x`) is borrowed once, through `first`; each other
@@ -402,8 +407,10 @@ fn acquisitions(
             let store = local(format!("__cudagraph_as{a}"));
             let places = format_ident!("__CUDAGRAPH_PLACES{}", a);
             let places_n = proc_macro2::Literal::usize_unsuffixed(order.len());
-            out.extend(quote_spanned! {members[0].first.span=>
+            stores.extend(quote_spanned! {members[0].first.span=>
                 let mut #store = ::core::mem::MaybeUninit::uninit();
+            });
+            out.extend(quote_spanned! {members[0].first.span=>
                 let #array = ::cudagraph::__private::acquire_mut_each(
                     &mut #store, #elements, #stream, &#call,
                     {
@@ -475,7 +482,7 @@ fn acquisitions(
             }
         });
     }
-    out
+    (stores, out)
 }
 
 /// A local variable of the generated code. `mixed_site` hygiene: user code in the body (scalar

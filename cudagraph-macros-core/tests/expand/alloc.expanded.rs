@@ -246,7 +246,7 @@ fn expanded() -> ::cudagraph::Result<()> {
                     &&__cudagraph_chunk0,
                     &::cudagraph::__private::entry(&__cudagraph_n4),
                 ],
-                __cudagraph_guards.all(),
+                &mut __cudagraph_guards,
                 __cudagraph_words,
             )
     }

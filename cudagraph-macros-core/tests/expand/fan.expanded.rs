@@ -352,7 +352,7 @@ fn expanded() -> ::cudagraph::Result<()> {
                 __cudagraph_stream,
                 &mut __cudagraph_nodes,
                 &[&&__cudagraph_chunk0],
-                __cudagraph_guards.all(),
+                &mut __cudagraph_guards,
                 __cudagraph_words,
             )
     }

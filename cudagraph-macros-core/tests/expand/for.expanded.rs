@@ -398,12 +398,13 @@ fn expanded() -> ::cudagraph::Result<()> {
         ::cudagraph::__private::Registered(& __CUDAGRAPH_PLAN)
     }
     let __cudagraph_call = ::cudagraph::__private::begin_call();
+    let mut __cudagraph_as0 = ::core::mem::MaybeUninit::uninit();
+    let mut __cudagraph_as1 = ::core::mem::MaybeUninit::uninit();
     let mut __cudagraph_words = __cudagraph_cache
         .words(&__CUDAGRAPH_PLAN, &__cudagraph_call);
     let mut __cudagraph_guards = ::cudagraph::__private::Guards::<
         10,
     >::with_words(__cudagraph_stream, __cudagraph_words);
-    let mut __cudagraph_as0 = ::core::mem::MaybeUninit::uninit();
     let __cudagraph_a0 = ::cudagraph::__private::acquire_mut_each(
         &mut __cudagraph_as0,
         {
@@ -424,7 +425,6 @@ fn expanded() -> ::cudagraph::Result<()> {
         },
         &mut __cudagraph_guards,
     );
-    let mut __cudagraph_as1 = ::core::mem::MaybeUninit::uninit();
     let __cudagraph_a1 = ::cudagraph::__private::acquire_mut_each(
         &mut __cudagraph_as1,
         {
@@ -641,7 +641,7 @@ fn expanded() -> ::cudagraph::Result<()> {
                     &&__cudagraph_chunk3,
                     &&__cudagraph_chunk4,
                 ],
-                __cudagraph_guards.all(),
+                &mut __cudagraph_guards,
                 __cudagraph_words,
             )
     }

@@ -332,7 +332,7 @@ fn expanded() -> ::cudagraph::Result<()> {
                     &::cudagraph::__private::entry_if(&__cudagraph_n5),
                     &::cudagraph::__private::entry_if(&__cudagraph_n6),
                 ],
-                __cudagraph_guards.all(),
+                &mut __cudagraph_guards,
                 __cudagraph_words,
             )
     }

@@ -509,7 +509,7 @@ fn expanded() -> ::cudagraph::Result<()> {
                     &&__cudagraph_chunk2,
                     &&__cudagraph_chunk3,
                 ],
-                __cudagraph_guards.all(),
+                &mut __cudagraph_guards,
                 __cudagraph_words,
             )
     }

@@ -193,6 +193,7 @@ impl GraphCache {
         let signature: Vec<u32> =
             counts.iter().flat_map(|&c| [c as u32, (c as u64 >> 32) as u32]).collect();
         let call = GraphCall { shape: &shape, site: Site::Plan(plan), key, signature: &signature };
-        self.run_call(call, stream, super::Nodes::Ready(nodes), guards, Some(call_id.0), None)
+        let mut guards = guards;
+        self.run_call(call, stream, super::Nodes::Ready(nodes), &mut guards, Some(call_id.0), None)
     }
 }

@@ -544,7 +544,7 @@ impl GraphCache {
         nodes: &[Option<NodeParams<'_>>],
         guards: &[Guard<'_>],
     ) -> Result<()> {
-        self.run_plan(plan, call_id, key, stream, Nodes::Ready(nodes), guards, None)
+        self.run_plan(plan, call_id, key, stream, Nodes::Ready(nodes), &mut { guards }, None)
     }
 
     /// [`Self::run`] with the call's words made as its statements were evaluated
@@ -570,7 +570,8 @@ impl GraphCache {
     ) -> Result<()> {
         // The variant's words go back first, whatever happens next.
         let words = self.take_back(words);
-        self.run_plan(plan, call_id, key, stream, Nodes::Ready(nodes), guards, Some(words))
+        let mut guards = guards;
+        self.run_plan(plan, call_id, key, stream, Nodes::Ready(nodes), &mut guards, Some(words))
     }
 
     /// [`Self::run_words`] with the node list made only when the call needs it: `nodes`
@@ -591,7 +592,7 @@ impl GraphCache {
         stream: &CudaStream,
         nodes: &mut [core::mem::MaybeUninit<Option<NodeParams<'a>>>],
         segments: &[&dyn crate::kind::list::Segment<'a>],
-        guards: &[Guard<'_>],
+        guards: &mut dyn crate::__private::GuardList<'_>,
         words: CallWords,
     ) -> Result<()> {
         let words = self.take_back(words);
@@ -609,10 +610,10 @@ impl GraphCache {
         key: u64,
         stream: &CudaStream,
         nodes: Nodes<'_, '_>,
-        guards: &[Guard<'_>],
+        guards: &mut dyn crate::__private::GuardList<'_>,
         words: Option<Words>,
     ) -> Result<()> {
-        if nodes.len() != plan.nodes.len() || guards.len() != plan.places.len() {
+        if nodes.len() != plan.nodes.len() || guards.places() != plan.places.len() {
             if let Some(w) = words {
                 self.packed = w.out;
             }
@@ -633,7 +634,7 @@ impl GraphCache {
         call: GraphCall<'_>,
         stream: &CudaStream,
         nodes: Nodes<'_, '_>,
-        guards: &[Guard<'_>],
+        guards: &mut dyn crate::__private::GuardList<'_>,
         call_id: Option<u64>,
         words: Option<Words>,
     ) -> Result<()> {
@@ -655,7 +656,7 @@ impl GraphCache {
         call: GraphCall<'_>,
         stream: &CudaStream,
         mut nodes: Nodes<'_, '_>,
-        guards: &[Guard<'_>],
+        guards: &mut dyn crate::__private::GuardList<'_>,
         call_id: Option<u64>,
         words: Option<Words>,
     ) -> Result<()> {
@@ -704,7 +705,7 @@ impl GraphCache {
         }
         clock.lap(phases::VALIDATE);
         if !(guarded && same.is_some()) {
-            self.check_aliasing(call.shape, guards)?;
+            self.check_aliasing(call.shape, guards.made())?;
         }
         clock.lap(phases::ALIASING);
         self.enable_peers(call.shape)?;
@@ -742,7 +743,7 @@ impl GraphCache {
         // Uploaded, not launched: no buffer is used, nothing to order with their streams.
         let ordered = self.mode != Mode::Instantiate;
         if ordered {
-            let owns = if guarded && !foreign { &[][..] } else { guards };
+            let owns = if guarded && !foreign { &[][..] } else { guards.made() };
             self.order_before(stream, owns).map_err(graph_err)?;
         }
         let unlisted = captures && nodes.iter().flatten().any(|n| n.unlisted_work());

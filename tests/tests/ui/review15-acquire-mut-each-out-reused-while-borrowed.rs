@@ -9,8 +9,8 @@ fn main() -> cudagraph::Result<()> {
     let mut v = vec![s.alloc_zeros::<u32>(16)?, s.alloc_zeros::<u32>(32)?];
     let mut w = vec![s.alloc_zeros::<u32>(64)?, s.alloc_zeros::<u32>(128)?];
     let call = begin_call();
-    let mut g = Guards::<4>::new();
     let mut store = std::mem::MaybeUninit::uninit();
+    let mut g = Guards::<4>::new();
     let ab = v.__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });
     let first = acquire_mut_each(&mut store, ab, &s, &call, &const { PlaceIndices::new([0, 1]) }, &mut g);
     let cd = w.__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });

@@ -10,8 +10,8 @@ fn main() -> cudagraph::Result<()> {
     let s = ctx.new_stream()?;
     let mut v = vec![s.alloc_zeros::<u32>(16)?, s.alloc_zeros::<u32>(16)?];
     let call = begin_call();
-    let mut g = Guards::<2>::new();
     let mut store: MaybeUninit<[DevWrite<'static, u32>; 2]> = MaybeUninit::uninit();
+    let mut g = Guards::<2>::new();
     let elements = v.__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });
     let _ = acquire_mut_each(&mut store, elements, &s, &call, &const { PlaceIndices::new([0, 1]) }, &mut g);
     Ok(())
