@@ -776,7 +776,10 @@ pub mod __private {
         /// makes it).
         #[inline]
         pub fn all(&self) -> &[Guard<'a>] {
-            assert!(self.set.iter().all(|&s| s == PUT), "graph!: a place was not acquired");
+            assert!(
+                self.set.iter().all(|&s| s == PUT),
+                "graph!: a place was not acquired, or its guard not made yet (Guards::made)"
+            );
             // SAFETY: every slot is initialized (checked above); `MaybeUninit<T>` has `T`'s
             // layout, and the slice borrows `self`, which drops the guards only when dropped.
             unsafe { core::slice::from_raw_parts(self.slots.as_ptr().cast::<Guard<'a>>(), N) }

@@ -581,7 +581,8 @@ impl GraphCache {
     /// a kernel-only body then never touches its node list. Called by generated code.
     ///
     /// # Safety
-    /// As [`Self::run_words`], for the node list `segments` make.
+    /// As [`Self::run_words`], for the node list `segments` make; `guards.made()` returns the
+    /// places' guards, `guards.places()` of them, in place order.
     #[doc(hidden)]
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn run_words_in<'a>(
