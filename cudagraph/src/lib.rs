@@ -786,16 +786,7 @@ pub mod __private {
         }
     }
 
-    /// A call's guards in place order, as the cache takes them: [`Guards`] (whose
-    /// [`REMADE`] guards are made only when [`made`](GuardList::made) is called: an unchanged
-    /// call of guards that record nothing never needs them), or a slice of made guards.
-    #[doc(hidden)]
-    pub trait GuardList<'a> {
-        /// Places, made or not.
-        fn places(&self) -> usize;
-        /// Every place's guard, in place order.
-        fn made(&mut self) -> &[Guard<'a>];
-    }
+    pub use crate::operand::GuardList;
 
     impl<'a, const N: usize> GuardList<'a> for Guards<'a, N> {
         fn places(&self) -> usize {
@@ -803,15 +794,6 @@ pub mod __private {
         }
         fn made(&mut self) -> &[Guard<'a>] {
             Guards::made(self)
-        }
-    }
-
-    impl<'a> GuardList<'a> for &[Guard<'a>] {
-        fn places(&self) -> usize {
-            self.len()
-        }
-        fn made(&mut self) -> &[Guard<'a>] {
-            self
         }
     }
 

@@ -107,6 +107,27 @@ pointer_type!(
     HostWrite, *mut c_void
 );
 
+/// A call's guards in place order, as the cache takes them:
+/// [`Guards`](crate::__private::Guards), whose inert array-element guards are made only when
+/// [`made`](GuardList::made) is called (an unchanged call of guards that record nothing never
+/// needs them), or a slice of made guards.
+#[doc(hidden)]
+pub trait GuardList<'a> {
+    /// Places, made or not.
+    fn places(&self) -> usize;
+    /// Every place's guard, in place order.
+    fn made(&mut self) -> &[Guard<'a>];
+}
+
+impl<'a> GuardList<'a> for &[Guard<'a>] {
+    fn places(&self) -> usize {
+        self.len()
+    }
+    fn made(&mut self) -> &[Guard<'a>] {
+        self
+    }
+}
+
 /// The write handle of an array element acquired in one loop
 /// ([`acquire_mut_each`](crate::__private::acquire_mut_each)), from which its place's guard can
 /// be made again: an element whose guard records nothing and whose buffer lives on the call's

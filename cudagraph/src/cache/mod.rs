@@ -593,7 +593,7 @@ impl GraphCache {
         stream: &CudaStream,
         nodes: &mut [core::mem::MaybeUninit<Option<NodeParams<'a>>>],
         segments: &[&dyn crate::kind::list::Segment<'a>],
-        guards: &mut dyn crate::__private::GuardList<'_>,
+        guards: &mut dyn crate::operand::GuardList<'_>,
         words: CallWords,
     ) -> Result<()> {
         let words = self.take_back(words);
@@ -611,7 +611,7 @@ impl GraphCache {
         key: u64,
         stream: &CudaStream,
         nodes: Nodes<'_, '_>,
-        guards: &mut dyn crate::__private::GuardList<'_>,
+        guards: &mut dyn crate::operand::GuardList<'_>,
         words: Option<Words>,
     ) -> Result<()> {
         if nodes.len() != plan.nodes.len() || guards.places() != plan.places.len() {
@@ -635,7 +635,7 @@ impl GraphCache {
         call: GraphCall<'_>,
         stream: &CudaStream,
         nodes: Nodes<'_, '_>,
-        guards: &mut dyn crate::__private::GuardList<'_>,
+        guards: &mut dyn crate::operand::GuardList<'_>,
         call_id: Option<u64>,
         words: Option<Words>,
     ) -> Result<()> {
@@ -657,7 +657,7 @@ impl GraphCache {
         call: GraphCall<'_>,
         stream: &CudaStream,
         mut nodes: Nodes<'_, '_>,
-        guards: &mut dyn crate::__private::GuardList<'_>,
+        guards: &mut dyn crate::operand::GuardList<'_>,
         call_id: Option<u64>,
         words: Option<Words>,
     ) -> Result<()> {
