@@ -926,8 +926,7 @@ pub mod __private {
                     flags |= u8::from(other) << 1 | u8::from(ctx != call_ctx) << 3;
                     let mut d = 0;
                     if let Some(a) = ahead {
-                        let [a0, a1] = a[k];
-                        d = (a0 ^ start) | (a1 ^ crate::kind::kernel::guard_word(bytes, true));
+                        d = crate::kind::kernel::guard_diff(a[k], (start, bytes, true));
                         diff |= d;
                     }
                     if remaking && d == 0 && !other {
@@ -945,9 +944,7 @@ pub mod __private {
                         | u8::from(parts) << 2
                         | u8::from(ctx != call_ctx) << 3;
                     if let Some(a) = ahead {
-                        let [start, word] = a[k];
-                        diff |= (start ^ g.start)
-                            | (word ^ crate::kind::kernel::guard_word(g.bytes, g.write));
+                        diff |= crate::kind::kernel::guard_diff(a[k], (g.start, g.bytes, g.write));
                     }
                     g
                 }

@@ -332,8 +332,16 @@ const PARTS_TAG: u64 = 0xffff_0000_0000_0000;
 /// A guard's second word: its length in bytes, and bit 63 when written. (A range of 2^63
 /// bytes or more does not exist.)
 #[inline(always)]
-pub(crate) fn guard_word(bytes: u64, write: bool) -> u64 {
+fn guard_word(bytes: u64, write: bool) -> u64 {
     bytes | u64::from(write) << 63
+}
+
+/// How a guard's range `(start, bytes, write)` differs from its words `expected` (a pair of
+/// [`CallWords::guards_ahead`]): `0` when they are equal, so that an array's differences fold
+/// into one word.
+#[inline(always)]
+pub(crate) fn guard_diff(expected: [u64; 2], (start, bytes, write): (u64, u64, bool)) -> u64 {
+    (expected[0] ^ start) | (expected[1] ^ guard_word(bytes, write))
 }
 
 /// The unchanged-call words of one `graph!` call, made statement by statement as its body is
