@@ -570,16 +570,18 @@ pub mod __private {
         remake: unsafe fn(*const u8, usize) -> Guard<'a>,
     }
 
-    /// Element `k`'s guard of an array of handles `W` at `handles`.
+    /// Element `k`'s guard of an array's handles kept in the [`EachStore`] at `store`.
     ///
     /// # Safety
-    /// `handles` points to at least `k + 1` initialized `W`s, alive and unchanged.
-    unsafe fn remake<'a, W: crate::operand::InertGuard<'a>>(
-        handles: *const u8,
-        k: usize,
-    ) -> Guard<'a> {
+    /// `store` points to an `EachStore<'a, P, M>` that [`acquire_mut_each`] filled, alive and
+    /// unchanged, whose handles make inert guards ([`InertGuard`](crate::operand::InertGuard)); `k < M`.
+    unsafe fn remake<'a, P: PlaceMut + 'a, const M: usize>(store: *const u8, k: usize) -> Guard<'a>
+    where
+        P::Write<'a>: crate::operand::InertGuard<'a>,
+    {
+        use crate::operand::InertGuard;
         // SAFETY: the caller's contract.
-        unsafe { (*handles.cast::<W>().add(k)).inert_guard() }
+        unsafe { (*store.cast::<EachStore<'a, P, M>>()).handle(k).inert_guard() }
     }
 
     /// The guards of one `graph!` call's `N` places, each put at its place's index as the place
@@ -847,31 +849,105 @@ pub mod __private {
         (r, w)
     }
 
+    /// Where [`acquire_mut_each`] keeps an array's write handles (`out`), declared by `graph!`
+    /// before the call's [`Guards`], which may make the elements' guards from it
+    /// ([`Guards::made`]). Either every handle is written as its element is acquired, or, on a
+    /// call whose elements all have no events, live on the call's stream and have the
+    /// addresses and lengths of the last call's words, none is: the elements stay borrowed
+    /// here and a handle is made from its element when a statement asks for it
+    /// ([`EachHandles::at`]), which an unchanged call does for the first iteration of a run
+    /// only (40 bytes stored per element, most of an unchanged 1000-element call's time on the
+    /// CPU stub driver).
+    pub struct EachStore<'a, P: PlaceMut + 'a, const M: usize> {
+        handles: core::mem::MaybeUninit<[P::Write<'a>; M]>,
+        /// Set when no handle is written: the elements, borrowed for `'a`, their place numbers
+        /// and the call's id (each handle's tag).
+        lazy: Option<(EachMut<'a, P, M>, &'static [u32; M], u64)>,
+    }
+
+    impl<'a, P: PlaceMut + 'a, const M: usize> EachStore<'a, P, M> {
+        /// Nothing kept yet.
+        #[inline(always)]
+        #[allow(clippy::new_without_default)]
+        pub const fn new() -> Self {
+            EachStore { handles: core::mem::MaybeUninit::uninit(), lazy: None }
+        }
+
+        /// Element `k`'s write handle.
+        ///
+        /// # Safety
+        /// [`acquire_mut_each`] filled this store and returned.
+        #[inline(always)]
+        unsafe fn handle(&'a self, k: usize) -> P::Write<'a> {
+            match &self.lazy {
+                // SAFETY: `acquire_mut_each` wrote every handle when it did not set `lazy`
+                // (the caller's contract).
+                None => unsafe { self.handles.assume_init_ref()[k] },
+                Some((places, index, call)) => {
+                    // SAFETY: `acquire_mut_each` set `lazy` only when `acquire_mut_element`
+                    // gave no guard for any element, in the borrow `places` holds for `'a`,
+                    // which nothing changes meanwhile (this store holds it, and lends only
+                    // shared access).
+                    // `take` is never called again on `places`, which this store holds.
+                    let w = unsafe { places.get(k).inert_write() };
+                    let w = w.expect("graph!: an element without a remade handle kept lazily");
+                    w.with_tag(crate::operand::tag(*call, index[k]), Token(()))
+                }
+            }
+        }
+    }
+
+    /// The write handles of an array acquired in one loop, as [`acquire_mut_each`] returns
+    /// them: element `k`'s is [`Self::at`]`(k)`.
+    pub struct EachHandles<'a, P: PlaceMut + 'a, const M: usize>(&'a EachStore<'a, P, M>);
+
+    impl<'a, P: PlaceMut + 'a, const M: usize> Clone for EachHandles<'a, P, M> {
+        fn clone(&self) -> Self {
+            *self
+        }
+    }
+    impl<'a, P: PlaceMut + 'a, const M: usize> Copy for EachHandles<'a, P, M> {}
+
+    impl<'a, P: PlaceMut + 'a, const M: usize> EachHandles<'a, P, M> {
+        /// The number of elements, `M`.
+        pub fn len(self) -> usize {
+            M
+        }
+
+        /// Whether there is no element.
+        pub fn is_empty(self) -> bool {
+            M == 0
+        }
+
+        /// Element `k`'s write handle (made from the element if the store kept none).
+        ///
+        /// # Panics
+        /// If `k` is not below `M`.
+        #[inline(always)]
+        pub fn at(self, k: usize) -> P::Write<'a> {
+            // SAFETY: only `acquire_mut_each` makes an `EachHandles`, after it filled the store.
+            unsafe { self.0.handle(k) }
+        }
+    }
+
     /// [`acquire_mut_into`] of `M` written elements of one array (`places`, from
     /// [`DisjointMut::__cudagraph_each_mut`]), element `k` being place number `index[k]`, in
     /// one loop: `graph!` uses
     /// it for the elements an unrolled `for` indexes with constants (`&mut bufs[i]`), which were
     /// one straight-line acquisition each (about 130 bytes of code per place).
     pub fn acquire_mut_each<'a, P: PlaceMut, const M: usize, const N: usize>(
-        out: &'a mut core::mem::MaybeUninit<[P::Write<'a>; M]>,
+        out: &'a mut EachStore<'a, P, M>,
         mut places: EachMut<'a, P, M>,
         stream: &'a CudaStream,
         call: &CallId,
         index: &'static PlaceIndices<M, N>,
         guards: &mut Guards<'a, N>,
-    ) -> &'a [P::Write<'a>; M]
+    ) -> EachHandles<'a, P, M>
     where
         P::Write<'a>: crate::operand::InertGuard<'a>,
     {
         use crate::operand::InertGuard;
         let index = &index.0;
-        // A plain loop writing into the caller's array (`array::map` moved each element
-        // through its adapters, and an array returned by value was copied once more: 40 KB
-        // for 1000 places). Only the write handle is kept (half the bytes stored per place): a
-        // statement that reads the element uses its `read()`.
-        // SAFETY: `MaybeUninit<[T; M]>` has the layout of `[MaybeUninit<T>; M]`, every bit
-        // pattern of which is valid.
-        let slots = unsafe { &mut *out.as_mut_ptr().cast::<[core::mem::MaybeUninit<_>; M]>() };
         // What `Guards::fill` does per place, done for the whole array: its flags and the
         // elements' contexts kept in registers and stored once, and the guards' words compared
         // with the `2 * M` words they must equal, bounds checked once and differences folded
@@ -882,18 +958,90 @@ pub mod __private {
         //
         // On a call whose words are compared in one piece, an element whose guard is inert,
         // whose buffer lives on the call's stream and whose words are equal gets no guard
-        // stored ([`REMADE`]): while every element so far is such, `remaking` stays on, and at
-        // the end the array is listed in `guards.remade`, its guards made from the handles
-        // only if the call needs them ([`Guards::made`]); at the first element that is not,
-        // the guards of the ones before it are made at once and the rest stored.
+        // stored ([`REMADE`]), and no handle either: the first loop (`probe`) acquires the
+        // elements while every one so far is such, storing nothing. If all are, the array is
+        // listed in `guards.remade` and the store keeps the elements ([`EachStore`]): guards
+        // and handles are made from them only if asked for. At the first element that is not,
+        // the handles of the ones before it are made, their guards too, and the second loop
+        // goes on from it as `Guards::fill` would, storing each handle and guard.
         let Guards { slots: gslots, set, remade, live, foreign, stream: call_stream, words } =
             guards;
         let call_stream = *call_stream;
         let call_ctx = stream.context().cu_ctx() as u64;
         let ahead = words.as_ref().and_then(|w| w.guards_ahead::<M>());
-        let mut remaking = <P::Write<'a> as InertGuard<'a>>::REMADE
-            && ahead.is_some()
+        let probe = <P::Write<'a> as InertGuard<'a>>::REMADE
+            && !<P::Write<'a> as Handle>::HOST
             && remade.iter().any(Option::is_none);
+        // Elements acquired by the first loop, and the one it stopped at (acquired too).
+        let mut start = 0;
+        let mut stopped = None;
+        if let (true, Some(a), Some(s)) = (probe, ahead, call_stream) {
+            while start < M {
+                let i = index[start] as usize;
+                // SAFETY: `i < N` (`PlaceIndices`).
+                if unsafe { *set.get_unchecked(i) } != EMPTY {
+                    // Left to the second loop, which panics.
+                    break;
+                }
+                let (w, g) = AcquireMut::acquire_mut_element(places.take(start), stream);
+                if g.is_none() {
+                    let (own, from, bytes) = w.inert_range();
+                    let d = crate::kind::kernel::guard_diff(a[start], (from, bytes, true));
+                    if d == 0 && own.is_some_and(|o| core::ptr::eq(o, s)) {
+                        start += 1;
+                        continue;
+                    }
+                }
+                stopped = Some((w, g));
+                break;
+            }
+            for &i in &index[..start] {
+                // SAFETY: `i < N` (`PlaceIndices`).
+                unsafe { *set.get_unchecked_mut(i as usize) = REMADE };
+            }
+            if start == M {
+                // Every element inert, on the call's stream, its words equal: nothing stored.
+                if let Some(w) = words {
+                    w.skip_guards::<M>();
+                }
+                *out = EachStore {
+                    handles: core::mem::MaybeUninit::uninit(),
+                    lazy: Some((places, index, call.0)),
+                };
+                let out: &'a EachStore<'a, P, M> = out;
+                if M > 0 {
+                    let r = Remade {
+                        handles: core::ptr::from_ref(out).cast(),
+                        index,
+                        remake: remake::<P, M>,
+                    };
+                    // A free entry: `probe` begins only with one.
+                    if let Some(e) = remade.iter_mut().find(|e| e.is_none()) {
+                        *e = Some(r);
+                    }
+                }
+                // Every element's context is the call stream's; device memory (no pinned
+                // allocation ids to put).
+                guards.contexts::<P::Write<'a>>(if M == 0 { 0 } else { call_ctx }, false, &[]);
+                return EachHandles(out);
+            }
+        }
+        // A plain loop writing into the caller's array (`array::map` moved each element
+        // through its adapters, and an array returned by value was copied once more: 40 KB
+        // for 1000 places). Only the write handle is kept (half the bytes stored per place): a
+        // statement that reads the element uses its `read()`.
+        out.lazy = None;
+        // SAFETY: `MaybeUninit<[T; M]>` has the layout of `[MaybeUninit<T>; M]`, every bit
+        // pattern of which is valid.
+        let slots =
+            unsafe { &mut *out.handles.as_mut_ptr().cast::<[core::mem::MaybeUninit<_>; M]>() };
+        for k in 0..start {
+            // SAFETY: the first loop acquired element `k` (its borrow no longer used) with no
+            // guard, and nothing changed it since.
+            let w = unsafe { places.get(k).inert_write() };
+            let w = w.expect("graph!: an element without a remade handle acquired first");
+            slots[k].write(w.with_tag(crate::operand::tag(call.0, index[k]), Token(())));
+        }
         // The flags of every element, or-ed into one register (the loop's values fill the
         // registers; each flag of its own was spilled and reloaded per element): bit 0 a
         // guard is not inert, bit 1 a buffer lives on another stream than the call's (or is
@@ -901,18 +1049,26 @@ pub mod __private {
         // another context than the call's stream.
         let mut flags = 0u8;
         let mut diff = 0u64;
-        for k in 0..M {
+        // The elements the first loop acquired were all inert, on the call's stream, with
+        // equal words: the second loop begins with their guards [`REMADE`], and makes them at
+        // element `start` (which is not such, or its place was acquired twice).
+        let mut remaking = start > 0;
+        for k in start..M {
             let i = index[k] as usize;
-            // SAFETY: `i < N` (`PlaceIndices`).
-            if unsafe { *set.get_unchecked(i) } != EMPTY {
-                // The guards put so far are dropped with `guards`, which must know first
-                // whether any records something (review 20).
-                *live |= flags & 1 != 0;
-                *foreign |= flags & 2 != 0;
-                acquired_twice(i);
-            }
-            let place = places.take(k);
-            let (w, g) = AcquireMut::acquire_mut_element(place, stream);
+            let (w, g) = match stopped.take() {
+                Some(wg) => wg,
+                None => {
+                    // SAFETY: `i < N` (`PlaceIndices`).
+                    if unsafe { *set.get_unchecked(i) } != EMPTY {
+                        // The guards put so far are dropped with `guards`, which must know
+                        // first whether any records something (review 20).
+                        *live |= flags & 1 != 0;
+                        *foreign |= flags & 2 != 0;
+                        acquired_twice(i);
+                    }
+                    AcquireMut::acquire_mut_element(places.take(k), stream)
+                }
+            };
             let tag = crate::operand::tag(call.0, i as u32);
             let w = slots[k].write(w.with_tag(tag, Token(())));
             let ctx = Handle::context_word(w);
@@ -924,15 +1080,8 @@ pub mod __private {
                     let other =
                         call_stream.is_none_or(|s| own.is_some_and(|o| !core::ptr::eq(o, s)));
                     flags |= u8::from(other) << 1 | u8::from(ctx != call_ctx) << 3;
-                    let mut d = 0;
                     if let Some(a) = ahead {
-                        d = crate::kind::kernel::guard_diff(a[k], (start, bytes, true));
-                        diff |= d;
-                    }
-                    if remaking && d == 0 && !other {
-                        // SAFETY: `i < N` (`PlaceIndices`).
-                        unsafe { *set.get_unchecked_mut(i) = REMADE };
-                        continue;
+                        diff |= crate::kind::kernel::guard_diff(a[k], (start, bytes, true));
                     }
                     w.inert_guard()
                 }
@@ -971,16 +1120,10 @@ pub mod __private {
                 put_guard_words(w, gslots, index);
             }
         }
-        // SAFETY: the loop wrote all `M` elements (a panic part way returns nothing, and leaves
-        // written handles, which own nothing, undropped in `out`).
-        let all: &'a [P::Write<'a>; M] = unsafe { &*out.as_ptr().cast() };
-        if remaking && M > 0 {
-            let r = Remade { handles: all.as_ptr().cast(), index, remake: remake::<P::Write<'a>> };
-            // A free entry: `remaking` began only with one.
-            if let Some(e) = remade.iter_mut().find(|e| e.is_none()) {
-                *e = Some(r);
-            }
-        }
+        // SAFETY: the loops wrote all `M` elements (a panic part way returns nothing, and
+        // leaves written handles, which own nothing, undropped in `out`).
+        let out: &'a EachStore<'a, P, M> = out;
+        let all: &'a [P::Write<'a>; M] = unsafe { out.handles.assume_init_ref() };
         let (first, mixed) = if flags & 8 == 0 {
             // Every element's context is the call stream's (or there is none).
             (if M == 0 { 0 } else { call_ctx }, false)
@@ -988,7 +1131,7 @@ pub mod __private {
             mixed_contexts(all)
         };
         guards.contexts(first, mixed, all);
-        all
+        EachHandles(out)
     }
 
     /// The guards of `handles`' elements, places `index`, left [`REMADE`] so far by
@@ -1411,6 +1554,17 @@ pub mod __private {
             // every other index (`DistinctIndices`), and each `k` is taken once (the caller's
             // loop over `0..N`), so no two borrows alias; the slice stays borrowed for `'a`.
             unsafe { &mut *self.base.add(self.idx[k]) }
+        }
+
+        /// Element `k`, shared for `'a`.
+        ///
+        /// # Safety
+        /// Element `k` is not borrowed mutably while the result is used: [`Self::take`] of
+        /// it is not called after this, and a borrow it gave before is no longer used.
+        #[inline(always)]
+        unsafe fn get(&self, k: usize) -> &'a T {
+            // SAFETY: in bounds and distinct (see `take`); the caller's contract.
+            unsafe { &*self.base.add(self.idx[k]) }
         }
     }
 

@@ -372,6 +372,21 @@ pub trait AcquireMut: Acquire {
         let (_, w, g) = self.acquire_mut(stream);
         (w, Some(g))
     }
+    /// The write handle [`Self::acquire_mut_element`] gave for this place, made again without
+    /// acquiring it (nothing waited for, nothing recorded): for an array acquired in one loop
+    /// whose elements' handles are made only when a statement asks for them
+    /// ([`EachStore`](crate::__private::EachStore)). `None` for places whose handles are never
+    /// made so (pinned host memory: [`InertGuard::REMADE`] is `false`).
+    ///
+    /// # Safety
+    /// `acquire_mut_element` of this place gave no guard (the buffer has no events: cudarc
+    /// makes a buffer's read and write events together or not at all), in the exclusive
+    /// borrow of the place that `'a` is part of, and the place has not changed since.
+    #[doc(hidden)]
+    #[inline(always)]
+    unsafe fn inert_write<'a>(&'a self) -> Option<Self::Write<'a>> {
+        None
+    }
 }
 
 impl<P: Place + ?Sized> sealed::Sealed for &P {}
@@ -414,6 +429,11 @@ impl<P: PlaceMut + ?Sized> AcquireMut for &mut P {
         stream: &'a CudaStream,
     ) -> (Self::Write<'a>, Option<Guard<'a>>) {
         (**self).acquire_mut_element(stream)
+    }
+    #[inline(always)]
+    unsafe fn inert_write<'a>(&'a self) -> Option<Self::Write<'a>> {
+        // SAFETY: the caller's contract, for the place this one borrows.
+        unsafe { (**self).inert_write() }
     }
 }
 
@@ -775,6 +795,20 @@ macro_rules! device_place_mut {
                     GuardKind::Nothing => (w, None),
                     kind => (w, Some(Guard::new(kind, Some(own), (ptr, bytes_of::<T>(len)), true))),
                 }
+            }
+            #[inline(always)]
+            unsafe fn inert_write<'a>(&'a self) -> Option<DevWrite<'a, T>> {
+                // SAFETY: as in `acquire_mut`; the place is borrowed for `'a`.
+                let own: &'a CudaStream = unsafe { own_stream(DeviceSlice::stream(self)) };
+                let ctx = own.context().cu_ctx();
+                let len = DeviceSlice::len(self);
+                // The buffer has no events (the caller's contract): `device_ptr` waits for
+                // nothing, and its guard records nothing (`Record(None)`; not dropped, which
+                // would be a call into cudarc).
+                let (ptr, guard) = DevicePtr::device_ptr(self, own);
+                debug_assert!(matches!(guard, SyncOnDrop::Record(None)));
+                core::mem::forget(guard);
+                Some(DevWrite::new(ptr, len, ctx).owned_by(own))
             }
         }
     };

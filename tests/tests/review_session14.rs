@@ -596,7 +596,7 @@ fn private_guards_and_acquire_mut_each_from_safe_code() -> Result {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let call = begin_call();
         // (The handles' store outlives the guards, which may make a guard from a handle.)
-        let mut store = std::mem::MaybeUninit::uninit();
+        let mut store = cudagraph::__private::EachStore::new();
         let mut g = Guards::<4>::new();
         let _ = acquire_into(&x, &s, &call, 3, &mut g);
         let _ = acquire_mut_into(&mut pin, &s, &call, 2, &mut g);
@@ -613,7 +613,7 @@ fn private_guards_and_acquire_mut_each_from_safe_code() -> Result {
     // 2. An index out of range: a bounds panic, nothing left half put.
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let call = begin_call();
-        let mut store = std::mem::MaybeUninit::uninit();
+        let mut store = cudagraph::__private::EachStore::new();
         let mut g = Guards::<2>::new();
         let _ = acquire_mut_each(
             &mut store,

@@ -233,7 +233,6 @@ fn slow_pair(
 #[ignore = "needs a CUDA GPU"]
 fn private_acquire_mut_each_out_reused_after_a_partial_call() -> Result {
     use cudagraph::__private::{Guards, acquire_mut_each, begin_call, scratch};
-    use std::mem::MaybeUninit;
     let _serial = common::serial();
     let (ctx, own, k) = gpu()?;
     let (s2, s3) = (ctx.new_stream()?, ctx.new_stream()?);
@@ -267,7 +266,7 @@ fn private_acquire_mut_each_out_reused_after_a_partial_call() -> Result {
         }
         let (abc, def) = (each(abc, [0, 1, 2]), each(def, [0, 1, 2]));
         let call = begin_call();
-        let mut store = MaybeUninit::uninit();
+        let mut store = cudagraph::__private::EachStore::new();
         // 1. Panics: index 7 of a `Guards<3>` (since session 20 when its `PlaceIndices` is
         //    made, before any element is acquired; before, at the third element, after two
         //    were written into `store` and their guards put). `g1` shares the handles'
@@ -285,16 +284,16 @@ fn private_acquire_mut_each_out_reused_after_a_partial_call() -> Result {
         //    guard). (Since session 20 a store is borrowed for its guards' lifetime, `'a`, the
         //    guards making an element's guard from its handle when needed: the first store
         //    cannot be given to a second call, so this one is another.)
-        let mut store2 = MaybeUninit::uninit();
+        let mut store2 = cudagraph::__private::EachStore::new();
         let mut g = Guards::<4>::new();
         let _t = scratch::<u32, 4>(&s2, &call, 1, 16, &mut g);
         let hs = acquire_mut_each(&mut store2, def, &s2, &call, places([3, 0, 2]), &mut g);
-        let got: Vec<usize> = hs.iter().map(|h| h.len()).collect();
+        let got: Vec<usize> = (0..hs.len()).map(|k| hs.at(k).len()).collect();
         assert_eq!(got, lens[3..], "handles of the second call");
-        assert_eq!(hs.iter().map(|h| h.read().len()).collect::<Vec<_>>(), lens[3..]);
+        assert_eq!((0..3).map(|k| hs.at(k).read().len()).collect::<Vec<_>>(), lens[3..]);
         assert_eq!(g.all().len(), 4);
         // 3. No element.
-        let mut none = MaybeUninit::uninit();
+        let mut none = cudagraph::__private::EachStore::new();
         let mut g0 = Guards::<1>::new();
         let _t0 = scratch::<u32, 1>(&s2, &call, 0, 16, &mut g0);
         let no_element = each(&mut [], []);

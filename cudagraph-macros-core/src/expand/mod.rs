@@ -306,7 +306,7 @@ fn constant_indices(members: &[&str]) -> bool {
 
 /// Marks the groups of [`index_groups`] acquired in one loop ([`PlaceInfo::array`]): constant
 /// indices, every member written (`for i in 0..N { … &mut bufs[i] … }`, unrolled). Their
-/// handles are then elements of one array, `__cudagraph_a{group}[k]`.
+/// handles are then elements of one array, `__cudagraph_a{group}.at(k)`.
 fn mark_arrays(
     order: &[String],
     places: &mut HashMap<String, PlaceInfo<'_>>,
@@ -408,7 +408,7 @@ fn acquisitions(
             let places = format_ident!("__CUDAGRAPH_PLACES{}", a);
             let places_n = proc_macro2::Literal::usize_unsuffixed(order.len());
             stores.extend(quote_spanned! {members[0].first.span=>
-                let mut #store = ::core::mem::MaybeUninit::uninit();
+                let mut #store = ::cudagraph::__private::EachStore::new();
             });
             out.extend(quote_spanned! {members[0].first.span=>
                 let #array = ::cudagraph::__private::acquire_mut_each(
@@ -1094,10 +1094,10 @@ fn node_value(
         let p = &places[&o.key];
         let h = match p.array {
             Some((a, k)) => {
-                // The array holds write handles; a read takes the same buffer's read handle.
+                // The array gives write handles; a read takes the same buffer's read handle.
                 let array = local(format!("__cudagraph_a{a}"));
                 let k = proc_macro2::Literal::usize_unsuffixed(k);
-                if o.write { quote!(#array[#k]) } else { quote!(#array[#k].read()) }
+                if o.write { quote!(#array.at(#k)) } else { quote!(#array.at(#k).read()) }
             }
             None => {
                 let (r, w) = handles(p.index);

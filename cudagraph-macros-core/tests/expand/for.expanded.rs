@@ -398,8 +398,8 @@ fn expanded() -> ::cudagraph::Result<()> {
         ::cudagraph::__private::Registered(& __CUDAGRAPH_PLAN)
     }
     let __cudagraph_call = ::cudagraph::__private::begin_call();
-    let mut __cudagraph_as0 = ::core::mem::MaybeUninit::uninit();
-    let mut __cudagraph_as1 = ::core::mem::MaybeUninit::uninit();
+    let mut __cudagraph_as0 = ::cudagraph::__private::EachStore::new();
+    let mut __cudagraph_as1 = ::cudagraph::__private::EachStore::new();
     let mut __cudagraph_words = __cudagraph_cache
         .words(&__CUDAGRAPH_PLAN, &__cudagraph_call);
     let mut __cudagraph_guards = ::cudagraph::__private::Guards::<
@@ -483,51 +483,60 @@ fn expanded() -> ::cudagraph::Result<()> {
         #[allow(unused_braces)]
         let __cudagraph_n0 = ::cudagraph::__private::copy(
             { __cudagraph_r0 },
-            { __cudagraph_a0[0] },
+            { __cudagraph_a0.at(0) },
         );
         #[allow(unused_braces)]
-        let __cudagraph_n1 = ::cudagraph::__private::memset({ __cudagraph_a1[0] }, 0u32);
+        let __cudagraph_n1 = ::cudagraph::__private::memset(
+            { __cudagraph_a1.at(0) },
+            0u32,
+        );
         #[allow(unused_braces)]
         let __cudagraph_n2 = ::cudagraph::__private::kernel_node(
             __cudagraph_k0
                 .scale(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5),
-                    { __cudagraph_a0[0] },
+                    { __cudagraph_a0.at(0) },
                 )
                 .launch(cfg),
         );
         #[allow(unused_braces)]
         let __cudagraph_n3 = ::cudagraph::__private::copy(
             { __cudagraph_r3 },
-            { __cudagraph_a0[1] },
+            { __cudagraph_a0.at(1) },
         );
         #[allow(unused_braces)]
-        let __cudagraph_n4 = ::cudagraph::__private::memset({ __cudagraph_a1[1] }, 0u32);
+        let __cudagraph_n4 = ::cudagraph::__private::memset(
+            { __cudagraph_a1.at(1) },
+            0u32,
+        );
         #[allow(unused_braces)]
         let __cudagraph_n5 = ::cudagraph::__private::kernel_node(
             __cudagraph_k0
                 .scale(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5),
-                    { __cudagraph_a0[1] },
+                    { __cudagraph_a0.at(1) },
                 )
                 .launch(cfg),
         );
         #[allow(unused_braces)]
         let __cudagraph_n6 = ::cudagraph::__private::copy(
             { __cudagraph_r6 },
-            { __cudagraph_a0[2] },
+            { __cudagraph_a0.at(2) },
         );
         #[allow(unused_braces)]
-        let __cudagraph_n7 = ::cudagraph::__private::memset({ __cudagraph_a1[2] }, 0u32);
+        let __cudagraph_n7 = ::cudagraph::__private::memset(
+            { __cudagraph_a1.at(2) },
+            0u32,
+        );
         #[allow(unused_braces)]
         let __cudagraph_n8 = ::cudagraph::__private::kernel_node(
             __cudagraph_k0
                 .scale(
                     ::cudagraph::__private::scalar(n),
                     ::cudagraph::__private::scalar(0.5),
-                    { __cudagraph_a0[2] },
+                    { __cudagraph_a0.at(2) },
                 )
                 .launch(cfg),
         );
@@ -562,7 +571,7 @@ fn expanded() -> ::cudagraph::Result<()> {
             __cudagraph_k0
                 .axpy(
                     ::cudagraph::__private::scalar(n),
-                    { __cudagraph_a0[0].read() },
+                    { __cudagraph_a0.at(0).read() },
                     { __cudagraph_w9 },
                 )
                 .launch(cfg),
@@ -576,7 +585,7 @@ fn expanded() -> ::cudagraph::Result<()> {
             __cudagraph_k0
                 .axpy(
                     ::cudagraph::__private::scalar(n),
-                    { __cudagraph_a0[1].read() },
+                    { __cudagraph_a0.at(1).read() },
                     { __cudagraph_w9 },
                 )
                 .launch(cfg),
@@ -586,7 +595,7 @@ fn expanded() -> ::cudagraph::Result<()> {
             __cudagraph_k0
                 .axpy(
                     ::cudagraph::__private::scalar(n),
-                    { __cudagraph_a0[2].read() },
+                    { __cudagraph_a0.at(2).read() },
                     { __cudagraph_w9 },
                 )
                 .launch(cfg),
@@ -606,8 +615,8 @@ fn expanded() -> ::cudagraph::Result<()> {
     let __cudagraph_chunk3 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
         let __cudagraph_n13 = ::cudagraph::__private::copy(
-            { __cudagraph_a0[0].read() },
-            { __cudagraph_a0[1] },
+            { __cudagraph_a0.at(0).read() },
+            { __cudagraph_a0.at(1) },
         );
         (__cudagraph_n13,)
     });
@@ -615,8 +624,8 @@ fn expanded() -> ::cudagraph::Result<()> {
     let __cudagraph_chunk4 = ::cudagraph::__private::LazyChunk::new(|| {
         #[allow(unused_braces)]
         let __cudagraph_n14 = ::cudagraph::__private::copy(
-            { __cudagraph_a0[0].read() },
-            { __cudagraph_a0[2] },
+            { __cudagraph_a0.at(0).read() },
+            { __cudagraph_a0.at(2) },
         );
         (__cudagraph_n14,)
     });

@@ -14,9 +14,9 @@ fn main() -> cudagraph::Result<()> {
     let call = begin_call();
     let first = v.__cudagraph_each_mut(&const { DistinctIndices::new([0]) });
     let again = v.__cudagraph_each_mut(&const { DistinctIndices::new([0]) });
-    let mut store = std::mem::MaybeUninit::uninit();
+    let mut store = cudagraph::__private::EachStore::new();
     let _h = acquire_mut_each(&mut store, first, &s, &call, &const { PlaceIndices::new([0]) }, &mut g);
-    let mut store2 = std::mem::MaybeUninit::uninit();
+    let mut store2 = cudagraph::__private::EachStore::new();
     let mut g = Guards::<2>::new();
     let _k = acquire_mut_each(&mut store2, again, &s, &call, &const { PlaceIndices::new([1]) }, &mut g);
     Ok(())

@@ -13,11 +13,11 @@ fn main() -> cudagraph::Result<()> {
     let call = begin_call();
     let (_r, w) = acquire_mut_into(&mut a, &s, &call, 0, &mut g);
     let elements = v.__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });
-    let mut store = std::mem::MaybeUninit::uninit();
+    let mut store = cudagraph::__private::EachStore::new();
     let mut g = Guards::<3>::new();
     let hs = acquire_mut_each(&mut store, elements, &s, &call, &const { PlaceIndices::new([1, 2]) }, &mut g);
     drop(a);
     drop(v);
-    let _ = (w.len(), hs[0].len());
+    let _ = (w.len(), hs.at(0).len());
     Ok(())
 }

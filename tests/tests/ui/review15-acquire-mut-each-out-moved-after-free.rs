@@ -1,4 +1,4 @@
-// Review 15: the `out` store of `__private::acquire_mut_each` is a `MaybeUninit` of the
+// Review 15: the `out` store of `__private::acquire_mut_each` is an `EachStore` of the
 // buffers' handles; copied out after the buffers are freed (to read it later), it still
 // carries their borrow.
 use cudagraph::__private::{DisjointMut as _, DistinctIndices, Guards, PlaceIndices, acquire_mut_each, begin_call};
@@ -9,7 +9,7 @@ fn main() -> cudagraph::Result<()> {
     let s = ctx.new_stream()?;
     let mut v = vec![s.alloc_zeros::<u32>(16)?, s.alloc_zeros::<u32>(16)?];
     let call = begin_call();
-    let mut store = std::mem::MaybeUninit::uninit();
+    let mut store = cudagraph::__private::EachStore::new();
     {
         let mut g = Guards::<2>::new();
         let elements = v.__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });

@@ -10,7 +10,7 @@ fn main() -> cudagraph::Result<()> {
     let ctx = CudaContext::new(0)?;
     let s = ctx.new_stream()?;
     let call = begin_call();
-    let mut store = std::mem::MaybeUninit::uninit();
+    let mut store = cudagraph::__private::EachStore::new();
     let hs;
     {
         let mut v = vec![s.alloc_zeros::<u32>(16)?, s.alloc_zeros::<u32>(16)?];
@@ -20,6 +20,6 @@ fn main() -> cudagraph::Result<()> {
         let elements = v.__cudagraph_each_mut(&IDX);
         hs = acquire_mut_each(&mut store, elements, &s, &call, &PLACES, &mut g);
     }
-    let _ = hs[0].len();
+    let _ = hs.at(0).len();
     Ok(())
 }

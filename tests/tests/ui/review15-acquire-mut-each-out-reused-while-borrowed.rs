@@ -9,12 +9,12 @@ fn main() -> cudagraph::Result<()> {
     let mut v = vec![s.alloc_zeros::<u32>(16)?, s.alloc_zeros::<u32>(32)?];
     let mut w = vec![s.alloc_zeros::<u32>(64)?, s.alloc_zeros::<u32>(128)?];
     let call = begin_call();
-    let mut store = std::mem::MaybeUninit::uninit();
+    let mut store = cudagraph::__private::EachStore::new();
     let mut g = Guards::<4>::new();
     let ab = v.__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });
     let first = acquire_mut_each(&mut store, ab, &s, &call, &const { PlaceIndices::new([0, 1]) }, &mut g);
     let cd = w.__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });
     let second = acquire_mut_each(&mut store, cd, &s, &call, &const { PlaceIndices::new([2, 3]) }, &mut g);
-    let _ = (first[0].len(), second[0].len());
+    let _ = (first.at(0).len(), second.at(0).len());
     Ok(())
 }

@@ -12,9 +12,9 @@ fn main() -> cudagraph::Result<()> {
     let elements = v.__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });
     let hs;
     {
-        let mut store = std::mem::MaybeUninit::uninit();
+        let mut store = cudagraph::__private::EachStore::new();
         hs = acquire_mut_each(&mut store, elements, &s, &call, &const { PlaceIndices::new([0, 1]) }, &mut g);
     }
-    let _ = hs[0].len();
+    let _ = hs.at(0).len();
     Ok(())
 }

@@ -12,7 +12,7 @@ fn main() -> cudagraph::Result<()> {
     let e = v.__cudagraph_each_mut(idx);
     *idx = DistinctIndices::new([1000]);
     let call = begin_call();
-    let mut out = std::mem::MaybeUninit::uninit();
+    let mut out = cudagraph::__private::EachStore::new();
     let mut g = Guards::<1>::new();
     let _h = acquire_mut_each(&mut out, e, &s, &call, &const { PlaceIndices::new([0]) }, &mut g);
     Ok(())

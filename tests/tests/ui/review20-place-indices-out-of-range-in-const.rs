@@ -9,7 +9,7 @@ fn main() -> cudagraph::Result<()> {
     let mut v = vec![s.alloc_zeros::<u32>(16)?];
     let call = begin_call();
     let e = v.__cudagraph_each_mut(&const { DistinctIndices::new([0]) });
-    let mut out = std::mem::MaybeUninit::uninit();
+    let mut out = cudagraph::__private::EachStore::new();
     let mut g = Guards::<2>::new();
     const PLACES: PlaceIndices<1, 2> = PlaceIndices::new([2]);
     let _h = acquire_mut_each(&mut out, e, &s, &call, &PLACES, &mut g);

@@ -1,7 +1,7 @@
 // Review 20b: the guards erased into a trait object without their lifetime in the trait.
 use cudagraph::__private::{DisjointMut as _, DistinctIndices, Guards, PlaceIndices, acquire_mut_each, begin_call};
 use cudagraph::cudarc::driver::CudaContext;
-use std::mem::MaybeUninit;
+use cudagraph::__private::EachStore;
 trait Made { fn m(&mut self) -> usize; }
 impl<const N: usize> Made for Guards<'_, N> { fn m(&mut self) -> usize { self.made().len() } }
 fn main() -> cudagraph::Result<()> {
@@ -11,7 +11,7 @@ fn main() -> cudagraph::Result<()> {
     let call = begin_call();
     let mut b2: Option<Box<dyn Made + '_>> = None;
     {
-        let mut store = MaybeUninit::uninit();
+        let mut store = EachStore::new();
         let mut g = Guards::<2>::new();
         let e = v.__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });
         let _ = acquire_mut_each(&mut store, e, &s, &call, &const { PlaceIndices::new([0, 1]) }, &mut g);

@@ -1,7 +1,7 @@
 // Review 20b: covariance: move the filled Guards into a binding of a shorter 'a after the store's block.
 use cudagraph::__private::{DisjointMut as _, DistinctIndices, Guards, PlaceIndices, acquire_mut_each, begin_call};
 use cudagraph::cudarc::driver::CudaContext;
-use std::mem::MaybeUninit;
+use cudagraph::__private::EachStore;
 fn shorten<'s, 'l: 's>(g: Guards<'l, 2>) -> Guards<'s, 2> { g }
 fn main() -> cudagraph::Result<()> {
     let ctx = CudaContext::new(0)?;
@@ -10,7 +10,7 @@ fn main() -> cudagraph::Result<()> {
     let call = begin_call();
     let mut out = None;
     {
-        let mut store = MaybeUninit::uninit();
+        let mut store = EachStore::new();
         let mut g = Guards::<2>::new();
         let e = v.__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });
         let _ = acquire_mut_each(&mut store, e, &s, &call, &const { PlaceIndices::new([0, 1]) }, &mut g);

@@ -1,7 +1,7 @@
 // Review 20b: `mem::take` the filled Guards into a binding that outlives the store.
 use cudagraph::__private::{DisjointMut as _, DistinctIndices, Guards, PlaceIndices, acquire_mut_each, begin_call};
 use cudagraph::cudarc::driver::CudaContext;
-use std::mem::MaybeUninit;
+use cudagraph::__private::EachStore;
 fn main() -> cudagraph::Result<()> {
     let ctx = CudaContext::new(0)?;
     let s = ctx.new_stream()?;
@@ -9,7 +9,7 @@ fn main() -> cudagraph::Result<()> {
     let call = begin_call();
     let kept;
     {
-        let mut store = MaybeUninit::uninit();
+        let mut store = EachStore::new();
         let mut g = Guards::<2>::new();
         let e = v.__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });
         let _ = acquire_mut_each(&mut store, e, &s, &call, &const { PlaceIndices::new([0, 1]) }, &mut g);
