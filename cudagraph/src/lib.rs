@@ -557,15 +557,17 @@ pub mod __private {
     const PUT: u8 = 1;
     /// A [`Guards`] slot of an array element acquired in one loop whose guard is inert and
     /// its buffer on the call's stream: not stored, made again from the element's handle
-    /// ([`InertGuard`](crate::operand::InertGuard)) only if the call needs it ([`Guards::made`]).
+    /// ([`InertGuard`](crate::operand::InertGuard)), itself made from the element kept in the
+    /// array's [`EachStore`], only if the call needs it ([`Guards::made`]).
     const REMADE: u8 = 2;
     /// Arrays of one call whose elements' guards may be [`REMADE`] (further arrays put theirs).
     const REMADE_ARRAYS: usize = 4;
 
-    /// An array of [`REMADE`] elements: its handles (an `acquire_mut_each` `out`, borrowed for
-    /// the `Guards`' lifetime `'a`), their place numbers, and what makes element `k`'s guard.
+    /// An array of [`REMADE`] elements: its store (the [`EachStore`] `out` of
+    /// `acquire_mut_each`, borrowed for the `Guards`' lifetime `'a`), their place numbers, and
+    /// what makes element `k`'s guard ([`remake`]).
     struct Remade<'a> {
-        handles: *const u8,
+        store: *const u8,
         index: &'static [u32],
         remake: unsafe fn(*const u8, usize) -> Guard<'a>,
     }
@@ -762,9 +764,11 @@ pub mod __private {
                 for (k, &i) in r.index.iter().enumerate() {
                     let i = i as usize;
                     if self.set[i] == REMADE {
-                        // SAFETY: `r` was made by `acquire_mut_each` from its handles, which
-                        // are borrowed for `'a` and all initialized; `k` is below their count.
-                        self.slots[i].write(unsafe { (r.remake)(r.handles, k) });
+                        // SAFETY: `r` was made by `acquire_mut_each` when it returned, from its
+                        // `EachStore`, filled then and borrowed for `'a` (so alive and
+                        // unchanged), of `P` and `M` matching `r.remake`; `k` is below `M`
+                        // (the length of `r.index`).
+                        self.slots[i].write(unsafe { (r.remake)(r.store, k) });
                         self.set[i] = PUT;
                     }
                 }
@@ -1011,7 +1015,7 @@ pub mod __private {
                 let out: &'a EachStore<'a, P, M> = out;
                 if M > 0 {
                     let r = Remade {
-                        handles: core::ptr::from_ref(out).cast(),
+                        store: core::ptr::from_ref(out).cast(),
                         index,
                         remake: remake::<P, M>,
                     };

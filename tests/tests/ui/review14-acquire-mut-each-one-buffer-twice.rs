@@ -12,12 +12,13 @@ fn main() -> cudagraph::Result<()> {
     let s = ctx.new_stream()?;
     let mut v = vec![s.alloc_zeros::<u32>(16)?];
     let call = begin_call();
-    let first = v.__cudagraph_each_mut(&const { DistinctIndices::new([0]) });
-    let again = v.__cudagraph_each_mut(&const { DistinctIndices::new([0]) });
+    // (The stores outlive the guards, which may make a guard from a store.)
     let mut store = cudagraph::__private::EachStore::new();
-    let _h = acquire_mut_each(&mut store, first, &s, &call, &const { PlaceIndices::new([0]) }, &mut g);
     let mut store2 = cudagraph::__private::EachStore::new();
     let mut g = Guards::<2>::new();
+    let first = v.__cudagraph_each_mut(&const { DistinctIndices::new([0]) });
+    let again = v.__cudagraph_each_mut(&const { DistinctIndices::new([0]) });
+    let _h = acquire_mut_each(&mut store, first, &s, &call, &const { PlaceIndices::new([0]) }, &mut g);
     let _k = acquire_mut_each(&mut store2, again, &s, &call, &const { PlaceIndices::new([1]) }, &mut g);
     Ok(())
 }

@@ -11,10 +11,11 @@ fn main() -> cudagraph::Result<()> {
     let mut a = s.alloc_zeros::<u32>(16)?;
     let mut v = vec![s.alloc_zeros::<u32>(16)?, s.alloc_zeros::<u32>(16)?];
     let call = begin_call();
-    let (_r, w) = acquire_mut_into(&mut a, &s, &call, 0, &mut g);
-    let elements = v.__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });
+    // (The store outlives the guards, which may make a guard from it.)
     let mut store = cudagraph::__private::EachStore::new();
     let mut g = Guards::<3>::new();
+    let (_r, w) = acquire_mut_into(&mut a, &s, &call, 0, &mut g);
+    let elements = v.__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });
     let hs = acquire_mut_each(&mut store, elements, &s, &call, &const { PlaceIndices::new([1, 2]) }, &mut g);
     drop(a);
     drop(v);

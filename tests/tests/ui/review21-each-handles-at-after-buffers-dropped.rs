@@ -1,0 +1,20 @@
+// Review 21: `EachHandles::at` makes a handle from the kept element when asked (a lazy store):
+// asked after the buffers are freed, it would read freed memory. (Review 14's
+// `acquire-mut-into-handle-outlives-buffer` meant this, but fails on an undeclared `g`.)
+use cudagraph::__private::{DisjointMut as _, DistinctIndices, EachStore, Guards, PlaceIndices, acquire_mut_each, begin_call};
+use cudagraph::cudarc::driver::CudaContext;
+
+fn main() -> cudagraph::Result<()> {
+    let ctx = CudaContext::new(0)?;
+    let s = ctx.new_stream()?;
+    let mut v = vec![s.null::<u32>()?, s.null::<u32>()?];
+    let call = begin_call();
+    let mut store = EachStore::new();
+    let mut g = Guards::<2>::new();
+    let e = v.__cudagraph_each_mut(&const { DistinctIndices::new([0, 1]) });
+    let h = acquire_mut_each(&mut store, e, &s, &call, &const { PlaceIndices::new([0, 1]) }, &mut g);
+    drop(v);
+    let _ = h.at(0).len();
+    std::mem::forget(g);
+    Ok(())
+}
