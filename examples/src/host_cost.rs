@@ -53,7 +53,14 @@ struct Args {
     /// `chain1-swap` and `fan-swap`: the same calls with their first buffer swapped between two
     /// every call (`bench` row f: each call equals the one before last, whose exec the cache
     /// kept: a memo hit).
-    #[arg(long, value_parser = ["fan", "chain", "chain1", "fan-swap", "chain1-swap"])]
+    /// `fan10-eager`: the 10-kernel fan in `Mode::Eager`, and `fan10-plain` the same 10
+    /// launches made with cudarc (100 calls per timing): eager mode's own cost per statement;
+    /// `cap4-eager` and `cap4-plain` the same for 4 capture statements, each launching a
+    /// kernel with cudarc, beside 4 kernel statements (as `mlp`'s step).
+    #[arg(
+        long,
+        value_parser = ["fan", "chain", "chain1", "fan-swap", "chain1-swap", "fan10-eager", "fan10-plain", "cap4-eager", "cap4-plain"]
+    )]
     only: Option<String>,
 }
 
@@ -101,6 +108,97 @@ fn chain1(
     graph!(cache, stream, {
         k.add(ELEMS, 1, &mut x).launch(CFG);
     })
+}
+
+/// The kernel configuration of `CFG`, for cudarc's launches.
+fn plain_cfg() -> cudagraph::cudarc::driver::LaunchConfig {
+    cudagraph::cudarc::driver::LaunchConfig {
+        grid_dim: (CFG.0, 1, 1),
+        block_dim: (CFG.1, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Four capture statements, each launching `acc` with cudarc on the joined stream, each
+/// followed by a kernel statement (as `mlp`'s layers: a captured library call and a kernel).
+#[inline(never)]
+fn cap4(
+    cache: &mut GraphCache,
+    stream: &std::sync::Arc<CudaStream>,
+    k: &Bench,
+    p: &mut CudaSlice<u32>,
+    bufs: &mut [CudaSlice<u32>],
+) -> cudagraph::Result<()> {
+    use cudagraph::cudarc::driver::PushKernelArg;
+    let acc = k.function("acc").expect("acc");
+    let src = &*p;
+    graph!(cache, stream, {
+        for l in 0..4 {
+            capture(
+                &src,
+                &mut bufs[l],
+                |s, (x, mut y)| -> Result<(), cudarc::driver::DriverError> {
+                    // SAFETY: `acc` reads and writes `ELEMS` elements of the listed views, on the
+                    // joined stream.
+                    let st = unsafe { s.stream() };
+                    let (xv, yv) = unsafe { (x.as_cuda_view(), y.as_cuda_view_mut()) };
+                    unsafe {
+                        st.launch_builder(acc).arg(&ELEMS).arg(xv).arg(yv).launch(plain_cfg())
+                    }
+                    .map(drop)
+                },
+            );
+            k.add(ELEMS, 1, &mut bufs[l]).launch(CFG);
+        }
+    })
+}
+
+/// [`cap4`]'s launches made with cudarc, one by one.
+#[inline(never)]
+fn cap4_plain(
+    stream: &CudaStream,
+    k: &Bench,
+    p: &mut CudaSlice<u32>,
+    bufs: &mut [CudaSlice<u32>],
+) -> Result<(), cudarc::driver::DriverError> {
+    use cudagraph::cudarc::driver::PushKernelArg;
+    let (add, acc) = (k.function("add").expect("add"), k.function("acc").expect("acc"));
+    let one = 1u32;
+    // SAFETY: the arguments match the kernels' signatures; every buffer holds `ELEMS` elements.
+    unsafe {
+        for b in &mut bufs[..4] {
+            stream.launch_builder(acc).arg(&ELEMS).arg(&*p).arg(&mut *b).launch(plain_cfg())?;
+            stream.launch_builder(add).arg(&ELEMS).arg(&one).arg(b).launch(plain_cfg())?;
+        }
+    }
+    Ok(())
+}
+
+/// [`fan10`]'s launches made with cudarc, one by one (no checks).
+#[inline(never)]
+fn fan10_plain(
+    stream: &CudaStream,
+    k: &Bench,
+    p: &mut CudaSlice<u32>,
+    bufs: &mut [CudaSlice<u32>],
+) -> Result<(), cudarc::driver::DriverError> {
+    use cudagraph::cudarc::driver::PushKernelArg;
+    let (add, acc) = (k.function("add").expect("add"), k.function("acc").expect("acc"));
+    let one = 1u32;
+    let cfg = cudagraph::cudarc::driver::LaunchConfig {
+        grid_dim: (CFG.0, 1, 1),
+        block_dim: (CFG.1, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the arguments match the kernels' signatures; every buffer holds `ELEMS` elements.
+    unsafe {
+        stream.launch_builder(add).arg(&ELEMS).arg(&one).arg(&mut *p).launch(cfg)?;
+        for b in &mut bufs[..8] {
+            stream.launch_builder(acc).arg(&ELEMS).arg(&*p).arg(b).launch(cfg)?;
+        }
+        stream.launch_builder(add).arg(&ELEMS).arg(&one).arg(&mut *p).launch(cfg)?;
+    }
+    Ok(())
 }
 
 /// A 10-node fan (as `bench`'s fan K = 10).
@@ -185,7 +283,9 @@ fn run(a: &Args) -> Res<bool> {
     let (mut fan_cache, mut chain_cache) = (GraphCache::new(), GraphCache::new());
     let reps = a.reps;
     if let Some(shape) = &a.only {
-        let calls = if shape.starts_with("chain1") { 100 } else { 1 };
+        let small = ["chain1", "fan10", "cap4"];
+        let calls = if small.iter().any(|p| shape.starts_with(p)) { 100 } else { 1 };
+        let mut eager = GraphCache::eager();
         let mut pair = [stream.alloc_zeros::<u32>(ELEMS as usize)?, x.clone()];
         let mut i = 0usize;
         let only = median(&stream, reps, || {
@@ -197,6 +297,10 @@ fn run(a: &Args) -> Res<bool> {
                     "chain" => chain(&mut chain_cache, &stream, &k, &mut x)?,
                     "fan-swap" => fan(&mut fan_cache, &stream, &k, &mut pair[i % 2], &mut bufs)?,
                     "chain1-swap" => chain1(&mut chain_cache, &stream, &k, &mut pair[i % 2])?,
+                    "fan10-eager" => fan10(&mut eager, &stream, &k, &mut pbuf, &mut bufs)?,
+                    "fan10-plain" => fan10_plain(&stream, &k, &mut pbuf, &mut bufs)?,
+                    "cap4-eager" => cap4(&mut eager, &stream, &k, &mut pbuf, &mut bufs)?,
+                    "cap4-plain" => cap4_plain(&stream, &k, &mut pbuf, &mut bufs)?,
                     _ => chain1(&mut chain_cache, &stream, &k, &mut x)?,
                 }
             }
@@ -204,6 +308,9 @@ fn run(a: &Args) -> Res<bool> {
         })?;
         println!("{shape} graph! call: {only:.3} µs (median of {reps})");
         let s = if shape.starts_with("fan") { fan_cache.stats() } else { chain_cache.stats() };
+        if shape.starts_with("fan10") || shape.starts_with("cap4") {
+            return Ok(eager.stats().launches == 0);
+        }
         if shape.ends_with("swap") {
             // One build per buffer, one update in the first round (memoizing pays from the
             // second), then memo hits only.

@@ -1120,55 +1120,142 @@ impl KernelState {
         ctx: CUcontext,
         f: impl FnOnce(&CUDA_KERNEL_NODE_PARAMS_v3) -> R,
     ) -> R {
-        let own = if self.ctx.is_null() || self.ctx == ctx { ptr::null_mut() } else { self.ctx };
-        let mut ptrs = [ptr::null_mut::<c_void>(); MAX_KERNEL_PARAMS];
-        let base = self.args.as_mut_ptr().cast::<u8>();
-        for (p, &(off, _)) in ptrs.iter_mut().zip(self.offsets.iter()) {
-            // SAFETY: `off` is within `args` by construction in `new`.
-            *p = unsafe { base.add(off as usize) }.cast();
-        }
-        // Pointer arguments to graph-owned buffers point at their bound addresses instead of
-        // their placeholders (see `super::alloc`): the stored bytes keep the placeholder, so an
-        // unchanged argument stays unchanged between calls.
-        let mut scratch = [0u64; MAX_KERNEL_PARAMS];
-        let args = ptrs.iter_mut().zip(self.offsets.iter()).zip(&mut scratch).enumerate();
-        for (i, ((p, &(off, len)), r)) in args {
-            if len != 8 || self.pointers & (1 << i) == 0 {
-                continue;
-            }
-            let at = off as usize / 8;
-            if let Some(&word) = self.args.get(at)
-                && super::alloc::is_placeholder(word)
-            {
-                *r = super::alloc::resolve(word);
-                *p = ptr::from_mut(r).cast();
-            }
-        }
-        // Condition arguments point at the bound handles instead of their slots.
-        let mut handles = [0u64; MAX_KERNEL_PARAMS];
-        for (h, &(i, slot)) in handles.iter_mut().zip(self.conds.iter()) {
-            *h = super::conditional::handle(slot);
-            if let Some(p) = ptrs.get_mut(i as usize) {
-                *p = ptr::from_mut(h).cast();
-            }
-        }
-        let d = self.dims;
-        let params = CUDA_KERNEL_NODE_PARAMS_v3 {
-            func: self.func,
-            gridDimX: d.grid.0,
-            gridDimY: d.grid.1,
-            gridDimZ: d.grid.2,
-            blockDimX: d.block.0,
-            blockDimY: d.block.1,
-            blockDimZ: d.block.2,
-            sharedMemBytes: d.shared_bytes,
-            kernelParams: ptrs.as_mut_ptr(),
-            extra: raw::NO_EXTRA,
-            kern: ptr::null_mut(),
-            ctx: own,
-        };
-        f(&params)
+        let Self { func, ctx: own, dims, args, offsets, conds, pointers, .. } = self;
+        let layout = ArgLayout { offsets, pointers: *pointers, conds };
+        params_of((*func, *own, ctx), *dims, args, &layout, f)
     }
+}
+
+/// Where a kernel's argument bytes lie in its stored words (see [`params_of`]).
+struct ArgLayout<'a> {
+    /// Each argument's `(byte offset, length)` in the words.
+    offsets: &'a [(u32, u32)],
+    /// [`KernelNode::pointer_args`].
+    pointers: u16,
+    /// [`Condition`](crate::Condition) arguments `(index, slot)`.
+    conds: &'a [(u32, u32)],
+}
+
+/// Calls `f` with the driver's view of a kernel's parameters: function `func` of context
+/// `own` (null: the call's), launched in `ctx` (the graph's or stream's), its argument bytes
+/// in `args` at `layout`. `kernelParams` points into `args` and is only valid during `f`.
+/// A node of another context names its own in the parameters' `ctx` (a kernel of another
+/// device in a multi-device graph), else the field stays null (the current context).
+fn params_of<R>(
+    (func, own, ctx): (CUfunction, CUcontext, CUcontext),
+    d: LaunchDims,
+    args: &mut [u64],
+    layout: &ArgLayout<'_>,
+    f: impl FnOnce(&CUDA_KERNEL_NODE_PARAMS_v3) -> R,
+) -> R {
+    let own = if own.is_null() || own == ctx { ptr::null_mut() } else { own };
+    let mut ptrs = [ptr::null_mut::<c_void>(); MAX_KERNEL_PARAMS];
+    let base = args.as_mut_ptr().cast::<u8>();
+    for (p, &(off, len)) in ptrs.iter_mut().zip(layout.offsets.iter()) {
+        debug_assert!((off + len) as usize <= args.len() * 8);
+        // SAFETY: `off` is within `args` by construction (`KernelState::new`, `eager_args`).
+        *p = unsafe { base.add(off as usize) }.cast();
+    }
+    // Pointer arguments to graph-owned buffers point at their bound addresses instead of
+    // their placeholders (see `super::alloc`): the stored bytes keep the placeholder, so an
+    // unchanged argument stays unchanged between calls.
+    let mut scratch = [0u64; MAX_KERNEL_PARAMS];
+    let all = ptrs.iter_mut().zip(layout.offsets.iter()).zip(&mut scratch).enumerate();
+    for (i, ((p, &(off, len)), r)) in all {
+        if len != 8 || layout.pointers & (1 << i) == 0 {
+            continue;
+        }
+        let at = off as usize / 8;
+        if let Some(&word) = args.get(at)
+            && super::alloc::is_placeholder(word)
+        {
+            *r = super::alloc::resolve(word);
+            *p = ptr::from_mut(r).cast();
+        }
+    }
+    // Condition arguments point at the bound handles instead of their slots.
+    let mut handles = [0u64; MAX_KERNEL_PARAMS];
+    for (h, &(i, slot)) in handles.iter_mut().zip(layout.conds.iter()) {
+        *h = super::conditional::handle(slot);
+        if let Some(p) = ptrs.get_mut(i as usize) {
+            *p = ptr::from_mut(h).cast();
+        }
+    }
+    let params = CUDA_KERNEL_NODE_PARAMS_v3 {
+        func,
+        gridDimX: d.grid.0,
+        gridDimY: d.grid.1,
+        gridDimZ: d.grid.2,
+        blockDimX: d.block.0,
+        blockDimY: d.block.1,
+        blockDimZ: d.block.2,
+        sharedMemBytes: d.shared_bytes,
+        kernelParams: ptrs.as_mut_ptr(),
+        extra: raw::NO_EXTRA,
+        kern: ptr::null_mut(),
+        ctx: own,
+    };
+    f(&params)
+}
+
+/// Argument words an eager launch lays out on the stack ([`eager_args`]); a kernel with more
+/// argument bytes is laid out in a [`KernelState`].
+const EAGER_WORDS: usize = 64;
+
+/// `k`'s argument bytes laid out in `words` as [`KernelState::new`] lays them out (each
+/// argument from a word boundary, its last word zero-padded), and their `(offset, length)` in
+/// `offsets`; the words written and the argument count, or `None` when they need more than
+/// `words` or [`MAX_KERNEL_PARAMS`] entries. (No allocation: an eager launch made a
+/// `KernelState` per kernel per call, two heap blocks and two `CudaFunction` clones, 40 % of
+/// eager mode's own host time on the CPU stub driver; and no `memset`/`memcpy` call: each word
+/// is written whole.)
+fn eager_args<'w>(
+    k: &dyn KernelNode,
+    words: &'w mut [core::mem::MaybeUninit<u64>; EAGER_WORDS],
+    offsets: &mut [(u32, u32); MAX_KERNEL_PARAMS],
+) -> Option<(&'w mut [u64], usize)> {
+    let (mut n, mut at, mut fits) = (0usize, 0usize, true);
+    k.for_each_arg(&mut |b| {
+        let end = at + b.len().div_ceil(8);
+        match (offsets.get_mut(n), words.get_mut(at..end)) {
+            (Some(o), Some(dst)) if fits => {
+                *o = ((at * 8) as u32, b.len() as u32);
+                if let [w] = dst {
+                    // One word (a scalar or a pointer: most arguments).
+                    w.write(word_of(b));
+                } else {
+                    for (w, c) in dst.iter_mut().zip(b.chunks(8)) {
+                        w.write(word_of(c));
+                    }
+                }
+            }
+            _ => fits = false,
+        }
+        n += 1;
+        at = end;
+    });
+    if !fits {
+        return None;
+    }
+    // SAFETY: the loop wrote every word before `at` (each argument's words, from where the one
+    // before ended); `MaybeUninit<u64>` has `u64`'s layout.
+    let done = unsafe { &mut *(ptr::from_mut(&mut words[..at]) as *mut [u64]) };
+    Some((done, n))
+}
+
+/// Up to 8 bytes as one word, zero-padded (the bytes first in memory, as a copy into a zeroed
+/// word puts them).
+#[inline(always)]
+fn word_of(c: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    match c.len() {
+        8 => w.copy_from_slice(c),
+        4 => w[..4].copy_from_slice(c),
+        2 => w[..2].copy_from_slice(c),
+        1 => w[0] = c[0],
+        len => w[..len.min(8)].copy_from_slice(&c[..len.min(8)]),
+    }
+    u64::from_ne_bytes(w)
 }
 
 /// Launch limits of a device, read once per cache and context (`cuDeviceGetAttribute`).
@@ -1384,10 +1471,17 @@ impl NodeKind for Kernel {
         _: &std::sync::Arc<super::Reports>,
         site: &dyn Fn() -> NodeSite,
     ) -> Result<(), Error> {
-        let state = KernelState::new(*k);
-        if !state.conds.is_empty() {
+        let mut conds = false;
+        k.for_each_condition(&mut |_, _, _| conds = true);
+        if conds {
             return Err(super::conditional::eager_refused(site()));
         }
+        // The arguments on the stack (`eager_args`), or in a `KernelState` when they do not
+        // fit there.
+        let mut words = [const { core::mem::MaybeUninit::<u64>::uninit() }; EAGER_WORDS];
+        let mut offsets = [(0u32, 0u32); MAX_KERNEL_PARAMS];
+        let on_stack = eager_args(*k, &mut words, &mut offsets);
+        let state = on_stack.is_none().then(|| KernelState::new(*k));
         let err = |source| Error::Node { site: site(), source };
         let run = |stream: &CudaStream| {
             let programmatic =
@@ -1402,12 +1496,26 @@ impl NodeKind for Kernel {
             } else {
                 (raw::launch_kernel, Self::EAGER)
             };
-            // SAFETY: the caller's contract; `kernelParams` points into the state during the
-            // call; a programmatic launch is of a kernel declared `#[programmatic]` (it waits);
-            // the stream is of the function's context, which is current.
-            let mut state = state;
+            // SAFETY: the caller's contract; `kernelParams` points into the arguments' words
+            // during the call; a programmatic launch is of a kernel declared `#[programmatic]`
+            // (it waits); the stream is of the function's context, which is current.
+            let go = |p: &CUDA_KERNEL_NODE_PARAMS_v3| unsafe { launch(p, s) };
             let ctx = stream.context().cu_ctx();
-            state.with_params(ctx, |p| unsafe { launch(p, s) }).call(call).map_err(err)
+            let (mut state, on_stack) = (state, on_stack);
+            let launched = match (&mut state, on_stack) {
+                (Some(state), _) => state.with_params(ctx, go),
+                (None, Some((words, n))) => {
+                    let layout = ArgLayout {
+                        offsets: &offsets[..n],
+                        pointers: k.pointer_args(),
+                        conds: &[],
+                    };
+                    let own = k.node_context().unwrap_or(ptr::null_mut());
+                    params_of((k.function(), own, ctx), k.dims(), words, &layout, go)
+                }
+                (None, None) => unreachable!("a kernel's arguments laid out one way or the other"),
+            };
+            launched.call(call).map_err(err)
         };
         match k.context() {
             // A kernel of another device runs on a stream of its own context.
@@ -1502,5 +1610,92 @@ mod record_tests {
         assert_eq!(*s.conds, [(1, 7)]);
         assert!(!Kernel::record(&mut s, &(&b as &dyn KernelNode)));
         assert_eq!(*s.conds, [(1, 7)]);
+    }
+}
+
+#[cfg(test)]
+mod eager_tests {
+    use super::{
+        ArgLayout, EAGER_WORDS, KernelNode, KernelState, LaunchDims, MAX_KERNEL_PARAMS, eager_args,
+        params_of,
+    };
+    use cudarc::driver::sys::CUfunction;
+    use proptest::prelude::*;
+
+    /// A kernel node whose arguments are the given byte strings.
+    struct Args(Vec<Vec<u8>>);
+    impl crate::operand::sealed::Sealed for Args {}
+    impl KernelNode for Args {
+        fn function(&self) -> CUfunction {
+            0x10 as CUfunction
+        }
+        fn dims(&self) -> LaunchDims {
+            LaunchDims::new(1, 32)
+        }
+        fn arg_count(&self) -> usize {
+            self.0.len()
+        }
+        fn for_each_arg(&self, f: &mut dyn FnMut(&[u8])) {
+            self.0.iter().for_each(|a| f(a));
+        }
+        fn accesses(&self, _: &mut crate::operand::Accesses) -> usize {
+            0
+        }
+        fn pointer_args(&self) -> u16 {
+            0
+        }
+    }
+
+    /// The bytes each `kernelParams` entry points at, `len` of them per argument.
+    fn pointed(
+        p: &cudarc::driver::sys::CUDA_KERNEL_NODE_PARAMS_v3,
+        lens: &[usize],
+    ) -> Vec<Vec<u8>> {
+        lens.iter()
+            .enumerate()
+            .map(|(i, &len)| {
+                // SAFETY: entry `i` points at `len` bytes of the laid-out arguments during `f`.
+                unsafe {
+                    let at = *p.kernelParams.add(i);
+                    core::slice::from_raw_parts(at.cast::<u8>(), len).to_vec()
+                }
+            })
+            .collect()
+    }
+
+    proptest! {
+        /// The stack layout of an eager launch hands the driver the same argument bytes as a
+        /// `KernelState` does, and declines (the `KernelState` path then) exactly when the
+        /// arguments need more than its words or entries.
+        #[test]
+        fn eager_arguments_are_laid_out_as_a_kernel_states(
+            args in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..80), 0..20)
+        ) {
+            let k = Args(args.clone());
+            let lens: Vec<usize> = args.iter().map(Vec::len).collect();
+            let words: usize = lens.iter().map(|l| l.div_ceil(8)).sum();
+            let mut w = [const { core::mem::MaybeUninit::<u64>::uninit() }; EAGER_WORDS];
+            let mut offsets = [(0u32, 0u32); MAX_KERNEL_PARAMS];
+            let got = eager_args(&k, &mut w, &mut offsets);
+            let fits = words <= EAGER_WORDS && args.len() <= MAX_KERNEL_PARAMS;
+            prop_assert_eq!(got.is_some(), fits);
+            if args.len() > MAX_KERNEL_PARAMS {
+                return Ok(());
+            }
+            let mut state = KernelState::new(&k);
+            let want = state.with_params(core::ptr::null_mut(), |p| pointed(p, &lens));
+            prop_assert_eq!(&want, &args);
+            if let Some((words, n)) = got {
+                prop_assert_eq!(n, args.len());
+                let layout = ArgLayout { offsets: &offsets[..n], pointers: 0, conds: &[] };
+                let ctx = core::ptr::null_mut();
+                let eager = params_of((k.function(), ctx, ctx), k.dims(), words, &layout, |p| {
+                    pointed(p, &lens)
+                });
+                prop_assert_eq!(&eager, &args);
+                // The same words, padding included.
+                prop_assert_eq!(&words[..], &state.args[..]);
+            }
+        }
     }
 }
