@@ -887,18 +887,33 @@ pub mod __private {
                 // SAFETY: `acquire_mut_each` wrote every handle when it did not set `lazy`
                 // (the caller's contract).
                 None => unsafe { self.handles.assume_init_ref()[k] },
-                Some((places, index, call)) => {
-                    // SAFETY: `acquire_mut_each` set `lazy` only when `acquire_mut_element`
-                    // gave no guard for any element, in the borrow `places` holds for `'a`,
-                    // which nothing changes meanwhile (this store holds it, and lends only
-                    // shared access).
-                    // `take` is never called again on `places`, which this store holds.
-                    let w = unsafe { places.get(k).inert_write() };
-                    let w = w.expect("graph!: an element without a remade handle kept lazily");
-                    w.with_tag(crate::operand::tag(*call, index[k]), Token(()))
-                }
+                // SAFETY: `acquire_mut_each` set `lazy` only when `acquire_mut_element` gave
+                // no guard for any element, in the borrow `places` holds for `'a`, which
+                // nothing changes meanwhile (this store holds it, lends only shared access,
+                // and never `take`s again).
+                Some((places, index, call)) => unsafe { inert_handle(places, index, *call, k) },
             }
         }
+    }
+
+    /// Element `k`'s write handle, tagged as place `index[k]` of call `call`, made again from
+    /// the element ([`AcquireMut::inert_write`]) without acquiring it.
+    ///
+    /// # Safety
+    /// Element `k` was acquired with `acquire_mut_element` in the borrow `places` holds, which
+    /// gave no guard; it is not borrowed mutably while the handle is made, and has not changed
+    /// since.
+    #[inline(always)]
+    unsafe fn inert_handle<'a, P: PlaceMut + 'a, const M: usize>(
+        places: &EachMut<'a, P, M>,
+        index: &[u32; M],
+        call: u64,
+        k: usize,
+    ) -> P::Write<'a> {
+        // SAFETY: the caller's contract.
+        let w = unsafe { places.get(k).inert_write() };
+        let w = w.expect("graph!: an element without a remade handle made again");
+        w.with_tag(crate::operand::tag(call, index[k]), Token(()))
     }
 
     /// The write handles of an array acquired in one loop, as [`acquire_mut_each`] returns
@@ -966,8 +981,8 @@ pub mod __private {
         // elements while every one so far is such, storing nothing. If all are, the array is
         // listed in `guards.remade` and the store keeps the elements ([`EachStore`]): guards
         // and handles are made from them only if asked for. At the first element that is not,
-        // the handles of the ones before it are made, their guards too, and the second loop
-        // goes on from it as `Guards::fill` would, storing each handle and guard.
+        // the handles and guards of the ones before it are made and stored, and the second
+        // loop goes on from it as `Guards::fill` would, storing each handle and guard.
         let Guards { slots: gslots, set, remade, live, foreign, stream: call_stream, words } =
             guards;
         let call_stream = *call_stream;
@@ -999,12 +1014,12 @@ pub mod __private {
                 stopped = Some((w, g));
                 break;
             }
-            for &i in &index[..start] {
-                // SAFETY: `i < N` (`PlaceIndices`).
-                unsafe { *set.get_unchecked_mut(i as usize) = REMADE };
-            }
             if start == M {
                 // Every element inert, on the call's stream, its words equal: nothing stored.
+                for &i in index {
+                    // SAFETY: `i < N` (`PlaceIndices`).
+                    unsafe { *set.get_unchecked_mut(i as usize) = REMADE };
+                }
                 if let Some(w) = words {
                     w.skip_guards::<M>();
                 }
@@ -1039,12 +1054,17 @@ pub mod __private {
         // pattern of which is valid.
         let slots =
             unsafe { &mut *out.handles.as_mut_ptr().cast::<[core::mem::MaybeUninit<_>; M]>() };
+        // The elements the first loop acquired (inert, on the call's stream, their words
+        // equal): their handles and guards, made again from them.
         for k in 0..start {
             // SAFETY: the first loop acquired element `k` (its borrow no longer used) with no
             // guard, and nothing changed it since.
-            let w = unsafe { places.get(k).inert_write() };
-            let w = w.expect("graph!: an element without a remade handle acquired first");
-            slots[k].write(w.with_tag(crate::operand::tag(call.0, index[k]), Token(())));
+            let w = slots[k].write(unsafe { inert_handle(&places, index, call.0, k) });
+            // SAFETY: `index[k] < N` (`PlaceIndices`); the first loop found its slot `EMPTY`.
+            unsafe {
+                gslots.get_unchecked_mut(index[k] as usize).write(w.inert_guard());
+                *set.get_unchecked_mut(index[k] as usize) = PUT;
+            }
         }
         // The flags of every element, or-ed into one register (the loop's values fill the
         // registers; each flag of its own was spilled and reloaded per element): bit 0 a
@@ -1053,10 +1073,6 @@ pub mod __private {
         // another context than the call's stream.
         let mut flags = 0u8;
         let mut diff = 0u64;
-        // The elements the first loop acquired were all inert, on the call's stream, with
-        // equal words: the second loop begins with their guards [`REMADE`], and makes them at
-        // element `start` (which is not such, or its place was acquired twice).
-        let mut remaking = start > 0;
         for k in start..M {
             let i = index[k] as usize;
             let (w, g) = match stopped.take() {
@@ -1102,12 +1118,6 @@ pub mod __private {
                     g
                 }
             };
-            if remaking {
-                remaking = false;
-                // SAFETY: the handles before `k` are written.
-                let made = unsafe { slots[..k].assume_init_ref() };
-                remake_now(made, &index[..k], gslots, set);
-            }
             // SAFETY: `i < N` (`PlaceIndices`).
             unsafe {
                 gslots.get_unchecked_mut(i).write(g);
@@ -1136,25 +1146,6 @@ pub mod __private {
         };
         guards.contexts(first, mixed, all);
         EachHandles(out)
-    }
-
-    /// The guards of `handles`' elements, places `index`, left [`REMADE`] so far by
-    /// [`acquire_mut_each`], made now (an element after them was not inert, or differs).
-    #[cold]
-    #[inline(never)]
-    fn remake_now<'a, W: crate::operand::InertGuard<'a>>(
-        handles: &[W],
-        index: &[u32],
-        gslots: &mut [core::mem::MaybeUninit<Guard<'a>>],
-        set: &mut [u8],
-    ) {
-        for (h, &i) in handles.iter().zip(index) {
-            let i = i as usize;
-            if set[i] == REMADE {
-                gslots[i].write(h.inert_guard());
-                set[i] = PUT;
-            }
-        }
     }
 
     /// The panic of a place number given twice in one call (a bug of the macro).
