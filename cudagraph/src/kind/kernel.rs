@@ -1476,12 +1476,6 @@ impl NodeKind for Kernel {
         if conds {
             return Err(super::conditional::eager_refused(site()));
         }
-        // The arguments on the stack (`eager_args`), or in a `KernelState` when they do not
-        // fit there.
-        let mut words = [const { core::mem::MaybeUninit::<u64>::uninit() }; EAGER_WORDS];
-        let mut offsets = [(0u32, 0u32); MAX_KERNEL_PARAMS];
-        let on_stack = eager_args(*k, &mut words, &mut offsets);
-        let state = on_stack.is_none().then(|| KernelState::new(*k));
         let err = |source| Error::Node { site: site(), source };
         let run = |stream: &CudaStream| {
             let programmatic =
@@ -1501,19 +1495,18 @@ impl NodeKind for Kernel {
             // (it waits); the stream is of the function's context, which is current.
             let go = |p: &CUDA_KERNEL_NODE_PARAMS_v3| unsafe { launch(p, s) };
             let ctx = stream.context().cu_ctx();
-            let (mut state, on_stack) = (state, on_stack);
-            let launched = match (&mut state, on_stack) {
-                (Some(state), _) => state.with_params(ctx, go),
-                (None, Some((words, n))) => {
-                    let layout = ArgLayout {
-                        offsets: &offsets[..n],
-                        pointers: k.pointer_args(),
-                        conds: &[],
-                    };
+            // The arguments on the stack (`eager_args`), or in a `KernelState` when they do
+            // not fit there.
+            let mut words = [const { core::mem::MaybeUninit::<u64>::uninit() }; EAGER_WORDS];
+            let mut offsets = [(0u32, 0u32); MAX_KERNEL_PARAMS];
+            let launched = match eager_args(*k, &mut words, &mut offsets) {
+                Some((words, n)) => {
+                    let pointers = k.pointer_args();
+                    let layout = ArgLayout { offsets: &offsets[..n], pointers, conds: &[] };
                     let own = k.node_context().unwrap_or(ptr::null_mut());
                     params_of((k.function(), own, ctx), k.dims(), words, &layout, go)
                 }
-                (None, None) => unreachable!("a kernel's arguments laid out one way or the other"),
+                None => KernelState::new(*k).with_params(ctx, go),
             };
             launched.call(call).map_err(err)
         };
