@@ -184,12 +184,7 @@ fn fan10_plain(
 ) -> Result<(), cudarc::driver::DriverError> {
     use cudagraph::cudarc::driver::PushKernelArg;
     let (add, acc) = (k.function("add").expect("add"), k.function("acc").expect("acc"));
-    let one = 1u32;
-    let cfg = cudagraph::cudarc::driver::LaunchConfig {
-        grid_dim: (CFG.0, 1, 1),
-        block_dim: (CFG.1, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let (one, cfg) = (1u32, plain_cfg());
     // SAFETY: the arguments match the kernels' signatures; every buffer holds `ELEMS` elements.
     unsafe {
         stream.launch_builder(add).arg(&ELEMS).arg(&one).arg(&mut *p).launch(cfg)?;
