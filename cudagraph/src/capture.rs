@@ -1538,7 +1538,7 @@ impl<'a> Exec<'a> {
     ///   [`Refusal::Overlap`] (two buffers overlapping with a write);
     /// - [`Error::WrongContext`]: a buffer of another context than the exec's;
     /// - [`Error::ZeroDims`], or [`Error::Node`] for more than [`MAX_KERNEL_PARAMS`] arguments;
-    /// - [`Error::Node`]: the driver refused (`cuGraphExecNodeSetParams (kernel)`, e.g. launch
+    /// - [`Error::Node`]: the driver refused (`cuGraphExecKernelNodeSetParams_v2`, e.g. launch
     ///   dimensions over the device's limits), with its error.
     #[track_caller]
     pub fn set_kernel<A: KernelArgs>(

@@ -236,9 +236,15 @@ pub unsafe fn upload(exec: CUgraphExec, stream: CUstream) -> Result<(), DriverEr
     unsafe { sys::cuGraphUpload(exec, stream) }.result()
 }
 
-/// `cuGraphExecNodeSetParams`: new parameters for one node of an exec (kernel, memcpy,
-/// memset, child graph, …; the driver's rules per kind apply). Values are copied during the
-/// call.
+/// New parameters for one node of an exec (kernel, memcpy, memset, child graph, …; the
+/// driver's rules per kind apply). Values are copied during the call.
+///
+/// A kernel node's go through `cuGraphExecKernelNodeSetParams_v2`, every other kind's through
+/// the generic `cuGraphExecNodeSetParams`. The same kernel parameters sent through the generic
+/// call made a GPU-bound step slower on the H200 (driver 580): `heat`'s step with its three
+/// kernels' pointers set before every launch ran 10.26–10.33 µs per step against 8.66–9.25
+/// with the kernel call, host time alike (`examples/probes/heat_floor.cu`, modes `gset` and
+/// `set`, 2026-12-04).
 ///
 /// # Safety
 /// `node` is a node of type `params.type_` of the graph `exec` was instantiated from; `params`
@@ -248,6 +254,26 @@ pub unsafe fn exec_node_set_params(
     node: CUgraphNode,
     params: &mut CUgraphNodeParams,
 ) -> Result<(), DriverError> {
+    if params.type_ == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
+        // SAFETY: a kernel node's parameters are the union's `kernel` member.
+        let k = unsafe { &params.__bindgen_anon_1.kernel };
+        let kernel = sys::CUDA_KERNEL_NODE_PARAMS_v2 {
+            func: k.func,
+            gridDimX: k.gridDimX,
+            gridDimY: k.gridDimY,
+            gridDimZ: k.gridDimZ,
+            blockDimX: k.blockDimX,
+            blockDimY: k.blockDimY,
+            blockDimZ: k.blockDimZ,
+            sharedMemBytes: k.sharedMemBytes,
+            kernelParams: k.kernelParams,
+            extra: k.extra,
+            kern: k.kern,
+            ctx: k.ctx,
+        };
+        // SAFETY: the caller's contract; the argument pointers are read during the call.
+        return unsafe { sys::cuGraphExecKernelNodeSetParams_v2(exec, node, &kernel) }.result();
+    }
     unsafe { sys::cuGraphExecNodeSetParams(exec, node, params) }.result()
 }
 

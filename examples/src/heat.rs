@@ -5,14 +5,17 @@
 //! ```
 //! Runs `S` steps (default 1000) on an `N`×`N` f32 grid (default 512) as a CUDA graph with plain
 //! edges, then as the same graph with programmatic edges, then the same steps launched eagerly
-//! on a stream (`cudagraph::eager!`), compares the final fields (expect bit-exact), and prints
+//! on a stream (`cudagraph::eager!`), compares the final fields of all runs (expect bit-exact), and prints
 //! per-step times and the speed-up. Every kernel is declared `#[programmatic]` (each waits first
 //! with `griddepcontrol.wait`, see `kernels/heat.cu`), so the edges between kernels can be
 //! programmatic on devices of compute capability 9.0 and later; heat's own graph turns them off
 //! (`set_programmatic(false)`) because its step is faster with plain edges on the H200 (its
 //! kernels are too short for an early launch to hide anything: 1.05–1.09× slower with
 //! programmatic edges in three runs of 2026-12-02); the second graph shows that difference
-//! (`--plain-first` times the plain-edge graph first). Every `R` steps (default 100;
+//! (`--plain-first` times the plain-edge graph first). A third run times the plain-edge graph
+//! with the other exec policy (`HEAT_MEMO`: heat keeps an exec per buffer set its swap
+//! alternates between, the cache's default; the third run updates the swapped pointers in
+//! place). Every `R` steps (default 100;
 //! 0 = never) the step also computes the residual max |v − u| and copies it to pinned host
 //! memory: a host `if` inside `graph!`, so the cache holds two variants (with and without the
 //! residual). `--image PATH` writes the final field as a colour-mapped PNG. `--plan` prints the
@@ -33,6 +36,14 @@ use std::sync::Arc;
 mod cli;
 
 const SOURCE: &str = include_str!("../kernels/heat.cu");
+
+/// Whether heat's graph keeps an exec per buffer set the swap alternates between (the cache's
+/// default, [`GraphCache::set_execs_per_variant`]: a memo hit launches the exec holding the
+/// step's pointers and sends nothing), or keeps one exec per variant and updates the stencil's,
+/// boundary's and check's pointers in place every step (`set_execs_per_variant(1)`). The run
+/// times the other choice too: on the H200 updating in place was 1.18–1.25× slower in six runs
+/// (2026-12-04; the changed call's host work, see docs/performance.md).
+const HEAT_MEMO: bool = true;
 
 kernels! {
     /// Kernels of `kernels/heat.cu`. Each waits for its predecessors first
@@ -236,38 +247,46 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
     // Heat's graph (plain edges: faster for this step, see the module docs), and the same graph
     // with programmatic edges, timed in the order asked for (`--plain-first`: plain edges
     // first).
-    let graph_run = |programmatic: bool| -> cudagraph::Result<_> {
+    // `memo`: see `HEAT_MEMO`.
+    let graph_run = |programmatic: bool, memo: bool| -> cudagraph::Result<_> {
         let mut f = Fields::new(&stream, a.n)?;
         let mut cache = GraphCache::new();
         cache.set_programmatic(programmatic);
+        if !memo {
+            cache.set_execs_per_variant(1);
+        }
         let t = timed(&stream, a.steps, || step_graph(&mut cache, &stream, &k, &mut f, &c))?;
         Ok((f, cache, t))
     };
     let ((g, cache, (g_first, g_step)), (p, other, (p_first, p_step))) = if a.plain_first {
-        let g = graph_run(false)?;
-        (g, graph_run(true)?)
+        let g = graph_run(false, HEAT_MEMO)?;
+        (g, graph_run(true, HEAT_MEMO)?)
     } else {
-        let p = graph_run(true)?;
-        (graph_run(false)?, p)
+        let p = graph_run(true, HEAT_MEMO)?;
+        (graph_run(false, HEAT_MEMO)?, p)
     };
+    // The same plain-edge graph with the other exec policy (see `HEAT_MEMO`).
+    let (o, other_execs, (_, o_step)) = graph_run(false, !HEAT_MEMO)?;
 
     let mut e = Fields::new(&stream, a.n)?;
     let (e_first, e_step) = timed(&stream, a.steps, || step_eager(&stream, &k, &mut e, &c))?;
 
     let gu = stream.clone_dtoh(&g.u)?;
     let pu = stream.clone_dtoh(&p.u)?;
+    let ou = stream.clone_dtoh(&o.u)?;
     let eu = stream.clone_dtoh(&e.u)?;
     let gf = stream.clone_dtoh(&g.flags)?;
     let max_diff = gu.iter().zip(&eu).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     let same = |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(a, b)| a.to_bits() == b.to_bits());
-    let bit_exact = same(&gu, &eu) && same(&pu, &eu);
+    let bit_exact = same(&gu, &eu) && same(&pu, &eu) && same(&ou, &eu);
     let heat: f64 = gu.iter().map(|&x| f64::from(x)).sum();
     // The residuals: `as_slice` waits for each buffer's last copy.
     let (gr, er) = (g.host_r.as_slice()?[0], e.host_r.as_slice()?[0]);
-    let pr = p.host_r.as_slice()?[0];
+    let (pr, or) = (p.host_r.as_slice()?[0], o.host_r.as_slice()?[0]);
     let variants = if a.residual_every > 0 && a.steps > 1 { 2 } else { 1 };
     let s = cache.stats();
     let ps = other.stats();
+    let os = other_execs.stats();
     println!(
         "grid {n}x{n}, {steps} steps, 4 nodes per step (+3 every {r} steps)",
         n = a.n,
@@ -314,6 +333,17 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
         us(e_step) / us(g_step),
         us(p_step) / us(g_step)
     );
+    let policy = |memo| if memo { "an exec per buffer set" } else { "pointers updated in place" };
+    println!(
+        "execs:      graph ({}) {:9.2} µs, the same with {} {:9.2} µs ({:.3}x; {} node updates, {} memo hits)",
+        policy(HEAT_MEMO),
+        us(g_step),
+        policy(!HEAT_MEMO),
+        us(o_step),
+        us(o_step) / us(g_step),
+        os.node_updates,
+        os.memo_hits
+    );
     if let Some(path) = &a.image {
         match write_image(path, a.n, &gu) {
             Ok(()) => println!(
@@ -332,7 +362,8 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
     let ok = bit_exact
         && gr.to_bits() == er.to_bits()
         && pr.to_bits() == er.to_bits()
-        && [s, ps].iter().all(|s| {
+        && or.to_bits() == er.to_bits()
+        && [s, ps, os].iter().all(|s| {
             s.builds == variants + s.memo_builds
                 && s.instantiations == s.builds
                 && s.reinstantiations == 0

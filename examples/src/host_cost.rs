@@ -50,6 +50,8 @@ struct Args {
     /// Time only this shape's unchanged call (`fan` or `chain`, 1000 nodes; `chain1`, one
     /// kernel, 100 calls per timing) and exit: for `perf record`, whose report then holds that
     /// call alone.
+    /// `fan-scalar`: the fan with its first kernel's scalar changed every call (never
+    /// repeating: one node updated in place, bench row e).
     /// `chain1-swap` and `fan-swap`: the same calls with their first buffer swapped between two
     /// every call (`bench` row f: each call equals the one before last, whose exec the cache
     /// kept: a memo hit).
@@ -59,9 +61,13 @@ struct Args {
     /// kernel with cudarc, beside 4 kernel statements (as `mlp`'s step).
     #[arg(
         long,
-        value_parser = ["fan", "chain", "chain1", "fan-swap", "chain1-swap", "fan10-eager", "fan10-plain", "cap4-eager", "cap4-plain"]
+        value_parser = ["fan", "fan-scalar", "chain", "chain1", "fan-swap", "chain1-swap", "fan10-eager", "fan10-plain", "cap4-eager", "cap4-plain"]
     )]
     only: Option<String>,
+    /// Execs per variant of the fan's and chain's caches (`set_execs_per_variant`; default
+    /// the cache's): 1 makes the swap modes update their nodes in place every call.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    execs: Option<u32>,
 }
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -73,9 +79,10 @@ fn fan(
     k: &Bench,
     mut p: &mut CudaSlice<u32>,
     bufs: &mut [CudaSlice<u32>],
+    s: u32,
 ) -> cudagraph::Result<()> {
     graph!(cache, stream, {
-        k.add(ELEMS, 1, &mut p).launch(CFG);
+        k.add(ELEMS, s, &mut p).launch(CFG);
         for i in 0..998 {
             k.acc(ELEMS, &p, &mut bufs[i]).launch(CFG);
         }
@@ -276,6 +283,10 @@ fn run(a: &Args) -> Res<bool> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut x = stream.alloc_zeros::<u32>(ELEMS as usize)?;
     let (mut fan_cache, mut chain_cache) = (GraphCache::new(), GraphCache::new());
+    if let Some(n) = a.execs {
+        fan_cache.set_execs_per_variant(n as usize);
+        chain_cache.set_execs_per_variant(n as usize);
+    }
     let reps = a.reps;
     if let Some(shape) = &a.only {
         let small = ["chain1", "fan10", "cap4"];
@@ -288,9 +299,12 @@ fn run(a: &Args) -> Res<bool> {
             for _ in 0..calls {
                 i += 1;
                 match shape.as_str() {
-                    "fan" => fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs)?,
+                    "fan" => fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs, 1)?,
                     "chain" => chain(&mut chain_cache, &stream, &k, &mut x)?,
-                    "fan-swap" => fan(&mut fan_cache, &stream, &k, &mut pair[i % 2], &mut bufs)?,
+                    "fan-swap" => fan(&mut fan_cache, &stream, &k, &mut pair[i % 2], &mut bufs, 1)?,
+                    "fan-scalar" => {
+                        fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs, i as u32)?
+                    }
                     "chain1-swap" => chain1(&mut chain_cache, &stream, &k, &mut pair[i % 2])?,
                     "fan10-eager" => fan10(&mut eager, &stream, &k, &mut pbuf, &mut bufs)?,
                     "fan10-plain" => fan10_plain(&stream, &k, &mut pbuf, &mut bufs)?,
@@ -306,6 +320,14 @@ fn run(a: &Args) -> Res<bool> {
         if shape.starts_with("fan10") || shape.starts_with("cap4") {
             return Ok(eager.stats().launches == 0);
         }
+        if shape == "fan-scalar" {
+            // One build, then one node updated per call.
+            return Ok(s.builds == 1 && s.memo_hits == 0 && s.node_updates + 4 >= s.hits);
+        }
+        if shape.ends_with("swap") && a.execs == Some(1) {
+            // One build, then every call updates the swapped nodes in place.
+            return Ok(s.builds == 1 && s.memo_hits == 0 && s.node_updates >= s.hits);
+        }
         if shape.ends_with("swap") {
             // One build per buffer, one update in the first round (memoizing pays from the
             // second), then memo hits only.
@@ -316,7 +338,7 @@ fn run(a: &Args) -> Res<bool> {
 
     let fan_call = median(&stream, reps, || {
         let t = Instant::now();
-        fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs)?;
+        fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs, 1)?;
         Ok(t.elapsed())
     })?;
     let chain_call = median(&stream, reps, || {
@@ -400,7 +422,7 @@ fn run(a: &Args) -> Res<bool> {
         let calls = reps;
         for _ in 0..calls {
             stream.synchronize()?;
-            fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs)?;
+            fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs, 1)?;
         }
         println!("fan graph! call by phase (feature phase-times), mean of {calls} calls:");
         for (name, ns) in p::phase_times() {

@@ -531,7 +531,7 @@ fn refused_set_params_falls_back_to_exec_update() {
     let refusal = cache.last_refusal().expect("recorded").to_string();
     assert!(
         refusal.starts_with(
-            "node `n` (`stmt`) at mock.rs:7:9: cuGraphExecNodeSetParams (kernel) returned"
+            "node `n` (`stmt`) at mock.rs:7:9: cuGraphExecKernelNodeSetParams_v2 returned"
         ),
         "{refusal}"
     );

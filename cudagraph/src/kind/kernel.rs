@@ -1347,7 +1347,7 @@ impl NodeKind for Kernel {
     type Params<'a> = &'a dyn KernelNode;
     type State = KernelState;
     const ADD: &'static str = "cuGraphAddNode_v2 (kernel)";
-    const SET: &'static str = "cuGraphExecNodeSetParams (kernel)";
+    const SET: &'static str = "cuGraphExecKernelNodeSetParams_v2";
     const EAGER: &'static str = "cuLaunchKernel";
 
     fn validate(
