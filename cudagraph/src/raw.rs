@@ -242,7 +242,7 @@ pub unsafe fn upload(exec: CUgraphExec, stream: CUstream) -> Result<(), DriverEr
 /// A kernel node's go through `cuGraphExecKernelNodeSetParams_v2`, every other kind's through
 /// the generic `cuGraphExecNodeSetParams`. The same kernel parameters sent through the generic
 /// call made a GPU-bound step slower on the H200 (driver 580): `heat`'s step with its three
-/// kernels' pointers set before every launch ran 10.26–10.33 µs per step against 8.66–9.25
+/// kernels' pointers set before every launch ran 10.26–10.70 µs per step against 8.66–9.30
 /// with the kernel call, host time alike (`examples/probes/heat_floor.cu`, modes `gset` and
 /// `set`, 2026-12-04).
 ///

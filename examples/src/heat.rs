@@ -41,7 +41,7 @@ const SOURCE: &str = include_str!("../kernels/heat.cu");
 /// default, [`GraphCache::set_execs_per_variant`]: a memo hit launches the exec holding the
 /// step's pointers and sends nothing), or keeps one exec per variant and updates the stencil's,
 /// boundary's and check's pointers in place every step (`set_execs_per_variant(1)`). The run
-/// times the other choice too: on the H200 updating in place was 1.18–1.25× slower in six runs
+/// times the other choice too: on the H200 updating in place was 1.11–1.25× slower in eight runs
 /// (2026-12-04; the changed call's host work, see docs/performance.md).
 const HEAT_MEMO: bool = true;
 
