@@ -1342,6 +1342,8 @@ const LEGEND: [&str; 14] =
 struct Report {
     meta: Option<Meta>,
     rows: Vec<Row>,
+    /// Rows measured in turn ([`paired_rows`]), per shape and K.
+    paired: Vec<Paired>,
     capture: Vec<CaptureJson>,
     build: Vec<BuildJson>,
     update: Vec<UpdateJson>,
@@ -1417,6 +1419,72 @@ fn timed_row(
     model.check(&env.stream, b, what)?;
     env.ctx.check_err()?;
     Ok(summarize(samples))
+}
+
+/// Rows of one shape and K measured in turn: per round, one block of `steps` steps of each row
+/// (timed alone, with a synchronize before and after), `rounds` rounds after one unmeasured
+/// round. `timed_row` measures a row's repetitions back to back, one row after another, so a
+/// slow drift of the host (this host has two speeds) falls on some rows and not on others;
+/// measured in turn, it falls on each round's rows alike, and a ratio of two rows is the median
+/// of its per-round ratios. Every step goes into one host model, in the order run (each row with
+/// its own `Change`), checked after the last round. Returns each row's samples (µs per step).
+fn paired_rows(
+    env: &Env,
+    b: &mut Bufs,
+    (shape, k): (Shape, usize),
+    steps: usize,
+    rounds: usize,
+    what: &str,
+    rows: &mut [(Change, &mut Step<'_>)],
+) -> Res<Vec<Vec<f64>>> {
+    b.zero(&env.stream)?;
+    let mut model = Model::new(shape, k);
+    let mut i = 0u64;
+    let mut samples = vec![Vec::with_capacity(rounds); rows.len()];
+    for round in 0..=rounds {
+        for (j, (change, step)) in rows.iter_mut().enumerate() {
+            env.stream.synchronize()?;
+            let first = i;
+            let t = Instant::now();
+            for _ in 0..steps {
+                step(b, i)?;
+                i += 1;
+            }
+            env.stream.synchronize()?;
+            let elapsed = t.elapsed();
+            if round > 0 {
+                samples[j].push(us(elapsed) / steps as f64);
+            }
+            for s in first..i {
+                model.step(s, *change);
+            }
+        }
+    }
+    model.check(&env.stream, b, what)?;
+    env.ctx.check_err()?;
+    Ok(samples)
+}
+
+/// The paired measurement of one shape and K ([`paired_rows`]): the steady rows c, d, cA, f and
+/// the read rows rc, rd, rc1, re, each row's median and the goal ratios as medians of per-round
+/// ratios (`None` where not measured).
+struct Paired {
+    shape: Shape,
+    k: usize,
+    rounds: usize,
+    /// Medians, µs per step: c, d, cA, f.
+    steady: [f64; 4],
+    /// d / c, f / cA, f / d.
+    steady_ratios: [f64; 3],
+    /// Medians, µs per step: rc, rd, rc1, re.
+    read: [f64; 4],
+    /// rd / rc, re / rc1.
+    read_ratios: [f64; 2],
+}
+
+/// The median of the per-round ratios of samples `x` to samples `y` (same rounds).
+fn ratio_median(x: &[f64], y: &[f64]) -> f64 {
+    summarize(x.iter().zip(y).map(|(a, b)| a / b).collect()).median
 }
 
 /// K cudarc launches of one step on the stream (`s`: the first kernel's scalar, always into
@@ -1710,6 +1778,169 @@ fn read_rows(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Repor
     Ok(())
 }
 
+/// Rows c, d, cA, f, then rc, rd, rc1, re, of one shape and K measured in turn
+/// ([`paired_rows`], at least 5 rounds): the goals' ratios (`f` ÷ `cA`, `f` ÷ `d`, `rd` ÷ `rc`,
+/// `re` ÷ `rc1`) without the host's drift between rows measured one after another. Each row as
+/// in [`steady`] and [`read_rows`], with its own cache or exec; every read checked as there.
+fn paired(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Report) -> Res<()> {
+    let rounds = env.reps.max(5);
+    let label = |id: &str| format!("{} K={k} paired rows {id}", shape.name());
+    let (a_ptr, mid_ptrs) = b.ptrs(&env.stream);
+    let (ctx, cs) = (env.ctx.cu_ctx(), env.cu_stream());
+    let (add, acc) = (env.f_add(), env.f_acc());
+    let med = |x: &[f64]| summarize(x.to_vec()).median;
+
+    // c, d, cA, f.
+    let steps = env.steps.unwrap_or_else(|| steps_per_rep(k));
+    let g = OwnedGraph::build(&raw_spec(shape, k, env, 1, a_ptr[0], &mid_ptrs))?;
+    let (exec, exec_a) = (OwnedExec::instantiate(&g)?, OwnedExec::instantiate(&g)?);
+    let (mut dcache, mut fcache) = (GraphCache::new(), GraphCache::new());
+    let t = {
+        let mut c = |_: &mut Bufs, _: u64| exec.launch(cs);
+        let mut d = |b: &mut Bufs, i| graph_step(env, &mut dcache, shape, k, b, i, Change::None);
+        let mut ca = |_: &mut Bufs, i| {
+            let a = a_ptr[slot(i, Change::Pointer)];
+            for (j, &node) in g.nodes.iter().enumerate() {
+                let f = node_func(shape, k, j, add, acc);
+                exec_a.set(node, f, node_args(shape, k, j, 1, a, &mid_ptrs))?;
+            }
+            exec_a.launch(cs)
+        };
+        let mut f = |b: &mut Bufs, i| graph_step(env, &mut fcache, shape, k, b, i, Change::Pointer);
+        let rows: &mut [(Change, &mut Step<'_>)] = &mut [
+            (Change::None, &mut c),
+            (Change::None, &mut d),
+            (Change::Pointer, &mut ca),
+            (Change::Pointer, &mut f),
+        ];
+        paired_rows(env, b, (shape, k), steps, rounds, &label("c, d, cA, f"), rows)?
+    };
+    check_stats(&label("d"), &dcache.stats(), 1, report);
+    check_stats(&label("f"), &fcache.stats(), 1, report);
+    env.stream.synchronize()?;
+    let steady = [med(&t[0]), med(&t[1]), med(&t[2]), med(&t[3])];
+    let steady_ratios =
+        [ratio_median(&t[1], &t[0]), ratio_median(&t[3], &t[2]), ratio_median(&t[3], &t[1])];
+
+    // rc, rd, rc1, re: as in `read_rows` (rc and rc1 with an exec each, so that rc1's
+    // destination swaps never reach rc).
+    let steps = env.steps.unwrap_or_else(|| steps_per_rep(k).min(READ_STEPS));
+    // SAFETY: the memory is uninitialized; every read step writes it (its copy) before reading
+    // it, and nothing else reads it.
+    let hosts: [PinnedHostSlice<u32>; 2] = unsafe {
+        [
+            env.ctx.alloc_pinned_with_flags(READ_LEN, 0)?,
+            env.ctx.alloc_pinned_with_flags(READ_LEN, 0)?,
+        ]
+    };
+    // Their events are never recorded (cudarc does not see these rows use them): `as_ptr`
+    // does not wait.
+    let hp = [hosts[0].as_ptr()?, hosts[1].as_ptr()?];
+    let copies = hp.map(|p| head_copy(a_ptr[0], p.cast_mut().cast()));
+    let mut rg = OwnedGraph::build(&raw_spec(shape, k, env, 1, a_ptr[0], &mid_ptrs))?;
+    rg.add_copy(k - 1, &copies[0], ctx)?;
+    let copy_node = rg.nodes[k];
+    let (rexec, rexec1) = (OwnedExec::instantiate(&rg)?, OwnedExec::instantiate(&rg)?);
+    let mut ours = [
+        PinnedBuffer::from_slice(&env.stream, &[UNSET; READ_LEN])?,
+        PinnedBuffer::from_slice(&env.stream, &[UNSET; READ_LEN])?,
+    ];
+    let (mut rdcache, mut recache) = (GraphCache::new(), GraphCache::new());
+    let want = std::cell::RefCell::new(Expect::new(shape, k));
+    let what = label("rc, rd, rc1, re");
+    let t = {
+        let raw = |exec: &OwnedExec, swap: bool, i: u64| -> Res<()> {
+            let w = if swap { (i % 2) as usize } else { 0 };
+            if swap {
+                exec.set_copy(copy_node, &copies[w], ctx)?;
+            }
+            exec.launch(cs)?;
+            // SAFETY: the stream is live.
+            unsafe { sys::cuStreamSynchronize(cs) }.result()?;
+            // SAFETY: `hp[w]` points to `READ_LEN` `u32`s of live pinned memory (`hosts`),
+            // which this step's copy wrote and nothing writes now (the stream is synchronized).
+            let got = unsafe { ptr::read_volatile(hp[w].cast::<[u32; READ_LEN]>()) };
+            check_read(&what, i, got, want.borrow_mut().after(i))
+        };
+        let ours_cell = std::cell::RefCell::new(&mut ours);
+        let ours_step = |cache: &mut GraphCache, b: &mut Bufs, swap: bool, i: u64| -> Res<()> {
+            let w = if swap { (i % 2) as usize } else { 0 };
+            let mut ours = ours_cell.borrow_mut();
+            read_step(env, cache, shape, k, b, &mut ours[w])?;
+            let got: [u32; READ_LEN] = ours[w].as_slice()?.try_into()?;
+            check_read(&what, i, got, want.borrow_mut().after(i))
+        };
+        let mut rc = |_: &mut Bufs, i| raw(&rexec, false, i);
+        let mut rd = |b: &mut Bufs, i| ours_step(&mut rdcache, b, false, i);
+        let mut rc1 = |_: &mut Bufs, i| raw(&rexec1, true, i);
+        let mut re = |b: &mut Bufs, i| ours_step(&mut recache, b, true, i);
+        let rows: &mut [(Change, &mut Step<'_>)] = &mut [
+            (Change::None, &mut rc),
+            (Change::None, &mut rd),
+            (Change::None, &mut rc1),
+            (Change::None, &mut re),
+        ];
+        paired_rows(env, b, (shape, k), steps, rounds, &what, rows)?
+    };
+    check_stats(&label("rd"), &rdcache.stats(), 1, report);
+    check_stats(&label("re"), &recache.stats(), 1, report);
+    env.stream.synchronize()?;
+    report.paired.push(Paired {
+        shape,
+        k,
+        rounds,
+        steady,
+        steady_ratios,
+        read: [med(&t[0]), med(&t[1]), med(&t[2]), med(&t[3])],
+        read_ratios: [ratio_median(&t[1], &t[0]), ratio_median(&t[3], &t[2])],
+    });
+    Ok(())
+}
+
+/// The paired measurements ([`paired`]) as one table.
+fn paired_costs(report: &Report) {
+    if report.paired.is_empty() {
+        return;
+    }
+    let rounds = report.paired[0].rounds;
+    out!(
+        "Measured in turn: rows c, d, cA, f, then rc, rd, rc1, re, one block of steps of each per round, {rounds} rounds after one unmeasured; µs per step, medians; ratios are medians of the per-round ratios"
+    );
+    out!(
+        "{:<6}{:>5}  {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7}  {:>8} {:>8} {:>8} {:>8} {:>7} {:>8}",
+        "shape",
+        "K",
+        "c",
+        "d",
+        "cA",
+        "f",
+        "d / c",
+        "f / cA",
+        "f / d",
+        "rc",
+        "rd",
+        "rc1",
+        "re",
+        "rd / rc",
+        "re / rc1"
+    );
+    for p in &report.paired {
+        let [c, d, ca, f] = p.steady;
+        let [dc, fca, fd] = p.steady_ratios;
+        let [rc, rd, rc1, re] = p.read;
+        let [rdrc, rerc1] = p.read_ratios;
+        out!(
+            "{:<6}{:>5}  {c:>8.2} {d:>8.2} {ca:>8.2} {f:>8.2} {dc:>7.3} {fca:>7.3} {fd:>7.3}  {rc:>8.2} {rd:>8.2} {rc1:>8.2} {re:>8.2} {rdrc:>7.3} {rerc1:>8.3}",
+            p.shape.name(),
+            p.k
+        );
+    }
+    out!(
+        "  issue 31's goals: f / cA <= 1.0, f / d <= 1.05, rd / rc <= 1.05, re / rc1 <= 1.0. The rows above measure each row's repetitions back to back, one row after another; here a drift of the host's speed falls on every row of a round alike."
+    );
+    out!();
+}
+
 /// Every steady-state row of one shape and K.
 fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
     progress::status(&format!("bench: measuring {} K={k} …", shape.name()));
@@ -1866,6 +2097,8 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
     }
     // rc, rc1, rd, re, rs: each step waits for its graph and reads its result.
     read_rows(env, shape, k, &mut b, report)?;
+    // c, d, cA, f, then rc, rd, rc1, re again, measured in turn.
+    paired(env, shape, k, &mut b, report)?;
     // Host enqueue time of one unchanged call with the GPU idle: `graph!` (as row d) against
     // the raw cuGraphLaunch (as row c). Where the first exceeds the GPU time of a step, the
     // steady rows are host-bound (issue 18: the fan at K = 1000). These calls change the
@@ -2730,6 +2963,7 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
     }
     capture_costs(report);
     read_costs(report);
+    paired_costs(report);
     // Programmatic rows: compute capability 9.0 (griddepcontrol) and CUDA 12.3.
     let major =
         env.ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
