@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use cudagraph::__private as p;
 use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use cudagraph::cudarc::nvrtc::compile_ptx;
-use cudagraph::{GraphCache, graph};
+use cudagraph::{GraphCache, PinnedBuffer, Rows, graph};
 
 #[path = "cli.rs"]
 mod cli;
@@ -50,6 +50,11 @@ struct Args {
     /// Time only this shape's unchanged call (`fan` or `chain`, 1000 nodes; `chain1`, one
     /// kernel, 100 calls per timing) and exit: for `perf record`, whose report then holds that
     /// call alone.
+    /// `fan-read`: the fan and a copy of 8 bytes into a `PinnedBuffer` after it, unchanged
+    /// (`bench` row rd, without the wait and read). On the stub driver, whose
+    /// `cuPointerGetAttribute` answers 0, the copy's pinned side has no allocation id, so the
+    /// copy does not pack and every call takes the node-by-node path (on the H200 it packs).
+    /// With `HOST_COST_STATS` set, the cache's `Stats` are printed after the timing.
     /// `fan-scalar`: the fan with its first kernel's scalar changed every call (never
     /// repeating: one node updated in place, bench row e).
     /// `chain1-swap` and `fan-swap`: the same calls with their first buffer swapped between two
@@ -61,7 +66,7 @@ struct Args {
     /// kernel with cudarc, beside 4 kernel statements (as `mlp`'s step).
     #[arg(
         long,
-        value_parser = ["fan", "fan-scalar", "chain", "chain1", "fan-swap", "chain1-swap", "fan10-eager", "fan10-plain", "cap4-eager", "cap4-plain"]
+        value_parser = ["fan", "fan-scalar", "fan-read", "chain", "chain1", "fan-swap", "chain1-swap", "fan10-eager", "fan10-plain", "cap4-eager", "cap4-plain"]
     )]
     only: Option<String>,
     /// Execs per variant of the fan's and chain's caches (`set_execs_per_variant`; default
@@ -87,6 +92,28 @@ fn fan(
             k.acc(ELEMS, &p, &mut bufs[i]).launch(CFG);
         }
         k.add(ELEMS, 1, &mut p).launch(CFG);
+    })
+}
+
+/// The fan with bench's read rows' copy after it: the first 8 bytes of `p` into pinned host
+/// memory (`copy_2d`, as `bench` row rd).
+#[inline(never)] // timed as its own call (see bench.rs)
+fn fan_read(
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    k: &Bench,
+    mut p: &mut CudaSlice<u32>,
+    bufs: &mut [CudaSlice<u32>],
+    mut host: &mut PinnedBuffer<u32>,
+) -> cudagraph::Result<()> {
+    const ROWS: Rows = Rows::dense(2, 1);
+    graph!(cache, stream, {
+        k.add(ELEMS, 1, &mut p).launch(CFG);
+        for i in 0..998 {
+            k.acc(ELEMS, &p, &mut bufs[i]).launch(CFG);
+        }
+        k.add(ELEMS, 1, &mut p).launch(CFG);
+        copy_2d(&p, ROWS, &mut host, ROWS);
     })
 }
 
@@ -293,6 +320,7 @@ fn run(a: &Args) -> Res<bool> {
         let calls = if small.iter().any(|p| shape.starts_with(p)) { 100 } else { 1 };
         let mut eager = GraphCache::eager();
         let mut pair = [stream.alloc_zeros::<u32>(ELEMS as usize)?, x.clone()];
+        let mut host = PinnedBuffer::zeros(&stream, 2)?;
         let mut i = 0usize;
         let only = median(&stream, reps, || {
             let t = Instant::now();
@@ -302,6 +330,9 @@ fn run(a: &Args) -> Res<bool> {
                     "fan" => fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs, 1)?,
                     "chain" => chain(&mut chain_cache, &stream, &k, &mut x)?,
                     "fan-swap" => fan(&mut fan_cache, &stream, &k, &mut pair[i % 2], &mut bufs, 1)?,
+                    "fan-read" => {
+                        fan_read(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs, &mut host)?
+                    }
                     "fan-scalar" => {
                         fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs, i as u32)?
                     }
@@ -317,6 +348,9 @@ fn run(a: &Args) -> Res<bool> {
         })?;
         println!("{shape} graph! call: {only:.3} µs (median of {reps})");
         let s = if shape.starts_with("fan") { fan_cache.stats() } else { chain_cache.stats() };
+        if std::env::var_os("HOST_COST_STATS").is_some() {
+            println!("{s:?}");
+        }
         if shape.starts_with("fan10") || shape.starts_with("cap4") {
             return Ok(eager.stats().launches == 0);
         }
