@@ -3108,6 +3108,18 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
 
+    /// A ratio measured in turn is the median of the per-round ratios, not the ratio of the
+    /// medians: a round where the host ran slow for both rows does not move it.
+    #[test]
+    fn ratio_median_takes_the_per_round_ratios() {
+        // Rounds 2 and 3 twice as slow for both rows: per-round ratios 1.1, 1.1, 1.1, 2.0, 0.5.
+        let d = [1.1, 2.2, 2.2, 2.0, 0.5];
+        let c = [1.0, 2.0, 2.0, 1.0, 1.0];
+        assert!((ratio_median(&d, &c) - 1.1).abs() < 1e-12);
+        // The ratio of the medians (2.0 / 1.0) would be 2.0.
+        assert!((summarize(d.to_vec()).median / summarize(c.to_vec()).median - 2.0).abs() < 1e-12);
+    }
+
     /// A report of made-up rows (no GPU): chain K = 1, 10, 100 and fan K = 10, 100, rows c and d.
     fn report() -> Report {
         let mut r = Report::default();
