@@ -1467,7 +1467,7 @@ fn paired_rows(
 
 /// The paired measurement of one shape and K ([`paired_rows`]): the steady rows c, d, cA, f and
 /// the read rows rc, rd, rc1, re, each row's median and the goal ratios as medians of per-round
-/// ratios (`None` where not measured).
+/// ratios.
 struct Paired {
     shape: Shape,
     k: usize,
@@ -1676,6 +1676,88 @@ fn unset(hosts: &mut [PinnedHostSlice<u32>]) -> Res<()> {
     Ok(())
 }
 
+/// The raw read rows' graph (rc, rc1): `raw_spec`'s graph with a memcpy node after its last
+/// kernel copying the first 8 bytes of `a[0]` into pinned buffer 0, and the copies into each
+/// of the two buffers (rc1 swaps between them).
+struct RawRead {
+    graph: OwnedGraph,
+    copy_node: CUgraphNode,
+    copies: [CUDA_MEMCPY3D; 2],
+    /// The buffers' host addresses: the caller keeps the buffers alive while it uses `self`.
+    hp: [*const u32; 2],
+    ctx: CUcontext,
+    cs: CUstream,
+}
+
+impl RawRead {
+    /// The graph for `a[0]` at `a0` and the middle buffers `mids`, reading into `hosts`.
+    fn new(
+        env: &Env,
+        (shape, k): (Shape, usize),
+        (a0, mids): (CUdeviceptr, &[CUdeviceptr]),
+        hosts: &[PinnedHostSlice<u32>; 2],
+    ) -> Res<RawRead> {
+        // The buffers' host addresses. Their events are never recorded (cudarc does not see
+        // these rows use them), so `as_ptr` does not wait.
+        let hp = [hosts[0].as_ptr()?, hosts[1].as_ptr()?];
+        let copies = hp.map(|p| head_copy(a0, p.cast_mut().cast()));
+        let ctx = env.ctx.cu_ctx();
+        let mut graph = OwnedGraph::build(&raw_spec(shape, k, env, 1, a0, mids))?;
+        graph.add_copy(k - 1, &copies[0], ctx)?;
+        let copy_node = graph.nodes[k];
+        Ok(RawRead { graph, copy_node, copies, hp, ctx, cs: env.cu_stream() })
+    }
+
+    /// Step `i` of an exec of `self.graph`: its copy's destination set to buffer `i % 2` first
+    /// when `swap` (one set-params), then launch, `cuStreamSynchronize`, and the buffer read.
+    fn step(&self, exec: &OwnedExec, swap: bool, i: u64) -> Res<[u32; READ_LEN]> {
+        let w = if swap { (i % 2) as usize } else { 0 };
+        if swap {
+            exec.set_copy(self.copy_node, &self.copies[w], self.ctx)?;
+        }
+        exec.launch(self.cs)?;
+        // SAFETY: the stream is live.
+        unsafe { sys::cuStreamSynchronize(self.cs) }.result()?;
+        // SAFETY: `hp[w]` points to `READ_LEN` `u32`s of live pinned memory (the caller keeps
+        // the buffers alive, page-aligned), which this step's copy wrote and nothing writes now
+        // (the stream is synchronized).
+        Ok(unsafe { ptr::read_volatile(self.hp[w].cast::<[u32; READ_LEN]>()) })
+    }
+}
+
+/// Step `i` of a `graph!` read row (rd, re): the call into `ours[0]` (into `ours[i % 2]` when
+/// `swap`), then that buffer read (`as_slice` waits for the copy).
+fn our_read(
+    env: &Env,
+    cache: &mut GraphCache,
+    (shape, k): (Shape, usize),
+    b: &mut Bufs,
+    ours: &mut [PinnedBuffer<u32>; 2],
+    swap: bool,
+    i: u64,
+) -> Res<[u32; READ_LEN]> {
+    let w = if swap { (i % 2) as usize } else { 0 };
+    read_step(env, cache, shape, k, b, &mut ours[w])?;
+    Ok(ours[w].as_slice()?.try_into()?)
+}
+
+/// Step `i` of row cA: every node of `exec` (of `g`, `raw_spec`'s graph, whose kernels are
+/// `add` and `acc`) given `a[i % 2]` (K set-params), then the launch on `cs`.
+fn set_pointers_and_launch(
+    (exec, g, cs): (&OwnedExec, &OwnedGraph, CUstream),
+    (add, acc): (CUfunction, CUfunction),
+    (shape, k): (Shape, usize),
+    (a_ptr, mids): (&[CUdeviceptr; 2], &[CUdeviceptr]),
+    i: u64,
+) -> Res<()> {
+    let a = a_ptr[slot(i, Change::Pointer)];
+    for (j, &node) in g.nodes.iter().enumerate() {
+        let f = node_func(shape, k, j, add, acc);
+        exec.set(node, f, node_args(shape, k, j, 1, a, mids))?;
+    }
+    exec.launch(cs)
+}
+
 /// The read rows of one shape and K, every step ending with its result read on the host: the
 /// step's graph copies the first 8 bytes of `a[0]` into pinned host memory (flags 0) after its
 /// last kernel, then the host waits for the step and reads them, and they must hold the host
@@ -1694,37 +1776,18 @@ fn read_rows(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Repor
         ]
     };
     let (a_ptr, mid_ptrs) = b.ptrs(&env.stream);
-    let (ctx, cs) = (env.ctx.cu_ctx(), env.cu_stream());
 
     // rc, rc1: c's raw graph and a memcpy node after its last kernel; rc1 swaps the node's
     // destination between the two pinned buffers every step (one set-params).
     {
-        // The buffers' host addresses. Their events are never recorded (cudarc does not see
-        // these rows use them), so `as_ptr` does not wait.
-        let hp = [hosts[0].as_ptr()?, hosts[1].as_ptr()?];
-        let copies = hp.map(|p| head_copy(a_ptr[0], p.cast_mut().cast()));
-        let spec = raw_spec(shape, k, env, 1, a_ptr[0], &mid_ptrs);
-        let mut g = OwnedGraph::build(&spec)?;
-        g.add_copy(k - 1, &copies[0], ctx)?;
-        let copy_node = g.nodes[k];
-        let exec = OwnedExec::instantiate(&g)?;
+        let raw = RawRead::new(env, (shape, k), (a_ptr[0], &mid_ptrs), &hosts)?;
+        let exec = OwnedExec::instantiate(&raw.graph)?;
         for (id, swap) in [("rc", false), ("rc1", true)] {
             let what = label(id);
             let mut want = Expect::new(shape, k);
             unset(&mut hosts)?;
             let t = timed_row(env, b, shape, k, Change::None, steps, &what, &mut |_, i| {
-                let w = if swap { (i % 2) as usize } else { 0 };
-                if swap {
-                    exec.set_copy(copy_node, &copies[w], ctx)?;
-                }
-                exec.launch(cs)?;
-                // SAFETY: the stream is live.
-                unsafe { sys::cuStreamSynchronize(cs) }.result()?;
-                // SAFETY: `hp[w]` points to `READ_LEN` `u32`s of live pinned memory (`hosts`,
-                // page-aligned), which this step's copy wrote and nothing writes now (the
-                // stream is synchronized).
-                let got = unsafe { ptr::read_volatile(hp[w].cast::<[u32; READ_LEN]>()) };
-                check_read(&what, i, got, want.after(i))
+                check_read(&what, i, raw.step(&exec, swap, i)?, want.after(i))
             })?;
             rows.push((id, t, None));
         }
@@ -1745,9 +1808,7 @@ fn read_rows(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Repor
             h.as_mut_slice()?.fill(UNSET);
         }
         let t = timed_row(env, b, shape, k, Change::None, steps, &what, &mut |b, i| {
-            let w = if swap { (i % 2) as usize } else { 0 };
-            read_step(env, &mut cache, shape, k, b, &mut ours[w])?;
-            let got: [u32; READ_LEN] = ours[w].as_slice()?.try_into()?;
+            let got = our_read(env, &mut cache, (shape, k), b, &mut ours, swap, i)?;
             check_read(&what, i, got, want.after(i))
         })?;
         let stats = cache.stats();
@@ -1786,8 +1847,8 @@ fn paired(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Report) 
     let rounds = env.reps.max(5);
     let label = |id: &str| format!("{} K={k} paired rows {id}", shape.name());
     let (a_ptr, mid_ptrs) = b.ptrs(&env.stream);
-    let (ctx, cs) = (env.ctx.cu_ctx(), env.cu_stream());
-    let (add, acc) = (env.f_add(), env.f_acc());
+    let cs = env.cu_stream();
+    let funcs = (env.f_add(), env.f_acc());
     let med = |x: &[f64]| summarize(x.to_vec()).median;
 
     // c, d, cA, f.
@@ -1799,12 +1860,7 @@ fn paired(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Report) 
         let mut c = |_: &mut Bufs, _: u64| exec.launch(cs);
         let mut d = |b: &mut Bufs, i| graph_step(env, &mut dcache, shape, k, b, i, Change::None);
         let mut ca = |_: &mut Bufs, i| {
-            let a = a_ptr[slot(i, Change::Pointer)];
-            for (j, &node) in g.nodes.iter().enumerate() {
-                let f = node_func(shape, k, j, add, acc);
-                exec_a.set(node, f, node_args(shape, k, j, 1, a, &mid_ptrs))?;
-            }
-            exec_a.launch(cs)
+            set_pointers_and_launch((&exec_a, &g, cs), funcs, (shape, k), (&a_ptr, &mid_ptrs), i)
         };
         let mut f = |b: &mut Bufs, i| graph_step(env, &mut fcache, shape, k, b, i, Change::Pointer);
         let rows: &mut [(Change, &mut Step<'_>)] = &mut [
@@ -1833,14 +1889,9 @@ fn paired(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Report) 
             env.ctx.alloc_pinned_with_flags(READ_LEN, 0)?,
         ]
     };
-    // Their events are never recorded (cudarc does not see these rows use them): `as_ptr`
-    // does not wait.
-    let hp = [hosts[0].as_ptr()?, hosts[1].as_ptr()?];
-    let copies = hp.map(|p| head_copy(a_ptr[0], p.cast_mut().cast()));
-    let mut rg = OwnedGraph::build(&raw_spec(shape, k, env, 1, a_ptr[0], &mid_ptrs))?;
-    rg.add_copy(k - 1, &copies[0], ctx)?;
-    let copy_node = rg.nodes[k];
-    let (rexec, rexec1) = (OwnedExec::instantiate(&rg)?, OwnedExec::instantiate(&rg)?);
+    let raw = RawRead::new(env, (shape, k), (a_ptr[0], &mid_ptrs), &hosts)?;
+    let (rexec, rexec1) =
+        (OwnedExec::instantiate(&raw.graph)?, OwnedExec::instantiate(&raw.graph)?);
     let mut ours = [
         PinnedBuffer::from_slice(&env.stream, &[UNSET; READ_LEN])?,
         PinnedBuffer::from_slice(&env.stream, &[UNSET; READ_LEN])?,
@@ -1849,30 +1900,15 @@ fn paired(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Report) 
     let want = std::cell::RefCell::new(Expect::new(shape, k));
     let what = label("rc, rd, rc1, re");
     let t = {
-        let raw = |exec: &OwnedExec, swap: bool, i: u64| -> Res<()> {
-            let w = if swap { (i % 2) as usize } else { 0 };
-            if swap {
-                exec.set_copy(copy_node, &copies[w], ctx)?;
-            }
-            exec.launch(cs)?;
-            // SAFETY: the stream is live.
-            unsafe { sys::cuStreamSynchronize(cs) }.result()?;
-            // SAFETY: `hp[w]` points to `READ_LEN` `u32`s of live pinned memory (`hosts`),
-            // which this step's copy wrote and nothing writes now (the stream is synchronized).
-            let got = unsafe { ptr::read_volatile(hp[w].cast::<[u32; READ_LEN]>()) };
-            check_read(&what, i, got, want.borrow_mut().after(i))
-        };
-        let ours_cell = std::cell::RefCell::new(&mut ours);
+        let check = |i, got| check_read(&what, i, got, want.borrow_mut().after(i));
+        let ours = std::cell::RefCell::new(&mut ours);
         let ours_step = |cache: &mut GraphCache, b: &mut Bufs, swap: bool, i: u64| -> Res<()> {
-            let w = if swap { (i % 2) as usize } else { 0 };
-            let mut ours = ours_cell.borrow_mut();
-            read_step(env, cache, shape, k, b, &mut ours[w])?;
-            let got: [u32; READ_LEN] = ours[w].as_slice()?.try_into()?;
-            check_read(&what, i, got, want.borrow_mut().after(i))
+            let got = our_read(env, cache, (shape, k), b, &mut ours.borrow_mut(), swap, i)?;
+            check(i, got)
         };
-        let mut rc = |_: &mut Bufs, i| raw(&rexec, false, i);
+        let mut rc = |_: &mut Bufs, i| check(i, raw.step(&rexec, false, i)?);
         let mut rd = |b: &mut Bufs, i| ours_step(&mut rdcache, b, false, i);
-        let mut rc1 = |_: &mut Bufs, i| raw(&rexec1, true, i);
+        let mut rc1 = |_: &mut Bufs, i| check(i, raw.step(&rexec1, true, i)?);
         let mut re = |b: &mut Bufs, i| ours_step(&mut recache, b, true, i);
         let rows: &mut [(Change, &mut Step<'_>)] = &mut [
             (Change::None, &mut rc),
@@ -1977,12 +2013,8 @@ fn steady(env: &Env, shape: Shape, k: usize, report: &mut Report) -> Res<()> {
 
         let t =
             timed_row(env, &mut b, shape, k, Change::Pointer, steps, &label("cA"), &mut |_, i| {
-                let a = a_ptr[slot(i, Change::Pointer)];
-                for (j, &node) in g.nodes.iter().enumerate() {
-                    let f = node_func(shape, k, j, add, acc);
-                    exec.set(node, f, node_args(shape, k, j, 1, a, &mid_ptrs))?;
-                }
-                exec.launch(cs)
+                let funcs = (add, acc);
+                set_pointers_and_launch((&exec, &g, cs), funcs, (shape, k), (&a_ptr, &mid_ptrs), i)
             })?;
         push(report, "steady", "cA", t, None);
         env.stream.synchronize()?;
