@@ -409,6 +409,10 @@ impl Waiter {
             let mut last = None;
             for a in addrs {
                 match TcpStream::connect_timeout(&a, self.left().min(Duration::from_secs(1))) {
+                    // Linux lets a loopback connect to a port nobody listens on, from that
+                    // same port as its ephemeral one, connect to itself (TCP simultaneous
+                    // open); that is not rank 0: drop it and try again.
+                    Ok(s) if s.local_addr().ok() == s.peer_addr().ok() => {}
                     Ok(s) => break 'connect s,
                     Err(e) => last = Some(e),
                 }

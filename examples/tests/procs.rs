@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 #[path = "../src/procs.rs"]
@@ -120,9 +121,15 @@ fn fresh(name: &str) -> PathBuf {
 }
 
 /// A loopback address with a port free a moment ago.
-fn free_tcp() -> String {
+/// A loopback port free a moment ago, and a lock held while the test uses it: the port is
+/// released before rank 0 binds it, so tests over TCP run one at a time, or one test's rank 0
+/// could take the port another test's ranks were given (a rank 1 waiting for a missing rank 0
+/// was reset by another test's rank 0 in CI).
+fn free_tcp() -> (MutexGuard<'static, ()>, String) {
+    static TCP: Mutex<()> = Mutex::new(());
+    let guard = TCP.lock().unwrap_or_else(|e| e.into_inner());
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
-    format!("tcp:127.0.0.1:{}", l.local_addr().expect("its address").port())
+    (guard, format!("tcp:127.0.0.1:{}", l.local_addr().expect("its address").port()))
 }
 
 /// Runs ranks `ranks` of a world of `world` as processes of the `rendezvous` example, all at
@@ -172,7 +179,8 @@ fn both_ranks_get_the_id(spec: &str) {
 
 #[test]
 fn two_processes_over_loopback_tcp() {
-    both_ranks_get_the_id(&free_tcp());
+    let (_one_at_a_time, spec) = free_tcp();
+    both_ranks_get_the_id(&spec);
 }
 
 #[test]
@@ -196,7 +204,7 @@ fn missing(ranks: &[usize], world: usize, spec: &str, says: &[&str]) {
 
 #[test]
 fn a_missing_rank_over_tcp() {
-    let spec = free_tcp();
+    let (_one_at_a_time, spec) = free_tcp();
     let addr = &spec["tcp:".len()..];
     let waits = format!("rank 2 to connect to {addr}");
     missing(&[0, 1], 3, &spec, &[&waits, &format!("rank 0 gave up waiting for {waits}")]);
@@ -204,7 +212,7 @@ fn a_missing_rank_over_tcp() {
 
 #[test]
 fn a_missing_rank_0_over_tcp() {
-    let spec = free_tcp();
+    let (_one_at_a_time, spec) = free_tcp();
     missing(&[1], 2, &spec, &[&format!("rank 0 to listen on {}", &spec["tcp:".len()..])]);
 }
 
