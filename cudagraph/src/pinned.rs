@@ -12,7 +12,7 @@ use cudarc::driver::{CudaStream, DeviceRepr, ValidAsZeroBits, result};
 use crate::error::{Call, CudaError, Error};
 use crate::operand::{
     Acquire, AcquireMut, Guard, HostRead, HostWrite, PinnedState, Place, PlaceMut, bytes_of,
-    no_sync, sealed,
+    no_sync, pinned_id, sealed,
 };
 
 /// Page-locked host memory (`cuMemHostAlloc`, flags 0: cached, readable by the host at full
@@ -73,6 +73,9 @@ pub struct PinnedBuffer<T> {
     ptr: NonNull<T>,
     len: usize,
     state: PinnedState,
+    /// The allocation's id ([`pinned_id`]; 0 when nothing was allocated, `len` 0 or a
+    /// zero-sized `T`): a copy's words hold it instead of the driver's (no query per call).
+    id: u64,
     _owns: PhantomData<T>,
 }
 
@@ -109,7 +112,8 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
             })?
         };
         let state = PinnedState::new(stream.clone(), event);
-        Ok(PinnedBuffer { ptr, len, state, _owns: PhantomData })
+        let id = if bytes == 0 { 0 } else { pinned_id() };
+        Ok(PinnedBuffer { ptr, len, state, id, _owns: PhantomData })
     }
 
     /// `len` zeroed elements of page-locked host memory in `stream`'s context, which is the
@@ -185,22 +189,22 @@ impl<T> PinnedBuffer<T> {
     }
 
     /// A use on `stream` (for [`Acquire`] and [`AcquireMut`]): the memory's context, its
-    /// address and the guard of the use, after ordering it after the earlier uses. Memory of
-    /// another context than the stream's gets a null address and a guard that orders nothing
-    /// (validation then refuses the call).
+    /// address, its allocation's id and the guard of the use, after ordering it after the
+    /// earlier uses. Memory of another context than the stream's gets a null address and a
+    /// guard that orders nothing (validation then refuses the call).
     fn use_on<'a>(
         &'a self,
         stream: &'a CudaStream,
         write: bool,
-    ) -> (cudarc::driver::sys::CUcontext, *mut c_void, Guard<'a>) {
+    ) -> (cudarc::driver::sys::CUcontext, *mut c_void, u64, Guard<'a>) {
         let ctx = self.state.home().context().cu_ctx();
         if ctx != stream.context().cu_ctx() {
-            return (ctx, core::ptr::null_mut(), no_sync());
+            return (ctx, core::ptr::null_mut(), 0, no_sync());
         }
         self.state.order(stream);
         let ptr: *mut c_void = self.ptr.as_ptr().cast();
         let range = (ptr as u64, bytes_of::<T>(self.len));
-        (ctx, ptr, Guard::pinned(&self.state, stream, range, write))
+        (ctx, ptr, self.id, Guard::pinned(&self.state, stream, range, write))
     }
 }
 
@@ -232,8 +236,8 @@ impl<T> Acquire for PinnedBuffer<T> {
     where
         Self: 'a;
     fn acquire<'a>(&'a self, stream: &'a CudaStream) -> (HostRead<'a, T>, Guard<'a>) {
-        let (ctx, ptr, guard) = self.use_on(stream, false);
-        (HostRead::new(ptr.cast_const(), self.len, ctx), guard)
+        let (ctx, ptr, id, guard) = self.use_on(stream, false);
+        (HostRead::new(ptr.cast_const(), self.len, ctx).with_id(id), guard)
     }
 }
 impl<T> PlaceMut for PinnedBuffer<T> {}
@@ -247,7 +251,8 @@ impl<T> AcquireMut for PinnedBuffer<T> {
         stream: &'a CudaStream,
     ) -> (HostRead<'a, T>, HostWrite<'a, T>, Guard<'a>) {
         let len = self.len;
-        let (ctx, ptr, guard) = self.use_on(stream, true);
-        (HostRead::new(ptr.cast_const(), len, ctx), HostWrite::new(ptr, len, ctx), guard)
+        let (ctx, ptr, id, guard) = self.use_on(stream, true);
+        let read = HostRead::new(ptr.cast_const(), len, ctx).with_id(id);
+        (read, HostWrite::new(ptr, len, ctx).with_id(id), guard)
     }
 }

@@ -51,9 +51,10 @@ struct Args {
     /// kernel, 100 calls per timing) and exit: for `perf record`, whose report then holds that
     /// call alone.
     /// `fan-read`: the fan and a copy of 8 bytes into a `PinnedBuffer` after it, unchanged
-    /// (`bench` row rd, without the wait and read). On the stub driver, whose
-    /// `cuPointerGetAttribute` answers 0, the copy's pinned side has no allocation id, so the
-    /// copy does not pack and every call takes the node-by-node path (on the H200 it packs).
+    /// (`bench` row rd, without the wait and read); `chain1-read`: one kernel and the same
+    /// copy, then the read (`as_slice`), 100 calls per timing. The `PinnedBuffer` gives the
+    /// copy its allocation id without a driver query, so the copy packs on the stub driver as
+    /// on the H200.
     /// With `HOST_COST_STATS` set, the cache's `Stats` are printed after the timing.
     /// `fan-scalar`: the fan with its first kernel's scalar changed every call (never
     /// repeating: one node updated in place, bench row e).
@@ -66,7 +67,7 @@ struct Args {
     /// kernel with cudarc, beside 4 kernel statements (as `mlp`'s step).
     #[arg(
         long,
-        value_parser = ["fan", "fan-scalar", "fan-read", "chain", "chain1", "fan-swap", "chain1-swap", "fan10-eager", "fan10-plain", "cap4-eager", "cap4-plain"]
+        value_parser = ["fan", "fan-scalar", "fan-read", "chain", "chain1", "chain1-read", "fan-swap", "chain1-swap", "fan10-eager", "fan10-plain", "cap4-eager", "cap4-plain"]
     )]
     only: Option<String>,
     /// Execs per variant of the fan's and chain's caches (`set_execs_per_variant`; default
@@ -141,6 +142,22 @@ fn chain1(
 ) -> cudagraph::Result<()> {
     graph!(cache, stream, {
         k.add(ELEMS, 1, &mut x).launch(CFG);
+    })
+}
+
+/// `chain1` and a copy of 8 bytes into `host` (`bench` row rd at chain K = 1).
+#[inline(never)]
+fn chain1_read(
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    k: &Bench,
+    mut x: &mut CudaSlice<u32>,
+    mut host: &mut PinnedBuffer<u32>,
+) -> cudagraph::Result<()> {
+    const ROWS: Rows = Rows::dense(2, 1);
+    graph!(cache, stream, {
+        k.add(ELEMS, 1, &mut x).launch(CFG);
+        copy_2d(&x, ROWS, &mut host, ROWS);
     })
 }
 
@@ -337,6 +354,10 @@ fn run(a: &Args) -> Res<bool> {
                         fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs, i as u32)?
                     }
                     "chain1-swap" => chain1(&mut chain_cache, &stream, &k, &mut pair[i % 2])?,
+                    "chain1-read" => {
+                        chain1_read(&mut chain_cache, &stream, &k, &mut x, &mut host)?;
+                        std::hint::black_box(host.as_slice()?[0]);
+                    }
                     "fan10-eager" => fan10(&mut eager, &stream, &k, &mut pbuf, &mut bufs)?,
                     "fan10-plain" => fan10_plain(&stream, &k, &mut pbuf, &mut bufs)?,
                     "cap4-eager" => cap4(&mut eager, &stream, &k, &mut pbuf, &mut bufs)?,

@@ -191,6 +191,61 @@ fn a_drop_waits_for_the_pending_copy() -> Result {
     Ok(())
 }
 
+/// `PinnedBuffer`s freed after a call and allocated again before the next (the allocator hands
+/// the same addresses back): a copy's words hold the buffer's own allocation id, not the
+/// driver's, so the next call must see new buffers at old addresses as changed, copy from the
+/// new source and into the new destination, and never make the driver touch the freed ones
+/// (a memcpy node left as it was crashed inside `cuGraphLaunch`, `kind/memcpy.rs` `host_side`).
+/// Both directions, behind a slow kernel; graph against eager and the host model. The
+/// addresses must repeat at least once, or the test tests nothing.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn buffers_freed_and_allocated_again_at_the_same_addresses() -> Result {
+    let _serial = common::serial();
+    let (_ctx, s, k) = gpu()?;
+    let mut y = s.alloc_zeros::<u32>(LEN)?;
+    let mut x = s.alloc_zeros::<u32>(LEN)?;
+    let mut y_eager = s.alloc_zeros::<u32>(LEN)?;
+    let mut x_eager = s.alloc_zeros::<u32>(LEN)?;
+    let (mut cache, mut eager) = (GraphCache::new(), GraphCache::new());
+    eager.set_mode(Mode::Eager);
+    let mut seen = std::collections::HashSet::new();
+    let mut repeated = 0;
+    for round in 0..12u32 {
+        let src = host::iota(N, 3, round);
+        let input = PinnedBuffer::from_slice(&s, &src)?;
+        let mut out = PinnedBuffer::<u32>::zeros(&s, LEN)?;
+        for p in [input.as_slice()?.as_ptr() as usize, out.as_slice()?.as_ptr() as usize] {
+            repeated += usize::from(!seen.insert(p));
+        }
+        let step = |c: &mut GraphCache,
+                    x: &mut CudaSlice<u32>,
+                    y: &mut CudaSlice<u32>,
+                    out: &mut PinnedBuffer<u32>| {
+            graph!(c, &s, {
+                k.slow_iota(N, SPINS, 7, round, &mut *y).launch(cfg());
+                copy(&input, &mut *x);
+                k.affine_inplace(N, 5, 1, &mut *x).launch(cfg());
+                k.affine(N, 1, 0, &*x, &mut *y).launch(cfg());
+                copy(&*y, &mut *out);
+            })
+        };
+        step(&mut cache, &mut x, &mut y, &mut out)?;
+        let got = out.as_slice()?.to_vec();
+        let mut want = src.clone();
+        host::affine_inplace(&mut want, 5, 1);
+        assert_same(&got, &want, &format!("round {round}: model"));
+        let mut out_eager = PinnedBuffer::<u32>::zeros(&s, LEN)?;
+        step(&mut eager, &mut x_eager, &mut y_eager, &mut out_eager)?;
+        assert_same(&got, out_eager.as_slice()?, &format!("round {round}: graph against eager"));
+        drop((input, out));
+    }
+    eprintln!("addresses seen again: {repeated} of 24");
+    assert!(repeated > 0, "no pinned address came back: the test tests nothing");
+    assert!(cache.stats().hits >= 11, "{:?}", cache.stats());
+    Ok(())
+}
+
 /// The host model of `slow_iota` (composed by squaring) equals the generator run step by step.
 #[test]
 fn the_slow_iota_model_equals_the_stepwise_generator() {

@@ -12,7 +12,7 @@ use cudarc::driver::sys::{
 
 use super::NodeKind;
 use crate::error::{Call, Error, NodeSite};
-use crate::operand::{Accesses, DevRead, DevWrite, HostRead, HostWrite};
+use crate::operand::{Accesses, DevRead, DevWrite, Handle, HostRead, HostWrite};
 use crate::raw;
 
 /// One side of a copy.
@@ -34,8 +34,9 @@ pub(crate) struct Copy1d {
     pub(crate) elem_size: usize,
     pub(crate) src_ctx: CUcontext,
     pub(crate) dst_ctx: CUcontext,
-    /// The id of the pinned host side's allocation ([`raw::buffer_id`]), 0 for none or unknown:
-    /// see [`host_unresolved`].
+    /// The id of the pinned host side's allocation, 0 for none or unknown: a
+    /// [`PinnedBuffer`](crate::PinnedBuffer)'s own (`operand::pinned_id`), else the driver's
+    /// ([`raw::buffer_id`], one query per call); see [`host_unresolved`].
     pub(crate) host_buffer: u64,
 }
 
@@ -94,7 +95,13 @@ macro_rules! copy_to {
                     dst_ctx: dst.ctx,
                     host_buffer: 0,
                 };
-                raw.host_buffer = host_buffer(&raw);
+                // The pinned side's allocation id: the buffer's own when it knows it
+                // (`PinnedBuffer`), else one driver query; 0 for device to device.
+                raw.host_buffer = if <$src<'a, T> as Handle>::HOST {
+                    self.host_buffer_word()
+                } else {
+                    dst.host_buffer_word()
+                };
                 MemcpyParams { raw, src_tag: self.tag, dst_tag: dst.tag, _borrow: PhantomData }
             }
         }
@@ -165,17 +172,6 @@ pub(crate) fn peer(c: &Copy1d) -> Option<(CUcontext, CUcontext)> {
 /// `cuGraphExecNodeSetParams` per host copy per call.
 pub(crate) fn host_side(c: &Copy1d) -> bool {
     matches!(c.src, Memory::Host(_)) || matches!(c.dst, Memory::Host(_))
-}
-
-/// The id of a copy's pinned host allocation ([`raw::buffer_id`], one driver query per call),
-/// 0 for a copy between device buffers, or a null (empty) host side.
-pub(crate) fn host_buffer(c: &Copy1d) -> u64 {
-    match (c.src, c.dst) {
-        (Memory::Host(p), _) | (_, Memory::Host(p)) if !p.is_null() => {
-            raw::buffer_id(p as CUdeviceptr)
-        }
-        _ => 0,
-    }
 }
 
 /// Whether a copy's node must be set again on every call ([`host_side`]): a pinned host side
