@@ -196,6 +196,11 @@ fn memcpy2d(c: &Copy2d) -> sys::CUDA_MEMCPY3D {
     p
 }
 
+/// Whether a 2-D copy has a pinned host side and more than one row (see `Memcpy2d::settable`).
+fn host_rows(c: &Copy2d) -> bool {
+    super::memcpy::host_side(&c.base) && c.src_rows.height > 1
+}
+
 fn invalid(site: NodeSite, why: String) -> Error {
     Error::InvalidNode { site, why }
 }
@@ -261,10 +266,18 @@ impl NodeKind for Memcpy2d {
         super::record_value(s, c.raw) | super::memcpy::host_unresolved(&c.raw.base)
     }
 
-    /// As for 1-D copies: the driver refuses to turn a copy's memory types by set-params.
+    /// As for 1-D copies: the driver refuses to turn a copy's memory types by set-params. It
+    /// also refused (`CUDA_ERROR_INVALID_VALUE`) the update of a device→pinned-host copy of 256
+    /// rows into a new `PinnedBuffer` (H200, driver 580, review 23 under memcheck; the
+    /// whole-exec update that followed was accepted and correct), while it accepted a one-row
+    /// copy into a new pinned buffer (`bench` row `re`) and device→device copies changing their
+    /// rows (`pitched.rs`). So a copy with a pinned host side and more than one row, before or
+    /// after, is never updated node by node: it goes straight to the whole-exec update.
     fn settable(old: &Copy2d, new: &&Copy2dParams<'_>) -> bool {
         let kind = |m: Memory| matches!(m, Memory::Device(_));
-        kind(old.base.src) == kind(new.raw.base.src) && kind(old.base.dst) == kind(new.raw.base.dst)
+        let same_kinds = kind(old.base.src) == kind(new.raw.base.src)
+            && kind(old.base.dst) == kind(new.raw.base.dst);
+        same_kinds && !(host_rows(old) || host_rows(&new.raw))
     }
 
     fn with_params<R>(
@@ -415,6 +428,43 @@ mod tests {
         assert!(huge.misfit(1, 4, "x").unwrap().contains("overflows"));
         assert!(huge.from_row(0).misfit(8, 8, "x").unwrap().contains("overflows"));
         assert_eq!(Rows::dense(4, 2), Rows::new(4, 2, 4));
+    }
+
+    /// A copy with a pinned host side and more than one row is never updated node by node
+    /// (the driver refused it); one row, or device memory on both sides, is.
+    #[test]
+    fn multi_row_copies_with_a_host_side_are_not_settable() {
+        let copy = |dst: Memory, dst_len: usize, height: usize| Copy2d {
+            base: Copy1d {
+                src: Memory::Device(0x1000),
+                dst,
+                src_len: 1024,
+                dst_len,
+                elem_size: 4,
+                src_ctx: core::ptr::null_mut(),
+                dst_ctx: core::ptr::null_mut(),
+                host_buffer: 0,
+            },
+            src_rows: Rows::dense(8, height),
+            dst_rows: Rows::dense(8, height),
+        };
+        let host = |a: usize| Memory::Host(a as *const core::ffi::c_void);
+        let settable = |old: Copy2d, new: Copy2d| {
+            <Memcpy2d as NodeKind>::settable(&old, &&Copy2dParams::recorded(new))
+        };
+        // Device to device: any rows.
+        assert!(settable(
+            copy(Memory::Device(0x9000), 1024, 4),
+            copy(Memory::Device(0xa000), 1024, 8)
+        ));
+        // To pinned memory, one row: settable.
+        assert!(settable(copy(host(0x5000), 8, 1), copy(host(0x6000), 8, 1)));
+        // To pinned memory, more rows before or after: not.
+        assert!(!settable(copy(host(0x5000), 1024, 4), copy(host(0x6000), 1024, 4)));
+        assert!(!settable(copy(host(0x5000), 8, 1), copy(host(0x6000), 1024, 4)));
+        assert!(!settable(copy(host(0x5000), 1024, 4), copy(host(0x6000), 8, 1)));
+        // Device to device turned device to host: never (the memory type changed).
+        assert!(!settable(copy(Memory::Device(0x9000), 8, 1), copy(host(0x6000), 8, 1)));
     }
 
     #[test]
