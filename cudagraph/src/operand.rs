@@ -588,6 +588,9 @@ enum GuardKind<'a> {
     /// `child`): their guards; this guard itself then covers no range. (A variant rather than a
     /// field of every guard: a smaller guard is less to move and drop per place.)
     Parts(Box<[Guard<'a>]>),
+    /// A guard that counts its drops (unit tests of `Guards`' drop).
+    #[cfg(test)]
+    Counted(&'a core::cell::Cell<usize>),
 }
 
 impl<'a> Guard<'a> {
@@ -691,11 +694,21 @@ impl Guard<'static> {
     }
 }
 
+#[cfg(test)]
+impl<'a> Guard<'a> {
+    /// A guard that is not inert and adds one to `drops` when dropped (unit tests).
+    pub(crate) fn counted_for_test(drops: &'a core::cell::Cell<usize>) -> Self {
+        Guard::new(GuardKind::Counted(drops), None, (0, 8), false)
+    }
+}
+
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
         match self.kind {
             GuardKind::Event(event, stream) => stream.context().record_err(event.record(stream)),
             GuardKind::Pinned(state, stream) => state.used(stream),
+            #[cfg(test)]
+            GuardKind::Counted(drops) => drops.set(drops.get() + 1),
             _ => {}
         }
     }
