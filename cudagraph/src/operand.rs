@@ -1088,7 +1088,7 @@ device_scalar_arg!(DevRead, DevWrite);
     message = "this kernel parameter reads device memory of `{T}`: pass `&buffer` (in `graph!`) or a read handle (with a `GraphBuilder`)",
     label = "expected a read handle of device memory of `{T}`, found `{Self}`",
     note = "in `graph!`, write `&buffer` (`&mut buffer` is rejected where the kernel only reads); with a `GraphBuilder`, pass the handle of `g.read(&buffer)` (or `g.write(&mut buffer).read()`), not the buffer itself",
-    note = "a `HostRead`/`HostWrite` found here is pinned host memory (a `PinnedHostSlice`), which a kernel cannot take: copy it to a device buffer first (`copy(&host, &mut dev)`) and pass `&dev`"
+    note = "a `HostRead`/`HostWrite` found here is pinned host memory (a `PinnedBuffer` or `PinnedHostSlice`), which a kernel cannot take: copy it to a device buffer first (`copy(&host, &mut dev)`) and pass `&dev`"
 )]
 pub trait ReadArg<'a, T> {
     /// The device pointer.
@@ -1112,7 +1112,7 @@ impl<'a, T> ReadArg<'a, T> for DevRead<'a, T> {
     message = "this kernel parameter writes device memory of `{T}`: pass `&mut buffer` (in `graph!`) or a write handle (with a `GraphBuilder`)",
     label = "expected a write handle of device memory of `{T}`, found `{Self}`",
     note = "in `graph!`, write `&mut buffer` (a `&buffer` operand is read-only); with a `GraphBuilder`, pass the handle of `g.write(&mut buffer)`, not the buffer itself",
-    note = "a `HostRead`/`HostWrite` found here is pinned host memory (a `PinnedHostSlice`), which a kernel cannot write: pass a device buffer (`&mut dev`) and copy it to the host after the kernel (`copy(&dev, &mut host)`)"
+    note = "a `HostRead`/`HostWrite` found here is pinned host memory (a `PinnedBuffer` or `PinnedHostSlice`), which a kernel cannot write: pass a device buffer (`&mut dev`) and copy it to the host after the kernel (`copy(&dev, &mut host)`)"
 )]
 pub trait WriteArg<'a, T> {
     /// The device pointer.
