@@ -492,6 +492,25 @@ pub(crate) fn local(name: impl std::fmt::Display) -> syn::Ident {
     syn::Ident::new(&name.to_string(), Span::mixed_site())
 }
 
+/// `tokens` with every span located at `at` and resolved as before
+/// ([`Span::located_at`]): where a diagnostic points, not what a name means.
+fn located_at(tokens: TokenStream, at: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|t| match t {
+            proc_macro2::TokenTree::Group(g) => {
+                let mut n = proc_macro2::Group::new(g.delimiter(), located_at(g.stream(), at));
+                n.set_span(g.span().located_at(at));
+                proc_macro2::TokenTree::Group(n)
+            }
+            mut t => {
+                t.set_span(t.span().located_at(at));
+                t
+            }
+        })
+        .collect()
+}
+
 /// Place `i`'s read and write handles.
 pub(crate) fn handles(i: usize) -> (syn::Ident, syn::Ident) {
     (local(format!("__cudagraph_r{i}")), local(format!("__cudagraph_w{i}")))
@@ -1104,6 +1123,10 @@ fn node_value(
                 if o.write { quote!(#w) } else { quote!(#r) }
             }
         };
+        // The handle's tokens too are located at the operand (their hygiene unchanged): a block
+        // whose type is wrong is reported at its tail expression, which was the whole `graph!`
+        // (an argument missing before `&u` put `&u`'s handle where a scalar goes).
+        let h = located_at(h, o.span);
         let mut block = proc_macro2::Group::new(proc_macro2::Delimiter::Brace, quote!(#h));
         block.set_span(o.span);
         quote!(#block)
