@@ -1094,6 +1094,9 @@ pub trait ReadArg<'a, T> {
     /// The device pointer.
     fn into_read(self) -> DevRead<'a, T>;
 }
+// Not listed as "implemented for" in errors: the trait's own message says what to pass,
+// and the listing pointed into this file.
+#[diagnostic::do_not_recommend]
 impl<'a, T> ReadArg<'a, T> for DevRead<'a, T> {
     fn into_read(self) -> DevRead<'a, T> {
         self
@@ -1118,6 +1121,9 @@ pub trait WriteArg<'a, T> {
     /// The device pointer.
     fn into_write(self) -> DevWrite<'a, T>;
 }
+// Not listed as "implemented for" in errors: the trait's own message says what to pass,
+// and the listing pointed into this file.
+#[diagnostic::do_not_recommend]
 impl<'a, T> WriteArg<'a, T> for DevWrite<'a, T> {
     fn into_write(self) -> DevWrite<'a, T> {
         self
