@@ -1864,6 +1864,38 @@ pub mod __private {
             }
         }
 
+        /// `live` covers exactly the slots of the guards that record, whatever the order they
+        /// are put in; inert guards never widen it; its end is at most `N` (review 23b).
+        #[test]
+        fn guards_live_range_covers_recording_guards_only() {
+            use super::Guards;
+            use crate::operand::Guard;
+            let drops = core::cell::Cell::new(0);
+            let mut g = Guards::<8>::new();
+            assert_eq!(g.live, (8, 0));
+            g.put(0, Guard::for_test(0, 8, false));
+            assert_eq!(g.live, (8, 0), "an inert guard does not widen it");
+            g.put(7, Guard::counted_for_test(&drops));
+            assert_eq!(g.live, (7, 8), "the last slot: the end is N");
+            g.put(3, Guard::counted_for_test(&drops));
+            assert_eq!(g.live, (3, 8));
+            g.put(5, Guard::for_test(40, 8, false));
+            assert_eq!(g.live, (3, 8));
+            drop(g);
+            assert_eq!(drops.get(), 2);
+        }
+
+        /// A place number past the end panics before anything is written or widened.
+        #[test]
+        #[should_panic(expected = "index out of bounds")]
+        fn guards_refuse_a_place_past_the_end() {
+            use super::Guards;
+            use crate::operand::Guard;
+            let drops = core::cell::Cell::new(0);
+            let mut g = Guards::<2>::new();
+            g.put(2, Guard::counted_for_test(&drops));
+        }
+
         #[test]
         #[should_panic(expected = "place 1 acquired twice")]
         fn guards_refuse_a_place_put_twice() {
