@@ -120,7 +120,6 @@ fn fresh(name: &str) -> PathBuf {
     dir
 }
 
-/// A loopback address with a port free a moment ago.
 /// A loopback port free a moment ago, and a lock held while the test uses it: the port is
 /// released before rank 0 binds it, so tests over TCP run one at a time, or one test's rank 0
 /// could take the port another test's ranks were given (a rank 1 waiting for a missing rank 0
