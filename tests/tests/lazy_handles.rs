@@ -21,7 +21,7 @@ mod common;
 use std::sync::Arc;
 
 use common::review17::{assert_same, same_all};
-use common::{Ops, Result, host, launch, load, read_all};
+use common::{Ops, Result, host, launch, read_all};
 use cudagraph::cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
@@ -35,19 +35,6 @@ const SPINS: u32 = 1 << 17;
 
 fn cfg() -> LaunchConfig {
     LaunchConfig::for_num_elems(N)
-}
-
-/// A context whose buffers have no events (tracking off before any is allocated), a stream,
-/// and the kernels.
-fn untracked() -> Result<(Arc<CudaContext>, Arc<CudaStream>, Ops)> {
-    assert!(cudagraph::driver_available(), "no CUDA driver: the GPU tests need one");
-    let ctx = CudaContext::new(0)?;
-    // SAFETY: each test orders every use of its buffers itself (one stream, or through the
-    // graph calls whose ordering is what is tested).
-    unsafe { ctx.disable_event_tracking() };
-    let s = ctx.new_stream()?;
-    let k = load(&ctx)?;
-    Ok((ctx, s, k))
 }
 
 /// `x = 3x + 1`; each `bufs[i] = 5x + 7` (the run: its later iterations are made only when
@@ -96,7 +83,7 @@ enum Change {
 #[ignore = "needs a CUDA GPU"]
 fn lazily_kept_elements_make_the_same_nodes_as_acquired_ones() -> Result {
     let _serial = common::serial();
-    let (ctx, s, k) = untracked()?;
+    let (ctx, s, k) = common::gpu_untracked()?;
     let s2 = ctx.new_stream()?;
     let mut g =
         (distinct(&s, 1, 7)?.remove(0), distinct(&s, 6, 50)?, distinct(&s, 1, 9)?.remove(0));
@@ -165,7 +152,7 @@ fn lazily_kept_elements_make_the_same_nodes_as_acquired_ones() -> Result {
 #[ignore = "needs a CUDA GPU"]
 fn a_lazily_kept_array_beside_a_buffer_of_another_stream_is_ordered() -> Result {
     let _serial = common::serial();
-    let (_ctx, s, k) = untracked()?;
+    let (_ctx, s, k) = common::gpu_untracked()?;
     let other = CudaContext::new(0)?;
     // SAFETY: every cudarc use of `z` is on `own`; the graph's are ordered with `own` by the
     // cache's ledger, which is what is tested.
@@ -207,7 +194,7 @@ fn a_lazily_kept_array_beside_a_buffer_of_another_stream_is_ordered() -> Result 
 #[ignore = "needs a CUDA GPU"]
 fn a_place_overlapping_a_lazily_kept_element_is_refused() -> Result {
     let _serial = common::serial();
-    let (_ctx, s, k) = untracked()?;
+    let (_ctx, s, k) = common::gpu_untracked()?;
     let mut bufs = distinct(&s, 4, 1)?;
     let mut z = s.alloc_zeros::<u32>(LEN)?;
     let mut eager = (distinct(&s, 4, 1)?, s.alloc_zeros::<u32>(LEN)?);
@@ -270,7 +257,7 @@ fn a_place_overlapping_a_lazily_kept_element_is_refused() -> Result {
 #[ignore = "needs a CUDA GPU"]
 fn an_element_with_events_after_elements_without_is_ordered_by_its_events() -> Result {
     let _serial = common::serial();
-    let (ctx, s, k) = untracked()?;
+    let (ctx, s, k) = common::gpu_untracked()?;
     let s2 = ctx.new_stream()?;
     let mut bufs = distinct(&s, 6, 11)?;
     // SAFETY: from here on cudarc orders the buffers allocated with events; the others are used

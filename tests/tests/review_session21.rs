@@ -3,7 +3,7 @@
 //! words keeps the elements instead of their handles; `AcquireMut::inert_write`,
 //! `EachMut::get`, the `Remade` entry pointing at the store). The lazy path is reachable from
 //! safe code (`CudaStream::null` makes buffers without events whatever the context's tracking;
-//! here a context with tracking off makes them, see `setup`), and is driven
+//! here a context with tracking off makes them, `common::gpu_untracked`), and is driven
 //! by hand through the hidden API (`GraphCache::words` of a registered plan, `Guards::with_words`,
 //! `acquire_mut_each`), as any user can.
 //!
@@ -17,12 +17,12 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use common::plans::plan_with;
-use common::{Ops, Result, load};
+use common::{Ops, Result};
 use cudagraph::__private::{
     DisjointMut as _, DistinctIndices, EachStore, Guards, PlaceIndices, acquire_mut_each,
     begin_call,
 };
-use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
+use cudagraph::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, LaunchConfig};
 use cudagraph::{GraphCache, KernelArg, graph};
 
 /// The scalar that marks this file's first body (found again by its text among the plans).
@@ -32,24 +32,6 @@ const N21B: u32 = 0;
 
 fn cfg() -> LaunchConfig {
     LaunchConfig::for_num_elems(1)
-}
-
-/// What a test needs: a context, its stream, the kernels.
-type Setup = (Arc<CudaContext>, Arc<CudaStream>, Ops);
-
-/// A context whose buffers have no events (tracking off before any is allocated), its stream
-/// and the kernels. (Safe code gets such buffers too, from `CudaStream::null`, which this
-/// review used first; a context of its own makes the tests independent of what a driver does
-/// with a zero-length allocation.)
-fn setup() -> Result<Option<Setup>> {
-    assert!(cudagraph::driver_available(), "no CUDA driver (or the stub driver) found");
-    let ctx = CudaContext::new(0)?;
-    // SAFETY: every buffer of these tests is used on the stream it was allocated on, by calls
-    // that launch nothing (zero-element kernels).
-    unsafe { ctx.disable_event_tracking() };
-    let s = ctx.new_stream()?;
-    let k = load(&ctx)?;
-    Ok(Some((ctx, s, k)))
 }
 
 /// `n` one-element buffers on `s`: no events, so an array of them is kept lazily by an
@@ -97,7 +79,9 @@ fn place_bits(tag: u64) -> u64 {
 #[ignore = "needs a CUDA driver (runs on the CPU stub)"]
 fn a_lazy_store_reached_by_safe_code_checks_its_index_and_makes_the_acquired_handles() -> Result {
     let _serial = common::serial();
-    let Some((_ctx, s, k)) = setup()? else { return Ok(()) };
+    // A context whose buffers have no events (tracking off before any is allocated): every
+    // buffer is used on the stream it was allocated on, by calls that launch nothing.
+    let (_ctx, s, k) = common::gpu_untracked()?;
     let mut bufs = nulls(&s, 3)?;
     let mut cache = GraphCache::new();
     for _ in 0..3 {
@@ -168,7 +152,9 @@ fn bufs_ptr(b: &CudaSlice<u32>, s: &CudaStream) -> u64 {
 #[ignore = "needs a CUDA driver (runs on the CPU stub)"]
 fn an_empty_lazy_array_refuses_every_index() -> Result {
     let _serial = common::serial();
-    let Some((_ctx, s, k)) = setup()? else { return Ok(()) };
+    // A context whose buffers have no events (tracking off before any is allocated): every
+    // buffer is used on the stream it was allocated on, by calls that launch nothing.
+    let (_ctx, s, k) = common::gpu_untracked()?;
     let mut bufs = nulls(&s, 3)?;
     let mut cache = GraphCache::new();
     for _ in 0..2 {
@@ -219,12 +205,15 @@ fn an_empty_lazy_array_refuses_every_index() -> Result {
 #[ignore = "needs a CUDA driver (runs on the CPU stub)"]
 fn a_first_loop_stopped_by_an_element_with_events_writes_every_handle() -> Result {
     let _serial = common::serial();
-    let Some((_ctx, s, k)) = setup()? else { return Ok(()) };
+    // A context whose buffers have no events (tracking off before any is allocated): every
+    // buffer is used on the stream it was allocated on, by calls that launch nothing.
+    let (_ctx, s, k) = common::gpu_untracked()?;
     let mut bufs = nulls(&s, 3)?;
     // SAFETY: element 1 gets events; tracking is off again before anything uses it.
     unsafe { _ctx.enable_event_tracking() };
     bufs[1] = s.alloc_zeros::<u32>(1)?;
-    // SAFETY: as in `setup`.
+    // SAFETY: every buffer is used on the stream it was allocated on, by calls that launch
+    // nothing.
     unsafe { _ctx.disable_event_tracking() };
     let mut cache = GraphCache::new();
     for _ in 0..3 {
@@ -257,7 +246,8 @@ fn a_first_loop_stopped_by_an_element_with_events_writes_every_handle() -> Resul
 #[ignore = "needs a CUDA driver (runs on the CPU stub)"]
 fn five_lazy_arrays_in_one_body_run_changed_and_unchanged() -> Result {
     let _serial = common::serial();
-    let Some((ctx, s, k)) = setup()? else { return Ok(()) };
+    // As above.
+    let (ctx, s, k) = common::gpu_untracked()?;
     let s2 = ctx.new_stream()?;
     let mut a = [nulls(&s, 2)?, nulls(&s, 2)?, nulls(&s, 2)?, nulls(&s, 2)?, nulls(&s, 2)?];
     fn body(

@@ -28,8 +28,8 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{Ops, Result, assert_same, host, launch, load};
-use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use common::{Ops, Result, assert_same, host, launch};
+use cudagraph::cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use cudagraph::{GraphCache, PinnedBuffer, graph};
 
 const N: u32 = 1 << 16;
@@ -39,19 +39,6 @@ const SPINS: u32 = 1 << 20;
 
 fn cfg() -> LaunchConfig {
     LaunchConfig::for_num_elems(N)
-}
-
-/// A context whose buffers have no events (cudarc's tracking off before any is allocated), so
-/// that their guards are inert, a stream and the kernels.
-fn untracked() -> Result<(Arc<CudaContext>, Arc<CudaStream>, Ops)> {
-    assert!(cudagraph::driver_available(), "no CUDA driver: the GPU tests need one");
-    let ctx = CudaContext::new(0)?;
-    // SAFETY: each test orders every use of its buffers without events itself (one stream, or
-    // the graph calls whose ordering is what is tested).
-    unsafe { ctx.disable_event_tracking() };
-    let s = ctx.new_stream()?;
-    let k = load(&ctx)?;
-    Ok((ctx, s, k))
 }
 
 /// `n` buffers on `s`, the `j`th holding `iota(1, 1000 j + base)`.
@@ -121,7 +108,7 @@ fn fan_out(
 #[ignore = "needs a CUDA GPU"]
 fn a_pinned_array_holds_the_only_recording_guards() -> Result {
     let _serial = common::serial();
-    let (_ctx, s, k) = untracked()?;
+    let (_ctx, s, k) = common::gpu_untracked()?;
     let mut w = s.clone_htod(&host::iota(N, 1, 5))?;
     let mut y = s.alloc_zeros::<u32>(LEN)?;
     let mut bufs = distinct(&s, 4, 3)?;
@@ -192,7 +179,7 @@ fn last_slot(
 #[ignore = "needs a CUDA GPU"]
 fn a_lone_pinned_destination_in_the_last_slot() -> Result {
     let _serial = common::serial();
-    let (_ctx, s, k) = untracked()?;
+    let (_ctx, s, k) = common::gpu_untracked()?;
     let mut w = s.clone_htod(&host::iota(N, 1, 9))?;
     let mut y = s.alloc_zeros::<u32>(LEN)?;
     let mut bufs = distinct(&s, 4, 21)?;
@@ -246,7 +233,7 @@ fn first_slot(
 #[ignore = "needs a CUDA GPU"]
 fn a_lone_pinned_source_in_the_first_slot() -> Result {
     let _serial = common::serial();
-    let (_ctx, s, k) = untracked()?;
+    let (_ctx, s, k) = common::gpu_untracked()?;
     let mut z = s.alloc_zeros::<u32>(LEN)?;
     let mut x = s.alloc_zeros::<u32>(LEN)?;
     let mut bufs = distinct(&s, 4, 31)?;
@@ -315,7 +302,7 @@ fn between(
 #[ignore = "needs a CUDA GPU"]
 fn an_event_buffer_between_two_lazily_kept_arrays() -> Result {
     let _serial = common::serial();
-    let (ctx, s, k) = untracked()?;
+    let (ctx, s, k) = common::gpu_untracked()?;
     let s2 = ctx.new_stream()?;
     let mut a = distinct(&s, 4, 5)?;
     let mut c = distinct(&s, 4, 7)?;
@@ -377,7 +364,7 @@ fn tail(
 #[ignore = "needs a CUDA GPU"]
 fn an_array_stopped_at_its_last_element_with_events() -> Result {
     let _serial = common::serial();
-    let (ctx, s, k) = untracked()?;
+    let (ctx, s, k) = common::gpu_untracked()?;
     let s2 = ctx.new_stream()?;
     let mut w = s.clone_htod(&host::iota(N, 1, 4))?;
     let mut y = s.alloc_zeros::<u32>(LEN)?;

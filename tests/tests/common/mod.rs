@@ -70,16 +70,55 @@ pub fn own_origin(stream: &Arc<CudaStream>) -> Result {
 /// skip silently on a GPU machine), then creates the context of device 0, a new stream, and
 /// loads the kernels.
 pub fn gpu() -> Result<(Arc<CudaContext>, Arc<CudaStream>, Ops)> {
+    let ctx = device_0()?;
+    let stream = ctx.new_stream()?;
+    let k = load(&ctx)?;
+    Ok((ctx, stream, k))
+}
+
+/// As [`gpu`], with cudarc's event tracking off before any buffer is allocated: the buffers the
+/// test allocates have no events, so their guards are inert. Each caller orders every use of
+/// its buffers itself (one stream, or the graph calls whose ordering is what it tests).
+pub fn gpu_untracked() -> Result<(Arc<CudaContext>, Arc<CudaStream>, Ops)> {
+    let ctx = device_0()?;
+    // SAFETY: the caller's contract above: no buffer is used on two streams unordered.
+    unsafe { ctx.disable_event_tracking() };
+    let stream = ctx.new_stream()?;
+    let k = load(&ctx)?;
+    Ok((ctx, stream, k))
+}
+
+/// The context of device 0, after asserting that a CUDA driver is present.
+fn device_0() -> Result<Arc<CudaContext>> {
     assert!(
         cudagraph::driver_available(),
         "no CUDA driver: libcuda could not be loaded. The GPU tests need an NVIDIA GPU and its \
          driver; they are #[ignore]d so that machines without one skip them unless asked"
     );
-    let ctx = CudaContext::new(0)?;
-    let stream = ctx.new_stream()?;
-    // SAFETY: the declarations match the kernels, which stay within their buffers.
-    let k = unsafe { Ops::load(&ctx, compile_ptx(SOURCE)?) }?;
-    Ok((ctx, stream, k))
+    Ok(CudaContext::new(0)?)
+}
+
+/// The addresses of buffers freed and allocated again, counting those seen before: a test of
+/// memory allocated again at a freed address tests nothing unless some address comes back.
+#[derive(Default)]
+pub struct AddressesSeen {
+    seen: std::collections::HashSet<usize>,
+    noted: usize,
+    repeated: usize,
+}
+
+impl AddressesSeen {
+    /// Notes one buffer's address.
+    pub fn note(&mut self, address: usize) {
+        self.noted += 1;
+        self.repeated += usize::from(!self.seen.insert(address));
+    }
+
+    /// Prints how many addresses came back (after `what`), and asserts that some did.
+    pub fn assert_some_came_back(&self, what: &str) {
+        eprintln!("{what}addresses seen again: {} of {}", self.repeated, self.noted);
+        assert!(self.repeated > 0, "no pinned address came back: the test tests nothing");
+    }
 }
 
 /// `n` zeroed device buffers of `len` `u32` each, on `s`.
