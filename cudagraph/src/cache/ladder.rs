@@ -30,12 +30,14 @@ impl<D: Driver> GraphCache<D> {
     /// (`cuGraphExecNodeSetParams`) where the kind's rule allows; if the driver refuses one, or
     /// the rule forbids it, `cuGraphExecUpdate` from a rebuilt graph; if that is refused, a new
     /// instantiation. Returns `false`, part way, when `nodes` does not have the variant's node
-    /// kinds (the variant must then be dropped).
+    /// kinds (the variant must then be dropped). `clean[j]`: node `j` equals the exec's, word
+    /// for word ([`GraphCache::clean_nodes`]), so it is not compared (empty: none is).
     pub(super) fn update(
         &mut self,
         i: usize,
         shape: &dyn Shape,
         nodes: &[Option<NodeParams<'_>>],
+        clean: &[bool],
     ) -> Result<bool> {
         if self.variants[i].nodes.len() != nodes.len() {
             return Ok(false);
@@ -51,6 +53,10 @@ impl<D: Driver> GraphCache<D> {
         let bound = conditional::with_handles(&handles, || {
             alloc::with_scratch(&mut scratch, || {
                 for (j, (state, new)) in v.nodes.iter_mut().zip(nodes).enumerate() {
+                    if clean.get(j) == Some(&true) {
+                        self.stats.nodes_unchanged += 1;
+                        continue;
+                    }
                     // SAFETY: the state's node belongs to the graph v.exec was instantiated from, in
                     // context v.ctx (current); `new` was validated.
                     let sent = unsafe {

@@ -37,7 +37,7 @@ pub(crate) mod tests;
 mod validate;
 
 use ladder::{Built, build};
-use validate::validate;
+use validate::validate_changed;
 
 /// What the cache needs of a call besides its node parameters: where each node comes from
 /// (for errors) and the edges among the present nodes. A `graph!` [`Plan`] or a
@@ -346,6 +346,20 @@ pub struct GraphCache<D: Driver = Cuda> {
     plan_captures: Option<(&'static Plan, bool)>,
     /// The nodes present in the call [`Self::unchanged`] last packed to the end.
     present_nodes: u64,
+    /// The changed call being run's kernel nodes as words ([`Self::clean_nodes`]), for the
+    /// variant it brings up to date to keep; `next_made`: made for this call.
+    next_words: NodeWords,
+    next_made: bool,
+    /// Of the changed call being run: `clean[j]`, node `j`'s words equal those of node `j` of
+    /// the exec of the variant whose serial is `clean_for` ([`Self::clean_nodes`]).
+    clean: Vec<bool>,
+    clean_for: Option<u64>,
+    /// Tests: no node is ever clean ([`Self::clean_nodes`] off), to compare with; and how
+    /// many clean nodes the calls had.
+    #[cfg(test)]
+    no_clean: bool,
+    #[cfg(test)]
+    clean_seen: u64,
     /// A number no other cache has: the [`CallWords`] it makes name it.
     id: u64,
 }
@@ -386,6 +400,9 @@ struct Variant {
     /// every node of it packed; empty otherwise, and emptied before any change to the exec, so
     /// that a call equal to it needs nothing sent.
     pack: Vec<u64>,
+    /// The words of its exec's kernel nodes, node by node ([`GraphCache::clean_nodes`]): those
+    /// of the call that last brought it up to date. Empty when unknown.
+    node_words: NodeWords,
     /// Whether its graph has memory nodes (graph-owned buffers, recordings that allocate).
     memory: bool,
     /// For a graph with memory nodes: an event recorded after each launch (null until the
@@ -416,6 +433,34 @@ impl Variant {
             .map(|&m| self.nodes[m as usize].unlaunched())
             .collect();
         drop(taken);
+    }
+}
+
+/// A call's kernel nodes as [`NodeParams::pack`] words, node by node: node `j`'s are
+/// `words[spans[j].0..spans[j].1]`, or it is not kept ([`NOT_KEPT`]: any other kind of node, a
+/// kernel node that does not pack, an absent one).
+#[derive(Default)]
+struct NodeWords {
+    words: Vec<u64>,
+    spans: Vec<(u32, u32)>,
+}
+
+/// [`NodeWords::spans`] of a node not kept.
+const NOT_KEPT: (u32, u32) = (0, u32::MAX);
+
+impl NodeWords {
+    fn clear(&mut self) {
+        self.words.clear();
+        self.spans.clear();
+    }
+
+    /// Node `j`'s words, if kept.
+    fn of(&self, j: usize) -> Option<&[u64]> {
+        let &(s, e) = self.spans.get(j)?;
+        if (s, e) == NOT_KEPT {
+            return None;
+        }
+        self.words.get(s as usize..e as usize)
     }
 }
 
@@ -488,6 +533,16 @@ pub(crate) struct Words {
     /// See [`CallWords`]'s fields of these names.
     guarded: bool,
     foreign: bool,
+    guards_same: bool,
+}
+
+impl Words {
+    /// Whether they are the words of `call`: of its plan and its call id (`handles`), whose
+    /// handles they packed by place.
+    fn of(&self, call: &GraphCall<'_>, handles: Option<(&Plan, u64)>) -> bool {
+        matches!(call.site, Site::Plan(p) if ptr::eq(p, self.plan))
+            && handles.is_some_and(|(p, h)| ptr::eq(p, self.plan) && h == self.call)
+    }
 }
 
 impl Default for GraphCache {
@@ -690,6 +745,9 @@ impl GraphCache {
         // equal the words of an earlier call that passed the aliasing check with the same
         // address ranges; with no buffer on another stream the ledger has nothing to order.
         let (guarded, foreign) = words.as_ref().map_or((false, true), |w| (w.guarded, w.foreign));
+        // A changed call whose buffers all have the address ranges of the variant's last call
+        // (it changed scalars, or which nodes use them): that call's aliasing check holds.
+        let guards_same = words.as_ref().is_some_and(|w| w.guards_same && w.of(&call, handles));
         let same = match words {
             Some(w) => self.unchanged_words(&call, ctx, w, handles),
             None => self.unchanged(&call, ctx, nodes.get(), handles)?,
@@ -702,10 +760,17 @@ impl GraphCache {
         };
         let nodes: &[Option<NodeParams<'_>>] = if needed { nodes.get() } else { &[] };
         if same.is_none() {
-            validate(call.shape, nodes, ctx, self.limits.as_ref(), handles, &mut self.peers)?;
+            self.clean_nodes(&call, ctx, nodes, handles.map(|h| h.1));
+            let clean = core::mem::take(&mut self.clean);
+            let (limits, peers) = (self.limits.as_ref(), &mut self.peers);
+            let r = validate_changed(call.shape, (nodes, &clean), ctx, limits, handles, peers);
+            self.clean = clean;
+            r?;
+        } else {
+            self.forget_clean();
         }
         clock.lap(phases::VALIDATE);
-        if !(guarded && same.is_some()) {
+        if !(guarded && (same.is_some() || guards_same)) {
             self.check_aliasing(call.shape, guards.made())?;
         }
         clock.lap(phases::ALIASING);
@@ -1154,6 +1219,14 @@ impl<D: Driver> GraphCache<D> {
             recordings_site: None,
             plan_captures: None,
             present_nodes: 0,
+            next_words: NodeWords::default(),
+            next_made: false,
+            clean: Vec::new(),
+            clean_for: None,
+            #[cfg(test)]
+            no_clean: false,
+            #[cfg(test)]
+            clean_seen: 0,
             id: crate::operand::next_id(),
             recordings_per_capture: GraphCache::DEFAULT_RECORDINGS_PER_CAPTURE,
         }
@@ -1245,7 +1318,14 @@ impl<D: Driver> GraphCache<D> {
     ) -> Result<()> {
         let same = self.unchanged(&call, ctx.0, nodes, None)?;
         if same.is_none() {
-            validate(call.shape, nodes, ctx.0, self.limits.as_ref(), None, &mut self.peers)?;
+            self.clean_nodes(&call, ctx.0, nodes, None);
+            let clean = core::mem::take(&mut self.clean);
+            let (limits, peers) = (self.limits.as_ref(), &mut self.peers);
+            let r = validate_changed(call.shape, (nodes, &clean), ctx.0, limits, None, peers);
+            self.clean = clean;
+            r?;
+        } else {
+            self.forget_clean();
         }
         self.enable_peers(call.shape)?;
         self.run_validated(call, ctx, stream, nodes, same)
@@ -1295,6 +1375,82 @@ impl<D: Driver> GraphCache<D> {
         }
         let equal = pack.finish();
         Ok(self.settle(call, found, equal, present, nodes.is_empty()))
+    }
+
+    /// A changed call's kernel nodes as words, node by node ([`NodeParams::pack`], with a
+    /// `graph!` call's buffer handles by place: `id` is its call id), into `next_words` for the
+    /// variant the call brings up to date to keep; and which of them equal, word for word, the
+    /// same node of the exec of its variant that the call would update (the least recently
+    /// used of the variant's execs, [`Self::bring_up_to_date`]; `clean`, for that exec's serial
+    /// in `clean_for`). A clean node passed `validate` in this context and is in that exec as it
+    /// is now, so the call validates and compares only the others: a call that changes one
+    /// node of a large graph does the per-node work of one node, not of every node.
+    ///
+    /// Only where every node's state is its parameters: an exec without conditional handles
+    /// (a kernel's condition argument is checked against the other nodes), memory nodes
+    /// (addresses bound at build) or work at launch; else, as in [`Mode::Eager`], no node is
+    /// clean, and nothing is kept.
+    fn clean_nodes(
+        &mut self,
+        call: &GraphCall<'_>,
+        ctx: CUcontext,
+        nodes: &[Option<NodeParams<'_>>],
+        id: Option<u64>,
+    ) {
+        self.forget_clean();
+        #[cfg(test)]
+        if self.no_clean {
+            return;
+        }
+        if self.mode == Mode::Eager {
+            return;
+        }
+        let site = self.site.is_some_and(|s| s.same(call.site));
+        let found = if site { self.find(call, ctx) } else { None };
+        let keeps = |v: &Variant| v.handles.is_empty() && !v.memory && v.launch_work.is_empty();
+        let target = found.map(|i| self.execs_of(i).1);
+        let found = target.map(|i| &self.variants[i]);
+        if found.is_some_and(|v| !keeps(v)) {
+            // Not kept by this variant's exec, so not worth making for it.
+            return;
+        }
+        let old = found.filter(|v| v.node_words.spans.len() == nodes.len());
+        let (next, clean) = (&mut self.next_words, &mut self.clean);
+        for (j, n) in nodes.iter().enumerate() {
+            let start = next.words.len();
+            let packed = match n {
+                Some(n @ NodeParams::Kernel(_)) => crate::kind::kernel::write_node(
+                    id,
+                    &mut next.words,
+                    &|p: &mut crate::kind::kernel::Pack<'_>| n.pack(p),
+                ),
+                _ => false,
+            };
+            if !packed {
+                next.words.truncate(start);
+                next.spans.push(NOT_KEPT);
+                clean.push(false);
+                continue;
+            }
+            let end = next.words.len();
+            next.spans.push((start as u32, end as u32));
+            let words = &next.words[start..end];
+            clean.push(old.and_then(|v| v.node_words.of(j)).is_some_and(|w| w == words));
+        }
+        self.next_made = true;
+        self.clean_for = old.map(|v| v.serial);
+        #[cfg(test)]
+        {
+            self.clean_seen += self.clean.iter().filter(|&&c| c).count() as u64;
+        }
+    }
+
+    /// No node words made, none clean ([`Self::clean_nodes`]).
+    fn forget_clean(&mut self) {
+        self.next_words.clear();
+        self.next_made = false;
+        self.clean.clear();
+        self.clean_for = None;
     }
 
     /// The end of [`Self::unchanged`] and [`Self::unchanged_words`], with the call's words in
@@ -1368,6 +1524,7 @@ impl<D: Driver> GraphCache<D> {
             present: 0,
             guarded: false,
             foreign: true,
+            guards_same: false,
         };
         if ok && self.site.is_some_and(|s| s.same(Site::Plan(plan))) {
             let last = (0..self.variants.len()).max_by_key(|&i| self.variants[i].last_use);
@@ -1406,6 +1563,7 @@ impl<D: Driver> GraphCache<D> {
             present,
             guarded,
             foreign,
+            guards_same,
         } = w;
         let lent = |&(i, serial): &(usize, u64)| {
             cache == self.id
@@ -1416,7 +1574,9 @@ impl<D: Driver> GraphCache<D> {
             self.variants[i].pack = last;
         }
         let ok = ok && (diverged || from.is_some());
-        Words { from, plan, call, out, pos, diverged, ok, present, guarded, foreign }
+        // The guards' words were compared with a variant's that is still there, unchanged.
+        let guards_same = guards_same && ok && from.is_some();
+        Words { from, plan, call, out, pos, diverged, ok, present, guarded, foreign, guards_same }
     }
 
     /// [`Self::unchanged`] of a call whose words were made with its statements ([`CallWords`],
@@ -1432,10 +1592,8 @@ impl<D: Driver> GraphCache<D> {
         self.packed_ok = false;
         // As in `unchanged`: pairs a refused earlier call noted are not this call's.
         self.peers.pending.clear();
-        let Words { from, plan, call: id, mut out, pos, diverged, ok, present, .. } = w;
-        // Words of this call: of its plan and its call id (whose handles they packed by place).
-        let ours = matches!(call.site, Site::Plan(p) if ptr::eq(p, plan))
-            && handles.is_some_and(|(p, h)| ptr::eq(p, plan) && h == id);
+        let ours = w.of(call, handles);
+        let Words { from, mut out, pos, diverged, ok, present, .. } = w;
         if self.mode == Mode::Eager || !ok || !ours {
             out.clear();
             self.packed = out;
@@ -1514,8 +1672,17 @@ impl<D: Driver> GraphCache<D> {
                 i
             }
             None => {
-                let i = self.bring_up_to_date(&call, (ctx, owner), nodes)?;
+                let up = self.bring_up_to_date(&call, (ctx, owner), nodes);
+                let made = core::mem::replace(&mut self.next_made, false);
+                self.clean_for = None;
+                let i = up?;
                 let v = &mut self.variants[i];
+                // Its exec now has this call's parameters.
+                if made {
+                    core::mem::swap(&mut v.node_words, &mut self.next_words);
+                } else {
+                    v.node_words.clear();
+                }
                 if self.packed_ok {
                     core::mem::swap(&mut v.pack, &mut self.packed);
                     self.packed_ok = false;
@@ -1583,18 +1750,7 @@ impl<D: Driver> GraphCache<D> {
             // words came before in the last few changed calls (a set of buffers coming back): a
             // new exec for its parameters while the variant and the cache have room. Else the
             // least recently used exec of the variant is updated.
-            // The variant's execs: how many, and the least recently used (no allocation: calls
-            // in a steady state allocate nothing).
-            let v = &self.variants[i];
-            let (mut twins, mut lru) = (0, i);
-            for (j, w) in self.variants.iter().enumerate() {
-                if v.same_variant(w) {
-                    twins += 1;
-                    if w.last_use < self.variants[lru].last_use {
-                        lru = j;
-                    }
-                }
-            }
+            let (twins, lru) = self.execs_of(i);
             if self.packed_ok
                 && self.packed_seen
                 && twins < self.execs_per_variant
@@ -1607,6 +1763,23 @@ impl<D: Driver> GraphCache<D> {
             return self.bring_up(lru, call, (ctx, owner), nodes);
         }
         self.insert(shape, (key, signature), (ctx, owner), nodes)
+    }
+
+    /// The execs of variant `i`'s variant: how many, and the least recently used, which a call
+    /// that gets no exec of its own updates (no allocation: calls in a steady state allocate
+    /// nothing).
+    fn execs_of(&self, i: usize) -> (usize, usize) {
+        let v = &self.variants[i];
+        let (mut twins, mut lru) = (0, i);
+        for (j, w) in self.variants.iter().enumerate() {
+            if v.same_variant(w) {
+                twins += 1;
+                if w.last_use < self.variants[lru].last_use {
+                    lru = j;
+                }
+            }
+        }
+        (twins, lru)
     }
 
     /// [`Self::bring_up_to_date`] of the cached exec `i`: through the update ladder, or a new
@@ -1622,7 +1795,12 @@ impl<D: Driver> GraphCache<D> {
         self.stats.hits += 1;
         self.variants[i].hits += 1;
         self.variants[i].pack.clear();
-        if self.update(i, shape, nodes)? {
+        // The nodes that equal this exec's need no comparison (`clean_nodes`).
+        let clean = core::mem::take(&mut self.clean);
+        let mine = self.clean_for == Some(self.variants[i].serial);
+        let updated = self.update(i, shape, nodes, if mine { &clean } else { &[] });
+        self.clean = clean;
+        if updated? {
             return Ok(i);
         }
         // A node whose kernel is declared `#[programmatic]` where the variant's was not, or the
@@ -1710,6 +1888,7 @@ impl<D: Driver> GraphCache<D> {
             hits: 0,
             serial: crate::operand::next_id(),
             pack: Vec::new(),
+            node_words: NodeWords::default(),
             memory: false,
             done: core::ptr::null_mut(),
         };

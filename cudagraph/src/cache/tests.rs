@@ -1944,3 +1944,137 @@ fn an_edge_into_a_run_time_loop_orders_after_every_iteration_and_captures_chain(
     let shape = super::looped::Looped::new(plan, &[(0, 2)], &[0]).expect("fits");
     assert_eq!((shape.len(), shape.edges(&[true; 2])), (2, vec![]));
 }
+
+/// A changed call validates and compares only the nodes whose words differ from the exec's
+/// (`clean_nodes`): one scalar changed in a 100-node call sends one set-params, and the other
+/// 99 nodes are clean; a pointer set coming back to an exec of the memo is compared with that
+/// exec's nodes, not with the last launched exec's.
+#[test]
+fn a_changed_call_walks_only_the_nodes_that_differ_from_the_exec() {
+    const N: usize = 100;
+    let (mock, plan) = (Mock::default(), kernel_plan(N));
+    let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    let mut ks: Vec<K> = (0..N).map(|i| k(1, 0x1000 + 0x100 * i as u64)).collect();
+    let run = |cache: &mut GraphCache<Mock>, ks: &[K]| {
+        let refs: Vec<&K> = ks.iter().collect();
+        run_kernels(cache, plan, &refs)
+    };
+    run(&mut cache, &ks).unwrap();
+    mock.calls();
+    for (call, scalar) in [7u32, 8, 9].into_iter().enumerate() {
+        ks[37].scalar = scalar;
+        let (before, seen) = (cache.stats(), cache.clean_seen);
+        run(&mut cache, &ks).unwrap();
+        assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"], "call {call}");
+        let after = cache.stats();
+        assert_eq!(after.node_updates - before.node_updates, 1, "call {call}");
+        assert_eq!(after.nodes_unchanged - before.nodes_unchanged, N as u64 - 1, "call {call}");
+        assert_eq!(cache.clean_seen - seen, N as u64 - 1, "call {call}: clean nodes");
+    }
+    let args = mock.0.borrow().set_args.clone();
+    assert_eq!(args.last().expect("set args")[0], 9u32.to_ne_bytes(), "the last call's scalar");
+    // A node made invalid among clean ones is still refused, naming it, with nothing sent.
+    ks[60].grid = 0;
+    let e = run(&mut cache, &ks).unwrap_err();
+    assert!(matches!(e, Error::ZeroDims { .. }), "{e}");
+    assert!(mock.calls().is_empty());
+    ks[60].grid = 4;
+    run(&mut cache, &ks).unwrap();
+    assert_eq!(mock.calls(), ["launch"], "the exec still holds the last launched call");
+    // Ping-pong: node 0's buffer alternates between two (an exec each, after the first
+    // round) while node 99's scalar changes every call. A call's changed words go to the
+    // least recently used exec, which holds this call's buffer: compared with that exec's
+    // nodes, only node 99 differs.
+    for call in 0..4u64 {
+        ks[0].ptr = 0xa0 + call % 2;
+        run(&mut cache, &ks).unwrap();
+    }
+    assert_eq!(cache.len(), 2, "two execs: {:?}", cache.stats());
+    for call in 0..6u32 {
+        ks[0].ptr = 0xa0 + u64::from(call % 2);
+        ks[99].scalar = 100 + call;
+        let seen = cache.clean_seen;
+        mock.calls();
+        run(&mut cache, &ks).unwrap();
+        assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"], "ping-pong call {call}");
+        assert_eq!(cache.clean_seen - seen, N as u64 - 1, "ping-pong call {call}: clean nodes");
+    }
+}
+
+/// One step of [`changed_calls_send_what_the_full_walk_sends`]: what the call changes.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Node `.0`'s scalar, pointer (one of a few), grid (0 or over the limit: refused) or
+    /// buffer context (another: refused) for this call and the ones after.
+    Scalar(usize, u32),
+    Pointer(usize, u64),
+    Grid(usize, u32),
+    Context(usize, bool),
+    /// The mock driver refuses per-node set-params (`.0`) and whole-exec updates (`.1`).
+    Refuse(bool, bool),
+}
+
+fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+    use proptest::prelude::*;
+    prop_oneof![
+        4 => (0..6usize, 1..4u32).prop_map(|(n, v)| Step::Scalar(n, v)),
+        4 => (0..6usize, 0..3u64).prop_map(|(n, p)| Step::Pointer(n, 0xa000 + 0x100 * p)),
+        1 => (0..6usize, prop::sample::select(vec![0u32, 4, u32::MAX]))
+            .prop_map(|(n, g)| Step::Grid(n, g)),
+        1 => (0..6usize, any::<bool>()).prop_map(|(n, f)| Step::Context(n, f)),
+        1 => (any::<bool>(), any::<bool>()).prop_map(|(s, u)| Step::Refuse(s, u)),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+    /// Against the full walk (`no_clean`: every node validated and compared on a changed
+    /// call), random sequences of changes to a 6-kernel call, with 1 to 3 execs per variant,
+    /// refused inputs and refused updates: the same results, the same driver calls with the
+    /// same arguments, the same counts. A node taken for clean that had changed would send
+    /// nothing (or accept an invalid input) where the full walk sends (or refuses).
+    #[test]
+    fn changed_calls_send_what_the_full_walk_sends(
+        execs in 1..4usize,
+        steps in proptest::collection::vec(step(), 1..40),
+    ) {
+        let plan = kernel_plan(6);
+        let make = |no_clean: bool| {
+            let mock = Mock::default();
+            let mut cache = GraphCache::with_driver(mock.clone(), 8);
+            cache.set_execs_per_variant(execs);
+            cache.limits = Some(limits(false));
+            cache.no_clean = no_clean;
+            (mock, cache)
+        };
+        let (ma, mut a) = make(false);
+        let (mb, mut b) = make(true);
+        let mut ks: Vec<K> = (0..6).map(|i| k(1, 0xa000 + 0x100 * (i % 3) as u64)).collect();
+        for (i, s) in steps.iter().enumerate() {
+            match *s {
+                Step::Scalar(n, v) => ks[n].scalar = v,
+                Step::Pointer(n, p) => ks[n].ptr = p,
+                Step::Grid(n, g) => ks[n].grid = g,
+                Step::Context(n, f) => ks[n].ctx = if f { CTX1 } else { CTX },
+                Step::Refuse(set, update) => {
+                    for m in [&ma, &mb] {
+                        let mut l = m.0.borrow_mut();
+                        (l.refuse_set, l.refuse_update) = (set, update);
+                    }
+                }
+            }
+            let refs: Vec<&K> = ks.iter().collect();
+            let ra = run_kernels(&mut a, plan, &refs).map_err(|e| e.to_string());
+            let rb = run_kernels(&mut b, plan, &refs).map_err(|e| e.to_string());
+            proptest::prop_assert_eq!(&ra, &rb, "step {} {:?}", i, s);
+            proptest::prop_assert_eq!(ma.calls(), mb.calls(), "step {} {:?}", i, s);
+            let (la, lb) = (ma.0.borrow(), mb.0.borrow());
+            proptest::prop_assert_eq!(&la.set_args, &lb.set_args, "step {} {:?}", i, s);
+            proptest::prop_assert_eq!(&la.add_args, &lb.add_args, "step {} {:?}", i, s);
+            proptest::prop_assert_eq!(
+                format!("{:?}", a.stats()), format!("{:?}", b.stats()), "step {} {:?}", i, s
+            );
+        }
+        proptest::prop_assert_eq!(b.clean_seen, 0);
+    }
+}

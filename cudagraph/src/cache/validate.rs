@@ -20,9 +20,29 @@ use crate::plan::Plan;
 /// ([`NodeKind::contexts_ok`](crate::kind::NodeKind::contexts_ok)); else
 /// [`Error::WrongContext`]. Peer copies whose pair of contexts `peers` has not enabled yet are
 /// noted in it, for the cache to enable before anything is enqueued.
+#[cfg(test)]
 pub(super) fn validate(
     shape: &dyn Shape,
     nodes: &[Option<NodeParams<'_>>],
+    ctx: CUcontext,
+    limits: Option<&Limits>,
+    handles: Option<(&Plan, u64)>,
+    peers: &mut Peers,
+) -> Result<()> {
+    validate_changed(shape, (nodes, &[]), ctx, limits, handles, peers)
+}
+
+/// [`validate`] of the nodes that `clean` does not mark (`clean[i]`: node `i` is a kernel node
+/// whose words, [`NodeParams::pack`] with this call's handles by place, equal those of a node
+/// that passed this check in the same context: see [`GraphCache::clean_nodes`]). Every check
+/// of a kernel node depends on its words only, given the context (its limits) and, for
+/// `graph!`, the plan (the places it lists for the node): its dimensions, device scalars'
+/// lengths and argument count, its buffers' contexts and handles' places are all in them.
+///
+/// [`GraphCache::clean_nodes`]: super::GraphCache
+pub(super) fn validate_changed(
+    shape: &dyn Shape,
+    (nodes, clean): (&[Option<NodeParams<'_>>], &[bool]),
     ctx: CUcontext,
     limits: Option<&Limits>,
     handles: Option<(&Plan, u64)>,
@@ -33,6 +53,9 @@ pub(super) fn validate(
     for (i, n) in nodes.iter().enumerate() {
         let site = || shape.site(i);
         let Some(n) = n else { continue };
+        if clean.get(i) == Some(&true) {
+            continue;
+        }
         n.validate(limits, &site)?;
         let len = n.accesses(&mut ops);
         let ops = &mut ops[..len];

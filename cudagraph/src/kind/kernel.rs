@@ -188,7 +188,11 @@ pub(crate) fn compare_node<W: NodeWords + ?Sized>(
 
 /// [`compare_node`] past the first node that differs: the node's words written out.
 #[inline(never)]
-fn write_node<W: NodeWords + ?Sized>(call: Option<u64>, out: &mut Vec<u64>, node: &W) -> bool {
+pub(crate) fn write_node<W: NodeWords + ?Sized>(
+    call: Option<u64>,
+    out: &mut Vec<u64>,
+    node: &W,
+) -> bool {
     node.pack_words(&mut Pack { call, last: &[], pos: 0, diff: 0, out: Some(out) })
 }
 
@@ -377,6 +381,10 @@ pub struct CallWords {
     /// several buffers): only then has the stream ledger anything to order. Meaningful only
     /// when `guarded`.
     pub(crate) foreign: bool,
+    /// Whether the words up to the end of the guards (every place's) equal `last`'s, in
+    /// graph mode: this call's buffers have the address ranges of the call that made `last`,
+    /// which passed the aliasing check with them. Meaningful only when `guarded`.
+    pub(crate) guards_same: bool,
 }
 
 impl CallWords {
