@@ -354,6 +354,9 @@ pub struct GraphCache<D: Driver = Cuda> {
     /// the exec of the variant whose serial is `clean_for` ([`Self::clean_nodes`]).
     clean: Vec<bool>,
     clean_for: Option<u64>,
+    /// Whether the `graph!` call being run has its words' guards equal to those of the
+    /// variant last launched ([`CallWords::guards_same`], of this call's plan and id).
+    guards_same: bool,
     /// Tests: no node is ever clean ([`Self::clean_nodes`] off), to compare with; and how
     /// many clean nodes the calls had.
     #[cfg(test)]
@@ -745,13 +748,14 @@ impl GraphCache {
         // equal the words of an earlier call that passed the aliasing check with the same
         // address ranges; with no buffer on another stream the ledger has nothing to order.
         let (guarded, foreign) = words.as_ref().map_or((false, true), |w| (w.guarded, w.foreign));
-        // A changed call whose buffers all have the address ranges of the variant's last call
-        // (it changed scalars, or which nodes use them): that call's aliasing check holds.
-        let guards_same = words.as_ref().is_some_and(|w| w.guards_same && w.of(&call, handles));
+        self.guards_same = false;
         let same = match words {
             Some(w) => self.unchanged_words(&call, ctx, w, handles),
             None => self.unchanged(&call, ctx, nodes.get(), handles)?,
         };
+        // A changed call whose buffers all have the address ranges of the variant's last call
+        // (it changed scalars, or which nodes use them): that call's aliasing check holds.
+        let guards_same = self.guards_same;
         // An unchanged call needs its node list only for work handed out at launch (host
         // statements) and for kept recordings; an eager call always.
         let needed = match same {
@@ -760,14 +764,7 @@ impl GraphCache {
         };
         let nodes: &[Option<NodeParams<'_>>] = if needed { nodes.get() } else { &[] };
         if same.is_none() {
-            self.clean_nodes(&call, ctx, nodes, handles.map(|h| h.1));
-            let clean = core::mem::take(&mut self.clean);
-            let (limits, peers) = (self.limits.as_ref(), &mut self.peers);
-            let r = validate_changed(call.shape, (nodes, &clean), ctx, limits, handles, peers);
-            self.clean = clean;
-            r?;
-        } else {
-            self.forget_clean();
+            self.validate_changed_call(&call, ctx, nodes, handles)?;
         }
         clock.lap(phases::VALIDATE);
         if !(guarded && (same.is_some() || guards_same)) {
@@ -1223,6 +1220,7 @@ impl<D: Driver> GraphCache<D> {
             next_made: false,
             clean: Vec::new(),
             clean_for: None,
+            guards_same: false,
             #[cfg(test)]
             no_clean: false,
             #[cfg(test)]
@@ -1318,14 +1316,7 @@ impl<D: Driver> GraphCache<D> {
     ) -> Result<()> {
         let same = self.unchanged(&call, ctx.0, nodes, None)?;
         if same.is_none() {
-            self.clean_nodes(&call, ctx.0, nodes, None);
-            let clean = core::mem::take(&mut self.clean);
-            let (limits, peers) = (self.limits.as_ref(), &mut self.peers);
-            let r = validate_changed(call.shape, (nodes, &clean), ctx.0, limits, None, peers);
-            self.clean = clean;
-            r?;
-        } else {
-            self.forget_clean();
+            self.validate_changed_call(&call, ctx.0, nodes, None)?;
         }
         self.enable_peers(call.shape)?;
         self.run_validated(call, ctx, stream, nodes, same)
@@ -1377,6 +1368,25 @@ impl<D: Driver> GraphCache<D> {
         Ok(self.settle(call, found, equal, present, nodes.is_empty()))
     }
 
+    /// Validates a changed call ([`validate_changed`]): its nodes that are not clean
+    /// ([`Self::clean_nodes`], which this makes first). Out of line: an unchanged call's path
+    /// stays as it was.
+    #[inline(never)]
+    fn validate_changed_call(
+        &mut self,
+        call: &GraphCall<'_>,
+        ctx: CUcontext,
+        nodes: &[Option<NodeParams<'_>>],
+        handles: Option<(&Plan, u64)>,
+    ) -> Result<()> {
+        self.clean_nodes(call, ctx, nodes, handles.map(|h| h.1));
+        let clean = core::mem::take(&mut self.clean);
+        let (limits, peers) = (self.limits.as_ref(), &mut self.peers);
+        let r = validate_changed(call.shape, (nodes, &clean), ctx, limits, handles, peers);
+        self.clean = clean;
+        r
+    }
+
     /// A changed call's kernel nodes as words, node by node ([`NodeParams::pack`], with a
     /// `graph!` call's buffer handles by place: `id` is its call id), into `next_words` for the
     /// variant the call brings up to date to keep; and which of them equal, word for word, the
@@ -1398,6 +1408,8 @@ impl<D: Driver> GraphCache<D> {
         id: Option<u64>,
     ) {
         self.forget_clean();
+        self.next_words.clear();
+        self.clean.clear();
         #[cfg(test)]
         if self.no_clean {
             return;
@@ -1445,11 +1457,13 @@ impl<D: Driver> GraphCache<D> {
         }
     }
 
-    /// No node words made, none clean ([`Self::clean_nodes`]).
-    fn forget_clean(&mut self) {
-        self.next_words.clear();
+    /// No node words made, none clean ([`Self::clean_nodes`]); the vectors are emptied by the
+    /// next `clean_nodes`. What `clean_nodes` made is used only by the [`Self::run_validated`]
+    /// of the same changed call, which forgets it (an unchanged call never reads it, and the
+    /// next changed call makes its own): callers of `run_validated` without `clean_nodes`
+    /// forget first.
+    pub(super) fn forget_clean(&mut self) {
         self.next_made = false;
-        self.clean.clear();
         self.clean_for = None;
     }
 
@@ -1575,7 +1589,7 @@ impl<D: Driver> GraphCache<D> {
         }
         let ok = ok && (diverged || from.is_some());
         // The guards' words were compared with a variant's that is still there, unchanged.
-        let guards_same = guards_same && ok && from.is_some();
+        let guards_same = guards_same && from.is_some();
         Words { from, plan, call, out, pos, diverged, ok, present, guarded, foreign, guards_same }
     }
 
@@ -1593,6 +1607,7 @@ impl<D: Driver> GraphCache<D> {
         // As in `unchanged`: pairs a refused earlier call noted are not this call's.
         self.peers.pending.clear();
         let ours = w.of(call, handles);
+        self.guards_same = ours && w.guards_same;
         let Words { from, mut out, pos, diverged, ok, present, .. } = w;
         if self.mode == Mode::Eager || !ok || !ours {
             out.clear();

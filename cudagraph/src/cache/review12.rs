@@ -370,6 +370,7 @@ fn run_checked(
         validate(call.shape, &nodes, CTX, cache.limits.as_ref(), handles, &mut cache.peers)?;
     }
     cache.enable_peers(call.shape)?;
+    cache.forget_clean();
     cache.run_validated(call, (CTX, None), STREAM, &nodes, same)
 }
 
