@@ -57,7 +57,8 @@ struct Args {
     /// on the H200.
     /// With `HOST_COST_STATS` set, the cache's `Stats` are printed after the timing.
     /// `fan-scalar`: the fan with its first kernel's scalar changed every call (never
-    /// repeating: one node updated in place, bench row e).
+    /// repeating: one node updated in place, bench row e); `chain1-scalar` the same for one
+    /// kernel (100 calls per timing).
     /// `chain1-swap` and `fan-swap`: the same calls with their first buffer swapped between two
     /// every call (`bench` row f: each call equals the one before last, whose exec the cache
     /// kept: a memo hit).
@@ -67,7 +68,7 @@ struct Args {
     /// kernel with cudarc, beside 4 kernel statements (as `mlp`'s step).
     #[arg(
         long,
-        value_parser = ["fan", "fan-scalar", "fan-read", "chain", "chain1", "chain1-read", "fan-swap", "chain1-swap", "fan10-eager", "fan10-plain", "cap4-eager", "cap4-plain"]
+        value_parser = ["fan", "fan-scalar", "fan-read", "chain", "chain1", "chain1-scalar", "chain1-read", "fan-swap", "chain1-swap", "fan10-eager", "fan10-plain", "cap4-eager", "cap4-plain"]
     )]
     only: Option<String>,
     /// Execs per variant of the fan's and chain's caches (`set_execs_per_variant`; default
@@ -142,6 +143,20 @@ fn chain1(
 ) -> cudagraph::Result<()> {
     graph!(cache, stream, {
         k.add(ELEMS, 1, &mut x).launch(CFG);
+    })
+}
+
+/// `chain1` with the kernel's scalar `s` (`chain1-scalar`: a changed call, `bench` row e).
+#[inline(never)]
+fn chain1_scalar(
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    k: &Bench,
+    s: u32,
+    mut x: &mut CudaSlice<u32>,
+) -> cudagraph::Result<()> {
+    graph!(cache, stream, {
+        k.add(ELEMS, s, &mut x).launch(CFG);
     })
 }
 
@@ -354,6 +369,9 @@ fn run(a: &Args) -> Res<bool> {
                         fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs, i as u32)?
                     }
                     "chain1-swap" => chain1(&mut chain_cache, &stream, &k, &mut pair[i % 2])?,
+                    "chain1-scalar" => {
+                        chain1_scalar(&mut chain_cache, &stream, &k, i as u32, &mut x)?
+                    }
                     "chain1-read" => {
                         chain1_read(&mut chain_cache, &stream, &k, &mut x, &mut host)?;
                         std::hint::black_box(host.as_slice()?[0]);
@@ -375,7 +393,7 @@ fn run(a: &Args) -> Res<bool> {
         if shape.starts_with("fan10") || shape.starts_with("cap4") {
             return Ok(eager.stats().launches == 0);
         }
-        if shape == "fan-scalar" {
+        if shape == "fan-scalar" || shape == "chain1-scalar" {
             // One build, then one node updated per call.
             return Ok(s.builds == 1 && s.memo_hits == 0 && s.node_updates + 4 >= s.hits);
         }

@@ -2017,11 +2017,11 @@ enum Step {
 fn step() -> impl proptest::strategy::Strategy<Value = Step> {
     use proptest::prelude::*;
     prop_oneof![
-        4 => (0..6usize, 1..4u32).prop_map(|(n, v)| Step::Scalar(n, v)),
-        4 => (0..6usize, 0..3u64).prop_map(|(n, p)| Step::Pointer(n, 0xa000 + 0x100 * p)),
-        1 => (0..6usize, prop::sample::select(vec![0u32, 4, u32::MAX]))
+        4 => (0..10usize, 1..4u32).prop_map(|(n, v)| Step::Scalar(n, v)),
+        4 => (0..10usize, 0..3u64).prop_map(|(n, p)| Step::Pointer(n, 0xa000 + 0x100 * p)),
+        1 => (0..10usize, prop::sample::select(vec![0u32, 4, u32::MAX]))
             .prop_map(|(n, g)| Step::Grid(n, g)),
-        1 => (0..6usize, any::<bool>()).prop_map(|(n, f)| Step::Context(n, f)),
+        1 => (0..10usize, any::<bool>()).prop_map(|(n, f)| Step::Context(n, f)),
         1 => (any::<bool>(), any::<bool>()).prop_map(|(s, u)| Step::Refuse(s, u)),
     ]
 }
@@ -2029,7 +2029,7 @@ fn step() -> impl proptest::strategy::Strategy<Value = Step> {
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
     /// Against the full walk (`no_clean`: every node validated and compared on a changed
-    /// call), random sequences of changes to a 6-kernel call, with 1 to 3 execs per variant,
+    /// call), random sequences of changes to a 10-kernel call, with 1 to 3 execs per variant,
     /// refused inputs and refused updates: the same results, the same driver calls with the
     /// same arguments, the same counts. A node taken for clean that had changed would send
     /// nothing (or accept an invalid input) where the full walk sends (or refuses).
@@ -2038,7 +2038,7 @@ proptest::proptest! {
         execs in 1..4usize,
         steps in proptest::collection::vec(step(), 1..40),
     ) {
-        let plan = kernel_plan(6);
+        let plan = kernel_plan(10);
         let make = |no_clean: bool| {
             let mock = Mock::default();
             let mut cache = GraphCache::with_driver(mock.clone(), 8);
@@ -2049,7 +2049,7 @@ proptest::proptest! {
         };
         let (ma, mut a) = make(false);
         let (mb, mut b) = make(true);
-        let mut ks: Vec<K> = (0..6).map(|i| k(1, 0xa000 + 0x100 * (i % 3) as u64)).collect();
+        let mut ks: Vec<K> = (0..10).map(|i| k(1, 0xa000 + 0x100 * (i % 3) as u64)).collect();
         for (i, s) in steps.iter().enumerate() {
             match *s {
                 Step::Scalar(n, v) => ks[n].scalar = v,
