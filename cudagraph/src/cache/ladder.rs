@@ -50,33 +50,40 @@ impl<D: Driver> GraphCache<D> {
         let handles = core::mem::take(&mut v.handles);
         // The graph-owned buffers' addresses in this variant's graph, for the nodes using them.
         let mut scratch = scratch_table(&v.nodes);
-        let bound = conditional::with_handles(&handles, || {
-            alloc::with_scratch(&mut scratch, || {
-                for (j, (state, new)) in v.nodes.iter_mut().zip(nodes).enumerate() {
-                    if clean.get(j) == Some(&true) {
-                        self.stats.nodes_unchanged += 1;
-                        continue;
-                    }
-                    // SAFETY: the state's node belongs to the graph v.exec was instantiated from, in
-                    // context v.ctx (current); `new` was validated.
-                    let sent = unsafe {
-                        state.update(new.as_ref(), &mut self.driver, v.exec, v.ctx, !rebuild)
-                    };
-                    match sent {
-                        Update::Absent => {}
-                        Update::Unchanged => self.stats.nodes_unchanged += 1,
-                        Update::Sent => self.stats.node_updates += 1,
-                        Update::NotSent => rebuild = true,
-                        Update::Refused(call, error) => {
-                            refusal = Some((j, call, error));
-                            rebuild = true;
-                        }
-                        Update::Mismatch => return false,
-                    }
+        let plain = handles.is_empty() && scratch.is_empty();
+        let mut walk = || {
+            for (j, (state, new)) in v.nodes.iter_mut().zip(nodes).enumerate() {
+                if clean.get(j) == Some(&true) {
+                    self.stats.nodes_unchanged += 1;
+                    continue;
                 }
-                true
-            })
-        });
+                // SAFETY: the state's node belongs to the graph v.exec was instantiated from, in
+                // context v.ctx (current); `new` was validated.
+                let sent = unsafe {
+                    state.update(new.as_ref(), &mut self.driver, v.exec, v.ctx, !rebuild)
+                };
+                match sent {
+                    Update::Absent => {}
+                    Update::Unchanged => self.stats.nodes_unchanged += 1,
+                    Update::Sent => self.stats.node_updates += 1,
+                    Update::NotSent => rebuild = true,
+                    Update::Refused(call, error) => {
+                        refusal = Some((j, call, error));
+                        rebuild = true;
+                    }
+                    Update::Mismatch => return false,
+                }
+            }
+            true
+        };
+        // Nothing to bind (no conditional handles, no graph-owned buffers): the walk runs as
+        // it is, since outside a binding both are empty (each `with_*` puts back what it
+        // replaced, and no call of a cache runs inside one: the walk runs no user code).
+        let bound = if plain {
+            walk()
+        } else {
+            conditional::with_handles(&handles, || alloc::with_scratch(&mut scratch, walk))
+        };
         v.handles = handles;
         if !bound {
             return Ok(false);
