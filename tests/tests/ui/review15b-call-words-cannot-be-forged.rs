@@ -18,6 +18,7 @@ fn main() {
         present: 0,
         guarded: true,
         foreign: false,
+        guards_same: true,
     };
     let _ = forged;
 }
