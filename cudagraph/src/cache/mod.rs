@@ -1816,7 +1816,11 @@ impl<D: Driver> GraphCache<D> {
         self.stats.hits += 1;
         self.variants[i].hits += 1;
         self.variants[i].pack.clear();
-        // The nodes that equal this exec's need no comparison (`clean_nodes`).
+        // Its kept node words go too until the update is through (`run_validated` puts this
+        // call's back): an update cut short leaves none that could name a node it changed.
+        self.variants[i].node_words.clear();
+        // The nodes that equal this exec's need no comparison (`clean_nodes`: the mask was made
+        // before, from the words just emptied).
         let clean = core::mem::take(&mut self.clean);
         let mine = self.clean_for == Some(self.variants[i].serial);
         let updated = self.update(i, shape, nodes, if mine { &clean } else { &[] });
