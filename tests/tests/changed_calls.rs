@@ -216,3 +216,68 @@ fn ping_pong_buffers_with_a_changing_scalar_send_one_node_per_call() -> Result {
     assert_eq!(cache.len(), 2, "{:?}", cache.stats());
     Ok(())
 }
+
+/// [`step`] with a host `if` choosing the first kernel's increment (two variants).
+fn step_if(
+    cache: &mut GraphCache,
+    (k, s): (&Ops, &Arc<CudaStream>),
+    (a, flip): (u32, bool),
+    mut x: &mut CudaSlice<u32>,
+    bufs: &mut [CudaSlice<u32>],
+) -> cudagraph::Result<()> {
+    let c = cfg();
+    graph!(cache, s, {
+        if flip {
+            k.affine_inplace(N, a, 1, &mut x).launch(c);
+        } else {
+            k.affine_inplace(N, a, 2, &mut x).launch(c);
+        }
+        for i in 0..64 {
+            k.affine_inplace(N, 3, 1, &mut bufs[i]).launch(c);
+        }
+    })
+}
+
+/// Everything that replaces or bypasses an exec between changed calls, with a new scalar every
+/// call: two host-`if` variants taking turns (one cache keeps both, one keeps one and evicts),
+/// the memo's bound changed (3, then 1, then 2 execs per variant), calls in `Mode::Eager` and
+/// `Mode::Instantiate` (an upload, no launch) in between. An exec whose kept node words were
+/// stale would skip a node that changed: against eager after every call, both caches.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn variants_evictions_memo_bounds_and_modes_between_changed_calls_match_eager() -> Result {
+    let _serial = common::serial();
+    let (_ctx, s, k) = gpu()?;
+    for max in [8usize, 1] {
+        let (mut x, mut bufs) = (distinct(&s, 1, 0)?.remove(0), distinct(&s, RUN, 1)?);
+        let (mut ex, mut ebufs) = (distinct(&s, 1, 0)?.remove(0), distinct(&s, RUN, 1)?);
+        let mut cache = GraphCache::with_max_variants(max);
+        for call in 0..40u32 {
+            match call {
+                8 => cache.set_execs_per_variant(1),
+                16 => cache.set_execs_per_variant(2),
+                20 | 21 => cache.set_mode(cudagraph::Mode::Eager),
+                26 => cache.set_mode(cudagraph::Mode::Instantiate),
+                _ => cache.set_mode(cudagraph::Mode::Graph),
+            }
+            let (a, flip) = (2 + call % 5, call % 3 != 0);
+            step_if(&mut cache, (&k, &s), (a, flip), &mut x, &mut bufs)?;
+            if call == 26 {
+                // Uploaded, not launched: the eager side does nothing either.
+                continue;
+            }
+            common::launch!(s, k, "affine_inplace", cfg(); &N, &a, &(if flip { 1u32 } else { 2 }), &mut ex)?;
+            for b in ebufs.iter_mut() {
+                common::launch!(s, k, "affine_inplace", cfg(); &N, &3u32, &1u32, b)?;
+            }
+            let what = format!("max {max}, call {call}");
+            same_all(&contents(&s, &x, &bufs)?, &contents(&s, &ex, &ebufs)?, &what);
+        }
+        let st = cache.stats();
+        assert!(st.node_updates > 0 && st.builds >= 2, "max {max}: {st:?}");
+        if max == 1 {
+            assert!(st.evictions > 0, "{st:?}");
+        }
+    }
+    Ok(())
+}
