@@ -667,7 +667,7 @@ pub mod __private {
             let mut w = self.words.take().expect("graph!: guards made without words");
             w.guarded = true;
             w.foreign = self.foreign;
-            w.guards_same = w.ok && !w.diverged && w.from.is_some();
+            w.guards_same = w.ok && !w.diverged;
             w
         }
 

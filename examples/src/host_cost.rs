@@ -146,7 +146,9 @@ fn chain1(
     })
 }
 
-/// `chain1` with the kernel's scalar `s` (`chain1-scalar`: a changed call, `bench` row e).
+/// `chain1` with the kernel's scalar `s` (`chain1-scalar`: a changed call, `bench` row e). Not
+/// `chain1` itself with `s = 1`: a scalar that is a variable adds 11 instructions to the
+/// unchanged call `chain1` measures (callgrind), whose figures BENCHMARKS.md compares.
 #[inline(never)]
 fn chain1_scalar(
     cache: &mut GraphCache,

@@ -354,9 +354,6 @@ pub struct GraphCache<D: Driver = Cuda> {
     /// the exec of the variant whose serial is `clean_for` ([`Self::clean_nodes`]).
     clean: Vec<bool>,
     clean_for: Option<u64>,
-    /// Whether the `graph!` call being run has its words' guards equal to those of the
-    /// variant last launched ([`CallWords::guards_same`], of this call's plan and id).
-    guards_same: bool,
     /// Tests: no node is ever clean ([`Self::clean_nodes`] off), to compare with; and how
     /// many clean nodes the calls had.
     #[cfg(test)]
@@ -753,14 +750,13 @@ impl GraphCache {
         // equal the words of an earlier call that passed the aliasing check with the same
         // address ranges; with no buffer on another stream the ledger has nothing to order.
         let (guarded, foreign) = words.as_ref().map_or((false, true), |w| (w.guarded, w.foreign));
-        self.guards_same = false;
-        let same = match words {
+        // `guards_same`: a changed call whose buffers all have the address ranges of the
+        // variant's last call (it changed scalars, or which nodes use them): that call's
+        // aliasing check holds.
+        let (same, guards_same) = match words {
             Some(w) => self.unchanged_words(&call, ctx, w, handles),
-            None => self.unchanged(&call, ctx, nodes.get(), handles)?,
+            None => (self.unchanged(&call, ctx, nodes.get(), handles)?, false),
         };
-        // A changed call whose buffers all have the address ranges of the variant's last call
-        // (it changed scalars, or which nodes use them): that call's aliasing check holds.
-        let guards_same = self.guards_same;
         // An unchanged call needs its node list only for work handed out at launch (host
         // statements) and for kept recordings; an eager call always.
         let needed = match same {
@@ -1225,7 +1221,6 @@ impl<D: Driver> GraphCache<D> {
             next_made: false,
             clean: Vec::new(),
             clean_for: None,
-            guards_same: false,
             #[cfg(test)]
             no_clean: false,
             #[cfg(test)]
@@ -1426,13 +1421,13 @@ impl<D: Driver> GraphCache<D> {
         let site = self.site.is_some_and(|s| s.same(call.site));
         let found = if site { self.find(call, ctx) } else { None };
         let keeps = |v: &Variant| v.handles.is_empty() && !v.memory && v.launch_work.is_empty();
-        let target = found.map(|i| self.execs_of(i).1);
-        let found = target.map(|i| &self.variants[i]);
-        if found.is_some_and(|v| !keeps(v)) {
+        // The exec the ladder will update.
+        let target = found.map(|i| self.execs_of(i).1).map(|i| &self.variants[i]);
+        if target.is_some_and(|v| !keeps(v)) {
             // Not kept by this variant's exec, so not worth making for it.
             return;
         }
-        let old = found.filter(|v| v.node_words.spans.len() == nodes.len());
+        let old = target.filter(|v| v.node_words.spans.len() == nodes.len());
         let (next, clean) = (&mut self.next_words, &mut self.clean);
         for (j, n) in nodes.iter().enumerate() {
             let start = next.words.len();
@@ -1601,19 +1596,32 @@ impl<D: Driver> GraphCache<D> {
 
     /// [`Self::unchanged`] of a call whose words were made with its statements ([`CallWords`],
     /// given back by [`Self::take_back`]): the variant whose last call this one equals, else
-    /// `None` with the call's words in `packed` (when every node packed).
+    /// `None` with the call's words in `packed` (when every node packed); and whether they are
+    /// this call's words with guards equal to the last launched variant's
+    /// ([`CallWords::guards_same`]).
     fn unchanged_words(
         &mut self,
         call: &GraphCall<'_>,
         ctx: CUcontext,
         w: Words,
         handles: Option<(&Plan, u64)>,
+    ) -> (Option<usize>, bool) {
+        let ours = w.of(call, handles);
+        let guards_same = ours && w.guards_same;
+        (self.variant_of_words(call, ctx, w, ours), guards_same)
+    }
+
+    /// [`Self::unchanged_words`]' variant, for words that are `ours` (this call's).
+    fn variant_of_words(
+        &mut self,
+        call: &GraphCall<'_>,
+        ctx: CUcontext,
+        w: Words,
+        ours: bool,
     ) -> Option<usize> {
         self.packed_ok = false;
         // As in `unchanged`: pairs a refused earlier call noted are not this call's.
         self.peers.pending.clear();
-        let ours = w.of(call, handles);
-        self.guards_same = ours && w.guards_same;
         let Words { from, mut out, pos, diverged, ok, present, .. } = w;
         if self.mode == Mode::Eager || !ok || !ours {
             out.clear();

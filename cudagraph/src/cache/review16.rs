@@ -342,7 +342,7 @@ fn run_words(
     let w = cache.take_back(w);
     let call = GraphCall { shape: plan, site: Site::Plan(plan), key, signature: &[] };
     let handles = Some((plan, call_id));
-    let same = cache.unchanged_words(&call, CTX, w, handles);
+    let same = cache.unchanged_words(&call, CTX, w, handles).0;
     if same.is_none() {
         super::validate::validate(
             call.shape,

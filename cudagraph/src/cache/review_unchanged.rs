@@ -169,7 +169,7 @@ fn run_rest(
     let call = GraphCall { shape: plan, site: Site::Plan(plan), key, signature: &[] };
     let handles = Some((plan, call_id));
     let same = match words {
-        Some(w) => cache.unchanged_words(&call, CTX, w, handles),
+        Some(w) => cache.unchanged_words(&call, CTX, w, handles).0,
         None => cache.unchanged(&call, CTX, nodes, handles)?,
     };
     if same.is_none() {
