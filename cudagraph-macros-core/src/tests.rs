@@ -1457,7 +1457,7 @@ fn repeated_iterations_are_made_once() {
         assert!(!out.contains("compile_error"), "{out}");
         assert!(out.contains("made_by"), "{out}");
         assert!(
-            out.contains(&format!("word_repeat (& mut __cudagraph_words , {copies}u64)")),
+            out.contains(&format!("word_repeat (& mut __cudagraph_words , {copies}u64 ,")),
             "{out}"
         );
         assert_eq!(out.matches("word_handle (").count(), handles, "{body}");
@@ -1502,6 +1502,16 @@ fn repeated_iterations_are_made_once() {
             assert_eq!(out.matches("word_repeat").count(), 2, "{out}");
         }
     }
+    // The first iteration's statement count follows the copies: two per iteration here.
+    let out = crate::graph(quote!(&mut c, &s, {
+        k.add(n, 1, &mut x).launch(cfg);
+        for i in 0..3 {
+            k.add(n, 1, &mut bufs[i]).launch(cfg);
+            k.add(n, 1, &mut bufs[2 - i]).launch(cfg);
+        }
+    }))
+    .to_string();
+    assert!(out.contains("word_repeat (& mut __cudagraph_words , 4u64 , 2u32)"), "{out}");
 }
 
 /// Review 18b: two adjacent unrolled `for`s that print alike are two runs, not one (one may be
@@ -1522,8 +1532,8 @@ fn adjacent_fors_that_print_alike_are_separate_runs() {
     assert!(!out.contains("compile_error"), "{out}");
     let repeats: Vec<&str> = out.match_indices("word_repeat").map(|(at, _)| &out[at..]).collect();
     assert_eq!(repeats.len(), 2, "{out}");
-    assert!(repeats[0].contains("word_repeat (& mut __cudagraph_words , 1u64)"), "{out}");
-    assert!(repeats[1].starts_with("word_repeat (& mut __cudagraph_words , 2u64)"), "{out}");
+    assert!(repeats[0].contains("word_repeat (& mut __cudagraph_words , 1u64 , 1u32)"), "{out}");
+    assert!(repeats[1].starts_with("word_repeat (& mut __cudagraph_words , 2u64 , 1u32)"), "{out}");
     // Before: one run of 5 iterations (4 copies of the first).
     assert!(!out.contains("4u64"), "{out}");
 }

@@ -1768,9 +1768,10 @@ pub mod __private {
     /// id, with its array's); each other operand of the
     /// later iterations follows with [`word_handle`]. Equal words then mean equal nodes: the
     /// later iterations' nodes are made only when the node list is needed ([`LazyChunk`]).
+    /// `first`: the statements of the first iteration, whose nodes were put in last.
     #[inline]
-    pub fn word_repeat(words: &mut CallWords, n: u64) {
-        words.repeat(n);
+    pub fn word_repeat(words: &mut CallWords, n: u64, first: u32) {
+        words.repeat(n, first);
     }
 
     /// Each statement's node parameters into `out`, in one loop out of line (one instance per

@@ -665,6 +665,8 @@ impl Body<'_, '_> {
         flush(self.chunk, self.counter, self.out);
         self.counter.lazy = false;
         let copies = (self.counter.next - later_node) as u64;
+        // The first iteration's statements: the nodes the later ones repeat.
+        let first = (later_node - first_node) as u32;
         let w = local("__cudagraph_words");
         let compared = singles.iter().map(|&(index, write)| {
             let (r, wh) = handles(index);
@@ -676,7 +678,7 @@ impl Body<'_, '_> {
         let made = if made.is_empty() { quote!(true) } else { quote!(#(#made)&&*) };
         self.out.extend(quote! {
             if #made {
-                ::cudagraph::__private::word_repeat(&mut #w, #copies);
+                ::cudagraph::__private::word_repeat(&mut #w, #copies, #first);
                 #(#compared)*
             } else {
                 #(#lazy.put_words(&mut #w);)*

@@ -603,7 +603,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         (__cudagraph_n11, __cudagraph_n12)
     });
     if ::cudagraph::__private::made_by(&k, &__cudagraph_chunk1.0, "axpy") {
-        ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 2u64);
+        ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 2u64, 1u32);
         ::cudagraph::__private::word_handle(
             &mut __cudagraph_words,
             &__cudagraph_w9,
@@ -630,7 +630,7 @@ fn expanded() -> ::cudagraph::Result<()> {
         (__cudagraph_n14,)
     });
     if true {
-        ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 1u64);
+        ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 1u64, 1u32);
     } else {
         __cudagraph_chunk4.put_words(&mut __cudagraph_words);
     }

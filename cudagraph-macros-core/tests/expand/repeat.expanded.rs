@@ -443,7 +443,7 @@ fn expanded() -> ::cudagraph::Result<()> {
     if ::cudagraph::__private::made_by(&k, &__cudagraph_chunk1.0, "sweep")
         && ::cudagraph::__private::made_by(&k, &__cudagraph_chunk1.1, "sweep")
     {
-        ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 6u64);
+        ::cudagraph::__private::word_repeat(&mut __cudagraph_words, 6u64, 2u32);
         ::cudagraph::__private::word_handle(
             &mut __cudagraph_words,
             &__cudagraph_r0,

@@ -13,7 +13,7 @@ use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::error::{Call, CudaError, Error, NodeSite, Result};
 use crate::introspect::{ClonedGraph, GraphInfo, GraphNode};
-use crate::kind::kernel::{WORDS_TAG, compare_node};
+use crate::kind::kernel::{WORDS_TAG, WordItem, compare_node};
 use crate::kind::{CallWords, CapturedWork, Limits, NodeParams, NodeState, Reports};
 use crate::operand::Guard;
 use crate::plan::{EdgeKind, Plan};
@@ -329,6 +329,10 @@ pub struct GraphCache<D: Driver = Cuda> {
     /// (only then is it compared with, and kept as, a variant's [`Variant::pack`]).
     packed: Vec<u64>,
     packed_ok: bool,
+    /// [`CallWords::items`] of `packed` when it holds a `graph!` call's words; else empty.
+    packed_items: Vec<WordItem>,
+    /// [`clean_by_items`]'s scratch: which items equal the exec's.
+    item_equal: Vec<bool>,
     /// Hashes of the words of the last few calls that changed parameters (with their variant
     /// key): a call whose words came before gets an exec of its own
     /// ([`Self::set_execs_per_variant`]); parameters that never repeat (a time step) do not.
@@ -400,6 +404,12 @@ struct Variant {
     /// every node of it packed; empty otherwise, and emptied before any change to the exec, so
     /// that a call equal to it needs nothing sent.
     pack: Vec<u64>,
+    /// Where each node's words begin in `pack` when those are a `graph!` call's words made
+    /// with its statements ([`CallWords::items`]); empty otherwise. Set and emptied with
+    /// `pack` (whose length `items_of` is), and kept while `pack` is lent.
+    items: Vec<WordItem>,
+    /// The length of the `pack` that `items` describe.
+    items_of: usize,
     /// The words of its exec's kernel nodes, node by node ([`GraphCache::clean_nodes`]): those
     /// of the call that last brought it up to date. Empty when unknown.
     node_words: NodeWords,
@@ -539,6 +549,7 @@ pub(crate) struct Words {
     guarded: bool,
     foreign: bool,
     guards_same: bool,
+    items: Vec<WordItem>,
 }
 
 impl Words {
@@ -548,6 +559,96 @@ impl Words {
         matches!(call.site, Site::Plan(p) if ptr::eq(p, self.plan))
             && handles.is_some_and(|(p, h)| ptr::eq(p, self.plan) && h == self.call)
     }
+}
+
+/// Which of a changed `graph!` call's nodes equal the exec's it updates, from the call's words
+/// and the words of the call that last brought the exec up to date, both made with their
+/// statements ([`CallWords`]), and where each item's words begin in them ([`WordItem`]):
+/// into `clean`, one entry per node-list entry, `true` for a kernel node whose words are equal.
+/// A node's words hold its parameters (each buffer handle as its place number, address and
+/// context: what [`GraphCache::clean_nodes`] packs for it); a run's later nodes are decided by
+/// its own words (its tag and the handles of its operands that name no array element), its
+/// first iteration's nodes (the `template` items before it) and the words before the first
+/// item, which hold every place's address range (its array elements'). So a clean node's
+/// parameters, and everything validation reads of it, are those the exec already has: the
+/// argument of an unchanged call ([`GraphCache::unchanged`]), node by node. `false` (and
+/// `clean` empty) when the words do not line up with `nodes` item for item: the caller then
+/// packs the nodes.
+fn clean_by_items(
+    (words, items): (&[u64], &[WordItem]),
+    (old, old_items): (&[u64], &[WordItem]),
+    nodes: &[Option<NodeParams<'_>>],
+    (equal, clean): (&mut Vec<bool>, &mut Vec<bool>),
+) -> bool {
+    clean.clear();
+    equal.clear();
+    let (Some(first), Some(old_first)) = (items.first(), old_items.first()) else {
+        return false;
+    };
+    if items.len() != old_items.len() {
+        return false;
+    }
+    let places_equal = words.get(..first.start) == old.get(..old_first.start);
+    /// Item `i`'s words.
+    fn span<'w>(w: &'w [u64], its: &[WordItem], i: usize) -> Option<&'w [u64]> {
+        let end = its.get(i + 1).map_or(w.len(), |n| n.start);
+        w.get(its[i].start..end)
+    }
+    for (i, (a, b)) in items.iter().zip(old_items).enumerate() {
+        let (x, y) = (span(words, items, i), span(old, old_items, i));
+        if x.is_none() || y.is_none() {
+            return false;
+        }
+        equal.push(a.nodes == b.nodes && a.template == b.template && x == y);
+    }
+    // A run's nodes (`template` at least 1) also depend on its first iteration's (at most
+    // `template` items before it; all of them when there are fewer), whose own entries are
+    // final by then, and on its elements' address ranges.
+    for i in 0..items.len() {
+        let t = items[i].template as usize;
+        if t > 0 {
+            let from = i.saturating_sub(t);
+            let first_equal = equal[from..i].iter().all(|&e| e);
+            equal[i] &= first_equal && places_equal;
+        }
+    }
+    // The items stand for the present node-list entries, in order.
+    let (mut next, mut left, mut eq, mut start) = (0usize, 0u64, false, 0usize);
+    for n in nodes {
+        let Some(n) = n else {
+            clean.push(false);
+            continue;
+        };
+        while left == 0 {
+            let Some(item) = items.get(next) else {
+                clean.clear();
+                return false;
+            };
+            (left, eq, start) = (item.nodes, equal[next], item.start);
+            next += 1;
+        }
+        // A node item of a kernel begins with its kernel word and its function: a node list
+        // that the items did not follow would show here (a run's begins with its tag).
+        let kernel = match n {
+            NodeParams::Kernel(k) => {
+                let at = |j: usize| words.get(start + j).copied();
+                let run = at(0) == Some(crate::kind::kernel::RUN_TAG);
+                if !run && at(1) != Some(k.function() as u64) {
+                    clean.clear();
+                    return false;
+                }
+                true
+            }
+            _ => false,
+        };
+        left -= 1;
+        clean.push(eq && kernel);
+    }
+    if next != items.len() || left != 0 {
+        clean.clear();
+        return false;
+    }
+    true
 }
 
 impl Default for GraphCache {
@@ -1210,6 +1311,8 @@ impl<D: Driver> GraphCache<D> {
             peers: validate::Peers::default(),
             packed: Vec::new(),
             packed_ok: false,
+            packed_items: Vec::new(),
+            item_equal: Vec::new(),
             recent: [0; 4],
             recent_next: 0,
             packed_seen: false,
@@ -1336,6 +1439,8 @@ impl<D: Driver> GraphCache<D> {
         handles: Option<(&Plan, u64)>,
     ) -> Result<Option<usize>> {
         self.packed_ok = false;
+        // Words packed from the node list: no items.
+        self.packed_items.clear();
         // Pairs a refused earlier call noted are not this call's: `validate` notes this call's
         // (an unchanged call has no copies).
         self.peers.pending.clear();
@@ -1425,6 +1530,25 @@ impl<D: Driver> GraphCache<D> {
         let target = found.map(|i| self.execs_of(i).1).map(|i| &self.variants[i]);
         if target.is_some_and(|v| !keeps(v)) {
             // Not kept by this variant's exec, so not worth making for it.
+            return;
+        }
+        // A `graph!` call's words, made with its statements, against the exec's: the nodes
+        // whose words are equal, with nothing packed again.
+        if let Some(t) = target
+            && self.packed_ok
+            && t.items_of == t.pack.len()
+            && clean_by_items(
+                (&self.packed, &self.packed_items),
+                (&t.pack, &t.items),
+                nodes,
+                (&mut self.item_equal, &mut self.clean),
+            )
+        {
+            self.clean_for = Some(t.serial);
+            #[cfg(test)]
+            {
+                self.clean_seen += self.clean.iter().filter(|&&c| c).count() as u64;
+            }
             return;
         }
         let old = target.filter(|v| v.node_words.spans.len() == nodes.len());
@@ -1525,10 +1649,13 @@ impl<D: Driver> GraphCache<D> {
     pub fn words(&mut self, plan: &'static Plan, call: &crate::operand::CallId) -> CallWords {
         let mut out = core::mem::take(&mut self.packed);
         out.clear();
+        let mut items = core::mem::take(&mut self.packed_items);
+        items.clear();
         let ok = self.mode != Mode::Eager;
         let mut w = CallWords {
             cache: self.id,
-            from: None,
+            from: crate::kind::kernel::NO_VARIANT,
+            from_serial: 0,
             plan,
             call: call.0,
             last: Vec::new(),
@@ -1540,12 +1667,16 @@ impl<D: Driver> GraphCache<D> {
             guarded: false,
             foreign: true,
             guards_same: false,
+            items,
         };
         if ok && self.site.is_some_and(|s| s.same(Site::Plan(plan))) {
             let last = (0..self.variants.len()).max_by_key(|&i| self.variants[i].last_use);
             if let Some(i) = last {
                 w.last = core::mem::take(&mut self.variants[i].pack);
-                w.from = Some((i, self.variants[i].serial));
+                // Variants are at most `max_variants` (a `usize`, but a `u32` index does for
+                // any cache that fits in memory); one past it compares with none.
+                w.from = u32::try_from(i).unwrap_or(crate::kind::kernel::NO_VARIANT);
+                w.from_serial = self.variants[i].serial;
             }
         }
         if ok {
@@ -1568,6 +1699,7 @@ impl<D: Driver> GraphCache<D> {
         let CallWords {
             cache,
             from,
+            from_serial,
             plan,
             call,
             last,
@@ -1579,19 +1711,36 @@ impl<D: Driver> GraphCache<D> {
             guarded,
             foreign,
             guards_same,
+            items,
         } = w;
         let lent = |&(i, serial): &(usize, u64)| {
             cache == self.id
                 && self.variants.get(i).is_some_and(|v| v.serial == serial && v.pack.is_empty())
         };
-        let from = from.filter(lent).map(|(i, _)| i);
+        let from = (from != crate::kind::kernel::NO_VARIANT)
+            .then_some((from as usize, from_serial))
+            .filter(lent)
+            .map(|(i, _)| i);
         if let Some(i) = from {
             self.variants[i].pack = last;
         }
         let ok = ok && (diverged || from.is_some());
         // The guards' words were compared with a variant's that is still there, unchanged.
         let guards_same = guards_same && from.is_some();
-        Words { from, plan, call, out, pos, diverged, ok, present, guarded, foreign, guards_same }
+        Words {
+            from,
+            plan,
+            call,
+            out,
+            pos,
+            diverged,
+            ok,
+            present: u64::from(present),
+            guarded,
+            foreign,
+            guards_same,
+            items,
+        }
     }
 
     /// [`Self::unchanged`] of a call whose words were made with its statements ([`CallWords`],
@@ -1622,12 +1771,17 @@ impl<D: Driver> GraphCache<D> {
         self.packed_ok = false;
         // As in `unchanged`: pairs a refused earlier call noted are not this call's.
         self.peers.pending.clear();
-        let Words { from, mut out, pos, diverged, ok, present, .. } = w;
+        let Words { from, mut out, pos, diverged, ok, present, mut items, .. } = w;
         if self.mode == Mode::Eager || !ok || !ours {
             out.clear();
             self.packed = out;
+            items.clear();
+            self.packed_items = items;
             return None;
         }
+        // Where each node's words begin in `out` (positions counted the same while the words
+        // were compared in place): kept with them.
+        self.packed_items = items;
         let site = self.site.is_some_and(|s| s.same(call.site));
         let found = if site { self.find(call, ctx) } else { None };
         if !diverged {
@@ -1714,9 +1868,12 @@ impl<D: Driver> GraphCache<D> {
                 }
                 if self.packed_ok {
                     core::mem::swap(&mut v.pack, &mut self.packed);
+                    core::mem::swap(&mut v.items, &mut self.packed_items);
+                    v.items_of = v.pack.len();
                     self.packed_ok = false;
                 } else {
                     v.pack.clear();
+                    v.items.clear();
                 }
                 i
             }
@@ -1824,6 +1981,7 @@ impl<D: Driver> GraphCache<D> {
         self.stats.hits += 1;
         self.variants[i].hits += 1;
         self.variants[i].pack.clear();
+        self.variants[i].items.clear();
         // Its kept node words go too until the update is through (`run_validated` puts this
         // call's back): an update cut short leaves none that could name a node it changed.
         self.variants[i].node_words.clear();
@@ -1921,6 +2079,8 @@ impl<D: Driver> GraphCache<D> {
             hits: 0,
             serial: crate::operand::next_id(),
             pack: Vec::new(),
+            items: Vec::new(),
+            items_of: 0,
             node_words: NodeWords::default(),
             memory: false,
             done: core::ptr::null_mut(),

@@ -2078,3 +2078,162 @@ proptest::proptest! {
         proptest::prop_assert_eq!(b.clean_seen, 0);
     }
 }
+
+/// The call id of [`run_words_kernels`]' calls, whose handles name its places.
+const WORDS_CALL: u64 = 7;
+
+/// Runs the kernels `ks` as the nodes of `plan` (a [`kernel_plan`]) as a `graph!` call does
+/// with words made as its statements are evaluated ([`GraphCache::words`]): the guard of each
+/// place in `guards` first (address, bytes), then each node's words, except that with
+/// `run = Some(n)` the last `n` nodes are a run's later iterations of the one before them
+/// (their words one [`CallWords::repeat`], their buffers only in the guards, as
+/// `word_repeat` puts them); then the cache's steps of `run_checked` (no ledger or aliasing
+/// check).
+fn run_words_kernels(
+    cache: &mut GraphCache<Mock>,
+    plan: &'static Plan,
+    ks: &[&K],
+    guards: &[(u64, u64)],
+    run: Option<usize>,
+) -> Result<()> {
+    let nodes: Vec<_> =
+        ks.iter().map(|&k| Some(NodeParams::Kernel(k as &dyn KernelNode))).collect();
+    let mut w = cache.words(plan, &crate::operand::CallId(WORDS_CALL));
+    for &g in guards {
+        w.guard((g.0, g.1, true));
+    }
+    let plain = ks.len() - run.unwrap_or(0);
+    for n in nodes[..plain].iter().flatten() {
+        w.node(&|p: &mut crate::kind::kernel::Pack<'_>| n.pack(p));
+    }
+    if let Some(r) = run {
+        w.repeat(r as u64, 1);
+    }
+    w.guarded = true;
+    let w = cache.take_back(w);
+    let call = GraphCall { shape: plan, site: Site::Plan(plan), key: 0, signature: &[] };
+    let handles = Some((plan, WORDS_CALL));
+    let (same, _) = cache.unchanged_words(&call, CTX, w, handles);
+    if same.is_none() {
+        cache.validate_changed_call(&call, CTX, &nodes, handles)?;
+    }
+    cache.enable_peers(call.shape)?;
+    cache.run_validated(call, (CTX, None), STREAM, &nodes, same)
+}
+
+/// Kernel `i` of a [`kernel_plan`] call of [`run_words_kernels`]: writing its place `i + 1`.
+fn wk(i: usize, scalar: u32, ptr: u64) -> K {
+    K { tag: crate::operand::tag(WORDS_CALL, i as u32 + 1), ..k(scalar, ptr) }
+}
+
+#[test]
+fn a_changed_call_s_words_mark_the_nodes_equal_to_the_exec_s_clean_without_packing_them() {
+    let plan = kernel_plan(10);
+    let mock = Mock::default();
+    let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    cache.limits = Some(limits(false));
+    let mut ks: Vec<K> = (0..10).map(|i| wk(i, 1, 0xa000 + 0x100 * i as u64)).collect();
+    let guards: Vec<(u64, u64)> = (0..10).map(|i| (0xa000 + 0x100 * i, 4)).collect();
+    let refs = |ks: &[K]| -> Vec<K> { ks.to_vec() };
+    let go = |cache: &mut GraphCache<Mock>, ks: &[K]| {
+        let r: Vec<&K> = ks.iter().collect();
+        run_words_kernels(cache, plan, &r, &guards, None)
+    };
+    go(&mut cache, &refs(&ks)).unwrap();
+    // One scalar changed per call, never the same twice: node 4 is sent, the 9 others are
+    // clean, found from the words (no node packed again: no kept node words either).
+    for v in 2..6 {
+        mock.calls();
+        ks[4].scalar = v;
+        let seen = cache.clean_seen;
+        go(&mut cache, &refs(&ks)).unwrap();
+        assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"], "scalar {v}");
+        assert_eq!(cache.clean_seen - seen, 9, "scalar {v}");
+        assert!(cache.variants.iter().all(|v| v.node_words.spans.is_empty()));
+        assert!(cache.variants.iter().all(|v| v.items.len() == 10 && v.items_of == v.pack.len()));
+    }
+    // An invalid node among clean ones is still refused, naming it, and nothing is sent.
+    ks[7].grid = 0;
+    mock.calls();
+    let e = go(&mut cache, &refs(&ks)).unwrap_err().to_string();
+    assert!(e.contains("node 7") || e.contains("grid"), "{e}");
+    assert!(mock.calls().is_empty());
+    ks[7].grid = 4;
+    // A call through the node list (no items) in between: its exec's words carry none, so
+    // the next call's nodes are packed (the node-list call's handles are not packed by place:
+    // none is clean), and that call's words bring the items back for the one after.
+    ks[2].scalar = 9;
+    run_kernels(&mut cache, plan, &ks.iter().collect::<Vec<_>>()).unwrap();
+    assert!(cache.variants.iter().all(|v| v.items.is_empty()), "a node-list pack has no items");
+    for (n, want) in [(3, 0), (5, 9)] {
+        ks[n].scalar = 9;
+        let seen = cache.clean_seen;
+        go(&mut cache, &refs(&ks)).unwrap();
+        assert_eq!(cache.clean_seen - seen, want, "node {n}");
+        assert!(cache.variants.iter().all(|v| v.items.len() == 10));
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+    /// As `changed_calls_send_what_the_full_walk_sends`, through a `graph!` call's words
+    /// ([`run_words_kernels`]): clean nodes found from the words' items. With `run`, nodes 2
+    /// to 9 are a run's later iterations of node 1 (its scalar, grid, context and function,
+    /// their buffers their own, in the guards only), so a change of node 1 or of a later
+    /// node's buffer must reach them.
+    #[test]
+    fn changed_calls_by_words_send_what_the_full_walk_sends(
+        execs in 1..4usize,
+        run in proptest::prelude::any::<bool>(),
+        steps in proptest::collection::vec(step(), 1..40),
+    ) {
+        let plan = kernel_plan(10);
+        let make = |no_clean: bool| {
+            let mock = Mock::default();
+            let mut cache = GraphCache::with_driver(mock.clone(), 8);
+            cache.set_execs_per_variant(execs);
+            cache.limits = Some(limits(false));
+            cache.no_clean = no_clean;
+            (mock, cache)
+        };
+        let (ma, mut a) = make(false);
+        let (mb, mut b) = make(true);
+        let mut ks: Vec<K> = (0..10).map(|i| wk(i, 1, 0xa000 + 0x100 * (i % 3) as u64)).collect();
+        let later = if run { Some(8) } else { None };
+        for (i, s) in steps.iter().enumerate() {
+            match *s {
+                Step::Scalar(n, v) => ks[n].scalar = v,
+                Step::Pointer(n, p) => ks[n].ptr = p,
+                Step::Grid(n, g) => ks[n].grid = g,
+                Step::Context(n, f) => ks[n].ctx = if f { CTX1 } else { CTX },
+                Step::Refuse(set, update) => {
+                    for m in [&ma, &mb] {
+                        let mut l = m.0.borrow_mut();
+                        (l.refuse_set, l.refuse_update) = (set, update);
+                    }
+                }
+            }
+            if run {
+                // A run's later iterations make the first one's call on other elements.
+                let first = ks[1].clone();
+                for (j, kj) in ks.iter_mut().enumerate().skip(2) {
+                    *kj = K { ptr: kj.ptr, tag: kj.tag, ..first.clone() };
+                    kj.tag = crate::operand::tag(WORDS_CALL, j as u32 + 1);
+                }
+            }
+            let guards: Vec<(u64, u64)> = ks.iter().map(|k| (k.ptr, 4)).collect();
+            let refs: Vec<&K> = ks.iter().collect();
+            let ra = run_words_kernels(&mut a, plan, &refs, &guards, later).map_err(|e| e.to_string());
+            let rb = run_words_kernels(&mut b, plan, &refs, &guards, later).map_err(|e| e.to_string());
+            proptest::prop_assert_eq!(&ra, &rb, "step {} {:?}", i, s);
+            proptest::prop_assert_eq!(ma.calls(), mb.calls(), "step {} {:?}", i, s);
+            let (la, lb) = (ma.0.borrow(), mb.0.borrow());
+            proptest::prop_assert_eq!(&la.set_args, &lb.set_args, "step {} {:?}", i, s);
+            proptest::prop_assert_eq!(&la.add_args, &lb.add_args, "step {} {:?}", i, s);
+            proptest::prop_assert_eq!(
+                format!("{:?}", a.stats()), format!("{:?}", b.stats()), "step {} {:?}", i, s
+            );
+        }
+        proptest::prop_assert_eq!(b.clean_seen, 0);
+    }
+}

@@ -358,8 +358,13 @@ pub(crate) fn guard_diff(expected: [u64; 2], (start, bytes, write): (u64, u64, b
 pub struct CallWords {
     /// The [`GraphCache`](crate::GraphCache) that made it (its id).
     pub(crate) cache: u64,
-    /// The variant whose words `last` are: its index and serial.
-    pub(crate) from: Option<(usize, u64)>,
+    /// The variant whose words `last` are: its index (`from`, [`NO_VARIANT`] when none) and
+    /// serial. (Two fields, not an `Option` of a pair, and `present` 4 bytes: the struct,
+    /// moved by value through the expansion, stays at most 128 bytes, which the compiler
+    /// moves without a `memcpy` call: 90 instructions of a one-kernel call otherwise,
+    /// callgrind on `.ci/host-profile`'s stub driver.)
+    pub(crate) from: u32,
+    pub(crate) from_serial: u64,
     pub(crate) plan: &'static crate::plan::Plan,
     /// The `graph!` call whose handles are packed by place.
     pub(crate) call: u64,
@@ -372,7 +377,7 @@ pub struct CallWords {
     /// words compared and kept.
     pub(crate) ok: bool,
     /// Nodes packed.
-    pub(crate) present: u64,
+    pub(crate) present: u32,
     /// Whether every place's guard was put in, as its place was acquired
     /// ([`Guards::with_words`](crate::__private::Guards::with_words)): equal words then mean
     /// equal address ranges, so the aliasing check of the call they equal holds.
@@ -385,6 +390,29 @@ pub struct CallWords {
     /// graph mode: this call's buffers have the address ranges of the call that made `last`,
     /// which passed the aliasing check with them. Meaningful only when `guarded`.
     pub(crate) guards_same: bool,
+    /// Where each node's words begin, in statement order ([`WordItem`]): a changed call's
+    /// nodes whose words equal those of the exec it updates need no validation or comparison
+    /// (`GraphCache::clean_nodes`).
+    pub(crate) items: Vec<WordItem>,
+}
+
+/// [`CallWords::from`]'s index when its words were compared with no variant's.
+pub(crate) const NO_VARIANT: u32 = u32::MAX;
+
+/// Where a statement's node (or a run's later nodes) begins in a call's words
+/// ([`CallWords::items`]). Its words end where the next item's begin (or at the words' end);
+/// the words before the first item are the call's own (its tag and every place's guard, put
+/// in before any node's: [`Guards::take_words`](crate::__private::Guards::take_words)).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct WordItem {
+    /// The position of its first word.
+    pub(crate) start: usize,
+    /// The node-list entries it stands for, in order: 1 for a node, `n` for a run's later
+    /// iterations ([`word_repeat`](crate::__private::word_repeat)).
+    pub(crate) nodes: u64,
+    /// For a run: the items before it that its nodes depend on besides its own words (its
+    /// first iteration's nodes, at most this many); 0 for a node.
+    pub(crate) template: u32,
 }
 
 impl CallWords {
@@ -393,6 +421,7 @@ impl CallWords {
     #[inline(always)]
     pub(crate) fn node<W: NodeWords + ?Sized>(&mut self, node: &W) {
         if self.ok {
+            self.item(1, 0);
             let CallWords { call, last, pos, diverged, out, .. } = self;
             self.ok = compare_node(Some(*call), last, pos, diverged, out, node);
             self.present += 1;
@@ -401,6 +430,19 @@ impl CallWords {
 }
 
 impl CallWords {
+    /// The words made so far: their count, compared in place or written out.
+    #[inline(always)]
+    fn position(&self) -> usize {
+        if self.diverged { self.out.len() } else { self.pos }
+    }
+
+    /// An item of `nodes` node-list entries beginning here ([`WordItem`]).
+    #[inline(always)]
+    fn item(&mut self, nodes: u64, template: u32) {
+        let start = self.position();
+        self.items.push(WordItem { start, nodes, template });
+    }
+
     /// A word, compared as a node's are (not counted as a node).
     #[inline(always)]
     pub(crate) fn word(&mut self, w: u64) {
@@ -486,11 +528,16 @@ impl CallWords {
     /// `n` more nodes, each equal to one already put in (see
     /// [`word_repeat`](crate::__private::word_repeat)): counted, and marked by one word,
     /// [`RUN_TAG`], where the same statements evaluated one by one would have put a node's.
+    /// `first`: the statements of the run's first iteration, the nodes put in last, which
+    /// with this item's words (the tag, then [`Self::handle`]'s) and the guards decide the
+    /// `n` nodes.
     #[inline(always)]
-    pub(crate) fn repeat(&mut self, n: u64) {
+    pub(crate) fn repeat(&mut self, n: u64, first: u32) {
         if self.ok {
+            self.item(n, first);
             self.word(RUN_TAG);
-            self.present += n;
+            // At most the node list's length (a plan's, below 2^32 entries).
+            self.present += n as u32;
         }
     }
 }

@@ -7,7 +7,8 @@ fn main() {
     let plan = cudagraph::plans().next().expect("a plan");
     let forged = CallWords {
         cache: 1,
-        from: Some((0, 1)),
+        from: 0,
+        from_serial: 1,
         plan,
         call: 1,
         last: Vec::new(),
@@ -19,6 +20,7 @@ fn main() {
         guarded: true,
         foreign: false,
         guards_same: true,
+        items: Vec::new(),
     };
     let _ = forged;
 }
