@@ -2237,3 +2237,427 @@ proptest::proptest! {
         proptest::prop_assert_eq!(b.clean_seen, 0);
     }
 }
+
+// Review 25 (brief 1, commit be78a2e): a changed `graph!` call's clean nodes found from its
+// words item by item (`clean_by_items`), for bodies of many shapes: host `if`s (absent nodes),
+// memsets among kernels, runs of one to three statements an iteration (a memset among them),
+// runs whose later iterations are put in one by one (not `made_by`), adjacent runs, runs after
+// other nodes; and between calls: a call through the node list (no items), words lent and
+// never given back (a panic in the body), `clear`, `Mode::Instantiate`, refused updates, one to
+// three execs per variant, a bound of two variants (eviction). Against the full walk.
+
+/// A statement of a [`body_nodes`] body.
+#[derive(Clone, Debug)]
+enum Stmt25 {
+    /// A kernel statement, inside a host `if` on key bit `.0` (`None`: always present).
+    Kernel(Option<u32>),
+    /// A memset statement, likewise.
+    Memset(Option<u32>),
+    /// A run of iterations of an unrolled `for`: `per` statements an iteration (statement
+    /// `memset` of them a memset), the first iteration put in statement by statement, then
+    /// `later` more iterations: as one item when `made` (their nodes the first iteration's
+    /// calls on their own buffers: [`CallWords::repeat`]), else each node put in by itself (a
+    /// helper's statements, `put_words`: every parameter its own).
+    Run { per: usize, later: usize, memset: Option<usize>, made: bool },
+}
+
+fn stmt25() -> impl proptest::strategy::Strategy<Value = Stmt25> {
+    use proptest::prelude::*;
+    prop_oneof![
+        3 => proptest::option::of(0..2u32).prop_map(Stmt25::Kernel),
+        1 => proptest::option::of(0..2u32).prop_map(Stmt25::Memset),
+        3 => (1..4usize, 1..4usize, proptest::option::of(0..3usize), any::<bool>()).prop_map(
+            |(per, later, m, made)| Stmt25::Run { per, later, memset: m.filter(|&m| m < per), made }
+        ),
+    ]
+}
+
+/// One node of a [`Stmt25`] body: a memset or a kernel, its host condition bit, and for a
+/// later iteration of a `made` run the first iteration's node it repeats.
+#[derive(Clone, Copy, Debug)]
+struct Node25 {
+    memset: bool,
+    cond: Option<u32>,
+    template: Option<usize>,
+}
+
+/// The nodes of `body`, in node order, padded with plain kernels to at least 12 (above
+/// `CLEAN_MIN_NODES`).
+fn body_nodes(body: &mut Vec<Stmt25>) -> Vec<Node25> {
+    let count = |body: &[Stmt25]| -> usize {
+        body.iter()
+            .map(|s| match s {
+                Stmt25::Run { per, later, .. } => per * (1 + later),
+                _ => 1,
+            })
+            .sum()
+    };
+    while count(body) < 12 {
+        body.push(Stmt25::Kernel(None));
+    }
+    let mut out = Vec::new();
+    for s in body.iter() {
+        match *s {
+            Stmt25::Kernel(c) => out.push(Node25 { memset: false, cond: c, template: None }),
+            Stmt25::Memset(c) => out.push(Node25 { memset: true, cond: c, template: None }),
+            Stmt25::Run { per, later, memset, made } => {
+                let first = out.len();
+                for j in 0..per * (1 + later) {
+                    let at = j % per;
+                    let template = (made && j >= per).then_some(first + at);
+                    out.push(Node25 { memset: memset == Some(at), cond: None, template });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The plan of `nodes`: node `j` reads place 0 (a kernel) and writes place `j + 1`.
+fn body_plan(nodes: &[Node25]) -> &'static Plan {
+    let (r, w) = (|p| Access { place: p, write: false }, |p| Access { place: p, write: true });
+    let plan_nodes = nodes
+        .iter()
+        .enumerate()
+        .map(|(j, n)| {
+            let (kind, access) = if n.memset {
+                (NodeKind::Memset, vec![w(j as u32 + 1)])
+            } else {
+                (NodeKind::Kernel("acc"), vec![r(0), w(j as u32 + 1)])
+            };
+            plan_node(kind, access, if n.cond.is_some() { "flag" } else { "" })
+        })
+        .collect();
+    leak_plan(plan_nodes, nodes.len() + 1, 2)
+}
+
+/// What a call sets of one node (of a later iteration of a `made` run: only `ptr` and `ctx`,
+/// its buffer's; the rest is its first iteration's node's).
+#[derive(Clone, Copy, Debug)]
+struct Params25 {
+    scalar: u32,
+    ptr: u64,
+    grid: u32,
+    other_ctx: bool,
+    other_func: bool,
+}
+
+/// One step of [`changed_calls_of_any_body_send_what_the_full_walk_sends`]: a change for this
+/// call and the ones after, or something done between calls; then a call.
+#[derive(Clone, Debug)]
+enum Step25 {
+    Scalar(usize, u32),
+    Pointer(usize, u64),
+    Grid(usize, u32),
+    Context(usize, bool),
+    Function(usize, bool),
+    /// The host `if`s taken (key bits).
+    Key(u64),
+    Refuse(bool, bool),
+    /// A call's words lent and never given back (the body panicked), before this call.
+    Lend,
+    /// `clear` before this call.
+    Clear,
+    /// This call in `Mode::Instantiate`.
+    Instantiate,
+    /// This call in `Mode::Eager` (validated, then nothing of the cache's: eager work only).
+    Eager,
+    /// This call through its node list (`unchanged`: words without items).
+    List,
+}
+
+fn step25() -> impl proptest::strategy::Strategy<Value = Step25> {
+    use proptest::prelude::*;
+    prop_oneof![
+        6 => (0..64usize, 1..4u32).prop_map(|(n, v)| Step25::Scalar(n, v)),
+        5 => (0..64usize, 0..3u64).prop_map(|(n, p)| Step25::Pointer(n, 0xa000 + 0x100 * p)),
+        1 => (0..64usize, prop::sample::select(vec![0u32, 4, 8, u32::MAX]))
+            .prop_map(|(n, g)| Step25::Grid(n, g)),
+        1 => (0..64usize, any::<bool>()).prop_map(|(n, f)| Step25::Context(n, f)),
+        1 => (0..64usize, any::<bool>()).prop_map(|(n, f)| Step25::Function(n, f)),
+        2 => (0..4u64).prop_map(Step25::Key),
+        1 => (any::<bool>(), any::<bool>()).prop_map(|(s, u)| Step25::Refuse(s, u)),
+        1 => Just(Step25::Lend),
+        1 => Just(Step25::Clear),
+        1 => Just(Step25::Instantiate),
+        1 => Just(Step25::Eager),
+        1 => Just(Step25::List),
+    ]
+}
+
+/// One call of a [`Stmt25`] body (`nodes`, `plan`) with parameters `params` and host `if`s
+/// `key`, as `graph!` makes it: every place's guard and its context's word first, then each
+/// present statement's words, a `made` run's later iterations as one [`CallWords::repeat`]
+/// (or, with `list`, packed from the node list by `unchanged`); then the cache's steps of
+/// `run_checked` (no ledger or aliasing check) in its mode (in `Mode::Eager`, up to the eager
+/// launches, which the mock does not see).
+fn run_body25(
+    cache: &mut GraphCache<Mock>,
+    (plan, body, nodes): (&'static Plan, &[Stmt25], &[Node25]),
+    params: &[Params25],
+    key: u64,
+    list: bool,
+) -> Result<()> {
+    let present = |n: &Node25| n.cond.is_none_or(|b| key & (1 << b) != 0);
+    // Each node's parameters: a `made` run's later node takes its first iteration's.
+    let eff: Vec<Params25> = nodes
+        .iter()
+        .enumerate()
+        .map(|(j, n)| match n.template {
+            Some(t) => Params25 { ptr: params[j].ptr, other_ctx: params[j].other_ctx, ..params[t] },
+            None => params[j],
+        })
+        .collect();
+    let ctx_of = |p: &Params25| if p.other_ctx { CTX1 } else { CTX };
+    let ks: Vec<K> = eff
+        .iter()
+        .enumerate()
+        .map(|(j, p)| K {
+            func: if p.other_func { 0x20 } else { 0x10 },
+            grid: p.grid,
+            ctx: ctx_of(p),
+            tag: crate::operand::tag(WORDS_CALL, j as u32 + 1),
+            ..k(p.scalar, p.ptr)
+        })
+        .collect();
+    let ms: Vec<MemsetParams<'static>> = eff
+        .iter()
+        .enumerate()
+        .map(|(j, p)| {
+            let set = Set1d { dst: p.ptr, len: 8, elem_size: 4, value: p.scalar, ctx: ctx_of(p) };
+            let mut m = MemsetParams::recorded(set);
+            m.dst_tag = crate::operand::tag(WORDS_CALL, j as u32 + 1);
+            m
+        })
+        .collect();
+    let list_nodes: Vec<Option<NodeParams<'_>>> = nodes
+        .iter()
+        .enumerate()
+        .map(|(j, n)| {
+            present(n).then(|| {
+                if n.memset {
+                    NodeParams::Memset(&ms[j])
+                } else {
+                    NodeParams::Kernel(&ks[j] as &dyn KernelNode)
+                }
+            })
+        })
+        .collect();
+    let call = GraphCall { shape: plan, site: Site::Plan(plan), key, signature: &[] };
+    let handles = Some((plan, WORDS_CALL));
+    let same = if list {
+        cache.unchanged(&call, CTX, &list_nodes, handles)?
+    } else {
+        let mut w = cache.words(plan, &crate::operand::CallId(WORDS_CALL));
+        w.word(crate::kind::kernel::GUARDS_TAG);
+        w.guard((0x9000, 4, false));
+        w.word(CTX as u64);
+        for p in &eff {
+            w.guard((p.ptr, 4, true));
+            w.word(ctx_of(p) as u64);
+        }
+        let put = |w: &mut CallWords, j: usize| {
+            if let Some(n) = &list_nodes[j] {
+                w.node(&|p: &mut crate::kind::kernel::Pack<'_>| n.pack(p));
+            }
+        };
+        let mut j = 0;
+        for s in body {
+            match *s {
+                Stmt25::Kernel(_) | Stmt25::Memset(_) => {
+                    put(&mut w, j);
+                    j += 1;
+                }
+                Stmt25::Run { per, later, made, .. } => {
+                    for i in j..j + per {
+                        put(&mut w, i);
+                    }
+                    if made {
+                        w.repeat((per * later) as u64, per as u32);
+                    } else {
+                        for i in j + per..j + per * (1 + later) {
+                            put(&mut w, i);
+                        }
+                    }
+                    j += per * (1 + later);
+                }
+            }
+        }
+        assert_eq!(j, nodes.len());
+        w.guarded = true;
+        let w = cache.take_back(w);
+        cache.unchanged_words(&call, CTX, w, handles).0
+    };
+    if same.is_none() {
+        cache.validate_changed_call(&call, CTX, &list_nodes, handles)?;
+    }
+    cache.enable_peers(call.shape)?;
+    if cache.mode == Mode::Eager {
+        // `run_checked` launches the statements one by one (nothing the mock sees).
+        return Ok(());
+    }
+    cache.run_validated(call, (CTX, None), STREAM, &list_nodes, same)
+}
+
+/// A cache of [`changed_calls_of_any_body_send_what_the_full_walk_sends`], its clean-node skip
+/// off with `no_clean`.
+fn cache25(no_clean: bool, execs: usize, max: usize) -> (Mock, GraphCache<Mock>) {
+    let mock = Mock::default();
+    mock.0.borrow_mut().read_args = true;
+    let mut cache = GraphCache::with_driver(mock.clone(), max);
+    cache.set_execs_per_variant(execs);
+    cache.limits = Some(limits(false));
+    cache.no_clean = no_clean;
+    (mock, cache)
+}
+
+/// The first parameters of a [`Stmt25`] body's nodes.
+fn params25(n: usize) -> Vec<Params25> {
+    (0..n)
+        .map(|j| Params25 {
+            scalar: 1,
+            ptr: 0xa000 + 0x100 * (j % 3) as u64,
+            grid: 4,
+            other_ctx: false,
+            other_func: false,
+        })
+        .collect()
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(400))]
+    /// As `changed_calls_by_words_send_what_the_full_walk_sends`, for bodies of any shape
+    /// ([`Stmt25`]) and with calls through the node list, lent words, `clear`,
+    /// `Mode::Instantiate` and a bound of 2 or 8 variants between changed calls: the same
+    /// results, driver calls (with the kernel arguments and grids each set-params and added
+    /// node got), and counts as the full walk. A node taken for clean whose parameters differ
+    /// from the exec's would show as a set-params the full walk makes and this cache does not.
+    #[test]
+    fn changed_calls_of_any_body_send_what_the_full_walk_sends(
+        execs in 1..4usize,
+        max in proptest::sample::select(vec![2usize, 8]),
+        body in proptest::collection::vec(stmt25(), 1..7),
+        steps in proptest::collection::vec(step25(), 1..40),
+    ) {
+        let mut body = body;
+        let nodes = body_nodes(&mut body);
+        let plan = body_plan(&nodes);
+        let (ma, mut a) = cache25(false, execs, max);
+        let (mb, mut b) = cache25(true, execs, max);
+        let mut params = params25(nodes.len());
+        let mut key = 3u64;
+        let n = nodes.len();
+        for (i, s) in steps.iter().enumerate() {
+            let mut list = false;
+            let mut mode = Mode::Graph;
+            match *s {
+                Step25::Scalar(j, v) => params[j % n].scalar = v,
+                Step25::Pointer(j, p) => params[j % n].ptr = p,
+                Step25::Grid(j, g) => params[j % n].grid = g,
+                Step25::Context(j, f) => params[j % n].other_ctx = f,
+                Step25::Function(j, f) => params[j % n].other_func = f,
+                Step25::Key(k) => key = k,
+                Step25::Refuse(set, update) => {
+                    for m in [&ma, &mb] {
+                        let mut l = m.0.borrow_mut();
+                        (l.refuse_set, l.refuse_update) = (set, update);
+                    }
+                }
+                Step25::Lend => {
+                    for c in [&mut a, &mut b] {
+                        drop(c.words(plan, &crate::operand::CallId(WORDS_CALL)));
+                    }
+                }
+                Step25::Clear => {
+                    a.clear();
+                    b.clear();
+                }
+                Step25::Instantiate => mode = Mode::Instantiate,
+                Step25::Eager => mode = Mode::Eager,
+                Step25::List => list = true,
+            }
+            a.set_mode(mode);
+            b.set_mode(mode);
+            let ra = run_body25(&mut a, (plan, &body, &nodes), &params, key, list)
+                .map_err(|e| e.to_string());
+            let rb = run_body25(&mut b, (plan, &body, &nodes), &params, key, list)
+                .map_err(|e| e.to_string());
+            proptest::prop_assert_eq!(&ra, &rb, "step {} {:?}", i, s);
+            proptest::prop_assert_eq!(ma.calls(), mb.calls(), "step {} {:?}", i, s);
+            let (la, lb) = (ma.0.borrow(), mb.0.borrow());
+            proptest::prop_assert_eq!(&la.set_args, &lb.set_args, "step {} {:?}", i, s);
+            proptest::prop_assert_eq!(&la.add_args, &lb.add_args, "step {} {:?}", i, s);
+            proptest::prop_assert_eq!(
+                format!("{:?}", a.stats()), format!("{:?}", b.stats()), "step {} {:?}", i, s
+            );
+        }
+        proptest::prop_assert_eq!(b.clean_seen, 0);
+    }
+}
+
+/// Review 25: in a body with a host `if`, a run of two statements an iteration (a memset and a
+/// kernel) made once, a memset, a run put in node by node and another run made once, a changed
+/// call finds its clean nodes from its words (no node words kept): one node changed, the other
+/// kernels are clean; the first iteration of a run changed, its later nodes are not; a later
+/// node's buffer changed (its guard), no made run's later node is; the other variant (the `if`
+/// not taken) in between changes nothing of that.
+#[test]
+fn a_changed_call_s_items_follow_ifs_runs_and_memsets() {
+    let mut body = vec![
+        Stmt25::Kernel(None),
+        Stmt25::Kernel(Some(0)),
+        Stmt25::Run { per: 2, later: 3, memset: Some(1), made: true },
+        Stmt25::Memset(None),
+        Stmt25::Run { per: 1, later: 2, memset: None, made: false },
+        Stmt25::Run { per: 1, later: 3, memset: None, made: true },
+        Stmt25::Kernel(None),
+    ];
+    let nodes = body_nodes(&mut body);
+    assert_eq!(nodes.len(), 19);
+    let kernels = nodes.iter().filter(|n| !n.memset).count() as u64;
+    assert_eq!(kernels, 14);
+    let plan = body_plan(&nodes);
+    let (mock, mut cache) = cache25(false, 1, 8);
+    let mut params = params25(nodes.len());
+    // Distinct buffers: every node's own.
+    for (j, p) in params.iter_mut().enumerate() {
+        p.ptr = 0xa000 + 0x100 * j as u64;
+    }
+    let go = |cache: &mut GraphCache<Mock>, params: &[Params25], key: u64| {
+        let seen = cache.clean_seen;
+        run_body25(cache, (plan, &body, &nodes), params, key, false).unwrap();
+        let calls = mock.calls();
+        if !calls.iter().any(|c| c == "instantiate") {
+            // Brought up to date with items: no node words made.
+            let mine: Vec<&Variant> = cache.variants.iter().filter(|v| v.key == key).collect();
+            assert!(mine.len() == 1 && mine[0].node_words.spans.is_empty(), "node words");
+        }
+        (cache.clean_seen - seen, calls)
+    };
+    go(&mut cache, &params, 1);
+    let set = |n: usize| {
+        let mut v = vec!["set_kernel grid=4".to_string(); n];
+        v.push("launch".to_string());
+        v
+    };
+    for call in 0..3u32 {
+        params[0].scalar = 10 + call;
+        assert_eq!(go(&mut cache, &params, 1), (kernels - 1, set(1)), "node 0, call {call}");
+    }
+    // The run's first kernel (node 2): it and the run's 3 later kernels are sent.
+    params[2].scalar = 7;
+    assert_eq!(go(&mut cache, &params, 1), (kernels - 4, set(4)), "the first iteration");
+    // A later kernel's buffer (node 4): both made runs' 6 later kernels are not clean; only
+    // node 4 differs from the exec.
+    params[4].ptr = 0xf000;
+    assert_eq!(go(&mut cache, &params, 1), (kernels - 6, set(1)), "a later buffer");
+    // The other variant (node 1 absent), built; then this one again, changed.
+    params[0].scalar = 20;
+    let (_, calls) = go(&mut cache, &params, 0);
+    assert!(calls.iter().any(|c| c == "instantiate"), "{calls:?}");
+    params[0].scalar = 21;
+    assert_eq!(go(&mut cache, &params, 1), (kernels - 1, set(1)), "back to key 1");
+    // A run put in node by node (node 11, later nodes 12 and 13): node 12 alone.
+    params[12].scalar = 5;
+    assert_eq!(go(&mut cache, &params, 1), (kernels - 1, set(1)), "a helper's later node");
+}
