@@ -348,6 +348,9 @@ pub use cudagraph_macros::graph;
 /// the context's work is done (measured on the H200, driver 580: 300 ms behind a 300 ms kernel
 /// of another module on another stream, `examples/probes/unload_probe.cu`). Load it once and
 /// keep it across steps: a struct made and dropped per step waits for the device each step.
+/// Inside a `host` closure that wait never ends (the device waits for the closure): a closure
+/// that drops a module's last owner deadlocks (measured on the H200), as one that synchronizes
+/// its stream does.
 ///
 /// # Programmatic kernels
 /// `#[programmatic]` on a kernel declaration says that the kernel waits for the kernels before
