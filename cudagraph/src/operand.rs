@@ -1085,7 +1085,7 @@ device_scalar_arg!(DevRead, DevWrite);
 /// which of these to write. The handle's lifetime `'a` is the borrow's, so a handle cannot
 /// outlive the call that made it.
 #[diagnostic::on_unimplemented(
-    message = "this kernel parameter reads device memory of `{T}`: pass `&buffer` (in `graph!`) or a read handle (with a `GraphBuilder`)",
+    message = "this kernel parameter reads device memory of `{T}`: pass `&buffer` where `buffer` holds `{T}` (in `graph!`) or a read handle (with a `GraphBuilder`)",
     label = "expected a read handle of device memory of `{T}`, found `{Self}`",
     note = "in `graph!`, write `&buffer` (`&mut buffer` is rejected where the kernel only reads); with a `GraphBuilder`, pass the handle of `g.read(&buffer)` (or `g.write(&mut buffer).read()`), not the buffer itself",
     note = "a `HostRead`/`HostWrite` found here is pinned host memory (a `PinnedBuffer` or `PinnedHostSlice`), which a kernel cannot take: copy it to a device buffer first (`copy(&host, &mut dev)`) and pass `&dev`"
@@ -1112,7 +1112,7 @@ impl<'a, T> ReadArg<'a, T> for DevRead<'a, T> {
 /// [`GraphBuilder`](crate::GraphBuilder), [`Capture::write`](crate::Capture::write) inside a
 /// capture. A write handle also reads (`DevWrite::read`), never the other way round.
 #[diagnostic::on_unimplemented(
-    message = "this kernel parameter writes device memory of `{T}`: pass `&mut buffer` (in `graph!`) or a write handle (with a `GraphBuilder`)",
+    message = "this kernel parameter writes device memory of `{T}`: pass `&mut buffer` where `buffer` holds `{T}` (in `graph!`) or a write handle (with a `GraphBuilder`)",
     label = "expected a write handle of device memory of `{T}`, found `{Self}`",
     note = "in `graph!`, write `&mut buffer` (a `&buffer` operand is read-only); with a `GraphBuilder`, pass the handle of `g.write(&mut buffer)`, not the buffer itself",
     note = "a `HostRead`/`HostWrite` found here is pinned host memory (a `PinnedBuffer` or `PinnedHostSlice`), which a kernel cannot write: pass a device buffer (`&mut dev`) and copy it to the host after the kernel (`copy(&dev, &mut host)`)"
