@@ -2014,6 +2014,43 @@ enum Step {
     Refuse(bool, bool),
 }
 
+/// A cache on the mock driver for the clean-node proptests: `execs` execs per variant, at most
+/// `max` variants, and with `no_clean` every node of a changed call validated and compared (the
+/// full walk the others are checked against).
+fn walk_cache(no_clean: bool, execs: usize, max: usize) -> (Mock, GraphCache<Mock>) {
+    let mock = Mock::default();
+    let mut cache = GraphCache::with_driver(mock.clone(), max);
+    cache.set_execs_per_variant(execs);
+    cache.limits = Some(limits(false));
+    cache.no_clean = no_clean;
+    (mock, cache)
+}
+
+/// Both mock drivers refuse per-node set-params (`set`) and whole-exec updates (`update`).
+fn refuse(mocks: [&Mock; 2], (set, update): (bool, bool)) {
+    for m in mocks {
+        let mut l = m.0.borrow_mut();
+        (l.refuse_set, l.refuse_update) = (set, update);
+    }
+}
+
+/// One call of a cache that skips clean nodes (`a`) against the same call of the full walk
+/// (`b`): the same result, the same driver calls with the same arguments, the same counts.
+fn same_as_full_walk(
+    what: &str,
+    (ra, rb): (&std::result::Result<(), String>, &std::result::Result<(), String>),
+    (ma, a): (&Mock, &GraphCache<Mock>),
+    (mb, b): (&Mock, &GraphCache<Mock>),
+) -> std::result::Result<(), proptest::test_runner::TestCaseError> {
+    proptest::prop_assert_eq!(ra, rb, "{}", what);
+    proptest::prop_assert_eq!(ma.calls(), mb.calls(), "{}", what);
+    let (la, lb) = (ma.0.borrow(), mb.0.borrow());
+    proptest::prop_assert_eq!(&la.set_args, &lb.set_args, "{}", what);
+    proptest::prop_assert_eq!(&la.add_args, &lb.add_args, "{}", what);
+    proptest::prop_assert_eq!(format!("{:?}", a.stats()), format!("{:?}", b.stats()), "{}", what);
+    Ok(())
+}
+
 fn step() -> impl proptest::strategy::Strategy<Value = Step> {
     use proptest::prelude::*;
     prop_oneof![
@@ -2039,16 +2076,8 @@ proptest::proptest! {
         steps in proptest::collection::vec(step(), 1..40),
     ) {
         let plan = kernel_plan(10);
-        let make = |no_clean: bool| {
-            let mock = Mock::default();
-            let mut cache = GraphCache::with_driver(mock.clone(), 8);
-            cache.set_execs_per_variant(execs);
-            cache.limits = Some(limits(false));
-            cache.no_clean = no_clean;
-            (mock, cache)
-        };
-        let (ma, mut a) = make(false);
-        let (mb, mut b) = make(true);
+        let (ma, mut a) = walk_cache(false, execs, 8);
+        let (mb, mut b) = walk_cache(true, execs, 8);
         let mut ks: Vec<K> = (0..10).map(|i| k(1, 0xa000 + 0x100 * (i % 3) as u64)).collect();
         for (i, s) in steps.iter().enumerate() {
             match *s {
@@ -2056,24 +2085,12 @@ proptest::proptest! {
                 Step::Pointer(n, p) => ks[n].ptr = p,
                 Step::Grid(n, g) => ks[n].grid = g,
                 Step::Context(n, f) => ks[n].ctx = if f { CTX1 } else { CTX },
-                Step::Refuse(set, update) => {
-                    for m in [&ma, &mb] {
-                        let mut l = m.0.borrow_mut();
-                        (l.refuse_set, l.refuse_update) = (set, update);
-                    }
-                }
+                Step::Refuse(set, update) => refuse([&ma, &mb], (set, update)),
             }
             let refs: Vec<&K> = ks.iter().collect();
             let ra = run_kernels(&mut a, plan, &refs).map_err(|e| e.to_string());
             let rb = run_kernels(&mut b, plan, &refs).map_err(|e| e.to_string());
-            proptest::prop_assert_eq!(&ra, &rb, "step {} {:?}", i, s);
-            proptest::prop_assert_eq!(ma.calls(), mb.calls(), "step {} {:?}", i, s);
-            let (la, lb) = (ma.0.borrow(), mb.0.borrow());
-            proptest::prop_assert_eq!(&la.set_args, &lb.set_args, "step {} {:?}", i, s);
-            proptest::prop_assert_eq!(&la.add_args, &lb.add_args, "step {} {:?}", i, s);
-            proptest::prop_assert_eq!(
-                format!("{:?}", a.stats()), format!("{:?}", b.stats()), "step {} {:?}", i, s
-            );
+            same_as_full_walk(&format!("step {i} {s:?}"), (&ra, &rb), (&ma, &a), (&mb, &b))?;
         }
         proptest::prop_assert_eq!(b.clean_seen, 0);
     }
@@ -2188,16 +2205,8 @@ proptest::proptest! {
         steps in proptest::collection::vec(step(), 1..40),
     ) {
         let plan = kernel_plan(10);
-        let make = |no_clean: bool| {
-            let mock = Mock::default();
-            let mut cache = GraphCache::with_driver(mock.clone(), 8);
-            cache.set_execs_per_variant(execs);
-            cache.limits = Some(limits(false));
-            cache.no_clean = no_clean;
-            (mock, cache)
-        };
-        let (ma, mut a) = make(false);
-        let (mb, mut b) = make(true);
+        let (ma, mut a) = walk_cache(false, execs, 8);
+        let (mb, mut b) = walk_cache(true, execs, 8);
         let mut ks: Vec<K> = (0..10).map(|i| wk(i, 1, 0xa000 + 0x100 * (i % 3) as u64)).collect();
         let later = if run { Some(8) } else { None };
         for (i, s) in steps.iter().enumerate() {
@@ -2206,12 +2215,7 @@ proptest::proptest! {
                 Step::Pointer(n, p) => ks[n].ptr = p,
                 Step::Grid(n, g) => ks[n].grid = g,
                 Step::Context(n, f) => ks[n].ctx = if f { CTX1 } else { CTX },
-                Step::Refuse(set, update) => {
-                    for m in [&ma, &mb] {
-                        let mut l = m.0.borrow_mut();
-                        (l.refuse_set, l.refuse_update) = (set, update);
-                    }
-                }
+                Step::Refuse(set, update) => refuse([&ma, &mb], (set, update)),
             }
             if run {
                 // A run's later iterations make the first one's call on other elements.
@@ -2225,14 +2229,7 @@ proptest::proptest! {
             let refs: Vec<&K> = ks.iter().collect();
             let ra = run_words_kernels(&mut a, plan, &refs, &guards, later).map_err(|e| e.to_string());
             let rb = run_words_kernels(&mut b, plan, &refs, &guards, later).map_err(|e| e.to_string());
-            proptest::prop_assert_eq!(&ra, &rb, "step {} {:?}", i, s);
-            proptest::prop_assert_eq!(ma.calls(), mb.calls(), "step {} {:?}", i, s);
-            let (la, lb) = (ma.0.borrow(), mb.0.borrow());
-            proptest::prop_assert_eq!(&la.set_args, &lb.set_args, "step {} {:?}", i, s);
-            proptest::prop_assert_eq!(&la.add_args, &lb.add_args, "step {} {:?}", i, s);
-            proptest::prop_assert_eq!(
-                format!("{:?}", a.stats()), format!("{:?}", b.stats()), "step {} {:?}", i, s
-            );
+            same_as_full_walk(&format!("step {i} {s:?}"), (&ra, &rb), (&ma, &a), (&mb, &b))?;
         }
         proptest::prop_assert_eq!(b.clean_seen, 0);
     }
@@ -2502,12 +2499,8 @@ fn run_body25(
 /// A cache of [`changed_calls_of_any_body_send_what_the_full_walk_sends`], its clean-node skip
 /// off with `no_clean`.
 fn cache25(no_clean: bool, execs: usize, max: usize) -> (Mock, GraphCache<Mock>) {
-    let mock = Mock::default();
+    let (mock, cache) = walk_cache(no_clean, execs, max);
     mock.0.borrow_mut().read_args = true;
-    let mut cache = GraphCache::with_driver(mock.clone(), max);
-    cache.set_execs_per_variant(execs);
-    cache.limits = Some(limits(false));
-    cache.no_clean = no_clean;
     (mock, cache)
 }
 
@@ -2557,12 +2550,7 @@ proptest::proptest! {
                 Step25::Context(j, f) => params[j % n].other_ctx = f,
                 Step25::Function(j, f) => params[j % n].other_func = f,
                 Step25::Key(k) => key = k,
-                Step25::Refuse(set, update) => {
-                    for m in [&ma, &mb] {
-                        let mut l = m.0.borrow_mut();
-                        (l.refuse_set, l.refuse_update) = (set, update);
-                    }
-                }
+                Step25::Refuse(set, update) => refuse([&ma, &mb], (set, update)),
                 Step25::Lend => {
                     for c in [&mut a, &mut b] {
                         drop(c.words(plan, &crate::operand::CallId(WORDS_CALL)));
@@ -2582,14 +2570,7 @@ proptest::proptest! {
                 .map_err(|e| e.to_string());
             let rb = run_body25(&mut b, (plan, &body, &nodes), &params, key, list)
                 .map_err(|e| e.to_string());
-            proptest::prop_assert_eq!(&ra, &rb, "step {} {:?}", i, s);
-            proptest::prop_assert_eq!(ma.calls(), mb.calls(), "step {} {:?}", i, s);
-            let (la, lb) = (ma.0.borrow(), mb.0.borrow());
-            proptest::prop_assert_eq!(&la.set_args, &lb.set_args, "step {} {:?}", i, s);
-            proptest::prop_assert_eq!(&la.add_args, &lb.add_args, "step {} {:?}", i, s);
-            proptest::prop_assert_eq!(
-                format!("{:?}", a.stats()), format!("{:?}", b.stats()), "step {} {:?}", i, s
-            );
+            same_as_full_walk(&format!("step {i} {s:?}"), (&ra, &rb), (&ma, &a), (&mb, &b))?;
         }
         proptest::prop_assert_eq!(b.clean_seen, 0);
     }
