@@ -12,6 +12,11 @@
 //           memoized execs do)
 //   kexecs  as execs, each memset a kernel node (a fill kernel) instead of a memset node
 //   gset    as set, through the generic cuGraphExecNodeSetParams (what graph! calls)
+//   chain   as execs, the flag's memset first in the chain (memset -> stencil -> boundary ->
+//           check_finite) instead of beside the stencil
+//   mtail   as execs, the memset between boundary and check_finite
+//   pexecs  as execs, the kernel-to-kernel edges programmatic (port LAUNCH_ORDER, graph!'s)
+//   pchain  as chain, the kernel-to-kernel edges programmatic
 //
 //   nvcc -O2 -arch=sm_90 -o heat_floor examples/probes/heat_floor.cu -lcuda && ./heat_floor
 #include <cuda.h>
@@ -107,9 +112,27 @@ static void gset(cudaGraphExec_t e, cudaGraphNode_t n, const void *f, dim3 g, di
     }
 }
 
-// The step as a graph with plain edges (graph!'s dependencies: the memset beside the stencil,
-// check_finite after both), memsets as memset nodes or as fill kernels.
-static Built build(int w, bool res, bool kernel_memset) {
+// An edge from -> to, programmatic (port LAUNCH_ORDER, as graph! adds them) or plain.
+static void dep(cudaGraph_t g, cudaGraphNode_t from, cudaGraphNode_t to, bool prog) {
+    cudaGraphEdgeData ed = {};
+    if (prog) {
+        ed.type = cudaGraphDependencyTypeProgrammatic;
+        ed.from_port = cudaGraphKernelNodePortLaunchCompletion;
+    }
+#if CUDART_VERSION >= 13000
+    CK(cudaGraphAddDependencies(g, &from, &to, &ed, 1));
+#else
+    CK(cudaGraphAddDependencies_v2(g, &from, &to, &ed, 1));
+#endif
+}
+
+// Where the flag's memset sits: beside the stencil (graph!'s dependencies: check_finite after
+// both), first in the chain, or between boundary and check_finite.
+enum Topo { FORK, CHAIN, MTAIL };
+
+// The step as a graph, memsets as memset nodes or as fill kernels, kernel-to-kernel edges plain
+// or programmatic.
+static Built build(int w, bool res, bool kernel_memset, Topo topo = FORK, bool prog = false) {
     float *u = fields[w], *v = fields[1 - w];
     cudaGraph_t g;
     CK(cudaGraphCreate(&g, 0));
@@ -137,11 +160,25 @@ static Built build(int w, bool res, bool kernel_memset) {
     CK(cudaGraphAddKernelNode(&b.st, g, nullptr, 0, &p));
     void *ba[] = {&nx, &ny, &v};
     p = kp((void *)boundary, edge_grid, block1, ba);
-    CK(cudaGraphAddKernelNode(&b.bd, g, &b.st, 1, &p));
+    CK(cudaGraphAddKernelNode(&b.bd, g, nullptr, 0, &p));
     void *ca[] = {&cells, &v, &flags};
     p = kp((void *)check_finite, cell_grid, block1, ca);
-    cudaGraphNode_t deps[] = {ms, b.bd};
-    CK(cudaGraphAddKernelNode(&b.cf, g, deps, 2, &p));
+    CK(cudaGraphAddKernelNode(&b.cf, g, nullptr, 0, &p));
+    dep(g, b.st, b.bd, prog);
+    switch (topo) {
+    case FORK:
+        dep(g, ms, b.cf, false);
+        dep(g, b.bd, b.cf, prog);
+        break;
+    case CHAIN:
+        dep(g, ms, b.st, false);
+        dep(g, b.bd, b.cf, prog);
+        break;
+    case MTAIL:
+        dep(g, b.bd, ms, false);
+        dep(g, ms, b.cf, false);
+        break;
+    }
     if (res) {
         cudaGraphNode_t z = memset_node((unsigned *)r);
         void *ra[] = {&cells, &u, &v, &r};
@@ -167,16 +204,24 @@ int main() {
     CK(cudaMalloc(&flags, 4));
     CK(cudaMalloc(&r, 4));
     CK(cudaMallocHost(&host_r, 4));
-    // [kernel_memset][w][residual]
-    Built execs[2][2][2];
-    for (int km = 0; km < 2; km++)
-        for (int w = 0; w < 2; w++)
-            for (int res = 0; res < 2; res++) execs[km][w][res] = build(w, res, km);
+    // [variant][w][residual]: execs, kexecs, chain, mtail, pexecs, pchain
+    const int VARIANTS = 6;
+    Built execs[VARIANTS][2][2];
+    for (int w = 0; w < 2; w++)
+        for (int res = 0; res < 2; res++) {
+            execs[0][w][res] = build(w, res, false);
+            execs[1][w][res] = build(w, res, true);
+            execs[2][w][res] = build(w, res, false, CHAIN);
+            execs[3][w][res] = build(w, res, false, MTAIL);
+            execs[4][w][res] = build(w, res, false, FORK, true);
+            execs[5][w][res] = build(w, res, false, CHAIN, true);
+        }
     // Mode set's own execs (its updates must not change the other modes').
     Built sets[2] = {build(0, false, false), build(0, true, false)};
     Built gsets[2] = {build(0, false, false), build(0, true, false)};
     const int steps = 1000;
-    const char *names[] = {"eager", "set", "execs", "kexecs", "gset"};
+    const int MODES = 9;
+    const char *names[] = {"eager", "set", "execs", "kexecs", "gset", "chain", "mtail", "pexecs", "pchain"};
     auto step = [&](int mode, int i) {
         int w = i % 2;
         bool res = i % EVERY == 0;
@@ -212,6 +257,12 @@ int main() {
         case 3:
             CK(cudaGraphLaunch(execs[1][w][res].exec, s));
             break;
+        case 5:
+        case 6:
+        case 7:
+        case 8:
+            CK(cudaGraphLaunch(execs[mode - 3][w][res].exec, s));
+            break;
         case 4: {
             Built &b = gsets[res];
             float *u = fields[w], *v = fields[1 - w];
@@ -230,11 +281,10 @@ int main() {
         }
         }
     };
-    printf("heat 512^2, %d steps a run, median of 9 runs; rounds of the four modes in turn\n", steps);
-    printf("round |    eager      set    execs   kexecs     gset | host: eager   set  execs kexecs  gset | eager/execs execs/set gset/set\n");
+    printf("heat 512^2, %d steps a run, median of 9 runs; rounds of the modes in turn (us per step, host us per step)\n", steps);
     for (int round = 0; round < 3; round++) {
-        double per[5], host[5];
-        for (int mode = 0; mode < 5; mode++) {
+        double per[MODES], host[MODES];
+        for (int mode = 0; mode < MODES; mode++) {
             std::vector<double> t, h;
             for (int rep = 0; rep < 9; rep++) {
                 CK(cudaStreamSynchronize(s));
@@ -249,14 +299,15 @@ int main() {
             per[mode] = median(t);
             host[mode] = median(h);
         }
-        printf("%5d | %8.2f %8.2f %8.2f %8.2f %8.2f | %11.2f %5.2f %6.2f %6.2f %5.2f | %11.3f %9.3f %8.3f\n",
-               round, per[0], per[1], per[2], per[3], per[4], host[0], host[1], host[2], host[3],
-               host[4], per[0] / per[2], per[2] / per[1], per[4] / per[1]);
+        printf("round %d:", round);
+        for (int mode = 0; mode < MODES; mode++) printf(" %s %.2f (%.2f)", names[mode], per[mode], host[mode]);
+        printf(" | eager/execs %.3f eager/chain %.3f chain/execs %.3f pchain/chain %.3f\n", per[0] / per[2],
+               per[0] / per[5], per[5] / per[2], per[8] / per[5]);
     }
     (void)names;
     // The modes compute the same fields: run 10 steps eagerly and as execs from zero, compare.
     std::vector<float> a(cells), b(cells);
-    for (int mode : {0, 1, 2, 3, 4}) {
+    for (int mode = 0; mode < MODES; mode++) {
         for (auto &f : fields) CK(cudaMemsetAsync(f, 0, cells * sizeof(float), s));
         for (int i = 0; i < 10; i++) step(mode, i);
         CK(cudaStreamSynchronize(s));

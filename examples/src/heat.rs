@@ -3,17 +3,19 @@
 //! ```text
 //! heat [--n N] [--steps S] [--residual-every R] [--plain-first] [--image PATH] [--plan]
 //! ```
-//! Runs `S` steps (default 1000) on an `N`×`N` f32 grid (default 512) as a CUDA graph with plain
-//! edges, then as the same graph with programmatic edges, then the same steps launched eagerly
-//! on a stream (`cudagraph::eager!`), compares the final fields of all runs (expect bit-exact), and prints
-//! per-step times and the speed-up. Every kernel is declared `#[programmatic]` (each waits first
-//! with `griddepcontrol.wait`, see `kernels/heat.cu`), so the edges between kernels can be
-//! programmatic on devices of compute capability 9.0 and later; heat's own graph turns them off
-//! (`set_programmatic(false)`) because its step is faster with plain edges on the H200 (its
-//! kernels are too short for an early launch to hide anything: 1.05–1.09× slower with
-//! programmatic edges in three runs of 2026-12-02); the second graph shows that difference
-//! (`--plain-first` times the plain-edge graph first). A third run times the plain-edge graph
-//! with the other exec policy (`HEAT_MEMO`: heat keeps an exec per buffer set its swap
+//! Runs `S` steps (default 1000) on an `N`×`N` f32 grid (default 512) as a CUDA graph with
+//! programmatic edges, then as the same graph with plain edges, then the same steps launched
+//! eagerly on a stream (`cudagraph::eager!`), compares the final fields of all runs (expect
+//! bit-exact), and prints per-step times and the speed-up. Every kernel is declared
+//! `#[programmatic]` (each waits first with `griddepcontrol.wait`, see `kernels/heat.cu`), so the
+//! edges between kernels are programmatic on devices of compute capability 9.0 and later. The
+//! step is one chain (the flag's memset first, not beside the stencil): with a memset node
+//! beside the kernels the step ran about 1.4 µs slower on the H200, and programmatic edges made
+//! it slower still (1.05–1.25×); as one chain, programmatic edges ran the raw step 0.90× of plain
+//! ones (`examples/probes/heat_floor.cu`, 2026-12-04, modes pchain and chain), so heat's graph
+//! keeps them (`HEAT_PROGRAMMATIC`). The second graph, with plain edges
+//! (`set_programmatic(false)`), shows that difference (`--plain-first` times it first). A third
+//! run times heat's graph with the other exec policy (`HEAT_MEMO`: heat keeps an exec per buffer set its swap
 //! alternates between, the cache's default; the third run updates the swapped pointers in
 //! place). Every `R` steps (default 100;
 //! 0 = never) the step also computes the residual max |v − u| and copies it to pinned host
@@ -45,6 +47,12 @@ const SOURCE: &str = include_str!("../kernels/heat.cu");
 /// of twelve and 0.91–0.94× in two, where the host was fast enough to hide the changed call's
 /// host work (2026-12-04, docs/performance.md): the memo loses less.
 const HEAT_MEMO: bool = true;
+
+/// Whether heat's graph has programmatic edges between its kernels (`GraphCache`'s default on
+/// devices of compute capability 9.0 and later). On the H200 its chain ran 0.90× of the plain
+/// one's time where the GPU set the pace (the raw step, `examples/probes/heat_floor.cu`,
+/// 2026-12-04), and the same where the host did: the run times both and prints the ratio.
+const HEAT_PROGRAMMATIC: bool = true;
 
 kernels! {
     /// Kernels of `kernels/heat.cu`. Each waits for its predecessors first
@@ -97,8 +105,8 @@ struct Args {
     /// Print the step's graph plan as Graphviz DOT and exit, without touching CUDA.
     #[arg(long)]
     plan: bool,
-    /// Time the graph with plain edges (heat's own) before the one with programmatic edges
-    /// (the default order is the other way round).
+    /// Time the graph with plain edges before heat's own, with programmatic edges (the default
+    /// order is the other way round).
     #[arg(long)]
     plain_first: bool,
     /// Write the graph run's final temperature field to this PNG file (N x N pixels, one per
@@ -173,12 +181,15 @@ fn step_graph(
     let (n, alpha, cells) = (c.n, c.alpha, c.n * c.n);
     let residual = c.residual_every > 0 && f.step.is_multiple_of(c.residual_every);
     graph!(cache, stream, {
-        memset(&mut f.flags, 0u32);
-        let s = k.stencil(n, n, alpha, &f.u, &mut f.v).launch(c.grid2d);
+        // One chain: the flag's clear first, not beside the stencil, and the residual's clear
+        // after the check. A memset node beside a kernel, joined later, cost the H200 about
+        // 1.4 µs a step (`examples/probes/heat_floor.cu`, modes execs against chain).
+        let m = memset(&mut f.flags, 0u32);
+        let s = k.stencil(n, n, alpha, &f.u, &mut f.v).launch(c.grid2d).after(m);
         k.boundary(n, n, &mut f.v).launch(c.edge).after(s);
-        k.check_finite(cells, &f.v, &mut f.flags).launch(c.cells);
+        let check = k.check_finite(cells, &f.v, &mut f.flags).launch(c.cells);
         if residual {
-            zero(&mut f.r);
+            zero(&mut f.r).after(check);
             k.residual(cells, &f.u, &f.v, &mut f.r).launch(c.cells);
             copy(&f.r, &mut f.host_r);
         }
@@ -245,9 +256,8 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
     let k = unsafe { Heat::load(&ctx, ptx) }?;
     let c = Config::new(a.n, a.residual_every);
 
-    // Heat's graph (plain edges: faster for this step, see the module docs), and the same graph
-    // with programmatic edges, timed in the order asked for (`--plain-first`: plain edges
-    // first).
+    // Heat's graph (programmatic edges: see `HEAT_PROGRAMMATIC`), and the same graph with plain
+    // edges, timed in the order asked for (`--plain-first`: plain edges first).
     // `memo`: see `HEAT_MEMO`.
     let graph_run = |programmatic: bool, memo: bool| -> cudagraph::Result<_> {
         let mut f = Fields::new(&stream, a.n)?;
@@ -259,15 +269,17 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
         let t = timed(&stream, a.steps, || step_graph(&mut cache, &stream, &k, &mut f, &c))?;
         Ok((f, cache, t))
     };
-    let ((g, cache, (g_first, g_step)), (p, other, (p_first, p_step))) = if a.plain_first {
-        let g = graph_run(false, HEAT_MEMO)?;
-        (g, graph_run(true, HEAT_MEMO)?)
+    // `g`: heat's graph; `p`: the same with the other edge kind.
+    let own_first = a.plain_first != HEAT_PROGRAMMATIC;
+    let ((g, cache, (g_first, g_step)), (p, other, (p_first, p_step))) = if own_first {
+        let g = graph_run(HEAT_PROGRAMMATIC, HEAT_MEMO)?;
+        (g, graph_run(!HEAT_PROGRAMMATIC, HEAT_MEMO)?)
     } else {
-        let p = graph_run(true, HEAT_MEMO)?;
-        (graph_run(false, HEAT_MEMO)?, p)
+        let p = graph_run(!HEAT_PROGRAMMATIC, HEAT_MEMO)?;
+        (graph_run(HEAT_PROGRAMMATIC, HEAT_MEMO)?, p)
     };
-    // The same plain-edge graph with the other exec policy (see `HEAT_MEMO`).
-    let (o, other_execs, (_, o_step)) = graph_run(false, !HEAT_MEMO)?;
+    // Heat's graph with the other exec policy (see `HEAT_MEMO`).
+    let (o, other_execs, (_, o_step)) = graph_run(HEAT_PROGRAMMATIC, !HEAT_MEMO)?;
 
     let mut e = Fields::new(&stream, a.n)?;
     let (e_first, e_step) = timed(&stream, a.steps, || step_eager(&stream, &k, &mut e, &c))?;
@@ -307,9 +319,15 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
         s.alias_checks
     );
     println!("variants (hits): {:?}", cache.variant_hits());
+    // Edges of the graph with programmatic edges, and the kind of each run's.
+    let (pe, kinds) = if HEAT_PROGRAMMATIC {
+        (&s, ["programmatic", "plain"])
+    } else {
+        (&ps, ["plain", "programmatic"])
+    };
     println!(
-        "edges: plain (set_programmatic(false)); the second graph has {} programmatic, {} plain where programmatic was declared but the device or driver lacks it (compute capability 9.0 and CUDA 12.3 needed)",
-        ps.programmatic_edges, ps.programmatic_fallbacks
+        "edges: heat's graph {}, the second graph {} (set_programmatic(false)); the programmatic one has {} programmatic edges, {} plain where programmatic was declared but the device or driver lacks it (compute capability 9.0 and CUDA 12.3 needed)",
+        kinds[0], kinds[1], pe.programmatic_edges, pe.programmatic_fallbacks
     );
     println!(
         "total heat {heat:.6}; non-finite flag {}; last residual graph {gr:e} eager {er:e}",
@@ -321,18 +339,22 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
     );
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     println!(
-        "first step: graph {:9.1} µs (build + instantiate + launch), programmatic-edge graph {:9.1} µs, eager {:9.1} µs",
+        "first step: graph {:9.1} µs (build + instantiate + launch), {}-edge graph {:9.1} µs, eager {:9.1} µs",
         us(g_first),
+        kinds[1],
         us(p_first),
         us(e_first)
     );
+    // Programmatic over plain, whichever is heat's own.
+    let (prog, plain) = if HEAT_PROGRAMMATIC { (g_step, p_step) } else { (p_step, g_step) };
     println!(
-        "per step:   graph {:9.2} µs, programmatic-edge graph {:9.2} µs, eager {:9.2} µs, speed-up {:.2}x over eager, programmatic edges {:.3}x of plain",
+        "per step:   graph {:9.2} µs, {}-edge graph {:9.2} µs, eager {:9.2} µs, speed-up {:.2}x over eager, programmatic edges {:.3}x of plain",
         us(g_step),
+        kinds[1],
         us(p_step),
         us(e_step),
         us(e_step) / us(g_step),
-        us(p_step) / us(g_step)
+        us(prog) / us(plain)
     );
     let policy = |memo| if memo { "an exec per buffer set" } else { "pointers updated in place" };
     println!(
@@ -370,7 +392,8 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
                 && s.reinstantiations == 0
                 && s.launches == u64::from(a.steps)
         })
-        && s.programmatic_edges == 0
+        && (if HEAT_PROGRAMMATIC { ps } else { s }).programmatic_edges == 0
+        && pe.programmatic_edges + pe.programmatic_fallbacks > 0
         && gf[0] == 0;
     if !ok {
         eprintln!(
