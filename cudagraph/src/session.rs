@@ -63,9 +63,10 @@ pub struct Capture {
     /// [`stream`](Self::stream), so that safe code holding it (from the closure's environment)
     /// cannot record into the graph.
     user: Arc<CudaStream>,
-    /// The streams of this capture that the closure's views may be used on: `stream`, the
-    /// helper streams of other devices' operands, `user` once joined, and the streams
-    /// [`fork`](Self::fork)ed in.
+    /// The streams of this capture besides `stream` that the closure's views may be used on:
+    /// the helper streams of other devices' operands, `user` once joined, and the streams
+    /// [`fork`](Self::fork)ed in. (`stream` itself is not in it: a capture on the call's stream
+    /// alone, as every `Mode::Eager` one, then allocates nothing for it.)
     accepted: RefCell<Vec<(sys::CUstream, CUcontext)>>,
     /// Set when the `unsafe` [`stream`](Self::stream) joined `user` into the capture: the
     /// crate's own methods then enqueue on `user` ([`current`](Self::current)).
@@ -150,12 +151,10 @@ impl Capture {
                 (info.status == active).then_some(info.id)
             })
             .flatten();
-        let mut accepted = vec![(stream.cu_stream(), stream.context().cu_ctx())];
-        accepted.extend_from_slice(helpers);
         let cap = Capture {
             stream,
             user,
-            accepted: RefCell::new(accepted),
+            accepted: RefCell::new(helpers.to_vec()),
             on_user: Cell::new(false),
             kept: RefCell::new(None),
             functions: RefCell::new(Vec::new()),
@@ -198,7 +197,9 @@ impl Capture {
     fn accepts(&self, stream: &CudaStream) -> bool {
         // The stream with its context: a per-thread default stream (`CU_STREAM_PER_THREAD`) is
         // one handle for every context.
-        self.accepted.borrow().contains(&(stream.cu_stream(), stream.context().cu_ctx()))
+        let pair = (stream.cu_stream(), stream.context().cu_ctx());
+        pair == (self.stream.cu_stream(), self.stream.context().cu_ctx())
+            || self.accepted.borrow().contains(&pair)
     }
 
     /// Panics unless `stream` is one of this capture's streams: a view used on another stream

@@ -313,7 +313,8 @@ macro_rules! capture_operands {
                 ($($o::view(&mut aliases.$i, cap),)*)
             }
             fn listed(&self, aliases: &mut Self::Aliases, stream: &CudaStream) -> Vec<Listed> {
-                let mut listed = Vec::new();
+                // One allocation of the operands' number, not a growth from empty.
+                let mut listed = Vec::with_capacity([$($i),*].len());
                 $(listed.extend(self.$i.listed(&mut aliases.$i, stream));)*
                 listed
             }
