@@ -17,6 +17,7 @@
 //   mtail   as execs, the memset between boundary and check_finite
 //   pexecs  as execs, the kernel-to-kernel edges programmatic (port LAUNCH_ORDER, graph!'s)
 //   pchain  as chain, the kernel-to-kernel edges programmatic
+//   pjoin   as pexecs, but the edge into check_finite (which joins the memset's branch) plain
 //
 //   nvcc -O2 -arch=sm_90 -o heat_floor examples/probes/heat_floor.cu -lcuda && ./heat_floor
 #include <cuda.h>
@@ -128,7 +129,7 @@ static void dep(cudaGraph_t g, cudaGraphNode_t from, cudaGraphNode_t to, bool pr
 
 // Where the flag's memset sits: beside the stencil (graph!'s dependencies: check_finite after
 // both), first in the chain, or between boundary and check_finite.
-enum Topo { FORK, CHAIN, MTAIL };
+enum Topo { FORK, CHAIN, MTAIL, FORK_PLAIN_JOIN };
 
 // The step as a graph, memsets as memset nodes or as fill kernels, kernel-to-kernel edges plain
 // or programmatic.
@@ -170,6 +171,10 @@ static Built build(int w, bool res, bool kernel_memset, Topo topo = FORK, bool p
         dep(g, ms, b.cf, false);
         dep(g, b.bd, b.cf, prog);
         break;
+    case FORK_PLAIN_JOIN:
+        dep(g, ms, b.cf, false);
+        dep(g, b.bd, b.cf, false);
+        break;
     case CHAIN:
         dep(g, ms, b.st, false);
         dep(g, b.bd, b.cf, prog);
@@ -204,8 +209,8 @@ int main() {
     CK(cudaMalloc(&flags, 4));
     CK(cudaMalloc(&r, 4));
     CK(cudaMallocHost(&host_r, 4));
-    // [variant][w][residual]: execs, kexecs, chain, mtail, pexecs, pchain
-    const int VARIANTS = 6;
+    // [variant][w][residual]: execs, kexecs, chain, mtail, pexecs, pchain, pjoin
+    const int VARIANTS = 7;
     Built execs[VARIANTS][2][2];
     for (int w = 0; w < 2; w++)
         for (int res = 0; res < 2; res++) {
@@ -215,13 +220,14 @@ int main() {
             execs[3][w][res] = build(w, res, false, MTAIL);
             execs[4][w][res] = build(w, res, false, FORK, true);
             execs[5][w][res] = build(w, res, false, CHAIN, true);
+            execs[6][w][res] = build(w, res, false, FORK_PLAIN_JOIN, true);
         }
     // Mode set's own execs (its updates must not change the other modes').
     Built sets[2] = {build(0, false, false), build(0, true, false)};
     Built gsets[2] = {build(0, false, false), build(0, true, false)};
     const int steps = 1000;
-    const int MODES = 9;
-    const char *names[] = {"eager", "set", "execs", "kexecs", "gset", "chain", "mtail", "pexecs", "pchain"};
+    const int MODES = 10;
+    const char *names[] = {"eager", "set", "execs", "kexecs", "gset", "chain", "mtail", "pexecs", "pchain", "pjoin"};
     auto step = [&](int mode, int i) {
         int w = i % 2;
         bool res = i % EVERY == 0;
@@ -261,6 +267,7 @@ int main() {
         case 6:
         case 7:
         case 8:
+        case 9:
             CK(cudaGraphLaunch(execs[mode - 3][w][res].exec, s));
             break;
         case 4: {

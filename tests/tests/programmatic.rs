@@ -535,3 +535,66 @@ fn programmatic_kernels_inside_a_device_while_body() -> Result<()> {
     assert!(results.windows(2).all(|w| w[0] == w[1]), "graph, plain edges and eager agree");
     Ok(())
 }
+
+/// A memset beside a chain of programmatic kernels, joined at the last one (`heat`'s step until
+/// session 26): memset(c) beside step(a -> b) -> scale(b), then step(b -> c) after both (it
+/// reads b, and overwrites what the memset wrote). The last kernel joins a plain edge, so its
+/// edge from scale(b) is plain too: one programmatic edge, step(a -> b) -> scale(b). The
+/// memset's edge orders it: run after the step it would leave c all 7.
+fn memset_joined(
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    k: &Pdl,
+    v: u32,
+    [a, b, c]: &mut [CudaSlice<u32>; 3],
+    cf: LaunchConfig,
+) -> Result<()> {
+    graph!(cache, stream, {
+        memset(&mut *c, 7u32);
+        k.step(N, SPINS, v, &*a, &mut *b).launch(cf);
+        k.scale(N, 3, v, &mut *b).launch(cf);
+        k.step(N, SPINS, v + 1, &*b, &mut *c).launch(cf);
+    })
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_programmatic_kernel_joining_a_memset_s_branch_gets_plain_edges() -> Result<()> {
+    let s = setup()?;
+    let stream = &s.stream;
+    let mut results = Vec::new();
+    for how in HOWS {
+        let mut cache = cache(how);
+        let mut bufs = [1, 2, 3].map(|i| upload(stream, &start(20 + i)));
+        let ma = start(21);
+        for (call, v) in [4u32, 5, 5].into_iter().enumerate() {
+            memset_joined(&mut cache, stream, &s.k, v, &mut bufs, cfg(256))?;
+            let mut mb = model::step(v, &ma);
+            model::scale(3, v, &mut mb);
+            let mc = model::step(v + 1, &mb);
+            let what = format!("{how:?} call {call}");
+            assert_eq!(host(stream, &bufs[1]), mb, "{what}: b");
+            assert_eq!(host(stream, &bufs[2]), mc, "{what}: c");
+        }
+        check_stats(&cache.stats(), how, s.supported, 1, 1);
+        if how != How::Eager {
+            assert_eq!(sorted(cache.driver_edges()?), sorted(cache.edges()), "{how:?}");
+        }
+        if how == How::Graph {
+            let p = if s.supported { EdgeKind::Programmatic } else { EdgeKind::Plain };
+            let plain = EdgeKind::Plain;
+            // Nodes: 0 memset, 1 step(a -> b), 2 scale(b), 3 step(b -> c).
+            assert_eq!(
+                sorted(cache.edges()),
+                sorted(vec![(0, 3, plain), (1, 2, p), (2, 3, plain)])
+            );
+            let plan = cache.plan().expect("a graph! ran");
+            let declared = plan.edge_kinds(|name| Pdl::PROGRAMMATIC.contains(&name));
+            let want = [(0, 3, plain), (1, 2, EdgeKind::Programmatic), (2, 3, plain)];
+            assert_eq!(sorted(declared), sorted(want.to_vec()));
+        }
+        results.push(bufs.map(|b| host(stream, &b)));
+    }
+    assert!(results.windows(2).all(|w| w[0] == w[1]), "graph, plain edges and eager agree");
+    Ok(())
+}

@@ -198,7 +198,8 @@ pub(super) struct Built {
     /// were added with: those the nodes declare ([`edge_kind`]) where the [`Pdl`] passed to
     /// [`build`] allows programmatic edges, else plain.
     pub(super) edges: Vec<(u32, u32, EdgeKind)>,
-    /// How many edges the nodes declare programmatic (added so or not).
+    /// How many edges the nodes declare programmatic, less those made plain into a join with a
+    /// plain edge (see `EdgeKind`): added so, or plain where the device or driver lacks it.
     pub(super) declared: u64,
 }
 
@@ -215,7 +216,8 @@ pub(crate) struct Pdl {
 /// graph. Each edge from a kernel node into a programmatic kernel's node of the same device is
 /// a programmatic edge ([`raw::PROGRAMMATIC_EDGE`]) where `pdl` allows (the device supports it
 /// and the cache uses it; inside bodies, the driver too): in the top graph and inside bodies
-/// alike (an edge never joins two graphs). Every other edge is plain. First creates one
+/// alike (an edge never joins two graphs), unless that kernel also has a plain edge into it
+/// (then all its edges are plain, see [`EdgeKind`]). Every other edge is plain. First creates one
 /// conditional handle per
 /// condition slot of the present conditional nodes (`cuGraphConditionalHandleCreate`),
 /// returned by slot. On error the partial graph is destroyed.
@@ -238,11 +240,16 @@ pub(super) fn build(
         if on(a) == on(b) { edge_kind(end(a), end(b)) } else { EdgeKind::Plain }
     };
     let allowed = |b: u32| if shape.parent(b as usize).is_none() { pdl.top } else { pdl.bodies };
+    // A programmatic kernel that joins a plain edge gets plain edges only (see `EdgeKind`):
+    // decided on the declared kinds, so that a device without programmatic edges counts as
+    // fallbacks only the edges one with them would have made.
+    let mut kinds: Vec<(u32, u32, EdgeKind)> =
+        shape.edges(&present).into_iter().map(|(a, b)| (a, b, declared(a, b))).collect();
+    crate::plan::plain_into_mixed_joins(&mut kinds);
     let mut count = 0;
-    let edges: Vec<(u32, u32, EdgeKind)> = shape
-        .edges(&present)
+    let edges: Vec<(u32, u32, EdgeKind)> = kinds
         .into_iter()
-        .map(|(a, b)| match declared(a, b) {
+        .map(|(a, b, kind)| match kind {
             EdgeKind::Programmatic => {
                 count += 1;
                 (a, b, if allowed(b) { EdgeKind::Programmatic } else { EdgeKind::Plain })

@@ -215,7 +215,8 @@ pub struct Stats {
     /// `device_while`/`device_if`/`device_switch`, the driver is older than CUDA 13.0 (the
     /// driver they were measured with). Not an error: the graph computes the
     /// same, with plain edges' launch cost. (Edges made plain by
-    /// [`GraphCache::set_programmatic`]`(false)` are not counted.)
+    /// [`GraphCache::set_programmatic`]`(false)`, or because a plain edge joins their kernel,
+    /// see [`EdgeKind`], are not counted.)
     pub programmatic_fallbacks: u64,
     /// Pairs of contexts (devices) whose peer access the cache enabled, both ways
     /// (`cuCtxEnablePeerAccess`), for copies between them: once per pair and cache.

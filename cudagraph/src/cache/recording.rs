@@ -757,7 +757,9 @@ impl Recording {
         };
         let kind = |a: u32, b: u32| edge_kind(end(a), end(b));
         let edges = self.edges(&vec![true; self.nodes.len()]);
-        edges.into_iter().map(|(a, b)| (a, b, kind(a, b))).collect()
+        let mut edges: Vec<_> = edges.into_iter().map(|(a, b)| (a, b, kind(a, b))).collect();
+        crate::plan::plain_into_mixed_joins(&mut edges);
+        edges
     }
 
     pub(crate) fn kernel_views(&self) -> impl Iterator<Item = KernelView<'_>> {

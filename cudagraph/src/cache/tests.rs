@@ -967,6 +967,64 @@ fn only_edges_from_a_kernel_into_a_programmatic_kernel_are_programmatic() {
     assert_eq!(cache.stats().programmatic_edges, 0);
 }
 
+/// `heat`'s step with its flag's memset beside the stencil (`fork`: n0 memset of place 3; n1
+/// stencil reads 0, writes 1; n2 boundary writes 1; n3 check reads 1, writes 3), or first in
+/// the chain (n1 also `.after(n0)`), every kernel programmatic.
+fn heat_plan(chain: bool) -> &'static Plan {
+    let (r, w) = (|p| Access { place: p, write: false }, |p| Access { place: p, write: true });
+    let stencil = plan_node(NodeKind::Kernel("stencil"), vec![r(0), w(1)], "");
+    let nodes = vec![
+        plan_node(NodeKind::Memset, vec![w(3)], ""),
+        if chain { PlanNode { after: &[0], ..stencil } } else { stencil },
+        plan_node(NodeKind::Kernel("boundary"), vec![w(1)], ""),
+        plan_node(NodeKind::Kernel("check"), vec![r(1), w(3)], ""),
+    ];
+    leak_plan(nodes, 4, 0)
+}
+
+#[test]
+fn a_programmatic_kernel_joining_a_memset_s_branch_gets_plain_edges_only() {
+    let (p, plain) = (EdgeKind::Programmatic, EdgeKind::Plain);
+    let (m, s, b, c) = (memset(0), pk(1, 0xa0), pk(2, 0xb0), pk(3, 0xc0));
+    let nodes = [
+        Some(NodeParams::Memset(&m)),
+        Some(NodeParams::Kernel(&s as &dyn KernelNode)),
+        Some(NodeParams::Kernel(&b)),
+        Some(NodeParams::Kernel(&c)),
+    ];
+    // The memset beside the stencil: the check joins its branch, so boundary -> check is plain
+    // (made so by choice: neither made programmatic nor a fallback).
+    let mock = Mock::default();
+    let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    let fork = heat_plan(false);
+    let sorted = |mut e: Vec<(u32, u32, EdgeKind)>| {
+        e.sort_unstable_by_key(|e| (e.0, e.1));
+        e
+    };
+    cache.run_raw(fork, 0, (CTX, None), STREAM, &nodes).unwrap();
+    assert_eq!(sorted(cache.edges()), [(0, 3, plain), (1, 2, p), (2, 3, plain)]);
+    let calls = mock.calls();
+    assert_eq!(calls.iter().filter(|c| c.contains("programmatic")).count(), 1, "{calls:?}");
+    let st = cache.stats();
+    assert_eq!((st.programmatic_edges, st.programmatic_fallbacks), (1, 0), "{st:?}");
+    // The plan alone says the same.
+    assert_eq!(sorted(fork.edge_kinds(|_| true)), sorted(cache.edges()));
+    // The memset first in the chain: nothing joins, both kernel edges programmatic.
+    let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    let chain = heat_plan(true);
+    cache.run_raw(chain, 0, (CTX, None), STREAM, &nodes).unwrap();
+    assert_eq!(sorted(cache.edges()), [(0, 1, plain), (1, 2, p), (2, 3, p)]);
+    let st = cache.stats();
+    assert_eq!((st.programmatic_edges, st.programmatic_fallbacks), (2, 0), "{st:?}");
+    assert_eq!(sorted(chain.edge_kinds(|_| true)), sorted(cache.edges()));
+    // Without device support the fork's one declared programmatic edge is a fallback.
+    let mut cache = GraphCache::with_driver(mock.clone(), 8);
+    cache.limits = Some(limits(false));
+    cache.run_raw(fork, 0, (CTX, None), STREAM, &nodes).unwrap();
+    let st = cache.stats();
+    assert_eq!((st.programmatic_edges, st.programmatic_fallbacks), (0, 1), "{st:?}");
+}
+
 #[test]
 fn programmatic_nodes_update_in_place() {
     let (mock, mut cache, plan) = setup();
