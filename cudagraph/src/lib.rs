@@ -306,7 +306,8 @@ pub use session::{Capture, CaptureSlice, CaptureSliceMut, CaptureView, Kept};
 ///
 /// Edges from a kernel node into the node of a kernel declared `#[programmatic]` in
 /// [`kernels!`] are programmatic edges ([`EdgeKind`]): that kernel may start before the kernel
-/// it depends on finished, and waits for it in its own code.
+/// it depends on finished, and waits for it in its own code (unless a plain edge, from a node
+/// that is not a kernel, joins it too: then its edges are all plain).
 ///
 /// Every place of the body is borrowed (and synchronized with cudarc's events) once per call,
 /// including places used only in branches not taken. Limits: 16 kernel parameters, 64 host `if`s,
@@ -374,7 +375,9 @@ pub use cudagraph_macros::graph;
 /// [`GraphBuilder`], is a programmatic edge (programmatic dependent launch, [`EdgeKind`]): the
 /// kernel may start while the kernel before it still runs, which cuts the launch latency of a
 /// chain of dependent kernels (0.41 µs instead of 0.73 µs per node on an H200). Edges from other
-/// nodes (copies, memsets, captured work, device control flow) stay plain; inside the body of
+/// nodes (copies, memsets, captured work, device control flow) stay plain, and a kernel that
+/// such a plain edge joins gets plain edges only (a join of both kinds measured slower than
+/// all plain, [`EdgeKind`]); inside the body of
 /// a `device_while`/`device_if`/`device_switch` the same rule holds (with a driver of CUDA 13.0
 /// or later; older ones get plain edges there). On devices before compute capability 9.0 or
 /// drivers before CUDA 12.3 every edge is plain ([`Stats::programmatic_fallbacks`]), never an
