@@ -88,6 +88,8 @@ pub struct Capture {
     /// The first driver error after an explicit node was added (its successors could not be
     /// set): the recording is unusable and the capture fails with this error.
     pub(crate) broken: OnceLock<CudaError>,
+    /// [`Self::home`]'s stream when not capturing, made on first use.
+    eager_home: std::cell::OnceCell<Arc<CudaStream>>,
     _thread: CapturingThreadOnly,
 }
 
@@ -163,6 +165,7 @@ impl Capture {
             id,
             sequence,
             broken: OnceLock::new(),
+            eager_home: std::cell::OnceCell::new(),
             _thread: CapturingThreadOnly(PhantomData),
         };
         // Eagerly every other stream the closure may use its views on (a fork, a joined
@@ -325,8 +328,13 @@ impl Capture {
         Ok(Kept { index: list.len() - 1, capture: self.id, _elem: PhantomData })
     }
 
-    /// A non-capturing stream for [`DeviceSlice::stream`] of a view: the call's stream for an
-    /// operand of its context.
+    /// A non-capturing stream for [`DeviceSlice::stream`] of a view, of the call's context,
+    /// for an operand of that context: while capturing the call's stream (not part of the
+    /// capture unless joined); eagerly, where the call's stream is the capture's, this thread's
+    /// [`eager_home`] stream of the context, which no capture accepts. (cudarc's
+    /// `memcpy_dtod` from a view into another context's buffer takes the view's address with
+    /// this stream and enqueues the copy on the other context's stream, unordered with the
+    /// view's later users: with the call's stream it passed the view check eagerly; review 26.)
     #[track_caller]
     fn home(&self, ctx: CUcontext) -> &Arc<CudaStream> {
         assert!(
@@ -334,7 +342,14 @@ impl Capture {
             "`DeviceSlice::stream` of a capture's view of another device's operand: use the \
              `Capture`'s own methods for it"
         );
-        &self.user
+        if self.capturing {
+            return &self.user;
+        }
+        self.eager_home.get_or_init(|| {
+            eager_home(self.user.context()).unwrap_or_else(|e| {
+                panic!("`DeviceSlice::stream` of a capture's view: no stream made ({e})")
+            })
+        })
     }
 
     /// Records every alias's read and write events on the stream, first thing, when capturing:
@@ -1143,10 +1158,21 @@ pub(crate) mod imp {
                 // As `leak` would: the stream waits for the closure's work on the alias on
                 // other streams (cudarc's events of the view).
                 let s = DeviceSlice::stream(slice.get());
-                for e in [listed.read_event, listed.write_event].into_iter().flatten() {
-                    // SAFETY: the alias's event, alive (the alias holds it); its stream alive.
-                    let r = unsafe { raw::wait_event(s.cu_stream(), e) };
-                    s.context().record_err(r);
+                // Its context current first: a per-thread or legacy default stream's handle
+                // names the current context's stream, and another context may be current here
+                // (the closure's last call, or the `leak` of an alias of another device that an
+                // earlier drop evicted from the pool; review 26).
+                match s.context().bind_to_thread() {
+                    Ok(()) => {
+                        for e in [listed.read_event, listed.write_event].into_iter().flatten() {
+                            // SAFETY: the alias's event, alive (the alias holds it); its
+                            // stream alive, its context current.
+                            let r = unsafe { raw::wait_event(s.cu_stream(), e) };
+                            s.context().record_err(r);
+                        }
+                    }
+                    // The context is unusable: its sticky error fails the call's next step.
+                    Err(e) => s.context().record_err(Err::<(), _>(e)),
                 }
             }
             let any: Box<dyn core::any::Any> = slice;
@@ -1219,6 +1245,26 @@ pub(crate) fn origin_stream(ctx: &Arc<CudaContext>) -> Result<CaptureOrigin, Dri
             join: Arc::new(ctx.new_event(flags)?),
         };
         o.push(s.clone());
+        Ok(s)
+    })
+}
+
+/// This thread's stream of `ctx`'s context for [`DeviceSlice::stream`] of a view of an eager
+/// capture closure ([`Capture::home`]): made once per thread and context with `new_stream`,
+/// kept for the thread's life, and never accepted by a capture nor used by the crate. Safe code
+/// may hold it: to it, it is a stream like any other.
+fn eager_home(ctx: &Arc<CudaContext>) -> Result<Arc<CudaStream>, DriverError> {
+    thread_local! {
+        static HOMES: std::cell::RefCell<Vec<Arc<CudaStream>>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    HOMES.with(|h| {
+        let mut h = h.borrow_mut();
+        if let Some(s) = h.iter().find(|s| s.context().cu_ctx() == ctx.cu_ctx()) {
+            return Ok(s.clone());
+        }
+        let s = ctx.new_stream()?;
+        h.push(s.clone());
         Ok(s)
     })
 }
