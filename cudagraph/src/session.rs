@@ -345,8 +345,10 @@ impl Capture {
         if self.capturing {
             return &self.user;
         }
+        // One this capture does not accept (an eager call may be made on a home stream that
+        // safe code kept from an earlier call's view: review 26b); `join_in` then refuses it.
         self.eager_home.get_or_init(|| {
-            eager_home(self.user.context()).unwrap_or_else(|e| {
+            eager_home(self.user.context(), |s| self.accepts(s)).unwrap_or_else(|e| {
                 panic!("`DeviceSlice::stream` of a capture's view: no stream made ({e})")
             })
         })
@@ -419,6 +421,13 @@ impl Capture {
                        capture's; the check";
             return Err(err(why, DriverError(CUresult::CUDA_ERROR_NOT_SUPPORTED)));
         }
+        let pair = |s: &CudaStream| (s.cu_stream(), s.context().cu_ctx());
+        if self.eager_home.get().is_some_and(|h| pair(h) == pair(other)) {
+            let why = "Capture::fork, not done: the stream is the one the views' \
+                       `DeviceSlice::stream` gave, which never joins (cudarc takes a view's \
+                       address with it for work it enqueues on other streams); the check";
+            return Err(err(why, DriverError(CUresult::CUDA_ERROR_INVALID_VALUE)));
+        }
         self.join_in(other).map_err(|e| err("cuEventRecord / cuStreamWaitEvent (Capture::fork)", e))
     }
 
@@ -426,6 +435,12 @@ impl Capture {
     /// and is accepted for the closure's views from then on; the capture's context is current
     /// again after. The work of [`fork`](Self::fork) and of [`stream`](Self::stream).
     fn join_in(&self, other: &CudaStream) -> Result<(), DriverError> {
+        // The stream the views' `DeviceSlice::stream` gave (`home`) never joins: cudarc takes a
+        // view's address with it for work it enqueues on another stream.
+        let pair = |s: &CudaStream| (s.cu_stream(), s.context().cu_ctx());
+        if self.eager_home.get().is_some_and(|h| pair(h) == pair(other)) {
+            return Err(DriverError(CUresult::CUDA_ERROR_INVALID_VALUE));
+        }
         let r = origin_stream(self.stream.context())
             .and_then(|here| order_streams(&self.stream, here.fork_event(), other));
         let _ = self.stream.context().bind_to_thread();
@@ -1249,18 +1264,23 @@ pub(crate) fn origin_stream(ctx: &Arc<CudaContext>) -> Result<CaptureOrigin, Dri
     })
 }
 
-/// This thread's stream of `ctx`'s context for [`DeviceSlice::stream`] of a view of an eager
-/// capture closure ([`Capture::home`]): made once per thread and context with `new_stream`,
-/// kept for the thread's life, and never accepted by a capture nor used by the crate. Safe code
-/// may hold it: to it, it is a stream like any other.
-fn eager_home(ctx: &Arc<CudaContext>) -> Result<Arc<CudaStream>, DriverError> {
+/// A stream of `ctx`'s context for [`DeviceSlice::stream`] of a view of an eager capture
+/// closure ([`Capture::home`]) that the capture does not accept (`accepted`): one of this
+/// thread's home streams of the context, made with `new_stream` when none is free (one, unless
+/// a call is made on a home stream or joins one), kept for the thread's life, and never used
+/// by the crate otherwise. Safe code may hold one: to it, it is a stream like any other.
+fn eager_home(
+    ctx: &Arc<CudaContext>,
+    accepted: impl Fn(&CudaStream) -> bool,
+) -> Result<Arc<CudaStream>, DriverError> {
     thread_local! {
         static HOMES: std::cell::RefCell<Vec<Arc<CudaStream>>> =
             const { std::cell::RefCell::new(Vec::new()) };
     }
     HOMES.with(|h| {
         let mut h = h.borrow_mut();
-        if let Some(s) = h.iter().find(|s| s.context().cu_ctx() == ctx.cu_ctx()) {
+        let free = h.iter().find(|s| s.context().cu_ctx() == ctx.cu_ctx() && !accepted(s));
+        if let Some(s) = free {
             return Ok(s.clone());
         }
         let s = ctx.new_stream()?;
