@@ -245,9 +245,10 @@ impl Plan {
     /// plan knows kernels by name only, e.g. `|k| Heat::PROGRAMMATIC.contains(&k)`), inside
     /// device control flow bodies too (there with a driver of CUDA 13.0 or later). The plan
     /// does not know devices: an edge between kernels of two devices, which this marks
-    /// programmatic, is built plain. A programmatic kernel with an edge from a node that is not
-    /// a kernel gets plain edges only ([`EdgeKind`]), decided here over the edges of every
-    /// variant: a variant without that node's edge builds the others programmatic. Needs no
+    /// programmatic, is built plain, and so are the other edges into its kernel. A programmatic
+    /// kernel with an edge from a node that is not a kernel gets plain edges only
+    /// ([`EdgeKind`]), decided here over the edges of every variant: a variant without that
+    /// node's edge builds the others programmatic. Needs no
     /// GPU. The kinds of the edges a cache built are
     /// [`GraphCache::edges`](crate::GraphCache::edges).
     pub fn edge_kinds(&self, programmatic: impl Fn(&str) -> bool) -> Vec<(u32, u32, EdgeKind)> {
