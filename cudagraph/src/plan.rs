@@ -65,7 +65,7 @@ pub enum NodeKind {
 /// kernel of another device, a join of branches of both kinds, gets plain edges from its
 /// kernels too (counted in neither [`Stats::programmatic_edges`](crate::Stats::programmatic_edges)
 /// nor the fallbacks). On the H200 (driver 580), `heat`'s step with its flag's memset beside the
-/// stencil, joined at the check, ran 1.16–1.25× slower with programmatic edges than with plain
+/// stencil, joined at the check, ran 1.12–1.26× slower with programmatic edges than with plain
 /// ones, and 0.99–1.03× with that join's edge plain (`examples/probes/heat_floor.cu`, modes
 /// pexecs, execs and pjoin).
 ///

@@ -330,8 +330,9 @@ impl Capture {
 
     /// A non-capturing stream for [`DeviceSlice::stream`] of a view, of the call's context,
     /// for an operand of that context: while capturing the call's stream (not part of the
-    /// capture unless joined); eagerly, where the call's stream is the capture's, this thread's
-    /// [`eager_home`] stream of the context, which no capture accepts. (cudarc's
+    /// capture unless joined); eagerly, where the call's stream is the capture's, one of this
+    /// thread's [`eager_home`] streams of the context that this capture does not accept, which
+    /// [`fork`](Self::fork) then refuses. (cudarc's
     /// `memcpy_dtod` from a view into another context's buffer takes the view's address with
     /// this stream and enqueues the copy on the other context's stream, unordered with the
     /// view's later users: with the call's stream it passed the view check eagerly; review 26.)
