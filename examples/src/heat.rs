@@ -43,9 +43,10 @@ const SOURCE: &str = include_str!("../kernels/heat.cu");
 /// default, [`GraphCache::set_execs_per_variant`]: a memo hit launches the exec holding the
 /// step's pointers and sends nothing), or keeps one exec per variant and updates the stencil's,
 /// boundary's and check's pointers in place every step (`set_execs_per_variant(1)`). The run
-/// times the other choice too: on the H200 updating in place was 1.11–1.25× slower in ten runs
-/// of twelve and 0.91–0.94× in two, where the host was fast enough to hide the changed call's
-/// host work (2026-12-04, docs/performance.md): the memo loses less.
+/// times the other choice too: on the H200 updating in place took 0.98–1.33× the memo's step
+/// time (about 1.0 where the host was fast enough to hide the changed call's host work, up to
+/// 1.33× where it was not; heat as one chain, 2026-12-04, docs/performance.md): the memo loses
+/// less.
 const HEAT_MEMO: bool = true;
 
 /// Whether heat's graph has programmatic edges between its kernels (`GraphCache`'s default on
