@@ -23,7 +23,9 @@
 //! - `review26_pool_keyed_by_event_tracking_across_toggles`
 //! - `review26_nested_calls_on_a_forked_stream_and_in_a_nested_capture`
 //!
-//! Holes, expected to FAIL (by reading the code, and host side on the CPU stub driver), one GPU:
+//! Holes found (by reading the code, and host side on the CPU stub driver), fixed in session 26
+//! (85fa215; the tests now pass on the H200, and 4 of them failed on the session-start code:
+//! these three and `review26_eager_view_s_own_stream_is_refused_as_in_graph_mode`), one GPU:
 //! a second `CUcontext` of the same GPU is one safe call away (`CudaContext::new_non_primary`,
 //! cudarc with `cuda-13000`, the crate's default); on two GPUs the same with device 1
 //! (`--features multi-gpu`, `review26_multi_gpu_*`).
@@ -37,13 +39,17 @@
 //!   the alias before evicted a pooled alias of that context, whose `leak` binds it), the wait
 //!   lands on that context's stream and the call's stream is not ordered after the forked work.
 //!   Traced on the stub (a copy that logs the current context at each wait): the four waits of
-//!   the pooled aliases go to `0x2` with the other context current.
+//!   the pooled aliases go to `0x2` with the other context current. Fixed: `Alias::drop` makes
+//!   the stream's context current first.
 //! - `review26_hole_eager_view_read_by_cudarcs_cross_context_copy_is_unordered`: eagerly,
 //!   `s2.memcpy_dtod(&view, &mut e2)` with `s2`/`e2` of another context takes cudarc's
 //!   cross-context branch, which takes the source's pointer for `src.stream()` (a view's
 //!   `DeviceSlice::stream`: the call's stream, eagerly the capture's own, accepted) and enqueues
 //!   the copy on `s2`, ordered before nothing that follows: the listed operand is read on an
-//!   unaccepted stream, racing its next writer (or its free). Fails host side on the stub too.
+//!   unaccepted stream, racing its next writer (or its free). Failed host side on the stub too.
+//!   Fixed: eagerly a view's `DeviceSlice::stream` is a stream the capture does not accept, and
+//!   the copy panics at the view check (also
+//!   `review26_eager_view_s_own_stream_is_refused_as_in_graph_mode`).
 //!
 //! Host-side parts also run on the CPU stub driver (values are not compared there):
 //! `REVIEW17_STUB=1 LD_LIBRARY_PATH=$PWD/target/stub-driver cargo test -p cudagraph-tests --test
@@ -59,6 +65,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use common::review17::{assert_same, stub};
+use common::review26::{REFUSED, non_primary, panic_text};
 use common::{Result, fresh_thread, host, launch, load, serial};
 use cudagraph::cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, DeviceSlice, DriverError, LaunchConfig, PushKernelArg,
@@ -77,17 +84,6 @@ fn cfg() -> LaunchConfig {
 fn input(r: u32) -> Vec<u32> {
     host::iota(N, 2_654_435_761, r.wrapping_mul(977).wrapping_add(26))
 }
-
-/// The text of a caught panic.
-fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
-    match p.downcast::<String>() {
-        Ok(s) => *s,
-        Err(p) => p.downcast_ref::<&str>().map(|s| s.to_string()).unwrap_or_default(),
-    }
-}
-
-/// What the view check panics with.
-const REFUSED: &str = "not part of the capture";
 
 /// One use of a closure's views with safe cudarc on `st`.
 #[derive(Clone, Copy, Debug)]
@@ -804,17 +800,6 @@ fn review26_nested_calls_on_a_forked_stream_and_in_a_nested_capture() -> Result 
         a.check_err()?;
         Ok(())
     })
-}
-
-/// The second context of the hole tests: a non-primary context of device 0
-/// (`CudaContext::new_non_primary`, safe; another `CUcontext` of the same GPU), or device 1.
-/// (On the CPU stub driver, which has no `cuCtxCreate_v4`, another `CudaContext::new(0)`: each
-/// has a context of its own there.)
-fn non_primary() -> Result<Arc<CudaContext>> {
-    if stub() {
-        return Ok(CudaContext::new(0)?);
-    }
-    Ok(CudaContext::new_non_primary(0, 0)?)
 }
 
 /// Devices 0 and 1 (a panic saying how many GPUs there are otherwise).

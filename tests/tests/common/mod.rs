@@ -351,6 +351,36 @@ pub mod review17 {
     }
 }
 
+/// What reviews 26 and 26b (`review_session26.rs`, `review_session26b.rs`) share.
+pub mod review26 {
+    use std::sync::Arc;
+
+    use cudagraph::cudarc::driver::CudaContext;
+
+    use super::Result;
+    use super::review17::stub;
+
+    /// What the view check of a capture closure panics with.
+    pub const REFUSED: &str = "not part of the capture";
+
+    /// The text of a caught panic.
+    pub fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+        match p.downcast::<String>() {
+            Ok(s) => *s,
+            Err(p) => p.downcast_ref::<&str>().map(|s| s.to_string()).unwrap_or_default(),
+        }
+    }
+
+    /// A second `CUcontext` of device 0 (a non-primary context; on the CPU stub driver, whose
+    /// every `CudaContext::new` is a context of its own, another object).
+    pub fn non_primary() -> Result<Arc<CudaContext>> {
+        if stub() {
+            return Ok(CudaContext::new(0)?);
+        }
+        Ok(CudaContext::new_non_primary(0, 0)?)
+    }
+}
+
 /// Session 18's run of 8 kernels over an array (`guard_words.rs`, `review_session18.rs`): each
 /// element of `bufs` written in place by one iteration of an unrolled `for`, an indexed run.
 pub mod run8 {
