@@ -198,11 +198,8 @@ impl Capture {
 
     /// Whether the closure's views may be used on `stream` (one of this capture's streams).
     fn accepts(&self, stream: &CudaStream) -> bool {
-        // The stream with its context: a per-thread default stream (`CU_STREAM_PER_THREAD`) is
-        // one handle for every context.
-        let pair = (stream.cu_stream(), stream.context().cu_ctx());
-        pair == (self.stream.cu_stream(), self.stream.context().cu_ctx())
-            || self.accepted.borrow().contains(&pair)
+        let id = stream_id(stream);
+        id == stream_id(&self.stream) || self.accepted.borrow().contains(&id)
     }
 
     /// Panics unless `stream` is one of this capture's streams: a view used on another stream
@@ -222,8 +219,7 @@ impl Capture {
     /// ([`fork`](Self::fork), or a helper of another device): the closure's work on the views
     /// may then be on it.
     pub(crate) fn forked(&self) -> bool {
-        let pair = |s: &CudaStream| (s.cu_stream(), s.context().cu_ctx());
-        let own = [pair(&self.stream), pair(&self.user)];
+        let own = [stream_id(&self.stream), stream_id(&self.user)];
         self.accepted.borrow().iter().any(|p| !own.contains(p))
     }
 
@@ -347,7 +343,7 @@ impl Capture {
             return &self.user;
         }
         // One this capture does not accept (an eager call may be made on a home stream that
-        // safe code kept from an earlier call's view: review 26b); `join_in` then refuses it.
+        // safe code kept from an earlier call's view: review 26b); `fork` then refuses it.
         self.eager_home.get_or_init(|| {
             eager_home(self.user.context(), |s| self.accepts(s)).unwrap_or_else(|e| {
                 panic!("`DeviceSlice::stream` of a capture's view: no stream made ({e})")
@@ -422,8 +418,9 @@ impl Capture {
                        capture's; the check";
             return Err(err(why, DriverError(CUresult::CUDA_ERROR_NOT_SUPPORTED)));
         }
-        let pair = |s: &CudaStream| (s.cu_stream(), s.context().cu_ctx());
-        if self.eager_home.get().is_some_and(|h| pair(h) == pair(other)) {
+        // The stream the views' `DeviceSlice::stream` gave (`home`) never joins. (`fork` is the
+        // only way it could: `stream` joins the call's stream, which `home` never gives.)
+        if self.eager_home.get().is_some_and(|h| stream_id(h) == stream_id(other)) {
             let why = "Capture::fork, not done: the stream is the one the views' \
                        `DeviceSlice::stream` gave, which never joins (cudarc takes a view's \
                        address with it for work it enqueues on other streams); the check";
@@ -436,17 +433,11 @@ impl Capture {
     /// and is accepted for the closure's views from then on; the capture's context is current
     /// again after. The work of [`fork`](Self::fork) and of [`stream`](Self::stream).
     fn join_in(&self, other: &CudaStream) -> Result<(), DriverError> {
-        // The stream the views' `DeviceSlice::stream` gave (`home`) never joins: cudarc takes a
-        // view's address with it for work it enqueues on another stream.
-        let pair = |s: &CudaStream| (s.cu_stream(), s.context().cu_ctx());
-        if self.eager_home.get().is_some_and(|h| pair(h) == pair(other)) {
-            return Err(DriverError(CUresult::CUDA_ERROR_INVALID_VALUE));
-        }
         let r = origin_stream(self.stream.context())
             .and_then(|here| order_streams(&self.stream, here.fork_event(), other));
         let _ = self.stream.context().bind_to_thread();
         r?;
-        self.accepted.borrow_mut().push((other.cu_stream(), other.context().cu_ctx()));
+        self.accepted.borrow_mut().push(stream_id(other));
         Ok(())
     }
 
@@ -1263,6 +1254,12 @@ pub(crate) fn origin_stream(ctx: &Arc<CudaContext>) -> Result<CaptureOrigin, Dri
         o.push(s.clone());
         Ok(s)
     })
+}
+
+/// What identifies a stream for [`Capture::accepts`]: its handle with its context (a per-thread
+/// default stream, `CU_STREAM_PER_THREAD`, is one handle for every context).
+pub(crate) fn stream_id(s: &CudaStream) -> (sys::CUstream, CUcontext) {
+    (s.cu_stream(), s.context().cu_ctx())
 }
 
 /// A stream of `ctx`'s context for [`DeviceSlice::stream`] of a view of an eager capture

@@ -737,7 +737,7 @@ impl<'a, H: CaptureOperands, F, K> CaptureParams<'a, H, F, K> {
         let mut aliases = unsafe { self.handles.aliases(work, &streams, eager) };
         let listed = self.handles.listed(&mut aliases, work);
         let on: Vec<(sys::CUstream, sys::CUcontext)> =
-            streams.iter().map(|h| (h.cu_stream(), h.context().cu_ctx())).collect();
+            streams.iter().map(|h| crate::session::stream_id(h)).collect();
         let (id, capturing) = (next_capture_id(), origin.is_some());
         let cap = Capture::new(work.clone(), self.stream.clone(), capturing, listed, id, &on);
         let result = catch_unwind(AssertUnwindSafe(|| f(&cap, H::views(&mut aliases, &cap))));
