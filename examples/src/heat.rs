@@ -320,11 +320,12 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
         s.alias_checks
     );
     println!("variants (hits): {:?}", cache.variant_hits());
-    // Edges of the graph with programmatic edges, and the kind of each run's.
-    let (pe, kinds) = if HEAT_PROGRAMMATIC {
-        (&s, ["programmatic", "plain"])
+    // The programmatic-edge and the plain-edge run (stats, µs per step), whichever is heat's
+    // own, and the edge kind of heat's run and of the second.
+    let ((pe, prog), (plain_stats, plain), kinds) = if HEAT_PROGRAMMATIC {
+        ((s, g_step), (ps, p_step), ["programmatic", "plain"])
     } else {
-        (&ps, ["plain", "programmatic"])
+        ((ps, p_step), (s, g_step), ["plain", "programmatic"])
     };
     println!(
         "edges: heat's graph {}, the second graph {} (set_programmatic(false)); the programmatic one has {} programmatic edges, {} plain where programmatic was declared but the device or driver lacks it (compute capability 9.0 and CUDA 12.3 needed)",
@@ -346,8 +347,6 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
         us(p_first),
         us(e_first)
     );
-    // Programmatic over plain, whichever is heat's own.
-    let (prog, plain) = if HEAT_PROGRAMMATIC { (g_step, p_step) } else { (p_step, g_step) };
     println!(
         "per step:   graph {:9.2} µs, {}-edge graph {:9.2} µs, eager {:9.2} µs, speed-up {:.2}x over eager, programmatic edges {:.3}x of plain",
         us(g_step),
@@ -393,7 +392,7 @@ fn run(a: &Args) -> cudagraph::Result<bool> {
                 && s.reinstantiations == 0
                 && s.launches == u64::from(a.steps)
         })
-        && (if HEAT_PROGRAMMATIC { ps } else { s }).programmatic_edges == 0
+        && plain_stats.programmatic_edges == 0
         && pe.programmatic_edges + pe.programmatic_fallbacks > 0
         && gf[0] == 0;
     if !ok {
