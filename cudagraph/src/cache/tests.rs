@@ -2072,6 +2072,19 @@ enum Step {
     Refuse(bool, bool),
 }
 
+impl Step {
+    /// The step on the kernels `ks` of the next calls, or on both mock drivers (`Refuse`).
+    fn apply(&self, ks: &mut [K], mocks: [&Mock; 2]) {
+        match *self {
+            Step::Scalar(n, v) => ks[n].scalar = v,
+            Step::Pointer(n, p) => ks[n].ptr = p,
+            Step::Grid(n, g) => ks[n].grid = g,
+            Step::Context(n, f) => ks[n].ctx = if f { CTX1 } else { CTX },
+            Step::Refuse(set, update) => refuse(mocks, (set, update)),
+        }
+    }
+}
+
 /// A cache on the mock driver for the clean-node proptests: `execs` execs per variant, at most
 /// `max` variants, and with `no_clean` every node of a changed call validated and compared (the
 /// full walk the others are checked against).
@@ -2138,13 +2151,7 @@ proptest::proptest! {
         let (mb, mut b) = walk_cache(true, execs, 8);
         let mut ks: Vec<K> = (0..10).map(|i| k(1, 0xa000 + 0x100 * (i % 3) as u64)).collect();
         for (i, s) in steps.iter().enumerate() {
-            match *s {
-                Step::Scalar(n, v) => ks[n].scalar = v,
-                Step::Pointer(n, p) => ks[n].ptr = p,
-                Step::Grid(n, g) => ks[n].grid = g,
-                Step::Context(n, f) => ks[n].ctx = if f { CTX1 } else { CTX },
-                Step::Refuse(set, update) => refuse([&ma, &mb], (set, update)),
-            }
+            s.apply(&mut ks, [&ma, &mb]);
             let refs: Vec<&K> = ks.iter().collect();
             let ra = run_kernels(&mut a, plan, &refs).map_err(|e| e.to_string());
             let rb = run_kernels(&mut b, plan, &refs).map_err(|e| e.to_string());
@@ -2268,13 +2275,7 @@ proptest::proptest! {
         let mut ks: Vec<K> = (0..10).map(|i| wk(i, 1, 0xa000 + 0x100 * (i % 3) as u64)).collect();
         let later = if run { Some(8) } else { None };
         for (i, s) in steps.iter().enumerate() {
-            match *s {
-                Step::Scalar(n, v) => ks[n].scalar = v,
-                Step::Pointer(n, p) => ks[n].ptr = p,
-                Step::Grid(n, g) => ks[n].grid = g,
-                Step::Context(n, f) => ks[n].ctx = if f { CTX1 } else { CTX },
-                Step::Refuse(set, update) => refuse([&ma, &mb], (set, update)),
-            }
+            s.apply(&mut ks, [&ma, &mb]);
             if run {
                 // A run's later iterations make the first one's call on other elements.
                 let first = ks[1].clone();
