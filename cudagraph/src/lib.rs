@@ -165,6 +165,7 @@
 
 #![warn(missing_docs)]
 
+mod array;
 mod builder;
 mod cache;
 mod capture;
@@ -180,6 +181,7 @@ mod plan;
 pub mod raw;
 mod session;
 
+pub use array::BufferArray;
 pub use builder::{GraphBuilder, Node};
 pub use cache::{GraphCache, InstantiateFlags, Mode, Stats};
 pub use capture::{
@@ -893,8 +895,16 @@ pub mod __private {
         /// Nothing kept yet.
         #[inline(always)]
         #[allow(clippy::new_without_default)]
-        pub const fn new() -> Self {
-            EachStore { handles: core::mem::MaybeUninit::uninit(), lazy: None }
+        pub fn new() -> Self {
+            // Only `lazy` written: a constant `EachStore { handles: uninit, lazy: None }` was
+            // zeroed whole by its callers, 40 KB for 1000 elements per call.
+            let mut s = core::mem::MaybeUninit::<Self>::uninit();
+            // SAFETY: `lazy` is written in place; `handles` is a `MaybeUninit`, valid
+            // uninitialized, so the whole is initialized after the write.
+            unsafe {
+                core::ptr::addr_of_mut!((*s.as_mut_ptr()).lazy).write(None);
+                s.assume_init()
+            }
         }
 
         /// Element `k`'s write handle.
@@ -1015,6 +1025,21 @@ pub mod __private {
         let mut start = 0;
         let mut stopped = None;
         if let (true, Some(a), Some(s)) = (probe, ahead, call_stream) {
+            // A `BufferArray` whose memo says what this loop would find of every element (each
+            // without events, on `s`, with the words `a`): nothing to acquire. Its elements
+            // were not reachable mutably since it was made (`BufferArray` forgets it
+            // otherwise), so each one's acquisition would wait for no event and record none
+            // (cudarc gives a buffer both events or neither), and give these words.
+            // SAFETY: `memo` is null or borrowed mutably for `'a` (`EachMut`), and nothing
+            // else uses it meanwhile.
+            let memo = unsafe { places.memo.as_mut() };
+            let hit = memo.as_deref().is_some_and(|m| m.hit(places.idx, s, a))
+                // Left to the second loop, which panics.
+                // SAFETY: `i < N` (`PlaceIndices`).
+                && index.iter().all(|&i| unsafe { *set.get_unchecked(i as usize) } == EMPTY);
+            if hit {
+                start = M;
+            }
             while start < M {
                 let i = index[start] as usize;
                 // SAFETY: `i < N` (`PlaceIndices`).
@@ -1035,6 +1060,9 @@ pub mod __private {
                 break;
             }
             if start == M {
+                if !hit && let Some(m) = memo {
+                    m.remember(places.idx, s, a);
+                }
                 // Every element inert, on the call's stream, its words equal: nothing stored.
                 for &i in index {
                     // SAFETY: `i < N` (`PlaceIndices`).
@@ -1043,10 +1071,9 @@ pub mod __private {
                 if let Some(w) = words {
                     w.skip_guards::<M>();
                 }
-                *out = EachStore {
-                    handles: core::mem::MaybeUninit::uninit(),
-                    lazy: Some((places, index, call.0)),
-                };
+                // (The field alone: a whole `EachStore` written here was built on the stack
+                // and copied, uninitialized handles and all, 40 KB for 1000 elements.)
+                out.lazy = Some((places, index, call.0));
                 let out: &'a EachStore<'a, P, M> = out;
                 if M > 0 {
                     let r = Remade {
@@ -1562,6 +1589,11 @@ pub mod __private {
         /// The indices (a `const` of `graph!`'s, promoted to a static: no 8 KB copy per call
         /// for 1000 elements).
         idx: &'static [usize; N],
+        /// A [`BufferArray`](crate::BufferArray)'s memo of its elements, for the one-loop
+        /// acquisition of these elements ([`acquire_mut_each`]), borrowed mutably for `'a`;
+        /// null for a slice. (A raw pointer: an `Option<&mut _>` here made every caller zero
+        /// its whole `EachStore`, 40 KB for 1000 elements, on every call.)
+        memo: *mut crate::array::ArrayMemo,
         _slice: core::marker::PhantomData<&'a mut [T]>,
     }
 
@@ -1674,7 +1706,12 @@ pub mod __private {
             if end > len {
                 out_of_range(end - 1, len);
             }
-            EachMut { base: self.as_mut_ptr(), idx, _slice: core::marker::PhantomData }
+            EachMut {
+                base: self.as_mut_ptr(),
+                idx,
+                memo: core::ptr::null_mut(),
+                _slice: core::marker::PhantomData,
+            }
         }
 
         fn __cudagraph_disjoint_mut<const N: usize>(&mut self, idx: [usize; N]) -> [&mut T; N] {
@@ -1685,6 +1722,35 @@ pub mod __private {
                     "graph!: buffer indices {idx:?} of one array must be distinct and in range (len {len}): {e}"
                 ),
             }
+        }
+    }
+
+    /// A [`BufferArray`](crate::BufferArray): as its slice, but the one-loop acquisition
+    /// ([`Self::__cudagraph_each_mut`]) gets the array's memo, and the borrows of elements
+    /// made otherwise (which `graph!` may hand on, e.g. to a closure) forget it.
+    impl<T> DisjointMut<cudarc::driver::CudaSlice<T>> for crate::BufferArray<T> {
+        fn __cudagraph_disjoint_mut_distinct<const N: usize>(
+            &mut self,
+            idx: DistinctIndices<N>,
+        ) -> [&mut cudarc::driver::CudaSlice<T>; N] {
+            self.as_mut_slice().__cudagraph_disjoint_mut_distinct(idx)
+        }
+
+        fn __cudagraph_each_mut<const N: usize>(
+            &mut self,
+            idx: &'static DistinctIndices<N>,
+        ) -> EachMut<'_, cudarc::driver::CudaSlice<T>, N> {
+            let (slices, memo) = self.parts();
+            let mut each = slices.__cudagraph_each_mut(idx);
+            each.memo = memo;
+            each
+        }
+
+        fn __cudagraph_disjoint_mut<const N: usize>(
+            &mut self,
+            idx: [usize; N],
+        ) -> [&mut cudarc::driver::CudaSlice<T>; N] {
+            self.as_mut_slice().__cudagraph_disjoint_mut(idx)
         }
     }
 

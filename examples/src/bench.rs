@@ -44,7 +44,7 @@ use cudagraph::cudarc::driver::{
     result,
 };
 use cudagraph::cudarc::nvrtc::{CompileOptions, compile_ptx, compile_ptx_with_opts};
-use cudagraph::{GraphCache, PinnedBuffer, Rows, Stats, graph, kernels};
+use cudagraph::{BufferArray, GraphCache, PinnedBuffer, Rows, Stats, graph, kernels};
 use serde::Serialize;
 
 #[path = "progress.rs"]
@@ -203,7 +203,7 @@ macro_rules! fan_graphs {
             k: &Bench,
             s: u32,
             mut p: &mut CudaSlice<u32>,
-            bufs: &mut [CudaSlice<u32>],
+            bufs: &mut BufferArray<u32>,
         ) -> cudagraph::Result<()> {
             graph!(cache, stream, {
                 k.add(ELEMS, s, &mut p).launch(CFG);
@@ -224,7 +224,7 @@ macro_rules! fan_graphs {
             k: &Bench,
             step: u64,
             mut p: &mut CudaSlice<u32>,
-            bufs: &mut [CudaSlice<u32>],
+            bufs: &mut BufferArray<u32>,
         ) -> cudagraph::Result<()> {
             graph!(cache, stream, {
                 if step % 2 == 0 {
@@ -395,7 +395,7 @@ macro_rules! read_graphs {
             stream: &CudaStream,
             k: &Bench,
             mut p: &mut CudaSlice<u32>,
-            bufs: &mut [CudaSlice<u32>],
+            bufs: &mut BufferArray<u32>,
             mut host: &mut $host,
         ) -> cudagraph::Result<()> {
             graph!(cache, stream, {
@@ -477,7 +477,7 @@ fn fan_step(
     k: &Bench,
     s: u32,
     p: &mut CudaSlice<u32>,
-    bufs: &mut [CudaSlice<u32>],
+    bufs: &mut BufferArray<u32>,
 ) -> cudagraph::Result<()> {
     match nodes {
         10 => fan_10(cache, stream, k, s, p, bufs),
@@ -494,7 +494,7 @@ fn fan_alt(
     k: &Bench,
     step: u64,
     p: &mut CudaSlice<u32>,
-    bufs: &mut [CudaSlice<u32>],
+    bufs: &mut BufferArray<u32>,
 ) -> cudagraph::Result<()> {
     match nodes {
         10 => fan_alt_10(cache, stream, k, step, p, bufs),
@@ -836,10 +836,11 @@ fn raw_spec(
 }
 
 /// The device buffers of one row: `a[0]`, `a[1]` (the chain's `x`, the fan's `p`, two of them for
-/// the pointer-change rows) and the fan's K−2 middle buffers.
+/// the pointer-change rows) and the fan's K−2 middle buffers, in a `BufferArray` (an unchanged
+/// `graph!` call compares their addresses in one piece instead of acquiring each one).
 struct Bufs {
     a: [CudaSlice<u32>; 2],
-    mids: Vec<CudaSlice<u32>>,
+    mids: BufferArray<u32>,
 }
 
 impl Bufs {
@@ -886,7 +887,7 @@ impl MallocBufs {
             // bit pattern is a valid `u32`, and each row zeroes it first (`Bufs::zero`).
             Ok(unsafe { stream.upgrade_device_ptr(p, ELEMS as usize) })
         };
-        Ok(MallocBufs(Some(Bufs { a: [alloc()?, alloc()?], mids: Vec::new() })))
+        Ok(MallocBufs(Some(Bufs { a: [alloc()?, alloc()?], mids: BufferArray::new(Vec::new()) })))
     }
 
     fn bufs(&mut self) -> &mut Bufs {
@@ -1476,10 +1477,10 @@ struct Paired {
     steady: [f64; 4],
     /// d / c, f / cA, f / d.
     steady_ratios: [f64; 3],
-    /// Medians, µs per step: rc, rd, rc1, re.
-    read: [f64; 4],
-    /// rd / rc, re / rc1.
-    read_ratios: [f64; 2],
+    /// Medians, µs per step: rc, rd, rc1, re, re1.
+    read: [f64; 5],
+    /// rd / rc, re / rc1, re1 / rc1.
+    read_ratios: [f64; 3],
 }
 
 /// The median of the per-round ratios of samples `x` to samples `y` (same rounds).
@@ -1897,6 +1898,11 @@ fn paired(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Report) 
         PinnedBuffer::from_slice(&env.stream, &[UNSET; READ_LEN])?,
     ];
     let (mut rdcache, mut recache) = (GraphCache::new(), GraphCache::new());
+    // re1: as re with one exec per variant, so the copy's destination is updated in place
+    // every step (`cuGraphExecMemcpyNodeSetParams`, as rc1) instead of launching the other of
+    // two memoized execs.
+    let mut re1cache = GraphCache::new();
+    re1cache.set_execs_per_variant(1);
     let want = std::cell::RefCell::new(Expect::new(shape, k));
     let what = label("rc, rd, rc1, re");
     let t = {
@@ -1910,11 +1916,13 @@ fn paired(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Report) 
         let mut rd = |b: &mut Bufs, i| ours_step(&mut rdcache, b, false, i);
         let mut rc1 = |_: &mut Bufs, i| check(i, raw.step(&rexec1, true, i)?);
         let mut re = |b: &mut Bufs, i| ours_step(&mut recache, b, true, i);
+        let mut re1 = |b: &mut Bufs, i| ours_step(&mut re1cache, b, true, i);
         let rows: &mut [(Change, &mut Step<'_>)] = &mut [
             (Change::None, &mut rc),
             (Change::None, &mut rd),
             (Change::None, &mut rc1),
             (Change::None, &mut re),
+            (Change::None, &mut re1),
         ];
         paired_rows(env, b, (shape, k), steps, rounds, &what, rows)?
     };
@@ -1927,8 +1935,12 @@ fn paired(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Report) 
         rounds,
         steady,
         steady_ratios,
-        read: [med(&t[0]), med(&t[1]), med(&t[2]), med(&t[3])],
-        read_ratios: [ratio_median(&t[1], &t[0]), ratio_median(&t[3], &t[2])],
+        read: [med(&t[0]), med(&t[1]), med(&t[2]), med(&t[3]), med(&t[4])],
+        read_ratios: [
+            ratio_median(&t[1], &t[0]),
+            ratio_median(&t[3], &t[2]),
+            ratio_median(&t[4], &t[2]),
+        ],
     });
     Ok(())
 }
@@ -1940,10 +1952,10 @@ fn paired_costs(report: &Report) {
     }
     let rounds = report.paired[0].rounds;
     out!(
-        "Measured in turn: rows c, d, cA, f, then rc, rd, rc1, re, one block of steps of each per round, {rounds} rounds after one unmeasured; µs per step, medians; ratios are medians of the per-round ratios"
+        "Measured in turn: rows c, d, cA, f, then rc, rd, rc1, re, re1, one block of steps of each per round, {rounds} rounds after one unmeasured; µs per step, medians; ratios are medians of the per-round ratios"
     );
     out!(
-        "{:<6}{:>5}  {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7}  {:>8} {:>8} {:>8} {:>8} {:>7} {:>8}",
+        "{:<6}{:>5}  {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7}  {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>9}",
         "shape",
         "K",
         "c",
@@ -1957,16 +1969,18 @@ fn paired_costs(report: &Report) {
         "rd",
         "rc1",
         "re",
+        "re1",
         "rd / rc",
-        "re / rc1"
+        "re / rc1",
+        "re1 / rc1"
     );
     for p in &report.paired {
         let [c, d, ca, f] = p.steady;
         let [dc, fca, fd] = p.steady_ratios;
-        let [rc, rd, rc1, re] = p.read;
-        let [rdrc, rerc1] = p.read_ratios;
+        let [rc, rd, rc1, re, re1] = p.read;
+        let [rdrc, rerc1, re1rc1] = p.read_ratios;
         out!(
-            "{:<6}{:>5}  {c:>8.2} {d:>8.2} {ca:>8.2} {f:>8.2} {dc:>7.3} {fca:>7.3} {fd:>7.3}  {rc:>8.2} {rd:>8.2} {rc1:>8.2} {re:>8.2} {rdrc:>7.3} {rerc1:>8.3}",
+            "{:<6}{:>5}  {c:>8.2} {d:>8.2} {ca:>8.2} {f:>8.2} {dc:>7.3} {fca:>7.3} {fd:>7.3}  {rc:>8.2} {rd:>8.2} {rc1:>8.2} {re:>8.2} {re1:>8.2} {rdrc:>7.3} {rerc1:>8.3} {re1rc1:>9.3}",
             p.shape.name(),
             p.k
         );

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use cudagraph::__private as p;
 use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use cudagraph::cudarc::nvrtc::compile_ptx;
-use cudagraph::{GraphCache, PinnedBuffer, Rows, graph};
+use cudagraph::{BufferArray, GraphCache, PinnedBuffer, Rows, graph};
 
 #[path = "cli.rs"]
 mod cli;
@@ -62,13 +62,15 @@ struct Args {
     /// `chain1-swap` and `fan-swap`: the same calls with their first buffer swapped between two
     /// every call (`bench` row f: each call equals the one before last, whose exec the cache
     /// kept: a memo hit).
+    /// `fan-array`, `fan-read-array`, `fan-swap-array`: `fan`, `fan-read` and `fan-swap` with
+    /// the middle buffers in a `BufferArray` instead of a `Vec`.
     /// `fan10-eager`: the 10-kernel fan in `Mode::Eager`, and `fan10-plain` the same 10
     /// launches made with cudarc (100 calls per timing): eager mode's own cost per statement;
     /// `cap4-eager` and `cap4-plain` the same for 4 capture statements, each launching a
     /// kernel with cudarc, beside 4 kernel statements (as `mlp`'s step).
     #[arg(
         long,
-        value_parser = ["fan", "fan-scalar", "fan-read", "chain", "chain1", "chain1-scalar", "chain1-read", "fan-swap", "chain1-swap", "fan10-eager", "fan10-plain", "cap4-eager", "cap4-plain"]
+        value_parser = ["fan", "fan-scalar", "fan-read", "fan-array", "fan-read-array", "fan-swap-array", "chain", "chain1", "chain1-scalar", "chain1-read", "fan-swap", "chain1-swap", "fan10-eager", "fan10-plain", "cap4-eager", "cap4-plain"]
     )]
     only: Option<String>,
     /// Execs per variant of the fan's and chain's caches (`set_execs_per_variant`; default
@@ -79,45 +81,53 @@ struct Args {
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
-#[inline(never)] // timed as its own call (see bench.rs)
-fn fan(
-    cache: &mut GraphCache,
-    stream: &CudaStream,
-    k: &Bench,
-    mut p: &mut CudaSlice<u32>,
-    bufs: &mut [CudaSlice<u32>],
-    s: u32,
-) -> cudagraph::Result<()> {
-    graph!(cache, stream, {
-        k.add(ELEMS, s, &mut p).launch(CFG);
-        for i in 0..998 {
-            k.acc(ELEMS, &p, &mut bufs[i]).launch(CFG);
+/// `fan` and `fan_read` for an array type of the middle buffers: a slice, or a `BufferArray`
+/// (`*-array` modes).
+macro_rules! fans {
+    ($fan:ident, $fan_read:ident, $bufs:ty) => {
+        #[inline(never)] // timed as its own call (see bench.rs)
+        fn $fan(
+            cache: &mut GraphCache,
+            stream: &CudaStream,
+            k: &Bench,
+            mut p: &mut CudaSlice<u32>,
+            bufs: &mut $bufs,
+            s: u32,
+        ) -> cudagraph::Result<()> {
+            graph!(cache, stream, {
+                k.add(ELEMS, s, &mut p).launch(CFG);
+                for i in 0..998 {
+                    k.acc(ELEMS, &p, &mut bufs[i]).launch(CFG);
+                }
+                k.add(ELEMS, 1, &mut p).launch(CFG);
+            })
         }
-        k.add(ELEMS, 1, &mut p).launch(CFG);
-    })
-}
 
-/// The fan with bench's read rows' copy after it: the first 8 bytes of `p` into pinned host
-/// memory (`copy_2d`, as `bench` row rd).
-#[inline(never)] // timed as its own call (see bench.rs)
-fn fan_read(
-    cache: &mut GraphCache,
-    stream: &CudaStream,
-    k: &Bench,
-    mut p: &mut CudaSlice<u32>,
-    bufs: &mut [CudaSlice<u32>],
-    mut host: &mut PinnedBuffer<u32>,
-) -> cudagraph::Result<()> {
-    const ROWS: Rows = Rows::dense(2, 1);
-    graph!(cache, stream, {
-        k.add(ELEMS, 1, &mut p).launch(CFG);
-        for i in 0..998 {
-            k.acc(ELEMS, &p, &mut bufs[i]).launch(CFG);
+        /// The fan with bench's read rows' copy after it: the first 8 bytes of `p` into
+        /// pinned host memory (`copy_2d`, as `bench` row rd).
+        #[inline(never)] // timed as its own call (see bench.rs)
+        fn $fan_read(
+            cache: &mut GraphCache,
+            stream: &CudaStream,
+            k: &Bench,
+            mut p: &mut CudaSlice<u32>,
+            bufs: &mut $bufs,
+            mut host: &mut PinnedBuffer<u32>,
+        ) -> cudagraph::Result<()> {
+            const ROWS: Rows = Rows::dense(2, 1);
+            graph!(cache, stream, {
+                k.add(ELEMS, 1, &mut p).launch(CFG);
+                for i in 0..998 {
+                    k.acc(ELEMS, &p, &mut bufs[i]).launch(CFG);
+                }
+                k.add(ELEMS, 1, &mut p).launch(CFG);
+                copy_2d(&p, ROWS, &mut host, ROWS);
+            })
         }
-        k.add(ELEMS, 1, &mut p).launch(CFG);
-        copy_2d(&p, ROWS, &mut host, ROWS);
-    })
+    };
 }
+fans!(fan, fan_read, [CudaSlice<u32>]);
+fans!(fan_array, fan_read_array, BufferArray<u32>);
 
 #[inline(never)] // timed as its own call (see bench.rs)
 fn chain(
@@ -355,6 +365,9 @@ fn run(a: &Args) -> Res<bool> {
         let mut eager = GraphCache::eager();
         let mut pair = [stream.alloc_zeros::<u32>(ELEMS as usize)?, x.clone()];
         let mut host = PinnedBuffer::zeros(&stream, 2)?;
+        let mut arr: BufferArray<u32> = (0..NODES - 2)
+            .map(|_| stream.alloc_zeros::<u32>(ELEMS as usize))
+            .collect::<Result<_, _>>()?;
         let mut i = 0usize;
         let only = median(&stream, reps, || {
             let t = Instant::now();
@@ -366,6 +379,13 @@ fn run(a: &Args) -> Res<bool> {
                     "fan-swap" => fan(&mut fan_cache, &stream, &k, &mut pair[i % 2], &mut bufs, 1)?,
                     "fan-read" => {
                         fan_read(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs, &mut host)?
+                    }
+                    "fan-array" => fan_array(&mut fan_cache, &stream, &k, &mut pbuf, &mut arr, 1)?,
+                    "fan-swap-array" => {
+                        fan_array(&mut fan_cache, &stream, &k, &mut pair[i % 2], &mut arr, 1)?
+                    }
+                    "fan-read-array" => {
+                        fan_read_array(&mut fan_cache, &stream, &k, &mut pbuf, &mut arr, &mut host)?
                     }
                     "fan-scalar" => {
                         fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs, i as u32)?
