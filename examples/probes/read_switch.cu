@@ -58,12 +58,22 @@ int main(int argc, char **argv) {
   CK(cudaGraphInstantiate(&e, g, 0)); CK(cudaGraphInstantiate(&e1, g, 0));
   CK(cudaGraphInstantiate(&ea, g, 0)); CK(cudaGraphInstantiate(&eb, g, 0));
   CK(cudaGraphExecMemcpyNodeSetParams1D(eb, copy, h + 64, p, 8, cudaMemcpyDeviceToHost));
+  // da, db: the same two execs instantiated for device launch (uploaded once, to stay
+  // resident); skipped when the driver refuses the flag for this graph.
+  cudaGraphExec_t da = nullptr, db = nullptr;
+  bool dev = cudaGraphInstantiateWithFlags(&da, g, cudaGraphInstantiateFlagDeviceLaunch) == cudaSuccess &&
+             cudaGraphInstantiateWithFlags(&db, g, cudaGraphInstantiateFlagDeviceLaunch) == cudaSuccess;
+  cudaGetLastError();
+  if (dev) CK(cudaGraphExecMemcpyNodeSetParams1D(db, copy, h + 64, p, 8, cudaMemcpyDeviceToHost));
+  if (dev) { CK(cudaGraphUpload(da, s)); CK(cudaGraphUpload(db, s)); }
+  else printf("device-launch instantiation refused: its rows repeat rc\n");
   for (auto x : {e, e1, ea, eb}) CK(cudaGraphUpload(x, s));
   CK(cudaStreamSynchronize(s));
   CUevent dt; CK(cuEventCreate(&dt, CU_EVENT_DISABLE_TIMING));
   const char *names[] = {"rc: one exec, launch+sync+read", "rc1: set-params (dst alternating) + launch + sync",
                          "two execs alternating, launch + sync", "two execs alternating, record(dt)+evsync",
-                         "one exec, record(dt)+evsync", "rc1 again (order check)", "rc again (order check)"};
+                         "one exec, record(dt)+evsync", "rc1 again (order check)", "rc again (order check)",
+                         "two device-launch execs alternating, launch + sync", "two execs alternating again (order check)"};
   const int V = sizeof(names) / sizeof(names[0]);
   const int REPS = 100;
   std::vector<std::vector<double>> t(V);
@@ -75,7 +85,8 @@ int main(int argc, char **argv) {
         unsigned *dst = (i & 1) ? h + 64 : h;
         cudaGraphExec_t x = e;
         if (v == 1 || v == 5) { cudaGraphExecMemcpyNodeSetParams1D(e1, copy, dst, p, 8, cudaMemcpyDeviceToHost); x = e1; }
-        if (v == 2 || v == 3) x = (i & 1) ? eb : ea;
+        if (v == 2 || v == 3 || v == 8) x = (i & 1) ? eb : ea;
+        if (v == 7 && dev) x = (i & 1) ? db : da;
         cudaGraphLaunch(x, s);
         if (v == 3 || v == 4) { cuEventRecord(dt, cs); cuEventSynchronize(dt); }
         else cuStreamSynchronize(cs);

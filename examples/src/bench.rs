@@ -1295,6 +1295,10 @@ const ROWS: &[(&str, &str)] = &[
         "graph!: as rd, the copy's pinned destination swapped between two buffers per step (one node's pointer, as rc1)",
     ),
     (
+        "re1",
+        "graph!: as re with one exec per variant (set_execs_per_variant(1)): the copy node updated in place every step, as rc1 (paired table only)",
+    ),
+    (
         "rs",
         "graph!: as rd into cudarc's PinnedHostSlice (flags 0): per step the call + stream.synchronize() + as_slice() (cudarc's event, timing enabled, recorded after each call and checked by as_slice)",
     ),
