@@ -1844,6 +1844,22 @@ fn read_rows(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Repor
     Ok(())
 }
 
+/// `--device-launch`, for [`paired_cache`].
+static DEVICE_LAUNCH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A cache of the paired table's `graph!` rows: device-launch instantiations with
+/// `--device-launch`.
+fn paired_cache() -> GraphCache {
+    let mut c = GraphCache::new();
+    if DEVICE_LAUNCH.load(std::sync::atomic::Ordering::Relaxed) {
+        c.set_instantiate_flags(cudagraph::InstantiateFlags {
+            device_launch: true,
+            ..Default::default()
+        });
+    }
+    c
+}
+
 /// Rows c, d, cA, f, then rc, rd, rc1, re, of one shape and K measured in turn
 /// ([`paired_rows`], at least 5 rounds): the goals' ratios (`f` ÷ `cA`, `f` ÷ `d`, `rd` ÷ `rc`,
 /// `re` ÷ `rc1`) without the host's drift between rows measured one after another. Each row as
@@ -1860,7 +1876,7 @@ fn paired(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Report) 
     let steps = env.steps.unwrap_or_else(|| steps_per_rep(k));
     let g = OwnedGraph::build(&raw_spec(shape, k, env, 1, a_ptr[0], &mid_ptrs))?;
     let (exec, exec_a) = (OwnedExec::instantiate(&g)?, OwnedExec::instantiate(&g)?);
-    let (mut dcache, mut fcache) = (GraphCache::new(), GraphCache::new());
+    let (mut dcache, mut fcache) = (paired_cache(), paired_cache());
     let t = {
         let mut c = |_: &mut Bufs, _: u64| exec.launch(cs);
         let mut d = |b: &mut Bufs, i| graph_step(env, &mut dcache, shape, k, b, i, Change::None);
@@ -1901,11 +1917,11 @@ fn paired(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Report) 
         PinnedBuffer::from_slice(&env.stream, &[UNSET; READ_LEN])?,
         PinnedBuffer::from_slice(&env.stream, &[UNSET; READ_LEN])?,
     ];
-    let (mut rdcache, mut recache) = (GraphCache::new(), GraphCache::new());
+    let (mut rdcache, mut recache) = (paired_cache(), paired_cache());
     // re1: as re with one exec per variant, so the copy's destination is updated in place
     // every step (`cuGraphExecMemcpyNodeSetParams`, as rc1) instead of launching the other of
     // two memoized execs.
-    let mut re1cache = GraphCache::new();
+    let mut re1cache = paired_cache();
     re1cache.set_execs_per_variant(1);
     let want = std::cell::RefCell::new(Expect::new(shape, k));
     let what = label("rc, rd, rc1, re");
@@ -3002,6 +3018,12 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
     // The bar counts measurements: each steady (shape, K), each build size, each upload size.
     let steady_units = ks.iter().map(|&k| if k >= 3 { 2 } else { 1 }).sum::<usize>();
     let units = steady_units + build_sizes.len() + upload_sizes.len();
+    DEVICE_LAUNCH.store(args.device_launch, std::sync::atomic::Ordering::Relaxed);
+    if args.device_launch {
+        report.notes.push(
+            "--device-launch: the paired table's graph! rows instantiate for device launch".into(),
+        );
+    }
     progress::start("bench", if args.programmatic_only { 0 } else { units as u64 });
     for &k in ks.iter().filter(|_| !args.programmatic_only) {
         steady(&env, Shape::Chain, k, report)?;
@@ -3086,6 +3108,11 @@ struct Cli {
     /// kernels against raw graphs with plain and programmatic edges; compute capability 9.0).
     #[arg(long)]
     programmatic_only: bool,
+    /// The paired table's `graph!` caches (rows d, f, rd, re, re1) instantiate their execs for
+    /// device launch (`InstantiateFlags::device_launch`; still launched from the host). The
+    /// raw rows keep the default flags.
+    #[arg(long)]
+    device_launch: bool,
     /// Where the JSON report goes.
     #[arg(long, value_name = "PATH", default_value = "bench.json")]
     json: PathBuf,

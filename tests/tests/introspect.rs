@@ -175,7 +175,12 @@ fn flagged_instantiations_compute_what_eager_launches_compute() -> Result {
         InstantiateFlags { upload: true, ..Default::default() },
         InstantiateFlags { auto_free_on_launch: true, ..Default::default() },
         InstantiateFlags { node_priority: true, ..Default::default() },
-        InstantiateFlags { upload: true, auto_free_on_launch: true, node_priority: true },
+        InstantiateFlags {
+            upload: true,
+            auto_free_on_launch: true,
+            node_priority: true,
+            device_launch: false,
+        },
     ] {
         let mut cache = GraphCache::new();
         cache.set_instantiate_flags(flags);

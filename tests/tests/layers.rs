@@ -15,6 +15,7 @@ const RUNTIME: &[&str] = &[
     "error",
     "operand",
     "pinned",
+    "array",
     "ledger",
     "session",
     "kind",

@@ -142,6 +142,19 @@ pub struct InstantiateFlags {
     /// priority when captured) instead of the launch stream's priority. (A whole-exec update
     /// then may not change a node's priority.)
     pub node_priority: bool,
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH`: the exec is made launchable from the
+    /// device too; the crate still launches it from the host (`cuGraphLaunch`). Off by default:
+    /// it helps wide graphs and hurts small ones. `bench --device-launch` on the H200 (one run,
+    /// its paired table, graph ÷ raw default-flag launch; without the flag in the same call):
+    /// a step that waits for its result and reads it (rows `rd` ÷ `rc`) 0.900 for a fan of
+    /// 1000 kernels (1.022 without), 0.950 for 100 (1.027), 0.983 for 10 (1.060), but 1.457
+    /// for one kernel (1.046) and 1.222 for a chain of 10 (1.111); steps enqueued back to back
+    /// (`d` ÷ `c`) 0.969 for the 1000-kernel fan (1.011) but 1.155 for 100, 1.584 for 10 and
+    /// 2.736 for one kernel (1.000–1.203). Measure your step with and without it. The driver
+    /// refuses it (the call's error, from `cuGraphInstantiateWithParams`) for a graph with
+    /// nodes that a device graph cannot hold (host, event, allocation and free nodes, nodes of
+    /// several devices, among others) and together with `auto_free_on_launch`.
+    pub device_launch: bool,
 }
 
 impl InstantiateFlags {
@@ -157,6 +170,9 @@ impl InstantiateFlags {
         }
         if self.node_priority {
             b |= F::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY.0 as u64;
+        }
+        if self.device_launch {
+            b |= F::CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH.0 as u64;
         }
         b
     }

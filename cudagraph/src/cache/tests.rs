@@ -1328,6 +1328,7 @@ fn instantiate_flags_reach_every_instantiation_with_the_calls_stream() {
         upload: true,
         auto_free_on_launch: true,
         node_priority: true,
+        device_launch: false,
     });
     run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
     let want = format!("instantiate flags=11 upload={}", STREAM as usize);
