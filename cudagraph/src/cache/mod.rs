@@ -150,10 +150,19 @@ pub struct InstantiateFlags {
     /// 1000 kernels (1.022 without), 0.950 for 100 (1.027), 0.983 for 10 (1.060), but 1.457
     /// for one kernel (1.046) and 1.222 for a chain of 10 (1.111); steps enqueued back to back
     /// (`d` ÷ `c`) 0.969 for the 1000-kernel fan (1.011) but 1.155 for 100, 1.584 for 10 and
-    /// 2.736 for one kernel (1.000–1.203). Measure your step with and without it. The driver
-    /// refuses it (the call's error, from `cuGraphInstantiateWithParams`) for a graph with
-    /// nodes that a device graph cannot hold (host, event, allocation and free nodes, nodes of
-    /// several devices, among others) and together with `auto_free_on_launch`.
+    /// 2.736 for one kernel (1.000–1.203). Measure your step with and without it.
+    ///
+    /// The CUDA programming guide lists kernel, memcpy, memset and child-graph nodes as what a
+    /// device graph may hold; the driver refuses the flag (the call's error, from
+    /// `cuGraphInstantiateWithParams`, nothing enqueued) for graphs with other nodes: `host`
+    /// statements, graph-owned `alloc` buffers (allocation and free nodes), `capture`
+    /// statements whose recording allocates or holds host functions or events, nodes of several
+    /// devices, and possibly event, empty and conditional (`device while`/`if`/`switch`) nodes;
+    /// and together with `auto_free_on_launch`. As every flag, it applies to later
+    /// instantiations: a variant instantiated before it was set keeps its exec, and a change
+    /// that needs a new instantiation of that variant (a whole-exec update refused, a graph-owned
+    /// buffer resized) is made with the flag, so it may be refused then (the variant is
+    /// dropped). Each memoized exec of a variant is its own device-launch instantiation.
     pub device_launch: bool,
 }
 
