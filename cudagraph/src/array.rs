@@ -24,9 +24,11 @@ use cudarc::driver::{CudaSlice, CudaStream};
 /// the stream of the call, and the call is in graph mode with the last call's words to compare
 /// with (not the first call of a variant, nor the one after a call that failed part way), with
 /// every place before the array's elements unchanged (places are compared in the order the
-/// body first names them: name the array before buffers that change every call), for up to four
+/// body first names them, statement by statement and argument by argument: name the array
+/// before buffers that change every call where the kernel's signature allows), for up to four
 /// such arrays per body. Otherwise a call acquires each element as for a slice; results are the
-/// same.
+/// same. (No `Stats` counter shows a hit; `{:?}` of the array shows `remembered: true` after a
+/// call that filled the memo.)
 ///
 /// Reading through `Deref` (`bufs[i].len()`, `bufs.iter()`) keeps the memo. Anything that can
 /// reach an element mutably outside the one-loop acquisition forgets it: `DerefMut`
@@ -34,7 +36,8 @@ use cudarc::driver::{CudaSlice, CudaStream};
 /// [`as_mut_slice`](Self::as_mut_slice), and a `graph!` body that names elements of the array
 /// other than as the written elements of one unrolled `for` (an element only read, as `&bufs[12]`
 /// beside `for i in 0..12 { … &mut bufs[i] … }`, or elements named outside a `for`): the array
-/// is then borrowed as a whole, every call, and acquired element by element. The next call
+/// is then borrowed as a whole, every call, and acquired element by element. Reading an element
+/// that the `for` also writes (`copy(&bufs[i], …)` beside `k.f(&mut bufs[i])`) keeps it. The next call
 /// acquires every element again and remembers anew. The type makes no CUDA call itself. Not
 /// `Clone`: a copy would hold other buffers beside this memo.
 ///
