@@ -10,8 +10,9 @@ mod common;
 
 use std::sync::Arc;
 
+use common::buffer_array::{address, remembers};
 use common::{AddressesSeen, Ops, Result, buffers, gpu, gpu_untracked, read_all, same_all};
-use cudagraph::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, LaunchConfig};
+use cudagraph::cudarc::driver::{CudaSlice, CudaStream, LaunchConfig};
 use cudagraph::{BufferArray, GraphCache, graph};
 
 const N: u32 = 4096;
@@ -64,18 +65,7 @@ steps!(step_vec, short_vec, [CudaSlice<u32>]);
 
 /// `n` zeroed buffers as a `BufferArray`.
 fn array(s: &Arc<CudaStream>, n: usize) -> Result<BufferArray<u32>> {
-    Ok(buffers(s, n, LEN)?.into())
-}
-
-fn remembers(a: &BufferArray<u32>) -> bool {
-    let d = format!("{a:?}");
-    assert!(d.contains("remembered"), "Debug names the memo: {d}");
-    d.contains("remembered: true")
-}
-
-fn address(s: &Arc<CudaStream>, b: &CudaSlice<u32>) -> usize {
-    let (p, _g) = b.device_ptr(s);
-    p as usize
+    common::buffer_array::array(s, n, LEN)
 }
 
 #[test]

@@ -23,10 +23,9 @@ mod common;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
+use common::buffer_array::{address, remembers};
 use common::{AddressesSeen, Ops, Result, buffers, gpu, gpu_untracked, launch, read_all, same_all};
-use cudagraph::cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
-};
+use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use cudagraph::{BufferArray, GraphCache, graph};
 
 const N: u32 = 4096;
@@ -133,19 +132,9 @@ fn boom(b: u32, i: u32) -> u32 {
     b.wrapping_add(i)
 }
 
+/// `n` zeroed buffers as a `BufferArray`.
 fn array(s: &Arc<CudaStream>, n: usize) -> Result<BufferArray<u32>> {
-    Ok(buffers(s, n, LEN)?.into())
-}
-
-fn remembers(a: &BufferArray<u32>) -> bool {
-    let d = format!("{a:?}");
-    assert!(d.contains("remembered"), "Debug names the memo: {d}");
-    d.contains("remembered: true")
-}
-
-fn address(s: &Arc<CudaStream>, b: &CudaSlice<u32>) -> usize {
-    let (p, _g) = b.device_ptr(s);
-    p as usize
+    common::buffer_array::array(s, n, LEN)
 }
 
 /// A zeroed canary allocated right after `old` was freed (noted in `seen`, with `old`).

@@ -455,3 +455,31 @@ pub mod plans {
         false
     }
 }
+
+/// What the `BufferArray` tests (`buffer_array.rs`, `review_session27.rs`) share.
+pub mod buffer_array {
+    use std::sync::Arc;
+
+    use cudagraph::BufferArray;
+    use cudagraph::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+
+    use super::{Result, buffers};
+
+    /// `n` zeroed buffers of `len` `u32` each, on `s`, as a `BufferArray`.
+    pub fn array(s: &Arc<CudaStream>, n: usize, len: usize) -> Result<BufferArray<u32>> {
+        Ok(buffers(s, n, len)?.into())
+    }
+
+    /// Whether the array's memo holds (its `Debug` says so).
+    pub fn remembers(a: &BufferArray<u32>) -> bool {
+        let d = format!("{a:?}");
+        assert!(d.contains("remembered"), "Debug names the memo: {d}");
+        d.contains("remembered: true")
+    }
+
+    /// A buffer's device address (event tracking off: its guard records nothing).
+    pub fn address(s: &Arc<CudaStream>, b: &CudaSlice<u32>) -> usize {
+        let (p, _g) = b.device_ptr(s);
+        p as usize
+    }
+}
