@@ -1163,9 +1163,23 @@ struct Env {
     quick: bool,
     /// `--steps`: steps per repetition of every steady row, instead of [`steps_per_rep`].
     steps: Option<usize>,
+    /// `--device-launch`: the paired table's `graph!` caches instantiate for device launch
+    /// ([`Env::paired_cache`]).
+    device_launch: bool,
 }
 
 impl Env {
+    /// A cache of the paired table's `graph!` rows: device-launch instantiations with
+    /// `--device-launch`.
+    fn paired_cache(&self) -> GraphCache {
+        let mut c = GraphCache::new();
+        c.set_instantiate_flags(cudagraph::InstantiateFlags {
+            device_launch: self.device_launch,
+            ..Default::default()
+        });
+        c
+    }
+
     fn f_add(&self) -> CUfunction {
         self.kern.function("add").expect("declared in kernels!").cu_function()
     }
@@ -1844,22 +1858,6 @@ fn read_rows(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Repor
     Ok(())
 }
 
-/// `--device-launch`, for [`paired_cache`].
-static DEVICE_LAUNCH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// A cache of the paired table's `graph!` rows: device-launch instantiations with
-/// `--device-launch`.
-fn paired_cache() -> GraphCache {
-    let mut c = GraphCache::new();
-    if DEVICE_LAUNCH.load(std::sync::atomic::Ordering::Relaxed) {
-        c.set_instantiate_flags(cudagraph::InstantiateFlags {
-            device_launch: true,
-            ..Default::default()
-        });
-    }
-    c
-}
-
 /// Rows c, d, cA, f, then rc, rd, rc1, re, of one shape and K measured in turn
 /// ([`paired_rows`], at least 5 rounds): the goals' ratios (`f` ÷ `cA`, `f` ÷ `d`, `rd` ÷ `rc`,
 /// `re` ÷ `rc1`) without the host's drift between rows measured one after another. Each row as
@@ -1876,7 +1874,7 @@ fn paired(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Report) 
     let steps = env.steps.unwrap_or_else(|| steps_per_rep(k));
     let g = OwnedGraph::build(&raw_spec(shape, k, env, 1, a_ptr[0], &mid_ptrs))?;
     let (exec, exec_a) = (OwnedExec::instantiate(&g)?, OwnedExec::instantiate(&g)?);
-    let (mut dcache, mut fcache) = (paired_cache(), paired_cache());
+    let (mut dcache, mut fcache) = (env.paired_cache(), env.paired_cache());
     let t = {
         let mut c = |_: &mut Bufs, _: u64| exec.launch(cs);
         let mut d = |b: &mut Bufs, i| graph_step(env, &mut dcache, shape, k, b, i, Change::None);
@@ -1917,11 +1915,11 @@ fn paired(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Report) 
         PinnedBuffer::from_slice(&env.stream, &[UNSET; READ_LEN])?,
         PinnedBuffer::from_slice(&env.stream, &[UNSET; READ_LEN])?,
     ];
-    let (mut rdcache, mut recache) = (paired_cache(), paired_cache());
+    let (mut rdcache, mut recache) = (env.paired_cache(), env.paired_cache());
     // re1: as re with one exec per variant, so the copy's destination is updated in place
     // every step (`cuGraphExecMemcpyNodeSetParams`, as rc1) instead of launching the other of
     // two memoized execs.
-    let mut re1cache = paired_cache();
+    let mut re1cache = env.paired_cache();
     re1cache.set_execs_per_variant(1);
     let want = std::cell::RefCell::new(Expect::new(shape, k));
     let what = label("rc, rd, rc1, re");
@@ -2950,7 +2948,8 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
     let device = ctx.name().unwrap_or_default();
     let reps = args.reps.map_or(if args.quick { 20 } else { 200 }, |n| n as usize);
     let steps = args.steps.map(|n| n as usize);
-    let env = Env { ctx, stream, other, kern, reps, quick: args.quick, steps };
+    let device_launch = args.device_launch;
+    let env = Env { ctx, stream, other, kern, reps, quick: args.quick, steps, device_launch };
     let ks: Vec<usize> = STEADY_K
         .iter()
         .copied()
@@ -3018,7 +3017,6 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
     // The bar counts measurements: each steady (shape, K), each build size, each upload size.
     let steady_units = ks.iter().map(|&k| if k >= 3 { 2 } else { 1 }).sum::<usize>();
     let units = steady_units + build_sizes.len() + upload_sizes.len();
-    DEVICE_LAUNCH.store(args.device_launch, std::sync::atomic::Ordering::Relaxed);
     if args.device_launch {
         report.notes.push(
             "--device-launch: the paired table's graph! rows instantiate for device launch".into(),
