@@ -27,8 +27,8 @@ use cudarc::driver::{CudaSlice, CudaStream};
 /// body first names them, statement by statement and argument by argument: name the array
 /// before buffers that change every call where the kernel's signature allows), for up to four
 /// such arrays per body. Otherwise a call acquires each element as for a slice; results are the
-/// same. (No `Stats` counter shows a hit; `{:?}` of the array shows `remembered: true` after a
-/// call that filled the memo.)
+/// same. [`memo_hits`](Self::memo_hits) counts the calls that skipped the acquisition (`{:?}`
+/// of the array shows it, and `remembered: true` after a call that filled the memo).
 ///
 /// Reading through `Deref` (`bufs[i].len()`, `bufs.iter()`) keeps the memo. Anything that can
 /// reach an element mutably outside the one-loop acquisition forgets it: `DerefMut`
@@ -89,6 +89,8 @@ pub struct ArrayMemo {
     /// `[address, guard word]` of each element, as the words of a call hold them
     /// (`CallWords::guards_ahead`): address range, written.
     words: Vec<[u64; 2]>,
+    /// Acquisitions skipped because the memo matched ([`BufferArray::memo_hits`]).
+    hits: u64,
 }
 
 impl ArrayMemo {
@@ -96,6 +98,12 @@ impl ArrayMemo {
     #[inline]
     fn forget(&mut self) {
         self.idx = 0;
+    }
+
+    /// Counts an acquisition that [`Self::hit`] skipped.
+    #[inline]
+    pub(crate) fn count_hit(&mut self) {
+        self.hits += 1;
     }
 
     /// Whether the elements at `idx` (in its order), all on `stream`, have the words `ahead`
@@ -162,6 +170,14 @@ impl<T> BufferArray<T> {
         &mut self.slices
     }
 
+    /// How many `graph!` calls found this array as its memo remembered it and skipped
+    /// acquiring its elements one by one (what the memo saves; a call that acquired them
+    /// counts nothing). The array's own count, not part of
+    /// [`GraphCache::stats`](crate::GraphCache::stats); forgetting the memo keeps it.
+    pub fn memo_hits(&self) -> u64 {
+        self.memo.hits
+    }
+
     /// The elements and the memo, for `graph!`'s one-loop acquisition only.
     pub(crate) fn parts(&mut self) -> (&mut [CudaSlice<T>], &mut ArrayMemo) {
         (&mut self.slices, &mut self.memo)
@@ -201,6 +217,7 @@ impl<T> core::fmt::Debug for BufferArray<T> {
         f.debug_struct("BufferArray")
             .field("len", &self.slices.len())
             .field("remembered", &(self.memo.idx != 0))
+            .field("memo_hits", &self.memo.hits)
             .finish()
     }
 }

@@ -1032,13 +1032,16 @@ pub mod __private {
             // (cudarc gives a buffer both events or neither), and give these words.
             // SAFETY: `memo` is null or borrowed mutably for `'a` (`EachMut`), and nothing
             // else uses it meanwhile.
-            let memo = unsafe { places.memo.as_mut() };
+            let mut memo = unsafe { places.memo.as_mut() };
             let hit = memo.as_deref().is_some_and(|m| m.hit(places.idx, s, a))
                 // Left to the second loop, which panics.
                 // SAFETY: `i < N` (`PlaceIndices`).
                 && index.iter().all(|&i| unsafe { *set.get_unchecked(i as usize) } == EMPTY);
             if hit {
                 start = M;
+                if let Some(m) = memo.as_deref_mut() {
+                    m.count_hit();
+                }
             }
             while start < M {
                 let i = index[start] as usize;
@@ -1555,11 +1558,20 @@ pub mod __private {
     /// Disjoint `&mut` borrows of several elements of one array, slice or `Vec` of buffers.
     /// A method, so that autoref/autoderef accept owned arrays and `&mut` bindings alike.
     pub trait DisjointMut<T> {
-        /// `[&mut self[idx[0]], …]`.
+        /// `[&mut self[idx[0]], …]`; `names[k]`: how the body spells element `k` (`bufs[i]`),
+        /// for the panic.
         ///
         /// # Panics
         /// If two indices are equal or one is out of range: two `&mut` operands would alias.
-        fn __cudagraph_disjoint_mut<const N: usize>(&mut self, idx: [usize; N]) -> [&mut T; N];
+        /// The panic names the first two operands that name one element, and its location is
+        /// the caller's (`#[track_caller]`: `graph!` spans the call on the body's first
+        /// operand of the array).
+        #[track_caller]
+        fn __cudagraph_disjoint_mut<const N: usize>(
+            &mut self,
+            idx: [usize; N],
+            names: &[&str; N],
+        ) -> [&mut T; N];
 
         /// `[&mut self[idx[0]], …]` for indices already known distinct: only bounds are checked.
         ///
@@ -1671,6 +1683,53 @@ pub mod __private {
         }
     }
 
+    /// The panic of [`DisjointMut::__cudagraph_disjoint_mut`]: the first index out of range,
+    /// else the first two operands (in the body's order) that name one element.
+    #[cold]
+    #[inline(never)]
+    #[track_caller]
+    fn not_disjoint(idx: &[usize], names: &[&str], len: usize) -> ! {
+        if let Some(k) = idx.iter().position(|&i| i >= len) {
+            panic!("graph!: `{}` is out of range: index {} of an array of {len}", names[k], idx[k]);
+        }
+        for (b, &i) in idx.iter().enumerate() {
+            if let Some(a) = idx[..b].iter().position(|&j| j == i) {
+                panic!(
+                    "graph!: `{}` and `{}` name one element (index {i}) of the array, and one of \
+                     them is written: two operands would alias (the indices of one array must be \
+                     distinct at run time)",
+                    names[a], names[b]
+                );
+            }
+        }
+        unreachable!("get_disjoint_mut refused distinct indices in range")
+    }
+
+    #[cfg(test)]
+    #[test]
+    fn disjoint_mut_names_the_operands_that_alias() {
+        let text = |r: std::thread::Result<()>| {
+            let p = r.expect_err("must panic");
+            p.downcast_ref::<String>().cloned().unwrap_or_default()
+        };
+        let mut v = vec![10u32, 11, 12, 13];
+        let names = ["a[0]", "a[i]", "a[j]"];
+        let [x, y, z] = v.as_mut_slice().__cudagraph_disjoint_mut([3, 0, 2], &names);
+        assert_eq!((*x, *y, *z), (13, 10, 12));
+        let dup = std::panic::catch_unwind(move || {
+            let mut v = vec![0u32; 4];
+            v.as_mut_slice().__cudagraph_disjoint_mut([0, 2, 0], &names);
+        });
+        let t = text(dup);
+        assert!(t.contains("`a[0]` and `a[j]` name one element (index 0)"), "{t}");
+        let out = std::panic::catch_unwind(move || {
+            let mut v = vec![0u32; 4];
+            v.as_mut_slice().__cudagraph_disjoint_mut([0, 4, 4], &names);
+        });
+        let t = text(out);
+        assert!(t.contains("`a[i]` is out of range: index 4 of an array of 4"), "{t}");
+    }
+
     /// The panic of [`DisjointMut::__cudagraph_disjoint_mut_distinct`].
     #[cold]
     #[inline(never)]
@@ -1714,13 +1773,16 @@ pub mod __private {
             }
         }
 
-        fn __cudagraph_disjoint_mut<const N: usize>(&mut self, idx: [usize; N]) -> [&mut T; N] {
+        #[track_caller]
+        fn __cudagraph_disjoint_mut<const N: usize>(
+            &mut self,
+            idx: [usize; N],
+            names: &[&str; N],
+        ) -> [&mut T; N] {
             let len = self.len();
             match self.get_disjoint_mut(idx) {
                 Ok(refs) => refs,
-                Err(e) => panic!(
-                    "graph!: buffer indices {idx:?} of one array must be distinct and in range (len {len}): {e}"
-                ),
+                Err(_) => not_disjoint(&idx, names, len),
             }
         }
     }
@@ -1746,11 +1808,13 @@ pub mod __private {
             each
         }
 
+        #[track_caller]
         fn __cudagraph_disjoint_mut<const N: usize>(
             &mut self,
             idx: [usize; N],
+            names: &[&str; N],
         ) -> [&mut cudarc::driver::CudaSlice<T>; N] {
-            self.as_mut_slice().__cudagraph_disjoint_mut(idx)
+            self.as_mut_slice().__cudagraph_disjoint_mut(idx, names)
         }
     }
 

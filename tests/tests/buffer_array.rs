@@ -82,6 +82,8 @@ fn an_unchanged_array_is_remembered_and_matches_eager() -> Result {
         same_all(&read_all(&s, &arr)?, &read_all(&s, &oracle)?, &format!("call {call}"));
         // (The first call has no earlier words to compare with: nothing to remember yet.)
         assert_eq!(remembers(&arr), call > 0, "call {call}: the array's elements remembered");
+        // Call 1 remembers what it acquired; every later call skips the acquisition.
+        assert_eq!(arr.memo_hits(), u64::from(call.saturating_sub(1)), "call {call}: memo hits");
     }
     let st = cache.stats();
     assert_eq!((st.builds, st.node_updates), (1, 0), "unchanged calls: {st:?}");
@@ -116,8 +118,10 @@ fn a_replaced_element_is_used_and_its_old_memory_is_not() -> Result {
         let canary = s.alloc_zeros::<u32>(LEN)?;
         seen.note(address(&s, &canary));
         seen.note(old);
+        let hits = arr.memo_hits();
         step(&mut cache, &k, &s, &mut arr, round)?;
         step_vec(&mut eager, &k, &s, &mut oracle, round)?;
+        assert_eq!(arr.memo_hits(), hits, "round {round}: the replaced array is acquired anew");
         let c = s.clone_dtoh(&canary)?;
         assert!(c.iter().all(|&v| v == 0), "round {round}: the old element's memory was written");
         same_all(&read_all(&s, &arr)?, &read_all(&s, &oracle)?, &format!("round {round}"));

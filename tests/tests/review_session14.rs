@@ -273,11 +273,36 @@ fn equal_runtime_index_beside_the_array_panics_before_anything_runs() -> Result 
         (0..4).map(|_| s.clone_htod(&marker)).collect::<std::result::Result<_, _>>()?;
     let (mut out, mut eout) = (s.clone_htod(&marker)?, s.clone_htod(&marker)?);
     let (mut cache, mut eager_cache) = (GraphCache::new(), GraphCache::eager());
+    // Where each panic was raised: `graph!`'s call of the array's split is `#[track_caller]`
+    // and spanned on the body's tokens, so the location is this file's `runtime_index`.
+    let at: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let seen = at.clone();
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let file = info.location().map(|l| l.file().to_string()).unwrap_or_default();
+        seen.lock().unwrap().push(file);
+    }));
     for j in [0usize, 1, 2, 4] {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             runtime_index(&mut cache, &k, &s, &mut bufs, &mut out, j)
         }));
-        assert!(r.is_err(), "j = {j}: must panic (equal to a written index, or out of range)");
+        let p = r.expect_err(&format!(
+            "j = {j}: must panic (equal to a written index, or out of range)"
+        ));
+        // The first two operands that name one element, as the body spells them.
+        let text = panic_text(&*p);
+        let want = if j < 4 {
+            format!("and `bufs[j]` name one element (index {j}) of the array")
+        } else {
+            "`bufs[j]` is out of range: index 4 of an array of 4".to_string()
+        };
+        assert!(text.contains(&want), "j = {j}: panic {text:?} should contain {want:?}");
+    }
+    std::panic::set_hook(hook);
+    let files = at.lock().unwrap().clone();
+    assert_eq!(files.len(), 4, "one panic per refused call: {files:?}");
+    for f in &files {
+        assert!(f.ends_with("review_session14.rs"), "the panic's location is the body's: {f}");
     }
     for (i, b) in read_all(&s, &bufs)?.iter().enumerate() {
         assert_same(b, &marker, &format!("bufs[{i}] untouched by the refused calls"));

@@ -393,10 +393,12 @@ fn acquisitions(
                 }
             }
         } else {
+            // How the body spells each element, for the panic of indices equal at run time.
+            let names = members.iter().map(|p| crate::ast::normalize(&p.first.place));
             quote_spanned! {members[0].first.span=>
                 {
                     use ::cudagraph::__private::DisjointMut as _;
-                    #base.__cudagraph_disjoint_mut([#(#idx),*])
+                    #base.__cudagraph_disjoint_mut([#(#idx),*], &[#(#names),*])
                 }
             }
         };

@@ -17,6 +17,16 @@ impl<D: Driver> GraphCache<D> {
         let (flags, upload) = (self.flags.bits(), self.stream);
         let call =
             if flags == 0 { "cuGraphInstantiateWithFlags" } else { "cuGraphInstantiateWithParams" };
+        if self.flags.device_launch && self.flags.auto_free_on_launch {
+            // The driver refuses the pair (`CUDA_ERROR_INVALID_VALUE`) for every graph: said
+            // here, with the flags' names, without asking it.
+            let error = cudarc::driver::DriverError(
+                cudarc::driver::sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE,
+            );
+            let call = "cuGraphInstantiateWithParams (not called: InstantiateFlags::device_launch \
+                        and auto_free_on_launch together, which the driver refuses)";
+            return Err(shape.graph_error(CudaError { call, error }));
+        }
         // SAFETY: graph is live and its context current; `upload` is the call's stream (of
         // that context), used only with the upload flag.
         let exec = unsafe { self.driver.instantiate(graph, flags, upload) }

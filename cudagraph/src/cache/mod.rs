@@ -158,7 +158,8 @@ pub struct InstantiateFlags {
     /// statements, graph-owned `alloc` buffers (allocation and free nodes), `capture`
     /// statements whose recording allocates or holds host functions or events, nodes of several
     /// devices, and possibly event, empty and conditional (`device while`/`if`/`switch`) nodes;
-    /// and together with `auto_free_on_launch`; the cache stays usable, and each call that
+    /// and together with `auto_free_on_launch` (that pair the crate refuses itself, naming
+    /// both flags, without calling the driver); the cache stays usable, and each call that
     /// needs such an instantiation fails the same way. A `copy` into a
     /// [`PinnedBuffer`](crate::PinnedBuffer) is held (GPU test `device_launch`, on the H200:
     /// its memory is page-locked host memory, addressable by the device under unified

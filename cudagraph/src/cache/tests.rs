@@ -1321,6 +1321,32 @@ fn placeholders_resolve_only_while_bound_and_never_to_another_value() {
 }
 
 #[test]
+fn device_launch_with_auto_free_is_refused_without_instantiating() {
+    let (mock, mut cache, plan) = setup();
+    cache.set_instantiate_flags(crate::InstantiateFlags {
+        device_launch: true,
+        auto_free_on_launch: true,
+        ..Default::default()
+    });
+    for _ in 0..2 {
+        let e = run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None)
+            .expect_err("the driver refuses the pair");
+        let text = e.to_string();
+        assert!(text.contains("device_launch and auto_free_on_launch"), "{text}");
+        assert!(!mock.calls().iter().any(|c| c.starts_with("instantiate")), "{:?}", mock.calls());
+        assert!(!mock.calls().iter().any(|c| c.starts_with("launch")), "nothing launched");
+    }
+    assert_eq!(cache.stats().launches, 0);
+    // Usable after: one of the two flags dropped.
+    cache.set_instantiate_flags(crate::InstantiateFlags {
+        device_launch: true,
+        ..Default::default()
+    });
+    run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
+    assert_eq!(cache.stats().launches, 1);
+}
+
+#[test]
 fn instantiate_flags_reach_every_instantiation_with_the_calls_stream() {
     let (mock, mut cache, plan) = setup();
     assert_eq!(cache.instantiate_flags(), crate::InstantiateFlags::default());
