@@ -7,11 +7,27 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdarg.h>
+#include <stdio.h>
 static uint64_t next_handle = 0x10000;
 static uint64_t next_ptr = 0x700000000000ull;
 static void *fake(void) { next_handle += 0x100; return (void *)next_handle; }
-#define OUT1(name) int name(void **out, ...) { if (out) *out = fake(); return 0; }
-#define NOP(name) int name() { return 0; }
+// STUB_COUNT=1: at exit, how many times each of the calls below was made (stderr), to count the
+// driver calls of a host path (the difference of two runs of different lengths, per call).
+#define MAXC 128
+static const char *cname[MAXC];
+static uint64_t ccount[MAXC];
+static int nc;
+static void count(const char *name, int *slot) {
+    if (*slot == 0) { if (nc >= MAXC - 1) return; *slot = ++nc; cname[*slot] = name; }
+    ccount[*slot]++;
+}
+__attribute__((destructor)) static void report(void) {
+    const char *e = getenv("STUB_COUNT");
+    if (!e || !*e || *e == '0') return;
+    for (int i = 1; i <= nc; i++) fprintf(stderr, "stub %-36s %llu\n", cname[i], (unsigned long long)ccount[i]);
+}
+#define OUT1(name) int name(void **out, ...) { static int slot; count(#name, &slot); if (out) *out = fake(); return 0; }
+#define NOP(name) int name() { static int slot; count(#name, &slot); return 0; }
 OUT1(cuDevicePrimaryCtxRetain) OUT1(cuStreamCreate) OUT1(cuStreamCreateWithPriority) OUT1(cuEventCreate)
 OUT1(cuModuleLoadData) OUT1(cuModuleLoadDataEx) OUT1(cuModuleGetFunction) OUT1(cuGraphCreate) OUT1(cuGraphAddNode_v2) OUT1(cuGraphAddNode)
 OUT1(cuGraphAddKernelNode_v2) OUT1(cuGraphAddMemcpyNode) OUT1(cuGraphAddMemsetNode) OUT1(cuGraphAddEmptyNode)
@@ -38,7 +54,7 @@ int cuDeviceGetName(char *s, int len, int dev) { strncpy(s, "stub", len); return
 int cuDeviceTotalMem_v2(size_t *b, int dev) { *b = (size_t)1 << 36; return 0; }
 int cuMemGetInfo_v2(size_t *f, size_t *t) { *f = (size_t)1 << 35; *t = (size_t)1 << 36; return 0; }
 int cuDeviceCanAccessPeer(int *c, int a, int b) { *c = 1; return 0; }
-int cuStreamIsCapturing(void *s, int *st) { *st = 0; return 0; }
+int cuStreamIsCapturing(void *s, int *st) { static int slot; count("cuStreamIsCapturing", &slot); *st = 0; return 0; }
 int cuFuncGetAttribute(int *v, int a, void *f) { *v = 0; return 0; }
 int cuMemAllocAsync(uint64_t *p, size_t n, void *s) { *p = next_ptr; next_ptr += (n + 4095) & ~4095ull; next_ptr += 4096; return 0; }
 int cuMemAlloc_v2(uint64_t *p, size_t n) { return cuMemAllocAsync(p, n, 0); }
@@ -46,7 +62,7 @@ int cuMemAllocHost_v2(void **p, size_t n) { *p = malloc(n ? n : 1); return 0; }
 int cuMemHostAlloc(void **p, size_t n, unsigned f) { *p = malloc(n ? n : 1); return 0; }
 int cuGetErrorString(int e, const char **s) { *s = "stub error"; return 0; }
 int cuGetErrorName(int e, const char **s) { *s = "CUDA_ERROR_STUB"; return 0; }
-int cuPointerGetAttribute(void *d, int a, uint64_t p) { memset(d, 0, 8); return 0; }
+int cuPointerGetAttribute(void *d, int a, uint64_t p) { static int slot; count("cuPointerGetAttribute", &slot); memset(d, 0, 8); return 0; }
 int cuCtxGetApiVersion(void *c, unsigned *v) { *v = 13000; return 0; }
-int cuStreamGetCtx(void *s, void **c) { *c = fake(); return 0; }
+int cuStreamGetCtx(void *s, void **c) { static int slot; count("cuStreamGetCtx", &slot); *c = fake(); return 0; }
 int cuDevicePrimaryCtxGetState(int d, unsigned *f, int *a) { *f = 0; *a = 1; return 0; }

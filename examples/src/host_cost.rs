@@ -63,14 +63,16 @@ struct Args {
     /// every call (`bench` row f: each call equals the one before last, whose exec the cache
     /// kept: a memo hit).
     /// `fan-array`, `fan-read-array`, `fan-swap-array`: `fan`, `fan-read` and `fan-swap` with
-    /// the middle buffers in a `BufferArray` instead of a `Vec`.
+    /// the middle buffers in a `BufferArray` instead of a `Vec`; `fan-read-swap-array`:
+    /// `fan-read-array` with the copy's destination alternating between two `PinnedBuffer`s
+    /// (`bench` row re; with `--execs 1`, row re1: the copy node updated in place).
     /// `fan10-eager`: the 10-kernel fan in `Mode::Eager`, and `fan10-plain` the same 10
     /// launches made with cudarc (100 calls per timing): eager mode's own cost per statement;
     /// `cap4-eager` and `cap4-plain` the same for 4 capture statements, each launching a
     /// kernel with cudarc, beside 4 kernel statements (as `mlp`'s step).
     #[arg(
         long,
-        value_parser = ["fan", "fan-scalar", "fan-read", "fan-array", "fan-read-array", "fan-swap-array", "chain", "chain1", "chain1-scalar", "chain1-read", "fan-swap", "chain1-swap", "fan10-eager", "fan10-plain", "cap4-eager", "cap4-plain"]
+        value_parser = ["fan", "fan-scalar", "fan-read", "fan-array", "fan-read-array", "fan-swap-array", "fan-read-swap-array", "chain", "chain1", "chain1-scalar", "chain1-read", "fan-swap", "chain1-swap", "fan10-eager", "fan10-plain", "cap4-eager", "cap4-plain"]
     )]
     only: Option<String>,
     /// Execs per variant of the fan's and chain's caches (`set_execs_per_variant`; default
@@ -369,6 +371,9 @@ fn run(a: &Args) -> Res<bool> {
         let mut eager = GraphCache::eager();
         let mut pair = [stream.alloc_zeros::<u32>(ELEMS as usize)?, x.clone()];
         let mut host = PinnedBuffer::zeros(&stream, 2)?;
+        // Two destinations of the read, alternated by `fan-read-swap-array` (bench's `re`; with
+        // `--execs 1`, `re1`).
+        let mut hosts = [PinnedBuffer::zeros(&stream, 2)?, PinnedBuffer::zeros(&stream, 2)?];
         let mut i = 0usize;
         let only = median(&stream, reps, || {
             let t = Instant::now();
@@ -388,6 +393,14 @@ fn run(a: &Args) -> Res<bool> {
                     "fan-read-array" => {
                         fan_read_array(&mut fan_cache, &stream, &k, &mut pbuf, &mut arr, &mut host)?
                     }
+                    "fan-read-swap-array" => fan_read_array(
+                        &mut fan_cache,
+                        &stream,
+                        &k,
+                        &mut pbuf,
+                        &mut arr,
+                        &mut hosts[i % 2],
+                    )?,
                     "fan-scalar" => {
                         fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs, i as u32)?
                     }
@@ -420,11 +433,12 @@ fn run(a: &Args) -> Res<bool> {
             // One build, then one node updated per call.
             return Ok(s.builds == 1 && s.memo_hits == 0 && s.node_updates + 4 >= s.hits);
         }
-        if shape.ends_with("swap") && a.execs == Some(1) {
+        let swap = shape.ends_with("swap") || shape == "fan-read-swap-array";
+        if swap && a.execs == Some(1) {
             // One build, then every call updates the swapped nodes in place.
             return Ok(s.builds == 1 && s.memo_hits == 0 && s.node_updates >= s.hits);
         }
-        if shape.ends_with("swap") {
+        if swap {
             // One build per buffer, one update in the first round (memoizing pays from the
             // second), then memo hits only.
             return Ok(s.builds <= 2 && s.memo_hits + 4 >= s.hits);

@@ -157,7 +157,9 @@ pub struct InstantiateFlags {
     /// `cuGraphInstantiateWithParams`, nothing enqueued) for graphs with other nodes: `host`
     /// statements, graph-owned `alloc` buffers (allocation and free nodes), `capture`
     /// statements whose recording allocates or holds host functions or events, nodes of several
-    /// devices, and possibly event, empty and conditional (`device while`/`if`/`switch`) nodes;
+    /// devices, event record and wait nodes (`event_record`/`event_wait` statements; shown on
+    /// the H200 by GPU test `review_session27b`), and possibly empty and conditional
+    /// (`device while`/`if`/`switch`) nodes;
     /// and together with `auto_free_on_launch` (that pair the crate refuses itself, naming
     /// both flags, without calling the driver); the cache stays usable, and each call that
     /// needs such an instantiation fails the same way. A `copy` into a
