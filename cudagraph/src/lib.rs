@@ -735,6 +735,15 @@ pub mod __private {
             }
         }
 
+        /// The words from `begin` (taken before an array's guards were put) to here are that
+        /// array's elements' ([`CallWords::elements`]).
+        #[inline(always)]
+        fn elements(&mut self, begin: Option<usize>) {
+            if let (Some(w), Some(b)) = (&mut self.words, begin) {
+                w.elements(b);
+            }
+        }
+
         /// The contexts of the elements of an array acquired in one loop
         /// ([`acquire_mut_each`]), into the words: the first one's and `0` when all are the
         /// same, else the first one's, `1` and each one's; then, for pinned host memory, each
@@ -1018,6 +1027,8 @@ pub mod __private {
         let call_stream = *call_stream;
         let call_ctx = stream.context().cu_ctx() as u64;
         let ahead = words.as_ref().and_then(|w| w.guards_ahead::<M>());
+        // Where this array's guards' and contexts' words begin ([`Guards::elements`]).
+        let begin = words.as_ref().map(|w| w.at());
         let probe = <P::Write<'a> as InertGuard<'a>>::REMADE
             && !<P::Write<'a> as Handle>::HOST
             && remade.iter().any(Option::is_none);
@@ -1092,6 +1103,7 @@ pub mod __private {
                 // Every element's context is the call stream's; device memory (no pinned
                 // allocation ids to put).
                 guards.contexts::<P::Write<'a>>(if M == 0 { 0 } else { call_ctx }, false, &[]);
+                guards.elements(begin);
                 return EachHandles(out);
             }
         }
@@ -1200,6 +1212,7 @@ pub mod __private {
             mixed_contexts(all)
         };
         guards.contexts(first, mixed, all);
+        guards.elements(begin);
         EachHandles(out)
     }
 

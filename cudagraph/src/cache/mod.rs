@@ -601,8 +601,12 @@ impl Words {
 /// A node's words hold its parameters (each buffer handle as its place number, address and
 /// context: what [`GraphCache::clean_nodes`] packs for it); a run's later nodes are decided by
 /// its own words (its tag and the handles of its operands that name no array element), its
-/// first iteration's nodes (the `template` items before it) and the words before the first
-/// item, which hold every place's address range (its array elements'). So a clean node's
+/// first iteration's nodes (the `template` items before it) and its array elements' words
+/// among those before the first node item (which hold every place's address range): the
+/// spans that `acquire_mut_each` marked ([`WordItem`], items of no nodes, first), compared
+/// alone where both calls have the same spans, else all of those words. So a place outside
+/// the arrays that changed (a pinned destination swapped beside a fan over a `BufferArray`)
+/// leaves the runs clean, and an element that changed does not. So a clean node's
 /// parameters, and everything validation reads of it, are those the exec already has: the
 /// argument of an unchanged call ([`GraphCache::unchanged`]), node by node. `false` (and
 /// `clean` empty) when the words do not line up with `nodes` item for item: the caller then
@@ -615,13 +619,38 @@ fn clean_by_items(
 ) -> bool {
     clean.clear();
     equal.clear();
-    let (Some(first), Some(old_first)) = (items.first(), old_items.first()) else {
-        return false;
-    };
     if items.len() != old_items.len() {
         return false;
     }
-    let places_equal = words.get(..first.start) == old.get(..old_first.start);
+    // The arrays' spans first (items of no nodes), then the node items.
+    let arrays = items.iter().take_while(|i| i.nodes == 0).count();
+    let (spans, items) = items.split_at(arrays);
+    let (old_spans, old_items) = old_items.split_at(arrays.min(old_items.len()));
+    let (Some(first), Some(old_first)) = (items.first(), old_items.first()) else {
+        return false;
+    };
+    if items.iter().chain(old_items).any(|i| i.nodes == 0) {
+        // A span among the nodes: not what `acquire_mut_each` makes.
+        return false;
+    }
+    // What a run's later nodes depend on of the words before the first node (its elements'
+    // guards and contexts): the arrays' spans, where the two calls have the same ones within
+    // those words, else all of those words (every place's).
+    fn span_words<'w>(w: &'w [u64], s: &WordItem, end: usize) -> Option<&'w [u64]> {
+        let to = s.start.checked_add(s.template as usize).filter(|&t| t <= end);
+        to.filter(|_| s.template != crate::kind::kernel::UNKNOWN_SPAN)
+            .and_then(|t| w.get(s.start..t))
+    }
+    // (No span: no array acquired in one loop marked its words, so all of them count.)
+    let known = !spans.is_empty()
+        && spans == old_spans
+        && first.start == old_first.start
+        && spans.iter().all(|s| span_words(words, s, first.start).is_some());
+    let places_equal = if known {
+        spans.iter().all(|s| span_words(words, s, first.start) == span_words(old, s, first.start))
+    } else {
+        words.get(..first.start) == old.get(..old_first.start)
+    };
     /// Item `i`'s words.
     fn span<'w>(w: &'w [u64], its: &[WordItem], i: usize) -> Option<&'w [u64]> {
         let end = its.get(i + 1).map_or(w.len(), |n| n.start);

@@ -2535,9 +2535,30 @@ fn run_body25(
         w.word(crate::kind::kernel::GUARDS_TAG);
         w.guard((0x9000, 4, false));
         w.word(CTX as u64);
-        for p in &eff {
+        // A `made` run's nodes' places are the elements of one array acquired in one loop:
+        // their words one span ([`CallWords::elements`], as `acquire_mut_each` marks them).
+        let mut array = vec![None; nodes.len()];
+        let mut at = 0;
+        for (r, s) in body.iter().enumerate() {
+            let n = match *s {
+                Stmt25::Run { per, later, .. } => per * (1 + later),
+                _ => 1,
+            };
+            if let Stmt25::Run { made: true, .. } = s {
+                array[at..at + n].fill(Some(r));
+            }
+            at += n;
+        }
+        let mut begin = None;
+        for (j, p) in eff.iter().enumerate() {
+            if array[j].is_some() && (j == 0 || array[j - 1] != array[j]) {
+                begin = Some(w.at());
+            }
             w.guard((p.ptr, 4, true));
             w.word(ctx_of(p) as u64);
+            if array[j].is_some() && array.get(j + 1).copied().flatten() != array[j] {
+                w.elements(begin.take().expect("the array's first element began it"));
+            }
         }
         let put = |w: &mut CallWords, j: usize| {
             if let Some(n) = &list_nodes[j] {
@@ -2666,8 +2687,9 @@ proptest::proptest! {
 /// kernel) made once, a memset, a run put in node by node and another run made once, a changed
 /// call finds its clean nodes from its words (no node words kept): one node changed, the other
 /// kernels are clean; the first iteration of a run changed, its later nodes are not; a later
-/// node's buffer changed (its guard), no made run's later node is; the other variant (the `if`
-/// not taken) in between changes nothing of that.
+/// node's buffer changed (its guard, in its array's span), no made run's later node is (the
+/// spans are compared together); a buffer outside the arrays changed, every run's later node
+/// is; the other variant (the `if` not taken) in between changes nothing of that.
 #[test]
 fn a_changed_call_s_items_follow_ifs_runs_and_memsets() {
     let mut body = vec![
@@ -2718,6 +2740,13 @@ fn a_changed_call_s_items_follow_ifs_runs_and_memsets() {
     // node 4 differs from the exec.
     params[4].ptr = 0xf000;
     assert_eq!(go(&mut cache, &params, 1), (kernels - 6, set(1)), "a later buffer");
+    // A buffer outside the arrays (node 0's, not an element of a made run's array): its node
+    // alone; both made runs' later kernels stay clean (their arrays' spans are unchanged;
+    // before session 28 every place's guards were compared for them: 7 not clean).
+    params[0].ptr = 0xe000;
+    assert_eq!(go(&mut cache, &params, 1), (kernels - 1, set(1)), "a buffer outside the arrays");
+    params[18].ptr = 0xe100;
+    assert_eq!(go(&mut cache, &params, 1), (kernels - 1, set(1)), "the last node's buffer");
     // The other variant (node 1 absent), built; then this one again, changed.
     params[0].scalar = 20;
     let (_, calls) = go(&mut cache, &params, 0);

@@ -401,19 +401,29 @@ pub(crate) const NO_VARIANT: u32 = u32::MAX;
 
 /// Where a statement's node (or a run's later nodes) begins in a call's words
 /// ([`CallWords::items`]). Its words end where the next item's begin (or at the words' end);
-/// the words before the first item are the call's own (its tag and every place's guard, put
-/// in before any node's: [`Guards::take_words`](crate::__private::Guards::take_words)).
+/// the words before the first node item are the call's own (its tag and every place's guard,
+/// put in before any node's: [`Guards::take_words`](crate::__private::Guards::take_words)).
+///
+/// Items of no nodes come first, one per array acquired in one loop
+/// ([`acquire_mut_each`](crate::__private::acquire_mut_each)): the span of the call's own words
+/// that its elements' guards and contexts are ([`CallWords::elements`]), `template` words from
+/// `start` ([`UNKNOWN_SPAN`] when not known).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct WordItem {
     /// The position of its first word.
     pub(crate) start: usize,
     /// The node-list entries it stands for, in order: 1 for a node, `n` for a run's later
-    /// iterations ([`word_repeat`](crate::__private::word_repeat)).
+    /// iterations ([`word_repeat`](crate::__private::word_repeat)); 0 for an array's span.
     pub(crate) nodes: u64,
     /// For a run: the items before it that its nodes depend on besides its own words (its
-    /// first iteration's nodes, at most this many); 0 for a node.
+    /// first iteration's nodes, at most this many); 0 for a node; for an array's span, its
+    /// length in words.
     pub(crate) template: u32,
 }
+
+/// An array span's length ([`WordItem::template`]) that did not fit: its words are not known
+/// apart from the other places', so every place's are compared.
+pub(crate) const UNKNOWN_SPAN: u32 = u32::MAX;
 
 impl CallWords {
     /// Packs one node ([`NodeParams::pack`](super::NodeParams), [`compare_node`]): a node that
@@ -434,6 +444,25 @@ impl CallWords {
     #[inline(always)]
     fn position(&self) -> usize {
         if self.diverged { self.out.len() } else { self.pos }
+    }
+
+    /// Where the words made next begin (for [`Self::elements`]).
+    #[inline(always)]
+    pub(crate) fn at(&self) -> usize {
+        self.position()
+    }
+
+    /// The words from `start` to here are the guards and contexts of the elements of one
+    /// array acquired in one loop, which is all that a run's later nodes depend on of the
+    /// call's own words besides the run's and its first iteration's words: an item of no
+    /// nodes marks them ([`WordItem`]).
+    #[inline(always)]
+    pub(crate) fn elements(&mut self, start: usize) {
+        if self.ok {
+            let len = self.position().checked_sub(start).and_then(|l| u32::try_from(l).ok());
+            let template = len.filter(|&l| l != UNKNOWN_SPAN).unwrap_or(UNKNOWN_SPAN);
+            self.items.push(WordItem { start, nodes: 0, template });
+        }
     }
 
     /// An item of `nodes` node-list entries beginning here ([`WordItem`]).
