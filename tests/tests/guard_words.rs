@@ -6,7 +6,8 @@
 //! and a run's later iterations compare no handle of their own. Each test changes only what
 //! one of these skips relies on, on an otherwise unchanged call, and compares the graph with
 //! the same launches made one by one with cudarc or with the host model (integers: exact).
-//! Expected on a GPU: all pass.
+//! Session 28 adds a changed call whose words up to its first node equal a checked call's
+//! (the check skipped; not yet run on a GPU). Expected on a GPU: all pass.
 
 mod common;
 
@@ -127,5 +128,64 @@ fn elements_on_the_calls_stream_make_no_stream_wait() -> Result {
         host::affine_inplace(&mut model, 3, 1);
     }
     assert_same(&s.clone_dtoh(&bufs[0])?, &model, "element 0 against the host model");
+    Ok(())
+}
+
+/// Session 28: a changed call's aliasing check is skipped when its words up to its first node
+/// (every place's guard) equal those of one of the last two calls that passed it. With one
+/// exec per variant, element 5 alternates between two buffers of its own (every call changed,
+/// two checks in all, then skipped); an overlapping view put there instead is refused every
+/// time (a refusal is never kept as passed), with nothing enqueued, and the two buffers still
+/// run after. Against the launches made one by one (exact).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_changed_call_with_the_ranges_of_a_checked_call_skips_the_check_and_overlaps_are_refused()
+-> Result {
+    let _serial = common::serial();
+    let (_ctx, s, k) = gpu()?;
+    let (mut bufs, mut eager) = (distinct(&s)?, distinct(&s)?);
+    let mut spare = s.clone_htod(&host::iota(N, 9, 7))?;
+    let mut espare = s.clone_htod(&host::iota(N, 9, 7))?;
+    let mut cache = GraphCache::new();
+    cache.set_execs_per_variant(1);
+    let mut swap = |bufs: &mut Vec<_>, eager: &mut Vec<_>| {
+        std::mem::swap(&mut bufs[5], &mut spare);
+        std::mem::swap(&mut eager[5], &mut espare);
+    };
+    for call in 0..8 {
+        swap(&mut bufs, &mut eager);
+        run8(&mut cache, &k, &s, &mut bufs)?;
+        run8_eager(&k, &s, &mut eager)?;
+        same_all(&read_all(&s, &bufs)?, &read_all(&s, &eager)?, &format!("call {call}"));
+    }
+    let st = cache.stats();
+    assert_eq!(st.alias_checks, 2, "two sets of ranges, each checked once: {st:?}");
+    assert_eq!((st.builds, st.unchanged_calls), (1, 0), "every call changed: {st:?}");
+    let base = bufs[6].device_ptr(&s).0;
+    // SAFETY (of this test only): a view of `bufs[6]` from its element 4 on; leaked below,
+    // never freed, so `bufs[6]` alone frees the memory.
+    let view = unsafe { s.upgrade_device_ptr::<u32>(base + 16, LEN - 4) };
+    let own = std::mem::replace(&mut bufs[5], view);
+    for attempt in 0..2 {
+        let before = read_all(&s, &bufs)?;
+        let launches = cache.stats().launches;
+        match run8(&mut cache, &k, &s, &mut bufs) {
+            Err(Error::Aliasing { first, second }) => {
+                assert!(first.text.contains("affine_inplace"), "{first}");
+                assert!(second.text.contains("affine_inplace"), "{second}");
+            }
+            r => panic!("attempt {attempt}: expected Aliasing, got {r:?}"),
+        }
+        s.synchronize()?;
+        assert_eq!(cache.stats().launches, launches, "attempt {attempt}: nothing launched");
+        same_all(&read_all(&s, &bufs)?, &before, &format!("attempt {attempt}: nothing enqueued"));
+    }
+    std::mem::replace(&mut bufs[5], own).leak();
+    for call in 0..4 {
+        swap(&mut bufs, &mut eager);
+        run8(&mut cache, &k, &s, &mut bufs)?;
+        run8_eager(&k, &s, &mut eager)?;
+        same_all(&read_all(&s, &bufs)?, &read_all(&s, &eager)?, &format!("after, call {call}"));
+    }
     Ok(())
 }

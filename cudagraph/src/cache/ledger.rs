@@ -32,6 +32,37 @@ impl<D: Driver> GraphCache<D> {
         Ok(())
     }
 
+    /// Where the words of this changed `graph!` call (kept in `packed` by
+    /// [`Self::unchanged_words`]) reach its first node: the words before it are the call's tag
+    /// and, when the words are `guarded`, every place's guard (address, bytes, written) in the
+    /// order the body acquired them, and the contexts of arrays' elements. `None` when the
+    /// call's words are not kept (not this call's, or a node did not pack) or hold no node.
+    pub(super) fn guard_words_end(&self) -> Option<usize> {
+        if !self.packed_ok {
+            return None;
+        }
+        let first = self.packed_items.iter().find(|i| i.nodes != 0)?;
+        (first.start <= self.packed.len()).then_some(first.start)
+    }
+
+    /// Whether the words of this call up to `end` ([`Self::guard_words_end`]) equal those of
+    /// one of the last two calls of plan `plan` that passed [`Self::check_aliasing`]: the same
+    /// places with the same address ranges, so the same result.
+    pub(super) fn checked_by_words(&self, plan: usize, end: usize) -> bool {
+        let w = &self.packed[..end];
+        self.checked_words.iter().any(|(p, c)| *p == plan && c[..] == w[..])
+    }
+
+    /// Keeps this call's words up to `end` as a passed check's ([`Self::checked_by_words`]),
+    /// replacing the older of the two.
+    pub(super) fn keep_checked_words(&mut self, plan: usize, end: usize) {
+        self.checked_words.swap(0, 1);
+        let (p, c) = &mut self.checked_words[1];
+        c.clear();
+        c.extend_from_slice(&self.packed[..end]);
+        *p = plan;
+    }
+
     /// Errors when two places of the call overlap in memory and one of them is written: the
     /// graph would have no edge between their nodes. Borrows prove places distinct for buffers
     /// made by safe code; this catches views of one allocation that cudarc hands out more than

@@ -350,6 +350,11 @@ pub struct GraphCache<D: Driver = Cuda> {
     /// checked (two: buffers swapped between calls alternate between two sets), the older first.
     /// The place is part of the key: the check's outcome depends on which ranges are one place's.
     checked: [Vec<(usize, u64, u64, bool)>; 2],
+    /// The same two checks by the words of their calls before the first node (every place's
+    /// guard, in the order the body acquired them: a `graph!` call whose words were
+    /// `guarded`), with the plan's address: a changed call whose words up to there equal one of
+    /// these passes without making its guards ([`Self::checked_by_words`]).
+    checked_words: [(usize, Vec<u64>); 2],
     /// Scratch of the aliasing check and of the ledger, kept so that calls allocate nothing.
     scratch: Vec<(u64, u64, bool, usize)>,
     /// The stream ledger of the calls' launches.
@@ -932,7 +937,20 @@ impl GraphCache {
         }
         clock.lap(phases::VALIDATE);
         if !(guarded && (same.is_some() || guards_same)) {
-            self.check_aliasing(call.shape, guards.made())?;
+            // Words of every place's guard: equal to a checked call's, the check holds without
+            // this call's guards (an array's elements' are made only if asked for).
+            let by_words = match call.site {
+                Site::Plan(plan) if guarded => {
+                    self.guard_words_end().map(|end| (plan as *const Plan as usize, end))
+                }
+                _ => None,
+            };
+            if !by_words.is_some_and(|(plan, end)| self.checked_by_words(plan, end)) {
+                self.check_aliasing(call.shape, guards.made())?;
+                if let Some((plan, end)) = by_words {
+                    self.keep_checked_words(plan, end);
+                }
+            }
         }
         clock.lap(phases::ALIASING);
         self.enable_peers(call.shape)?;
@@ -1367,6 +1385,7 @@ impl<D: Driver> GraphCache<D> {
             stats: Stats::default(),
             recording: recording::Recording::new(0),
             checked: [Vec::new(), Vec::new()],
+            checked_words: [(0, Vec::new()), (0, Vec::new())],
             scratch: Vec::new(),
             ledger: crate::ledger::Ledger::default(),
             reports: Arc::default(),
