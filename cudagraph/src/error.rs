@@ -285,6 +285,20 @@ pub enum Error {
         /// The driver call's result.
         source: CudaError,
     },
+    /// The cache's [`InstantiateFlags`](crate::InstantiateFlags) cannot be used together:
+    /// `device_launch` with `auto_free_on_launch`, which the driver refuses for every graph.
+    /// Refused by the crate before `cuGraphInstantiateWithParams`: nothing was instantiated or
+    /// enqueued, and the cache's existing execs stay usable (a call they can take by an update
+    /// still runs).
+    #[error("graph at {file}:{line}: {why}")]
+    InstantiateFlags {
+        /// Source file of the `graph!` call (or the builder's `launch`).
+        file: &'static str,
+        /// Line of that call.
+        line: u32,
+        /// Which flags, and why.
+        why: &'static str,
+    },
 }
 
 /// Why an explicit kernel node of a capture ([`Capture::kernel`](crate::Capture::kernel),

@@ -17,15 +17,13 @@ impl<D: Driver> GraphCache<D> {
         let (flags, upload) = (self.flags.bits(), self.stream);
         let call =
             if flags == 0 { "cuGraphInstantiateWithFlags" } else { "cuGraphInstantiateWithParams" };
-        if self.flags.device_launch && self.flags.auto_free_on_launch {
+        if self.flags.refused() {
             // The driver refuses the pair (`CUDA_ERROR_INVALID_VALUE`) for every graph: said
             // here, with the flags' names, without asking it.
-            let error = cudarc::driver::DriverError(
-                cudarc::driver::sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE,
-            );
-            let call = "cuGraphInstantiateWithParams (not called: InstantiateFlags::device_launch \
-                        and auto_free_on_launch together, which the driver refuses)";
-            return Err(shape.graph_error(CudaError { call, error }));
+            let (file, line) = shape.location();
+            let why = "InstantiateFlags::device_launch and auto_free_on_launch together, which \
+                       the driver refuses for every graph: nothing instantiated";
+            return Err(Error::InstantiateFlags { file, line, why });
         }
         // SAFETY: graph is live and its context current; `upload` is the call's stream (of
         // that context), used only with the upload flag.

@@ -160,9 +160,11 @@ pub struct InstantiateFlags {
     /// devices, event record and wait nodes (`event_record`/`event_wait` statements; shown on
     /// the H200 by GPU test `review_session27b`), and possibly empty and conditional
     /// (`device while`/`if`/`switch`) nodes;
-    /// and together with `auto_free_on_launch` (that pair the crate refuses itself, naming
-    /// both flags, without calling the driver); the cache stays usable, and each call that
-    /// needs such an instantiation fails the same way. A `copy` into a
+    /// and together with `auto_free_on_launch` (that pair the crate refuses itself, as
+    /// [`Error::InstantiateFlags`](crate::Error::InstantiateFlags), without calling the driver,
+    /// and builds no memoized exec under it: a call an existing exec can take by an update
+    /// still runs); the cache stays usable, and each call that needs such an instantiation
+    /// fails the same way. A `copy` into a
     /// [`PinnedBuffer`](crate::PinnedBuffer) is held (GPU test `device_launch`, on the H200:
     /// its memory is page-locked host memory, addressable by the device under unified
     /// addressing). As every flag, it applies to later
@@ -174,6 +176,13 @@ pub struct InstantiateFlags {
 }
 
 impl InstantiateFlags {
+    /// Whether the driver refuses these flags for every graph (`device_launch` with
+    /// `auto_free_on_launch`): the crate refuses each instantiation itself
+    /// ([`Error::InstantiateFlags`]).
+    pub(crate) fn refused(self) -> bool {
+        self.device_launch && self.auto_free_on_launch
+    }
+
     /// The `CUgraphInstantiate_flags` bits.
     pub(crate) fn bits(self) -> u64 {
         use sys::CUgraphInstantiate_flags as F;
@@ -611,7 +620,7 @@ impl Words {
 /// spans that `acquire_mut_each` marked ([`WordItem`], items of no nodes, first), compared
 /// alone where both calls have the same spans, else all of those words. So a place outside
 /// the arrays that changed (a pinned destination swapped beside a fan over a `BufferArray`)
-/// leaves the runs clean, and an element that changed does not. So a clean node's
+/// leaves the runs clean, and an element that changed does not. A clean node's
 /// parameters, and everything validation reads of it, are those the exec already has: the
 /// argument of an unchanged call ([`GraphCache::unchanged`]), node by node. `false` (and
 /// `clean` empty) when the words do not line up with `nodes` item for item: the caller then
@@ -2018,10 +2027,12 @@ impl<D: Driver> GraphCache<D> {
             // new exec for its parameters while the variant and the cache have room. Else the
             // least recently used exec of the variant is updated.
             let (twins, lru) = self.execs_of(i);
+            // (Flags that refuse every instantiation: no new exec, the existing one updated.)
             if self.packed_ok
                 && self.packed_seen
                 && twins < self.execs_per_variant
                 && self.variants.len() < self.max_variants
+                && !self.flags.refused()
             {
                 let j = self.insert(shape, (key, signature), (ctx, owner), nodes)?;
                 self.stats.memo_builds += 1;

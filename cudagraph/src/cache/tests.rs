@@ -1337,6 +1337,10 @@ fn device_launch_with_auto_free_is_refused_without_instantiating() {
         assert!(!mock.calls().iter().any(|c| c.starts_with("launch")), "nothing launched");
     }
     assert_eq!(cache.stats().launches, 0);
+    assert!(matches!(
+        run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None),
+        Err(crate::Error::InstantiateFlags { .. })
+    ));
     // Usable after: one of the two flags dropped.
     cache.set_instantiate_flags(crate::InstantiateFlags {
         device_launch: true,
@@ -1344,6 +1348,20 @@ fn device_launch_with_auto_free_is_refused_without_instantiating() {
     });
     run(&mut cache, plan, &k(1, 0xa0), &k(2, 0xb0), copy(4), memset(0), None).unwrap();
     assert_eq!(cache.stats().launches, 1);
+    // The pair again: calls whose parameters come back (which would get an exec of their own)
+    // update the existing exec instead, and run.
+    cache.set_instantiate_flags(crate::InstantiateFlags {
+        device_launch: true,
+        auto_free_on_launch: true,
+        ..Default::default()
+    });
+    for call in 0..6u32 {
+        let b = 0xb0 + 0x10 * u64::from(call % 2);
+        run(&mut cache, plan, &k(1, 0xa0), &k(2, b), copy(4), memset(0), None).unwrap();
+    }
+    let st = cache.stats();
+    assert_eq!((st.launches, st.instantiations, st.memo_builds), (7, 1, 0), "{st:?}");
+    assert!(st.node_updates >= 5, "{st:?}");
 }
 
 #[test]
