@@ -3,9 +3,10 @@
 
 use cudarc::driver::CudaStream;
 
-use super::{GraphCache, Shape};
+use super::{GraphCache, GraphCall, Shape, Site};
 use crate::error::{CudaError, Error, Result};
-use crate::operand::Guard;
+use crate::operand::{Guard, GuardList};
+use crate::plan::Plan;
 use crate::raw::Driver;
 
 impl<D: Driver> GraphCache<D> {
@@ -32,12 +33,38 @@ impl<D: Driver> GraphCache<D> {
         Ok(())
     }
 
+    /// [`Self::check_aliasing`] of a changed call, skipped when the call is `guarded` (its
+    /// words hold every place's guard) and its words up to its first node equal those of one
+    /// of the last two calls of its plan that passed it: then the check holds without this
+    /// call's guards (an array's elements' are made only if asked for).
+    pub(super) fn check_call_aliasing(
+        &mut self,
+        call: &GraphCall<'_>,
+        guarded: bool,
+        guards: &mut dyn GuardList<'_>,
+    ) -> Result<()> {
+        let by_words = match call.site {
+            Site::Plan(plan) if guarded => {
+                self.guard_words_end().map(|end| (plan as *const Plan as usize, end))
+            }
+            _ => None,
+        };
+        if by_words.is_some_and(|(plan, end)| self.checked_by_words(plan, end)) {
+            return Ok(());
+        }
+        self.check_aliasing(call.shape, guards.made())?;
+        if let Some((plan, end)) = by_words {
+            self.keep_checked_words(plan, end);
+        }
+        Ok(())
+    }
+
     /// Where the words of this changed `graph!` call (kept in `packed` by
     /// [`Self::unchanged_words`]) reach its first node: the words before it are the call's tag
     /// and, when the words are `guarded`, every place's guard (address, bytes, written) in the
     /// order the body acquired them, and the contexts of arrays' elements. `None` when the
     /// call's words are not kept (not this call's, or a node did not pack) or hold no node.
-    pub(super) fn guard_words_end(&self) -> Option<usize> {
+    fn guard_words_end(&self) -> Option<usize> {
         if !self.packed_ok {
             return None;
         }
@@ -48,14 +75,14 @@ impl<D: Driver> GraphCache<D> {
     /// Whether the words of this call up to `end` ([`Self::guard_words_end`]) equal those of
     /// one of the last two calls of plan `plan` that passed [`Self::check_aliasing`]: the same
     /// places with the same address ranges, so the same result.
-    pub(super) fn checked_by_words(&self, plan: usize, end: usize) -> bool {
+    fn checked_by_words(&self, plan: usize, end: usize) -> bool {
         let w = &self.packed[..end];
         self.checked_words.iter().any(|(p, c)| *p == plan && c[..] == w[..])
     }
 
     /// Keeps this call's words up to `end` as a passed check's ([`Self::checked_by_words`]),
     /// replacing the older of the two.
-    pub(super) fn keep_checked_words(&mut self, plan: usize, end: usize) {
+    fn keep_checked_words(&mut self, plan: usize, end: usize) {
         self.checked_words.swap(0, 1);
         let (p, c) = &mut self.checked_words[1];
         c.clear();

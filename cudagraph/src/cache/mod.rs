@@ -638,33 +638,33 @@ fn clean_by_items(
     }
     // The arrays' spans first (items of no nodes), then the node items.
     let arrays = items.iter().take_while(|i| i.nodes == 0).count();
-    let (spans, items) = items.split_at(arrays);
-    let (old_spans, old_items) = old_items.split_at(arrays.min(old_items.len()));
+    let ((spans, items), (old_spans, old_items)) =
+        (items.split_at(arrays), old_items.split_at(arrays));
     let (Some(first), Some(old_first)) = (items.first(), old_items.first()) else {
         return false;
     };
-    if items.iter().chain(old_items).any(|i| i.nodes == 0) {
-        // A span among the nodes: not what `acquire_mut_each` makes.
-        return false;
-    }
     // What a run's later nodes depend on of the words before the first node (its elements'
     // guards and contexts): the arrays' spans, where the two calls have the same ones within
-    // those words, else all of those words (every place's).
+    // those words, else all of those words (every place's). (No span: no array acquired in one
+    // loop marked its words, so all of them count.)
     fn span_words<'w>(w: &'w [u64], s: &WordItem, end: usize) -> Option<&'w [u64]> {
         let to = s.start.checked_add(s.template as usize).filter(|&t| t <= end);
         to.filter(|_| s.template != crate::kind::kernel::UNKNOWN_SPAN)
             .and_then(|t| w.get(s.start..t))
     }
-    // (No span: no array acquired in one loop marked its words, so all of them count.)
-    let known = !spans.is_empty()
-        && spans == old_spans
-        && first.start == old_first.start
-        && spans.iter().all(|s| span_words(words, s, first.start).is_some());
-    let places_equal = if known {
-        spans.iter().all(|s| span_words(words, s, first.start) == span_words(old, s, first.start))
-    } else {
-        words.get(..first.start) == old.get(..old_first.start)
+    let end = first.start;
+    let by_spans = || {
+        let mut eq = true;
+        for s in spans {
+            eq &= span_words(words, s, end)? == span_words(old, s, end)?;
+        }
+        Some(eq)
     };
+    let same_spans = !spans.is_empty() && spans == old_spans && end == old_first.start;
+    let places_equal = same_spans
+        .then(by_spans)
+        .flatten()
+        .unwrap_or_else(|| words.get(..end) == old.get(..old_first.start));
     /// Item `i`'s words.
     fn span<'w>(w: &'w [u64], its: &[WordItem], i: usize) -> Option<&'w [u64]> {
         let end = its.get(i + 1).map_or(w.len(), |n| n.start);
@@ -672,7 +672,8 @@ fn clean_by_items(
     }
     for (i, (a, b)) in items.iter().zip(old_items).enumerate() {
         let (x, y) = (span(words, items, i), span(old, old_items, i));
-        if x.is_none() || y.is_none() {
+        // (A span among the nodes is not what `acquire_mut_each` makes.)
+        if x.is_none() || y.is_none() || a.nodes == 0 || b.nodes == 0 {
             return false;
         }
         equal.push(a.nodes == b.nodes && a.template == b.template && x == y);
@@ -946,20 +947,7 @@ impl GraphCache {
         }
         clock.lap(phases::VALIDATE);
         if !(guarded && (same.is_some() || guards_same)) {
-            // Words of every place's guard: equal to a checked call's, the check holds without
-            // this call's guards (an array's elements' are made only if asked for).
-            let by_words = match call.site {
-                Site::Plan(plan) if guarded => {
-                    self.guard_words_end().map(|end| (plan as *const Plan as usize, end))
-                }
-                _ => None,
-            };
-            if !by_words.is_some_and(|(plan, end)| self.checked_by_words(plan, end)) {
-                self.check_aliasing(call.shape, guards.made())?;
-                if let Some((plan, end)) = by_words {
-                    self.keep_checked_words(plan, end);
-                }
-            }
+            self.check_call_aliasing(&call, guarded, guards)?;
         }
         clock.lap(phases::ALIASING);
         self.enable_peers(call.shape)?;
