@@ -203,6 +203,7 @@ pub use kind::{
     MemsetValueOf, Scratch, ScratchElem,
 };
 pub use kind::{Condition, ConditionalType, Copy2dParams, Memset2dParams, Rows};
+pub use kind::{MAX_READBACK_BYTES, ReadbackNode};
 pub use operand::{
     DevRead, DevWrite, DeviceScalar, Handle, HostRead, HostWrite, KernelArg, Place, PlaceMut,
     ReadArg, WriteArg,
@@ -488,8 +489,8 @@ pub fn driver_available() -> bool {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::kind::{
-        CallWords, IntoNode, KernelArgs, LaunchNode, NodeParams, copy, copy_2d, empty,
-        event_record, event_wait, memset, memset_2d, zero,
+        CallWords, CopyNode, IntoNode, KernelArgs, LaunchNode, NodeParams, copy, copy_2d, copy_on,
+        empty, event_record, event_wait, memset, memset_2d, zero,
     };
     pub use crate::operand::Guard;
     pub use crate::operand::{ReadArg, WriteArg};

@@ -1168,7 +1168,8 @@ fn node_value(
         }
         Op::Copy { func, src, dst } => {
             let (s, d) = (operand(src), operand(dst));
-            quote_spanned!(func.span()=> ::cudagraph::__private::copy(#s, #d))
+            let stream = local("__cudagraph_stream");
+            quote_spanned!(func.span()=> ::cudagraph::__private::copy_on(#stream, #s, #d))
         }
         Op::Copy2d { func, src, src_rows, dst, dst_rows } => {
             let (s, d) = (operand(src), operand(dst));

@@ -284,8 +284,9 @@ enum Kind {
     MemFree,
     Memcpy2d,
     Memset2d,
+    Readback,
 }
-const KINDS: [Kind; 12] = [
+const KINDS: [Kind; 13] = [
     Kind::Kernel,
     Kind::Memcpy,
     Kind::Memset,
@@ -298,12 +299,14 @@ const KINDS: [Kind; 12] = [
     Kind::Memcpy2d,
     Kind::Memset2d,
     Kind::MemFree,
+    Kind::Readback,
 ];
 
 /// One node's parameters in version `v` (each version changes what the kind can change).
 struct Params {
     k: K,
     fill: FillNode<'static>,
+    readback: crate::ReadbackNode<'static>,
     copy: MemcpyParams<'static>,
     set: MemsetParams<'static>,
     child: GraphRef<'static>,
@@ -332,6 +335,14 @@ impl Params {
         Params {
             k: K { grid: 4 + v % 3, scalar: v },
             fill: FillNode::for_test(0x20 as CUfunction, 0x400, 8, u64::from(v), CTX),
+            // Another pinned destination and length every version.
+            readback: crate::ReadbackNode::for_test(
+                0x21 as CUfunction,
+                0x100,
+                0x900 + 64 * u64::from(v),
+                1 + u64::from(v % 2),
+                CTX,
+            ),
             copy,
             set: MemsetParams::recorded(Set1d {
                 dst: 0x300,
@@ -375,6 +386,7 @@ impl Params {
             Kind::Captured => NodeParams::Captured(&Captured),
             Kind::Child => NodeParams::Child(&self.child),
             Kind::Fill => NodeParams::Fill(&self.fill),
+            Kind::Readback => NodeParams::Readback(&self.readback),
             Kind::Host => NodeParams::Host(&self.host),
             Kind::Empty => NodeParams::Empty(crate::kind::empty()),
             Kind::MemAlloc => NodeParams::MemAlloc(&self.alloc),

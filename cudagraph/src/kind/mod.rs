@@ -37,6 +37,7 @@ pub(crate) mod list;
 pub(crate) mod memcpy;
 pub(crate) mod memset;
 pub(crate) mod pitched;
+pub(crate) mod readback;
 
 pub use alloc::{AllocParams, FreeParams, GraphMemUsage, MAX_ALLOC_BYTES, Scratch, ScratchElem};
 pub use captured::{
@@ -56,6 +57,7 @@ pub use kernel::{
 pub use memcpy::{CopyTo, MemcpyParams, Memory, copy};
 pub use memset::{MemsetParams, MemsetValue, MemsetValueOf, memset, zero};
 pub use pitched::{Copy2dParams, Memset2dParams, Rows, copy_2d, memset_2d};
+pub use readback::{MAX_READBACK_BYTES, ReadbackNode};
 
 /// What one node kind needs to say about its nodes. Implemented by a unit type per kind.
 pub(crate) trait NodeKind {
@@ -580,6 +582,8 @@ node_kinds! {
     Child(&'a GraphRef<'a>) => child::Child,
     /// Kernel node of the crate's fill kernel, `fill(&mut dst, value)`.
     Fill(&'a FillNode<'a>) => fill::Fill,
+    /// Kernel node of the crate's readback kernel: a small `copy(&dev, &mut pinned)`.
+    Readback(&'a ReadbackNode<'a>) => readback::Readback,
     /// Host function node, `host(&a, &mut b, |(a, b)| …)`.
     Host(&'a dyn HostWork) => host::Host,
     /// Empty node, `empty()`.
@@ -746,6 +750,39 @@ where
 impl<'a> IntoNode for FillNode<'a> {
     fn node(&self) -> NodeParams<'_> {
         NodeParams::Fill(self)
+    }
+}
+impl<'a> IntoNode for ReadbackNode<'a> {
+    fn node(&self) -> NodeParams<'_> {
+        NodeParams::Readback(self)
+    }
+}
+
+/// A `copy(&src, &mut dst)` statement of `graph!`: a memcpy node, or for a small copy from
+/// device memory into pinned host memory a kernel node of the crate's readback kernel
+/// ([`ReadbackNode`]).
+pub enum CopyNode<'a> {
+    /// A memcpy node.
+    Memcpy(MemcpyParams<'a>),
+    /// A readback kernel node.
+    Readback(ReadbackNode<'a>),
+}
+impl crate::operand::sealed::Sealed for CopyNode<'_> {}
+impl IntoNode for CopyNode<'_> {
+    fn node(&self) -> NodeParams<'_> {
+        match self {
+            CopyNode::Memcpy(c) => NodeParams::Memcpy(c),
+            CopyNode::Readback(r) => NodeParams::Readback(r),
+        }
+    }
+}
+
+/// [`copy`] on `stream`: a [`CopyNode`].
+pub fn copy_on<'x, S: CopyTo<D> + 'x, D: 'x>(stream: &CudaStream, src: S, dst: D) -> CopyNode<'x> {
+    let c = copy(src, dst);
+    match ReadbackNode::try_new(stream, &c) {
+        Some(r) => CopyNode::Readback(r),
+        None => CopyNode::Memcpy(c),
     }
 }
 impl<H, F> crate::operand::sealed::Sealed for HostParams<'_, H, F> {}

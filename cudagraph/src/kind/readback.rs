@@ -1,0 +1,257 @@
+//! Readback nodes: a small `copy(&dev, &mut pinned)` (device memory into pinned host memory, at
+//! most [`MAX_READBACK_BYTES`]) made as a kernel node of the crate's own copy kernel
+//! (`readback.cu`) instead of a memcpy node. The kernel stores through the pinned memory's
+//! device address, which is its host address under unified addressing (memory of
+//! `cuMemHostAlloc` / `cuMemAllocHost`: [`PinnedBuffer`](crate::PinnedBuffer) and cudarc's
+//! pinned slices). On the H200 a memcpy node of 8 bytes into pinned memory made a graph step
+//! that waits for its result 1.7–5.5 µs slower than this kernel node, and steps enqueued back
+//! to back 1.1–9.2 µs slower; up to 4 KiB the kernel node won in both patterns, at 64 KiB it lost
+//! in the first (`examples/probes/copy_kernel.cu`, 2026-12-04).
+//!
+//! The node has the kernel kind's update rules (a new address or length is a per-node
+//! `cuGraphExecKernelNodeSetParams`), as `fill`'s. The kernel is compiled by NVRTC once per
+//! process (the first such copy), and its module loaded once per context, then kept, with its
+//! context, until the process ends. Where it cannot be had the copy stays a memcpy node (the
+//! same choice for every call in that context).
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::sys::{CUcontext, CUfunction, CUgraphNodeParams};
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
+
+use super::NodeKind;
+use super::kernel::{Kernel, KernelNode, KernelState, LaunchDims, Limits};
+use crate::error::{Error, NodeSite};
+use crate::operand::{Accesses, sealed};
+
+/// The kernel's CUDA C++ source.
+const SOURCE: &str = include_str!("readback.cu");
+/// The kernel's name in the module.
+const NAME: &str = "cudagraph_readback";
+/// Threads per block of a readback launch.
+const BLOCK: u32 = 256;
+/// Largest copy made as a readback node, bytes: above it, a memcpy node.
+pub const MAX_READBACK_BYTES: usize = 4096;
+
+/// The readback kernel of `ctx`: compiled once per process, loaded once per context; `None`
+/// where it cannot be had (then the copy is a memcpy node).
+fn function(ctx: &Arc<CudaContext>) -> Option<CudaFunction> {
+    static PTX: OnceLock<Option<cudarc::nvrtc::Ptx>> = OnceLock::new();
+    static LOADED: Mutex<Vec<(usize, Option<CudaFunction>)>> = Mutex::new(Vec::new());
+    let key = ctx.cu_ctx() as usize;
+    let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, f)) = loaded.iter().find(|(k, _)| *k == key) {
+        return f.clone();
+    }
+    let ptx = PTX.get_or_init(|| cudarc::nvrtc::compile_ptx(SOURCE).ok()).clone();
+    let f = ptx.and_then(|ptx| {
+        let module = ctx.load_module(ptx).ok()?;
+        module.load_function(NAME).ok()
+    });
+    // A loaded entry keeps the module, and so the context, alive: the key cannot be reused. A
+    // failed one is kept too (the same choice for every later call), with nothing alive
+    // behind it: a new context at the same address gets the same answer, which only keeps its
+    // copies memcpy nodes.
+    loaded.push((key, f.clone()));
+    f
+}
+
+/// A readback node's parameters: made by `copy(&src, &mut dst)` in `graph!` for a small copy
+/// from device memory into pinned host memory ([`ReadbackNode::try_new`]); borrows both.
+pub struct ReadbackNode<'a> {
+    function: ReadbackFunction,
+    src: u64,
+    dst: u64,
+    words: u64,
+    word_bytes: u32,
+    dims: LaunchDims,
+    src_tag: u64,
+    dst_tag: u64,
+    src_ctx: CUcontext,
+    dst_ctx: CUcontext,
+    _borrow: core::marker::PhantomData<&'a ()>,
+}
+
+enum ReadbackFunction {
+    Loaded(CudaFunction),
+    /// A function handle of the mock driver's tests (no module behind it).
+    #[cfg(test)]
+    StandIn(CUfunction),
+}
+
+impl<'a> ReadbackNode<'a> {
+    /// The copy `c` (device memory to pinned host memory, checked by its handles) as a
+    /// readback node on `stream`'s context, or `None`: another direction, more than
+    /// [`MAX_READBACK_BYTES`], no kernel to be had, or a host address of 0.
+    pub(crate) fn try_new(stream: &CudaStream, c: &super::MemcpyParams<'a>) -> Option<Self> {
+        use super::memcpy::Memory;
+        let r = &c.raw;
+        let (Memory::Device(src), Memory::Host(dst)) = (r.src, r.dst) else {
+            return None;
+        };
+        let bytes = r.src_len.min(r.dst_len).checked_mul(r.elem_size)?;
+        let dst = dst as u64;
+        let (words, word) = words_of(src, dst, bytes)?;
+        let function = ReadbackFunction::Loaded(function(stream.context())?);
+        Some(ReadbackNode {
+            function,
+            src,
+            dst,
+            words,
+            word_bytes: word,
+            dims: LaunchDims::new(words.div_ceil(u64::from(BLOCK)).max(1) as u32, BLOCK),
+            src_tag: c.src_tag,
+            dst_tag: c.dst_tag,
+            src_ctx: r.src_ctx,
+            dst_ctx: r.dst_ctx,
+            _borrow: core::marker::PhantomData,
+        })
+    }
+}
+
+/// A copy of `bytes` from `src` to `dst` as the kernel's words: their count and size (the
+/// largest of 8, 4, 2, 1 that divides both addresses and the length); `None` for an empty copy,
+/// one over [`MAX_READBACK_BYTES`] or a null address.
+fn words_of(src: u64, dst: u64, bytes: usize) -> Option<(u64, u32)> {
+    if bytes == 0 || bytes > MAX_READBACK_BYTES || src == 0 || dst == 0 {
+        return None;
+    }
+    let word = [8usize, 4, 2, 1]
+        .into_iter()
+        .find(|&w| {
+            bytes.is_multiple_of(w) && src.is_multiple_of(w as u64) && dst.is_multiple_of(w as u64)
+        })
+        .unwrap_or(1);
+    Some(((bytes / word) as u64, word as u32))
+}
+
+#[cfg(test)]
+#[test]
+fn words_follow_the_alignment_and_the_size_bound() {
+    assert_eq!(words_of(0x1000, 0x2000, 8), Some((1, 8)));
+    assert_eq!(words_of(0x1000, 0x2004, 8), Some((2, 4)));
+    assert_eq!(words_of(0x1002, 0x2000, 12), Some((6, 2)));
+    assert_eq!(words_of(0x1001, 0x2000, 8), Some((8, 1)));
+    assert_eq!(words_of(0x1000, 0x2000, 6), Some((3, 2)));
+    assert_eq!(words_of(0x1000, 0x2000, MAX_READBACK_BYTES), Some((512, 8)));
+    assert_eq!(words_of(0x1000, 0x2000, MAX_READBACK_BYTES + 8), None);
+    assert_eq!(words_of(0x1000, 0x2000, 0), None);
+    assert_eq!(words_of(0x1000, 0, 8), None);
+}
+
+#[cfg(test)]
+impl ReadbackNode<'static> {
+    /// A readback of `words` 8-byte words from `src` to `dst`, for the mock driver's tests: the
+    /// function is the stand-in handle `func`.
+    pub(crate) fn for_test(
+        func: CUfunction,
+        src: u64,
+        dst: u64,
+        words: u64,
+        ctx: CUcontext,
+    ) -> Self {
+        ReadbackNode {
+            function: ReadbackFunction::StandIn(func),
+            src,
+            dst,
+            words,
+            word_bytes: 8,
+            dims: LaunchDims::new(words.div_ceil(u64::from(BLOCK)).max(1) as u32, BLOCK),
+            src_tag: 0,
+            dst_tag: 0,
+            src_ctx: ctx,
+            dst_ctx: ctx,
+            _borrow: core::marker::PhantomData,
+        }
+    }
+}
+
+impl sealed::Sealed for ReadbackNode<'_> {}
+
+impl KernelNode for ReadbackNode<'_> {
+    fn function(&self) -> CUfunction {
+        match &self.function {
+            ReadbackFunction::Loaded(f) => f.cu_function(),
+            #[cfg(test)]
+            ReadbackFunction::StandIn(f) => *f,
+        }
+    }
+    fn function_owner(&self) -> Option<&CudaFunction> {
+        match &self.function {
+            ReadbackFunction::Loaded(f) => Some(f),
+            #[cfg(test)]
+            ReadbackFunction::StandIn(_) => None,
+        }
+    }
+    fn dims(&self) -> LaunchDims {
+        self.dims
+    }
+    fn arg_count(&self) -> usize {
+        4
+    }
+    /// `src` and `dst` are addresses.
+    fn pointer_args(&self) -> u16 {
+        0b11
+    }
+    fn for_each_arg(&self, f: &mut dyn FnMut(&[u8])) {
+        f(&self.src.to_ne_bytes());
+        f(&self.dst.to_ne_bytes());
+        f(&self.words.to_ne_bytes());
+        f(&self.word_bytes.to_ne_bytes());
+    }
+    fn accesses(&self, out: &mut Accesses) -> usize {
+        out[0] = (self.src_tag, false, self.src_ctx);
+        out[1] = (self.dst_tag, true, self.dst_ctx);
+        2
+    }
+}
+
+/// The readback node kind: a kernel node of the crate's readback kernel.
+pub(crate) struct Readback;
+
+impl NodeKind for Readback {
+    type Params<'a> = &'a ReadbackNode<'a>;
+    type State = KernelState;
+    const ADD: &'static str = <Kernel as NodeKind>::ADD;
+    const SET: &'static str = <Kernel as NodeKind>::SET;
+    const EAGER: &'static str = <Kernel as NodeKind>::EAGER;
+
+    fn validate(
+        p: &&ReadbackNode<'_>,
+        limits: Option<&Limits>,
+        site: &dyn Fn() -> NodeSite,
+    ) -> Result<(), Error> {
+        Kernel::validate(&(*p as &dyn KernelNode), limits, site)
+    }
+    fn accesses(p: &&ReadbackNode<'_>, out: &mut Accesses) -> usize {
+        KernelNode::accesses(*p, out)
+    }
+    fn state(p: &&ReadbackNode<'_>) -> KernelState {
+        Kernel::state(&(*p as &dyn KernelNode))
+    }
+    fn record(s: &mut KernelState, p: &&ReadbackNode<'_>) -> bool {
+        Kernel::record(s, &(*p as &dyn KernelNode))
+    }
+    fn settable(old: &KernelState, new: &&ReadbackNode<'_>) -> bool {
+        Kernel::settable(old, &(*new as &dyn KernelNode))
+    }
+    fn with_params<R>(
+        s: &mut KernelState,
+        ctx: CUcontext,
+        f: impl FnOnce(&mut CUgraphNodeParams) -> R,
+    ) -> R {
+        Kernel::with_params(s, ctx, f)
+    }
+    fn carry(old: &mut KernelState, new: &mut KernelState) {
+        Kernel::carry(old, new)
+    }
+    unsafe fn eager(
+        p: &&ReadbackNode<'_>,
+        stream: &CudaStream,
+        reports: &std::sync::Arc<super::Reports>,
+        site: &dyn Fn() -> NodeSite,
+    ) -> Result<(), Error> {
+        // SAFETY: the caller's contract, as for a kernel node.
+        unsafe { Kernel::eager(&(*p as &dyn KernelNode), stream, reports, site) }
+    }
+}
