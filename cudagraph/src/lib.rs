@@ -489,8 +489,8 @@ pub fn driver_available() -> bool {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::kind::{
-        CallWords, CopyNode, IntoNode, KernelArgs, LaunchNode, NodeParams, copy, copy_2d, copy_on,
-        empty, event_record, event_wait, memset, memset_2d, zero,
+        CallWords, Copy2dNode, CopyNode, IntoNode, KernelArgs, LaunchNode, NodeParams, copy,
+        copy_2d, copy_2d_on, copy_on, empty, event_record, event_wait, memset, memset_2d, zero,
     };
     pub use crate::operand::Guard;
     pub use crate::operand::{ReadArg, WriteArg};

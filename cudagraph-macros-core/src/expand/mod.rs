@@ -1177,7 +1177,8 @@ fn node_value(
                 quote_spanned!(src_rows.span()=> { let __r: ::cudagraph::Rows = #src_rows; __r });
             let dr =
                 quote_spanned!(dst_rows.span()=> { let __r: ::cudagraph::Rows = #dst_rows; __r });
-            quote_spanned!(func.span()=> ::cudagraph::__private::copy_2d(#s, #sr, #d, #dr))
+            let stream = local("__cudagraph_stream");
+            quote_spanned!(func.span()=> ::cudagraph::__private::copy_2d_on(#stream, #s, #sr, #d, #dr))
         }
         Op::Memset2d { func, dst, rows, value } => {
             let d = operand(dst);

@@ -777,6 +777,40 @@ impl IntoNode for CopyNode<'_> {
     }
 }
 
+/// A `copy_2d(&src, src_rows, &mut dst, dst_rows)` statement of `graph!`: a 2-D memcpy node,
+/// or for a small copy of contiguous rows from device memory into pinned host memory a
+/// [`ReadbackNode`].
+pub enum Copy2dNode<'a> {
+    /// A 2-D memcpy node.
+    Memcpy2d(Copy2dParams<'a>),
+    /// A readback kernel node.
+    Readback(ReadbackNode<'a>),
+}
+impl crate::operand::sealed::Sealed for Copy2dNode<'_> {}
+impl IntoNode for Copy2dNode<'_> {
+    fn node(&self) -> NodeParams<'_> {
+        match self {
+            Copy2dNode::Memcpy2d(c) => NodeParams::Memcpy2d(c),
+            Copy2dNode::Readback(r) => NodeParams::Readback(r),
+        }
+    }
+}
+
+/// [`copy_2d`] on `stream`: a [`Copy2dNode`].
+pub fn copy_2d_on<'x, S: CopyTo<D> + 'x, D: 'x>(
+    stream: &CudaStream,
+    src: S,
+    src_rows: Rows,
+    dst: D,
+    dst_rows: Rows,
+) -> Copy2dNode<'x> {
+    let c = copy_2d(src, src_rows, dst, dst_rows);
+    match ReadbackNode::try_new_2d(stream, &c) {
+        Some(r) => Copy2dNode::Readback(r),
+        None => Copy2dNode::Memcpy2d(c),
+    }
+}
+
 /// [`copy`] on `stream`: a [`CopyNode`].
 pub fn copy_on<'x, S: CopyTo<D> + 'x, D: 'x>(stream: &CudaStream, src: S, dst: D) -> CopyNode<'x> {
     let c = copy(src, dst);

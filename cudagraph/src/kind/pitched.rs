@@ -64,7 +64,7 @@ impl Rows {
 
     /// Why these rows do not fit a buffer of `len` elements of `elem_size` bytes, if they do
     /// not.
-    fn misfit(&self, len: usize, elem_size: usize, side: &str) -> Option<String> {
+    pub(crate) fn misfit(&self, len: usize, elem_size: usize, side: &str) -> Option<String> {
         let Rows { width, height, pitch, first } = *self;
         if width > pitch {
             return Some(format!(

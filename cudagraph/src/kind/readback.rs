@@ -89,8 +89,54 @@ impl<'a> ReadbackNode<'a> {
         let (Memory::Device(src), Memory::Host(dst)) = (r.src, r.dst) else {
             return None;
         };
-        let bytes = r.src_len.min(r.dst_len).checked_mul(r.elem_size)?;
-        let dst = dst as u64;
+        // (Lengths that differ stay a memcpy node, which refuses them: `Error::CopyLength`.)
+        if r.src_len != r.dst_len {
+            return None;
+        }
+        let bytes = r.src_len.checked_mul(r.elem_size)?;
+        Self::make(stream, (src, dst as u64, bytes), (c.src_tag, c.dst_tag), (r.src_ctx, r.dst_ctx))
+    }
+
+    /// As [`Self::try_new`] for a `copy_2d` whose rows are contiguous on both sides (dense, or
+    /// one row) and fit: the same bytes as one 1-D copy. Rows that do not fit, differ in
+    /// shape or have gaps stay a 2-D memcpy node (which refuses the first two).
+    pub(crate) fn try_new_2d(stream: &CudaStream, c: &super::Copy2dParams<'a>) -> Option<Self> {
+        use super::memcpy::Memory;
+        let r = &c.raw;
+        let b = &r.base;
+        let (Memory::Device(src), Memory::Host(dst)) = (b.src, b.dst) else {
+            return None;
+        };
+        let (s, d) = (r.src_rows, r.dst_rows);
+        let dense = |x: crate::Rows| x.height == 1 || x.pitch == x.width;
+        if (s.width, s.height) != (d.width, d.height)
+            || s.width == 0
+            || s.height == 0
+            || !dense(s)
+            || !dense(d)
+            || s.misfit(b.src_len, b.elem_size, "source").is_some()
+            || d.misfit(b.dst_len, b.elem_size, "destination").is_some()
+        {
+            return None;
+        }
+        let at = |base: u64, rows: crate::Rows| {
+            base.checked_add(
+                u64::try_from(rows.first.checked_mul(rows.pitch)?.checked_mul(b.elem_size)?)
+                    .ok()?,
+            )
+        };
+        let (src, dst) = (at(src, s)?, at(dst as u64, d)?);
+        let bytes = s.width.checked_mul(s.height)?.checked_mul(b.elem_size)?;
+        Self::make(stream, (src, dst, bytes), (c.src_tag, c.dst_tag), (b.src_ctx, b.dst_ctx))
+    }
+
+    /// The node for `bytes` from `src` to `dst`, if small enough and the kernel can be had.
+    fn make(
+        stream: &CudaStream,
+        (src, dst, bytes): (u64, u64, usize),
+        (src_tag, dst_tag): (u64, u64),
+        (src_ctx, dst_ctx): (CUcontext, CUcontext),
+    ) -> Option<Self> {
         let (words, word) = words_of(src, dst, bytes)?;
         let function = ReadbackFunction::Loaded(function(stream.context())?);
         Some(ReadbackNode {
@@ -100,10 +146,10 @@ impl<'a> ReadbackNode<'a> {
             words,
             word_bytes: word,
             dims: LaunchDims::new(words.div_ceil(u64::from(BLOCK)).max(1) as u32, BLOCK),
-            src_tag: c.src_tag,
-            dst_tag: c.dst_tag,
-            src_ctx: r.src_ctx,
-            dst_ctx: r.dst_ctx,
+            src_tag,
+            dst_tag,
+            src_ctx,
+            dst_ctx,
             _borrow: core::marker::PhantomData,
         })
     }
