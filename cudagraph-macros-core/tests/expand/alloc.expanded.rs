@@ -220,7 +220,8 @@ fn expanded() -> ::cudagraph::Result<()> {
                 .launch(cfg),
         );
         #[allow(unused_braces)]
-        let __cudagraph_n3 = ::cudagraph::__private::copy(
+        let __cudagraph_n3 = ::cudagraph::__private::copy_on(
+            __cudagraph_stream,
             { __cudagraph_r0 },
             { __cudagraph_w3 },
         );

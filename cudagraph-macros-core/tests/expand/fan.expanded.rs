@@ -276,7 +276,8 @@ fn expanded() -> ::cudagraph::Result<()> {
     );
     let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
-        let __cudagraph_n0 = ::cudagraph::__private::copy(
+        let __cudagraph_n0 = ::cudagraph::__private::copy_on(
+            __cudagraph_stream,
             { __cudagraph_r0 },
             { __cudagraph_w1 },
         );
@@ -323,7 +324,8 @@ fn expanded() -> ::cudagraph::Result<()> {
                 .launch(cfg),
         );
         #[allow(unused_braces)]
-        let __cudagraph_n5 = ::cudagraph::__private::copy(
+        let __cudagraph_n5 = ::cudagraph::__private::copy_on(
+            __cudagraph_stream,
             { __cudagraph_r5 },
             { __cudagraph_w6 },
         );

@@ -481,7 +481,8 @@ fn expanded() -> ::cudagraph::Result<()> {
     );
     let __cudagraph_chunk0 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
-        let __cudagraph_n0 = ::cudagraph::__private::copy(
+        let __cudagraph_n0 = ::cudagraph::__private::copy_on(
+            __cudagraph_stream,
             { __cudagraph_r0 },
             { __cudagraph_a0.at(0) },
         );
@@ -501,7 +502,8 @@ fn expanded() -> ::cudagraph::Result<()> {
                 .launch(cfg),
         );
         #[allow(unused_braces)]
-        let __cudagraph_n3 = ::cudagraph::__private::copy(
+        let __cudagraph_n3 = ::cudagraph::__private::copy_on(
+            __cudagraph_stream,
             { __cudagraph_r3 },
             { __cudagraph_a0.at(1) },
         );
@@ -521,7 +523,8 @@ fn expanded() -> ::cudagraph::Result<()> {
                 .launch(cfg),
         );
         #[allow(unused_braces)]
-        let __cudagraph_n6 = ::cudagraph::__private::copy(
+        let __cudagraph_n6 = ::cudagraph::__private::copy_on(
+            __cudagraph_stream,
             { __cudagraph_r6 },
             { __cudagraph_a0.at(2) },
         );
@@ -614,7 +617,8 @@ fn expanded() -> ::cudagraph::Result<()> {
     }
     let __cudagraph_chunk3 = ::cudagraph::__private::chunk(|| {
         #[allow(unused_braces)]
-        let __cudagraph_n13 = ::cudagraph::__private::copy(
+        let __cudagraph_n13 = ::cudagraph::__private::copy_on(
+            __cudagraph_stream,
             { __cudagraph_a0.at(0).read() },
             { __cudagraph_a0.at(1) },
         );
@@ -623,7 +627,8 @@ fn expanded() -> ::cudagraph::Result<()> {
     ::cudagraph::__private::word_node(&mut __cudagraph_words, &__cudagraph_chunk3.0);
     let __cudagraph_chunk4 = ::cudagraph::__private::LazyChunk::new(|| {
         #[allow(unused_braces)]
-        let __cudagraph_n14 = ::cudagraph::__private::copy(
+        let __cudagraph_n14 = ::cudagraph::__private::copy_on(
+            __cudagraph_stream,
             { __cudagraph_a0.at(0).read() },
             { __cudagraph_a0.at(2) },
         );

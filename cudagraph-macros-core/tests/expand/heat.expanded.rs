@@ -308,7 +308,8 @@ fn expanded() -> ::cudagraph::Result<()> {
             ::cudagraph::__private::word_node(&mut __cudagraph_words, __cudagraph_v);
         }
         #[allow(unused_braces)]
-        let __cudagraph_v = ::cudagraph::__private::copy(
+        let __cudagraph_v = ::cudagraph::__private::copy_on(
+            __cudagraph_stream,
             { __cudagraph_r3 },
             { __cudagraph_w4 },
         );
