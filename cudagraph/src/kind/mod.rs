@@ -615,6 +615,10 @@ impl NodeParams<'_> {
     pub(crate) fn pack(&self, out: &mut kernel::Pack<'_>) -> bool {
         match self {
             NodeParams::Kernel(k) => kernel::pack_node(*k, out),
+            // A readback: a kernel node of the crate's kernel, packed as one (its arguments are
+            // both addresses and the length; the pinned side needs no allocation id: the kernel
+            // stores through the address, nothing of it is resolved when the node is set).
+            NodeParams::Readback(r) => kernel::pack_node(*r, out),
             // A memset: everything `validate` and the node's state look at, and its handle.
             NodeParams::Memset(m) => {
                 let r = &m.raw;

@@ -20,7 +20,7 @@ use cudarc::driver::sys::{CUcontext, CUfunction, CUgraphNodeParams};
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 
 use super::NodeKind;
-use super::kernel::{Kernel, KernelNode, KernelState, LaunchDims, Limits};
+use super::kernel::{Kernel, KernelNode, KernelState, LaunchDims, Limits, Pack, pack_head};
 use crate::error::{Error, NodeSite};
 use crate::operand::{Accesses, sealed};
 
@@ -60,6 +60,8 @@ fn function(ctx: &Arc<CudaContext>) -> Option<CudaFunction> {
 /// from device memory into pinned host memory ([`ReadbackNode::try_new`]); borrows both.
 pub struct ReadbackNode<'a> {
     function: ReadbackFunction,
+    /// The context the function was loaded in (the call's stream's).
+    fctx: CUcontext,
     src: u64,
     dst: u64,
     words: u64,
@@ -139,8 +141,10 @@ impl<'a> ReadbackNode<'a> {
     ) -> Option<Self> {
         let (words, word) = words_of(src, dst, bytes)?;
         let function = ReadbackFunction::Loaded(function(stream.context())?);
+        let fctx = stream.context().cu_ctx();
         Some(ReadbackNode {
             function,
+            fctx,
             src,
             dst,
             words,
@@ -198,6 +202,7 @@ impl ReadbackNode<'static> {
     ) -> Self {
         ReadbackNode {
             function: ReadbackFunction::StandIn(func),
+            fctx: ctx,
             src,
             dst,
             words,
@@ -249,6 +254,28 @@ impl KernelNode for ReadbackNode<'_> {
         out[0] = (self.src_tag, false, self.src_ctx);
         out[1] = (self.dst_tag, true, self.dst_ctx);
         2
+    }
+    /// As a `kernels!` launch packs: the function (loaded once per context and kept, so its
+    /// handle decides the context), the dimensions, then the two addresses with their
+    /// contexts and handles, the word count and the word size.
+    fn pack(&self, out: &mut Pack<'_>) -> bool {
+        // Argument forms: two addresses (a context and a handle each), 8 and 4 plain bytes.
+        const LAYOUT: u64 = 0xf | 0xf << 4 | 8 << 8 | 4 << 12;
+        pack_head(out, self.function(), None, &self.dims, false, 4, LAYOUT);
+        let sides = [
+            (self.src, self.src_ctx, self.src_tag, false),
+            (self.dst, self.dst_ctx, self.dst_tag, true),
+        ];
+        for (addr, ctx, tag, write) in sides {
+            let other = out.push_arg(8, None, Some(ctx), Some(self.fctx), Some((tag, write)));
+            out.push_bytes(&addr.to_ne_bytes());
+            if let Some(c) = other {
+                out.push(c as u64);
+            }
+        }
+        out.push_bytes(&self.words.to_ne_bytes());
+        out.push_bytes(&self.word_bytes.to_ne_bytes());
+        true
     }
 }
 
