@@ -42,8 +42,10 @@ fn graph_nodes_report_each_kind_its_parameters_and_the_edges() -> Result {
     let info = cache.graph_info()?.expect("a variant");
     let kinds: Vec<GraphNodeKind> = info.nodes.iter().map(|n| n.kind).collect();
     let count = |k: GraphNodeKind| kinds.iter().filter(|&&x| x == k).count();
-    assert_eq!(count(GraphNodeKind::Kernel), 2, "{kinds:?}");
-    assert_eq!(count(GraphNodeKind::Memcpy), 2);
+    // The copy of 4000 bytes into pinned memory is a readback node (a kernel node of the
+    // crate's kernel, at most `MAX_READBACK_BYTES`); the device-to-device copy a memcpy node.
+    assert_eq!(count(GraphNodeKind::Kernel), 3, "{kinds:?}");
+    assert_eq!(count(GraphNodeKind::Memcpy), 1);
     assert_eq!(count(GraphNodeKind::Memset), 1);
     assert_eq!(count(GraphNodeKind::MemAlloc), 1);
     assert_eq!(count(GraphNodeKind::MemFree), 1);
@@ -61,8 +63,11 @@ fn graph_nodes_report_each_kind_its_parameters_and_the_edges() -> Result {
             width_bytes: 4000,
             height: 1,
             src_device: true,
-            dst_device: false
+            dst_device: true
         }));
+    // 500 words of 8 bytes, 256 threads a block.
+    let readback = NodeDetails::Kernel { grid: (2, 1, 1), block: (256, 1, 1), shared_bytes: 0 };
+    assert!(info.nodes.iter().any(|g| g.details == readback), "{:?}", info.nodes);
     let alloc = info.nodes.iter().find_map(|g| match g.details {
         NodeDetails::MemAlloc { bytes, address } => Some((bytes, address)),
         _ => None,

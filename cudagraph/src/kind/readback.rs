@@ -140,8 +140,13 @@ impl<'a> ReadbackNode<'a> {
         (src_ctx, dst_ctx): (CUcontext, CUcontext),
     ) -> Option<Self> {
         let (words, word) = words_of(src, dst, bytes)?;
-        let function = ReadbackFunction::Loaded(function(stream.context())?);
+        // Both sides in the call's context, as a memcpy node with a host side must be: anything
+        // else stays a memcpy node, which the validation refuses (`Error::WrongContext`).
         let fctx = stream.context().cu_ctx();
+        if src_ctx != fctx || dst_ctx != fctx {
+            return None;
+        }
+        let function = ReadbackFunction::Loaded(function(stream.context())?);
         Some(ReadbackNode {
             function,
             fctx,
