@@ -47,7 +47,7 @@ int cuDeviceGetCount(int *n) { *n = 1; return 0; }
 int cuDriverGetVersion(int *v) { *v = 13000; return 0; }
 int cuCtxGetDevice(int *d) { *d = 0; return 0; }
 int cuDeviceGetAttribute(int *v, int attr, int dev) {
-    switch (attr) { case 75: *v = 9; break; case 76: *v = 0; break; default: *v = 1024; }
+    switch (attr) { case 75: *v = 9; break; case 76: *v = 0; break; case 19: case 41: *v = 1; break; default: *v = 1024; }
     return 0;
 }
 int cuDeviceGetName(char *s, int len, int dev) { strncpy(s, "stub", len); return 0; }

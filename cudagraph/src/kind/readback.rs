@@ -43,7 +43,17 @@ fn function(ctx: &Arc<CudaContext>) -> Option<CudaFunction> {
     if let Some((_, f)) = loaded.iter().find(|(k, _)| *k == key) {
         return f.clone();
     }
-    let ptx = PTX.get_or_init(|| cudarc::nvrtc::compile_ptx(SOURCE).ok()).clone();
+    // The kernel stores through the pinned memory's host address: only where that is its
+    // device address (unified addressing, host memory mapped into the device's space).
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    let has = |a: A| ctx.attribute(a).is_ok_and(|v| v != 0);
+    let mapped = has(A::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)
+        && has(A::CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY);
+    let ptx = if mapped {
+        PTX.get_or_init(|| cudarc::nvrtc::compile_ptx(SOURCE).ok()).clone()
+    } else {
+        None
+    };
     let f = ptx.and_then(|ptx| {
         let module = ctx.load_module(ptx).ok()?;
         module.load_function(NAME).ok()
