@@ -40,8 +40,8 @@ use cudagraph::cudarc::driver::sys::{
     CUmemorytype, CUstream,
 };
 use cudagraph::cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PinnedHostSlice, PushKernelArg,
-    result,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PinnedHostSlice,
+    PushKernelArg, result,
 };
 use cudagraph::cudarc::nvrtc::{CompileOptions, compile_ptx, compile_ptx_with_opts};
 use cudagraph::{BufferArray, GraphCache, PinnedBuffer, Rows, Stats, graph, kernels};
@@ -55,6 +55,8 @@ use progress::out;
 mod bench_kernels;
 mod plot;
 use bench_kernels::{Bench, CFG, ELEMS, SOURCE};
+/// The crate's readback kernel, for row rk's raw graph.
+const READBACK_SOURCE: &str = include_str!("../../cudagraph/src/kind/readback.cu");
 #[path = "raw_graph.rs"]
 mod raw_graph;
 use raw_graph::{OwnedExec, OwnedGraph};
@@ -1166,6 +1168,9 @@ struct Env {
     /// `--device-launch`: the paired table's `graph!` caches instantiate for device launch
     /// ([`Env::paired_cache`]).
     device_launch: bool,
+    /// The crate's readback kernel (`cudagraph/src/kind/readback.cu`), loaded here for row rk:
+    /// the raw graph with the kernel node that `graph!` makes of rd's copy.
+    readback: CudaFunction,
 }
 
 impl Env {
@@ -1311,6 +1316,10 @@ const ROWS: &[(&str, &str)] = &[
     (
         "re1",
         "graph!: as re with one exec per variant (set_execs_per_variant(1)): the copy node updated in place every step, as rc1 (paired table only)",
+    ),
+    (
+        "rk",
+        "raw driver: as rc with a kernel node of the crate's readback kernel (cudagraph/src/kind/readback.cu, one 8-byte word, one block of 256 threads: the node graph! makes of rd's copy) instead of the memcpy node (paired table only)",
     ),
     (
         "rs",
@@ -1495,10 +1504,10 @@ struct Paired {
     steady: [f64; 4],
     /// d / c, f / cA, f / d.
     steady_ratios: [f64; 3],
-    /// Medians, µs per step: rc, rd, rc1, re, re1.
-    read: [f64; 5],
-    /// rd / rc, re / rc1, re1 / rc1.
-    read_ratios: [f64; 3],
+    /// Medians, µs per step: rc, rd, rc1, re, re1, rk.
+    read: [f64; 6],
+    /// rd / rc, re / rc1, re1 / rc1, rd / rk.
+    read_ratios: [f64; 4],
 }
 
 /// The median of the per-round ratios of samples `x` to samples `y` (same rounds).
@@ -1700,6 +1709,8 @@ fn unset(hosts: &mut [PinnedHostSlice<u32>]) -> Res<()> {
 /// of the two buffers (rc1 swaps between them).
 struct RawRead {
     graph: OwnedGraph,
+    /// `raw_spec`'s graph with the readback kernel node instead of the memcpy node (row rk).
+    kgraph: OwnedGraph,
     copy_node: CUgraphNode,
     copies: [CUDA_MEMCPY3D; 2],
     /// The buffers' host addresses: the caller keeps the buffers alive while it uses `self`.
@@ -1724,7 +1735,9 @@ impl RawRead {
         let mut graph = OwnedGraph::build(&raw_spec(shape, k, env, 1, a0, mids))?;
         graph.add_copy(k - 1, &copies[0], ctx)?;
         let copy_node = graph.nodes[k];
-        Ok(RawRead { graph, copy_node, copies, hp, ctx, cs: env.cu_stream() })
+        let mut kgraph = OwnedGraph::build(&raw_spec(shape, k, env, 1, a0, mids))?;
+        kgraph.add_readback(k - 1, env.readback.cu_function(), a0, hp[0] as u64)?;
+        Ok(RawRead { graph, kgraph, copy_node, copies, hp, ctx, cs: env.cu_stream() })
     }
 
     /// Step `i` of an exec of `self.graph`: its copy's destination set to buffer `i % 2` first
@@ -1741,6 +1754,57 @@ impl RawRead {
         // the buffers alive, page-aligned), which this step's copy wrote and nothing writes now
         // (the stream is synchronized).
         Ok(unsafe { ptr::read_volatile(self.hp[w].cast::<[u32; READ_LEN]>()) })
+    }
+}
+
+impl OwnedGraph {
+    /// One kernel node of the crate's readback kernel (`cuGraphAddKernelNode_v2`) after node
+    /// `after`, copying the read rows' 8 bytes from `src` to the pinned memory at `dst` as
+    /// `graph!` makes rd's copy: one 8-byte word, one block of 256 threads.
+    fn add_readback(&mut self, after: usize, func: CUfunction, src: u64, dst: u64) -> Res<()> {
+        let dep = self.nodes[after];
+        let (mut src, mut dst, mut words, mut word_bytes) =
+            (src, dst, (READ_LEN * size_of::<u32>() / 8) as u64, 8u32);
+        let mut ptrs: [*mut c_void; 4] = [
+            ptr::from_mut(&mut src).cast(),
+            ptr::from_mut(&mut dst).cast(),
+            ptr::from_mut(&mut words).cast(),
+            ptr::from_mut(&mut word_bytes).cast(),
+        ];
+        let params = CUDA_KERNEL_NODE_PARAMS {
+            func,
+            gridDimX: 1,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: 256,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            kernelParams: ptrs.as_mut_ptr(),
+            extra: ptr::null_mut(),
+            kern: ptr::null_mut(),
+            ctx: ptr::null_mut(),
+        };
+        let mut handle = ptr::null_mut();
+        // SAFETY: the graph is live, `dep` is one of its nodes, `params` points to one value per
+        // parameter of the readback kernel, valid during the call; `src` is device memory and
+        // `dst` pinned host memory (its device address: unified addressing) of at least 8 bytes,
+        // which the caller keeps alive while this graph or an exec of it is used.
+        unsafe { sys::cuGraphAddKernelNode_v2(&mut handle, self.graph, &dep, 1, &params) }
+            .result()?;
+        self.nodes.push(handle);
+        Ok(())
+    }
+}
+
+impl RawRead {
+    /// Step of row rk on an exec of `self.kgraph`: launch, `cuStreamSynchronize`, buffer 0 read.
+    fn step_kernel(&self, exec: &OwnedExec) -> Res<[u32; READ_LEN]> {
+        exec.launch(self.cs)?;
+        // SAFETY: the stream is live.
+        unsafe { sys::cuStreamSynchronize(self.cs) }.result()?;
+        // SAFETY: as in `step`: `hp[0]`, which this step's readback node wrote.
+        Ok(unsafe { ptr::read_volatile(self.hp[0].cast::<[u32; READ_LEN]>()) })
     }
 }
 
@@ -1911,6 +1975,7 @@ fn paired(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Report) 
     let raw = RawRead::new(env, (shape, k), (a_ptr[0], &mid_ptrs), &hosts)?;
     let (rexec, rexec1) =
         (OwnedExec::instantiate(&raw.graph)?, OwnedExec::instantiate(&raw.graph)?);
+    let kexec = OwnedExec::instantiate(&raw.kgraph)?;
     let mut ours = [
         PinnedBuffer::from_slice(&env.stream, &[UNSET; READ_LEN])?,
         PinnedBuffer::from_slice(&env.stream, &[UNSET; READ_LEN])?,
@@ -1922,7 +1987,7 @@ fn paired(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Report) 
     let mut re1cache = env.paired_cache();
     re1cache.set_execs_per_variant(1);
     let want = std::cell::RefCell::new(Expect::new(shape, k));
-    let what = label("rc, rd, rc1, re");
+    let what = label("rc, rd, rc1, re, re1, rk");
     let t = {
         let check = |i, got| check_read(&what, i, got, want.borrow_mut().after(i));
         let ours = std::cell::RefCell::new(&mut ours);
@@ -1935,12 +2000,14 @@ fn paired(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Report) 
         let mut rc1 = |_: &mut Bufs, i| check(i, raw.step(&rexec1, true, i)?);
         let mut re = |b: &mut Bufs, i| ours_step(&mut recache, b, true, i);
         let mut re1 = |b: &mut Bufs, i| ours_step(&mut re1cache, b, true, i);
+        let mut rk = |_: &mut Bufs, i| check(i, raw.step_kernel(&kexec)?);
         let rows: &mut [(Change, &mut Step<'_>)] = &mut [
             (Change::None, &mut rc),
             (Change::None, &mut rd),
             (Change::None, &mut rc1),
             (Change::None, &mut re),
             (Change::None, &mut re1),
+            (Change::None, &mut rk),
         ];
         paired_rows(env, b, (shape, k), steps, rounds, &what, rows)?
     };
@@ -1953,11 +2020,12 @@ fn paired(env: &Env, shape: Shape, k: usize, b: &mut Bufs, report: &mut Report) 
         rounds,
         steady,
         steady_ratios,
-        read: [med(&t[0]), med(&t[1]), med(&t[2]), med(&t[3]), med(&t[4])],
+        read: [med(&t[0]), med(&t[1]), med(&t[2]), med(&t[3]), med(&t[4]), med(&t[5])],
         read_ratios: [
             ratio_median(&t[1], &t[0]),
             ratio_median(&t[3], &t[2]),
             ratio_median(&t[4], &t[2]),
+            ratio_median(&t[1], &t[5]),
         ],
     });
     Ok(())
@@ -1970,10 +2038,10 @@ fn paired_costs(report: &Report) {
     }
     let rounds = report.paired[0].rounds;
     out!(
-        "Measured in turn: rows c, d, cA, f, then rc, rd, rc1, re, re1, one block of steps of each per round, {rounds} rounds after one unmeasured; µs per step, medians; ratios are medians of the per-round ratios"
+        "Measured in turn: rows c, d, cA, f, then rc, rd, rc1, re, re1, rk, one block of steps of each per round, {rounds} rounds after one unmeasured; µs per step, medians; ratios are medians of the per-round ratios"
     );
     out!(
-        "{:<6}{:>5}  {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7}  {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>9}",
+        "{:<6}{:>5}  {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7}  {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>9} {:>7}",
         "shape",
         "K",
         "c",
@@ -1988,23 +2056,25 @@ fn paired_costs(report: &Report) {
         "rc1",
         "re",
         "re1",
+        "rk",
         "rd / rc",
         "re / rc1",
-        "re1 / rc1"
+        "re1 / rc1",
+        "rd / rk"
     );
     for p in &report.paired {
         let [c, d, ca, f] = p.steady;
         let [dc, fca, fd] = p.steady_ratios;
-        let [rc, rd, rc1, re, re1] = p.read;
-        let [rdrc, rerc1, re1rc1] = p.read_ratios;
+        let [rc, rd, rc1, re, re1, rk] = p.read;
+        let [rdrc, rerc1, re1rc1, rdrk] = p.read_ratios;
         out!(
-            "{:<6}{:>5}  {c:>8.2} {d:>8.2} {ca:>8.2} {f:>8.2} {dc:>7.3} {fca:>7.3} {fd:>7.3}  {rc:>8.2} {rd:>8.2} {rc1:>8.2} {re:>8.2} {re1:>8.2} {rdrc:>7.3} {rerc1:>8.3} {re1rc1:>9.3}",
+            "{:<6}{:>5}  {c:>8.2} {d:>8.2} {ca:>8.2} {f:>8.2} {dc:>7.3} {fca:>7.3} {fd:>7.3}  {rc:>8.2} {rd:>8.2} {rc1:>8.2} {re:>8.2} {re1:>8.2} {rk:>8.2} {rdrc:>7.3} {rerc1:>8.3} {re1rc1:>9.3} {rdrk:>7.3}",
             p.shape.name(),
             p.k
         );
     }
     out!(
-        "  issue 31's goals: f / cA <= 1.0, f / d <= 1.05, rd / rc <= 1.05, re / rc1 <= 1.0. The rows above measure each row's repetitions back to back, one row after another; here a drift of the host's speed falls on every row of a round alike."
+        "  issue 31's goals: f / cA <= 1.0, f / d <= 1.05, rd / rc <= 1.05, re / rc1 <= 1.0. rk is rc with the kernel node that graph! makes of the copy (the crate's readback kernel), so rd / rk is the call's own cost over that raw graph. The rows above measure each row's repetitions back to back, one row after another; here a drift of the host's speed falls on every row of a round alike."
     );
     out!();
 }
@@ -2949,7 +3019,10 @@ fn run(args: &Cli, report: &mut Report) -> Res<()> {
     let reps = args.reps.map_or(if args.quick { 20 } else { 200 }, |n| n as usize);
     let steps = args.steps.map(|n| n as usize);
     let device_launch = args.device_launch;
-    let env = Env { ctx, stream, other, kern, reps, quick: args.quick, steps, device_launch };
+    let readback =
+        ctx.load_module(compile_ptx(READBACK_SOURCE)?)?.load_function("cudagraph_readback")?;
+    let env =
+        Env { ctx, stream, other, kern, reps, quick: args.quick, steps, device_launch, readback };
     let ks: Vec<usize> = STEADY_K
         .iter()
         .copied()
