@@ -43,7 +43,7 @@ fn function(ctx: &Arc<CudaContext>) -> Option<CudaFunction> {
     if let Some((_, f)) = loaded.iter().find(|(k, _)| *k == key) {
         return f.clone();
     }
-    let ptx = PTX.get_or_init(|| cudarc::nvrtc::compile_ptx(SOURCE).ok()).clone();
+    let ptx = PTX.get_or_init(compile).clone();
     let f = ptx.and_then(|ptx| {
         let module = ctx.load_module(ptx).ok()?;
         module.load_function(NAME).ok()
@@ -54,6 +54,32 @@ fn function(ctx: &Arc<CudaContext>) -> Option<CudaFunction> {
     // copies memcpy nodes.
     loaded.push((key, f.clone()));
     f
+}
+
+/// The kernel's PTX, or `None` where NVRTC is missing or fails. With cudarc's run-time loading
+/// (`fallback-dynamic-loading`), a missing NVRTC library is a panic inside `compile_ptx`, not an
+/// error: a program with a driver and no NVRTC (which a `copy` never needed before) would panic
+/// in `graph!`. So the library is looked for first (its usual names, as the driver is by
+/// `raw::driver_present`), and a panic of the compile is taken as `None` too (names this list
+/// lacks; with `panic = "abort"` only the look-up helps).
+fn compile() -> Option<cudarc::nvrtc::Ptx> {
+    const NAMES: &[&str] = &[
+        "libnvrtc.so",
+        "libnvrtc.so.13",
+        "libnvrtc.so.12",
+        "libnvrtc.so.11",
+        "libnvrtc.so.10",
+        "libnvrtc.so.9",
+        "libnvrtc.so.1",
+    ];
+    // SAFETY: only dlopens the NVRTC library (its initializers run, as on cudarc's first call);
+    // nothing of it is called here, and the handle is closed again.
+    let present = cfg!(windows)
+        || NAMES.iter().any(|&name| unsafe { libloading::Library::new(name) }.is_ok());
+    if !present {
+        return None;
+    }
+    std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx(SOURCE).ok()).ok().flatten()
 }
 
 /// A readback node's parameters: made by `copy(&src, &mut dst)` in `graph!` for a small copy
