@@ -306,10 +306,11 @@ fn copy_2d_rows_at_odd_offsets_leave_the_bytes_around_them() -> Result {
     Ok(())
 }
 
-/// Attack 3 (refusals). `copy_2d` rows that do not fit, of unequal shapes, or empty, into
-/// pinned memory, each after a good call on the same cache: refused as before the change
-/// (`InvalidNode`, `Empty`), nothing launched, the output untouched, and the next good call
-/// right. A readback made of rows the 2-D memcpy refuses would write past the buffer (or
+/// Attack 3 (refusals). `copy_2d` rows that do not fit (one row wider than its pitch among
+/// them: contiguous, so only the readback's own `misfit` check keeps it from a kernel), of
+/// unequal shapes, or empty, into pinned memory, each after a good call on the same cache:
+/// refused as before the change (`InvalidNode`, `Empty`), nothing launched, the output
+/// untouched, and the next good call right. A readback made of rows the 2-D memcpy refuses would write past the buffer (or
 /// launch), shown as a result or a changed output.
 #[test]
 #[ignore = "needs a CUDA GPU"]
@@ -327,10 +328,10 @@ fn copy_2d_refusals_are_unchanged_and_enqueue_nothing() -> Result {
             "destination rows past the end",
             (Rows::new(29, 1, 64), Rows::new(29, 1, 37).from_row(14)),
         ),
-        ("source rows past the end", (Rows::dense(64, 9), Rows::dense(64, 8))),
-        ("one more row than the destination has", (Rows::dense(64, 8), Rows::dense(64, 9))),
+        ("source rows past the end", (Rows::dense(64, 8).from_row(1), Rows::dense(64, 8))),
+        ("unequal heights", (Rows::dense(64, 8), Rows::dense(64, 9))),
         ("unequal widths", (Rows::new(29, 1, 64), Rows::new(28, 1, 37))),
-        ("wider than the pitch", (Rows::new(29, 2, 28), Rows::new(29, 2, 29))),
+        ("one row wider than its pitch", (Rows::new(29, 1, 28), Rows::new(29, 1, 37))),
         ("empty", (Rows::new(0, 1, 64), Rows::new(0, 1, 37))),
     ];
     for (name, rows) in bad {
@@ -364,6 +365,18 @@ fn read_u32(
     })
 }
 
+/// `copy(&src, &mut out)` into a `PinnedBuffer`, as the only statement.
+fn read_into(
+    cache: &mut GraphCache,
+    s: &S,
+    src: &CudaSlice<u32>,
+    out: &mut PinnedBuffer<u32>,
+) -> cudagraph::Result<()> {
+    graph!(cache, s, {
+        copy(&*src, &mut *out);
+    })
+}
+
 /// Attack 4. 1-D copies into pinned memory that the memcpy node refused before the change,
 /// each after a good call on the same cache: lengths 8 and 9 (`CopyLength` with both lengths),
 /// both empty (`Empty`), pinned memory of a non-primary context (`WrongContext`: its address
@@ -384,7 +397,7 @@ fn one_d_refusals_are_unchanged_and_enqueue_nothing() -> Result {
         let data: Vec<u32> = (0..9).map(|i| i * 1000 + 17).collect();
         let (src8, src9, src0) = (s.clone_htod(&data[..8])?, s.clone_htod(&data)?, s.null()?);
         let (mut out8, mut out9) = (pinned_with(&ctx, 8, 0, 0u32)?, pinned_with(&ctx, 9, 0, 0u32)?);
-        let mut out0 = pinned_with(&ctx, 0, 0, 0u32)?;
+        let mut out0 = PinnedBuffer::<u32>::zeros(&s, 0)?;
         let mut cache = GraphCache::new();
         for case in 0..5 {
             out8.as_mut_slice()?.fill(0);
@@ -395,7 +408,7 @@ fn one_d_refusals_are_unchanged_and_enqueue_nothing() -> Result {
             let (name, r) = match case {
                 0 => ("8 into 9", read_u32(&mut cache, &s, &src8, &mut out9)),
                 1 => ("9 into 8", read_u32(&mut cache, &s, &src9, &mut out8)),
-                2 => ("empty", read_u32(&mut cache, &s, &src0, &mut out0)),
+                2 => ("empty", read_into(&mut cache, &s, &src0, &mut out0)),
                 3 => {
                     ("pinned of another context", read_u32(&mut cache, &s, &src8, &mut foreign_pin))
                 }
