@@ -15,7 +15,9 @@ mod variants;
 pub enum NodeKind {
     /// A kernel launch (`cuGraphAddNode_v2`, kernel); the kernel's name.
     Kernel(&'static str),
-    /// A memory copy (`cuGraphAddNode_v2`, memcpy).
+    /// A memory copy (`cuGraphAddNode_v2`, memcpy; a small copy from device memory into pinned
+    /// host memory is a kernel node of the crate's readback kernel in the driver's graph,
+    /// [`ReadbackNode`](crate::ReadbackNode)).
     Memcpy,
     /// A memory set (`cuGraphAddNode_v2`, memset), also used by `zero`.
     Memset,

@@ -262,7 +262,8 @@ pub struct Stats {
     /// Pairs of contexts (devices) whose peer access the cache enabled, both ways
     /// (`cuCtxEnablePeerAccess`), for copies between them: once per pair and cache.
     pub peer_enables: u64,
-    /// Hits whose nodes are all kernel nodes, memset nodes, memcpy nodes (1-D, 2-D) or keyed `capture`
+    /// Hits whose nodes are all kernel nodes (the crate's fill and readback nodes included),
+    /// memset nodes, memcpy nodes (1-D, 2-D) or keyed `capture`
     /// statements with exactly the parameters of the variant's last call (a kernel's function,
     /// context, launch dimensions, argument bytes, buffer contexts, device scalar lengths; a
     /// memset's address, length, element size, value and context; a copy's addresses, lengths,

@@ -11,7 +11,7 @@
 //! until the process ends. A compile or load failure is [`Error::InvalidNode`] naming the
 //! statement, before anything is enqueued.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use cudarc::driver::sys::{CUcontext, CUfunction, CUgraphNodeParams};
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
@@ -32,23 +32,12 @@ const MAX_GRID: u64 = 4096;
 /// Largest element a fill sets, bytes.
 pub const MAX_FILL_BYTES: usize = 64;
 
+/// The fill kernel (see [`OwnKernel`](super::own_kernel::OwnKernel)).
+static KERNEL: super::own_kernel::OwnKernel = super::own_kernel::OwnKernel::new(SOURCE, NAME);
+
 /// The fill kernel of `ctx`: compiled once per process, loaded once per context.
 fn function(ctx: &Arc<CudaContext>) -> Result<CudaFunction, String> {
-    static PTX: OnceLock<Result<cudarc::nvrtc::Ptx, String>> = OnceLock::new();
-    static LOADED: Mutex<Vec<(usize, CudaFunction)>> = Mutex::new(Vec::new());
-    let key = ctx.cu_ctx() as usize;
-    let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, f)) = loaded.iter().find(|(k, _)| *k == key) {
-        return Ok(f.clone());
-    }
-    let ptx = PTX
-        .get_or_init(|| cudarc::nvrtc::compile_ptx(SOURCE).map_err(|e| format!("NVRTC: {e}")))
-        .clone()?;
-    let module = ctx.load_module(ptx).map_err(|e| format!("cuModuleLoadData: {e}"))?;
-    let f = module.load_function(NAME).map_err(|e| format!("cuModuleGetFunction: {e}"))?;
-    // The entry keeps the module, and so the context, alive: the key cannot be reused.
-    loaded.push((key, f.clone()));
-    Ok(f)
+    KERNEL.function(ctx, |_| Ok(()))
 }
 
 /// A fill node's parameters: made by `fill(&mut dst, value)` in `graph!`; borrows its buffer.

@@ -36,6 +36,7 @@ pub(crate) mod kernel;
 pub(crate) mod list;
 pub(crate) mod memcpy;
 pub(crate) mod memset;
+pub(crate) mod own_kernel;
 pub(crate) mod pitched;
 pub(crate) mod readback;
 

@@ -10,17 +10,18 @@
 //!
 //! The node has the kernel kind's update rules (a new address or length is a per-node
 //! `cuGraphExecKernelNodeSetParams`), as `fill`'s. The kernel is compiled by NVRTC once per
-//! process (the first such copy), and its module loaded once per context, then kept, with its
-//! context, until the process ends. Where it cannot be had the copy stays a memcpy node (the
-//! same choice for every call in that context).
+//! process (the first such copy), and its module loaded once per context and kept while the
+//! context is used ([`OwnKernel`]). Where it cannot be had (no NVRTC, no unified addressing)
+//! the copy stays a memcpy node (the same choice for every call in that context).
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use cudarc::driver::sys::{CUcontext, CUfunction, CUgraphNodeParams};
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 
 use super::NodeKind;
 use super::kernel::{Kernel, KernelNode, KernelState, LaunchDims, Limits, Pack, pack_head};
+use super::own_kernel::OwnKernel;
 use crate::error::{Error, NodeSite};
 use crate::operand::{Accesses, sealed};
 
@@ -33,37 +34,22 @@ const BLOCK: u32 = 256;
 /// Largest copy made as a readback node, bytes: above it, a memcpy node.
 pub const MAX_READBACK_BYTES: usize = 4096;
 
-/// The readback kernel of `ctx`: compiled once per process, loaded once per context; `None`
-/// where it cannot be had (then the copy is a memcpy node).
+/// The readback kernel (see [`OwnKernel`]).
+static KERNEL: OwnKernel = OwnKernel::new(SOURCE, NAME);
+
+/// The readback kernel of `ctx`, or `None` where it cannot be had (then the copy is a memcpy
+/// node): only where the device has unified addressing and maps host memory, since the kernel
+/// stores through the pinned memory's host address (`cuDeviceGetAttribute`, asked once per
+/// context).
 fn function(ctx: &Arc<CudaContext>) -> Option<CudaFunction> {
-    static PTX: OnceLock<Option<cudarc::nvrtc::Ptx>> = OnceLock::new();
-    static LOADED: Mutex<Vec<(usize, Option<CudaFunction>)>> = Mutex::new(Vec::new());
-    let key = ctx.cu_ctx() as usize;
-    let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, f)) = loaded.iter().find(|(k, _)| *k == key) {
-        return f.clone();
-    }
-    // The kernel stores through the pinned memory's host address: only where that is its
-    // device address (unified addressing, host memory mapped into the device's space).
-    use cudarc::driver::sys::CUdevice_attribute as A;
-    let has = |a: A| ctx.attribute(a).is_ok_and(|v| v != 0);
-    let mapped = has(A::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)
-        && has(A::CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY);
-    let ptx = if mapped {
-        PTX.get_or_init(|| cudarc::nvrtc::compile_ptx(SOURCE).ok()).clone()
-    } else {
-        None
+    let usable = |ctx: &Arc<CudaContext>| {
+        use cudarc::driver::sys::CUdevice_attribute as A;
+        let has = |a: A| ctx.attribute(a).is_ok_and(|v| v != 0);
+        let mapped = has(A::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)
+            && has(A::CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY);
+        if mapped { Ok(()) } else { Err("no unified addressing or mapped host memory".into()) }
     };
-    let f = ptx.and_then(|ptx| {
-        let module = ctx.load_module(ptx).ok()?;
-        module.load_function(NAME).ok()
-    });
-    // A loaded entry keeps the module, and so the context, alive: the key cannot be reused. A
-    // failed one is kept too (the same choice for every later call), with nothing alive
-    // behind it: a new context at the same address gets the same answer, which only keeps its
-    // copies memcpy nodes.
-    loaded.push((key, f.clone()));
-    f
+    KERNEL.function(ctx, usable).ok()
 }
 
 /// A readback node's parameters: made by `copy(&src, &mut dst)` in `graph!` for a small copy

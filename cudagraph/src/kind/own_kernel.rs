@@ -1,0 +1,102 @@
+//! The crate's own kernels (`fill`'s and the readback's): CUDA C++ compiled by NVRTC once per
+//! process, its module loaded once per context and kept for later calls in that context.
+
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use cudarc::driver::{CudaContext, CudaFunction};
+
+/// One kernel of the crate's own: its source and name, its PTX (compiled on first use), and
+/// the function loaded in each context that used it.
+pub(crate) struct OwnKernel {
+    source: &'static str,
+    name: &'static str,
+    ptx: OnceLock<Result<cudarc::nvrtc::Ptx, String>>,
+    loaded: Mutex<Vec<Loaded>>,
+}
+
+/// The kernel's function in one context, or why it could not be had there.
+struct Loaded {
+    /// The context's handle: the key.
+    key: usize,
+    /// The context object it was loaded through (whose clone the module holds).
+    ctx: Weak<CudaContext>,
+    function: Result<CudaFunction, String>,
+}
+
+impl OwnKernel {
+    pub(crate) const fn new(source: &'static str, name: &'static str) -> Self {
+        OwnKernel { source, name, ptx: OnceLock::new(), loaded: Mutex::new(Vec::new()) }
+    }
+
+    /// The kernel in `ctx`: loaded the first time (`cuModuleLoadData`, `cuModuleGetFunction`),
+    /// then the same function. A failure is kept too, so that every call in that context makes
+    /// the same choice. The compile and the load run outside the table's lock.
+    ///
+    /// The table keeps each function, and so its module and context, alive while the context
+    /// is used elsewhere; an entry whose context only the table keeps alive (the program
+    /// dropped every object of it) is dropped when another context loads the kernel, so a
+    /// program that makes and drops contexts keeps at most one of them alive this way. A
+    /// function a graph's node still holds stays loaded through that node.
+    ///
+    /// `usable`, asked before the first load in a context only: `Err` where the kernel must
+    /// not be used there (kept as that context's failure).
+    pub(crate) fn function(
+        &self,
+        ctx: &Arc<CudaContext>,
+        usable: impl FnOnce(&Arc<CudaContext>) -> Result<(), String>,
+    ) -> Result<CudaFunction, String> {
+        let key = ctx.cu_ctx() as usize;
+        let lock = || self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = lock().iter().find(|e| e.key == key) {
+            return e.function.clone();
+        }
+        let ptx = usable(ctx).and_then(|()| self.ptx.get_or_init(|| compile(self.source)).clone());
+        let function = ptx.and_then(|ptx| {
+            let module = ctx.load_module(ptx).map_err(|e| format!("cuModuleLoadData: {e}"))?;
+            module.load_function(self.name).map_err(|e| format!("cuModuleGetFunction: {e}"))
+        });
+        let mut loaded = lock();
+        // Contexts alive only through this table: their module's hold (a loaded function) and
+        // the upgrade here.
+        loaded.retain(|e| {
+            let held_here = if e.function.is_ok() { 2 } else { 1 };
+            e.ctx.upgrade().is_some_and(|c| Arc::strong_count(&c) > held_here)
+        });
+        // (Another thread may have loaded it meanwhile: the first entry stays.)
+        if let Some(e) = loaded.iter().find(|e| e.key == key) {
+            return e.function.clone();
+        }
+        loaded.push(Loaded { key, ctx: Arc::downgrade(ctx), function: function.clone() });
+        function
+    }
+}
+
+/// `source`'s PTX, or why there is none. With cudarc's run-time loading, a missing NVRTC
+/// library is a panic inside `compile_ptx`, not an error, and a program with a driver and no
+/// NVRTC must still run `graph!` (its `copy` needed no NVRTC before the readback kernel): so the
+/// library is looked for first (its usual names, as the driver is by `raw::driver_present`),
+/// and a panic of the compile is taken as an error too (names this list lacks; with
+/// `panic = "abort"` only the look-up helps).
+fn compile(source: &str) -> Result<cudarc::nvrtc::Ptx, String> {
+    const NAMES: &[&str] = &[
+        "libnvrtc.so",
+        "libnvrtc.so.13",
+        "libnvrtc.so.12",
+        "libnvrtc.so.11",
+        "libnvrtc.so.10",
+        "libnvrtc.so.9",
+        "libnvrtc.so.1",
+    ];
+    // SAFETY: only dlopens the NVRTC library (its initializers run, as on cudarc's first call);
+    // nothing of it is called here, and the handle is closed again.
+    let present = cfg!(windows)
+        || NAMES.iter().any(|&name| unsafe { libloading::Library::new(name) }.is_ok());
+    if !present {
+        return Err("NVRTC: the library (libnvrtc.so) was not found".into());
+    }
+    match std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx(source)) {
+        Ok(Ok(ptx)) => Ok(ptx),
+        Ok(Err(e)) => Err(format!("NVRTC: {e}")),
+        Err(_) => Err("NVRTC: the library could not be loaded".into()),
+    }
+}
