@@ -44,9 +44,15 @@ impl<D: Driver> GraphCache<D> {
         &mut self,
         i: usize,
         shape: &dyn Shape,
-        nodes: &[Option<NodeParams<'_>>],
-        clean: &[bool],
+        all: &mut super::Nodes<'_, '_>,
+        (clean, dirty): (&[bool], &[(u32, u32)]),
     ) -> Result<bool> {
+        // A partial list (its unmade entries clean, `clean_nodes`) is walked only with its
+        // `clean`; anything else needs every entry.
+        if all.partial() && clean.len() != all.len() {
+            all.get();
+        }
+        let nodes = all.list();
         if self.variants[i].nodes.len() != nodes.len() {
             return Ok(false);
         }
@@ -57,10 +63,20 @@ impl<D: Driver> GraphCache<D> {
         let mut refusal: Option<(usize, &'static str, cudarc::driver::DriverError)> = None;
         let handles = core::mem::take(&mut v.handles);
         // The graph-owned buffers' addresses in this variant's graph, for the nodes using them.
-        let mut scratch = scratch_table(&v.nodes);
+        let mut scratch = if v.memory { scratch_table(&v.nodes) } else { Vec::new() };
         let plain = handles.is_empty() && scratch.is_empty();
+        // With a `clean` of every node, only the `dirty` ranges are walked; the others count
+        // as unchanged.
+        let by_ranges = clean.len() == nodes.len();
+        let whole = [(0, nodes.len() as u32)];
+        let ranges = if by_ranges { dirty } else { &whole[..] };
+        if by_ranges {
+            let walked: u64 = dirty.iter().map(|&(_, k)| u64::from(k)).sum();
+            self.stats.nodes_unchanged += nodes.len() as u64 - walked;
+        }
         let mut walk = || {
-            for (j, (state, new)) in v.nodes.iter_mut().zip(nodes).enumerate() {
+            for j in ranges.iter().flat_map(|&(a, k)| a as usize..(a + k) as usize) {
+                let (state, new) = (&mut v.nodes[j], &nodes[j]);
                 if clean.get(j) == Some(&true) {
                     self.stats.nodes_unchanged += 1;
                     continue;
@@ -101,7 +117,7 @@ impl<D: Driver> GraphCache<D> {
             self.last_refusal = Some(Error::Node { site, source: CudaError { call, error } });
         }
         if rebuild {
-            self.rebuild(i, shape, nodes)?;
+            self.rebuild(i, shape, all.get())?;
         }
         Ok(true)
     }

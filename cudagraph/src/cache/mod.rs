@@ -406,6 +406,13 @@ pub struct GraphCache<D: Driver = Cuda> {
     /// the exec of the variant whose serial is `clean_for` ([`Self::clean_nodes`]).
     clean: Vec<bool>,
     clean_for: Option<u64>,
+    /// Of the changed call being run: the ranges of entries (first, count) its node list left
+    /// unmade ([`Nodes::get_partial`]), each entry clean when the list is still partial after
+    /// [`Self::clean_nodes`].
+    deferred: Vec<(u32, u32)>,
+    /// Of the changed call being run: the ranges of entries (first, count) that are not clean,
+    /// in order ([`dirty_ranges`] of `clean`; empty with `clean`).
+    dirty: Vec<(u32, u32)>,
     /// Tests: no node is ever clean ([`Self::clean_nodes`] off), to compare with; and how
     /// many clean nodes the calls had.
     #[cfg(test)]
@@ -538,7 +545,9 @@ pub(crate) struct GraphCall<'s> {
 }
 
 /// A call's node list: made, or made from its statements' segments when first needed
-/// ([`GraphCache::run_words_in`]).
+/// ([`GraphCache::run_words_in`]), possibly in two steps: a changed call first makes all but
+/// the deferrable segments' entries ([`Nodes::get_partial`], `None` until made), whose nodes
+/// a changed call whose words show them clean never needs (`clean_by_items`).
 pub(crate) enum Nodes<'n, 'a> {
     Ready(&'n [Option<NodeParams<'a>>]),
     /// Not made yet: the list's storage, uninitialized, and what makes it.
@@ -546,39 +555,83 @@ pub(crate) enum Nodes<'n, 'a> {
         &'n mut [core::mem::MaybeUninit<Option<NodeParams<'a>>>],
         &'n [&'n dyn crate::kind::list::Segment<'a>],
     ),
+    /// Made but for the entries of the segments still deferrable, which are `None`.
+    Partial(&'n mut [Option<NodeParams<'a>>], &'n [&'n dyn crate::kind::list::Segment<'a>]),
 }
 
-impl<'a> Nodes<'_, 'a> {
+impl<'n, 'a> Nodes<'n, 'a> {
     /// Statements in the list.
     fn len(&self) -> usize {
         match self {
             Nodes::Ready(n) => n.len(),
             Nodes::Lazy(n, _) => n.len(),
+            Nodes::Partial(n, _) => n.len(),
         }
     }
 
-    /// The list, made now if it was not yet.
+    /// The list's storage with every entry `None`.
+    fn init(
+        list: &'n mut [core::mem::MaybeUninit<Option<NodeParams<'a>>>],
+    ) -> &'n mut [Option<NodeParams<'a>>] {
+        // Every entry `None` first, so that the list is initialized whatever the segments
+        // write (`NodeParams` is `Copy`: nothing to drop, before or after).
+        const _: () = assert!(!core::mem::needs_drop::<Option<NodeParams<'static>>>());
+        for e in list.iter_mut() {
+            e.write(None);
+        }
+        // SAFETY: every element was just initialized; `MaybeUninit<T>` has `T`'s layout.
+        unsafe { &mut *(core::ptr::from_mut(list) as *mut [Option<NodeParams<'a>>]) }
+    }
+
+    /// The list, made now (all of it) if it was not yet.
     fn get(&mut self) -> &[Option<NodeParams<'a>>] {
+        match core::mem::replace(self, Nodes::Ready(&[])) {
+            Nodes::Lazy(list, segments) => {
+                let list = Self::init(list);
+                crate::kind::list::fill_entries(list, segments);
+                *self = Nodes::Ready(list);
+            }
+            Nodes::Partial(list, segments) => {
+                crate::kind::list::fill_deferred(list, segments);
+                *self = Nodes::Ready(list);
+            }
+            ready => *self = ready,
+        }
+        self.list()
+    }
+
+    /// The list made but for the deferrable segments' entries (`None`), whose ranges
+    /// (first entry, count) go into `deferred` (emptied first; none for a list made before).
+    fn get_partial(&mut self, deferred: &mut Vec<(u32, u32)>) -> &[Option<NodeParams<'a>>] {
+        deferred.clear();
         if let Nodes::Lazy(..) = self {
             let Nodes::Lazy(list, segments) = core::mem::replace(self, Nodes::Ready(&[])) else {
                 unreachable!()
             };
-            // Every entry `None` first, so that the list is initialized whatever the segments
-            // write (`NodeParams` is `Copy`: nothing to drop, before or after).
-            const _: () = assert!(!core::mem::needs_drop::<Option<NodeParams<'static>>>());
-            for e in list.iter_mut() {
-                e.write(None);
-            }
-            // SAFETY: every element was just initialized; `MaybeUninit<T>` has `T`'s layout.
-            let list =
-                unsafe { &mut *(core::ptr::from_mut(list) as *mut [Option<NodeParams<'a>>]) };
-            crate::kind::list::fill_entries(list, segments);
-            *self = Nodes::Ready(list);
+            let list = Self::init(list);
+            crate::kind::list::fill_partial(list, segments, deferred);
+            *self = if deferred.is_empty() {
+                Nodes::Ready(list)
+            } else {
+                Nodes::Partial(list, segments)
+            };
         }
+        self.list()
+    }
+
+    /// The list as it is now: made ([`Self::get`]), partly made ([`Self::get_partial`]: the
+    /// deferred entries `None`), or not made (empty).
+    fn list(&self) -> &[Option<NodeParams<'a>>] {
         match self {
             Nodes::Ready(n) => n,
-            Nodes::Lazy(..) => unreachable!(),
+            Nodes::Partial(n, _) => n,
+            Nodes::Lazy(..) => &[],
         }
+    }
+
+    /// Whether entries are left unmade ([`Self::get_partial`]).
+    fn partial(&self) -> bool {
+        matches!(self, Nodes::Partial(..))
     }
 }
 
@@ -609,6 +662,21 @@ impl Words {
     }
 }
 
+/// The ranges (first, count) of `clean`'s `false` entries, in order, into `dirty` (emptied
+/// first): the nodes a changed call validates and compares, found in one pass so that those
+/// walks skip the clean ones by range, not one by one.
+fn dirty_ranges(clean: &[bool], dirty: &mut Vec<(u32, u32)>) {
+    dirty.clear();
+    let mut j = 0;
+    while j < clean.len() {
+        let Some(a) = clean[j..].iter().position(|&c| !c) else { break };
+        let from = j + a;
+        let n = clean[from..].iter().position(|&c| c).unwrap_or(clean.len() - from);
+        dirty.push((from as u32, n as u32));
+        j = from + n;
+    }
+}
+
 /// Which of a changed `graph!` call's nodes equal the exec's it updates, from the call's words
 /// and the words of the call that last brought the exec up to date, both made with their
 /// statements ([`CallWords`]), and where each item's words begin in them ([`WordItem`]):
@@ -625,11 +693,14 @@ impl Words {
 /// parameters, and everything validation reads of it, are those the exec already has: the
 /// argument of an unchanged call ([`GraphCache::unchanged`]), node by node. `false` (and
 /// `clean` empty) when the words do not line up with `nodes` item for item: the caller then
-/// packs the nodes.
+/// packs the nodes. The ranges `deferred` (first entry, count; in order) of `nodes` are not
+/// made (`None`): present kernel nodes of runs' later iterations
+/// ([`Segment::deferrable`](crate::kind::list::Segment::deferrable)), which must line up with
+/// run items.
 fn clean_by_items(
     (words, items): (&[u64], &[WordItem]),
     (old, old_items): (&[u64], &[WordItem]),
-    nodes: &[Option<NodeParams<'_>>],
+    (nodes, deferred): (&[Option<NodeParams<'_>>], &[(u32, u32)]),
     (equal, clean): (&mut Vec<bool>, &mut Vec<bool>),
 ) -> bool {
     clean.clear();
@@ -692,7 +763,38 @@ fn clean_by_items(
     }
     // The items stand for the present node-list entries, in order.
     let (mut next, mut left, mut eq, mut start) = (0usize, 0u64, false, 0usize);
-    for n in nodes {
+    let mut deferred = deferred.iter().peekable();
+    let mut j = 0;
+    while j < nodes.len() {
+        // A range left unmade: kernel nodes of runs' later iterations, taken as a whole (the
+        // items they line up with must be runs').
+        if let Some(&&(at, count)) = deferred.peek()
+            && at as usize == j
+        {
+            deferred.next();
+            let mut m = u64::from(count);
+            while m > 0 {
+                while left == 0 {
+                    let Some(item) = items.get(next) else {
+                        clean.clear();
+                        return false;
+                    };
+                    (left, eq, start) = (item.nodes, equal[next], item.start);
+                    next += 1;
+                }
+                if words.get(start).copied() != Some(crate::kind::kernel::RUN_TAG) {
+                    clean.clear();
+                    return false;
+                }
+                let k = m.min(left);
+                clean.extend(core::iter::repeat_n(eq, k as usize));
+                (left, m) = (left - k, m - k);
+            }
+            j += count as usize;
+            continue;
+        }
+        let n = &nodes[j];
+        j += 1;
         let Some(n) = n else {
             clean.push(false);
             continue;
@@ -722,7 +824,7 @@ fn clean_by_items(
         left -= 1;
         clean.push(eq && kernel);
     }
-    if next != items.len() || left != 0 {
+    if next != items.len() || left != 0 || deferred.next().is_some() {
         clean.clear();
         return false;
     }
@@ -942,10 +1044,17 @@ impl GraphCache {
             Some(i) => captures || !self.variants[i].launch_work.is_empty(),
             None => true,
         };
-        let nodes: &[Option<NodeParams<'_>>] = if needed { nodes.get() } else { &[] };
-        if same.is_none() {
-            self.validate_changed_call(&call, ctx, nodes, handles)?;
+        // A changed call in graph mode without captures makes the runs' later nodes only if
+        // its words do not show them clean (`clean_nodes`, which makes them otherwise).
+        if same.is_none() && !captures && self.mode != Mode::Eager {
+            nodes.get_partial(&mut self.deferred);
+        } else if needed {
+            nodes.get();
         }
+        if same.is_none() {
+            self.validate_changed_call(&call, ctx, &mut nodes, handles)?;
+        }
+        let list = nodes.list();
         clock.lap(phases::VALIDATE);
         if !(guarded && (same.is_some() || guards_same)) {
             self.check_call_aliasing(&call, guarded, guards)?;
@@ -953,7 +1062,7 @@ impl GraphCache {
         clock.lap(phases::ALIASING);
         self.enable_peers(call.shape)?;
         if self.mode == Mode::Eager
-            && let Some(i) = nodes.iter().position(|n| n.is_some_and(|n| n.conditional().is_some()))
+            && let Some(i) = list.iter().position(|n| n.is_some_and(|n| n.conditional().is_some()))
         {
             return Err(crate::kind::conditional::eager_refused(call.shape.site(i)));
         }
@@ -970,8 +1079,9 @@ impl GraphCache {
                 return Err(graph_err(CudaError { call, error }));
             }
         }
-        if self.mode != Mode::Eager && same.is_none() {
-            for (i, n) in nodes.iter().enumerate() {
+        // Only captured statements prepare anything (a plan without one has none).
+        if self.mode != Mode::Eager && same.is_none() && captures {
+            for (i, n) in list.iter().enumerate() {
                 if let Some(n) = n
                     && n.prepare(&|| call.shape.site(i))?
                 {
@@ -989,13 +1099,13 @@ impl GraphCache {
             let owns = if guarded && !foreign { &[][..] } else { guards.made() };
             self.order_before(stream, owns).map_err(graph_err)?;
         }
-        let unlisted = captures && nodes.iter().flatten().any(|n| n.unlisted_work());
+        let unlisted = captures && list.iter().flatten().any(|n| n.unlisted_work());
         clock.lap(phases::LEDGER);
         let r = if self.mode == Mode::Eager {
             // A panic in a statement (a capture statement's closure) still orders the buffers'
             // own streams after what the call enqueued before it, then continues.
             let eager = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.run_eager(call.shape, stream, nodes)
+                self.run_eager(call.shape, stream, list)
             }));
             match eager {
                 Ok(r) => r,
@@ -1007,12 +1117,12 @@ impl GraphCache {
         } else {
             let owner = Some(stream.context());
             let site = call.site;
-            let r = self.run_validated(call, (ctx, owner), stream.cu_stream(), nodes, same);
+            let r = self.run_validated(call, (ctx, owner), stream.cu_stream(), &mut nodes, same);
             // Keyed statements recorded again while a graph was built (their kept recording's
             // graph, with memory nodes, had been moved into another graph): kept in its place.
             // (Only a cache that recorded has any.)
             if self.stats.captures > 0 {
-                for (i, n) in nodes.iter().enumerate() {
+                for (i, n) in nodes.list().iter().enumerate() {
                     if let Some(NodeParams::Captured(c)) = n
                         && c.rerecorded()
                     {
@@ -1402,6 +1512,8 @@ impl<D: Driver> GraphCache<D> {
             next_words: NodeWords::default(),
             next_made: false,
             clean: Vec::new(),
+            deferred: Vec::new(),
+            dirty: Vec::new(),
             clean_for: None,
             #[cfg(test)]
             no_clean: false,
@@ -1497,11 +1609,12 @@ impl<D: Driver> GraphCache<D> {
         nodes: &[Option<NodeParams<'_>>],
     ) -> Result<()> {
         let same = self.unchanged(&call, ctx.0, nodes, None)?;
+        let mut nodes = Nodes::Ready(nodes);
         if same.is_none() {
-            self.validate_changed_call(&call, ctx.0, nodes, None)?;
+            self.validate_changed_call(&call, ctx.0, &mut nodes, None)?;
         }
         self.enable_peers(call.shape)?;
-        self.run_validated(call, ctx, stream, nodes, same)
+        self.run_validated(call, ctx, stream, &mut nodes, same)
     }
 
     /// The variant this call would use, when the call is equal to that variant's last call
@@ -1560,13 +1673,15 @@ impl<D: Driver> GraphCache<D> {
         &mut self,
         call: &GraphCall<'_>,
         ctx: CUcontext,
-        nodes: &[Option<NodeParams<'_>>],
+        nodes: &mut Nodes<'_, '_>,
         handles: Option<(&Plan, u64)>,
     ) -> Result<()> {
         self.clean_nodes(call, ctx, nodes, handles.map(|h| h.1));
+        let nodes = nodes.list();
         let clean = core::mem::take(&mut self.clean);
         let (limits, peers) = (self.limits.as_ref(), &mut self.peers);
-        let r = validate_changed(call.shape, (nodes, &clean), ctx, limits, handles, peers);
+        let dirty = (!clean.is_empty()).then_some(&self.dirty[..]);
+        let r = validate_changed(call.shape, (nodes, &clean), dirty, ctx, limits, handles, peers);
         self.clean = clean;
         r
     }
@@ -1585,11 +1700,37 @@ impl<D: Driver> GraphCache<D> {
     /// (addresses bound at build) or work at launch; and for calls of at least
     /// [`CLEAN_MIN_NODES`] nodes. Else, as in [`Mode::Eager`], no node is clean, and nothing
     /// is kept.
+    ///
+    /// A partial node list ([`Nodes::get_partial`]) stays partial only where every entry it
+    /// left unmade is clean; else it is made here, before anything reads it.
     fn clean_nodes(
         &mut self,
         call: &GraphCall<'_>,
         ctx: CUcontext,
-        nodes: &[Option<NodeParams<'_>>],
+        nodes: &mut Nodes<'_, '_>,
+        id: Option<u64>,
+    ) {
+        self.clean_or_make(call, ctx, nodes, id);
+        dirty_ranges(&self.clean, &mut self.dirty);
+        if nodes.partial() {
+            let clean = &self.clean;
+            let all_clean = clean.len() == nodes.len()
+                && self
+                    .deferred
+                    .iter()
+                    .all(|&(at, n)| clean[at as usize..(at + n) as usize].iter().all(|&c| c));
+            if !all_clean {
+                nodes.get();
+            }
+        }
+    }
+
+    /// [`Self::clean_nodes`], but for the partial list's check.
+    fn clean_or_make(
+        &mut self,
+        call: &GraphCall<'_>,
+        ctx: CUcontext,
+        nodes: &mut Nodes<'_, '_>,
         id: Option<u64>,
     ) {
         self.forget_clean();
@@ -1619,7 +1760,7 @@ impl<D: Driver> GraphCache<D> {
             && clean_by_items(
                 (&self.packed, &self.packed_items),
                 (&t.pack, &t.items),
-                nodes,
+                (nodes.list(), if nodes.partial() { &self.deferred[..] } else { &[] }),
                 (&mut self.item_equal, &mut self.clean),
             )
         {
@@ -1630,6 +1771,8 @@ impl<D: Driver> GraphCache<D> {
             }
             return;
         }
+        // Every node packed: the list made first.
+        let nodes = nodes.get();
         let old = target.filter(|v| v.node_words.spans.len() == nodes.len());
         let (next, clean) = (&mut self.next_words, &mut self.clean);
         for (j, n) in nodes.iter().enumerate() {
@@ -1913,7 +2056,7 @@ impl<D: Driver> GraphCache<D> {
         call: GraphCall<'_>,
         (ctx, owner): (CUcontext, Option<&Arc<CudaContext>>),
         stream: CUstream,
-        nodes: &[Option<NodeParams<'_>>],
+        nodes: &mut Nodes<'_, '_>,
         same: Option<usize>,
     ) -> Result<()> {
         self.stream = stream;
@@ -1971,7 +2114,8 @@ impl<D: Driver> GraphCache<D> {
         // Work handed to nodes at launch (host closures), after everything else succeeded.
         for (j, &n) in v.launch_work.iter().enumerate() {
             let n = n as usize;
-            let r = v.nodes[n].launching(nodes[n].as_ref(), &self.reports, &|| shape.site(n));
+            let r =
+                v.nodes[n].launching(nodes.list()[n].as_ref(), &self.reports, &|| shape.site(n));
             if let Err(e) = r {
                 v.take_back(j);
                 return Err(e);
@@ -2005,7 +2149,7 @@ impl<D: Driver> GraphCache<D> {
         &mut self,
         call: &GraphCall<'_>,
         (ctx, owner): (CUcontext, Option<&Arc<CudaContext>>),
-        nodes: &[Option<NodeParams<'_>>],
+        nodes: &mut Nodes<'_, '_>,
     ) -> Result<usize> {
         let (shape, key, signature) = (call.shape, call.key, call.signature);
         let found = self.find(call, ctx);
@@ -2023,13 +2167,13 @@ impl<D: Driver> GraphCache<D> {
                 && self.variants.len() < self.max_variants
                 && !self.flags.refused()
             {
-                let j = self.insert(shape, (key, signature), (ctx, owner), nodes)?;
+                let j = self.insert(shape, (key, signature), (ctx, owner), nodes.get())?;
                 self.stats.memo_builds += 1;
                 return Ok(j);
             }
             return self.bring_up(lru, call, (ctx, owner), nodes);
         }
-        self.insert(shape, (key, signature), (ctx, owner), nodes)
+        self.insert(shape, (key, signature), (ctx, owner), nodes.get())
     }
 
     /// The execs of variant `i`'s variant: how many, and the least recently used, which a call
@@ -2056,7 +2200,7 @@ impl<D: Driver> GraphCache<D> {
         i: usize,
         call: &GraphCall<'_>,
         (ctx, owner): (CUcontext, Option<&Arc<CudaContext>>),
-        nodes: &[Option<NodeParams<'_>>],
+        nodes: &mut Nodes<'_, '_>,
     ) -> Result<usize> {
         let (shape, key, signature) = (call.shape, call.key, call.signature);
         self.stats.hits += 1;
@@ -2070,8 +2214,15 @@ impl<D: Driver> GraphCache<D> {
         // before, from the words just emptied).
         let clean = core::mem::take(&mut self.clean);
         let mine = self.clean_for == Some(self.variants[i].serial);
-        let updated = self.update(i, shape, nodes, if mine { &clean } else { &[] });
+        if !mine {
+            // The entries left unmade are clean only for the exec `clean` is of.
+            nodes.get();
+        }
+        let dirty = core::mem::take(&mut self.dirty);
+        let updated =
+            self.update(i, shape, nodes, if mine { (&clean, &dirty) } else { (&[], &[]) });
         self.clean = clean;
+        self.dirty = dirty;
         if updated? {
             return Ok(i);
         }
@@ -2081,7 +2232,7 @@ impl<D: Driver> GraphCache<D> {
         // kinds): drop that exec, build anew.
         self.stats.hits -= 1;
         self.remove(i);
-        self.insert(shape, (key, signature), (ctx, owner), nodes)
+        self.insert(shape, (key, signature), (ctx, owner), nodes.get())
     }
 
     /// Enables peer access both ways (`cuCtxEnablePeerAccess`) for each pair of contexts that

@@ -371,7 +371,7 @@ fn run_checked(
     }
     cache.enable_peers(call.shape)?;
     cache.forget_clean();
-    cache.run_validated(call, (CTX, None), STREAM, &nodes, same)
+    cache.run_validated(call, (CTX, None), STREAM, &mut super::Nodes::Ready(&nodes), same)
 }
 
 /// Places past 16 bits (the place sits in bits 16..=47 of the argument's word, next to the

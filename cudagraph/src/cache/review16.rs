@@ -355,7 +355,7 @@ fn run_words(
     }
     cache.enable_peers(call.shape)?;
     cache.forget_clean();
-    cache.run_validated(call, (CTX, None), tests::STREAM, nodes, same)
+    cache.run_validated(call, (CTX, None), tests::STREAM, &mut super::Nodes::Ready(nodes), same)
 }
 
 #[test]

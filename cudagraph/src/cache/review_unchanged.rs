@@ -177,7 +177,7 @@ fn run_rest(
     }
     cache.enable_peers(call.shape)?;
     cache.forget_clean();
-    cache.run_validated(call, (CTX, None), STREAM, nodes, same)
+    cache.run_validated(call, (CTX, None), STREAM, &mut super::Nodes::Ready(nodes), same)
 }
 
 fn kernel_nodes<'a, K: KernelNode>(ks: &[&'a K]) -> Vec<Option<NodeParams<'a>>> {

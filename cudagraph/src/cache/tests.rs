@@ -2241,11 +2241,12 @@ fn run_words_kernels(
     let call = GraphCall { shape: plan, site: Site::Plan(plan), key: 0, signature: &[] };
     let handles = Some((plan, WORDS_CALL));
     let (same, _) = cache.unchanged_words(&call, CTX, w, handles);
+    let mut nodes = super::Nodes::Ready(&nodes);
     if same.is_none() {
-        cache.validate_changed_call(&call, CTX, &nodes, handles)?;
+        cache.validate_changed_call(&call, CTX, &mut nodes, handles)?;
     }
     cache.enable_peers(call.shape)?;
-    cache.run_validated(call, (CTX, None), STREAM, &nodes, same)
+    cache.run_validated(call, (CTX, None), STREAM, &mut nodes, same)
 }
 
 /// Kernel `i` of a [`kernel_plan`] call of [`run_words_kernels`]: writing its place `i + 1`.
@@ -2610,15 +2611,82 @@ fn run_body25(
         let w = cache.take_back(w);
         cache.unchanged_words(&call, CTX, w, handles).0
     };
+    // The node list as `run_words_in` gives it: a segment per statement, but each made run's
+    // later iterations one segment, deferrable where they are all kernel nodes (as a
+    // `LazyChunk` of `kernels!` launches), left unmade by a changed call whose words show
+    // them clean.
+    let mut segs: Vec<Seg25<'_>> = Vec::new();
+    let mut j = 0;
+    for s in body {
+        let (first, later) = match *s {
+            Stmt25::Run { per, later, made: true, .. } => (per, per * later),
+            Stmt25::Run { per, later, made: false, .. } => (per * (1 + later), 0),
+            _ => (1, 0),
+        };
+        for i in j..j + first {
+            segs.push(Seg25::new(&list_nodes[i..i + 1], false));
+        }
+        if later > 0 {
+            let run = &list_nodes[j + first..j + first + later];
+            let kernels = nodes[j + first..j + first + later].iter().all(|n| !n.memset);
+            segs.push(Seg25::new(run, kernels));
+        }
+        j += first + later;
+    }
+    let refs: Vec<&dyn crate::kind::list::Segment<'_>> =
+        segs.iter().map(|s| s as &dyn crate::kind::list::Segment<'_>).collect();
+    let mut storage = vec![core::mem::MaybeUninit::uninit(); list_nodes.len()];
+    let mut list_of = Nodes::Lazy(&mut storage, &refs);
+    // As `run_checked` makes it.
+    if same.is_none() && cache.mode != Mode::Eager {
+        list_of.get_partial(&mut cache.deferred);
+    } else {
+        list_of.get();
+    }
     if same.is_none() {
-        cache.validate_changed_call(&call, CTX, &list_nodes, handles)?;
+        cache.validate_changed_call(&call, CTX, &mut list_of, handles)?;
     }
     cache.enable_peers(call.shape)?;
     if cache.mode == Mode::Eager {
         // `run_checked` launches the statements one by one (nothing the mock sees).
         return Ok(());
     }
-    cache.run_validated(call, (CTX, None), STREAM, &list_nodes, same)
+    let r = cache.run_validated(call, (CTX, None), STREAM, &mut list_of, same);
+    let unmade = segs.iter().filter(|s| s.deferrable && !s.filled.get()).count() as u64;
+    DEFERRED25.set(DEFERRED25.get() + unmade);
+    r
+}
+
+thread_local! {
+    /// Segments of [`run_body25`]'s calls left unmade (their nodes never needed).
+    static DEFERRED25: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+}
+
+/// A segment of [`run_body25`]'s node list: entries made already, `fill` copies them; a
+/// deferrable one until filled.
+struct Seg25<'a> {
+    nodes: &'a [Option<NodeParams<'a>>],
+    deferrable: bool,
+    filled: core::cell::Cell<bool>,
+}
+
+impl<'a> Seg25<'a> {
+    fn new(nodes: &'a [Option<NodeParams<'a>>], deferrable: bool) -> Self {
+        Seg25 { nodes, deferrable, filled: core::cell::Cell::new(false) }
+    }
+}
+
+impl<'a> crate::kind::list::Segment<'a> for Seg25<'a> {
+    fn statements(&self) -> usize {
+        self.nodes.len()
+    }
+    fn fill(&self, out: &mut [Option<NodeParams<'a>>]) {
+        out.copy_from_slice(self.nodes);
+        self.filled.set(true);
+    }
+    fn deferrable(&self) -> bool {
+        self.deferrable && !self.filled.get()
+    }
 }
 
 /// A cache of [`changed_calls_of_any_body_send_what_the_full_walk_sends`], its clean-node skip
@@ -2730,9 +2798,14 @@ fn a_changed_call_s_items_follow_ifs_runs_and_memsets() {
     for (j, p) in params.iter_mut().enumerate() {
         p.ptr = 0xa000 + 0x100 * j as u64;
     }
+    // Of the last call: the made runs' later iterations left unmade (the second made run's,
+    // all kernels; the first's hold memsets, so they are always made).
+    let unmade = core::cell::Cell::new(0u64);
     let go = |cache: &mut GraphCache<Mock>, params: &[Params25], key: u64| {
         let seen = cache.clean_seen;
+        let before = DEFERRED25.get();
         run_body25(cache, (plan, &body, &nodes), params, key, false).unwrap();
+        unmade.set(DEFERRED25.get() - before);
         let calls = mock.calls();
         if !calls.iter().any(|c| c == "instantiate") {
             // Brought up to date with items: no node words made.
@@ -2750,25 +2823,30 @@ fn a_changed_call_s_items_follow_ifs_runs_and_memsets() {
     for call in 0..3u32 {
         params[0].scalar = 10 + call;
         assert_eq!(go(&mut cache, &params, 1), (kernels - 1, set(1)), "node 0, call {call}");
+        assert_eq!(unmade.get(), 1, "node 0, call {call}: the clean run's nodes never made");
     }
     // The run's first kernel (node 2): it and the run's 3 later kernels are sent.
     params[2].scalar = 7;
     assert_eq!(go(&mut cache, &params, 1), (kernels - 4, set(4)), "the first iteration");
+    assert_eq!(unmade.get(), 1, "the other made run stays unmade");
     // A later kernel's buffer (node 4): both made runs' 6 later kernels are not clean; only
     // node 4 differs from the exec.
     params[4].ptr = 0xf000;
     assert_eq!(go(&mut cache, &params, 1), (kernels - 6, set(1)), "a later buffer");
+    assert_eq!(unmade.get(), 0, "no run clean: every node made");
     // A buffer outside the arrays (node 0's, not an element of a made run's array): its node
     // alone; both made runs' later kernels stay clean (their arrays' spans are unchanged;
     // before session 28 every place's guards were compared for them: 7 not clean).
     params[0].ptr = 0xe000;
     assert_eq!(go(&mut cache, &params, 1), (kernels - 1, set(1)), "a buffer outside the arrays");
+    assert_eq!(unmade.get(), 1, "a buffer outside the arrays");
     params[18].ptr = 0xe100;
     assert_eq!(go(&mut cache, &params, 1), (kernels - 1, set(1)), "the last node's buffer");
     // The other variant (node 1 absent), built; then this one again, changed.
     params[0].scalar = 20;
     let (_, calls) = go(&mut cache, &params, 0);
     assert!(calls.iter().any(|c| c == "instantiate"), "{calls:?}");
+    assert_eq!(unmade.get(), 0, "a new graph: every node made");
     params[0].scalar = 21;
     assert_eq!(go(&mut cache, &params, 1), (kernels - 1, set(1)), "back to key 1");
     // A run put in node by node (node 11, later nodes 12 and 13): node 12 alone.

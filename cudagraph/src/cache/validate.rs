@@ -29,7 +29,7 @@ pub(super) fn validate(
     handles: Option<(&Plan, u64)>,
     peers: &mut Peers,
 ) -> Result<()> {
-    validate_changed(shape, (nodes, &[]), ctx, limits, handles, peers)
+    validate_changed(shape, (nodes, &[]), None, ctx, limits, handles, peers)
 }
 
 /// [`validate`] of the nodes that `clean` does not mark (`clean[i]`: node `i` is a kernel node
@@ -40,9 +40,13 @@ pub(super) fn validate(
 /// lengths and argument count, its buffers' contexts and handles' places are all in them.
 ///
 /// [`GraphCache::clean_nodes`]: super::GraphCache
+///
+/// `dirty`: with a `clean` of every node, the ranges (first, count) of the others, walked
+/// instead of every node.
 pub(super) fn validate_changed(
     shape: &dyn Shape,
     (nodes, clean): (&[Option<NodeParams<'_>>], &[bool]),
+    dirty: Option<&[(u32, u32)]>,
     ctx: CUcontext,
     limits: Option<&Limits>,
     handles: Option<(&Plan, u64)>,
@@ -50,7 +54,14 @@ pub(super) fn validate_changed(
 ) -> Result<()> {
     let mut ops = crate::operand::NO_ACCESSES;
     peers.pending.clear();
-    for (i, n) in nodes.iter().enumerate() {
+    let all = [(0, nodes.len() as u32)];
+    let ranges = match dirty {
+        Some(d) if clean.len() == nodes.len() => d,
+        _ => &all[..],
+    };
+    for (i, n) in
+        ranges.iter().flat_map(|&(a, k)| (a as usize..(a + k) as usize).map(|i| (i, &nodes[i])))
+    {
         let site = || shape.site(i);
         let Some(n) = n else { continue };
         if clean.get(i) == Some(&true) {

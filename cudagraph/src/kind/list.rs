@@ -41,6 +41,11 @@ pub trait Segment<'a> {
     /// segment, not per statement (a call and a `match` per statement were 10 % of an
     /// unchanged 1000-node call, `.ci/host-profile`).
     fn fill(&self, out: &mut [Option<NodeParams<'a>>]);
+    /// Whether its entries may be left unmade by a changed call ([`fill_partial`]): the later
+    /// iterations of a run, not made yet, every one a kernel node.
+    fn deferrable(&self) -> bool {
+        false
+    }
 }
 impl<'a> Segment<'a> for &'a dyn Entry {
     fn statements(&self) -> usize {
@@ -56,6 +61,8 @@ impl<'a> Segment<'a> for &'a dyn Entry {
 pub trait NodeTuple {
     /// Statements in it.
     const LEN: usize;
+    /// Whether every one of its nodes is a kernel node ([`IntoNode::KERNEL`]).
+    const KERNELS: bool;
     /// Its nodes' parameters into `out` (of length [`Self::LEN`]).
     fn fill_nodes<'a>(&'a self, out: &mut [Option<NodeParams<'a>>]);
     /// Each of its nodes into `words`, in order (as `word_node` would).
@@ -65,6 +72,7 @@ macro_rules! tuple_segment {
     ($n:literal: $($t:ident $i:tt),+) => {
         impl<$($t: IntoNode),+> NodeTuple for ($($t,)+) {
             const LEN: usize = $n;
+            const KERNELS: bool = $($t::KERNEL)&&+;
             fn fill_nodes<'a>(&'a self, out: &mut [Option<NodeParams<'a>>]) {
                 if let Ok(out) = <&mut [Option<NodeParams<'a>>; $n]>::try_from(out) {
                     $(out[$i] = Some(self.$i.node());)+
@@ -119,6 +127,42 @@ pub(crate) fn fill_entries<'a>(out: &mut [Option<NodeParams<'a>>], segments: &[&
     assert_eq!(k, n_all, "graph! node list: fewer than {n_all} statements");
 }
 
+/// [`fill_entries`], but for the [`deferrable`](Segment::deferrable) segments, whose entries
+/// stay as they are (`None`); their ranges of entries (first, count) into `deferred`, in order.
+pub(crate) fn fill_partial<'a>(
+    out: &mut [Option<NodeParams<'a>>],
+    segments: &[&dyn Segment<'a>],
+    deferred: &mut Vec<(u32, u32)>,
+) {
+    deferred.clear();
+    let n_all = out.len();
+    let mut k = 0;
+    for s in segments {
+        let n = s.statements();
+        assert!(n_all - k >= n, "graph! node list: more than {n_all} statements");
+        if s.deferrable() {
+            deferred.push((k as u32, n as u32));
+        } else {
+            s.fill(&mut out[k..k + n]);
+        }
+        k += n;
+    }
+    assert_eq!(k, n_all, "graph! node list: fewer than {n_all} statements");
+}
+
+/// The entries [`fill_partial`] left unmade, made now: every segment still
+/// [`deferrable`](Segment::deferrable) fills its entries.
+pub(crate) fn fill_deferred<'a>(out: &mut [Option<NodeParams<'a>>], segments: &[&dyn Segment<'a>]) {
+    let mut k = 0;
+    for s in segments {
+        let n = s.statements();
+        if s.deferrable() {
+            s.fill(&mut out[k..k + n]);
+        }
+        k += n;
+    }
+}
+
 /// A chunk of statements whose nodes are made only when the node list is needed: the later
 /// iterations of an indexed run of `graph!` (see [`word_repeat`](crate::__private::word_repeat)),
 /// whose words are their elements' guards and contexts. `make` builds the chunk's tuple of nodes, at most once.
@@ -166,5 +210,8 @@ impl<'a, F: FnOnce() -> R, R: NodeTuple> Segment<'a> for &'a LazyChunk<F, R> {
         if let Some(nodes) = self.nodes() {
             nodes.fill_nodes(out);
         }
+    }
+    fn deferrable(&self) -> bool {
+        R::KERNELS && self.nodes.get().is_none()
     }
 }

@@ -699,6 +699,10 @@ fn pack_copy(
 /// What a statement evaluates to inside `graph!` (sealed: a kernel launch made by a
 /// `kernels!` method, or the parameters of `copy`, `memset` and `zero`).
 pub trait IntoNode: crate::operand::sealed::Sealed {
+    /// Whether [`Self::node`] is always a kernel node ([`NodeParams::Kernel`]): true only for a
+    /// `kernels!` launch (the trait is sealed).
+    #[doc(hidden)]
+    const KERNEL: bool = false;
     /// The node parameters.
     fn node(&self) -> NodeParams<'_>;
     /// Its unchanged-call words ([`NodeParams::pack`]), without the dynamic dispatch.
@@ -710,6 +714,7 @@ pub trait IntoNode: crate::operand::sealed::Sealed {
 }
 impl<A: KernelArgs> crate::operand::sealed::Sealed for KernelLaunch<'_, A> {}
 impl<A: KernelArgs> IntoNode for KernelLaunch<'_, A> {
+    const KERNEL: bool = true;
     fn node(&self) -> NodeParams<'_> {
         NodeParams::Kernel(self)
     }
