@@ -84,8 +84,8 @@ impl<D: Driver> GraphCache<D> {
                         self.stats.nodes_unchanged += 1;
                         continue;
                     }
-                    // SAFETY: the state's node belongs to the graph v.exec was instantiated from, in
-                    // context v.ctx (current); `new` was validated.
+                    // SAFETY: the state's node belongs to the graph v.exec was instantiated from,
+                    // in context v.ctx (current); `new` was validated.
                     let sent = unsafe {
                         state.update(new.as_ref(), &mut self.driver, v.exec, v.ctx, !rebuild)
                     };
