@@ -66,38 +66,43 @@ impl<D: Driver> GraphCache<D> {
         let mut scratch = if v.memory { scratch_table(&v.nodes) } else { Vec::new() };
         let plain = handles.is_empty() && scratch.is_empty();
         // With a `clean` of every node, only the `dirty` ranges are walked; the others count
-        // as unchanged.
+        // as unchanged, in order as the walk passes them (as the full walk counts them: a walk
+        // that stops at a node whose edges change kind counts none after it).
         let by_ranges = clean.len() == nodes.len();
         let whole = [(0, nodes.len() as u32)];
         let ranges = if by_ranges { dirty } else { &whole[..] };
-        if by_ranges {
-            let walked: u64 = dirty.iter().map(|&(_, k)| u64::from(k)).sum();
-            self.stats.nodes_unchanged += nodes.len() as u64 - walked;
-        }
+        // The first node not passed yet.
+        let mut passed = 0usize;
         let mut walk = || {
-            for j in ranges.iter().flat_map(|&(a, k)| a as usize..(a + k) as usize) {
-                let (state, new) = (&mut v.nodes[j], &nodes[j]);
-                if clean.get(j) == Some(&true) {
-                    self.stats.nodes_unchanged += 1;
-                    continue;
-                }
-                // SAFETY: the state's node belongs to the graph v.exec was instantiated from, in
-                // context v.ctx (current); `new` was validated.
-                let sent = unsafe {
-                    state.update(new.as_ref(), &mut self.driver, v.exec, v.ctx, !rebuild)
-                };
-                match sent {
-                    Update::Absent => {}
-                    Update::Unchanged => self.stats.nodes_unchanged += 1,
-                    Update::Sent => self.stats.node_updates += 1,
-                    Update::NotSent => rebuild = true,
-                    Update::Refused(call, error) => {
-                        refusal = Some((j, call, error));
-                        rebuild = true;
+            for &(a, k) in ranges {
+                let (a, k) = (a as usize, k as usize);
+                self.stats.nodes_unchanged += (a - passed) as u64;
+                passed = a + k;
+                let span = v.nodes[a..a + k].iter_mut().zip(&nodes[a..a + k]);
+                for (j, (state, new)) in (a..).zip(span) {
+                    if clean.get(j) == Some(&true) {
+                        self.stats.nodes_unchanged += 1;
+                        continue;
                     }
-                    Update::Mismatch => return false,
+                    // SAFETY: the state's node belongs to the graph v.exec was instantiated from,
+                    // in context v.ctx (current); `new` was validated.
+                    let sent = unsafe {
+                        state.update(new.as_ref(), &mut self.driver, v.exec, v.ctx, !rebuild)
+                    };
+                    match sent {
+                        Update::Absent => {}
+                        Update::Unchanged => self.stats.nodes_unchanged += 1,
+                        Update::Sent => self.stats.node_updates += 1,
+                        Update::NotSent => rebuild = true,
+                        Update::Refused(call, error) => {
+                            refusal = Some((j, call, error));
+                            rebuild = true;
+                        }
+                        Update::Mismatch => return false,
+                    }
                 }
             }
+            self.stats.nodes_unchanged += (nodes.len() - passed) as u64;
             true
         };
         // Nothing to bind (no conditional handles, no graph-owned buffers): the walk runs as

@@ -2442,6 +2442,8 @@ struct Params25 {
     grid: u32,
     other_ctx: bool,
     other_func: bool,
+    /// Declared `#[programmatic]` (review 29b: its edges change kind, the exec is dropped).
+    programmatic: bool,
 }
 
 /// One step of [`changed_calls_of_any_body_send_what_the_full_walk_sends`]: a change for this
@@ -2450,9 +2452,14 @@ struct Params25 {
 enum Step25 {
     Scalar(usize, u32),
     Pointer(usize, u64),
+    /// Two nodes' buffers swapped (review 29b: an array's elements swapped keep its span's
+    /// addresses but not their order).
+    Swap(usize, usize),
     Grid(usize, u32),
     Context(usize, bool),
     Function(usize, bool),
+    /// Node `.0` declared `#[programmatic]` or not (review 29b).
+    Programmatic(usize, bool),
     /// The host `if`s taken (key bits).
     Key(u64),
     Refuse(bool, bool),
@@ -2519,6 +2526,7 @@ fn run_body25(
             grid: p.grid,
             ctx: ctx_of(p),
             tag: crate::operand::tag(WORDS_CALL, j as u32 + 1),
+            programmatic: p.programmatic,
             ..k(p.scalar, p.ptr)
         })
         .collect();
@@ -2626,10 +2634,15 @@ fn run_body25(
         for i in j..j + first {
             segs.push(Seg25::new(&list_nodes[i..i + 1], false));
         }
-        if later > 0 {
-            let run = &list_nodes[j + first..j + first + later];
-            let kernels = nodes[j + first..j + first + later].iter().all(|n| !n.memset);
-            segs.push(Seg25::new(run, kernels));
+        // In chunks of at most `CHUNK25` entries (a `LazyChunk` holds up to 16 statements,
+        // whatever the iterations' boundaries): each deferrable where all its nodes are kernels.
+        let chunk = CHUNK25.get().max(1);
+        let mut from = j + first;
+        while from < j + first + later {
+            let to = from.saturating_add(chunk).min(j + first + later);
+            let kernels = nodes[from..to].iter().all(|n| !n.memset);
+            segs.push(Seg25::new(&list_nodes[from..to], kernels));
+            from = to;
         }
         j += first + later;
     }
@@ -2660,6 +2673,10 @@ fn run_body25(
 thread_local! {
     /// Segments of [`run_body25`]'s calls left unmade (their nodes never needed).
     static DEFERRED25: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+    /// Entries of one segment of a made run's later iterations in [`run_body25`] (review
+    /// 29b: several segments a run, as `LazyChunk`s of 16 statements make; some deferrable,
+    /// some holding a memset).
+    static CHUNK25: core::cell::Cell<usize> = const { core::cell::Cell::new(usize::MAX) };
 }
 
 /// A segment of [`run_body25`]'s node list: entries made already, `fill` copies them; a
@@ -2706,6 +2723,7 @@ fn params25(n: usize) -> Vec<Params25> {
             grid: 4,
             other_ctx: false,
             other_func: false,
+            programmatic: false,
         })
         .collect()
 }
@@ -2725,48 +2743,64 @@ proptest::proptest! {
         body in proptest::collection::vec(stmt25(), 1..7),
         steps in proptest::collection::vec(step25(), 1..40),
     ) {
-        let mut body = body;
-        let nodes = body_nodes(&mut body);
-        let plan = body_plan(&nodes);
-        let (ma, mut a) = cache25(false, execs, max);
-        let (mb, mut b) = cache25(true, execs, max);
-        let mut params = params25(nodes.len());
-        let mut key = 3u64;
-        let n = nodes.len();
-        for (i, s) in steps.iter().enumerate() {
-            let mut list = false;
-            let mut mode = Mode::Graph;
-            match *s {
-                Step25::Scalar(j, v) => params[j % n].scalar = v,
-                Step25::Pointer(j, p) => params[j % n].ptr = p,
-                Step25::Grid(j, g) => params[j % n].grid = g,
-                Step25::Context(j, f) => params[j % n].other_ctx = f,
-                Step25::Function(j, f) => params[j % n].other_func = f,
-                Step25::Key(k) => key = k,
-                Step25::Refuse(set, update) => refuse([&ma, &mb], (set, update)),
-                Step25::Lend => {
-                    for c in [&mut a, &mut b] {
-                        drop(c.words(plan, &crate::operand::CallId(WORDS_CALL)));
-                    }
-                }
-                Step25::Clear => {
-                    a.clear();
-                    b.clear();
-                }
-                Step25::Instantiate => mode = Mode::Instantiate,
-                Step25::Eager => mode = Mode::Eager,
-                Step25::List => list = true,
-            }
-            a.set_mode(mode);
-            b.set_mode(mode);
-            let ra = run_body25(&mut a, (plan, &body, &nodes), &params, key, list)
-                .map_err(|e| e.to_string());
-            let rb = run_body25(&mut b, (plan, &body, &nodes), &params, key, list)
-                .map_err(|e| e.to_string());
-            same_as_full_walk(&format!("step {i} {s:?}"), (&ra, &rb), (&ma, &a), (&mb, &b))?;
-        }
-        proptest::prop_assert_eq!(b.clean_seen, 0);
+        any_body_against_the_full_walk((execs, max), body, &steps)?;
     }
+}
+
+/// [`changed_calls_of_any_body_send_what_the_full_walk_sends`]' body: `steps` on a cache
+/// that skips clean nodes and on the full walk, each call compared.
+fn any_body_against_the_full_walk(
+    (execs, max): (usize, usize),
+    body: Vec<Stmt25>,
+    steps: &[Step25],
+) -> std::result::Result<(), proptest::test_runner::TestCaseError> {
+    let mut body = body;
+    let nodes = body_nodes(&mut body);
+    let plan = body_plan(&nodes);
+    let (ma, mut a) = cache25(false, execs, max);
+    let (mb, mut b) = cache25(true, execs, max);
+    let mut params = params25(nodes.len());
+    let mut key = 3u64;
+    let n = nodes.len();
+    for (i, s) in steps.iter().enumerate() {
+        let mut list = false;
+        let mut mode = Mode::Graph;
+        match *s {
+            Step25::Scalar(j, v) => params[j % n].scalar = v,
+            Step25::Pointer(j, p) => params[j % n].ptr = p,
+            Step25::Swap(j, k) => {
+                let (j, k) = (j % n, k % n);
+                (params[j].ptr, params[k].ptr) = (params[k].ptr, params[j].ptr);
+            }
+            Step25::Grid(j, g) => params[j % n].grid = g,
+            Step25::Context(j, f) => params[j % n].other_ctx = f,
+            Step25::Function(j, f) => params[j % n].other_func = f,
+            Step25::Programmatic(j, f) => params[j % n].programmatic = f,
+            Step25::Key(k) => key = k,
+            Step25::Refuse(set, update) => refuse([&ma, &mb], (set, update)),
+            Step25::Lend => {
+                for c in [&mut a, &mut b] {
+                    drop(c.words(plan, &crate::operand::CallId(WORDS_CALL)));
+                }
+            }
+            Step25::Clear => {
+                a.clear();
+                b.clear();
+            }
+            Step25::Instantiate => mode = Mode::Instantiate,
+            Step25::Eager => mode = Mode::Eager,
+            Step25::List => list = true,
+        }
+        a.set_mode(mode);
+        b.set_mode(mode);
+        let ra = run_body25(&mut a, (plan, &body, &nodes), &params, key, list)
+            .map_err(|e| e.to_string());
+        let rb = run_body25(&mut b, (plan, &body, &nodes), &params, key, list)
+            .map_err(|e| e.to_string());
+        same_as_full_walk(&format!("step {i} {s:?}"), (&ra, &rb), (&ma, &a), (&mb, &b))?;
+    }
+    proptest::prop_assert_eq!(b.clean_seen, 0);
+    Ok(())
 }
 
 /// Review 25: in a body with a host `if`, a run of two statements an iteration (a memset and a
@@ -2852,4 +2886,186 @@ fn a_changed_call_s_items_follow_ifs_runs_and_memsets() {
     // A run put in node by node (node 11, later nodes 12 and 13): node 12 alone.
     params[12].scalar = 5;
     assert_eq!(go(&mut cache, &params, 1), (kernels - 1, set(1)), "a helper's later node");
+}
+
+// Review 29b (brief 1, commit 79f3968): a changed call leaves the kernel-only later
+// iterations of its runs unmade (`Nodes::get_partial`) while its words show them clean. The
+// list must be made before anything that needs every node: a memoized exec (`insert`), a
+// rebuild after refused set-params, an exec dropped because a node's edges change kind
+// (`#[programmatic]`), another variant, `clear`, eager mode; and a run cut into several lazy
+// chunks (some holding a memset) must line up with its one item.
+
+fn step29b() -> impl proptest::strategy::Strategy<Value = Step25> {
+    use proptest::prelude::*;
+    prop_oneof![
+        8 => step25(),
+        2 => (0..64usize, 0..64usize).prop_map(|(j, k)| Step25::Swap(j, k)),
+        1 => (0..64usize, any::<bool>()).prop_map(|(j, f)| Step25::Programmatic(j, f)),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+    /// [`changed_calls_of_any_body_send_what_the_full_walk_sends`] with each made run's later
+    /// iterations in lazy chunks of `chunk` entries (a run item over several deferred ranges,
+    /// and over deferred and made ones), elements swapped and kernels made `#[programmatic]`.
+    #[test]
+    fn runs_in_several_lazy_chunks_send_what_the_full_walk_sends(
+        chunk in 1..5usize,
+        execs in 1..4usize,
+        max in proptest::sample::select(vec![2usize, 8]),
+        body in proptest::collection::vec(stmt25(), 1..7),
+        steps in proptest::collection::vec(step29b(), 1..40),
+    ) {
+        CHUNK25.set(chunk);
+        let r = any_body_against_the_full_walk((execs, max), body, &steps);
+        CHUNK25.set(usize::MAX);
+        r?;
+    }
+}
+
+/// A body of a kernel, a run of one kernel an iteration (12 iterations) and a kernel: its
+/// nodes, plan, and a cache against the full walk, the run's later nodes in 3 lazy chunks.
+#[allow(clippy::type_complexity)]
+fn body29b(
+    execs: usize,
+) -> (Vec<Stmt25>, Vec<Node25>, &'static Plan, [(Mock, GraphCache<Mock>); 2]) {
+    let mut body = vec![
+        Stmt25::Kernel(None),
+        Stmt25::Run { per: 1, later: 11, memset: None, made: true },
+        Stmt25::Kernel(None),
+    ];
+    let nodes = body_nodes(&mut body);
+    assert_eq!(nodes.len(), 14);
+    let plan = body_plan(&nodes);
+    (body, nodes, plan, [cache25(false, execs, 8), cache25(true, execs, 8)])
+}
+
+/// Review 29b: a sequence where each call that needs every node comes after a call that left
+/// the run unmade, against the full walk, with how many of the run's 3 chunks each call of the
+/// skipping cache left unmade.
+#[test]
+fn a_partial_list_is_made_wherever_every_node_is_needed() {
+    CHUNK25.set(4);
+    let (body, nodes, plan, [(ma, mut a), (mb, mut b)]) = body29b(3);
+    let mut params = params25(nodes.len());
+    for (j, p) in params.iter_mut().enumerate() {
+        p.ptr = 0xa000 + 0x100 * j as u64;
+    }
+    type C = GraphCache<Mock>;
+    let step = |(a, b): (&mut C, &mut C), what: &str, params: &[Params25], mode: Mode| {
+        a.set_mode(mode);
+        b.set_mode(mode);
+        let before = DEFERRED25.get();
+        let ra = run_body25(a, (plan, &body, &nodes), params, 1, false);
+        let unmade = DEFERRED25.get() - before;
+        let rb = run_body25(b, (plan, &body, &nodes), params, 1, false);
+        let (ra, rb) = (ra.map_err(|e| e.to_string()), rb.map_err(|e| e.to_string()));
+        let calls = mb.calls();
+        mb.0.borrow_mut().calls = calls.clone();
+        same_as_full_walk(what, (&ra, &rb), (&ma, a), (&mb, b)).unwrap();
+        (unmade, calls)
+    };
+    let set1 = || vec!["set_kernel grid=4".to_string(), "launch".to_string()];
+    step((&mut a, &mut b), "build", &params, Mode::Graph);
+    // A buffer outside the array (node 0's): the run's chunks stay unmade.
+    let first = params[0].ptr;
+    params[0].ptr = 0xe000;
+    assert_eq!(step((&mut a, &mut b), "outside", &params, Mode::Graph), (3, set1()), "outside");
+    // Back to the first buffer: words seen before, a memoized exec built (every node made).
+    params[0].ptr = first;
+    let (unmade, calls) = step((&mut a, &mut b), "memo build", &params, Mode::Graph);
+    assert_eq!(unmade, 0, "a new exec needs every node: {calls:?}");
+    assert!(calls.iter().any(|c| c == "instantiate"), "{calls:?}");
+    assert_eq!(a.stats().memo_builds, 1);
+    // Set-params refused: the exec is updated from a rebuilt graph (every node made).
+    refuse([&ma, &mb], (true, false));
+    params[13].scalar = 9;
+    let (unmade, calls) = step((&mut a, &mut b), "rebuild", &params, Mode::Graph);
+    assert_eq!(unmade, 0, "a rebuild needs every node: {calls:?}");
+    assert!(calls.iter().any(|c| c == "exec_update"), "{calls:?}");
+    refuse([&ma, &mb], (false, false));
+    // A node's edges change kind: the exec dropped and built anew (every node made).
+    params[13].programmatic = true;
+    let (unmade, calls) = step((&mut a, &mut b), "programmatic", &params, Mode::Graph);
+    assert_eq!(unmade, 0, "a new exec needs every node: {calls:?}");
+    assert!(calls.iter().any(|c| c == "instantiate"), "{calls:?}");
+    // Uploaded, not launched: the least recently used exec (the first, node 13 not
+    // programmatic there) is dropped too, built anew.
+    params[0].scalar = 3;
+    let (unmade, calls) = step((&mut a, &mut b), "instantiate", &params, Mode::Instantiate);
+    assert_eq!(unmade, 0, "a new exec needs every node: {calls:?}");
+    assert!(calls.iter().any(|c| c.starts_with("upload")), "{calls:?}");
+    // Eager (validated, every node); then graph mode again, updating the exec built by the
+    // programmatic step: the run's chunks stay unmade.
+    params[0].scalar = 4;
+    step((&mut a, &mut b), "eager", &params, Mode::Eager);
+    params[0].scalar = 5;
+    assert_eq!(step((&mut a, &mut b), "graph again", &params, Mode::Graph), (3, set1()));
+    // A later element swapped with another: its chunks are made; the exec updated (the one
+    // of the instantiate step) gets nodes 0, 3 and 9.
+    (params[3].ptr, params[9].ptr) = (params[9].ptr, params[3].ptr);
+    let (unmade, calls) = step((&mut a, &mut b), "swap", &params, Mode::Graph);
+    assert_eq!(unmade, 0, "a changed element makes the run: {calls:?}");
+    assert_eq!(calls.iter().filter(|c| c.starts_with("set_kernel")).count(), 3, "{calls:?}");
+    a.clear();
+    b.clear();
+    assert_eq!(step((&mut a, &mut b), "clear", &params, Mode::Graph).0, 0, "built anew");
+    CHUNK25.set(usize::MAX);
+}
+
+/// Review 29b: the update ladder, handed a partial list without a `clean` of every node (any
+/// caller but the changed call's own `bring_up` of the exec `clean` is for), makes it before
+/// walking: a changed later node is sent, not taken for absent (which `NodeState::update`
+/// answers with `Mismatch`, dropping the exec).
+#[test]
+fn the_ladder_makes_a_partial_list_it_walks_without_clean() {
+    let (body, nodes, plan, [(mock, mut cache), _]) = body29b(1);
+    let params = params25(nodes.len());
+    run_body25(&mut cache, (plan, &body, &nodes), &params, 1, false).unwrap();
+    mock.calls();
+    // Node 5, a later iteration's, writes another buffer.
+    let ks: Vec<K> = params
+        .iter()
+        .enumerate()
+        .map(|(j, p)| K {
+            tag: crate::operand::tag(WORDS_CALL, j as u32 + 1),
+            ..k(p.scalar, if j == 5 { 0xf000 } else { p.ptr })
+        })
+        .collect();
+    let list: Vec<Option<NodeParams<'_>>> =
+        ks.iter().map(|k| Some(NodeParams::Kernel(k as &dyn KernelNode))).collect();
+    let segs = [
+        Seg25::new(&list[..2], false),
+        Seg25::new(&list[2..13], true),
+        Seg25::new(&list[13..], false),
+    ];
+    let refs: Vec<&dyn crate::kind::list::Segment<'_>> =
+        segs.iter().map(|s| s as &dyn crate::kind::list::Segment<'_>).collect();
+    let mut storage = vec![core::mem::MaybeUninit::uninit(); list.len()];
+    let mut of = Nodes::Lazy(&mut storage, &refs);
+    let mut deferred = Vec::new();
+    of.get_partial(&mut deferred);
+    assert!(of.partial() && deferred == [(2, 11)], "{deferred:?}");
+    assert!(cache.update(0, plan, &mut of, (&[], &[])).unwrap(), "not dropped");
+    assert!(!of.partial(), "made");
+    assert_eq!(mock.calls(), ["set_kernel grid=4"]);
+    assert_eq!(mock.0.borrow().set_args.last().unwrap()[1], 0xf000u64.to_ne_bytes());
+}
+
+/// Review 29b: a changed call whose first node's edges change kind (its kernel made
+/// `#[programmatic]`) drops the exec at that node (`Update::Mismatch`) and builds anew: the
+/// ladder counts no node after it as unchanged, as the full walk, which stops there.
+#[test]
+fn an_exec_dropped_at_its_first_node_counts_the_nodes_after_it_as_the_full_walk() {
+    let (body, nodes, plan, [(ma, mut a), (mb, mut b)]) = body29b(1);
+    let mut params = params25(nodes.len());
+    for call in 0..2 {
+        let ra = run_body25(&mut a, (plan, &body, &nodes), &params, 1, false);
+        let rb = run_body25(&mut b, (plan, &body, &nodes), &params, 1, false);
+        let (ra, rb) = (ra.map_err(|e| e.to_string()), rb.map_err(|e| e.to_string()));
+        same_as_full_walk(&format!("call {call}"), (&ra, &rb), (&ma, &a), (&mb, &b)).unwrap();
+        params[0].programmatic = true;
+    }
+    assert_eq!(a.stats().instantiations, 2);
 }
