@@ -36,7 +36,7 @@ pub const MAX_FILL_BYTES: usize = 64;
 static KERNEL: super::own_kernel::OwnKernel = super::own_kernel::OwnKernel::new(SOURCE, NAME);
 
 /// The fill kernel of `ctx`: compiled once per process, loaded once per context.
-fn function(ctx: &Arc<CudaContext>) -> Result<CudaFunction, String> {
+fn function(ctx: &Arc<CudaContext>) -> Result<CudaFunction, Arc<str>> {
     KERNEL.function(ctx, |_| Ok(()))
 }
 
@@ -57,7 +57,7 @@ pub struct FillNode<'a> {
 /// The fill kernel of a node's context, or why it could not be had.
 enum FillFunction {
     Loaded(CudaFunction),
-    Failed(String),
+    Failed(Arc<str>),
     /// A function handle of the mock driver's tests (no module behind it).
     #[cfg(test)]
     StandIn(CUfunction),

@@ -1,7 +1,7 @@
 //! The crate's own kernels (`fill`'s and the readback's): CUDA C++ compiled by NVRTC once per
 //! process, its module loaded once per context and kept for later calls in that context.
 
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, RwLock, Weak};
 
 use cudarc::driver::{CudaContext, CudaFunction};
 
@@ -11,7 +11,9 @@ pub(crate) struct OwnKernel {
     source: &'static str,
     name: &'static str,
     ptx: OnceLock<Result<cudarc::nvrtc::Ptx, String>>,
-    loaded: Mutex<Vec<Loaded>>,
+    /// Read by every statement that makes a node of the kernel (every call): a read lock, so
+    /// threads running calls at once do not wait for each other.
+    loaded: RwLock<Vec<Loaded>>,
 }
 
 /// The kernel's function in one context, or why it could not be had there.
@@ -20,17 +22,18 @@ struct Loaded {
     key: usize,
     /// The context object it was loaded through (whose clone the module holds).
     ctx: Weak<CudaContext>,
-    function: Result<CudaFunction, String>,
+    function: Result<CudaFunction, Arc<str>>,
 }
 
 impl OwnKernel {
     pub(crate) const fn new(source: &'static str, name: &'static str) -> Self {
-        OwnKernel { source, name, ptx: OnceLock::new(), loaded: Mutex::new(Vec::new()) }
+        OwnKernel { source, name, ptx: OnceLock::new(), loaded: RwLock::new(Vec::new()) }
     }
 
     /// The kernel in `ctx`: loaded the first time (`cuModuleLoadData`, `cuModuleGetFunction`),
     /// then the same function. A failure is kept too, so that every call in that context makes
-    /// the same choice. The compile and the load run outside the table's lock.
+    /// the same choice (its reason shared, not copied, by each call). The compile and the load
+    /// run outside the table's lock.
     ///
     /// The table keeps each function, and so its module and context, alive while the context
     /// is used elsewhere; an entry whose context only the table keeps alive (the program
@@ -44,18 +47,22 @@ impl OwnKernel {
         &self,
         ctx: &Arc<CudaContext>,
         usable: impl FnOnce(&Arc<CudaContext>) -> Result<(), String>,
-    ) -> Result<CudaFunction, String> {
+    ) -> Result<CudaFunction, Arc<str>> {
         let key = ctx.cu_ctx() as usize;
-        let lock = || self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(e) = lock().iter().find(|e| e.key == key) {
-            return e.function.clone();
+        {
+            let loaded = self.loaded.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(e) = loaded.iter().find(|e| e.key == key) {
+                return e.function.clone();
+            }
         }
         let ptx = usable(ctx).and_then(|()| self.ptx.get_or_init(|| compile(self.source)).clone());
-        let function = ptx.and_then(|ptx| {
-            let module = ctx.load_module(ptx).map_err(|e| format!("cuModuleLoadData: {e}"))?;
-            module.load_function(self.name).map_err(|e| format!("cuModuleGetFunction: {e}"))
-        });
-        let mut loaded = lock();
+        let function = ptx
+            .and_then(|ptx| {
+                let module = ctx.load_module(ptx).map_err(|e| format!("cuModuleLoadData: {e}"))?;
+                module.load_function(self.name).map_err(|e| format!("cuModuleGetFunction: {e}"))
+            })
+            .map_err(Arc::from);
+        let mut loaded = self.loaded.write().unwrap_or_else(|e| e.into_inner());
         // Contexts alive only through this table: their module's hold (a loaded function) and
         // the upgrade here.
         loaded.retain(|e| {
