@@ -474,6 +474,52 @@ fn unchanged_call_sends_nothing_but_the_launch() {
     assert_eq!((s.hits, s.nodes_unchanged, s.node_updates), (2, 8, 0));
 }
 
+/// A copy statement made as a readback node (`copy_on`: device memory into pinned host
+/// memory, at most 4 KiB) where the plan says `copy`: built as a kernel node; an unchanged call
+/// sends nothing (the node's pinned side is not resolved when set, unlike a memcpy node's,
+/// which is set again on every call); a new destination, a new length and a memcpy node in its
+/// place are each what the driver needs.
+#[test]
+fn a_readback_node_is_a_kernel_node_that_an_unchanged_call_leaves_alone() {
+    let (mock, mut cache, plan) = setup();
+    let rb =
+        |dst: u64, words: u64| crate::ReadbackNode::for_test(0x30 as _, 0x900, dst, words, CTX);
+    let go = |cache: &mut GraphCache<Mock>, r: &crate::ReadbackNode<'static>| {
+        let (k0, k1) = (k(1, 0xa0), k(2, 0xb0));
+        let m = memset(0);
+        let nodes = [
+            Some(NodeParams::Kernel(&k0 as &dyn KernelNode)),
+            Some(NodeParams::Kernel(&k1)),
+            Some(NodeParams::Readback(r)),
+            Some(NodeParams::Memset(&m)),
+            None,
+        ];
+        cache.run_raw(plan, 0, (CTX, None), STREAM, &nodes)
+    };
+    go(&mut cache, &rb(0x4000, 1)).unwrap();
+    let calls = mock.calls();
+    assert_eq!(calls.iter().filter(|c| c.starts_with("add_kernel")).count(), 3, "{calls:?}");
+    assert!(!calls.iter().any(|c| c.starts_with("add_memcpy")), "{calls:?}");
+    for _ in 0..3 {
+        go(&mut cache, &rb(0x4000, 1)).unwrap();
+        assert_eq!(mock.calls(), ["launch"], "unchanged: nothing set");
+    }
+    go(&mut cache, &rb(0x5000, 1)).unwrap();
+    assert_eq!(mock.calls(), ["set_kernel grid=1", "launch"], "another destination");
+    go(&mut cache, &rb(0x5000, 512)).unwrap();
+    assert_eq!(mock.calls(), ["set_kernel grid=2", "launch"], "512 words: two blocks");
+    let s = cache.stats();
+    assert_eq!((s.builds, s.unchanged_calls, s.node_updates), (1, 3, 2), "{s:?}");
+    // The same statement as a memcpy node (over the bound): another node type, which no
+    // update can give the exec: it is dropped and built again.
+    let (k0, k1) = (k(1, 0xa0), k(2, 0xb0));
+    run(&mut cache, plan, &k0, &k1, copy(4), memset(0), None).unwrap();
+    let calls = mock.calls();
+    assert_eq!(calls[..3], ["exec_destroy", "graph_destroy", "graph_create"], "{calls:?}");
+    assert!(calls.iter().any(|c| c == "add_memcpy deps=1"), "{calls:?}");
+    assert_eq!(calls[calls.len() - 2..], ["instantiate", "launch"], "{calls:?}");
+}
+
 #[test]
 fn each_change_class_sends_one_set_params_for_its_node_only() {
     let (mock, mut cache, plan) = setup();
