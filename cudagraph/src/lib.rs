@@ -119,14 +119,43 @@
 //! # Pinned host memory
 //!
 //! `copy(&src, &mut dst)` between the host and the device needs page-locked (pinned) host
-//! memory, cudarc's `PinnedHostSlice` (pageable `Vec`s are refused at compile time: nothing
-//! would keep them alive and in place until the graph ran). Allocate it with
-//! `CudaContext::alloc_pinned_with_flags(len, flags)` (`cuMemHostAlloc`; `len` in elements).
-//! **Mind the flags:** cudarc's `CudaContext::alloc_pinned` passes
-//! `CU_MEMHOSTALLOC_WRITECOMBINED`, which makes host→device copies from it fast but every host
-//! *read* of it slow (write-combined memory is not cached by the CPU: reading back results is
-//! many times slower than from ordinary memory). For a buffer the host reads, device→host
-//! results for example, pass flags `0`:
+//! memory (pageable `Vec`s are refused at compile time: nothing would keep them alive and in
+//! place until the graph ran). For results the host reads after a call, use
+//! [`PinnedBuffer`] (`cuMemHostAlloc`, flags 0: cached) and read it right after the call,
+//! without synchronizing first: `as_slice` waits for the call's uses of it with one
+//! `cuEventSynchronize`, which costs what the raw driver's `cuStreamSynchronize` costs.
+//!
+//! ```no_run
+//! # fn main() -> cudagraph::Result<()> {
+//! let ctx = cudagraph::context(0)?;
+//! let stream = ctx.new_stream()?;
+//! let residual = stream.alloc_zeros::<f32>(1)?;
+//! let mut host = cudagraph::PinnedBuffer::<f32>::zeros(&stream, 1)?;
+//! let mut cache = cudagraph::GraphCache::new();
+//! cudagraph::graph!(&mut cache, &stream, {
+//!     copy(&residual, &mut host);
+//! })?;
+//! let r: f32 = host.as_slice()?[0]; // waits for the copy; no `stream.synchronize()` first
+//! assert_eq!(r, 0.0);
+//! # Ok(()) }
+//! ```
+//!
+//! A copy from device memory into pinned memory of at most [`MAX_READBACK_BYTES`] (4 KiB) is
+//! a kernel node of the crate's readback kernel ([`ReadbackNode`]), a few µs faster per step
+//! than a memcpy node on the H200; the kernel is compiled by NVRTC at the first such copy of
+//! the process and loaded once per context. Where it cannot be had (no NVRTC library, no
+//! unified addressing) the copy is a memcpy node; `cache.nodes()` shows which
+//! ([`GraphNodeKind::Kernel`] or [`GraphNodeKind::Memcpy`]).
+//!
+//! cudarc's `PinnedHostSlice` works too (`CudaContext::alloc_pinned_with_flags(len, flags)`;
+//! `len` in elements), with two things to mind:
+//! - **the flags:** cudarc's `CudaContext::alloc_pinned` passes
+//!   `CU_MEMHOSTALLOC_WRITECOMBINED`, which makes host→device copies from it fast but every
+//!   host *read* of it slow (write-combined memory is not cached by the CPU). For a buffer the
+//!   host reads, pass flags `0`.
+//! - **the wait:** its `as_slice()` waits on cudarc's blocking-sync event, which sleeps until
+//!   the driver wakes the thread (tens of µs per read): call `stream.synchronize()` first, then
+//!   read.
 //!
 //! ```no_run
 //! # fn main() -> cudagraph::Result<()> {
@@ -142,8 +171,6 @@
 //! cudagraph::graph!(&mut cache, &stream, {
 //!     copy(&device, &mut results);
 //! })?;
-//! // Synchronize, then read: `as_slice()` alone also waits for the copy, but on the buffer's
-//! // blocking-sync event, which sleeps until the driver wakes the thread (tens of µs).
 //! stream.synchronize()?;
 //! let host: &[f32] = results.as_slice()?;
 //! assert_eq!(host[0], 0.0);
@@ -225,6 +252,10 @@ pub use session::{Capture, CaptureSlice, CaptureSliceMut, CaptureView, Kept};
 ///   it reads as a 3-D grid as easily as `(grid, block, shared_bytes)`).
 /// - `copy(&src, &mut dst)`: a memcpy node, device↔device, pinned host→device or
 ///   device→pinned host, same element type; lengths must match (else [`Error::CopyLength`]).
+///   A copy from device memory into pinned host memory of at most [`MAX_READBACK_BYTES`] is a
+///   kernel node of the crate's readback kernel instead ([`ReadbackNode`]; the plan's node is
+///   still the `copy` statement, of kind [`NodeKind::Memcpy`]); see the crate docs, "Pinned
+///   host memory".
 /// - `memset(&mut dst, value)` with a 1, 2 or 4-byte value of `dst`'s element type;
 ///   `zero(&mut dst)` for any element type.
 /// - `capture(&a, &mut b, |s, (a, mut b)| { … })`: a child-graph node of the closure's stream work

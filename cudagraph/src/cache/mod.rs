@@ -1319,7 +1319,8 @@ impl<D: Driver> GraphCache<D> {
     /// the exec already holding this call's pointers and sends nothing (counted in
     /// [`Stats::memo_hits`]). Default [`Self::DEFAULT_EXECS_PER_VARIANT`]; 1 turns it off.
     ///
-    /// Only calls whose nodes are all kernel nodes, memset nodes, memcpy nodes (1-D, 2-D) and keyed
+    /// Only calls whose nodes are all kernel nodes (the crate's fill and readback nodes
+    /// included), memset nodes, memcpy nodes (1-D, 2-D) and keyed
     /// `capture` statements with a kept recording are memoized (the calls that
     /// [`Stats::unchanged_calls`] can count). When such a call equals no kept exec's last call
     /// but equals one of the last four calls that changed parameters (a buffer set coming back),

@@ -41,7 +41,7 @@ pub trait Segment<'a> {
     /// segment, not per statement (a call and a `match` per statement were 10 % of an
     /// unchanged 1000-node call, `.ci/host-profile`).
     fn fill(&self, out: &mut [Option<NodeParams<'a>>]);
-    /// Whether its entries may be left unmade by a changed call ([`fill_partial`]): the later
+    /// Whether its entries may be left unmade by a changed call (`fill_partial`): the later
     /// iterations of a run, not made yet, every one a kernel node.
     fn deferrable(&self) -> bool {
         false

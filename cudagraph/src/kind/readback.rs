@@ -53,7 +53,7 @@ fn function(ctx: &Arc<CudaContext>) -> Option<CudaFunction> {
 }
 
 /// A readback node's parameters: made by `copy(&src, &mut dst)` in `graph!` for a small copy
-/// from device memory into pinned host memory ([`ReadbackNode::try_new`]); borrows both.
+/// from device memory into pinned host memory (`ReadbackNode::try_new`); borrows both.
 pub struct ReadbackNode<'a> {
     function: ReadbackFunction,
     /// The context the function was loaded in (the call's stream's).
