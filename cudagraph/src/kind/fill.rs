@@ -32,8 +32,10 @@ const MAX_GRID: u64 = 4096;
 /// Largest element a fill sets, bytes.
 pub const MAX_FILL_BYTES: usize = 64;
 
-/// The fill kernel (see [`OwnKernel`](super::own_kernel::OwnKernel)).
-static KERNEL: super::own_kernel::OwnKernel = super::own_kernel::OwnKernel::new(SOURCE, NAME);
+/// The fill kernel (see [`OwnKernel`](super::own_kernel::OwnKernel)); a failed load is tried
+/// again at the next call (a fill has no other node to fall back to: its call fails).
+static KERNEL: super::own_kernel::OwnKernel =
+    super::own_kernel::OwnKernel::new(SOURCE, NAME, false);
 
 /// The fill kernel of `ctx`: compiled once per process, loaded once per context.
 fn function(ctx: &Arc<CudaContext>) -> Result<CudaFunction, Arc<str>> {

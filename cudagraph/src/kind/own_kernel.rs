@@ -10,6 +10,10 @@ use cudarc::driver::{CudaContext, CudaFunction};
 pub(crate) struct OwnKernel {
     source: &'static str,
     name: &'static str,
+    /// Whether a context's failure to load is kept (every later call there makes the same
+    /// choice) or tried again at the next call (a compile failure is always kept: the PTX is
+    /// made once per process).
+    keep_failures: bool,
     ptx: OnceLock<Result<cudarc::nvrtc::Ptx, String>>,
     /// Read by every statement that makes a node of the kernel (every call): a read lock, so
     /// threads running calls at once do not wait for each other.
@@ -26,14 +30,21 @@ struct Loaded {
 }
 
 impl OwnKernel {
-    pub(crate) const fn new(source: &'static str, name: &'static str) -> Self {
-        OwnKernel { source, name, ptx: OnceLock::new(), loaded: RwLock::new(Vec::new()) }
+    pub(crate) const fn new(source: &'static str, name: &'static str, keep_failures: bool) -> Self {
+        OwnKernel {
+            source,
+            name,
+            keep_failures,
+            ptx: OnceLock::new(),
+            loaded: RwLock::new(Vec::new()),
+        }
     }
 
     /// The kernel in `ctx`: loaded the first time (`cuModuleLoadData`, `cuModuleGetFunction`),
-    /// then the same function. A failure is kept too, so that every call in that context makes
-    /// the same choice (its reason shared, not copied, by each call). The compile and the load
-    /// run outside the table's lock.
+    /// then the same function. With `keep_failures`, a failure is kept too, so that every call
+    /// in that context makes the same choice (its reason shared, not copied, by each call);
+    /// else a failed load is tried again at the next call. The compile and the load run
+    /// outside the table's lock.
     ///
     /// The table keeps each function, and so its module and context, alive while the context
     /// is used elsewhere; an entry whose context only the table keeps alive (the program
@@ -72,6 +83,9 @@ impl OwnKernel {
         // (Another thread may have loaded it meanwhile: the first entry stays.)
         if let Some(e) = loaded.iter().find(|e| e.key == key) {
             return e.function.clone();
+        }
+        if function.is_err() && !self.keep_failures {
+            return function;
         }
         loaded.push(Loaded { key, ctx: Arc::downgrade(ctx), function: function.clone() });
         function

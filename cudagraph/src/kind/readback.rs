@@ -34,8 +34,9 @@ const BLOCK: u32 = 256;
 /// Largest copy made as a readback node, bytes: above it, a memcpy node.
 pub const MAX_READBACK_BYTES: usize = 4096;
 
-/// The readback kernel (see [`OwnKernel`]).
-static KERNEL: OwnKernel = OwnKernel::new(SOURCE, NAME);
+/// The readback kernel (see [`OwnKernel`]); a failure is kept: every call in that context
+/// makes its copies memcpy nodes.
+static KERNEL: OwnKernel = OwnKernel::new(SOURCE, NAME, true);
 
 /// The readback kernel of `ctx`, or `None` where it cannot be had (then the copy is a memcpy
 /// node): only where the device has unified addressing and maps host memory, since the kernel
