@@ -68,18 +68,14 @@ impl<D: Driver> GraphCache<D> {
         // With a `clean` of every node, only the `dirty` ranges are walked; the others count
         // as unchanged, in order as the walk passes them (as the full walk counts them: a walk
         // that stops at a node whose edges change kind counts none after it).
-        let by_ranges = clean.len() == nodes.len();
-        let whole = [(0, nodes.len() as u32)];
-        let ranges = if by_ranges { dirty } else { &whole[..] };
         // The first node not passed yet.
         let mut passed = 0usize;
         let mut walk = || {
-            for &(a, k) in ranges {
-                let (a, k) = (a as usize, k as usize);
-                self.stats.nodes_unchanged += (a - passed) as u64;
-                passed = a + k;
-                let span = v.nodes[a..a + k].iter_mut().zip(&nodes[a..a + k]);
-                for (j, (state, new)) in (a..).zip(span) {
+            for r in super::walked_ranges(nodes.len(), clean, dirty) {
+                self.stats.nodes_unchanged += (r.start - passed) as u64;
+                passed = r.end;
+                let span = v.nodes[r.clone()].iter_mut().zip(&nodes[r.clone()]);
+                for (j, (state, new)) in r.zip(span) {
                     if clean.get(j) == Some(&true) {
                         self.stats.nodes_unchanged += 1;
                         continue;

@@ -677,6 +677,19 @@ fn dirty_ranges(clean: &[bool], dirty: &mut Vec<(u32, u32)>) {
     }
 }
 
+/// The ranges of entries a changed call's walks visit ([`validate_changed`], the ladder's):
+/// the `dirty` ones ([`dirty_ranges`]) where `clean` flags all `len` entries, else all of them.
+pub(super) fn walked_ranges<'d>(
+    len: usize,
+    clean: &[bool],
+    dirty: &'d [(u32, u32)],
+) -> impl Iterator<Item = core::ops::Range<usize>> + 'd {
+    let by_ranges = clean.len() == len;
+    let whole = (!by_ranges).then_some(0..len);
+    let dirty = if by_ranges { dirty } else { &[] };
+    whole.into_iter().chain(dirty.iter().map(|&(a, k)| a as usize..(a + k) as usize))
+}
+
 /// Which of a changed `graph!` call's nodes equal the exec's it updates, from the call's words
 /// and the words of the call that last brought the exec up to date, both made with their
 /// statements ([`CallWords`]), and where each item's words begin in them ([`WordItem`]):
@@ -762,33 +775,66 @@ fn clean_by_items(
         }
     }
     // The items stand for the present node-list entries, in order.
-    let (mut next, mut left, mut eq, mut start) = (0usize, 0u64, false, 0usize);
+    let lined_up = clean_by_entries(words, items, equal, (nodes, deferred), clean);
+    if lined_up.is_none() {
+        clean.clear();
+    }
+    lined_up.is_some()
+}
+
+/// Where [`clean_by_entries`] stands in a call's node items: the current item's entries not
+/// walked yet, whether it is equal, where its words begin, and the next item.
+struct ItemCursor<'i> {
+    items: &'i [WordItem],
+    equal: &'i [bool],
+    next: usize,
+    left: u64,
+    eq: bool,
+    start: usize,
+}
+
+impl ItemCursor<'_> {
+    /// Moves on to the next item while the current one has no entry left; `None` past the
+    /// last item.
+    fn ready(&mut self) -> Option<()> {
+        while self.left == 0 {
+            let item = self.items.get(self.next)?;
+            (self.left, self.eq, self.start) = (item.nodes, self.equal[self.next], item.start);
+            self.next += 1;
+        }
+        Some(())
+    }
+}
+
+/// The walk of [`clean_by_items`] over the node-list entries (the unmade ranges `deferred`
+/// taken as a whole), pushing each entry's flag into `clean`; `None` where the items do not
+/// line up with the entries.
+fn clean_by_entries(
+    words: &[u64],
+    items: &[WordItem],
+    equal: &[bool],
+    (nodes, deferred): (&[Option<NodeParams<'_>>], &[(u32, u32)]),
+    clean: &mut Vec<bool>,
+) -> Option<()> {
+    let mut at = ItemCursor { items, equal, next: 0, left: 0, eq: false, start: 0 };
     let mut deferred = deferred.iter().peekable();
     let mut j = 0;
     while j < nodes.len() {
         // A range left unmade: kernel nodes of runs' later iterations, taken as a whole (the
         // items they line up with must be runs').
-        if let Some(&&(at, count)) = deferred.peek()
-            && at as usize == j
+        if let Some(&&(first, count)) = deferred.peek()
+            && first as usize == j
         {
             deferred.next();
             let mut m = u64::from(count);
             while m > 0 {
-                while left == 0 {
-                    let Some(item) = items.get(next) else {
-                        clean.clear();
-                        return false;
-                    };
-                    (left, eq, start) = (item.nodes, equal[next], item.start);
-                    next += 1;
+                at.ready()?;
+                if words.get(at.start).copied() != Some(crate::kind::kernel::RUN_TAG) {
+                    return None;
                 }
-                if words.get(start).copied() != Some(crate::kind::kernel::RUN_TAG) {
-                    clean.clear();
-                    return false;
-                }
-                let k = m.min(left);
-                clean.extend(core::iter::repeat_n(eq, k as usize));
-                (left, m) = (left - k, m - k);
+                let k = m.min(at.left);
+                clean.extend(core::iter::repeat_n(at.eq, k as usize));
+                (at.left, m) = (at.left - k, m - k);
             }
             j += count as usize;
             continue;
@@ -799,36 +845,24 @@ fn clean_by_items(
             clean.push(false);
             continue;
         };
-        while left == 0 {
-            let Some(item) = items.get(next) else {
-                clean.clear();
-                return false;
-            };
-            (left, eq, start) = (item.nodes, equal[next], item.start);
-            next += 1;
-        }
+        at.ready()?;
         // A node item of a kernel begins with its kernel word and its function: a node list
         // that the items did not follow would show here (a run's begins with its tag).
         let kernel = match n {
             NodeParams::Kernel(k) => {
-                let at = |j: usize| words.get(start + j).copied();
-                let run = at(0) == Some(crate::kind::kernel::RUN_TAG);
-                if !run && at(1) != Some(k.function() as u64) {
-                    clean.clear();
-                    return false;
+                let word = |i: usize| words.get(at.start + i).copied();
+                let run = word(0) == Some(crate::kind::kernel::RUN_TAG);
+                if !run && word(1) != Some(k.function() as u64) {
+                    return None;
                 }
                 true
             }
             _ => false,
         };
-        left -= 1;
-        clean.push(eq && kernel);
+        at.left -= 1;
+        clean.push(at.eq && kernel);
     }
-    if next != items.len() || left != 0 || deferred.next().is_some() {
-        clean.clear();
-        return false;
-    }
-    true
+    (at.next == items.len() && at.left == 0 && deferred.next().is_none()).then_some(())
 }
 
 impl Default for GraphCache {
@@ -1681,7 +1715,7 @@ impl<D: Driver> GraphCache<D> {
         let nodes = nodes.list();
         let clean = core::mem::take(&mut self.clean);
         let (limits, peers) = (self.limits.as_ref(), &mut self.peers);
-        let dirty = (!clean.is_empty()).then_some(&self.dirty[..]);
+        let dirty = &self.dirty;
         let r = validate_changed(call.shape, (nodes, &clean), dirty, ctx, limits, handles, peers);
         self.clean = clean;
         r

@@ -29,7 +29,7 @@ pub(super) fn validate(
     handles: Option<(&Plan, u64)>,
     peers: &mut Peers,
 ) -> Result<()> {
-    validate_changed(shape, (nodes, &[]), None, ctx, limits, handles, peers)
+    validate_changed(shape, (nodes, &[]), &[], ctx, limits, handles, peers)
 }
 
 /// [`validate`] of the nodes that `clean` does not mark (`clean[i]`: node `i` is a kernel node
@@ -42,11 +42,11 @@ pub(super) fn validate(
 /// [`GraphCache::clean_nodes`]: super::GraphCache
 ///
 /// `dirty`: with a `clean` of every node, the ranges (first, count) of the others, walked
-/// instead of every node.
+/// instead of every node ([`walked_ranges`](super::walked_ranges)).
 pub(super) fn validate_changed(
     shape: &dyn Shape,
     (nodes, clean): (&[Option<NodeParams<'_>>], &[bool]),
-    dirty: Option<&[(u32, u32)]>,
+    dirty: &[(u32, u32)],
     ctx: CUcontext,
     limits: Option<&Limits>,
     handles: Option<(&Plan, u64)>,
@@ -54,13 +54,8 @@ pub(super) fn validate_changed(
 ) -> Result<()> {
     let mut ops = crate::operand::NO_ACCESSES;
     peers.pending.clear();
-    let all = [(0, nodes.len() as u32)];
-    let ranges = match dirty {
-        Some(d) if clean.len() == nodes.len() => d,
-        _ => &all[..],
-    };
     for (i, n) in
-        ranges.iter().flat_map(|&(a, k)| (a as usize..(a + k) as usize).map(|i| (i, &nodes[i])))
+        super::walked_ranges(nodes.len(), clean, dirty).flat_map(|r| r.map(|i| (i, &nodes[i])))
     {
         let site = || shape.site(i);
         let Some(n) = n else { continue };

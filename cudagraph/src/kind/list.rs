@@ -111,20 +111,7 @@ tuple_segment!(16: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11,
 
 /// [`entries`](crate::__private::entries) into a slice (of the call's `N` statements).
 pub(crate) fn fill_entries<'a>(out: &mut [Option<NodeParams<'a>>], segments: &[&dyn Segment<'a>]) {
-    let n_all = out.len();
-    // Filled in place by a plain loop (an iterator through `array::from_fn` moved each
-    // entry through its adapters: 10 % of an unchanged 1000-node call, `.ci/host-profile`),
-    // into the caller's array (one returned by value was copied once more: 24 KB for 1000
-    // nodes). Each segment's count is read once. The segments are generated with the body:
-    // a count that differs from `N` is a bug of the macro, and panics here.
-    let mut k = 0;
-    for s in segments {
-        let n = s.statements();
-        assert!(n_all - k >= n, "graph! node list: more than {n_all} statements");
-        s.fill(&mut out[k..k + n]);
-        k += n;
-    }
-    assert_eq!(k, n_all, "graph! node list: fewer than {n_all} statements");
+    fill_segments(out, segments, None);
 }
 
 /// [`fill_entries`], but for the [`deferrable`](Segment::deferrable) segments, whose entries
@@ -135,15 +122,29 @@ pub(crate) fn fill_partial<'a>(
     deferred: &mut Vec<(u32, u32)>,
 ) {
     deferred.clear();
+    fill_segments(out, segments, Some(deferred));
+}
+
+/// [`fill_entries`] (`deferred`: `None`) and [`fill_partial`].
+#[inline(always)]
+fn fill_segments<'a>(
+    out: &mut [Option<NodeParams<'a>>],
+    segments: &[&dyn Segment<'a>],
+    mut deferred: Option<&mut Vec<(u32, u32)>>,
+) {
     let n_all = out.len();
+    // Filled in place by a plain loop (an iterator through `array::from_fn` moved each
+    // entry through its adapters: 10 % of an unchanged 1000-node call, `.ci/host-profile`),
+    // into the caller's array (one returned by value was copied once more: 24 KB for 1000
+    // nodes). Each segment's count is read once. The segments are generated with the body:
+    // a count that differs from `N` is a bug of the macro, and panics here.
     let mut k = 0;
     for s in segments {
         let n = s.statements();
         assert!(n_all - k >= n, "graph! node list: more than {n_all} statements");
-        if s.deferrable() {
-            deferred.push((k as u32, n as u32));
-        } else {
-            s.fill(&mut out[k..k + n]);
+        match deferred.as_deref_mut() {
+            Some(d) if s.deferrable() => d.push((k as u32, n as u32)),
+            _ => s.fill(&mut out[k..k + n]),
         }
         k += n;
     }
