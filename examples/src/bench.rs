@@ -572,12 +572,22 @@ fn with_params<R>(
         }
         KArgs::Inc { n, x } => [ptr::from_mut(n).cast(), ptr::from_mut(x).cast(), ptr::null_mut()],
     };
-    let params = CUDA_KERNEL_NODE_PARAMS {
+    f(&kernel_node_params(func, 32, &mut ptrs))
+}
+
+/// The driver's kernel node parameters for `func` with the argument pointers `ptrs`: one block
+/// of `block_x` threads, no shared memory, the context of the graph it is added to.
+fn kernel_node_params(
+    func: CUfunction,
+    block_x: u32,
+    ptrs: &mut [*mut c_void],
+) -> CUDA_KERNEL_NODE_PARAMS {
+    CUDA_KERNEL_NODE_PARAMS {
         func,
         gridDimX: 1,
         gridDimY: 1,
         gridDimZ: 1,
-        blockDimX: 32,
+        blockDimX: block_x,
         blockDimY: 1,
         blockDimZ: 1,
         sharedMemBytes: 0,
@@ -585,8 +595,7 @@ fn with_params<R>(
         extra: ptr::null_mut(),
         kern: ptr::null_mut(),
         ctx: ptr::null_mut(),
-    };
-    f(&params)
+    }
 }
 
 /// One node of a raw graph: function, arguments, indices of the earlier nodes it follows.
@@ -1771,20 +1780,7 @@ impl OwnedGraph {
             ptr::from_mut(&mut words).cast(),
             ptr::from_mut(&mut word_bytes).cast(),
         ];
-        let params = CUDA_KERNEL_NODE_PARAMS {
-            func,
-            gridDimX: 1,
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: 256,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: 0,
-            kernelParams: ptrs.as_mut_ptr(),
-            extra: ptr::null_mut(),
-            kern: ptr::null_mut(),
-            ctx: ptr::null_mut(),
-        };
+        let params = kernel_node_params(func, 256, &mut ptrs);
         let mut handle = ptr::null_mut();
         // SAFETY: the graph is live, `dep` is one of its nodes, `params` points to one value per
         // parameter of the readback kernel, valid during the call; `src` is device memory and

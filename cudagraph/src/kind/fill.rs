@@ -13,12 +13,11 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::sys::{CUcontext, CUfunction, CUgraphNodeParams};
+use cudarc::driver::sys::{CUcontext, CUfunction};
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 
-use super::NodeKind;
-use super::kernel::{Kernel, KernelNode, KernelState, LaunchDims, Limits};
-use crate::error::{Error, NodeSite};
+use super::kernel::{KernelNode, LaunchDims};
+use super::own_kernel::own_kernel_kind;
 use crate::operand::{Accesses, WriteArg, sealed};
 
 /// The kernel's CUDA C++ source.
@@ -179,56 +178,13 @@ impl KernelNode for FillNode<'_> {
 /// The fill node kind: a kernel node of the crate's fill kernel.
 pub(crate) struct Fill;
 
-impl NodeKind for Fill {
-    type Params<'a> = &'a FillNode<'a>;
-    type State = KernelState;
-    const ADD: &'static str = <Kernel as NodeKind>::ADD;
-    const SET: &'static str = <Kernel as NodeKind>::SET;
-    const EAGER: &'static str = <Kernel as NodeKind>::EAGER;
-
-    fn validate(
-        p: &&FillNode<'_>,
-        limits: Option<&Limits>,
-        site: &dyn Fn() -> NodeSite,
-    ) -> Result<(), Error> {
-        if p.words == 0 {
-            return Err(Error::Empty { site: site(), what: "fill" });
-        }
-        if let FillFunction::Failed(why) = &p.function {
-            let why = format!("the fill kernel could not be compiled or loaded: {why}");
-            return Err(Error::InvalidNode { site: site(), why });
-        }
-        Kernel::validate(&(*p as &dyn KernelNode), limits, site)
+own_kernel_kind!(Fill, FillNode, |p, site| {
+    if p.words == 0 {
+        return Err(Error::Empty { site: site(), what: "fill" });
     }
-    fn accesses(p: &&FillNode<'_>, out: &mut Accesses) -> usize {
-        KernelNode::accesses(*p, out)
+    if let FillFunction::Failed(why) = &p.function {
+        let why = format!("the fill kernel could not be compiled or loaded: {why}");
+        return Err(Error::InvalidNode { site: site(), why });
     }
-    fn state(p: &&FillNode<'_>) -> KernelState {
-        Kernel::state(&(*p as &dyn KernelNode))
-    }
-    fn record(s: &mut KernelState, p: &&FillNode<'_>) -> bool {
-        Kernel::record(s, &(*p as &dyn KernelNode))
-    }
-    fn settable(old: &KernelState, new: &&FillNode<'_>) -> bool {
-        Kernel::settable(old, &(*new as &dyn KernelNode))
-    }
-    fn with_params<R>(
-        s: &mut KernelState,
-        ctx: CUcontext,
-        f: impl FnOnce(&mut CUgraphNodeParams) -> R,
-    ) -> R {
-        Kernel::with_params(s, ctx, f)
-    }
-    fn carry(old: &mut KernelState, new: &mut KernelState) {
-        Kernel::carry(old, new)
-    }
-    unsafe fn eager(
-        p: &&FillNode<'_>,
-        stream: &CudaStream,
-        reports: &std::sync::Arc<super::Reports>,
-        site: &dyn Fn() -> NodeSite,
-    ) -> Result<(), Error> {
-        // SAFETY: the caller's contract, as for a kernel node.
-        unsafe { Kernel::eager(&(*p as &dyn KernelNode), stream, reports, site) }
-    }
-}
+    Ok(())
+});

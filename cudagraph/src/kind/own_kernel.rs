@@ -121,3 +121,69 @@ fn compile(source: &str) -> Result<cudarc::nvrtc::Ptx, String> {
         Err(_) => Err("NVRTC: the library could not be loaded".into()),
     }
 }
+
+/// `impl NodeKind for $kind` whose nodes (`&$node`, a [`KernelNode`](super::kernel::KernelNode))
+/// are kernel nodes of one of the crate's own kernels: every method is the kernel kind's, after
+/// `$check(p, site)` for `validate` (the node's own refusals, before the kernel's checks).
+macro_rules! own_kernel_kind {
+    ($kind:ident, $node:ident, $check:expr) => {
+        const _: () = {
+            use cudarc::driver::CudaStream;
+            use cudarc::driver::sys::{CUcontext, CUgraphNodeParams};
+            use $crate::error::{Error, NodeSite};
+            use $crate::kind::kernel::{Kernel, KernelNode, KernelState, Limits};
+            use $crate::kind::{NodeKind, Reports};
+            use $crate::operand::Accesses;
+
+            impl NodeKind for $kind {
+                type Params<'a> = &'a $node<'a>;
+                type State = KernelState;
+                const ADD: &'static str = <Kernel as NodeKind>::ADD;
+                const SET: &'static str = <Kernel as NodeKind>::SET;
+                const EAGER: &'static str = <Kernel as NodeKind>::EAGER;
+
+                fn validate(
+                    p: &&$node<'_>,
+                    limits: Option<&Limits>,
+                    site: &dyn Fn() -> NodeSite,
+                ) -> Result<(), Error> {
+                    let check: fn(&$node<'_>, &dyn Fn() -> NodeSite) -> Result<(), Error> = $check;
+                    check(p, site)?;
+                    Kernel::validate(&(*p as &dyn KernelNode), limits, site)
+                }
+                fn accesses(p: &&$node<'_>, out: &mut Accesses) -> usize {
+                    KernelNode::accesses(*p, out)
+                }
+                fn state(p: &&$node<'_>) -> KernelState {
+                    Kernel::state(&(*p as &dyn KernelNode))
+                }
+                fn record(s: &mut KernelState, p: &&$node<'_>) -> bool {
+                    Kernel::record(s, &(*p as &dyn KernelNode))
+                }
+                fn settable(old: &KernelState, new: &&$node<'_>) -> bool {
+                    Kernel::settable(old, &(*new as &dyn KernelNode))
+                }
+                fn with_params<R>(
+                    s: &mut KernelState,
+                    ctx: CUcontext,
+                    f: impl FnOnce(&mut CUgraphNodeParams) -> R,
+                ) -> R {
+                    Kernel::with_params(s, ctx, f)
+                }
+                fn carry(old: &mut KernelState, new: &mut KernelState) {
+                    Kernel::carry(old, new)
+                }
+                unsafe fn eager(
+                    p: &&$node<'_>,
+                    stream: &CudaStream,
+                    reports: &std::sync::Arc<Reports>,
+                    site: &dyn Fn() -> NodeSite,
+                ) -> Result<(), Error> {
+                    // SAFETY: the caller's contract, as for a kernel node.
+                    unsafe { Kernel::eager(&(*p as &dyn KernelNode), stream, reports, site) }
+                }
+            }
+        };
+    };
+}
+pub(crate) use own_kernel_kind;

@@ -16,13 +16,12 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::sys::{CUcontext, CUfunction, CUgraphNodeParams};
+use cudarc::driver::sys::{CUcontext, CUfunction};
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 
-use super::NodeKind;
-use super::kernel::{Kernel, KernelNode, KernelState, LaunchDims, Limits, Pack, pack_head};
+use super::kernel::{KernelNode, LaunchDims, Pack, pack_head};
 use super::own_kernel::OwnKernel;
-use crate::error::{Error, NodeSite};
+use super::own_kernel::own_kernel_kind;
 use crate::operand::{Accesses, sealed};
 
 /// The kernel's CUDA C++ source.
@@ -284,49 +283,4 @@ impl KernelNode for ReadbackNode<'_> {
 /// The readback node kind: a kernel node of the crate's readback kernel.
 pub(crate) struct Readback;
 
-impl NodeKind for Readback {
-    type Params<'a> = &'a ReadbackNode<'a>;
-    type State = KernelState;
-    const ADD: &'static str = <Kernel as NodeKind>::ADD;
-    const SET: &'static str = <Kernel as NodeKind>::SET;
-    const EAGER: &'static str = <Kernel as NodeKind>::EAGER;
-
-    fn validate(
-        p: &&ReadbackNode<'_>,
-        limits: Option<&Limits>,
-        site: &dyn Fn() -> NodeSite,
-    ) -> Result<(), Error> {
-        Kernel::validate(&(*p as &dyn KernelNode), limits, site)
-    }
-    fn accesses(p: &&ReadbackNode<'_>, out: &mut Accesses) -> usize {
-        KernelNode::accesses(*p, out)
-    }
-    fn state(p: &&ReadbackNode<'_>) -> KernelState {
-        Kernel::state(&(*p as &dyn KernelNode))
-    }
-    fn record(s: &mut KernelState, p: &&ReadbackNode<'_>) -> bool {
-        Kernel::record(s, &(*p as &dyn KernelNode))
-    }
-    fn settable(old: &KernelState, new: &&ReadbackNode<'_>) -> bool {
-        Kernel::settable(old, &(*new as &dyn KernelNode))
-    }
-    fn with_params<R>(
-        s: &mut KernelState,
-        ctx: CUcontext,
-        f: impl FnOnce(&mut CUgraphNodeParams) -> R,
-    ) -> R {
-        Kernel::with_params(s, ctx, f)
-    }
-    fn carry(old: &mut KernelState, new: &mut KernelState) {
-        Kernel::carry(old, new)
-    }
-    unsafe fn eager(
-        p: &&ReadbackNode<'_>,
-        stream: &CudaStream,
-        reports: &std::sync::Arc<super::Reports>,
-        site: &dyn Fn() -> NodeSite,
-    ) -> Result<(), Error> {
-        // SAFETY: the caller's contract, as for a kernel node.
-        unsafe { Kernel::eager(&(*p as &dyn KernelNode), stream, reports, site) }
-    }
-}
+own_kernel_kind!(Readback, ReadbackNode, |_, _| Ok(()));
