@@ -157,11 +157,23 @@ impl<'a> GraphBuilder<'a> {
     /// Adds a memcpy node (`cuGraphAddNode_v2`, memcpy) from `src` to `dst`: device to device, pinned
     /// host to device, or device to pinned host, same element type; the lengths must match
     /// (else [`Error::CopyLength`] at launch).
+    ///
+    /// A copy from device memory into pinned host memory of at most
+    /// [`MAX_READBACK_BYTES`](crate::MAX_READBACK_BYTES), both in the builder's stream's
+    /// context, is a kernel node of the crate's readback kernel instead, as `graph!`'s `copy`
+    /// ([`ReadbackNode`](crate::ReadbackNode): same bytes, cheaper for a step that reads them
+    /// right after; an unchanged launch sends nothing for it). Where the kernel cannot be had
+    /// (no NVRTC, no unified addressing) it stays a memcpy node. Its label is `copy` either way;
+    /// [`GraphCache::nodes`] shows the kind.
     #[track_caller]
     pub fn copy<S: CopyTo<D> + Handle + 'a, D: Handle + 'a>(&mut self, src: S, dst: D) -> Node {
         let (s, d) = (src.tag(), dst.tag());
         let site = site("copy", "GraphBuilder::copy", Location::caller());
-        self.rec.memcpy(site, src.memcpy(dst).raw, s, d)
+        let p = src.memcpy(dst);
+        if let Some(r) = crate::ReadbackNode::try_new(self.stream, &p) {
+            return self.rec.readback(site, &r);
+        }
+        self.rec.memcpy(site, p.raw, s, d)
     }
 
     /// Adds a memset node (`cuGraphAddNode_v2`, memset): every element of `dst` set to `value`, a
@@ -306,6 +318,9 @@ impl<'a> GraphBuilder<'a> {
     /// `copy_2d(&src, src_rows, &mut dst, dst_rows)` does in `graph!`: row `r` of `src` to row
     /// `r` of `dst` ([`Rows`](crate::Rows), in elements). Rows that do not fit their buffer, or
     /// differ in width or height, are [`Error::InvalidNode`] at launch. Label: `copy_2d`.
+    /// Contiguous rows (dense, or one row) from device memory into pinned host memory of at
+    /// most [`MAX_READBACK_BYTES`](crate::MAX_READBACK_BYTES) are a readback kernel node, as
+    /// for [`copy`](Self::copy).
     #[track_caller]
     pub fn copy_2d<S: CopyTo<D> + Handle + 'a, D: Handle + 'a>(
         &mut self,
@@ -317,6 +332,9 @@ impl<'a> GraphBuilder<'a> {
         let (s, d) = (src.tag(), dst.tag());
         let p = crate::kind::copy_2d(src, src_rows, dst, dst_rows);
         let site = site("copy_2d", "GraphBuilder::copy_2d", Location::caller());
+        if let Some(r) = crate::ReadbackNode::try_new_2d(self.stream, &p) {
+            return self.rec.readback(site, &r);
+        }
         let p = crate::kind::Copy2dParams::recorded(p.raw);
         self.rec.push(site, RecKind::Memcpy2d(p), &[(s, false), (d, true)])
     }

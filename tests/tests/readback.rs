@@ -200,3 +200,137 @@ fn a_new_pinned_buffer_at_a_freed_ones_address_gets_the_result() -> Result {
     eprintln!("pinned addresses reused in {reused} of 5 calls");
     Ok(())
 }
+
+/// `GraphBuilder`: `y = slow_iota(7, b)`, then `y` copied to `out` (`GraphBuilder::copy`).
+fn produce_built(
+    cache: &mut GraphCache,
+    k: &Ops,
+    s: &Arc<CudaStream>,
+    y: &mut CudaSlice<u32>,
+    out: &mut PinnedBuffer<u32>,
+    b: u32,
+) -> cudagraph::Result<()> {
+    let n = y.len() as u32;
+    let mut g = cache.builder(s);
+    let (yw, ow) = (g.write(y), g.write(out));
+    g.kernel(k.slow_iota(n, SPINS, 7, b, yw).launch(cfg(n)));
+    g.copy(yw.read(), ow);
+    g.launch()
+}
+
+/// `GraphBuilder::copy` makes the node `graph!`'s `copy` makes: up to 4 KiB from device memory
+/// into pinned memory a readback kernel node, one element more a memcpy node. A slow kernel
+/// before it, two `PinnedBuffer`s alternated per call, the scalar changed every third call,
+/// each read right after the launch: equal to the eager builder's and to the host model. A
+/// launch equal to the last one then sends nothing (`Stats::node_updates`) and reads the same.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_builder_s_small_copy_into_pinned_memory_is_a_readback_node() -> Result {
+    let _serial = common::serial();
+    let (_ctx, s, k) = gpu()?;
+    let most = MAX_READBACK_BYTES / 4;
+    for len in [1usize, 3, 2 * 128 + 1, most, most + 1] {
+        let mut y = s.alloc_zeros::<u32>(len)?;
+        let mut outs = [PinnedBuffer::<u32>::zeros(&s, len)?, PinnedBuffer::<u32>::zeros(&s, len)?];
+        let mut cache = GraphCache::new();
+        let mut eager = GraphCache::new();
+        eager.set_mode(Mode::Eager);
+        let mut y_eager = s.alloc_zeros::<u32>(len)?;
+        let mut out_eager = PinnedBuffer::<u32>::zeros(&s, len)?;
+        for call in 0..12u32 {
+            let b = call / 3;
+            let o = &mut outs[call as usize % 2];
+            produce_built(&mut cache, &k, &s, &mut y, o, b)?;
+            let got = o.as_slice()?.to_vec();
+            produce_built(&mut eager, &k, &s, &mut y_eager, &mut out_eager, b)?;
+            let want = out_eager.as_slice()?.to_vec();
+            let what = format!("{len} elements, call {call}");
+            assert_same(&got, &want, &format!("{what}: builder against eager"));
+            assert_same(&got, &host::slow_iota(len as u32, SPINS, 7, b), &format!("{what}: model"));
+        }
+        let want = if len <= most { (2, 0) } else { (1, 1) };
+        assert_eq!(kinds(&cache)?, want, "{len} elements: (kernel, memcpy) nodes");
+        // The same launch again (the last call's buffer and scalar): nothing to send.
+        let before = cache.stats();
+        outs[1].as_mut_slice()?.fill(0);
+        produce_built(&mut cache, &k, &s, &mut y, &mut outs[1], 3)?;
+        let after = cache.stats();
+        assert_eq!(after.node_updates, before.node_updates, "{len}: {before:?} → {after:?}");
+        let model = host::slow_iota(len as u32, SPINS, 7, 3);
+        assert_same(outs[1].as_slice()?, &model, &format!("{len} elements, again: model"));
+    }
+    Ok(())
+}
+
+/// `GraphBuilder::copy_2d` into pinned memory: dense rows a readback node, gapped rows a 2-D
+/// memcpy node; and `GraphBuilder::copy` from a graph-owned buffer (`alloc`, written by a slow
+/// kernel, freed after the copy) a readback node whose source address the cache resolves. Each
+/// equal to the host model and to the eager builder.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_builder_s_copy_2d_and_graph_owned_sources_read_back() -> Result {
+    let _serial = common::serial();
+    let (ctx, s, k) = gpu()?;
+    let (w, h) = (16usize, 4usize);
+    let n = (w * h) as u32;
+    let cases = [
+        ("dense", Rows::dense(w, h), Rows::dense(w, h), (2, 0)),
+        ("gapped", Rows::new(w - 4, h, w), Rows::new(w - 4, h, w - 4), (1, 1)),
+    ];
+    for (name, sr, dr, want_kinds) in cases {
+        let run = |cache: &mut GraphCache, y: &mut CudaSlice<u32>, o: &mut PinnedHostSlice<u32>| {
+            let mut g = cache.builder(&s);
+            let (yw, ow) = (g.write(y), g.write(o));
+            g.kernel(k.slow_iota(n, SPINS, 3, 1, yw).launch(cfg(n)));
+            g.copy_2d(yw.read(), sr, ow, dr);
+            g.launch()
+        };
+        let mut y = s.alloc_zeros::<u32>(w * h)?;
+        let mut y_eager = s.alloc_zeros::<u32>(w * h)?;
+        let mut o = common::pinned::<u32>(&ctx, w * h)?;
+        let mut o_eager = common::pinned::<u32>(&ctx, w * h)?;
+        let mut cache = GraphCache::new();
+        let mut eager = GraphCache::new();
+        eager.set_mode(Mode::Eager);
+        run(&mut cache, &mut y, &mut o)?;
+        run(&mut eager, &mut y_eager, &mut o_eager)?;
+        s.synchronize()?;
+        let src = host::slow_iota(n, SPINS, 3, 1);
+        let mut want = vec![0u32; w * h];
+        for r in 0..sr.height {
+            let from = (sr.first + r) * sr.pitch;
+            let to = (dr.first + r) * dr.pitch;
+            want[to..to + sr.width].copy_from_slice(&src[from..from + sr.width]);
+        }
+        assert_same(o.as_slice()?, &want, &format!("builder {name}: model"));
+        assert_same(o.as_slice()?, o_eager.as_slice()?, &format!("builder {name}: eager"));
+        assert_eq!(kinds(&cache)?, want_kinds, "builder {name}: (kernel, memcpy) nodes");
+    }
+    // A graph-owned source: alloc, slow kernel, copy out of it, free; three calls.
+    let len = 100usize;
+    let owned = |cache: &mut GraphCache, out: &mut PinnedBuffer<u32>, b: u32| {
+        let mut g = cache.builder(&s);
+        let ow = g.write(out);
+        let t = g.alloc::<u32>(len);
+        g.kernel(k.slow_iota(len as u32, SPINS, 5, b, t.write()).launch(cfg(len as u32)));
+        g.copy(t.read(), ow);
+        g.free(t);
+        g.launch()
+    };
+    let mut out = PinnedBuffer::<u32>::zeros(&s, len)?;
+    let mut out_eager = PinnedBuffer::<u32>::zeros(&s, len)?;
+    let mut cache = GraphCache::new();
+    let mut eager = GraphCache::new();
+    eager.set_mode(Mode::Eager);
+    for call in 0..3u32 {
+        owned(&mut cache, &mut out, call)?;
+        owned(&mut eager, &mut out_eager, call)?;
+        let model = host::slow_iota(len as u32, SPINS, 5, call);
+        assert_same(out.as_slice()?, &model, &format!("graph-owned source, call {call}: model"));
+        assert_same(out.as_slice()?, out_eager.as_slice()?, &format!("call {call}: eager"));
+    }
+    let info = cache.graph_info()?.expect("a launched variant");
+    let count = |kind: GraphNodeKind| info.nodes.iter().filter(|n| n.kind == kind).count();
+    assert_eq!((count(GraphNodeKind::Kernel), count(GraphNodeKind::Memcpy)), (2, 0));
+    Ok(())
+}

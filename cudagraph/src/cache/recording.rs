@@ -297,6 +297,40 @@ impl Recording {
         Node { builder: self.id, index: self.nodes.len() as u32 - 1 }
     }
 
+    /// A readback node ([`ReadbackNode`](crate::ReadbackNode): a small copy into pinned host
+    /// memory as a kernel node of the crate's readback kernel), recorded as the kernel node it
+    /// is: its function (kept loaded), dimensions, argument bytes and the contexts of its two
+    /// addresses; its accesses are the copy's (source read, destination written).
+    pub(crate) fn readback(&mut self, site: NodeSite, r: &crate::ReadbackNode<'_>) -> Node {
+        let (b0, a0, c0) = (self.bytes.len(), self.arg_lens.len(), self.ctxs.len());
+        r.for_each_arg(&mut |b| {
+            self.bytes.extend_from_slice(b);
+            self.bytes.resize(self.bytes.len().next_multiple_of(8), 0);
+            self.arg_lens.push(b.len() as u32);
+        });
+        let mut all = crate::operand::NO_ACCESSES;
+        let len = KernelNode::accesses(r, &mut all);
+        let mut operands = [(0u64, false); 2];
+        for (o, a) in operands.iter_mut().zip(&all[..len]) {
+            self.ctxs.push(a.2);
+            *o = (a.0, a.1);
+        }
+        let (q, sc) = (self.conds.len(), self.scalars.len());
+        let k = KernelRec {
+            func: r.function(),
+            owner: r.function_owner().cloned(),
+            programmatic: false,
+            dims: r.dims(),
+            bytes: b0..self.bytes.len(),
+            args: a0..self.arg_lens.len(),
+            ctxs: c0..self.ctxs.len(),
+            conds: q..q,
+            scalars: sc..sc,
+            pointers: r.pointer_args(),
+        };
+        self.push(site, RecKind::Kernel(k), &operands[..len])
+    }
+
     /// A kernel node of function `func` (kept loaded by `owner`), declared `#[programmatic]`
     /// or not.
     pub(crate) fn kernel<A: KernelArgs>(
@@ -1271,6 +1305,55 @@ mod tests {
         run(&mut cache, rec(14, [0x200, 0x100, 0x300, 0x400], 1)).unwrap();
         let s = cache.stats();
         assert_eq!((s.builds, s.hits, s.launches, cache.len()), (2, 3, 5, 2), "{s:?}");
+    }
+
+    /// A builder's readback node (`GraphBuilder::copy` into pinned memory) is recorded as the
+    /// kernel node it is: the readback's function, dimensions, four arguments' bytes and the
+    /// two addresses' contexts, reading its source and writing its destination (so it follows
+    /// the kernel that writes the source). On the mock driver it is added as a kernel node; an
+    /// equal builder sends nothing, a new destination is one kernel set-params.
+    #[test]
+    fn a_readback_node_is_recorded_as_its_kernel_node() {
+        let mock = Mock::default();
+        let mut cache = GraphCache::with_driver(mock.clone(), 8);
+        let func = 0x30 as CUfunction;
+        let rec = |id, dst: u64| {
+            let mut r = Recording::new(id);
+            let (a_read, a_write) = buf(&mut r, 0x100);
+            let (_, out) = buf(&mut r, dst);
+            r.kernel(at(), F, DIMS, &(1u32, a_write));
+            let rb = crate::ReadbackNode::for_test(func, 0x100, dst, 2, CTX)
+                .with_tags(a_read.tag, out.tag);
+            r.readback(at(), &rb);
+            (r, rb)
+        };
+        let (r, rb) = rec(10, 0x4000);
+        assert!(r.error.is_none(), "{:?}", r.error);
+        assert_eq!(r.edges(&[true; 2]), [(0, 1)], "after the kernel writing its source");
+        assert_eq!(r.accesses[r.nodes[1].accesses.clone()].len(), 2);
+        let acc: Vec<_> =
+            r.accesses[r.nodes[1].accesses.clone()].iter().map(|a| (a.place, a.write)).collect();
+        assert_eq!(acc, [(0, false), (1, true)], "source read, destination written");
+        let views: Vec<_> = r.kernel_views().collect();
+        assert_eq!(views.len(), 2);
+        let v = &views[1];
+        assert_eq!((v.function(), v.dims(), v.arg_count()), (func, rb.dims(), 4));
+        assert_eq!(v.pointer_args(), 0b11, "both addresses are pointers");
+        let (mut got, mut want) = (Vec::new(), Vec::new());
+        v.for_each_arg(&mut |b| got.push(b.to_vec()));
+        rb.for_each_arg(&mut |b| want.push(b.to_vec()));
+        assert_eq!(got, want, "the readback's argument bytes");
+        let mut ctxs = crate::operand::NO_ACCESSES;
+        assert_eq!(KernelNode::accesses(v, &mut ctxs), 2);
+        assert_eq!((ctxs[0].2, ctxs[1].2), (CTX, CTX));
+        run(&mut cache, r).unwrap();
+        let built = mock.calls();
+        assert_eq!(built.iter().filter(|c| c.starts_with("add_kernel")).count(), 2, "{built:?}");
+        assert!(!built.iter().any(|c| c.starts_with("add_memcpy")), "{built:?}");
+        run(&mut cache, rec(11, 0x4000).0).unwrap();
+        assert_eq!(mock.calls(), ["launch"], "an equal builder");
+        run(&mut cache, rec(12, 0x5000).0).unwrap();
+        assert_eq!(mock.calls(), ["set_kernel grid=1", "launch"], "another destination");
     }
 
     fn scratch(rec: &mut Recording, bytes: usize) -> (crate::FreeParams<'static>, u64) {

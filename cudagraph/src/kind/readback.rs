@@ -52,8 +52,9 @@ fn function(ctx: &Arc<CudaContext>) -> Option<CudaFunction> {
     KERNEL.function(ctx, usable).ok()
 }
 
-/// A readback node's parameters: made by `copy(&src, &mut dst)` in `graph!` for a small copy
-/// from device memory into pinned host memory (`ReadbackNode::try_new`); borrows both.
+/// A readback node's parameters: made by `copy(&src, &mut dst)` in `graph!` (and by
+/// [`GraphBuilder::copy`](crate::GraphBuilder::copy)) for a small copy from device memory into
+/// pinned host memory (`ReadbackNode::try_new`); borrows both.
 pub struct ReadbackNode<'a> {
     function: ReadbackFunction,
     /// The context the function was loaded in (the call's stream's).
@@ -215,6 +216,12 @@ impl ReadbackNode<'static> {
             dst_ctx: ctx,
             _borrow: core::marker::PhantomData,
         }
+    }
+
+    /// The same node with the handles' tags `src_tag` and `dst_tag`.
+    pub(crate) fn with_tags(mut self, src_tag: u64, dst_tag: u64) -> Self {
+        (self.src_tag, self.dst_tag) = (src_tag, dst_tag);
+        self
     }
 }
 
