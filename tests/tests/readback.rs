@@ -44,13 +44,29 @@ fn kinds(cache: &GraphCache) -> Result<(usize, usize)> {
     Ok((count(GraphNodeKind::Kernel), count(GraphNodeKind::Memcpy)))
 }
 
-/// A slow kernel, then its result read back into one of two `PinnedBuffer`s alternated per call,
-/// the scalar changed every third call; read with `as_slice` right after the call. Up to 4 KiB
-/// the copy is a kernel node (the driver's graph has two kernel nodes), one element more and it
-/// is a memcpy node; results are those of eager mode and of the host model either way.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn a_readback_after_a_slow_kernel_matches_eager_at_every_size() -> Result {
+/// A step: `y = slow_iota(7, b)`, then `y` copied to `out` (by `graph!` or a `GraphBuilder`).
+type Produce = fn(
+    &mut GraphCache,
+    &Ops,
+    &Arc<CudaStream>,
+    &mut CudaSlice<u32>,
+    &mut PinnedBuffer<u32>,
+    u32,
+) -> cudagraph::Result<()>;
+
+/// A length's step: its length, kernels, stream and cache.
+type Step<'a> = (usize, &'a Ops, &'a Arc<CudaStream>, &'a mut GraphCache);
+
+/// For lengths around the bound: `produce`'s slow kernel, then its result read back into one of
+/// two `PinnedBuffer`s alternated per call, the scalar changed every third call; read with
+/// `as_slice` right after the call. Up to 4 KiB the copy is a kernel node (the driver's graph
+/// has two kernel nodes), one element more and it is a memcpy node; results are those of eager
+/// mode and of the host model either way. `then((len, kernels, stream, cache), y, outs)` checks
+/// more after the twelve calls.
+fn reads_at_every_size(
+    produce: Produce,
+    mut then: impl FnMut(Step<'_>, &mut CudaSlice<u32>, &mut [PinnedBuffer<u32>; 2]) -> Result,
+) -> Result {
     let _serial = common::serial();
     let (_ctx, s, k) = gpu()?;
     let most = MAX_READBACK_BYTES / 4;
@@ -71,15 +87,25 @@ fn a_readback_after_a_slow_kernel_matches_eager_at_every_size() -> Result {
             produce(&mut eager, &k, &s, &mut y_eager, &mut out_eager, b)?;
             let want = out_eager.as_slice()?.to_vec();
             let what = format!("{len} elements, call {call}");
-            assert_same(&got, &want, &format!("{what}: graph against eager"));
+            assert_same(&got, &want, &format!("{what}: against eager"));
             assert_same(&got, &host::slow_iota(len as u32, SPINS, 7, b), &format!("{what}: model"));
         }
         let want = if len <= most { (2, 0) } else { (1, 1) };
         assert_eq!(kinds(&cache)?, want, "{len} elements: (kernel, memcpy) nodes");
-        let st = cache.stats();
-        assert!(st.memo_hits > 0 || st.node_updates > 0, "{len}: {st:?}");
+        then((len, &k, &s, &mut cache), &mut y, &mut outs)?;
     }
     Ok(())
+}
+
+/// [`reads_at_every_size`] with `graph!`; each length's cache memoized or updated its copy.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_readback_after_a_slow_kernel_matches_eager_at_every_size() -> Result {
+    reads_at_every_size(produce, |(len, _, _, cache), _, _| {
+        let st = cache.stats();
+        assert!(st.memo_hits > 0 || st.node_updates > 0, "{len}: {st:?}");
+        Ok(())
+    })
 }
 
 /// `copy(src, out)` of a view, as the only statement.
@@ -163,18 +189,24 @@ fn copy_2d_of_contiguous_rows_is_a_readback_and_gapped_rows_are_not() -> Result 
         run(&mut cache, &mut y, &mut o)?;
         run(&mut eager, &mut y_eager, &mut o_eager)?;
         s.synchronize()?;
-        let src = host::slow_iota(n, SPINS, 3, 1);
-        let mut want = vec![0u32; w * h];
-        for r in 0..sr.height {
-            let from = (sr.first + r) * sr.pitch;
-            let to = (dr.first + r) * dr.pitch;
-            want[to..to + sr.width].copy_from_slice(&src[from..from + sr.width]);
-        }
+        let want = rows_model(&host::slow_iota(n, SPINS, 3, 1), sr, dr, w * h);
         assert_same(o.as_slice()?, &want, &format!("{name}: model"));
         assert_same(o.as_slice()?, o_eager.as_slice()?, &format!("{name}: eager"));
         assert_eq!(kinds(&cache)?, want_kinds, "{name}: (kernel, memcpy) nodes");
     }
     Ok(())
+}
+
+/// `len` zeros with rows `sr` of `src` copied to rows `dr`: what `copy_2d` leaves in a zeroed
+/// destination.
+fn rows_model(src: &[u32], sr: Rows, dr: Rows, len: usize) -> Vec<u32> {
+    let mut want = vec![0u32; len];
+    for r in 0..sr.height {
+        let from = (sr.first + r) * sr.pitch;
+        let to = (dr.first + r) * dr.pitch;
+        want[to..to + sr.width].copy_from_slice(&src[from..from + sr.width]);
+    }
+    want
 }
 
 /// A `PinnedBuffer` freed after each call and a new one allocated, often at the same address
@@ -218,48 +250,23 @@ fn produce_built(
     g.launch()
 }
 
-/// `GraphBuilder::copy` makes the node `graph!`'s `copy` makes: up to 4 KiB from device memory
-/// into pinned memory a readback kernel node, one element more a memcpy node. A slow kernel
-/// before it, two `PinnedBuffer`s alternated per call, the scalar changed every third call,
-/// each read right after the launch: equal to the eager builder's and to the host model. A
-/// launch equal to the last one then sends nothing (`Stats::node_updates`) and reads the same.
+/// [`reads_at_every_size`] with a `GraphBuilder`: `GraphBuilder::copy` makes the node
+/// `graph!`'s `copy` makes (up to 4 KiB a readback kernel node, one element more a memcpy
+/// node). A launch equal to the last one then sends nothing (`Stats::node_updates`) and reads
+/// the same.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn the_builder_s_small_copy_into_pinned_memory_is_a_readback_node() -> Result {
-    let _serial = common::serial();
-    let (_ctx, s, k) = gpu()?;
-    let most = MAX_READBACK_BYTES / 4;
-    for len in [1usize, 3, 2 * 128 + 1, most, most + 1] {
-        let mut y = s.alloc_zeros::<u32>(len)?;
-        let mut outs = [PinnedBuffer::<u32>::zeros(&s, len)?, PinnedBuffer::<u32>::zeros(&s, len)?];
-        let mut cache = GraphCache::new();
-        let mut eager = GraphCache::new();
-        eager.set_mode(Mode::Eager);
-        let mut y_eager = s.alloc_zeros::<u32>(len)?;
-        let mut out_eager = PinnedBuffer::<u32>::zeros(&s, len)?;
-        for call in 0..12u32 {
-            let b = call / 3;
-            let o = &mut outs[call as usize % 2];
-            produce_built(&mut cache, &k, &s, &mut y, o, b)?;
-            let got = o.as_slice()?.to_vec();
-            produce_built(&mut eager, &k, &s, &mut y_eager, &mut out_eager, b)?;
-            let want = out_eager.as_slice()?.to_vec();
-            let what = format!("{len} elements, call {call}");
-            assert_same(&got, &want, &format!("{what}: builder against eager"));
-            assert_same(&got, &host::slow_iota(len as u32, SPINS, 7, b), &format!("{what}: model"));
-        }
-        let want = if len <= most { (2, 0) } else { (1, 1) };
-        assert_eq!(kinds(&cache)?, want, "{len} elements: (kernel, memcpy) nodes");
-        // The same launch again (the last call's buffer and scalar): nothing to send.
+    reads_at_every_size(produce_built, |(len, k, s, cache), y, outs| {
         let before = cache.stats();
         outs[1].as_mut_slice()?.fill(0);
-        produce_built(&mut cache, &k, &s, &mut y, &mut outs[1], 3)?;
+        produce_built(cache, k, s, y, &mut outs[1], 3)?;
         let after = cache.stats();
         assert_eq!(after.node_updates, before.node_updates, "{len}: {before:?} → {after:?}");
         let model = host::slow_iota(len as u32, SPINS, 7, 3);
         assert_same(outs[1].as_slice()?, &model, &format!("{len} elements, again: model"));
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// `GraphBuilder::copy_2d` into pinned memory: dense rows a readback node, gapped rows a 2-D
@@ -295,13 +302,7 @@ fn the_builder_s_copy_2d_and_graph_owned_sources_read_back() -> Result {
         run(&mut cache, &mut y, &mut o)?;
         run(&mut eager, &mut y_eager, &mut o_eager)?;
         s.synchronize()?;
-        let src = host::slow_iota(n, SPINS, 3, 1);
-        let mut want = vec![0u32; w * h];
-        for r in 0..sr.height {
-            let from = (sr.first + r) * sr.pitch;
-            let to = (dr.first + r) * dr.pitch;
-            want[to..to + sr.width].copy_from_slice(&src[from..from + sr.width]);
-        }
+        let want = rows_model(&host::slow_iota(n, SPINS, 3, 1), sr, dr, w * h);
         assert_same(o.as_slice()?, &want, &format!("builder {name}: model"));
         assert_same(o.as_slice()?, o_eager.as_slice()?, &format!("builder {name}: eager"));
         assert_eq!(kinds(&cache)?, want_kinds, "builder {name}: (kernel, memcpy) nodes");
