@@ -169,10 +169,11 @@ impl<'a> GraphBuilder<'a> {
     pub fn copy<S: CopyTo<D> + Handle + 'a, D: Handle + 'a>(&mut self, src: S, dst: D) -> Node {
         let (s, d) = (src.tag(), dst.tag());
         let site = site("copy", "GraphBuilder::copy", Location::caller());
-        let p = src.memcpy(dst);
+        let mut p = src.memcpy(dst);
         if let Some(r) = crate::ReadbackNode::try_new(self.stream, &p) {
             return self.rec.readback(site, &r);
         }
+        p.raw.resolve_host_buffer();
         self.rec.memcpy(site, p.raw, s, d)
     }
 
@@ -330,11 +331,12 @@ impl<'a> GraphBuilder<'a> {
         dst_rows: crate::Rows,
     ) -> Node {
         let (s, d) = (src.tag(), dst.tag());
-        let p = crate::kind::copy_2d(src, src_rows, dst, dst_rows);
+        let mut p = crate::kind::pitched::copy_2d_unresolved(src, src_rows, dst, dst_rows);
         let site = site("copy_2d", "GraphBuilder::copy_2d", Location::caller());
         if let Some(r) = crate::ReadbackNode::try_new_2d(self.stream, &p) {
             return self.rec.readback(site, &r);
         }
+        p.raw.base.resolve_host_buffer();
         let p = crate::kind::Copy2dParams::recorded(p.raw);
         self.rec.push(site, RecKind::Memcpy2d(p), &[(s, false), (d, true)])
     }

@@ -71,6 +71,10 @@ macro_rules! pointer_type {
             fn host_buffer_word(&self) -> u64 {
                 PointerKind::host_buffer(self.ptr, self.id)
             }
+            #[inline(always)]
+            fn host_buffer_known(&self) -> u64 {
+                <$ptr as PointerKind>::known(self.id)
+            }
         }
         impl<'a, T> $name<'a, T> {
             pub(crate) fn new(ptr: $ptr, len: usize, ctx: CUcontext) -> Self {
@@ -291,6 +295,13 @@ pub trait Handle: sealed::Sealed + Copy {
     fn host_buffer_word(&self) -> u64 {
         0
     }
+    /// The id of its pinned host allocation when the handle knows it without asking the
+    /// driver (a `PinnedBuffer`'s), else 0: [`Self::host_buffer_word`] without the query.
+    #[doc(hidden)]
+    #[inline(always)]
+    fn host_buffer_known(&self) -> u64 {
+        0
+    }
 }
 
 /// What a handle's pointer tells of its memory (see [`Handle::HOST`]).
@@ -301,12 +312,18 @@ pub(crate) trait PointerKind: Copy {
     /// The id of the pinned host allocation at this address: `known` when nonzero, else one
     /// driver query; 0 for device memory or a null host pointer.
     fn host_buffer(self, known: Self::Id) -> u64;
+    /// The id kept in `id`, without a driver query (0: not known).
+    fn known(id: Self::Id) -> u64;
 }
 impl PointerKind for CUdeviceptr {
     const HOST: bool = false;
     type Id = ();
     #[inline(always)]
     fn host_buffer(self, (): ()) -> u64 {
+        0
+    }
+    #[inline(always)]
+    fn known((): ()) -> u64 {
         0
     }
 }
@@ -323,6 +340,10 @@ impl PointerKind for *const c_void {
             crate::raw::buffer_id(self as CUdeviceptr)
         }
     }
+    #[inline(always)]
+    fn known(id: u64) -> u64 {
+        id
+    }
 }
 impl PointerKind for *mut c_void {
     const HOST: bool = true;
@@ -330,6 +351,10 @@ impl PointerKind for *mut c_void {
     #[inline]
     fn host_buffer(self, known: u64) -> u64 {
         self.cast_const().host_buffer(known)
+    }
+    #[inline(always)]
+    fn known(id: u64) -> u64 {
+        id
     }
 }
 

@@ -95,12 +95,13 @@ macro_rules! copy_to {
                     dst_ctx: dst.ctx,
                     host_buffer: 0,
                 };
-                // The pinned side's allocation id: the buffer's own when it knows it
-                // (`PinnedBuffer`), else one driver query; 0 for device to device.
+                // The pinned side's allocation id where the buffer knows it (`PinnedBuffer`),
+                // else 0 until `Copy1d::resolve_host_buffer` asks the driver (not needed when
+                // the copy becomes a readback node); 0 for device to device.
                 raw.host_buffer = if <$src<'a, T> as Handle>::HOST {
-                    self.host_buffer_word()
+                    self.host_buffer_known()
                 } else {
-                    dst.host_buffer_word()
+                    dst.host_buffer_known()
                 };
                 MemcpyParams { raw, src_tag: self.tag, dst_tag: dst.tag, _borrow: PhantomData }
             }
@@ -138,7 +139,9 @@ copy_to!(DevRead => HostWrite, Device, Host);
 
 /// `copy(&src, &mut dst)`.
 pub fn copy<'x, S: CopyTo<D> + 'x, D: 'x>(src: S, dst: D) -> MemcpyParams<'x> {
-    src.memcpy(dst)
+    let mut c = src.memcpy(dst);
+    c.raw.resolve_host_buffer();
+    c
 }
 
 /// Where a copy runs (the memcpy node's `copyCtx`) in a graph of context `exec`: `exec` when a
@@ -181,6 +184,23 @@ pub(crate) fn host_side(c: &Copy1d) -> bool {
 /// `NodeParams::pack`).
 pub(crate) fn host_unresolved(c: &Copy1d) -> bool {
     host_side(c) && c.host_buffer == 0
+}
+
+impl Copy1d {
+    /// The pinned side's allocation id, asked of the driver (`raw::buffer_id`, one
+    /// `cuPointerGetAttribute`) where the handle did not know it: a copy left unresolved is
+    /// only set again on every call ([`host_unresolved`]), never taken as unchanged.
+    pub(crate) fn resolve_host_buffer(&mut self) {
+        if host_unresolved(self) {
+            let host = match (self.src, self.dst) {
+                (Memory::Host(p), _) | (_, Memory::Host(p)) => p,
+                _ => return,
+            };
+            if !host.is_null() {
+                self.host_buffer = crate::raw::buffer_id(host as CUdeviceptr);
+            }
+        }
+    }
 }
 
 fn memory_fields(m: Memory) -> (CUmemorytype, *const c_void, CUdeviceptr) {

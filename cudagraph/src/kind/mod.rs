@@ -814,19 +814,25 @@ pub fn copy_2d_on<'x, S: CopyTo<D> + 'x, D: 'x>(
     dst: D,
     dst_rows: Rows,
 ) -> Copy2dNode<'x> {
-    let c = copy_2d(src, src_rows, dst, dst_rows);
+    let mut c = pitched::copy_2d_unresolved(src, src_rows, dst, dst_rows);
     match ReadbackNode::try_new_2d(stream, &c) {
         Some(r) => Copy2dNode::Readback(r),
-        None => Copy2dNode::Memcpy2d(c),
+        None => {
+            c.raw.base.resolve_host_buffer();
+            Copy2dNode::Memcpy2d(c)
+        }
     }
 }
 
 /// [`copy`] on `stream`: a [`CopyNode`].
 pub fn copy_on<'x, S: CopyTo<D> + 'x, D: 'x>(stream: &CudaStream, src: S, dst: D) -> CopyNode<'x> {
-    let c = copy(src, dst);
+    let mut c = src.memcpy(dst);
     match ReadbackNode::try_new(stream, &c) {
         Some(r) => CopyNode::Readback(r),
-        None => CopyNode::Memcpy(c),
+        None => {
+            c.raw.resolve_host_buffer();
+            CopyNode::Memcpy(c)
+        }
     }
 }
 impl<H, F> crate::operand::sealed::Sealed for HostParams<'_, H, F> {}

@@ -129,6 +129,19 @@ pub fn copy_2d<'x, S: CopyTo<D> + 'x, D: 'x>(
     dst: D,
     dst_rows: Rows,
 ) -> Copy2dParams<'x> {
+    let mut c = copy_2d_unresolved(src, src_rows, dst, dst_rows);
+    c.raw.base.resolve_host_buffer();
+    c
+}
+
+/// [`copy_2d`] with the pinned side's allocation id only where its handle knows it
+/// (`Copy1d::resolve_host_buffer` asks the driver for the rest).
+pub(crate) fn copy_2d_unresolved<'x, S: CopyTo<D> + 'x, D: 'x>(
+    src: S,
+    src_rows: Rows,
+    dst: D,
+    dst_rows: Rows,
+) -> Copy2dParams<'x> {
     let m = src.memcpy(dst);
     let raw = Copy2d { base: m.raw, src_rows, dst_rows };
     Copy2dParams { raw, src_tag: m.src_tag, dst_tag: m.dst_tag, _borrow: PhantomData }
