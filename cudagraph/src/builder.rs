@@ -60,6 +60,9 @@ pub use crate::cache::recording::Node;
 /// which borrow them until the builder is launched or dropped (so nothing can free or touch them
 /// while the graph may run) and make the stream wait for earlier work on them (cudarc's events);
 /// the returned handles ([`DevRead`](crate::DevRead), [`DevWrite`], …) are the node operands.
+/// Handles are `Copy`; [`DevWrite::read`](crate::DevWrite::read) is a read handle of the same
+/// buffer; a handle of a one-element buffer is also a device scalar argument (`&T` / `&mut T`
+/// in `kernels!`).
 /// A kernel launch takes them through the typed methods of a [`kernels!`](crate::kernels) struct;
 /// stream work that is not a node of its own (cudarc launches and copies, cuBLAS, cuFFT) is a
 /// [`capture`](Self::capture) node, recorded on every launch into a child graph.
@@ -70,7 +73,11 @@ pub use crate::cache::recording::Node;
 /// for this topology and launches it with `cuGraphLaunch`. A [`GraphCache`] holds the graphs of
 /// one kind of call: builder graphs are variants told apart by their topology (node kinds,
 /// kernels' parameter sizes, operands, `after` edges), compared in full, so any two calls with the same topology share one exec and the
-/// second only updates changed parameters. A cache used by `graph!` and then by a builder (or the
+/// second only updates changed parameters. Operands are places numbered by first registration,
+/// so buffers swapped between calls stay one variant. Each call compares every node with the
+/// exec it updates: a builder has no words for `graph!`'s unchanged-call shortcut and keeps no
+/// memoized execs ([`GraphCache::set_execs_per_variant`]), so swapped pointers are set in place
+/// (`cuGraphExecKernelNodeSetParams`) on every call. A cache used by `graph!` and then by a builder (or the
 /// reverse) drops its graphs first.
 ///
 /// Errors (from `launch`; nothing was enqueued, except in [`Mode::Eager`](crate::Mode::Eager)
@@ -546,7 +553,9 @@ impl<'a> GraphBuilder<'a> {
     }
 
     /// Edges `(from, to)` between node indices, as the graph will have them: the transitive
-    /// reduction of the data hazards plus [`after`](Self::after) edges. Needs no driver call.
+    /// reduction of the data hazards plus [`after`](Self::after) edges. Needs no driver call
+    /// (but a builder needs a stream, so without a GPU only `graph!`'s plans can be printed:
+    /// [`plans`](crate::plans)).
     pub fn edges(&self) -> Vec<(u32, u32)> {
         self.rec.edges(&vec![true; self.rec.nodes.len()])
     }

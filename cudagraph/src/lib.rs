@@ -368,7 +368,8 @@ pub use cudagraph_macros::graph;
 /// generates `pub struct Heat` with `unsafe fn Heat::load(&ctx, ptx) -> Result<Heat>` (`cuModuleLoadData`,
 /// then `cuModuleGetFunction` for every kernel; a missing one is [`Error::MissingFunction`]),
 /// `heat.function("stencil") -> Option<&CudaFunction>`, and one method per kernel for use
-/// inside [`graph!`]. Scalar parameters take any `DeviceRepr` type without padding bytes
+/// inside [`graph!`] and [`eager!`], or with a [`GraphBuilder`]'s handles
+/// (`g.kernel(k.stencil(n, ur, vw).launch(cfg))`). Scalar parameters take any `DeviceRepr` type without padding bytes
 /// (`bytemuck::NoUninit`); `&[T]` parameters take a `&buffer` of device memory of `T`, `&mut [T]`
 /// a `&mut buffer`; `&T` / `&mut T` parameters are device scalars, a `&buffer` / `&mut buffer` of
 /// exactly one element of `T` (the kernel gets a `const T*` / `T*`: a solver's `alpha` or

@@ -1058,7 +1058,8 @@ unsafe impl<T> KernelArg for DevWrite<'_, T> {
 /// A device scalar argument: a kernel parameter declared `&T` (read) or `&mut T` (written) in
 /// `kernels!`, whose kernel receives a `const T*` / `T*` to one value in device memory (a
 /// solver's `alpha` or residual that never leaves the device). It is made from a buffer operand
-/// (`&alpha` / `&mut alpha` in `graph!`), with the same borrow, hazard and aliasing rules as a
+/// (`&alpha` / `&mut alpha` in `graph!`; a [`GraphBuilder`](crate::GraphBuilder)'s handle,
+/// `g.read(&alpha)` / `g.write(&mut alpha)`), with the same borrow, hazard and aliasing rules as a
 /// buffer; the buffer must have exactly one element (else [`Error::InvalidNode`](crate::Error)
 /// naming the statement, nothing enqueued).
 #[derive(Clone, Copy, Debug)]

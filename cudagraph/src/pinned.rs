@@ -28,9 +28,8 @@ use crate::operand::{
 ///
 /// ```no_run
 /// # use cudagraph::{graph, GraphCache, PinnedBuffer};
-/// # use cudagraph::cudarc::driver::CudaContext;
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let ctx = CudaContext::new(0)?;
+/// let ctx = cudagraph::context(0)?;
 /// let stream = ctx.new_stream()?;
 /// let residual = stream.alloc_zeros::<f32>(1)?;
 /// let mut host = PinnedBuffer::<f32>::zeros(&stream, 1)?;

@@ -1455,7 +1455,8 @@ impl NodeKind for Kernel {
         });
         if let Some((i, len)) = wrong {
             let why = format!(
-                "argument {i} is a device scalar (`&T`/`&mut T` in `kernels!`): its buffer must have exactly 1 element, not {len}"
+                "parameter {} (of 1, 2, …) is a device scalar (`&T`/`&mut T` in `kernels!`): its buffer must have exactly 1 element, not {len}",
+                i + 1
             );
             return Err(Error::InvalidNode { site: site(), why });
         }
