@@ -10,12 +10,11 @@ mod common;
 use std::sync::Arc;
 
 use common::{Ops, Result, gpu, read_all, same_all};
-use cudagraph::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudagraph::cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use cudagraph::{Error, GraphCache, graph};
 
 /// Elements per buffer.
 const N: u32 = 4096;
-const LEN: usize = N as usize;
 /// Buffers of the graph's run (one kernel each), after its first kernel on `x`.
 const RUN: usize = 64;
 
@@ -120,10 +119,7 @@ fn a_changed_call_with_an_overlapping_view_is_refused() -> Result {
         step(&mut cache, (&k, &s), (2 + call, cfg(), cfg()), &mut x, &mut bufs)?;
         step_eager((&k, &s), 2 + call, &mut ex, &mut ebufs)?;
     }
-    let base = bufs[6].device_ptr(&s).0;
-    // SAFETY (of this test only): a view of `bufs[6]` from its element 4 on; leaked below,
-    // never freed, so `bufs[6]` alone frees the memory.
-    let view = unsafe { s.upgrade_device_ptr::<u32>(base + 16, LEN - 4) };
+    let view = common::overlapping_view(&s, &bufs[6]);
     let own = std::mem::replace(&mut bufs[5], view);
     let before = contents(&s, &x, &bufs)?;
     let launches = cache.stats().launches;

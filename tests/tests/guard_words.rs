@@ -16,22 +16,12 @@ use std::sync::Arc;
 
 use common::run8::{LEN, N, cfg, distinct, run8, run8_eager};
 use common::{Result, assert_same, gpu, host, launch, read_all, same_all};
-use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, PushKernelArg};
+use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, PushKernelArg};
 use cudagraph::{Error, GraphCache};
 
 /// Steps of `slow_iota`: a few milliseconds on an H200, so that a graph that does not wait for
 /// it overtakes it.
 const SPINS: u32 = 1 << 17;
-
-/// A view of `next` from its element 4 on, to put in the place of `next`'s neighbour (as two
-/// views of one allocation would overlap). The caller leaks it (it never frees the memory,
-/// which `next` alone frees).
-fn overlapping_view(s: &Arc<CudaStream>, next: &CudaSlice<u32>) -> CudaSlice<u32> {
-    let base = next.device_ptr(s).0;
-    // SAFETY (of these tests only): within `next`'s allocation; leaked by the caller, never
-    // freed.
-    unsafe { s.upgrade_device_ptr::<u32>(base + 16, LEN - 4) }
-}
 
 /// `run8` over `bufs` with an overlapping view among them: refused as `Error::Aliasing` naming
 /// both statements, with nothing launched or enqueued (`what` prefixes the messages).
@@ -74,7 +64,7 @@ fn an_element_swapped_for_an_overlapping_view_is_refused_on_an_unchanged_call() 
         same_all(&read_all(&s, &bufs)?, &read_all(&s, &eager)?, &format!("call {call}"));
     }
     assert!(cache.stats().unchanged_calls >= 2, "{:?}", cache.stats());
-    let view = overlapping_view(&s, &bufs[6]);
+    let view = common::overlapping_view(&s, &bufs[6]);
     let own = std::mem::replace(&mut bufs[5], view);
     refused_as_aliasing(&mut cache, (&k, &s), &mut bufs, "")?;
     std::mem::replace(&mut bufs[5], own).leak();
@@ -183,7 +173,7 @@ fn a_changed_call_with_the_ranges_of_a_checked_call_skips_the_check_and_overlaps
     let st = cache.stats();
     assert_eq!(st.alias_checks, 2, "two sets of ranges, each checked once: {st:?}");
     assert_eq!((st.builds, st.unchanged_calls), (1, 0), "every call changed: {st:?}");
-    let view = overlapping_view(&s, &bufs[6]);
+    let view = common::overlapping_view(&s, &bufs[6]);
     let own = std::mem::replace(&mut bufs[5], view);
     for attempt in 0..2 {
         refused_as_aliasing(&mut cache, (&k, &s), &mut bufs, &format!("attempt {attempt}: "))?;

@@ -22,9 +22,7 @@ use std::sync::Arc;
 
 use common::review17::{assert_same, same_all};
 use common::{Ops, Result, host, launch, read_all};
-use cudagraph::cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
-};
+use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use cudagraph::{Error, GraphCache, graph};
 
 const N: u32 = 1 << 14;
@@ -221,10 +219,7 @@ fn a_place_overlapping_a_lazily_kept_element_is_refused() -> Result {
         common::same_all(&read_all(&s, &bufs)?, &read_all(&s, &eager.0)?, &format!("call {call}"));
     }
     assert!(cache.stats().unchanged_calls >= 2, "{:?}", cache.stats());
-    let base = bufs[2].device_ptr(&s).0;
-    // SAFETY (of this test only): a view of `bufs[2]` from its element 4 on; leaked below,
-    // never freed, so `bufs[2]` alone frees the memory.
-    let view = unsafe { s.upgrade_device_ptr::<u32>(base + 16, LEN - 4) };
+    let view = common::overlapping_view(&s, &bufs[2]);
     let mut own = std::mem::replace(&mut z, view);
     let before = read_all(&s, &bufs)?;
     let launches = cache.stats().launches;

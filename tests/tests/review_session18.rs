@@ -61,7 +61,7 @@ use common::review17::{assert_same, same_all, stub};
 use common::run8::{LEN, N, cfg, distinct, run8, run8_eager};
 use common::{Ops, Result, gpu, host, launch, read_all};
 use cudagraph::cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice, PushKernelArg,
+    CudaContext, CudaSlice, CudaStream, PinnedHostSlice, PushKernelArg,
 };
 use cudagraph::{Error, GraphCache, Mode, PinnedBuffer, graph};
 
@@ -380,10 +380,7 @@ fn refused_with_an_overlapping_element(
     bufs: &mut [CudaSlice<u32>],
     call: impl FnOnce(&mut GraphCache, &mut [CudaSlice<u32>]) -> cudagraph::Result<()>,
 ) -> Result {
-    let base = bufs[6].device_ptr(s).0;
-    // SAFETY (of this test only): a view of `bufs[6]` from its element 4 on; leaked below,
-    // never freed, so `bufs[6]` alone frees the memory.
-    let view = unsafe { s.upgrade_device_ptr::<u32>(base + 16, LEN - 4) };
+    let view = common::overlapping_view(s, &bufs[6]);
     let mine = std::mem::replace(&mut bufs[5], view);
     let launches = cache.stats().launches;
     let r = call(cache, bufs);

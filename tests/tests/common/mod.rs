@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use cudagraph::cudarc::nvrtc::compile_ptx;
 use cudagraph::kernels;
 
@@ -127,6 +127,15 @@ pub fn buffers(s: &Arc<CudaStream>, n: usize, len: usize) -> Result<Vec<CudaSlic
 }
 
 /// Every buffer of `bufs` copied to the host.
+/// A view of `of` from its element 4 on, to put in the place of `of`'s neighbour (as two views
+/// of one allocation would overlap) in the aliasing tests. The caller leaks it (it never frees
+/// the memory, which `of` alone frees).
+pub fn overlapping_view(s: &Arc<CudaStream>, of: &CudaSlice<u32>) -> CudaSlice<u32> {
+    let base = of.device_ptr(s).0;
+    // SAFETY (of these tests only): within `of`'s allocation; leaked by the caller, never freed.
+    unsafe { s.upgrade_device_ptr::<u32>(base + 16, of.len() - 4) }
+}
+
 pub fn read_all(s: &Arc<CudaStream>, bufs: &[CudaSlice<u32>]) -> Result<Vec<Vec<u32>>> {
     Ok(bufs.iter().map(|b| s.clone_dtoh(b)).collect::<std::result::Result<_, _>>()?)
 }
