@@ -74,11 +74,17 @@ pub use crate::cache::recording::Node;
 /// one kind of call: builder graphs are variants told apart by their topology (node kinds,
 /// kernels' parameter sizes, operands, `after` edges), compared in full, so any two calls with the same topology share one exec and the
 /// second only updates changed parameters. Operands are places numbered by first registration,
-/// so buffers swapped between calls stay one variant. Each call compares every node with the
-/// exec it updates: a builder has no words for `graph!`'s unchanged-call shortcut and keeps no
-/// memoized execs ([`GraphCache::set_execs_per_variant`]), so swapped pointers are set in place
-/// (`cuGraphExecKernelNodeSetParams`) on every call. A cache used by `graph!` and then by a builder (or the
-/// reverse) drops its graphs first.
+/// so buffers swapped between calls stay one variant. Every call is recorded and its handles
+/// checked; then, as for `graph!`, when every node is a kernel, a copy or a 1-D memset, the
+/// call's parameters are compared as words with the variant's last call: an equal call is an
+/// unchanged call (no node checked or sent again, only `cuGraphLaunch`;
+/// [`Stats::unchanged_calls`](crate::Stats::unchanged_calls)), and a call equal to another
+/// exec the variant keeps (buffers swapped back and forth) launches that exec
+/// ([`GraphCache::set_execs_per_variant`], [`Stats::memo_hits`](crate::Stats::memo_hits)).
+/// A call with any other node (`capture`, `host`, `alloc`/`free`, device statements, events,
+/// child graphs, `memset_2d`, `empty`) compares each node with the exec it updates and sets
+/// what changed in place (`cuGraphExecKernelNodeSetParams`, …). A cache used by `graph!` and
+/// then by a builder (or the reverse) drops its graphs first.
 ///
 /// Errors (from `launch`; nothing was enqueued, except in [`Mode::Eager`](crate::Mode::Eager)
 /// the nodes before a driver error or a `capture` closure's error): [`Error::InvalidNode`] for a

@@ -69,10 +69,13 @@ struct Args {
     /// `fan10-eager`: the 10-kernel fan in `Mode::Eager`, and `fan10-plain` the same 10
     /// launches made with cudarc (100 calls per timing): eager mode's own cost per statement;
     /// `cap4-eager` and `cap4-plain` the same for 4 capture statements, each launching a
-    /// kernel with cudarc, beside 4 kernel statements (as `mlp`'s step).
+    /// kernel with cudarc, beside 4 kernel statements (as `mlp`'s step). `builder-fan`: the
+    /// fan made with a `GraphBuilder` (recorded and checked every call), unchanged;
+    /// `builder-fan-swap` with its first buffer swapped between two every call (memo hits; with
+    /// `--execs 1`, its 1000 nodes set in place).
     #[arg(
         long,
-        value_parser = ["fan", "fan-scalar", "fan-read", "fan-array", "fan-read-array", "fan-swap-array", "fan-read-swap-array", "chain", "chain1", "chain1-scalar", "chain1-read", "fan-swap", "chain1-swap", "fan10-eager", "fan10-plain", "cap4-eager", "cap4-plain"]
+        value_parser = ["fan", "fan-scalar", "fan-read", "fan-array", "fan-read-array", "fan-swap-array", "fan-read-swap-array", "chain", "chain1", "chain1-scalar", "chain1-read", "fan-swap", "chain1-swap", "fan10-eager", "fan10-plain", "cap4-eager", "cap4-plain", "builder-fan", "builder-fan-swap"]
     )]
     only: Option<String>,
     /// Execs per variant of the fan's and chain's caches (`set_execs_per_variant`; default
@@ -188,6 +191,28 @@ fn chain1_read(
         k.add(ELEMS, 1, &mut x).launch(CFG);
         copy_2d(&x, ROWS, &mut host, ROWS);
     })
+}
+
+/// The fan made at run time with a [`GraphBuilder`](cudagraph::GraphBuilder) (`builder-fan`,
+/// and `builder-fan-swap` with `p` swapped between two buffers every call): the same 1000
+/// kernels as `fan`, recorded, checked and compared on every call.
+#[inline(never)]
+fn builder_fan(
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    k: &Bench,
+    p: &mut CudaSlice<u32>,
+    bufs: &mut [CudaSlice<u32>],
+) -> cudagraph::Result<()> {
+    let mut g = cache.builder(stream);
+    let pw = g.write(p);
+    g.kernel(k.add(ELEMS, 1, pw).launch(CFG));
+    for b in bufs.iter_mut() {
+        let w = g.write(b);
+        g.kernel(k.acc(ELEMS, pw.read(), w).launch(CFG));
+    }
+    g.kernel(k.add(ELEMS, 1, pw).launch(CFG));
+    g.launch()
 }
 
 /// The kernel configuration of `CFG`, for cudarc's launches.
@@ -412,6 +437,12 @@ fn run(a: &Args) -> Res<bool> {
                         chain1_read(&mut chain_cache, &stream, &k, &mut x, &mut host)?;
                         std::hint::black_box(host.as_slice()?[0]);
                     }
+                    "builder-fan" => {
+                        builder_fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs)?
+                    }
+                    "builder-fan-swap" => {
+                        builder_fan(&mut fan_cache, &stream, &k, &mut pair[i % 2], &mut bufs)?
+                    }
                     "fan10-eager" => fan10(&mut eager, &stream, &k, &mut pbuf, &mut bufs)?,
                     "fan10-plain" => fan10_plain(&stream, &k, &mut pbuf, &mut bufs)?,
                     "cap4-eager" => cap4(&mut eager, &stream, &k, &mut pbuf, &mut bufs)?,
@@ -422,7 +453,8 @@ fn run(a: &Args) -> Res<bool> {
             Ok(t.elapsed() / calls)
         })?;
         println!("{shape} graph! call: {only:.3} µs (median of {reps})");
-        let s = if shape.starts_with("fan") { fan_cache.stats() } else { chain_cache.stats() };
+        let fan_stats = shape.starts_with("fan") || shape.starts_with("builder");
+        let s = if fan_stats { fan_cache.stats() } else { chain_cache.stats() };
         if std::env::var_os("HOST_COST_STATS").is_some() {
             println!("{s:?}");
         }

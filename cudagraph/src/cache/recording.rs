@@ -11,6 +11,7 @@ use cudarc::driver::sys::{CUcontext, CUfunction};
 
 use super::Shape;
 use crate::error::{Error, NodeSite, Result};
+use crate::kind::kernel::{Pack, pack_head};
 use crate::kind::memcpy::Copy1d;
 use crate::kind::memset::Set1d;
 use crate::kind::{
@@ -195,6 +196,46 @@ impl KernelNode for KernelView<'_> {
             *o = (0, false, c);
         }
         self.ctxs.len()
+    }
+    /// Everything of the node that its exec node and `validate` depend on, one-to-one: the
+    /// head of a kernel's words ([`pack_head`]: function, dimensions, `#[programmatic]`,
+    /// argument count and each argument's length where it is 1 to 14 bytes, `0xf` else), then
+    /// per argument its length when the head does not give it and its bytes in 8-byte words;
+    /// then the pointer mask with the number of contexts, conditions and device scalars, and
+    /// those: each context, each condition's `(index, slot)`, each device scalar's `(index,
+    /// length)`. The context is the function's, as for a `kernels!` launch (the function and
+    /// the readback kernel are loaded in one context and kept loaded by the exec's node).
+    /// No handles: the recording checked them when the node was added, and the variant's
+    /// signature holds the places (so two calls of one variant with equal words have the same
+    /// parameters and pass `validate` alike: the second is an unchanged call, or a memo hit).
+    fn pack(&self, out: &mut Pack<'_>) -> bool {
+        let form = |len: u32| if (1..=14).contains(&len) { u64::from(len) } else { 0xf };
+        let layout =
+            self.lens.iter().enumerate().fold(0u64, |l, (i, &len)| l | form(len) << (4 * i));
+        let k = self.k;
+        pack_head(out, k.func, None, &k.dims, k.programmatic, self.lens.len(), layout);
+        let mut off = 0;
+        for &len in self.lens {
+            if form(len) == 0xf {
+                out.push(u64::from(len));
+            }
+            out.push_bytes(&self.bytes[off..off + len as usize]);
+            off += (len as usize).next_multiple_of(8);
+        }
+        let counts = |n: usize| n as u64 & 0xff;
+        out.push(
+            u64::from(k.pointers)
+                | counts(self.ctxs.len()) << 16
+                | counts(self.conds.len()) << 24
+                | counts(self.scalars.len()) << 32,
+        );
+        for &c in self.ctxs {
+            out.push(c as u64);
+        }
+        for &(i, x) in self.conds.iter().chain(self.scalars) {
+            out.push(u64::from(i) | u64::from(x) << 32);
+        }
+        true
     }
 }
 
@@ -1305,6 +1346,110 @@ mod tests {
         run(&mut cache, rec(14, [0x200, 0x100, 0x300, 0x400], 1)).unwrap();
         let s = cache.stats();
         assert_eq!((s.builds, s.hits, s.launches, cache.len()), (2, 3, 5, 2), "{s:?}");
+    }
+
+    /// The words of a recording's kernel node of `func` and `dims` whose arguments `args`
+    /// makes (see `KernelView::pack`).
+    fn kernel_words<A: KernelArgs>(
+        (func, programmatic): (CUfunction, bool),
+        dims: LaunchDims,
+        args: impl Fn(&mut Recording) -> A,
+    ) -> Vec<u64> {
+        let mut r = Recording::new(30);
+        let a = args(&mut r);
+        r.kernel(at(), (func, None, programmatic), dims, &a);
+        assert!(r.error.is_none(), "{:?}", r.error);
+        let view = r.kernel_views().next().expect("a kernel node");
+        let mut out = Vec::new();
+        let packed =
+            crate::kind::kernel::write_node(None, &mut out, &|p: &mut Pack<'_>| view.pack(p));
+        assert!(packed);
+        out
+    }
+
+    /// A builder's kernel node packs everything its exec node and `validate` depend on: equal
+    /// parameters give equal words, and a change to any one of them (a scalar, an address, a
+    /// context, a device scalar's length, a condition's slot, the function, the dimensions,
+    /// `#[programmatic]`, how the bytes split into arguments) other words.
+    #[test]
+    fn a_builder_kernel_s_words_change_with_every_parameter() {
+        const OTHER: CUcontext = 0x2000 as CUcontext;
+        let f = (F.0, false);
+        let dims5 = LaunchDims { grid: (5, 1, 1), ..DIMS };
+        let one = |r: &mut Recording, ptr: u64, len: usize, ctx: CUcontext| {
+            DevWrite::<u32>::new(ptr, len, ctx).with_tag(r.new_place(), Token(()))
+        };
+        let base = |r: &mut Recording| (1u32, buf(r, 0x100).1);
+        let cond = |slot: u32| {
+            move |r: &mut Recording| {
+                r.slots.resize(slot as usize + 1, false);
+                (1u32, crate::Condition::new(slot, 1, r.id))
+            }
+        };
+        let scalar = |len: usize| {
+            move |r: &mut Recording| (1u32, crate::DeviceScalar::new(one(r, 0x100, len, CTX)))
+        };
+        let variants: Vec<(&str, Vec<u64>)> = vec![
+            ("base", kernel_words(f, DIMS, base)),
+            ("scalar", kernel_words(f, DIMS, |r| (2u32, buf(r, 0x100).1))),
+            ("address", kernel_words(f, DIMS, |r| (1u32, buf(r, 0x200).1))),
+            ("context", kernel_words(f, DIMS, |r| (1u32, one(r, 0x100, 16, OTHER)))),
+            ("function", kernel_words((0x11 as CUfunction, false), DIMS, base)),
+            ("programmatic", kernel_words((F.0, true), DIMS, base)),
+            ("dims", kernel_words(f, dims5, base)),
+            ("split", kernel_words(f, DIMS, |r| (1u16, 0u16, buf(r, 0x100).1))),
+            ("device scalar", kernel_words(f, DIMS, scalar(1))),
+            ("device scalar of 2", kernel_words(f, DIMS, scalar(2))),
+            ("condition", kernel_words(f, DIMS, cond(0))),
+            ("condition of slot 1", kernel_words(f, DIMS, cond(1))),
+        ];
+        assert_eq!(variants[0].1, kernel_words(f, DIMS, base), "equal parameters, equal words");
+        for (i, (a, wa)) in variants.iter().enumerate() {
+            for (b, wb) in &variants[i + 1..] {
+                assert_ne!(wa, wb, "{a} and {b} packed alike");
+            }
+        }
+    }
+
+    /// A builder call equal to the last one is an unchanged call (nothing sent but the launch,
+    /// no validation), and builders alternating between two or three sets of buffers launch
+    /// memoized execs after the first round, as `graph!` calls do: no node set, no build.
+    #[test]
+    fn builder_calls_are_unchanged_calls_and_memo_hits() {
+        for sets in [2usize, 3] {
+            let mock = Mock::default();
+            let mut cache = GraphCache::with_driver(mock.clone(), 8);
+            let bufs = |k: usize| {
+                let k = k as u64 % sets as u64;
+                [0x1000 + k * 0x100, 0x2000 + k * 0x100, 0x3000, 0x4000 + k * 0x100]
+            };
+            let rec = |id: u64, k: usize| {
+                let mut r = Recording::new(id);
+                chain(&mut r, bufs(k), 7);
+                r
+            };
+            run(&mut cache, rec(100, 0)).unwrap();
+            mock.calls();
+            run(&mut cache, rec(101, 0)).unwrap();
+            assert_eq!(mock.calls(), ["launch"], "an equal builder");
+            let s = cache.stats();
+            assert_eq!(s.unchanged_calls, 1, "{s:?}");
+            // Two rounds: a set gets an exec of its own when it comes back (its words were
+            // among the last few changed calls'), until the variant has one per set.
+            for k in 1..=2 * sets {
+                run(&mut cache, rec(102 + k as u64, k)).unwrap();
+            }
+            mock.calls();
+            let before = cache.stats();
+            for k in 0..20 {
+                run(&mut cache, rec(200 + k as u64, 2 * sets + 1 + k)).unwrap();
+                assert_eq!(mock.calls(), ["launch"], "{sets} sets, call {k}");
+            }
+            let s = cache.stats();
+            assert_eq!(s.memo_hits - before.memo_hits, 20, "{s:?}");
+            let execs = (s.builds, s.memo_builds, cache.len());
+            assert_eq!(execs, (sets as u64, sets as u64 - 1, sets), "{s:?}");
+        }
     }
 
     /// A builder's readback node (`GraphBuilder::copy` into pinned memory) is recorded as the
