@@ -524,12 +524,27 @@ pub(crate) struct PinnedState {
     /// costs: 8.68 against 8.72 µs per launch + wait + read on the H200, `read_costs.cu`).
     event: CudaEvent,
     last: Cell<LastUse>,
+    /// How many times the event was recorded ([`Self::used`]): a guard notes it when its use is
+    /// ordered ([`Self::order`]), and a different count when it records means that another use
+    /// (on another stream) recorded the event in between (review 31: two builders holding the
+    /// buffer, or a call made inside another call's body), whose record this one would replace.
+    records: Cell<u64>,
+    /// Waits [`Self::used`] made for an overlapping use (unit tests).
+    #[cfg(test)]
+    pub(crate) late_waits: Cell<u32>,
 }
 
 impl PinnedState {
     /// A buffer's state: made for `home`, with `event` (`CU_EVENT_DISABLE_TIMING`), no use yet.
     pub(crate) fn new(home: Arc<CudaStream>, event: CudaEvent) -> Self {
-        PinnedState { home, event, last: Cell::new(LastUse::Idle) }
+        PinnedState {
+            home,
+            event,
+            last: Cell::new(LastUse::Idle),
+            records: Cell::new(0),
+            #[cfg(test)]
+            late_waits: Cell::new(0),
+        }
     }
 
     /// The buffer's own stream.
@@ -538,19 +553,33 @@ impl PinnedState {
     }
 
     /// Orders a use on `stream` after the uses so far: `cuStreamWaitEvent` unless they were all
-    /// on `stream` itself, the buffer's own stream.
+    /// on `stream` itself, the buffer's own stream. Returns the count of records so far, for
+    /// [`Self::used`].
     #[inline]
-    pub(crate) fn order(&self, stream: &CudaStream) {
+    pub(crate) fn order(&self, stream: &CudaStream) -> u64 {
         let same = self.last.get() == LastUse::Home && core::ptr::eq(stream, &*self.home);
         if self.last.get() != LastUse::Idle && !same {
             stream.context().record_err(stream.wait(&self.event));
         }
+        self.records.get()
     }
 
-    /// After a use on `stream` was enqueued (the guard's drop): records the event there.
+    /// After a use on `stream` was enqueued (the guard's drop): records the event there. `seen`
+    /// is what [`Self::order`] returned for this use: when another use recorded the event
+    /// since (uses of one buffer can overlap: two [`GraphBuilder`](crate::GraphBuilder)s that
+    /// read it, or a call made inside another call's body), `stream` first waits for that
+    /// record, so that the event's last record follows every use, as `as_slice`, `as_mut_slice`,
+    /// `drop` and the own-stream shortcut of [`Self::order`] assume (review 31: the later record
+    /// replaced the earlier one, and the host wrote the buffer while a copy still read it).
     #[inline]
-    pub(crate) fn used(&self, stream: &CudaStream) {
+    pub(crate) fn used(&self, stream: &CudaStream, seen: u64) {
+        if self.records.get() != seen {
+            stream.context().record_err(stream.wait(&self.event));
+            #[cfg(test)]
+            self.late_waits.set(self.late_waits.get() + 1);
+        }
         stream.context().record_err(self.event.record(stream));
+        self.records.set(self.records.get().wrapping_add(1));
         let home = core::ptr::eq(stream, &*self.home);
         self.last.set(if home { LastUse::Home } else { LastUse::Elsewhere });
     }
@@ -608,7 +637,7 @@ enum GuardKind<'a> {
     Event(&'a CudaEvent, &'a CudaStream),
     /// A [`PinnedBuffer`](crate::PinnedBuffer)'s: its event recorded on the stream, and the
     /// stream noted as its last use (see `pinned.rs`).
-    Pinned(&'a PinnedState, &'a CudaStream),
+    Pinned(&'a PinnedState, &'a CudaStream, u64),
     /// A place made of several buffers (a captured [`Graph`](crate::Graph) embedded with
     /// `child`): their guards; this guard itself then covers no range. (A variant rather than a
     /// field of every guard: a smaller guard is less to move and drop per place.)
@@ -634,10 +663,11 @@ impl<'a> Guard<'a> {
     pub(crate) fn pinned(
         state: &'a PinnedState,
         stream: &'a CudaStream,
+        seen: u64,
         range: (u64, u64),
         write: bool,
     ) -> Self {
-        Guard::new(GuardKind::Pinned(state, stream), None, range, write)
+        Guard::new(GuardKind::Pinned(state, stream, seen), None, range, write)
     }
 
     /// The guard of a place made of several buffers: `children`'s.
@@ -731,7 +761,7 @@ impl Drop for Guard<'_> {
     fn drop(&mut self) {
         match self.kind {
             GuardKind::Event(event, stream) => stream.context().record_err(event.record(stream)),
-            GuardKind::Pinned(state, stream) => state.used(stream),
+            GuardKind::Pinned(state, stream, seen) => state.used(stream, seen),
             #[cfg(test)]
             GuardKind::Counted(drops) => drops.set(drops.get() + 1),
             _ => {}

@@ -200,10 +200,10 @@ impl<T> PinnedBuffer<T> {
         if ctx != stream.context().cu_ctx() {
             return (ctx, core::ptr::null_mut(), 0, no_sync());
         }
-        self.state.order(stream);
+        let seen = self.state.order(stream);
         let ptr: *mut c_void = self.ptr.as_ptr().cast();
         let range = (ptr as u64, bytes_of::<T>(self.len));
-        (ctx, ptr, self.id, Guard::pinned(&self.state, stream, range, write))
+        (ctx, ptr, self.id, Guard::pinned(&self.state, stream, seen, range, write))
     }
 }
 
@@ -253,5 +253,43 @@ impl<T> AcquireMut for PinnedBuffer<T> {
         let (ctx, ptr, id, guard) = self.use_on(stream, true);
         let read = HostRead::new(ptr.cast_const(), len, ctx).with_id(id);
         (read, HostWrite::new(ptr, len, ctx).with_id(id), guard)
+    }
+}
+
+/// Review 31: uses of one buffer that overlap (two builders holding it, a call made inside
+/// another call's body) must leave the event's last record after both.
+#[cfg(test)]
+mod review31 {
+    use super::PinnedBuffer;
+    use crate::operand::Acquire;
+
+    /// Use 1 ordered on A, use 2 ordered and recorded on B, then use 1 recorded: A waits for
+    /// the event (use 2's record) before recording, once; uses that do not overlap wait for
+    /// nothing more. Needs a driver: the CPU stub driver (`.ci/stub-driver`, `LD_LIBRARY_PATH`)
+    /// or a GPU; returns at once without one.
+    #[test]
+    fn a_use_recorded_after_an_overlapping_one_waits_for_it_first() {
+        if !crate::driver_available() {
+            return;
+        }
+        let ctx = cudarc::driver::CudaContext::new(0).expect("context");
+        let (a, b) = (ctx.new_stream().expect("stream"), ctx.new_stream().expect("stream"));
+        let pb = PinnedBuffer::<u32>::zeros(&a, 16).expect("pinned");
+        let (_, g1) = pb.acquire(&a);
+        let (_, g2) = pb.acquire(&b);
+        drop(g2);
+        assert_eq!(pb.state.late_waits.get(), 0, "use 2 recorded first: nothing in between");
+        drop(g1);
+        assert_eq!(pb.state.late_waits.get(), 1, "use 1 waits for use 2's record");
+        for s in [&a, &b, &a] {
+            let (_, g) = pb.acquire(s);
+            drop(g);
+        }
+        assert_eq!(pb.state.late_waits.get(), 1, "uses one after another: no extra wait");
+        let (_, g1) = pb.acquire(&b);
+        let (_, g2) = pb.acquire(&a);
+        drop(g1);
+        drop(g2);
+        assert_eq!(pb.state.late_waits.get(), 2, "the other order");
     }
 }
