@@ -570,7 +570,10 @@ fn builder_and_instantiate_mode_under_device_launch_compute_what_eager_computes(
         assert_same(p.as_slice()?, &want, &format!("call {call}, a {a}: model"));
     }
     let st = cache.stats();
-    assert_eq!((st.builds, st.instantiations), (1, 1), "{st:?}");
+    // `a = 2` came back after 7 and 9: a memoized exec of its own, as for `graph!` (a builder's
+    // kernels pack their parameters as words since 2026-12-05).
+    let counts = (st.builds, st.instantiations, st.memo_builds, st.unchanged_calls);
+    assert_eq!(counts, (2, 2, 1, 3), "{st:?}");
     // A host node in the builder's graph: refused, the closure never runs, nothing copied.
     let before = p.as_slice()?.to_vec();
     let r = built(&mut cache, (&s, &k), 11, (&mut x, &mut p), Some(&ran));

@@ -24,13 +24,15 @@
 //! notes the count when ordered, and when another record came in between, its stream first
 //! waits for the event, so the last record follows both uses.
 //!
-//! **Found (open): the same with cudarc's `PinnedHostSlice`** (test 3, built with
-//! `--features open-holes`): its guard is cudarc's event (`GuardKind::Event`), recorded on drop
-//! with no count to compare. Plain cudarc never splits `stream_synced_slice` from its record
-//! on one thread, so this is the crate's. Suggested fix: record cudarc pinned slices with a
-//! guard kind of their own that, when the same event was recorded on this thread since its
-//! acquisition (a thread-local list of the last few `(event, count)` records; on overflow,
-//! always), waits for the event before recording.
+//! **Found (hole, fixed after the review): the same with cudarc's `PinnedHostSlice`** (test 3):
+//! its guard was cudarc's event (`GuardKind::Event`), recorded on drop with no count to
+//! compare. Plain cudarc never splits `stream_synced_slice` from its record on one thread, so
+//! this was the crate's. Fix (`operand.rs`, `SliceRecords`): a guard kind of its own notes a
+//! process-wide record clock before cudarc's wait; under one lock, a guard whose event was
+//! recorded since (or whose entry in a table of the last 16 events was evicted since) makes its
+//! stream wait for the event before recording it. Unit test
+//! `a_cudarc_pinned_slice_use_recorded_after_an_overlapping_one_waits_for_it_first` (stub
+//! driver; fails with the wait removed, and with it made always).
 //!
 //! Refused or sound (tests 4 and 5, and by reading):
 //! - memoized execs over ping-pong buffer sets where a set's buffer is freed and its address
@@ -197,9 +199,9 @@ fn review31_a_pinned_buffer_read_by_a_call_inside_a_call_is_waited_for() -> Resu
     Ok(())
 }
 
-/// Test 3 (open hole): test 1 with cudarc's `PinnedHostSlice` instead of a `PinnedBuffer`:
-/// cudarc's `as_mut_slice` waits for the event's last record only, builder 1's on A.
-#[cfg(feature = "open-holes")]
+/// Test 3 (hole, fixed): test 1 with cudarc's `PinnedHostSlice` instead of a `PinnedBuffer`:
+/// cudarc's `as_mut_slice` waits for the event's last record only, which must follow builder
+/// 2's use on B as well as builder 1's on A.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn review31_a_cudarc_pinned_slice_read_by_two_overlapping_builders_is_waited_for() -> Result {
