@@ -280,6 +280,78 @@ fn variants_hit_their_cached_execs() -> Result {
     Ok(())
 }
 
+// ---------------------------------------------------------------------------------------------
+// Memoized execs: builder steps alternating between buffer sets.
+// ---------------------------------------------------------------------------------------------
+
+/// One step over a set of three buffers: `x` updated in place (so every call's result depends
+/// on every earlier call of that set), `y` from `x`, a copy of `y` into `z`, and `x` mixed from
+/// `z`: kernels and a copy only, so the builder's words cover the whole call.
+fn memo_step(
+    cache: &mut GraphCache,
+    stream: &CudaStream,
+    k: &Ops,
+    n: u32,
+    set: &mut [CudaSlice<u32>; 3],
+) -> Result {
+    let cfg = LaunchConfig::for_num_elems(n);
+    let [x, y, z] = set;
+    let mut g = cache.builder(stream);
+    let (x, y, z) = (g.write(x), g.write(y), g.write(z));
+    g.kernel(k.affine_inplace(n, 3, 1, x).launch(cfg));
+    g.kernel(k.affine(n, 5, 2, x.read(), y).launch(cfg));
+    g.copy(y.read(), z);
+    g.kernel(k.mix(n, z.read(), x).launch(cfg));
+    g.launch()
+}
+
+/// Builder steps alternating between two and then three sets of buffers over 100 calls (the
+/// sets used in turn, as ping-pong buffers are), each call against the eager oracle on its own
+/// copies of every set (exact): after two rounds every call is a memo hit, launching the exec
+/// kept for its set with no node update and no build; one exec per set.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn builder_steps_alternating_buffer_sets_launch_memoized_execs() -> Result {
+    let _serial = common::serial();
+    let (_ctx, stream, k) = gpu()?;
+    let n: u32 = 50_000;
+    for sets in [2usize, 3] {
+        let make = |o: u32| -> Result<Vec<[CudaSlice<u32>; 3]>> {
+            (0..sets as u32)
+                .map(|s| {
+                    let b = |j: u32| distinct(&stream, n as usize, o + 3 * s + j);
+                    Ok([b(0)?, b(1)?, b(2)?])
+                })
+                .collect()
+        };
+        let (mut gb, mut eb) = (make(40)?, make(40)?);
+        let mut cache = GraphCache::new();
+        let mut eager = GraphCache::eager();
+        let mut warm = None;
+        for call in 0..100usize {
+            let s = call % sets;
+            memo_step(&mut cache, &stream, &k, n, &mut gb[s])?;
+            memo_step(&mut eager, &stream, &k, n, &mut eb[s])?;
+            for (j, (g, e)) in gb.iter().zip(&eb).enumerate() {
+                for b in 0..3 {
+                    let what = format!("{sets} sets, call {call}: set {j} buffer {b}");
+                    assert_same(&stream.clone_dtoh(&g[b])?, &stream.clone_dtoh(&e[b])?, &what);
+                }
+            }
+            if call == 2 * sets {
+                warm = Some(cache.stats());
+            }
+        }
+        let (w, st) = (warm.expect("warmed up"), cache.stats());
+        assert_eq!(st.node_updates, w.node_updates, "{sets} sets: {st:?}");
+        assert_eq!(st.memo_hits - w.memo_hits, 99 - 2 * sets as u64, "{sets} sets: {st:?}");
+        let execs = (st.builds, st.memo_builds, cache.len());
+        assert_eq!(execs, (sets as u64, sets as u64 - 1, sets), "{sets} sets: {st:?}");
+        assert_eq!(st.launches, 100, "{st:?}");
+    }
+    Ok(())
+}
+
 /// One node whose kernel changes between calls to one with another parameter list (`affine`,
 /// five parameters, and `mix`, three), in the same topology (a kernel reading `x` and writing
 /// `y`), both orders: every call must equal the eager oracle, whether the cache updates the
