@@ -72,10 +72,11 @@ struct Args {
     /// kernel with cudarc, beside 4 kernel statements (as `mlp`'s step). `builder-fan`: the
     /// fan made with a `GraphBuilder` (recorded and checked every call), unchanged;
     /// `builder-fan-swap` with its first buffer swapped between two every call (memo hits; with
-    /// `--execs 1`, its 1000 nodes set in place).
+    /// `--execs 1`, its 1000 nodes set in place); `builder-fan-scalar` with its first kernel's
+    /// scalar new every call (one node updated).
     #[arg(
         long,
-        value_parser = ["fan", "fan-scalar", "fan-read", "fan-array", "fan-read-array", "fan-swap-array", "fan-read-swap-array", "chain", "chain1", "chain1-scalar", "chain1-read", "fan-swap", "chain1-swap", "fan10-eager", "fan10-plain", "cap4-eager", "cap4-plain", "builder-fan", "builder-fan-swap"]
+        value_parser = ["fan", "fan-scalar", "fan-read", "fan-array", "fan-read-array", "fan-swap-array", "fan-read-swap-array", "chain", "chain1", "chain1-scalar", "chain1-read", "fan-swap", "chain1-swap", "fan10-eager", "fan10-plain", "cap4-eager", "cap4-plain", "builder-fan", "builder-fan-swap", "builder-fan-scalar"]
     )]
     only: Option<String>,
     /// Execs per variant of the fan's and chain's caches (`set_execs_per_variant`; default
@@ -194,8 +195,9 @@ fn chain1_read(
 }
 
 /// The fan made at run time with a [`GraphBuilder`](cudagraph::GraphBuilder) (`builder-fan`,
-/// and `builder-fan-swap` with `p` swapped between two buffers every call): the same 1000
-/// kernels as `fan`, recorded, checked and compared on every call.
+/// `builder-fan-swap` with `p` swapped between two buffers every call, `builder-fan-scalar`
+/// with the first kernel's scalar `s` new every call): the same 1000 kernels as `fan`,
+/// recorded and checked on every call.
 #[inline(never)]
 fn builder_fan(
     cache: &mut GraphCache,
@@ -203,10 +205,11 @@ fn builder_fan(
     k: &Bench,
     p: &mut CudaSlice<u32>,
     bufs: &mut [CudaSlice<u32>],
+    s: u32,
 ) -> cudagraph::Result<()> {
     let mut g = cache.builder(stream);
     let pw = g.write(p);
-    g.kernel(k.add(ELEMS, 1, pw).launch(CFG));
+    g.kernel(k.add(ELEMS, s, pw).launch(CFG));
     for b in bufs.iter_mut() {
         let w = g.write(b);
         g.kernel(k.acc(ELEMS, pw.read(), w).launch(CFG));
@@ -438,10 +441,13 @@ fn run(a: &Args) -> Res<bool> {
                         std::hint::black_box(host.as_slice()?[0]);
                     }
                     "builder-fan" => {
-                        builder_fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs)?
+                        builder_fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs, 1)?
                     }
                     "builder-fan-swap" => {
-                        builder_fan(&mut fan_cache, &stream, &k, &mut pair[i % 2], &mut bufs)?
+                        builder_fan(&mut fan_cache, &stream, &k, &mut pair[i % 2], &mut bufs, 1)?
+                    }
+                    "builder-fan-scalar" => {
+                        builder_fan(&mut fan_cache, &stream, &k, &mut pbuf, &mut bufs, i as u32)?
                     }
                     "fan10-eager" => fan10(&mut eager, &stream, &k, &mut pbuf, &mut bufs)?,
                     "fan10-plain" => fan10_plain(&stream, &k, &mut pbuf, &mut bufs)?,
@@ -461,7 +467,7 @@ fn run(a: &Args) -> Res<bool> {
         if shape.starts_with("fan10") || shape.starts_with("cap4") {
             return Ok(eager.stats().launches == 0);
         }
-        if shape == "fan-scalar" || shape == "chain1-scalar" {
+        if shape.ends_with("scalar") {
             // One build, then one node updated per call.
             return Ok(s.builds == 1 && s.memo_hits == 0 && s.node_updates + 4 >= s.hits);
         }

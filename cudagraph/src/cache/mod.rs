@@ -123,6 +123,43 @@ fn same_signature(a: &[u32], b: &[u32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
+/// A quick hash of `words` (not cryptographic; a filter before a full comparison, or a hint):
+/// FxHash's rotate-xor-multiply step in four independent lanes over the words in fours, so the
+/// multiplies do not wait on each other (one dependent chain over a 1000-node call's words was
+/// about 5 cycles a word), then the lanes, the length and the rest folded together.
+pub(crate) fn hash_words(seed: u64, words: &[u64]) -> u64 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let step = |h: u64, w: u64| (h.rotate_left(5) ^ w).wrapping_mul(K);
+    if words.len() < 16 {
+        // A one-kernel call's words: one chain is shorter than setting up the lanes.
+        return words.iter().fold(seed, |h, &w| step(h, w));
+    }
+    let mut lanes = [seed, seed ^ 0x9e37_79b9_7f4a_7c15, seed.rotate_left(21), !seed];
+    let mut fours = words.chunks_exact(4);
+    for w in &mut fours {
+        for (l, &x) in lanes.iter_mut().zip(w) {
+            *l = step(*l, x);
+        }
+    }
+    let h = lanes.into_iter().fold(step(seed, words.len() as u64), step);
+    fours.remainder().iter().fold(h, |h, &w| step(h, w))
+}
+
+/// [`hash_words`] of 32-bit words, taken two at a time.
+pub(crate) fn hash_u32s(seed: u64, words: &[u32]) -> u64 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let step = |h: u64, w: u64| (h.rotate_left(5) ^ w).wrapping_mul(K);
+    let mut lanes = [seed, seed ^ 0x9e37_79b9_7f4a_7c15, seed.rotate_left(21), !seed];
+    let mut eights = words.chunks_exact(8);
+    for w in &mut eights {
+        for (l, p) in lanes.iter_mut().zip(w.chunks_exact(2)) {
+            *l = step(*l, u64::from(p[0]) | u64::from(p[1]) << 32);
+        }
+    }
+    let h = lanes.into_iter().fold(step(seed, words.len() as u64), step);
+    eights.remainder().iter().fold(h, |h, &w| step(h, u64::from(w)))
+}
+
 /// Flags of the cache's instantiations (`cuGraphInstantiateWithParams` with
 /// `CUgraphInstantiate_flags`; all off by default, which is `cuGraphInstantiateWithFlags(graph, 0)`).
 /// Set with [`GraphCache::set_instantiate_flags`].
@@ -379,6 +416,10 @@ pub struct GraphCache<D: Driver = Cuda> {
     packed_ok: bool,
     /// [`CallWords::items`] of `packed` when it holds a `graph!` call's words; else empty.
     packed_items: Vec<WordItem>,
+    /// Where each node's words are in `packed` when [`Self::unchanged`] packed the whole node
+    /// list (a builder's call, with `packed_ok`); else empty. [`Self::clean_or_make`] copies
+    /// the kernels' words from there instead of packing every node a second time.
+    packed_spans: Vec<(u32, u32)>,
     /// [`clean_by_items`]'s scratch: which items equal the exec's.
     item_equal: Vec<bool>,
     /// Hashes of the words of the last few calls that changed parameters (with their variant
@@ -1536,6 +1577,7 @@ impl<D: Driver> GraphCache<D> {
             packed: Vec::new(),
             packed_ok: false,
             packed_items: Vec::new(),
+            packed_spans: Vec::new(),
             item_equal: Vec::new(),
             recent: [0; 4],
             recent_next: 0,
@@ -1666,8 +1708,9 @@ impl<D: Driver> GraphCache<D> {
         handles: Option<(&Plan, u64)>,
     ) -> Result<Option<usize>> {
         self.packed_ok = false;
-        // Words packed from the node list: no items.
+        // Words packed from the node list: no items; each node's span, once all packed.
         self.packed_items.clear();
+        self.packed_spans.clear();
         // Pairs a refused earlier call noted are not this call's: `validate` notes this call's
         // (an unchanged call has no copies).
         self.peers.pending.clear();
@@ -1679,8 +1722,10 @@ impl<D: Driver> GraphCache<D> {
         let last = found.map_or(&[][..], |i| &self.variants[i].pack[..]);
         let id = handles.map(|h| h.1);
         let mut pack = crate::kind::kernel::Compare::new(last, &mut self.packed, id);
+        let spans = &mut self.packed_spans;
         let mut present = 0;
         for n in nodes {
+            let start = pack.len() as u32;
             match n {
                 None => {
                     pack.node(&|p: &mut crate::kind::kernel::Pack<'_>| {
@@ -1690,11 +1735,13 @@ impl<D: Driver> GraphCache<D> {
                 }
                 Some(n) => {
                     if !pack.node(&|p: &mut crate::kind::kernel::Pack<'_>| n.pack(p)) {
+                        spans.clear();
                         return Ok(None);
                     }
                     present += 1;
                 }
             }
+            spans.push((start, pack.len() as u32));
         }
         let equal = pack.finish();
         Ok(self.settle(call, found, equal, present, nodes.is_empty()))
@@ -1809,11 +1856,20 @@ impl<D: Driver> GraphCache<D> {
         // Every node packed: the list made first.
         let nodes = nodes.get();
         let old = target.filter(|v| v.node_words.spans.len() == nodes.len());
+        // The words `unchanged` packed from this very list, node by node (a builder's call):
+        // copied, not packed again.
+        let made = (self.packed_ok && self.packed_spans.len() == nodes.len())
+            .then_some((&self.packed, &self.packed_spans));
         let (next, clean) = (&mut self.next_words, &mut self.clean);
         for (j, n) in nodes.iter().enumerate() {
             let start = next.words.len();
-            let packed = match n {
-                Some(n @ NodeParams::Kernel(_)) => crate::kind::kernel::write_node(
+            let packed = match (n, made) {
+                (Some(NodeParams::Kernel(_)), Some((words, spans))) => {
+                    let (a, b) = spans[j];
+                    next.words.extend_from_slice(&words[a as usize..b as usize]);
+                    true
+                }
+                (Some(n @ NodeParams::Kernel(_)), None) => crate::kind::kernel::write_node(
                     id,
                     &mut next.words,
                     &|p: &mut crate::kind::kernel::Pack<'_>| n.pack(p),
@@ -1882,13 +1938,11 @@ impl<D: Driver> GraphCache<D> {
             }
         }
         // Words no kept exec has: whether they came recently (memoizing them pays). Hashed
-        // only here, not on a memo hit: the hash is a chain of dependent multiplies, about 5
-        // cycles per word (2.5 us of a 1000-node fan's memo hit on the CPU stub driver).
+        // only here, not on a memo hit (one chain of dependent multiplies over the words was
+        // 2.5 us of a 1000-node fan's memo hit on the CPU stub driver; `hash_words` has four).
         if self.execs_per_variant > 1 && self.packed_ok {
-            // FxHash-style over the words and the key; 0 is "none yet".
-            let h = self.packed.iter().fold(call.key ^ 0x9e37_79b9_7f4a_7c15, |h, &w| {
-                (h.rotate_left(5) ^ w).wrapping_mul(0x517c_c1b7_2722_0a95)
-            }) | 1;
+            // Over the words and the key; 0 is "none yet".
+            let h = hash_words(call.key ^ 0x9e37_79b9_7f4a_7c15, &self.packed) | 1;
             self.packed_seen = self.recent.contains(&h);
             self.recent[self.recent_next] = h;
             self.recent_next = (self.recent_next + 1) % self.recent.len();
@@ -2012,6 +2066,8 @@ impl<D: Driver> GraphCache<D> {
         w: Words,
         handles: Option<(&Plan, u64)>,
     ) -> (Option<usize>, bool) {
+        // `packed` will hold a `graph!` call's words, not a node list's.
+        self.packed_spans.clear();
         let ours = w.of(call, handles);
         let guards_same = ours && w.guards_same;
         (self.variant_of_words(call, ctx, w, ours), guards_same)

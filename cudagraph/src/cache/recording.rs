@@ -814,10 +814,8 @@ impl Recording {
             sig.push((e - first) as u32);
             sig.extend(after[first..e].iter().map(|x| x.0));
         }
-        // FNV-1a over the words: a quick filter before the full comparison.
-        let key = sig.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &w| {
-            (h ^ u64::from(w)).wrapping_mul(0x0000_0100_0000_01b3)
-        });
+        // A quick filter before the full comparison.
+        let key = super::hash_u32s(0xcbf2_9ce4_8422_2325, &sig);
         self.sig = sig;
         self.canon = canon;
         key

@@ -119,6 +119,12 @@ impl<'a> Compare<'a> {
         compare_node(call, last, &mut self.pos, &mut self.diverged, self.out, node)
     }
 
+    /// How many words the nodes so far made (while they agree with `last`, its first ones;
+    /// after, `out`'s, which then begins with those).
+    pub(crate) fn len(&self) -> usize {
+        if self.diverged { self.out.len() } else { self.pos }
+    }
+
     /// Whether the words equal `last` exactly; if not, `out` holds them all.
     pub(crate) fn finish(self) -> bool {
         if !self.diverged && self.pos == self.last.len() {
