@@ -639,9 +639,8 @@ enum GuardKind<'a> {
     /// stream noted as its last use (see `pinned.rs`).
     Pinned(&'a PinnedState, &'a CudaStream, u64),
     /// A cudarc `PinnedHostSlice`'s event, recorded as [`GuardKind::Event`] after the stream
-    /// waited for it when another guard recorded it since this one's acquisition
-    /// ([`SliceRecords`]; the number is the clock read then).
-    PinnedSlice(&'a CudaEvent, &'a CudaStream, u64),
+    /// waited for it (its last record may be another use's: [`SLICE_RECORDS_LOCK`]).
+    PinnedSlice(&'a CudaEvent, &'a CudaStream),
     /// A place made of several buffers (a captured [`Graph`](crate::Graph) embedded with
     /// `child`): their guards; this guard itself then covers no range. (A variant rather than a
     /// field of every guard: a smaller guard is less to move and drop per place.)
@@ -765,7 +764,7 @@ impl Drop for Guard<'_> {
     fn drop(&mut self) {
         match self.kind {
             GuardKind::Event(event, stream) => stream.context().record_err(event.record(stream)),
-            GuardKind::PinnedSlice(event, stream, seen) => slice_used(event, stream, seen),
+            GuardKind::PinnedSlice(event, stream) => slice_used(event, stream),
             GuardKind::Pinned(state, stream, seen) => state.used(stream, seen),
             #[cfg(test)]
             GuardKind::Counted(drops) => drops.set(drops.get() + 1),
@@ -796,15 +795,10 @@ fn take_event<'a>(cudarc: &mut SyncOnDrop<'a>) -> Option<GuardKind<'a>> {
     }
 }
 
-/// The guard of a pinned host buffer from cudarc's; `seen`: [`slice_clock`] read before
-/// cudarc's guard made `stream` wait for the event.
-fn pinned_guard<'a>(
-    stream: &'a CudaStream,
-    mut cudarc: SyncOnDrop<'a>,
-    seen: u64,
-) -> GuardKind<'a> {
+/// The guard of a pinned host buffer from cudarc's.
+fn pinned_guard<'a>(stream: &'a CudaStream, mut cudarc: SyncOnDrop<'a>) -> GuardKind<'a> {
     match take_event(&mut cudarc) {
-        Some(GuardKind::Event(event, s)) => GuardKind::PinnedSlice(event, s, seen),
+        Some(GuardKind::Event(event, s)) => GuardKind::PinnedSlice(event, s),
         Some(kind) => kind,
         // Not what cudarc returns for pinned memory; synchronizing is always safe. (Made
         // lazily: a `SyncOnDrop::Sync` synchronizes the stream when dropped, even unused.)
@@ -812,67 +806,30 @@ fn pinned_guard<'a>(
     }
 }
 
-/// The records of cudarc pinned slices' events made by the crate's guards (review 31). Two
-/// uses of one `PinnedHostSlice` can overlap: two [`GraphBuilder`](crate::GraphBuilder)s that
-/// read it, a call made inside another call's body, or calls on two threads (the slice is
-/// `Sync`). Each waits for the slice's one event when acquired and records it when its guard
-/// drops, so the second record would replace the first, and cudarc's `as_mut_slice` (which
-/// waits for the last record only) let the host write while the other use still read. A
-/// guard therefore notes the clock when acquired, and when it records, first makes its stream
-/// wait for the event if the event was recorded since (its entry's clock is later), or if that
-/// cannot be told (its entry was evicted since): the last record then follows every use. Uses
-/// that do not overlap make no extra driver call. Under one lock, so that no record comes
-/// between another guard's check, wait and record.
-struct SliceRecords {
-    /// `(event address, clock of its last record)`; an address of 0 is a free entry.
-    last: [(usize, u64); SLICE_RECORDS],
-    /// The latest clock of an entry evicted to make room.
-    evicted: u64,
-}
+/// The records of cudarc pinned slices' events made by the crate's guards (reviews 31 and
+/// 31b). Uses of one `PinnedHostSlice` can overlap: two [`GraphBuilder`](crate::GraphBuilder)s
+/// that read it, a call made inside another call's body, calls on two threads (the slice is
+/// `Sync`), and plain cudarc calls made while a guard holds it (between `GraphBuilder::read`
+/// and `launch`, in a `graph!` scalar, in a `capture` closure). Each waits for the slice's one
+/// event when acquired and records it when done, so a guard's record made last would replace
+/// the others', and cudarc's `as_mut_slice` (which waits for the last record only) let the host
+/// write while another use still read. Review 31 counted the crate's own records to tell when
+/// a wait was needed; a plain cudarc call records the event without that count (review 31b), so
+/// a guard now always makes its stream wait for the event before recording it: the last record
+/// then follows every use (one `cuStreamWaitEvent` per cudarc pinned slice per call; the
+/// crate's [`PinnedBuffer`](crate::PinnedBuffer), whose event only the crate records, keeps its
+/// count instead). Under one lock, so that no guard of the crate records between another's
+/// wait and record (plain cudarc calls on other threads at the same time remain cudarc's own).
+static SLICE_RECORDS_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Entries of [`SliceRecords`]: events of cudarc pinned slices recently used by the crate.
-const SLICE_RECORDS: usize = 16;
-
-/// The clock of [`SliceRecords`]: the number of records made; read without the lock.
-static SLICE_CLOCK: AtomicU64 = AtomicU64::new(0);
-
-static SLICE_RECORDS_LOCK: std::sync::Mutex<SliceRecords> =
-    std::sync::Mutex::new(SliceRecords { last: [(0, 0); SLICE_RECORDS], evicted: 0 });
-
-/// The clock to note before a cudarc pinned slice's event is waited for (see [`SliceRecords`]):
-/// a record made after this read is one the wait may have missed.
-#[inline]
-fn slice_clock() -> u64 {
-    SLICE_CLOCK.load(Ordering::SeqCst)
-}
-
-/// A cudarc pinned slice's guard dropping (see [`SliceRecords`]): `stream` waits for `event`
-/// if another guard recorded it after `seen`, then records it.
-fn slice_used(event: &CudaEvent, stream: &CudaStream, seen: u64) {
-    let mut t = SLICE_RECORDS_LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let key = core::ptr::from_ref(event) as usize;
-    let at = t.last.iter().position(|e| e.0 == key);
-    let later = match at {
-        Some(i) => t.last[i].1 > seen,
-        None => t.evicted > seen,
-    };
-    if later {
-        stream.context().record_err(stream.wait(event));
-        #[cfg(test)]
-        SLICE_LATE_WAITS.fetch_add(1, Ordering::SeqCst);
-    }
+/// A cudarc pinned slice's guard dropping (see [`SLICE_RECORDS_LOCK`]): `stream` waits for
+/// `event`, then records it.
+fn slice_used(event: &CudaEvent, stream: &CudaStream) {
+    let _t = SLICE_RECORDS_LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    stream.context().record_err(stream.wait(event));
+    #[cfg(test)]
+    SLICE_LATE_WAITS.fetch_add(1, Ordering::SeqCst);
     stream.context().record_err(event.record(stream));
-    // After the record: a guard that reads the new clock waits after this record was made.
-    let now = SLICE_CLOCK.fetch_add(1, Ordering::SeqCst) + 1;
-    let i = at.unwrap_or_else(|| {
-        // A free entry, else the one recorded longest ago.
-        let i = (0..SLICE_RECORDS).min_by_key(|&i| (t.last[i].0 != 0, t.last[i].1)).unwrap_or(0);
-        if t.last[i].0 != 0 {
-            t.evicted = t.evicted.max(t.last[i].1);
-        }
-        i
-    });
-    t.last[i] = (key, now);
 }
 
 /// Waits [`slice_used`] made for an overlapping use (unit tests).
@@ -1018,12 +975,11 @@ impl<T> Acquire for PinnedHostSlice<T> {
         if ctx != stream.context().cu_ctx() {
             return (HostRead::new(core::ptr::null(), self.len(), ctx), no_sync());
         }
-        let seen = slice_clock();
         // SAFETY: the slice is used only by the graph launched on `stream` before `guard` drops;
         // the guard then records the slice's event on `stream`, so later host access waits.
         let (s, guard) = unsafe { self.stream_synced_slice(stream) };
         let range = (s.as_ptr() as u64, bytes_of::<T>(s.len()));
-        let guard = Guard::new(pinned_guard(stream, guard, seen), None, range, false);
+        let guard = Guard::new(pinned_guard(stream, guard), None, range, false);
         (HostRead::new(s.as_ptr().cast(), s.len(), ctx), guard)
     }
 }
@@ -1044,12 +1000,11 @@ impl<T> AcquireMut for PinnedHostSlice<T> {
             let (r, w) = (core::ptr::null(), core::ptr::null_mut());
             return (HostRead::new(r, len, ctx), HostWrite::new(w, len, ctx), no_sync());
         }
-        let seen = slice_clock();
         // SAFETY: as in `acquire`.
         let (s, guard) = unsafe { self.stream_synced_mut_slice(stream) };
         let ptr = s.as_mut_ptr();
         let range = (ptr as u64, bytes_of::<T>(len));
-        let guard = Guard::new(pinned_guard(stream, guard, seen), None, range, true);
+        let guard = Guard::new(pinned_guard(stream, guard), None, range, true);
         (
             HostRead::new(ptr.cast_const().cast(), len, ctx),
             HostWrite::new(ptr.cast(), len, ctx),
