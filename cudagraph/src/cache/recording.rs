@@ -203,8 +203,9 @@ impl KernelNode for KernelView<'_> {
     /// per argument its length when the head does not give it and its bytes in 8-byte words;
     /// then the pointer mask with the number of contexts, conditions and device scalars, and
     /// those: each context, each condition's `(index, slot)`, each device scalar's `(index,
-    /// length)`. The context is the function's, as for a `kernels!` launch (the function and
-    /// the readback kernel are loaded in one context and kept loaded by the exec's node).
+    /// length)`. No context word: the node runs in the call's context (the stream's), which
+    /// the variant holds (`find`), and the function handle names one function while the exec's
+    /// node keeps it loaded.
     /// No handles: the recording checked them when the node was added, and the variant's
     /// signature holds the places (so two calls of one variant with equal words have the same
     /// parameters and pass `validate` alike: the second is an unchanged call, or a memo hit).
