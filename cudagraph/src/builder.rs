@@ -158,13 +158,25 @@ impl<'a> GraphBuilder<'a> {
 
     /// Adds a kernel node (`cuGraphAddNode_v2`, kernel): a launch made by a
     /// [`kernels!`](crate::kernels) method, `k.name(args…).launch(cfg)`, whose buffer arguments
-    /// are this builder's handles. Its label is the kernel's name.
+    /// are this builder's handles. Its label is the kernel's name. The node runs in the
+    /// builder's stream's context: a `kernels!` struct loaded in another context (another
+    /// device) is [`Error::InvalidNode`] at [`launch`](Self::launch) (use `graph!` for a step
+    /// whose kernels run on several devices).
     #[track_caller]
     pub fn kernel<A: KernelArgs + 'a>(&mut self, launch: KernelLaunch<'_, A>) -> Node {
         let (function, args) = launch.parts();
         let site = site(launch.name(), "GraphBuilder::kernel", Location::caller());
+        let own = self.stream.context().cu_ctx();
+        let same = crate::kind::KernelNode::context(&launch).is_none_or(|c| c.cu_ctx() == own);
         let f = (function.cu_function(), Some(function.clone()), launch.programmatic());
-        self.rec.kernel(site, f, launch.dims(), args)
+        let node = self.rec.kernel(site, f, launch.dims(), args);
+        if !same {
+            let why = "a kernel of a `kernels!` struct loaded in another context than the \
+                       GraphBuilder's stream's (another device): a builder's kernels run in its \
+                       stream's context";
+            self.rec.refuse(site, why);
+        }
+        node
     }
 
     /// Adds a memcpy node (`cuGraphAddNode_v2`, memcpy) from `src` to `dst`: device to device, pinned

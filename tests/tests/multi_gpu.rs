@@ -138,6 +138,36 @@ fn a_cache_used_on_both_devices_matches_eager() -> Result {
     Ok(())
 }
 
+/// A builder kernel of a `kernels!` struct loaded on device 1, added to a builder on device 0's
+/// stream: the builder's kernels run in its stream's context, so `launch` refuses it
+/// (`InvalidNode`, naming the kernel and the line), in graph and eager mode, nothing enqueued:
+/// the buffer keeps its contents.
+#[test]
+#[ignore = "needs two CUDA GPUs"]
+fn a_builder_kernel_loaded_on_another_device_is_refused() -> Result {
+    let _serial = serial();
+    let [(_, s0, _), (_, _, k1)] = two_gpus()?;
+    let mut x0 = s0.clone_htod(&host::iota(N, 5, 1))?;
+    for mode in [Mode::Graph, Mode::Eager] {
+        let mut cache = GraphCache::new();
+        cache.set_mode(mode);
+        let mut g = cache.builder(&s0);
+        let w = g.write(&mut x0);
+        let line = line!() + 1;
+        g.kernel(k1.iota(N, 9, 9, w).launch(cfg()));
+        let e = g.launch().expect_err("a kernel of device 1 in a builder of device 0");
+        match &e {
+            cudagraph::Error::InvalidNode { site, why } => {
+                assert_eq!((site.label, site.line), ("iota", line), "{e}");
+                assert!(why.contains("another context"), "{e}");
+            }
+            other => panic!("{mode:?}: {other}"),
+        }
+        assert_same(&s0.clone_dtoh(&x0)?, &host::iota(N, 5, 1), "nothing ran");
+    }
+    Ok(())
+}
+
 /// An all-reduce (sum) over both devices, captured into `graph!` with the capture statement
 /// (NCCL in one process driving both GPUs: `Comm::from_devices`, a group of one call per
 /// device), the reduced buffers swapped for others between calls; against the same work run

@@ -304,6 +304,11 @@ impl Recording {
         }
     }
 
+    /// Refuses the call at `launch` for the node at `site` (the first such error is kept).
+    pub(crate) fn refuse(&mut self, site: NodeSite, why: &str) {
+        self.fail(site, why.into());
+    }
+
     /// Appends node `kind` with its buffer accesses `(tag, write)`, checking that each is a
     /// place of this builder and that no place is both written and used again by the node.
     pub(crate) fn push(&mut self, site: NodeSite, kind: RecKind, operands: &[(u64, bool)]) -> Node {
