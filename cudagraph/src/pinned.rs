@@ -261,6 +261,9 @@ impl<T> AcquireMut for PinnedBuffer<T> {
 #[cfg(test)]
 mod review31 {
     use super::PinnedBuffer;
+
+    /// The cudarc-slice tests count `SLICE_LATE_WAITS`, the process's: one at a time.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     use crate::operand::Acquire;
 
     /// Use 1 ordered on A, use 2 ordered and recorded on B, then use 1 recorded: A waits for
@@ -302,6 +305,7 @@ mod review31 {
     #[test]
     #[ignore = "needs a CUDA driver (the CPU stub driver is enough)"]
     fn a_cudarc_pinned_slice_use_recorded_after_an_overlapping_one_waits_for_it_first() {
+        let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         use crate::operand::SLICE_LATE_WAITS;
         use core::sync::atomic::Ordering::SeqCst;
         let ctx = cudarc::driver::CudaContext::new(0).expect("context");
@@ -330,6 +334,7 @@ mod review31 {
     #[test]
     #[ignore = "needs a CUDA driver (the CPU stub driver is enough)"]
     fn a_cudarc_pinned_slice_used_by_plain_cudarc_inside_a_guard_is_waited_for() {
+        let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         use crate::operand::SLICE_LATE_WAITS;
         use core::sync::atomic::Ordering::SeqCst;
         let ctx = cudarc::driver::CudaContext::new(0).expect("context");
