@@ -499,12 +499,27 @@ pub(crate) struct PinnedState {
     /// costs: 8.68 against 8.72 µs per launch + wait + read on the H200, `read_costs.cu`).
     event: CudaEvent,
     last: Cell<LastUse>,
+    /// How many times the event was recorded ([`Self::used`]): a guard notes it when its use is
+    /// ordered ([`Self::order`]), and a different count when it records means that another use
+    /// (on another stream) recorded the event in between (review 31: two builders holding the
+    /// buffer, or a call made inside another call's body), whose record this one would replace.
+    records: Cell<u64>,
+    /// Waits [`Self::used`] made for an overlapping use (unit tests).
+    #[cfg(test)]
+    pub(crate) late_waits: Cell<u32>,
 }
 
 impl PinnedState {
     /// A buffer's state: made for `home`, with `event` (`CU_EVENT_DISABLE_TIMING`), no use yet.
     pub(crate) fn new(home: Arc<CudaStream>, event: CudaEvent) -> Self {
-        PinnedState { home, event, last: Cell::new(LastUse::Idle) }
+        PinnedState {
+            home,
+            event,
+            last: Cell::new(LastUse::Idle),
+            records: Cell::new(0),
+            #[cfg(test)]
+            late_waits: Cell::new(0),
+        }
     }
 
     /// The buffer's own stream.
@@ -513,19 +528,33 @@ impl PinnedState {
     }
 
     /// Orders a use on `stream` after the uses so far: `cuStreamWaitEvent` unless they were all
-    /// on `stream` itself, the buffer's own stream.
+    /// on `stream` itself, the buffer's own stream. Returns the count of records so far, for
+    /// [`Self::used`].
     #[inline]
-    pub(crate) fn order(&self, stream: &CudaStream) {
+    pub(crate) fn order(&self, stream: &CudaStream) -> u64 {
         let same = self.last.get() == LastUse::Home && core::ptr::eq(stream, &*self.home);
         if self.last.get() != LastUse::Idle && !same {
             stream.context().record_err(stream.wait(&self.event));
         }
+        self.records.get()
     }
 
-    /// After a use on `stream` was enqueued (the guard's drop): records the event there.
+    /// After a use on `stream` was enqueued (the guard's drop): records the event there. `seen`
+    /// is what [`Self::order`] returned for this use: when another use recorded the event
+    /// since (uses of one buffer can overlap: two [`GraphBuilder`](crate::GraphBuilder)s that
+    /// read it, or a call made inside another call's body), `stream` first waits for that
+    /// record, so that the event's last record follows every use, as `as_slice`, `as_mut_slice`,
+    /// `drop` and the own-stream shortcut of [`Self::order`] assume (review 31: the later record
+    /// replaced the earlier one, and the host wrote the buffer while a copy still read it).
     #[inline]
-    pub(crate) fn used(&self, stream: &CudaStream) {
+    pub(crate) fn used(&self, stream: &CudaStream, seen: u64) {
+        if self.records.get() != seen {
+            stream.context().record_err(stream.wait(&self.event));
+            #[cfg(test)]
+            self.late_waits.set(self.late_waits.get() + 1);
+        }
         stream.context().record_err(self.event.record(stream));
+        self.records.set(self.records.get().wrapping_add(1));
         let home = core::ptr::eq(stream, &*self.home);
         self.last.set(if home { LastUse::Home } else { LastUse::Elsewhere });
     }
@@ -583,7 +612,10 @@ enum GuardKind<'a> {
     Event(&'a CudaEvent, &'a CudaStream),
     /// A [`PinnedBuffer`](crate::PinnedBuffer)'s: its event recorded on the stream, and the
     /// stream noted as its last use (see `pinned.rs`).
-    Pinned(&'a PinnedState, &'a CudaStream),
+    Pinned(&'a PinnedState, &'a CudaStream, u64),
+    /// A cudarc `PinnedHostSlice`'s event, recorded as [`GuardKind::Event`] after the stream
+    /// waited for it (its last record may be another use's: [`SLICE_RECORDS_LOCK`]).
+    PinnedSlice(&'a CudaEvent, &'a CudaStream),
     /// A place made of several buffers (a captured [`Graph`](crate::Graph) embedded with
     /// `child`): their guards; this guard itself then covers no range. (A variant rather than a
     /// field of every guard: a smaller guard is less to move and drop per place.)
@@ -609,10 +641,11 @@ impl<'a> Guard<'a> {
     pub(crate) fn pinned(
         state: &'a PinnedState,
         stream: &'a CudaStream,
+        seen: u64,
         range: (u64, u64),
         write: bool,
     ) -> Self {
-        Guard::new(GuardKind::Pinned(state, stream), None, range, write)
+        Guard::new(GuardKind::Pinned(state, stream, seen), None, range, write)
     }
 
     /// The guard of a place made of several buffers: `children`'s.
@@ -706,7 +739,8 @@ impl Drop for Guard<'_> {
     fn drop(&mut self) {
         match self.kind {
             GuardKind::Event(event, stream) => stream.context().record_err(event.record(stream)),
-            GuardKind::Pinned(state, stream) => state.used(stream),
+            GuardKind::PinnedSlice(event, stream) => slice_used(event, stream),
+            GuardKind::Pinned(state, stream, seen) => state.used(stream, seen),
             #[cfg(test)]
             GuardKind::Counted(drops) => drops.set(drops.get() + 1),
             _ => {}
@@ -738,10 +772,44 @@ fn take_event<'a>(cudarc: &mut SyncOnDrop<'a>) -> Option<GuardKind<'a>> {
 
 /// The guard of a pinned host buffer from cudarc's.
 fn pinned_guard<'a>(stream: &'a CudaStream, mut cudarc: SyncOnDrop<'a>) -> GuardKind<'a> {
-    // Not what cudarc returns for pinned memory; synchronizing is always safe. (Made lazily:
-    // a `SyncOnDrop::Sync` synchronizes the stream when dropped, even unused.)
-    take_event(&mut cudarc).unwrap_or_else(|| GuardKind::Cudarc(SyncOnDrop::sync_stream(stream)))
+    match take_event(&mut cudarc) {
+        Some(GuardKind::Event(event, s)) => GuardKind::PinnedSlice(event, s),
+        Some(kind) => kind,
+        // Not what cudarc returns for pinned memory; synchronizing is always safe. (Made
+        // lazily: a `SyncOnDrop::Sync` synchronizes the stream when dropped, even unused.)
+        None => GuardKind::Cudarc(SyncOnDrop::sync_stream(stream)),
+    }
 }
+
+/// The records of cudarc pinned slices' events made by the crate's guards (reviews 31 and
+/// 31b). Uses of one `PinnedHostSlice` can overlap: two [`GraphBuilder`](crate::GraphBuilder)s
+/// that read it, a call made inside another call's body, calls on two threads (the slice is
+/// `Sync`), and plain cudarc calls made while a guard holds it (between `GraphBuilder::read`
+/// and `launch`, in a `graph!` scalar, in a `capture` closure). Each waits for the slice's one
+/// event when acquired and records it when done, so a guard's record made last would replace
+/// the others', and cudarc's `as_mut_slice` (which waits for the last record only) let the host
+/// write while another use still read. Review 31 counted the crate's own records to tell when
+/// a wait was needed; a plain cudarc call records the event without that count (review 31b), so
+/// a guard now always makes its stream wait for the event before recording it: the last record
+/// then follows every use (one `cuStreamWaitEvent` per cudarc pinned slice per call; the
+/// crate's [`PinnedBuffer`](crate::PinnedBuffer), whose event only the crate records, keeps its
+/// count instead). Under one lock, so that no guard of the crate records between another's
+/// wait and record (plain cudarc calls on other threads at the same time remain cudarc's own).
+static SLICE_RECORDS_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A cudarc pinned slice's guard dropping (see [`SLICE_RECORDS_LOCK`]): `stream` waits for
+/// `event`, then records it.
+fn slice_used(event: &CudaEvent, stream: &CudaStream) {
+    let _t = SLICE_RECORDS_LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    stream.context().record_err(stream.wait(event));
+    #[cfg(test)]
+    SLICE_LATE_WAITS.fetch_add(1, Ordering::SeqCst);
+    stream.context().record_err(event.record(stream));
+}
+
+/// Waits [`slice_used`] made for an overlapping use (unit tests).
+#[cfg(test)]
+pub(crate) static SLICE_LATE_WAITS: AtomicU64 = AtomicU64::new(0);
 
 /// The guard of a device buffer from cudarc's: its event if it has one, else nothing (cudarc's
 /// guard records nothing either: the buffer was allocated with event tracking off).
@@ -910,8 +978,8 @@ impl<T> AcquireMut for PinnedHostSlice<T> {
         // SAFETY: as in `acquire`.
         let (s, guard) = unsafe { self.stream_synced_mut_slice(stream) };
         let ptr = s.as_mut_ptr();
-        let guard =
-            Guard::new(pinned_guard(stream, guard), None, (ptr as u64, bytes_of::<T>(len)), true);
+        let range = (ptr as u64, bytes_of::<T>(len));
+        let guard = Guard::new(pinned_guard(stream, guard), None, range, true);
         (
             HostRead::new(ptr.cast_const().cast(), len, ctx),
             HostWrite::new(ptr.cast(), len, ctx),

@@ -201,10 +201,10 @@ impl<T> PinnedBuffer<T> {
         if ctx != stream.context().cu_ctx() {
             return (ctx, core::ptr::null_mut(), 0, no_sync());
         }
-        self.state.order(stream);
+        let seen = self.state.order(stream);
         let ptr: *mut c_void = self.ptr.as_ptr().cast();
         let range = (ptr as u64, bytes_of::<T>(self.len));
-        (ctx, ptr, self.id, Guard::pinned(&self.state, stream, range, write))
+        (ctx, ptr, self.id, Guard::pinned(&self.state, stream, seen, range, write))
     }
 }
 
@@ -254,5 +254,101 @@ impl<T> AcquireMut for PinnedBuffer<T> {
         let (ctx, ptr, id, guard) = self.use_on(stream, true);
         let read = HostRead::new(ptr.cast_const(), len, ctx).with_id(id);
         (read, HostWrite::new(ptr, len, ctx).with_id(id), guard)
+    }
+}
+
+/// Review 31: uses of one buffer that overlap (two builders holding it, a call made inside
+/// another call's body) must leave the event's last record after both.
+#[cfg(test)]
+mod review31 {
+    use super::PinnedBuffer;
+
+    /// The cudarc-slice tests count `SLICE_LATE_WAITS`, the process's: one at a time.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    use crate::operand::Acquire;
+
+    /// Use 1 ordered on A, use 2 ordered and recorded on B, then use 1 recorded: A waits for
+    /// the event (use 2's record) before recording, once; uses that do not overlap wait for
+    /// nothing more. Needs a driver: the CPU stub driver (`.ci/stub-driver`, `LD_LIBRARY_PATH`)
+    /// or a GPU.
+    #[test]
+    #[ignore = "needs a CUDA driver (the CPU stub driver is enough)"]
+    fn a_use_recorded_after_an_overlapping_one_waits_for_it_first() {
+        let ctx = cudarc::driver::CudaContext::new(0).expect("context");
+        let (a, b) = (ctx.new_stream().expect("stream"), ctx.new_stream().expect("stream"));
+        let pb = PinnedBuffer::<u32>::zeros(&a, 16).expect("pinned");
+        let (_, g1) = pb.acquire(&a);
+        let (_, g2) = pb.acquire(&b);
+        drop(g2);
+        assert_eq!(pb.state.late_waits.get(), 0, "use 2 recorded first: nothing in between");
+        drop(g1);
+        assert_eq!(pb.state.late_waits.get(), 1, "use 1 waits for use 2's record");
+        for s in [&a, &b, &a] {
+            let (_, g) = pb.acquire(s);
+            drop(g);
+        }
+        assert_eq!(pb.state.late_waits.get(), 1, "uses one after another: no extra wait");
+        let (_, g1) = pb.acquire(&b);
+        let (_, g2) = pb.acquire(&a);
+        drop(g1);
+        drop(g2);
+        assert_eq!(pb.state.late_waits.get(), 2, "the other order");
+    }
+
+    /// The same with cudarc's `PinnedHostSlice` (review 31's open hole): its guard records the
+    /// slice's event after its stream waited for it, when another guard recorded it between
+    /// this one's acquisition and drop; uses one after another, and two slices used by one
+    /// call, wait for nothing more. (The count is the process's: the only test that makes
+    /// overlapping uses of a cudarc pinned slice.)
+    /// Every guard of a cudarc pinned slice makes its stream wait for the slice's event before
+    /// recording it (review 31b: a plain cudarc use in between records it without the crate
+    /// knowing), so overlapping uses in either order keep the last record after both.
+    #[test]
+    #[ignore = "needs a CUDA driver (the CPU stub driver is enough)"]
+    fn a_cudarc_pinned_slice_use_recorded_after_an_overlapping_one_waits_for_it_first() {
+        let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        use crate::operand::SLICE_LATE_WAITS;
+        use core::sync::atomic::Ordering::SeqCst;
+        let ctx = cudarc::driver::CudaContext::new(0).expect("context");
+        let (a, b) = (ctx.new_stream().expect("stream"), ctx.new_stream().expect("stream"));
+        // SAFETY: only its address is used (no kernel runs on it here).
+        let p = unsafe { ctx.alloc_pinned::<u32>(16) }.expect("pinned");
+        let waits = || SLICE_LATE_WAITS.load(SeqCst);
+        let w0 = waits();
+        let (_, g1) = p.acquire(&a);
+        let (_, g2) = p.acquire(&b);
+        drop(g2);
+        drop(g1);
+        assert_eq!(waits() - w0, 2, "each record waits for the one before");
+        let ((_, g1), (_, g2)) = (p.acquire(&b), p.acquire(&a));
+        drop(g1);
+        drop(g2);
+        assert_eq!(waits() - w0, 4, "the other order");
+    }
+
+    /// Review 31b: a plain cudarc use of a `PinnedHostSlice` (here `memcpy_htod` on another
+    /// stream, which waits for the slice's event and records it) made while a guard of the
+    /// crate holds the slice (between `GraphBuilder::read(&p)` and `launch`, or in a `graph!`
+    /// scalar) records the event without touching the crate's clock: the guard's record must
+    /// still follow it, or cudarc's `as_mut_slice` waits for the guard's stream only while the
+    /// plain copy still reads the slice.
+    #[test]
+    #[ignore = "needs a CUDA driver (the CPU stub driver is enough)"]
+    fn a_cudarc_pinned_slice_used_by_plain_cudarc_inside_a_guard_is_waited_for() {
+        let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        use crate::operand::SLICE_LATE_WAITS;
+        use core::sync::atomic::Ordering::SeqCst;
+        let ctx = cudarc::driver::CudaContext::new(0).expect("context");
+        let (a, b) = (ctx.new_stream().expect("stream"), ctx.new_stream().expect("stream"));
+        // SAFETY: only its address is used (no kernel runs on it here).
+        let p = unsafe { ctx.alloc_pinned::<u32>(16) }.expect("pinned");
+        let mut d = b.alloc_zeros::<u32>(16).expect("device");
+        let waits = || SLICE_LATE_WAITS.load(SeqCst);
+        let w0 = waits();
+        let (_, g1) = p.acquire(&a);
+        // Plain cudarc, safe: `b` waits for the event, copies, records the event on `b`.
+        b.memcpy_htod(&p, &mut d).expect("plain cudarc copy");
+        drop(g1);
+        assert_eq!(waits() - w0, 1, "the guard's stream waits for cudarc's record first");
     }
 }
