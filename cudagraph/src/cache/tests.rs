@@ -13,6 +13,12 @@ use cudarc::driver::sys::{
 use std::cell::RefCell;
 use std::rc::Rc;
 
+/// A kernel node's arguments as the mock read them (see [`read_args`]).
+type Args = Vec<Vec<u8>>;
+
+/// An exec's kernel node in the mock: the node handles that name it, and its arguments.
+type ExecKernel = (Vec<usize>, Args);
+
 #[derive(Default)]
 pub(crate) struct Log {
     calls: Vec<String>,
@@ -34,6 +40,14 @@ pub(crate) struct Log {
     /// The context of each kernel node added (`ctx` of its parameters) and of each memcpy node
     /// (`copyCtx`), in order.
     add_ctx: Vec<(&'static str, usize)>,
+    /// [`Mock::track`]: each graph's kernel nodes (handle, arguments read as a `u32` and a
+    /// `u64`) in the order added; each exec's (the handles that name each node: its graph's,
+    /// and those of the graphs it was updated from), as instantiated, set and updated; and the
+    /// exec launched or uploaded last.
+    track: bool,
+    graph_kernels: Vec<(usize, Vec<(usize, Args)>)>,
+    exec_kernels: Vec<(usize, Vec<ExecKernel>)>,
+    last_exec: usize,
 }
 
 #[derive(Clone, Default)]
@@ -52,6 +66,25 @@ impl Mock {
     }
     pub(crate) fn calls(&self) -> Vec<String> {
         std::mem::take(&mut self.0.borrow_mut().calls)
+    }
+    /// Keeps what each exec's kernel nodes hold (every kernel added must take a `u32` and a
+    /// `u64` first, as [`K`] and the builder tests' kernels do): see
+    /// [`Self::launched_kernels`].
+    pub(crate) fn track(&self) {
+        self.0.borrow_mut().track = true;
+    }
+    /// The arguments (as a `u32` and a `u64`) of each kernel set-params call since the last
+    /// time this was asked, in order.
+    pub(crate) fn take_set_args(&self) -> Vec<Vec<Vec<u8>>> {
+        std::mem::take(&mut self.0.borrow_mut().set_args)
+    }
+    /// The arguments (as a `u32` and a `u64`) of each kernel node of the exec launched (or
+    /// uploaded) last, in the order its graph added them, as instantiation, set-params calls
+    /// and whole-exec updates left them: what the GPU would run.
+    pub(crate) fn launched_kernels(&self) -> Vec<Vec<Vec<u8>>> {
+        let l = self.0.borrow();
+        let e = l.exec_kernels.iter().find(|e| e.0 == l.last_exec).expect("a launched exec");
+        e.1.iter().map(|n| n.1.clone()).collect()
     }
 }
 
@@ -79,7 +112,7 @@ impl Driver for Mock {
     }
     unsafe fn add_node(
         &mut self,
-        _: CUgraph,
+        graph: CUgraph,
         deps: &[CUgraphNode],
         edges: &[CUgraphEdgeData],
         p: &mut CUgraphNodeParams,
@@ -148,16 +181,37 @@ impl Driver for Mock {
         } else {
             self.log(format!("add_{kind} deps={} programmatic={programmatic}", deps.len()));
         }
-        Ok(self.handle())
+        let node: CUgraphNode = self.handle();
+        if p.type_ == CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL && self.0.borrow().track {
+            // SAFETY: as above; tracked kernels take a `u32` and a `u64` first.
+            let args = read_args(unsafe { &p.__bindgen_anon_1.kernel }, &[4, 8]);
+            let mut l = self.0.borrow_mut();
+            let at = match l.graph_kernels.iter().position(|g| g.0 == graph as usize) {
+                Some(at) => at,
+                None => {
+                    l.graph_kernels.push((graph as usize, Vec::new()));
+                    l.graph_kernels.len() - 1
+                }
+            };
+            l.graph_kernels[at].1.push((node as usize, args));
+        }
+        Ok(node)
     }
     unsafe fn instantiate(
         &mut self,
-        _: CUgraph,
+        graph: CUgraph,
         flags: u64,
         upload: CUstream,
     ) -> Result<CUgraphExec, DriverError> {
         let e: CUgraphExec = self.handle();
         self.0.borrow_mut().live_execs.push(e as usize);
+        if self.0.borrow().track {
+            let mut l = self.0.borrow_mut();
+            let g = l.graph_kernels.iter().find(|g| g.0 == graph as usize);
+            let nodes =
+                g.map_or(Vec::new(), |g| g.1.iter().map(|(n, a)| (vec![*n], a.clone())).collect());
+            l.exec_kernels.push((e as usize, nodes));
+        }
         if flags == 0 {
             self.log("instantiate");
         } else {
@@ -167,12 +221,13 @@ impl Driver for Mock {
     }
     unsafe fn exec_destroy(&mut self, exec: CUgraphExec) {
         self.0.borrow_mut().live_execs.retain(|&e| e != exec as usize);
+        self.0.borrow_mut().exec_kernels.retain(|e| e.0 != exec as usize);
         self.log("exec_destroy");
     }
     unsafe fn set_node(
         &mut self,
-        _: CUgraphExec,
-        _: CUgraphNode,
+        exec: CUgraphExec,
+        node: CUgraphNode,
         p: &mut CUgraphNodeParams,
     ) -> Result<(), DriverError> {
         // SAFETY: the cache fills the union member of the node's type.
@@ -181,8 +236,18 @@ impl Driver for Mock {
                 let k = unsafe { &p.__bindgen_anon_1.kernel };
                 self.log(format!("set_kernel grid={}", k.gridDimX));
                 let args = read_args(k, &[4, 8]);
-                self.0.borrow_mut().set_args.push(args);
-                if self.0.borrow().refuse_set { Err(REFUSED) } else { Ok(()) }
+                self.0.borrow_mut().set_args.push(args.clone());
+                if self.0.borrow().refuse_set {
+                    return Err(REFUSED);
+                }
+                let mut l = self.0.borrow_mut();
+                if l.track {
+                    let e = l.exec_kernels.iter_mut().find(|e| e.0 == exec as usize);
+                    let e = e.expect("set-params on an exec the mock made");
+                    let n = e.1.iter_mut().find(|n| n.0.contains(&(node as usize)));
+                    n.expect("set-params on a kernel node of the exec").1 = args;
+                }
+                Ok(())
             }
             CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => {
                 let c = unsafe { &p.__bindgen_anon_1.memcpy };
@@ -203,8 +268,8 @@ impl Driver for Mock {
     }
     unsafe fn exec_update(
         &mut self,
-        _: CUgraphExec,
-        _: CUgraph,
+        exec: CUgraphExec,
+        graph: CUgraph,
     ) -> Result<(), (DriverError, sys::CUgraphExecUpdateResultInfo)> {
         self.log("exec_update");
         let info = sys::CUgraphExecUpdateResultInfo {
@@ -212,14 +277,33 @@ impl Driver for Mock {
             errorNode: ptr::null_mut(),
             errorFromNode: ptr::null_mut(),
         };
-        if self.0.borrow().refuse_update { Err((REFUSED, info)) } else { Ok(()) }
-    }
-    unsafe fn launch(&mut self, _: CUgraphExec, _: CUstream) -> Result<(), DriverError> {
-        self.log("launch");
+        if self.0.borrow().refuse_update {
+            return Err((REFUSED, info));
+        }
+        let mut l = self.0.borrow_mut();
+        if l.track {
+            // The exec takes the graph's parameters, node for node (kernels in the order added);
+            // the graph's node handles name the exec's nodes too.
+            let g = l.graph_kernels.iter().find(|g| g.0 == graph as usize);
+            let g = g.map_or(Vec::new(), |g| g.1.clone());
+            let e = l.exec_kernels.iter_mut().find(|e| e.0 == exec as usize);
+            let e = e.expect("an update of an exec the mock made");
+            assert_eq!(e.1.len(), g.len(), "an update from a graph of other kernel nodes");
+            for (n, (h, a)) in e.1.iter_mut().zip(g) {
+                n.0.push(h);
+                n.1 = a;
+            }
+        }
         Ok(())
     }
-    unsafe fn upload(&mut self, _: CUgraphExec, _: CUstream) -> Result<(), DriverError> {
+    unsafe fn launch(&mut self, exec: CUgraphExec, _: CUstream) -> Result<(), DriverError> {
+        self.log("launch");
+        self.0.borrow_mut().last_exec = exec as usize;
+        Ok(())
+    }
+    unsafe fn upload(&mut self, exec: CUgraphExec, _: CUstream) -> Result<(), DriverError> {
         self.log("upload");
+        self.0.borrow_mut().last_exec = exec as usize;
         Ok(())
     }
     unsafe fn conditional_handle(
@@ -243,11 +327,11 @@ impl Driver for Mock {
 
 /// A kernel node with a `u32` scalar and a `u64` pointer argument.
 #[derive(Clone)]
-struct K {
+pub(super) struct K {
     func: usize,
     grid: u32,
-    scalar: u32,
-    ptr: u64,
+    pub(super) scalar: u32,
+    pub(super) ptr: u64,
     ctx: CUcontext,
     /// The pointer's handle tag (see `check_accesses`).
     tag: u64,
@@ -307,7 +391,7 @@ impl crate::operand::sealed::Sealed for K {}
 pub(crate) const CTX: CUcontext = 0x1000 as CUcontext;
 pub(crate) const STREAM: CUstream = 0x2000 as CUstream;
 
-fn k(scalar: u32, ptr: u64) -> K {
+pub(super) fn k(scalar: u32, ptr: u64) -> K {
     K {
         func: 0x10,
         grid: 4,
@@ -1615,7 +1699,7 @@ fn edges_between_kernels_of_two_devices_are_plain_and_a_moved_kernel_is_not_set_
 }
 
 /// A plan of `n` kernel nodes, node `i` reading place 0 and writing place `i + 1` (a fan).
-fn kernel_plan(n: usize) -> &'static Plan {
+pub(super) fn kernel_plan(n: usize) -> &'static Plan {
     let (r, w) = (|p| Access { place: p, write: false }, |p| Access { place: p, write: true });
     let nodes = (0..n as u32)
         .map(|i| plan_node(NodeKind::Kernel("acc"), vec![r(0), w(i + 1)], ""))
@@ -1624,7 +1708,11 @@ fn kernel_plan(n: usize) -> &'static Plan {
 }
 
 /// Runs the kernels `ks` as the nodes of `plan` (a [`kernel_plan`]).
-fn run_kernels(cache: &mut GraphCache<Mock>, plan: &'static Plan, ks: &[&K]) -> Result<()> {
+pub(super) fn run_kernels(
+    cache: &mut GraphCache<Mock>,
+    plan: &'static Plan,
+    ks: &[&K],
+) -> Result<()> {
     let nodes: Vec<_> =
         ks.iter().map(|&k| Some(NodeParams::Kernel(k as &dyn KernelNode))).collect();
     cache.run_raw(plan, 0, (CTX, None), STREAM, &nodes)
@@ -2179,7 +2267,7 @@ impl Step {
 /// A cache on the mock driver for the clean-node proptests: `execs` execs per variant, at most
 /// `max` variants, and with `no_clean` every node of a changed call validated and compared (the
 /// full walk the others are checked against).
-fn walk_cache(no_clean: bool, execs: usize, max: usize) -> (Mock, GraphCache<Mock>) {
+pub(super) fn walk_cache(no_clean: bool, execs: usize, max: usize) -> (Mock, GraphCache<Mock>) {
     let mock = Mock::default();
     let mut cache = GraphCache::with_driver(mock.clone(), max);
     cache.set_execs_per_variant(execs);
@@ -2189,7 +2277,7 @@ fn walk_cache(no_clean: bool, execs: usize, max: usize) -> (Mock, GraphCache<Moc
 }
 
 /// Both mock drivers refuse per-node set-params (`set`) and whole-exec updates (`update`).
-fn refuse(mocks: [&Mock; 2], (set, update): (bool, bool)) {
+pub(super) fn refuse(mocks: [&Mock; 2], (set, update): (bool, bool)) {
     for m in mocks {
         let mut l = m.0.borrow_mut();
         (l.refuse_set, l.refuse_update) = (set, update);
@@ -2198,7 +2286,7 @@ fn refuse(mocks: [&Mock; 2], (set, update): (bool, bool)) {
 
 /// One call of a cache that skips clean nodes (`a`) against the same call of the full walk
 /// (`b`): the same result, the same driver calls with the same arguments, the same counts.
-fn same_as_full_walk(
+pub(super) fn same_as_full_walk(
     what: &str,
     (ra, rb): (&std::result::Result<(), String>, &std::result::Result<(), String>),
     (ma, a): (&Mock, &GraphCache<Mock>),
@@ -2252,6 +2340,188 @@ proptest::proptest! {
     }
 }
 
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+    /// Calls of one 10-kernel plan through the node list (`GraphCache::run`'s path: words that
+    /// `unchanged` packs, with each node's span, copied by `clean_nodes`) and with words made
+    /// as statements are evaluated (`run_words`: no spans), in random order, with random
+    /// changes: against the full walk, the same results, driver calls, arguments and counts;
+    /// after each call that succeeded, the exec launched holds the call's parameters. Spans
+    /// left from a node-list call and read with a words call's words would mark the wrong
+    /// nodes clean.
+    #[test]
+    fn node_list_and_words_calls_of_one_plan_send_what_the_full_walk_sends(
+        execs in 1..4usize,
+        steps in proptest::collection::vec((step(), proptest::prelude::any::<bool>()), 1..40),
+    ) {
+        let plan = kernel_plan(10);
+        let (ma, mut a) = walk_cache(false, execs, 8);
+        let (mb, mut b) = walk_cache(true, execs, 8);
+        ma.track();
+        mb.track();
+        let mut ks: Vec<K> = (0..10).map(|i| wk(i, 1, 0xa000 + 0x100 * (i % 3) as u64)).collect();
+        for (i, (s, words)) in steps.iter().enumerate() {
+            s.apply(&mut ks, [&ma, &mb]);
+            let refs: Vec<&K> = ks.iter().collect();
+            let (ra, rb) = if *words {
+                let guards: Vec<(u64, u64)> = ks.iter().map(|k| (k.ptr, 4)).collect();
+                (
+                    run_words_kernels(&mut a, plan, &refs, &guards, None).map_err(|e| e.to_string()),
+                    run_words_kernels(&mut b, plan, &refs, &guards, None).map_err(|e| e.to_string()),
+                )
+            } else {
+                (
+                    run_kernels(&mut a, plan, &refs).map_err(|e| e.to_string()),
+                    run_kernels(&mut b, plan, &refs).map_err(|e| e.to_string()),
+                )
+            };
+            let what = format!("step {i} {s:?} words {words}");
+            same_as_full_walk(&what, (&ra, &rb), (&ma, &a), (&mb, &b))?;
+            if ra.is_ok() {
+                let want: Vec<Vec<Vec<u8>>> = ks
+                    .iter()
+                    .map(|k| vec![k.scalar.to_ne_bytes().to_vec(), k.ptr.to_ne_bytes().to_vec()])
+                    .collect();
+                proptest::prop_assert_eq!(ma.launched_kernels(), want, "{}: the exec launched", what);
+            }
+        }
+        proptest::prop_assert_eq!(b.clean_seen, 0);
+    }
+}
+
+proptest::proptest! {
+    /// `hash_words` (the memo's recent-words hint) and `hash_u32s` (the builder signature's
+    /// key) depend on the words only: equal words, in two allocations, hash alike (on both
+    /// sides of the four-lane threshold and whatever the remainder); and one word changed
+    /// changes the hash (each step is a bijection of the word and of the hash so far).
+    #[test]
+    fn the_word_hashes_are_functions_of_the_words_and_see_each_one(
+        words in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..48),
+        seed in proptest::prelude::any::<u64>(),
+        at in proptest::prelude::any::<usize>(),
+        flip in 1..u64::MAX,
+    ) {
+        let again = words.clone();
+        proptest::prop_assert_eq!(hash_words(seed, &words), hash_words(seed, &again));
+        let small: Vec<u32> = words.iter().map(|&w| w as u32).collect();
+        let small_again = small.clone();
+        proptest::prop_assert_eq!(hash_u32s(seed, &small), hash_u32s(seed, &small_again));
+        if !words.is_empty() {
+            let i = at % words.len();
+            let mut other = words.clone();
+            other[i] ^= flip;
+            proptest::prop_assert_ne!(hash_words(seed, &words), hash_words(seed, &other));
+            let mut other = small.clone();
+            other[i] ^= (flip as u32).max(1);
+            proptest::prop_assert_ne!(hash_u32s(seed, &small), hash_u32s(seed, &other));
+        }
+    }
+}
+
+/// One step of [`node_list_calls_with_absent_nodes_send_what_the_full_walk_sends`]: changes
+/// `(node, what, value)` to the nodes of the next calls (`what`: 0 a kernel's scalar, 1 its
+/// buffer, 2 its grid, 0 refused, 3 a memset's value), which optional nodes are present (a
+/// mask), or refused set-params (`.0`) and updates (`.1`) from now on.
+#[derive(Clone, Debug)]
+enum AbsentStep {
+    Change(Vec<(usize, u8, u32)>),
+    Present(u16),
+    Refuse(bool, bool),
+}
+
+fn absent_step() -> impl proptest::strategy::Strategy<Value = AbsentStep> {
+    use proptest::prelude::*;
+    let change = prop_oneof![
+        4 => (0..12usize, Just(0u8), 1..4u32),
+        4 => (0..12usize, Just(1u8), 0..3u32),
+        1 => (0..12usize, Just(2u8), prop::sample::select(vec![0u32, 4, 8])),
+        1 => (0..12usize, Just(3u8), 0..2u32),
+    ];
+    prop_oneof![
+        8 => prop::collection::vec(change, 0..4).prop_map(AbsentStep::Change),
+        2 => any::<u16>().prop_map(AbsentStep::Present),
+        1 => (any::<bool>(), any::<bool>()).prop_map(|(s, u)| AbsentStep::Refuse(s, u)),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+    /// Node-list calls (`GraphCache::run`'s path, whose words `unchanged` packs node by node
+    /// and `clean_nodes` copies by span) of 8 to 12 nodes, kernels and memsets, some of them
+    /// optional (absent, `None`, in calls whose key leaves them out; the first node too), each
+    /// call changing none, one or several nodes: against the full walk (`no_clean`), the same
+    /// results, driver calls, arguments and counts; and after each call that succeeded, the
+    /// exec launched holds the call's present kernels' parameters, node for node.
+    #[test]
+    fn node_list_calls_with_absent_nodes_send_what_the_full_walk_sends(
+        execs in 1..4usize,
+        kinds in proptest::collection::vec((proptest::bool::weighted(0.8), proptest::bool::weighted(0.3)), 8..13),
+        steps in proptest::collection::vec(absent_step(), 1..30),
+    ) {
+        let w = |p| Access { place: p, write: true };
+        let nodes: Vec<PlanNode> = kinds
+            .iter()
+            .enumerate()
+            .map(|(i, &(kernel, optional))| {
+                let kind = if kernel { NodeKind::Kernel("k") } else { NodeKind::Memset };
+                plan_node(kind, vec![w(i as u32)], if optional { "flag" } else { "" })
+            })
+            .collect();
+        let n = kinds.len();
+        let plan = leak_plan(nodes, n, 1);
+        let (ma, mut a) = walk_cache(false, execs, 8);
+        let (mb, mut b) = walk_cache(true, execs, 8);
+        ma.track();
+        mb.track();
+        let mut ks: Vec<K> = (0..n).map(|i| k(1, 0xa000 + 0x100 * i as u64)).collect();
+        let mut ms: Vec<MemsetParams<'static>> = (0..n).map(|_| memset(0)).collect();
+        let mut present = u16::MAX;
+        for (i, s) in steps.iter().enumerate() {
+            match s {
+                AbsentStep::Change(cs) => {
+                    for &(j, what, v) in cs {
+                        let j = j % n;
+                        match what {
+                            0 => ks[j].scalar = v,
+                            1 => ks[j].ptr = 0xa000 + 0x100 * j as u64 + 0x1_0000 * u64::from(v),
+                            2 => ks[j].grid = v,
+                            _ => ms[j] = memset(v),
+                        }
+                    }
+                }
+                AbsentStep::Present(m) => present = *m,
+                AbsentStep::Refuse(set, update) => refuse([&ma, &mb], (*set, *update)),
+            }
+            // The key: which optional nodes are present.
+            let here = |j: usize| !kinds[j].1 || present >> j & 1 == 1;
+            let key = (0..n).filter(|&j| kinds[j].1 && here(j)).fold(0u64, |m, j| m | 1 << j);
+            let list: Vec<Option<NodeParams<'_>>> = (0..n)
+                .map(|j| {
+                    here(j).then(|| {
+                        if kinds[j].0 {
+                            NodeParams::Kernel(&ks[j] as &dyn KernelNode)
+                        } else {
+                            NodeParams::Memset(&ms[j])
+                        }
+                    })
+                })
+                .collect();
+            let ra = a.run_raw(plan, key, (CTX, None), STREAM, &list).map_err(|e| e.to_string());
+            let rb = b.run_raw(plan, key, (CTX, None), STREAM, &list).map_err(|e| e.to_string());
+            let what = format!("step {i} {s:?}");
+            same_as_full_walk(&what, (&ra, &rb), (&ma, &a), (&mb, &b))?;
+            if ra.is_ok() {
+                let want: Vec<Vec<Vec<u8>>> = (0..n)
+                    .filter(|&j| kinds[j].0 && here(j))
+                    .map(|j| vec![ks[j].scalar.to_ne_bytes().to_vec(), ks[j].ptr.to_ne_bytes().to_vec()])
+                    .collect();
+                proptest::prop_assert_eq!(ma.launched_kernels(), want, "{}: the exec launched", what);
+            }
+        }
+        proptest::prop_assert_eq!(b.clean_seen, 0);
+    }
+}
+
 /// The call id of [`run_words_kernels`]' calls, whose handles name its places.
 const WORDS_CALL: u64 = 7;
 
@@ -2262,7 +2532,7 @@ const WORDS_CALL: u64 = 7;
 /// (their words one [`CallWords::repeat`], their buffers only in the guards, as
 /// `word_repeat` puts them); then the cache's steps of `run_checked` (no ledger or aliasing
 /// check).
-fn run_words_kernels(
+pub(super) fn run_words_kernels(
     cache: &mut GraphCache<Mock>,
     plan: &'static Plan,
     ks: &[&K],
@@ -2296,7 +2566,7 @@ fn run_words_kernels(
 }
 
 /// Kernel `i` of a [`kernel_plan`] call of [`run_words_kernels`]: writing its place `i + 1`.
-fn wk(i: usize, scalar: u32, ptr: u64) -> K {
+pub(super) fn wk(i: usize, scalar: u32, ptr: u64) -> K {
     K { tag: crate::operand::tag(WORDS_CALL, i as u32 + 1), ..k(scalar, ptr) }
 }
 
