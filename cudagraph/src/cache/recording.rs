@@ -1719,4 +1719,330 @@ mod tests {
         let s = cache.stats();
         assert_eq!((s.builds, s.hits, cache.len()), (1, 1, 1), "{s:?}");
     }
+
+    /// A node of [`walk_recording`]'s recordings: a kernel `(u32, buffer)` writing its own
+    /// buffer, a 1-D memset of its own buffer, a copy from its own buffer into another (all
+    /// three pack words), or an empty node (none: a call with one takes no words).
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum WalkNode {
+        Kernel,
+        Memset,
+        Copy,
+        Empty,
+    }
+
+    /// A [`WalkNode`]'s parameters: a kernel's scalar, grid and buffer address, or a memset's or
+    /// copy's buffer address.
+    #[derive(Clone, Copy, Debug)]
+    struct WalkParams {
+        scalar: u32,
+        ptr: u64,
+        grid: u32,
+    }
+
+    /// Node `i`'s buffer address of set `set`.
+    fn walk_ptr(i: usize, set: u32) -> u64 {
+        0x10_0000 + 0x100 * i as u64 + 0x1_0000 * u64::from(set)
+    }
+
+    /// A builder of the nodes `topo` with the parameters `ps`.
+    fn walk_recording(id: u64, topo: &[WalkNode], ps: &[WalkParams]) -> Recording {
+        let mut r = Recording::new(id);
+        for (i, (n, p)) in topo.iter().zip(ps).enumerate() {
+            match n {
+                WalkNode::Kernel => {
+                    let (_, w) = buf(&mut r, p.ptr);
+                    let dims = LaunchDims { grid: (p.grid, 1, 1), ..DIMS };
+                    r.kernel(at(), F, dims, &(p.scalar, w));
+                }
+                WalkNode::Memset => {
+                    let (_, w) = buf(&mut r, p.ptr);
+                    r.memset(at(), crate::kind::zero(w).raw, w.tag);
+                }
+                WalkNode::Copy => {
+                    let (s, _) = buf(&mut r, p.ptr);
+                    let (_, d) = buf(&mut r, 0x90_0000 + 0x100 * i as u64);
+                    r.memcpy(at(), copy(s, d).raw, s.tag, d.tag);
+                }
+                WalkNode::Empty => {
+                    r.push(at(), RecKind::Empty, &[]);
+                }
+            }
+        }
+        assert!(r.error.is_none(), "{:?}", r.error);
+        r
+    }
+
+    /// The arguments of [`walk_recording`]'s kernel nodes, in order, as the mock reads them.
+    fn walk_kernels(topo: &[WalkNode], ps: &[WalkParams]) -> Vec<Vec<Vec<u8>>> {
+        let kernels = topo.iter().zip(ps).filter(|(n, _)| **n == WalkNode::Kernel);
+        kernels
+            .map(|(_, p)| vec![p.scalar.to_ne_bytes().to_vec(), p.ptr.to_ne_bytes().to_vec()])
+            .collect()
+    }
+
+    /// A builder call that changes kernels of a 10-node builder (8 kernels, a memset and a
+    /// copy between them) sends exactly the changed ones, wherever they are (the first, the
+    /// last, around the memset and the copy, several at once), and nothing for the kernels
+    /// equal to the exec's (clean: their words copied from the call's, by span); a refused call
+    /// sends nothing and leaves the exec as it was, so the next call sends what differs from
+    /// that; after a `graph!` call on the same cache the builder's graph is built again, and
+    /// changed calls go on sending only their changes. After every call the exec launched holds
+    /// the call's kernel parameters.
+    #[test]
+    fn a_changed_builder_call_sends_exactly_its_changed_kernels() {
+        use crate::cache::tests::{kernel_plan, run_words_kernels, walk_cache, wk};
+        use WalkNode::{Copy as C, Kernel as K, Memset as M};
+        let topo = [K, K, K, M, K, K, C, K, K, K];
+        let (mock, mut cache) = walk_cache(false, 1, 8);
+        mock.track();
+        let mut ps: Vec<WalkParams> =
+            (0..10).map(|i| WalkParams { scalar: 1, ptr: walk_ptr(i, 0), grid: 4 }).collect();
+        let mut id = 500;
+        let args =
+            |p: &WalkParams| vec![p.scalar.to_ne_bytes().to_vec(), p.ptr.to_ne_bytes().to_vec()];
+        let mut go = |cache: &mut GraphCache<Mock>, ps: &[WalkParams]| {
+            id += 1;
+            run(cache, walk_recording(id, &topo, ps))
+        };
+        go(&mut cache, &ps).unwrap();
+        mock.calls();
+        let kernels: Vec<usize> = (0..10).filter(|&i| topo[i] == K).collect();
+        // Each kernel alone, then pairs: the first and last, around the memset, around the
+        // copy, the memset's neighbours with a buffer, a scalar and a buffer of one node.
+        let mut changes: Vec<Vec<(usize, u8, u32)>> =
+            kernels.iter().map(|&j| vec![(j, 0, 10 + j as u32)]).collect();
+        changes.extend([
+            vec![(0, 0, 40), (9, 0, 41)],
+            vec![(2, 1, 1), (4, 1, 1)],
+            vec![(5, 0, 42), (7, 0, 43)],
+            vec![(1, 1, 2), (2, 0, 44), (8, 1, 2)],
+            vec![(4, 0, 45), (4, 1, 2)],
+            vec![(9, 1, 1)],
+            vec![(0, 1, 1)],
+        ]);
+        for (c, cs) in changes.iter().enumerate() {
+            walk_apply(&mut ps, cs);
+            let mut changed: Vec<usize> = cs.iter().map(|x| x.0).collect();
+            changed.sort_unstable();
+            changed.dedup();
+            let seen = cache.clean_seen;
+            go(&mut cache, &ps).unwrap();
+            let mut want = vec!["set_kernel grid=4".to_string(); changed.len()];
+            want.push("launch".into());
+            assert_eq!(mock.calls(), want, "change {c}: {cs:?}");
+            let sent: Vec<_> = changed.iter().map(|&j| args(&ps[j])).collect();
+            assert_eq!(mock.take_set_args(), sent, "change {c}: {cs:?}");
+            assert_eq!(cache.clean_seen - seen, (8 - changed.len()) as u64, "change {c}");
+            assert_eq!(mock.launched_kernels(), walk_kernels(&topo, &ps), "change {c}");
+            go(&mut cache, &ps).unwrap();
+            assert_eq!(mock.calls(), ["launch"], "change {c} again: an unchanged call");
+        }
+        // The memset's buffer alone: the memset sent, every kernel clean.
+        ps[3].ptr = walk_ptr(3, 1);
+        let seen = cache.clean_seen;
+        go(&mut cache, &ps).unwrap();
+        assert_eq!(mock.calls(), ["set_memset value=0", "launch"]);
+        assert_eq!(cache.clean_seen - seen, 8);
+        // Refused (node 5's grid 0) with node 1 changed: nothing sent; node 5 fixed, node 1
+        // still changed: node 1 sent, and node 6's copy buffer with it.
+        ps[1].scalar = 77;
+        ps[5].grid = 0;
+        let e = go(&mut cache, &ps).unwrap_err();
+        assert!(matches!(e, Error::ZeroDims { .. }), "{e}");
+        assert!(mock.calls().is_empty());
+        ps[5].grid = 4;
+        ps[6].ptr = walk_ptr(6, 2);
+        go(&mut cache, &ps).unwrap();
+        assert_eq!(mock.calls(), ["set_kernel grid=4", "set_memcpy bytes=64", "launch"]);
+        assert_eq!(mock.take_set_args(), [args(&ps[1])]);
+        assert_eq!(mock.launched_kernels(), walk_kernels(&topo, &ps));
+        // A `graph!` call on the same cache, then the builder: built again; then one change.
+        let plan = kernel_plan(10);
+        let ks: Vec<_> = (0..10).map(|n| wk(n, 3, 0xa000 + 0x100 * n as u64)).collect();
+        let guards: Vec<(u64, u64)> = ks.iter().map(|k| (k.ptr, 4)).collect();
+        run_words_kernels(&mut cache, plan, &ks.iter().collect::<Vec<_>>(), &guards, None).unwrap();
+        go(&mut cache, &ps).unwrap();
+        assert!(mock.calls().contains(&"instantiate".to_string()));
+        assert_eq!(mock.launched_kernels(), walk_kernels(&topo, &ps));
+        mock.take_set_args();
+        ps[8].scalar = 88;
+        go(&mut cache, &ps).unwrap();
+        assert_eq!(mock.calls(), ["set_kernel grid=4", "launch"]);
+        assert_eq!(mock.take_set_args(), [args(&ps[8])]);
+        assert_eq!(mock.launched_kernels(), walk_kernels(&topo, &ps));
+    }
+
+    /// One step of [`builder_calls_send_what_the_full_walk_sends`].
+    #[derive(Clone, Debug)]
+    enum WalkStep {
+        /// A builder call with these changes `(node, what, value)` (the node modulo the
+        /// recording's; `what`: 0 a kernel's scalar, 1 a node's buffer set, 2 a kernel's grid,
+        /// 0 refused) kept for the calls after; none: a call equal to the last.
+        Change(Vec<(usize, u8, u32)>),
+        /// A `graph!` call of 10 kernels of scalar `.0` on the same caches (another site: the
+        /// builder's graphs go), through the node list or (`.1`) with words made as its
+        /// statements are evaluated, then the builder call again.
+        Graph(u32, bool),
+        /// A builder call of another topology (one more kernel: another variant), then the
+        /// builder call again.
+        Other,
+        /// The mock drivers refuse per-node set-params (`.0`) and whole-exec updates (`.1`) for
+        /// this call and the ones after, and the call has changes `.2`.
+        Refuse(bool, bool, Vec<(usize, u8, u32)>),
+        /// `Mode::Instantiate` (uploads, no launch) or `Mode::Graph` from this call on.
+        Instantiate(bool),
+        /// Every node's buffer from set `.0` (ping-pong buffers: calls come back to memoized
+        /// execs).
+        Swap(u32),
+    }
+
+    fn walk_changes() -> impl proptest::strategy::Strategy<Value = Vec<(usize, u8, u32)>> {
+        use proptest::prelude::*;
+        let change = prop_oneof![
+            4 => (0..16usize, Just(0u8), 1..4u32),
+            4 => (0..16usize, Just(1u8), 0..3u32),
+            1 => (0..16usize, Just(2u8), prop::sample::select(vec![0u32, 4, 8])),
+        ];
+        prop::collection::vec(change, 0..3)
+    }
+
+    fn walk_step() -> impl proptest::strategy::Strategy<Value = WalkStep> {
+        use proptest::prelude::*;
+        prop_oneof![
+            8 => walk_changes().prop_map(WalkStep::Change),
+            1 => (1..4u32, any::<bool>()).prop_map(|(v, w)| WalkStep::Graph(v, w)),
+            1 => Just(WalkStep::Other),
+            1 => (any::<bool>(), any::<bool>(), walk_changes())
+                .prop_map(|(s, u, c)| WalkStep::Refuse(s, u, c)),
+            1 => any::<bool>().prop_map(WalkStep::Instantiate),
+            8 => (0..3u32).prop_map(WalkStep::Swap),
+        ]
+    }
+
+    fn walk_topology() -> impl proptest::strategy::Strategy<Value = Vec<WalkNode>> {
+        use proptest::prelude::*;
+        let node = prop_oneof![
+            8 => Just(WalkNode::Kernel),
+            1 => Just(WalkNode::Memset),
+            1 => Just(WalkNode::Copy),
+        ];
+        // An empty node in one place, in a quarter of the cases.
+        let empty = prop_oneof![3 => Just(None), 1 => (0..16usize).prop_map(Some)];
+        (prop::collection::vec(node, 8..13), empty).prop_map(|(mut t, e)| {
+            if let Some(e) = e {
+                let at = e % (t.len() + 1);
+                t.insert(at, WalkNode::Empty);
+            }
+            t
+        })
+    }
+
+    /// Applies the changes `cs` to `ps` (see [`WalkStep::Change`]).
+    fn walk_apply(ps: &mut [WalkParams], cs: &[(usize, u8, u32)]) {
+        for &(n, what, v) in cs {
+            let i = n % ps.len();
+            match what {
+                0 => ps[i].scalar = v,
+                1 => ps[i].ptr = walk_ptr(i, v),
+                _ => ps[i].grid = v,
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+        /// Builder calls (8 to 13 nodes: kernels, memsets, copies, at times an empty node),
+        /// each changing none, one or several nodes anywhere (scalars, buffers from three sets,
+        /// so that calls come back to memoized execs, grids, some refused), between `graph!`
+        /// calls and calls of another topology on the same cache, refused set-params and
+        /// updates, and `Mode::Instantiate`: against the full walk (`no_clean`: every node of
+        /// a changed call validated and compared), the same results, the same driver calls
+        /// with the same arguments, the same counts; and after each call that succeeded, the
+        /// exec launched holds that call's kernel parameters, node for node. A node taken for
+        /// clean that had changed (words copied from the wrong node or an earlier call) would
+        /// send nothing where the full walk sends, and leave the exec with the old parameters.
+        #[test]
+        fn builder_calls_send_what_the_full_walk_sends(
+            execs in 1..4usize,
+            max in proptest::sample::select(vec![2usize, 8]),
+            topo in walk_topology(),
+            steps in proptest::collection::vec(walk_step(), 1..30),
+        ) {
+            use crate::cache::tests::{kernel_plan, refuse, run_kernels, run_words_kernels};
+            use crate::cache::tests::{same_as_full_walk, walk_cache, wk};
+            use proptest::prelude::*;
+            let (ma, mut a) = walk_cache(false, execs, max);
+            let (mb, mut b) = walk_cache(true, execs, max);
+            ma.track();
+            mb.track();
+            let plan = kernel_plan(10);
+            let mut ps: Vec<WalkParams> = (0..topo.len())
+                .map(|i| WalkParams { scalar: 1, ptr: walk_ptr(i, 0), grid: 4 })
+                .collect();
+            let mut other = topo.clone();
+            other.push(WalkNode::Kernel);
+            let mut id = 1000;
+            for (i, s) in steps.iter().enumerate() {
+                // Each call: a builder's nodes, or a `graph!` call's scalar and words.
+                type Calls = Vec<(Vec<WalkNode>, Option<(u32, bool)>)>;
+                let mut calls: Calls = Vec::new();
+                match s {
+                    WalkStep::Change(cs) => walk_apply(&mut ps, cs),
+                    WalkStep::Graph(v, w) => calls.push((Vec::new(), Some((*v, *w)))),
+                    WalkStep::Other => calls.push((other.clone(), None)),
+                    WalkStep::Refuse(set, update, cs) => {
+                        refuse([&ma, &mb], (*set, *update));
+                        walk_apply(&mut ps, cs);
+                    }
+                    WalkStep::Swap(v) => {
+                        for (j, p) in ps.iter_mut().enumerate() {
+                            p.ptr = walk_ptr(j, *v);
+                        }
+                    }
+                    WalkStep::Instantiate(on) => {
+                        let m = if *on { crate::Mode::Instantiate } else { crate::Mode::Graph };
+                        a.set_mode(m);
+                        b.set_mode(m);
+                    }
+                }
+                calls.push((topo.clone(), None));
+                for (j, (t, graph)) in calls.iter().enumerate() {
+                    let what = format!("step {i} {s:?}, call {j}");
+                    let (ra, rb, want) = match graph {
+                        Some((v, words)) => {
+                            let ks: Vec<_> = (0..10).map(|n| wk(n, *v, 0xa000 + 0x100 * n as u64)).collect();
+                            let refs: Vec<_> = ks.iter().collect();
+                            let guards: Vec<(u64, u64)> = ks.iter().map(|k| (k.ptr, 4)).collect();
+                            let go = |c: &mut GraphCache<Mock>| {
+                                let r = if *words {
+                                    run_words_kernels(c, plan, &refs, &guards, None)
+                                } else {
+                                    run_kernels(c, plan, &refs)
+                                };
+                                r.map_err(|e| e.to_string())
+                            };
+                            let (ra, rb) = (go(&mut a), go(&mut b));
+                            let want = ks.iter().map(|k| vec![k.scalar.to_ne_bytes().to_vec(), k.ptr.to_ne_bytes().to_vec()]).collect();
+                            (ra, rb, want)
+                        }
+                        None => {
+                            let mut p = ps.clone();
+                            p.resize(t.len(), WalkParams { scalar: 9, ptr: walk_ptr(t.len(), 0), grid: 4 });
+                            id += 1;
+                            let ra = run(&mut a, walk_recording(id, t, &p)).map_err(|e| e.to_string());
+                            let rb = run(&mut b, walk_recording(id, t, &p)).map_err(|e| e.to_string());
+                            (ra, rb, walk_kernels(t, &p))
+                        }
+                    };
+                    same_as_full_walk(&what, (&ra, &rb), (&ma, &a), (&mb, &b))?;
+                    if ra.is_ok() {
+                        prop_assert_eq!(ma.launched_kernels(), want.clone(), "{}: the exec launched", what);
+                        prop_assert_eq!(mb.launched_kernels(), want, "{}: the full walk's", what);
+                    }
+                }
+            }
+            prop_assert_eq!(b.clean_seen, 0);
+        }
+    }
 }
