@@ -287,8 +287,11 @@ fn review31_memoized_execs_with_eviction_clear_drops_and_reused_addresses() -> R
         let (want_y, want_out) = model(a);
         let mut canaries = Vec::new();
         if call % 5 == 4 {
-            // Drop `out` while its writer may still run; take its memory at once.
-            let fresh = new(if call % 10 == 4 { LEN } else { LEN - 64 })?;
+            // Drop `out` while its writer may still run; take its memory at once. The new `out`
+            // has the length the kernels write (N): a shorter one (LEN - 64, as first written)
+            // made `affine(N, …)` write past its end, the test's own breach of the kernel's
+            // contract, which compute-sanitizer showed on the H200 (2026-12-05).
+            let fresh = new(LEN)?;
             drop(std::mem::replace(&mut sets[i].2, fresh));
             canaries.push(s.clone_htod(&vec![0xdead_0000 | call; LEN])?);
         }
