@@ -262,9 +262,21 @@ impl<T> AcquireMut for PinnedBuffer<T> {
 mod review31 {
     use super::PinnedBuffer;
 
+    use crate::operand::Acquire;
+    use cudarc::driver::{CudaStream, PinnedHostSlice};
+    use std::sync::Arc;
+
     /// The cudarc-slice tests count `SLICE_LATE_WAITS`, the process's: one at a time.
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    use crate::operand::Acquire;
+
+    /// Two streams of device 0's context and a cudarc pinned slice of 16 elements.
+    fn slice_on_two_streams() -> (Arc<CudaStream>, Arc<CudaStream>, PinnedHostSlice<u32>) {
+        let ctx = cudarc::driver::CudaContext::new(0).expect("context");
+        let (a, b) = (ctx.new_stream().expect("stream"), ctx.new_stream().expect("stream"));
+        // SAFETY: only its address is used (no kernel runs on it here).
+        let p = unsafe { ctx.alloc_pinned::<u32>(16) }.expect("pinned");
+        (a, b, p)
+    }
 
     /// Use 1 ordered on A, use 2 ordered and recorded on B, then use 1 recorded: A waits for
     /// the event (use 2's record) before recording, once; uses that do not overlap wait for
@@ -294,25 +306,16 @@ mod review31 {
         assert_eq!(pb.state.late_waits.get(), 2, "the other order");
     }
 
-    /// The same with cudarc's `PinnedHostSlice` (review 31's open hole): its guard records the
-    /// slice's event after its stream waited for it, when another guard recorded it between
-    /// this one's acquisition and drop; uses one after another, and two slices used by one
-    /// call, wait for nothing more. (The count is the process's: the only test that makes
-    /// overlapping uses of a cudarc pinned slice.)
-    /// Every guard of a cudarc pinned slice makes its stream wait for the slice's event before
-    /// recording it (review 31b: a plain cudarc use in between records it without the crate
-    /// knowing), so overlapping uses in either order keep the last record after both.
+    /// The same with cudarc's `PinnedHostSlice`: every guard of a cudarc pinned slice makes its
+    /// stream wait for the slice's event before recording it (review 31b: a plain cudarc use in
+    /// between records it without the crate knowing), so overlapping uses in either order keep
+    /// the last record after both.
     #[test]
     #[ignore = "needs a CUDA driver (the CPU stub driver is enough)"]
     fn a_cudarc_pinned_slice_use_recorded_after_an_overlapping_one_waits_for_it_first() {
         let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        use crate::operand::SLICE_LATE_WAITS;
-        use core::sync::atomic::Ordering::SeqCst;
-        let ctx = cudarc::driver::CudaContext::new(0).expect("context");
-        let (a, b) = (ctx.new_stream().expect("stream"), ctx.new_stream().expect("stream"));
-        // SAFETY: only its address is used (no kernel runs on it here).
-        let p = unsafe { ctx.alloc_pinned::<u32>(16) }.expect("pinned");
-        let waits = || SLICE_LATE_WAITS.load(SeqCst);
+        let (a, b, p) = slice_on_two_streams();
+        let waits = || crate::operand::SLICE_LATE_WAITS.load(core::sync::atomic::Ordering::SeqCst);
         let w0 = waits();
         let (_, g1) = p.acquire(&a);
         let (_, g2) = p.acquire(&b);
@@ -328,21 +331,16 @@ mod review31 {
     /// Review 31b: a plain cudarc use of a `PinnedHostSlice` (here `memcpy_htod` on another
     /// stream, which waits for the slice's event and records it) made while a guard of the
     /// crate holds the slice (between `GraphBuilder::read(&p)` and `launch`, or in a `graph!`
-    /// scalar) records the event without touching the crate's clock: the guard's record must
-    /// still follow it, or cudarc's `as_mut_slice` waits for the guard's stream only while the
-    /// plain copy still reads the slice.
+    /// scalar) records the event without the crate knowing: the guard's record must still
+    /// follow it, or cudarc's `as_mut_slice` waits for the guard's stream only while the plain
+    /// copy still reads the slice.
     #[test]
     #[ignore = "needs a CUDA driver (the CPU stub driver is enough)"]
     fn a_cudarc_pinned_slice_used_by_plain_cudarc_inside_a_guard_is_waited_for() {
         let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        use crate::operand::SLICE_LATE_WAITS;
-        use core::sync::atomic::Ordering::SeqCst;
-        let ctx = cudarc::driver::CudaContext::new(0).expect("context");
-        let (a, b) = (ctx.new_stream().expect("stream"), ctx.new_stream().expect("stream"));
-        // SAFETY: only its address is used (no kernel runs on it here).
-        let p = unsafe { ctx.alloc_pinned::<u32>(16) }.expect("pinned");
+        let (a, b, p) = slice_on_two_streams();
         let mut d = b.alloc_zeros::<u32>(16).expect("device");
-        let waits = || SLICE_LATE_WAITS.load(SeqCst);
+        let waits = || crate::operand::SLICE_LATE_WAITS.load(core::sync::atomic::Ordering::SeqCst);
         let w0 = waits();
         let (_, g1) = p.acquire(&a);
         // Plain cudarc, safe: `b` waits for the event, copies, records the event on `b`.
