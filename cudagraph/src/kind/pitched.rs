@@ -203,10 +203,31 @@ fn memcpy2d(c: &Copy2d) -> sys::CUDA_MEMCPY3D {
     p.dstPitch = c.dst_rows.pitch * es;
     p.srcHeight = c.src_rows.height;
     p.dstHeight = c.dst_rows.height;
-    // The first rows: the driver adds `Y * pitch` to each side's address.
-    p.srcY = c.src_rows.first;
-    p.dstY = c.dst_rows.first;
+    // The first rows are folded into each side's address, not given as `srcY`/`dstY`: the
+    // driver refused (`CUDA_ERROR_INVALID_VALUE` from `cuGraphAddNode_v2`, H200, driver 580)
+    // a node of several rows whose `dstY` was not 0, while `Y = 0` and one-row copies of any
+    // `Y` were accepted. `Y = 0` with the address moved by `first * pitch` copies the same
+    // bytes.
+    let (src_at, dst_at) = (c.src_rows.offset() * es, c.dst_rows.offset() * es);
+    advance(&mut p.srcHost, &mut p.srcDevice, p.srcMemoryType, src_at);
+    let mut dst_host = p.dstHost.cast_const();
+    advance(&mut dst_host, &mut p.dstDevice, p.dstMemoryType, dst_at);
+    p.dstHost = dst_host.cast_mut();
     p
+}
+
+/// Moves one side of a `CUDA_MEMCPY3D` `bytes` into its memory (host or device address).
+fn advance(
+    host: &mut *const core::ffi::c_void,
+    device: &mut CUdeviceptr,
+    kind: sys::CUmemorytype,
+    bytes: usize,
+) {
+    if kind == sys::CUmemorytype::CU_MEMORYTYPE_HOST {
+        *host = host.cast::<u8>().wrapping_add(bytes).cast();
+    } else {
+        *device += bytes as CUdeviceptr;
+    }
 }
 
 /// Whether a 2-D copy has a pinned host side and more than one row (see `Memcpy2d::settable`).
@@ -496,5 +517,21 @@ mod tests {
         let p = memcpy2d(&c);
         assert_eq!((p.WidthInBytes, p.Height, p.Depth), (12, 5, 1));
         assert_eq!((p.srcPitch, p.dstPitch, p.srcDevice, p.dstDevice), (28, 44, 0x1000, 0x9000));
+        assert_eq!((p.srcY, p.dstY, p.srcHeight, p.dstHeight), (0, 0, 5, 5));
+        // First rows move each side's address by `first * pitch` elements; `Y` stays 0.
+        let c = Copy2d {
+            src_rows: Rows::new(3, 5, 7).from_row(2),
+            dst_rows: Rows::new(3, 5, 11).from_row(3),
+            ..c
+        };
+        let p = memcpy2d(&c);
+        assert_eq!((p.srcY, p.dstY), (0, 0));
+        assert_eq!((p.srcDevice, p.dstDevice), (0x1000 + 2 * 28, 0x9000 + 3 * 44));
+        // A pinned host side moves its host pointer, and its device field stays 0.
+        let host = 0x5000usize as *const core::ffi::c_void;
+        let c = Copy2d { base: Copy1d { dst: Memory::Host(host), ..base }, ..c };
+        let p = memcpy2d(&c);
+        assert_eq!((p.dstHost as usize, p.dstDevice, p.dstY), (0x5000 + 3 * 44, 0, 0));
+        assert_eq!((p.srcDevice, p.srcHost as usize), (0x1000 + 2 * 28, 0));
     }
 }
