@@ -797,12 +797,14 @@ fn take_event<'a>(cudarc: &mut SyncOnDrop<'a>) -> Option<GuardKind<'a>> {
 
 /// The guard of a pinned host buffer from cudarc's.
 fn pinned_guard<'a>(stream: &'a CudaStream, mut cudarc: SyncOnDrop<'a>) -> GuardKind<'a> {
-    match take_event(&mut cudarc) {
-        Some(GuardKind::Event(event, s)) => GuardKind::PinnedSlice(event, s),
-        Some(kind) => kind,
+    match &mut cudarc {
+        SyncOnDrop::Record(target) if target.is_some() => {
+            let (event, s) = target.take().expect("checked just above");
+            GuardKind::PinnedSlice(event, s)
+        }
         // Not what cudarc returns for pinned memory; synchronizing is always safe. (Made
         // lazily: a `SyncOnDrop::Sync` synchronizes the stream when dropped, even unused.)
-        None => GuardKind::Cudarc(SyncOnDrop::sync_stream(stream)),
+        _ => GuardKind::Cudarc(SyncOnDrop::sync_stream(stream)),
     }
 }
 
@@ -828,13 +830,13 @@ fn slice_used(event: &CudaEvent, stream: &CudaStream) {
     let _t = SLICE_RECORDS_LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     stream.context().record_err(stream.wait(event));
     #[cfg(test)]
-    SLICE_LATE_WAITS.fetch_add(1, Ordering::SeqCst);
+    SLICE_WAITS.fetch_add(1, Ordering::SeqCst);
     stream.context().record_err(event.record(stream));
 }
 
-/// Waits [`slice_used`] made for an overlapping use (unit tests).
+/// Waits [`slice_used`] made, one per cudarc pinned slice per call (unit tests).
 #[cfg(test)]
-pub(crate) static SLICE_LATE_WAITS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static SLICE_WAITS: AtomicU64 = AtomicU64::new(0);
 
 /// The guard of a device buffer from cudarc's: its event if it has one, else nothing (cudarc's
 /// guard records nothing either: the buffer was allocated with event tracking off).

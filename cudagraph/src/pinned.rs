@@ -266,7 +266,7 @@ mod review31 {
     use cudarc::driver::{CudaStream, PinnedHostSlice};
     use std::sync::Arc;
 
-    /// The cudarc-slice tests count `SLICE_LATE_WAITS`, the process's: one at a time.
+    /// The cudarc-slice tests count `SLICE_WAITS`, the process's: one at a time.
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     /// Two streams of device 0's context and a cudarc pinned slice of 16 elements.
@@ -315,7 +315,7 @@ mod review31 {
     fn a_cudarc_pinned_slice_use_recorded_after_an_overlapping_one_waits_for_it_first() {
         let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let (a, b, p) = slice_on_two_streams();
-        let waits = || crate::operand::SLICE_LATE_WAITS.load(core::sync::atomic::Ordering::SeqCst);
+        let waits = || crate::operand::SLICE_WAITS.load(core::sync::atomic::Ordering::SeqCst);
         let w0 = waits();
         let (_, g1) = p.acquire(&a);
         let (_, g2) = p.acquire(&b);
@@ -340,7 +340,7 @@ mod review31 {
         let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let (a, b, p) = slice_on_two_streams();
         let mut d = b.alloc_zeros::<u32>(16).expect("device");
-        let waits = || crate::operand::SLICE_LATE_WAITS.load(core::sync::atomic::Ordering::SeqCst);
+        let waits = || crate::operand::SLICE_WAITS.load(core::sync::atomic::Ordering::SeqCst);
         let w0 = waits();
         let (_, g1) = p.acquire(&a);
         // Plain cudarc, safe: `b` waits for the event, copies, records the event on `b`.
