@@ -429,6 +429,12 @@ pub struct GraphCache<D: Driver = Cuda> {
     recent_next: usize,
     /// Whether this call's words are among [`Self::recent`] (set by [`Self::unchanged`]).
     packed_seen: bool,
+    /// After a memo hit: the exec (index and serial) that followed the exec just launched the
+    /// last time it ran ([`Variant::followed_by`]), whose words the next `graph!` call's are
+    /// compared with in place ([`Self::words`]). Buffer sets taking turns in a fixed order
+    /// (ping-pong, a cycle of a few) then find their exec without packing the call's words and
+    /// searching for them.
+    guess: Option<(usize, u64)>,
     /// The recordings kept for the keyed `capture` statements of call site `recordings_site`,
     /// by node index ([`Self::set_recordings_per_capture`]).
     recordings: Vec<Option<crate::kind::captured::Recordings>>,
@@ -460,6 +466,9 @@ pub struct GraphCache<D: Driver = Cuda> {
     no_clean: bool,
     #[cfg(test)]
     clean_seen: u64,
+    /// Tests: memo hits found by [`Self::guess`] (words compared in place).
+    #[cfg(test)]
+    guessed: u64,
     /// A number no other cache has: the [`CallWords`] it makes name it.
     id: u64,
 }
@@ -496,6 +505,10 @@ struct Variant {
     /// A number no other variant has (its index changes as variants are removed): the
     /// [`CallWords`] compared with its words name it.
     serial: u64,
+    /// The exec of the same variant (index and serial) a memo hit launched right after this
+    /// one last time: the guess for the call after this exec's next launch
+    /// ([`GraphCache::guess`]).
+    followed_by: Option<(usize, u64)>,
     /// The [`NodeParams::pack`] words of the last call that brought the exec up to date, when
     /// every node of it packed; empty otherwise, and emptied before any change to the exec, so
     /// that a call equal to it needs nothing sent.
@@ -1582,6 +1595,7 @@ impl<D: Driver> GraphCache<D> {
             recent: [0; 4],
             recent_next: 0,
             packed_seen: false,
+            guess: None,
             recordings: Vec::new(),
             recordings_site: None,
             plan_captures: None,
@@ -1596,6 +1610,8 @@ impl<D: Driver> GraphCache<D> {
             no_clean: false,
             #[cfg(test)]
             clean_seen: 0,
+            #[cfg(test)]
+            guessed: 0,
             id: crate::operand::next_id(),
             recordings_per_capture: GraphCache::DEFAULT_RECORDINGS_PER_CAPTURE,
         }
@@ -1931,9 +1947,10 @@ impl<D: Driver> GraphCache<D> {
                 .variants
                 .iter()
                 .position(|w| !w.pack.is_empty() && w.pack == *packed && v.same_variant(w));
-            if twin.is_some() {
+            if let Some(t) = twin {
                 self.packed_ok = false;
                 self.stats.memo_hits += 1;
+                self.guess_after(found, t);
                 return twin;
             }
         }
@@ -1980,8 +1997,15 @@ impl<D: Driver> GraphCache<D> {
             guards_same: false,
             items,
         };
+        let guess = self.guess.take();
         if ok && self.site.is_some_and(|s| s.same(Site::Plan(plan))) {
-            let last = (0..self.variants.len()).max_by_key(|&i| self.variants[i].last_use);
+            // The exec a memo hit expects next (its words kept), else the last one launched.
+            let guessed = guess.filter(|&(i, serial)| {
+                self.variants.get(i).is_some_and(|v| v.serial == serial && !v.pack.is_empty())
+            });
+            let last = guessed
+                .map(|(i, _)| i)
+                .or_else(|| (0..self.variants.len()).max_by_key(|&i| self.variants[i].last_use));
             if let Some(i) = last {
                 w.last = core::mem::take(&mut self.variants[i].pack);
                 // Variants are at most `max_variants` (a `usize`, but a `u32` index does for
@@ -2104,10 +2128,29 @@ impl<D: Driver> GraphCache<D> {
                 self.packed = out;
                 return None;
             };
-            if found == Some(i) && pos == self.variants[i].pack.len() {
-                self.packed = out;
-                self.present_nodes = present;
-                return Some(i);
+            if pos == self.variants[i].pack.len() {
+                if found == Some(i) {
+                    self.packed = out;
+                    self.present_nodes = present;
+                    return Some(i);
+                }
+                // Equal to another exec of the found variant (the one `words` guessed): the
+                // memo hit `settle` would find, without copying and searching the words.
+                if self.execs_per_variant > 1
+                    && found.is_some_and(|f| self.variants[f].same_variant(&self.variants[i]))
+                {
+                    self.packed = out;
+                    self.present_nodes = present;
+                    self.packed_ok = false;
+                    self.packed_seen = false;
+                    self.stats.memo_hits += 1;
+                    #[cfg(test)]
+                    {
+                        self.guessed += 1;
+                    }
+                    self.guess_after(found, i);
+                    return Some(i);
+                }
             }
             out.clear();
             out.extend_from_slice(&self.variants[i].pack[..pos]);
@@ -2122,6 +2165,16 @@ impl<D: Driver> GraphCache<D> {
             self.packed_seen = false;
         }
         same
+    }
+
+    /// After a memo hit on exec `to` (of the variant whose exec used last was `from`): notes
+    /// that `to` followed `from`, and guesses ([`Self::guess`]) that the exec which followed
+    /// `to` last time comes next.
+    fn guess_after(&mut self, from: Option<usize>, to: usize) {
+        if let Some(f) = from.filter(|&f| f != to) {
+            self.variants[f].followed_by = Some((to, self.variants[to].serial));
+        }
+        self.guess = self.variants[to].followed_by;
     }
 
     /// The cached variant of this call's key, context, edge kinds and builder signature: of
@@ -2401,6 +2454,7 @@ impl<D: Driver> GraphCache<D> {
             last_use: self.clock,
             hits: 0,
             serial: crate::operand::next_id(),
+            followed_by: None,
             pack: Vec::new(),
             items: Vec::new(),
             items_of: 0,

@@ -2565,6 +2565,74 @@ pub(super) fn run_words_kernels(
     cache.run_validated(call, (CTX, None), STREAM, &mut nodes, same)
 }
 
+/// Buffer sets taking turns on a 4-kernel `graph!` call with three execs per variant:
+/// ping-pong, a cycle of three, sets repeated, and orders the guess gets wrong. After the first
+/// rounds every call launches the exec holding its set's parameters (the tracking mock's
+/// launched exec) and sends nothing: a set that differs from the last call's is a memo hit, one
+/// equal to it an unchanged call. In ping-pong and the cycle, each exec is followed by the
+/// same one every time, so their memo hits are found by the guess (words compared in place
+/// with the exec that followed last time), all but the first turn after the order changed.
+#[test]
+fn buffer_sets_taking_turns_launch_their_execs_whatever_the_order() {
+    let plan = kernel_plan(4);
+    let (mock, mut cache) = walk_cache(false, 3, 8);
+    mock.track();
+    let set = |j: u64| -> Vec<K> {
+        (0..4).map(|i| wk(i, 1, 0xa000 + 0x1000 * j + 0x100 * i as u64)).collect()
+    };
+    let call = |cache: &mut GraphCache<Mock>, j: u64| {
+        let ks = set(j);
+        let refs: Vec<&K> = ks.iter().collect();
+        let guards: Vec<(u64, u64)> = ks.iter().map(|k| (k.ptr, 4)).collect();
+        run_words_kernels(cache, plan, &refs, &guards, None).expect("a call");
+        let want: Vec<Vec<Vec<u8>>> = ks
+            .iter()
+            .map(|k| vec![k.scalar.to_ne_bytes().to_vec(), k.ptr.to_ne_bytes().to_vec()])
+            .collect();
+        assert_eq!(mock.launched_kernels(), want, "set {j}: the exec launched");
+    };
+    // First rounds: each set comes back, so each gets an exec.
+    for j in [0, 1, 0, 1, 2, 0, 1, 2, 0, 1, 2] {
+        call(&mut cache, j);
+    }
+    assert_eq!(cache.len(), 3, "{:?}", cache.stats());
+    mock.take_set_args();
+    let phases: [(&str, &[u64], bool); 4] = [
+        ("ping-pong", &[0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1], true),
+        ("cycle of three", &[2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1], true),
+        ("sets repeated", &[1, 1, 2, 2, 0, 0, 2, 2, 1, 1], false),
+        ("guess wrong", &[2, 1, 2, 0, 2, 1, 0, 1, 1, 2], false),
+    ];
+    let mut prev = 2;
+    for (name, order, all_guessed) in phases {
+        let (before, guessed) = (cache.stats(), cache.guessed);
+        let changes = order
+            .iter()
+            .scan(prev, |p, &j| {
+                let changed = *p != j;
+                *p = j;
+                Some(u64::from(changed))
+            })
+            .sum::<u64>();
+        for &j in order {
+            call(&mut cache, j);
+        }
+        prev = *order.last().expect("an order");
+        let s = cache.stats();
+        let n = order.len() as u64;
+        assert_eq!(s.memo_hits - before.memo_hits, changes, "{name}: memo hits, {s:?}");
+        assert_eq!(s.unchanged_calls - before.unchanged_calls, n, "{name}: {s:?}");
+        assert_eq!(s.node_updates, before.node_updates, "{name}: nothing set, {s:?}");
+        assert_eq!(s.instantiations, before.instantiations, "{name}: nothing built, {s:?}");
+        assert!(mock.take_set_args().is_empty(), "{name}: no set-params");
+        if all_guessed {
+            let found = cache.guessed - guessed;
+            assert!(found + 1 >= changes && found <= changes, "{name}: {found} guessed");
+        }
+    }
+    assert!(cache.guessed > 0);
+}
+
 /// Kernel `i` of a [`kernel_plan`] call of [`run_words_kernels`]: writing its place `i + 1`.
 pub(super) fn wk(i: usize, scalar: u32, ptr: u64) -> K {
     K { tag: crate::operand::tag(WORDS_CALL, i as u32 + 1), ..k(scalar, ptr) }
