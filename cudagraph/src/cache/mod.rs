@@ -1416,6 +1416,9 @@ impl<D: Driver> GraphCache<D> {
     /// while the variant has fewer than `n` and the cache has room within its variant bound (an
     /// exec never evicts another for this); otherwise the least recently used of them is
     /// updated in place, as before. Parameters that never repeat (a time step) build nothing.
+    /// Each exec remembers the exec a memo hit launched after it; a `graph!` call's words are
+    /// compared first with that one's, so buffer sets taking turns in a fixed order find their
+    /// exec with one comparison.
     /// Ping-pong buffers cost one update and one build in their first round, then nothing. Each exec holds its kernel nodes' device memory for parameters (a few hundred
     /// bytes per node) and counts against [`Self::with_max_variants`]'s bound.
     pub fn set_execs_per_variant(&mut self, n: usize) {
