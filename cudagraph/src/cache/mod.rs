@@ -31,6 +31,8 @@ mod review12;
 #[cfg(test)]
 mod review16;
 #[cfg(test)]
+mod review32;
+#[cfg(test)]
 mod review_unchanged;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -332,7 +332,7 @@ pub(super) struct K {
     grid: u32,
     pub(super) scalar: u32,
     pub(super) ptr: u64,
-    ctx: CUcontext,
+    pub(super) ctx: CUcontext,
     /// The pointer's handle tag (see `check_accesses`).
     tag: u64,
     /// Declared `#[programmatic]`.

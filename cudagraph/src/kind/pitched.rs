@@ -534,4 +534,83 @@ mod tests {
         assert_eq!((p.dstHost as usize, p.dstDevice, p.dstY), (0x5000 + 3 * 44, 0, 0));
         assert_eq!((p.srcDevice, p.srcHost as usize), (0x1000 + 2 * 28, 0));
     }
+
+    /// Review 32: any rows that validate stay inside both buffers, byte for byte, as the
+    /// driver reads the node's parameters (`first` folded into the address, `Y` 0), and the
+    /// eager copy between devices (one `cuMemcpyAsync` per row) copies the same rows. Lengths,
+    /// pitches and first rows up to near `usize::MAX` (a buffer's bytes fit in an `isize`):
+    /// nothing that validates overflows (debug builds would panic) or reaches outside.
+    fn any_size() -> impl proptest::strategy::Strategy<Value = usize> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => 0..9usize,
+            1 => prop::sample::select(vec![
+                usize::MAX,
+                usize::MAX / 2,
+                usize::MAX / 4 + 1,
+                usize::MAX / 8,
+                1 << 40,
+                (1 << 40) + 1,
+            ]),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4000))]
+        #[test]
+        fn rows_that_validate_stay_inside_both_buffers(
+            (width, height) in (any_size(), any_size()),
+            (sp, sf, dp, df) in (any_size(), any_size(), any_size(), any_size()),
+            (src_len, dst_len) in (0..80usize, 0..80usize),
+            big in proptest::prelude::any::<bool>(),
+            es in proptest::sample::select(vec![1usize, 2, 4, 8]),
+            (src_host, dst_host) in (proptest::prelude::any::<bool>(), proptest::prelude::any::<bool>()),
+        ) {
+            // Large buffers too (their bytes still fit in an `isize`).
+            let scale = |l: usize| if big { (isize::MAX as usize / es).saturating_sub(l) } else { l };
+            let (src_len, dst_len) = (scale(src_len), scale(dst_len));
+            let (sb, db) = (0x1000_0000u64, 0x9000_0000u64);
+            let side = |host: bool, at: u64| {
+                if host { Memory::Host(at as usize as *const core::ffi::c_void) } else { Memory::Device(at) }
+            };
+            let base = Copy1d {
+                src: side(src_host, sb),
+                dst: side(dst_host, db),
+                src_len,
+                dst_len,
+                elem_size: es,
+                src_ctx: core::ptr::null_mut(),
+                dst_ctx: core::ptr::null_mut(),
+                host_buffer: 0,
+            };
+            let c = Copy2d {
+                base,
+                src_rows: Rows::new(width, height, sp).from_row(sf),
+                dst_rows: Rows::new(width, height, dp).from_row(df),
+            };
+            let params = Copy2dParams::recorded(c);
+            let site = || NodeSite { label: "copy_2d", text: "", file: "", line: 1, column: 1 };
+            if <Memcpy2d as NodeKind>::validate(&&params, None, &site).is_err() {
+                return Ok(());
+            }
+            let p = memcpy2d(&c);
+            proptest::prop_assert_eq!((p.srcY, p.dstY, p.srcXInBytes, p.dstXInBytes), (0, 0, 0, 0));
+            proptest::prop_assert_eq!((p.Depth, p.Height), (1, height));
+            let addr = |host: bool, h: *const core::ffi::c_void, d: u64| if host { h as u64 } else { d };
+            let sides = [
+                (addr(src_host, p.srcHost, p.srcDevice), p.srcPitch, sb, src_len, c.src_rows),
+                (addr(dst_host, p.dstHost.cast_const(), p.dstDevice), p.dstPitch, db, dst_len, c.dst_rows),
+            ];
+            for (at, pitch, b, len, rows) in sides {
+                // The last row's end, in bytes from the buffer's start (u128: no overflow here).
+                let first = u128::from(at) - u128::from(b);
+                let end = first + (height as u128 - 1) * pitch as u128 + p.WidthInBytes as u128;
+                proptest::prop_assert!(u128::from(at) >= u128::from(b));
+                proptest::prop_assert!(end <= (len * es) as u128, "{rows:?} ends at byte {end} of {}", len * es);
+                proptest::prop_assert_eq!(first, (rows.first as u128) * (rows.pitch * es) as u128);
+                proptest::prop_assert_eq!(pitch, rows.pitch * es);
+            }
+            proptest::prop_assert_eq!(p.WidthInBytes, width * es);
+        }
+    }
 }
