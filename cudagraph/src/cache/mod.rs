@@ -2140,9 +2140,15 @@ impl<D: Driver> GraphCache<D> {
                     return Some(i);
                 }
                 // Equal to another exec of the found variant (the one `words` guessed): the
-                // memo hit `settle` would find, without copying and searching the words.
+                // memo hit `settle` would find, without copying and searching the words. Unless
+                // the found exec holds the same words (execs updated while memo hits were off,
+                // `set_execs_per_variant(1)`, can hold equal ones): then, as `settle` does, it is
+                // an unchanged call of the found exec, with no switch of exec.
                 if self.execs_per_variant > 1
-                    && found.is_some_and(|f| self.variants[f].same_variant(&self.variants[i]))
+                    && found.is_some_and(|f| {
+                        let (v, g) = (&self.variants[f], &self.variants[i]);
+                        v.same_variant(g) && v.pack != g.pack
+                    })
                 {
                     self.packed = out;
                     self.present_nodes = present;

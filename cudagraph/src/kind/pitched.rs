@@ -204,10 +204,11 @@ fn memcpy2d(c: &Copy2d) -> sys::CUDA_MEMCPY3D {
     p.srcHeight = c.src_rows.height;
     p.dstHeight = c.dst_rows.height;
     // The first rows are folded into each side's address, not given as `srcY`/`dstY`: the
-    // driver refused (`CUDA_ERROR_INVALID_VALUE` from `cuGraphAddNode_v2`, H200, driver 580)
-    // a node of several rows whose `dstY` was not 0, while `Y = 0` and one-row copies of any
-    // `Y` were accepted. `Y = 0` with the address moved by `first * pitch` copies the same
-    // bytes.
+    // driver refuses (`CUDA_ERROR_INVALID_VALUE`, from `cuGraphAddNode_v2` and from
+    // `cuMemcpy3DAsync` alike) a side whose `Y + Height` exceeds its `srcHeight`/`dstHeight`
+    // when that is not 0, one row or several, host or device memory (H200, driver 580,
+    // `examples/probes/memcpy2d_rows.cu`, 2026-12-05). `Y = 0` with the address moved by
+    // `first * pitch` copies the same bytes, and was accepted in every case there.
     let (src_at, dst_at) = (c.src_rows.offset() * es, c.dst_rows.offset() * es);
     advance(&mut p.srcHost, &mut p.srcDevice, p.srcMemoryType, src_at);
     let mut dst_host = p.dstHost.cast_const();
