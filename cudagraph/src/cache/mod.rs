@@ -1953,9 +1953,7 @@ impl<D: Driver> GraphCache<D> {
                 .iter()
                 .position(|w| !w.pack.is_empty() && w.pack == *packed && v.same_variant(w));
             if let Some(t) = twin {
-                self.packed_ok = false;
-                self.stats.memo_hits += 1;
-                self.guess_after(found, t);
+                self.memo_hit(found, t, present);
                 return twin;
             }
         }
@@ -2151,15 +2149,11 @@ impl<D: Driver> GraphCache<D> {
                     })
                 {
                     self.packed = out;
-                    self.present_nodes = present;
-                    self.packed_ok = false;
-                    self.packed_seen = false;
-                    self.stats.memo_hits += 1;
                     #[cfg(test)]
                     {
                         self.guessed += 1;
                     }
-                    self.guess_after(found, i);
+                    self.memo_hit(found, i, present);
                     return Some(i);
                 }
             }
@@ -2176,6 +2170,17 @@ impl<D: Driver> GraphCache<D> {
             self.packed_seen = false;
         }
         same
+    }
+
+    /// A call whose `present` packed nodes equal exec `to`'s, another exec of the variant whose
+    /// exec used last was `from` (found by [`Self::settle`]'s search or by [`Self::guess`]):
+    /// counted, nothing to pack or hash, and the next guess made ([`Self::guess_after`]).
+    fn memo_hit(&mut self, from: Option<usize>, to: usize, present: u64) {
+        self.present_nodes = present;
+        self.packed_ok = false;
+        self.packed_seen = false;
+        self.stats.memo_hits += 1;
+        self.guess_after(from, to);
     }
 
     /// After a memo hit on exec `to` (of the variant whose exec used last was `from`): notes
