@@ -1970,7 +1970,7 @@ mod tests {
             steps in proptest::collection::vec(walk_step(), 1..30),
         ) {
             use crate::cache::tests::{kernel_plan, refuse, run_kernels, run_words_kernels};
-            use crate::cache::tests::{same_as_full_walk, walk_cache, wk};
+            use crate::cache::tests::{kernel_args, same_as_full_walk, walk_cache, wk};
             use proptest::prelude::*;
             let (ma, mut a) = walk_cache(false, execs, max);
             let (mb, mut b) = walk_cache(true, execs, max);
@@ -2023,7 +2023,7 @@ mod tests {
                                 r.map_err(|e| e.to_string())
                             };
                             let (ra, rb) = (go(&mut a), go(&mut b));
-                            let want = ks.iter().map(|k| vec![k.scalar.to_ne_bytes().to_vec(), k.ptr.to_ne_bytes().to_vec()]).collect();
+                            let want = kernel_args(&ks);
                             (ra, rb, want)
                         }
                         None => {

@@ -6,7 +6,7 @@
 //! After every call that launched (or uploaded), the exec the mock launched holds this call's
 //! parameters; and a cache that guesses does exactly what one that never guesses does (the
 //! same results, driver calls and counters): the guess only spares packing and searching.
-use super::tests::{CTX, K, Mock, STREAM, kernel_plan, walk_cache, wk};
+use super::tests::{CTX, K, Mock, STREAM, kernel_args, kernel_plan, walk_cache, wk};
 use super::{GraphCache, GraphCall, Mode, Site};
 use crate::error::Result;
 use crate::kind::{KernelNode, NodeParams};
@@ -117,11 +117,6 @@ fn call_words(
     Some(r)
 }
 
-/// The arguments (scalar, pointer) of each kernel, as the mock reads an exec's.
-fn args(ks: &[K]) -> Vec<Vec<Vec<u8>>> {
-    ks.iter().map(|k| vec![k.scalar.to_ne_bytes().to_vec(), k.ptr.to_ne_bytes().to_vec()]).collect()
-}
-
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(400))]
     /// See the module's doc. Cache `a` guesses; `b` has its guess taken away before every
@@ -160,8 +155,8 @@ proptest::proptest! {
                 let rb = call_words(&mut b, plan, (key, ctx), &ks, None).map(|r| r.map_err(|e| e.to_string()));
                 proptest::prop_assert_eq!(&ra, &rb, "{}", what);
                 if let Some(Ok(())) = ra {
-                    proptest::prop_assert_eq!(ma.launched_kernels(), args(&ks), "{}: a launched", what);
-                    proptest::prop_assert_eq!(mb.launched_kernels(), args(&ks), "{}: b launched", what);
+                    proptest::prop_assert_eq!(ma.launched_kernels(), kernel_args(&ks), "{}: a launched", what);
+                    proptest::prop_assert_eq!(mb.launched_kernels(), kernel_args(&ks), "{}: b launched", what);
                 }
                 if !lost {
                     proptest::prop_assert_eq!(ma.calls(), mb.calls(), "{}: driver calls", what);
@@ -201,7 +196,7 @@ proptest::proptest! {
                         let rb = b.run_raw(other, 0, (CTX, None), STREAM, &list).map_err(|e| e.to_string());
                         proptest::prop_assert_eq!(&ra, &rb, "{}", what);
                         if ra.is_ok() {
-                            proptest::prop_assert_eq!(ma.launched_kernels(), args(&ks), "{}", what);
+                            proptest::prop_assert_eq!(ma.launched_kernels(), kernel_args(&ks), "{}", what);
                         }
                     }
                 }

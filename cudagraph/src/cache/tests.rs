@@ -2378,11 +2378,7 @@ proptest::proptest! {
             let what = format!("step {i} {s:?} words {words}");
             same_as_full_walk(&what, (&ra, &rb), (&ma, &a), (&mb, &b))?;
             if ra.is_ok() {
-                let want: Vec<Vec<Vec<u8>>> = ks
-                    .iter()
-                    .map(|k| vec![k.scalar.to_ne_bytes().to_vec(), k.ptr.to_ne_bytes().to_vec()])
-                    .collect();
-                proptest::prop_assert_eq!(ma.launched_kernels(), want, "{}: the exec launched", what);
+                proptest::prop_assert_eq!(ma.launched_kernels(), kernel_args(&ks), "{}: the exec launched", what);
             }
         }
         proptest::prop_assert_eq!(b.clean_seen, 0);
@@ -2585,11 +2581,7 @@ fn buffer_sets_taking_turns_launch_their_execs_whatever_the_order() {
         let refs: Vec<&K> = ks.iter().collect();
         let guards: Vec<(u64, u64)> = ks.iter().map(|k| (k.ptr, 4)).collect();
         run_words_kernels(cache, plan, &refs, &guards, None).expect("a call");
-        let want: Vec<Vec<Vec<u8>>> = ks
-            .iter()
-            .map(|k| vec![k.scalar.to_ne_bytes().to_vec(), k.ptr.to_ne_bytes().to_vec()])
-            .collect();
-        assert_eq!(mock.launched_kernels(), want, "set {j}: the exec launched");
+        assert_eq!(mock.launched_kernels(), kernel_args(&ks), "set {j}: the exec launched");
     };
     // First rounds: each set comes back, so each gets an exec.
     for j in [0, 1, 0, 1, 2, 0, 1, 2, 0, 1, 2] {
@@ -2636,6 +2628,12 @@ fn buffer_sets_taking_turns_launch_their_execs_whatever_the_order() {
 /// Kernel `i` of a [`kernel_plan`] call of [`run_words_kernels`]: writing its place `i + 1`.
 pub(super) fn wk(i: usize, scalar: u32, ptr: u64) -> K {
     K { tag: crate::operand::tag(WORDS_CALL, i as u32 + 1), ..k(scalar, ptr) }
+}
+
+/// The arguments (scalar, pointer) of each of `ks`, as [`Mock::launched_kernels`] reads an
+/// exec's: what the exec launched for a call of `ks` must hold.
+pub(super) fn kernel_args(ks: &[K]) -> Vec<Vec<Vec<u8>>> {
+    ks.iter().map(|k| vec![k.scalar.to_ne_bytes().to_vec(), k.ptr.to_ne_bytes().to_vec()]).collect()
 }
 
 #[test]
