@@ -1075,7 +1075,7 @@ unsafe impl<T: DeviceRepr + NoUninit> KernelArg for T {
 /// type of the user's holding a handle passes as a scalar.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a scalar kernel argument",
-    label = "not a plain value",
+    label = "not a plain value (a buffer is an argument `&buf` or `&mut buf`, a parameter `&[T]` or `&mut [T]`)",
     note = "scalar kernel parameters take plain values (`DeviceRepr` + `bytemuck::NoUninit`: numbers, `#[derive(NoUninit)]` structs); buffers are passed as `&buf` (read) or `&mut buf` (written) so that the graph orders and checks them"
 )]
 pub trait Scalar: sealed::SealedScalar {
@@ -1084,7 +1084,11 @@ pub trait Scalar: sealed::SealedScalar {
     /// The value itself.
     fn value(self) -> Self::Value;
 }
+// Not listed in errors (`do_not_recommend`): a refused argument then reports `Scalar`'s own
+// message, not `bytemuck::Pod`'s and its list of implementing types.
+#[diagnostic::do_not_recommend]
 impl<T: NoUninit> sealed::SealedScalar for T {}
+#[diagnostic::do_not_recommend]
 impl<T: NoUninit> Scalar for T {
     type Value = T;
     #[inline(always)]

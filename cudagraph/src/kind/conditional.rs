@@ -71,7 +71,10 @@ impl Condition {
     }
 }
 
+// Not listed in errors: `Scalar`'s message says what a scalar argument takes.
+#[diagnostic::do_not_recommend]
 impl crate::operand::sealed::SealedScalar for Condition {}
+#[diagnostic::do_not_recommend]
 impl Scalar for Condition {
     type Value = Condition;
     fn value(self) -> Condition {
