@@ -1,0 +1,100 @@
+//! Review 33 (brief 1, safe code only), a fresh reviewer. Focus: readback nodes, lazily made
+//! node runs, builder words, memoized execs with the guessed next exec, pinned host buffers and
+//! their guards, 2-D copies; then the closures.
+//!
+//! Every GPU result is compared exactly (integers) with what running the statements in order
+//! on one stream gives; a slow kernel (`slow_iota`, `SPINS = 1 << 20`, a few milliseconds on an
+//! H200) keeps a stream busy where ordering is what could break, and nothing synchronizes
+//! before the step under attack.
+//!
+//! **Found (hole, open): a `PinnedBuffer` whose own stream is a per-thread default stream,
+//! moved to another thread.** `PinnedState::order` skips the wait for the buffer's event when
+//! every use since the host last waited was on the buffer's own stream and this one is too,
+//! comparing `CudaStream` objects (`core::ptr::eq`). cudarc's `per_thread_stream()` is one
+//! object whose handle, `CU_STREAM_PER_THREAD`, names the calling thread's per-thread default
+//! stream: the same object used on two threads is two streams. `PinnedBuffer` and
+//! `Arc<CudaStream>` are `Send`: a use on thread 1 (queued behind a slow kernel), then the
+//! buffer moved to thread 2 and used there through the same stream object, is not ordered
+//! after thread 1's use, and `as_slice` on thread 2 waits for thread 2's record only, so the
+//! host holds a `&[u32]` of memory that thread 1's copy writes afterwards (a data race with
+//! the device; the slice's contents change under a shared borrow). Unit test (stub driver):
+//! `pinned::review33::a_use_through_a_per_thread_stream_object_on_another_thread_waits_for_the_event`
+//! (fails now). Test 1 below shows the wrong data on a GPU.
+//!
+//! Not run on a GPU (none was lent to this review). On the CPU stub driver
+//! (`REVIEW17_STUB=1`, `LD_LIBRARY_PATH` at the stub libraries) the tests run their host side;
+//! their data checks need a GPU.
+
+#![allow(clippy::borrow_deref_ref)] // `graph!` operands are places marked `&`: `&*x`
+
+mod common;
+
+use common::review17::stub;
+use common::{Result, gpu, serial};
+use cudagraph::cudarc::driver::LaunchConfig;
+use cudagraph::{GraphCache, PinnedBuffer, graph};
+
+const SPINS: u32 = 1 << 20;
+/// Elements of the pinned buffer (a small copy: a readback node, and a memcpy node in round 1).
+const SMALL: u32 = 64;
+
+/// Test 1 (hole, open): thread 1 runs `slow_iota` into `a` then copies `a` into `pb` on its
+/// per-thread default stream; `pb` and the stream object move to thread 2, which copies
+/// `sevens` into `pb` on its own per-thread default stream, through the same object, and reads
+/// `pb`. In statement order the last copy wins: `pb` is all 7 when read, and stays so. With the
+/// hole, thread 2's copy is not ordered after thread 1's, `as_slice` returns at once with the
+/// 7s, and thread 1's copy then overwrites them under the host's `&[u32]`.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn review33_a_pinned_buffer_on_a_per_thread_stream_moved_to_another_thread() -> Result {
+    let _serial = serial();
+    let (ctx, side, k) = gpu()?;
+    for round in 0..2u32 {
+        // Round 1: a copy above the readback bound (a memcpy node), the same ordering.
+        let n = if round == 0 { SMALL } else { 2048 };
+        let len = n as usize;
+        let s = ctx.per_thread_stream();
+        let mut pb = PinnedBuffer::<u32>::zeros(&s, len)?;
+        let mut a = s.alloc_zeros::<u32>(len)?;
+        // Made on another stream and finished before anything else runs.
+        let sevens = side.clone_htod(&vec![7u32; len])?;
+        side.synchronize()?;
+        s.synchronize()?;
+        let mut c1 = GraphCache::new();
+        // Thread 1 (this one): a slow kernel, then `a` into `pb`.
+        graph!(&mut c1, &s, {
+            k.slow_iota(n, SPINS, 1, 0, &mut a).launch(LaunchConfig::for_num_elems(n));
+            copy(&a, &mut pb);
+        })?;
+        // Thread 2: `sevens` into `pb` through the same stream object, then read it twice.
+        let (first, second) = std::thread::scope(|sc| {
+            let (s, sevens) = (&s, &sevens);
+            sc.spawn(move || -> Result<(Vec<u32>, Vec<u32>)> {
+                let mut pb = pb;
+                let mut c2 = GraphCache::new();
+                graph!(&mut c2, s, {
+                    copy(&*sevens, &mut pb);
+                })?;
+                let view = pb.as_slice()?;
+                let first = view.to_vec();
+                // Long enough for thread 1's slow kernel and copy to finish.
+                std::thread::sleep(std::time::Duration::from_millis(500));
+                let second = view.to_vec();
+                Ok((first, second))
+            })
+            .join()
+            .expect("thread 2")
+        })?;
+        ctx.synchronize()?;
+        if !stub() {
+            let want = vec![7u32; len];
+            assert_eq!(first, want, "round {round}: pb as thread 2 read it first");
+            assert_eq!(
+                second, want,
+                "round {round}: the same `&[u32]` read 500 ms later: thread 1's copy wrote it \
+                 after `as_slice` returned (its use was not waited for)"
+            );
+        }
+    }
+    Ok(())
+}
