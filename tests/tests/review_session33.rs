@@ -98,3 +98,52 @@ fn review33_a_pinned_buffer_on_a_per_thread_stream_moved_to_another_thread() -> 
     }
     Ok(())
 }
+
+/// Test 2 (hole of the crate's ordering claim; the same root as cudarc's own race): SAFETY.md
+/// paragraph 5 says the ledger orders every graph use of a buffer after every earlier graph
+/// use "on any stream, whatever cudarc's stream mode is". A context object that made no stream
+/// of its own (`new_stream`) manages no synchronization in cudarc, so its buffers have no
+/// events and the ledger is the only order. The ledger skips a buffer whose own stream is the
+/// call's, compared as objects (`core::ptr::eq`, `ledger.rs` and `Guard::foreign_to`): a
+/// buffer made on `per_thread_stream()` and written by graphs on two threads through that one
+/// object is written by two streams, unordered. Thread 1 writes `d` slowly, thread 2 then writes
+/// it quickly and reads it: in statement order thread 2's values are what `d` holds.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn review33_graph_writes_on_two_threads_per_thread_streams_through_one_object() -> Result {
+    let _serial = serial();
+    assert!(cudagraph::driver_available(), "no CUDA driver");
+    const N: u32 = 1 << 16;
+    let c = LaunchConfig::for_num_elems(N);
+    // Another context object of device 0 that makes no stream: cudarc tracks nothing for it.
+    let quiet = cudagraph::cudarc::driver::CudaContext::new(0)?;
+    let k = common::load(&quiet)?;
+    assert!(!quiet.is_managing_stream_synchronization());
+    let s = quiet.per_thread_stream();
+    let mut d = s.alloc_zeros::<u32>(N as usize)?;
+    s.synchronize()?;
+    let mut c1 = GraphCache::new();
+    graph!(&mut c1, &s, {
+        k.slow_iota(N, SPINS, 1, 0, &mut d).launch(c);
+    })?;
+    let got = std::thread::scope(|sc| {
+        let (s, k, d) = (&s, &k, &mut d);
+        sc.spawn(move || -> Result<Vec<u32>> {
+            let mut c2 = GraphCache::new();
+            graph!(&mut c2, s, {
+                k.iota(N, 3, 5, &mut *d).launch(c);
+            })?;
+            s.synchronize()?;
+            // Long enough for thread 1's slow kernel to finish too.
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            Ok(s.clone_dtoh(&*d)?)
+        })
+        .join()
+        .expect("thread 2")
+    })?;
+    quiet.synchronize()?;
+    if !stub() {
+        common::assert_same(&got, &common::host::iota(N, 3, 5), "d after thread 2's write");
+    }
+    Ok(())
+}
