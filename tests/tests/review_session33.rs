@@ -31,8 +31,10 @@ mod common;
 
 use common::review17::stub;
 use common::{Result, gpu, serial};
-use cudagraph::cudarc::driver::LaunchConfig;
-use cudagraph::{GraphCache, PinnedBuffer, graph};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use cudagraph::cudarc::driver::{CudaContext, LaunchConfig};
+use cudagraph::{Error, GraphCache, Mode, PinnedBuffer, graph};
 
 const SPINS: u32 = 1 << 20;
 /// Elements of the pinned buffer (a small copy: a readback node, and a memcpy node in round 1).
@@ -145,5 +147,71 @@ fn review33_graph_writes_on_two_threads_per_thread_streams_through_one_object() 
     if !stub() {
         common::assert_same(&got, &common::host::iota(N, 3, 5), "d after thread 2's write");
     }
+    Ok(())
+}
+
+/// Test 3 (hole, open): a pinned host operand of another context than the call's, listed in a
+/// `capture` statement. Its acquisition gives a null address with the buffer's length
+/// (`PinnedBuffer::use_on`, and cudarc's `PinnedHostSlice` in `operand.rs`: "validation then
+/// refuses the call"), but nothing refuses it for a `capture` statement: `Captured::contexts_ok`
+/// is `true` (captured work may cross devices) and `CaptureOperands::foreign` looks at device
+/// operands only. The closure gets a `CaptureHostSliceMut` of (null, 8); `slice_mut(4..)` moves
+/// the null pointer by 4 elements (`wrapping_add`: address 16), and `Capture::host` gives the
+/// host function `&[u32]` of 4 elements at address 16 (`slice_of` only maps a *null* pointer to
+/// an empty slice). Reading it dereferences address 16 on the worker thread: undefined
+/// behaviour from safe code (a segfault). Here the host function only notes the slice's address
+/// and length. Expected: the call refused (`Error::WrongContext`, as a `copy` or `host`
+/// statement with that operand is), or the function given a slice of the buffer's own memory.
+///
+/// Needs two contexts: two GPUs (the buffer on device 1, the call on device 0), or the CPU stub
+/// driver (`STUB_FRESH_RETAINS=2 REVIEW17_STUB=1`, `LD_LIBRARY_PATH` at the stub built from
+/// `.ci/stub-driver/cuda_stub.c`), whose context objects of device 0 are different contexts and
+/// whose `cuLaunchHostFunc` runs the function at once. On the stub it fails now: "the host
+/// function got a 4-element `&[u32]` at address 0x10". In `Mode::Graph` (and through
+/// `GraphBuilder::capture`, the same operands) the recorded host node reads it at each launch.
+#[test]
+#[ignore = "needs two CUDA GPUs, or the CPU stub driver with REVIEW17_STUB=1"]
+fn review33_a_pinned_operand_of_another_context_in_a_capture_statement() -> Result {
+    static SEEN: AtomicUsize = AtomicUsize::new(usize::MAX);
+    static LEN: AtomicUsize = AtomicUsize::new(usize::MAX);
+    let _serial = serial();
+    let (_ctx, s, _) = gpu()?;
+    // Another context: device 1's (on the stub, another context object of device 0, which the
+    // stub makes another context).
+    let other = CudaContext::new(if stub() { 0 } else { 1 })?;
+    let os = other.new_stream()?;
+    let mut pb = PinnedBuffer::<u32>::zeros(&os, 8)?;
+    let base = pb.as_slice()?.as_ptr() as usize;
+    let mut cache = GraphCache::new();
+    cache.set_mode(Mode::Eager);
+    let r = graph!(&mut cache, &s, {
+        capture(&mut pb, |c, (mut hv,)| {
+            let tail = hv.slice_mut(4..);
+            c.host((&tail,), |(t,)| {
+                // Not dereferenced: only where the slice points and how long it is.
+                SEEN.store(t.as_ptr() as usize, Ordering::SeqCst);
+                LEN.store(t.len(), Ordering::SeqCst);
+            })?;
+            Ok::<(), Error>(())
+        });
+    });
+    match r {
+        Err(Error::WrongContext { .. }) => return Ok(()),
+        Err(e) => return Err(e),
+        Ok(()) => {}
+    }
+    // The function runs on a worker thread: wait for it (at most 10 s).
+    let t0 = std::time::Instant::now();
+    while LEN.load(Ordering::SeqCst) == usize::MAX && t0.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    s.synchronize()?;
+    let (seen, len) = (SEEN.load(Ordering::SeqCst), LEN.load(Ordering::SeqCst));
+    assert!(
+        len == 0 || (seen == base + 16 && len == 4),
+        "the host function got a {len}-element `&[u32]` at address {seen:#x}, not inside the \
+         pinned buffer at {base:#x}: the operand of another context was listed with a null \
+         address, and its part's address is null moved by 16 bytes"
+    );
     Ok(())
 }
