@@ -21,6 +21,18 @@
 //! `pinned::review33::a_use_through_a_per_thread_stream_object_on_another_thread_waits_for_the_event`
 //! (fails now). Test 1 below shows the wrong data on a GPU.
 //!
+//! **Found (hole, open): a pinned host operand of another context in a `capture` statement or
+//! `GraphBuilder::capture`** (tests 3 and 3b). Acquiring pinned memory of another context than
+//! the call's gives a null address with the buffer's length (`PinnedBuffer::use_on`, and
+//! `Acquire for PinnedHostSlice` in `operand.rs`), on the promise that validation refuses the
+//! call. Every node kind does, except captured work: `Captured::contexts_ok` is `true` and
+//! `CaptureOperands::foreign` looks at device operands only (the standalone `capture` checks
+//! every operand's context first, `capture.rs`). The closure's host view is (null, len); its
+//! `slice`/`slice_mut`/`split_at_mut` move the pointer with `wrapping_add`, and `Capture::host`
+//! turns a non-null pointer into `&[T]`/`&mut [T]` (`slice_of`, `HostFnArg::view`): a slice
+//! at address 16 of 4 elements, read or written by the host function. Fails on the CPU stub
+//! driver (`STUB_FRESH_RETAINS=2`); on a GPU it needs two devices.
+//!
 //! Not run on a GPU (none was lent to this review). On the CPU stub driver
 //! (`REVIEW17_STUB=1`, `LD_LIBRARY_PATH` at the stub libraries) the tests run their host side;
 //! their data checks need a GPU.
@@ -212,6 +224,56 @@ fn review33_a_pinned_operand_of_another_context_in_a_capture_statement() -> Resu
         "the host function got a {len}-element `&[u32]` at address {seen:#x}, not inside the \
          pinned buffer at {base:#x}: the operand of another context was listed with a null \
          address, and its part's address is null moved by 16 bytes"
+    );
+    Ok(())
+}
+
+/// Test 3b (the same hole through `GraphBuilder::capture`): `g.write(&mut pb)` of a pinned
+/// buffer of another context gives a `HostWrite` of (null, 8), which the builder's `capture`
+/// lists as test 3's statement does; its closure's `slice_mut(4..)` reaches a host function as
+/// a 4-element `&[u32]` at address 16. Expected: `launch` refused (`Error::WrongContext` or
+/// `Error::InvalidNode`), or the slice inside the buffer.
+#[test]
+#[ignore = "needs two CUDA GPUs, or the CPU stub driver with REVIEW17_STUB=1"]
+fn review33_a_pinned_operand_of_another_context_in_a_builder_capture() -> Result {
+    static SEEN: AtomicUsize = AtomicUsize::new(usize::MAX);
+    static LEN: AtomicUsize = AtomicUsize::new(usize::MAX);
+    let _serial = serial();
+    let (_ctx, s, _) = gpu()?;
+    let other = CudaContext::new(if stub() { 0 } else { 1 })?;
+    let os = other.new_stream()?;
+    let mut pb = PinnedBuffer::<u32>::zeros(&os, 8)?;
+    let base = pb.as_slice()?.as_ptr() as usize;
+    let mut cache = GraphCache::new();
+    cache.set_mode(Mode::Eager);
+    let r = {
+        let mut g = cache.builder(&s);
+        let w = g.write(&mut pb);
+        g.capture(&s, (w,), |c, (mut hv,)| {
+            let tail = hv.slice_mut(4..);
+            c.host((&tail,), |(t,)| {
+                SEEN.store(t.as_ptr() as usize, Ordering::SeqCst);
+                LEN.store(t.len(), Ordering::SeqCst);
+            })?;
+            Ok::<(), Error>(())
+        });
+        g.launch()
+    };
+    match r {
+        Err(Error::WrongContext { .. } | Error::InvalidNode { .. }) => return Ok(()),
+        Err(e) => return Err(e),
+        Ok(()) => {}
+    }
+    let t0 = std::time::Instant::now();
+    while LEN.load(Ordering::SeqCst) == usize::MAX && t0.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    s.synchronize()?;
+    let (seen, len) = (SEEN.load(Ordering::SeqCst), LEN.load(Ordering::SeqCst));
+    assert!(
+        len == 0 || (seen == base + 16 && len == 4),
+        "the host function got a {len}-element `&[u32]` at address {seen:#x}, not inside the \
+         pinned buffer at {base:#x}"
     );
     Ok(())
 }
