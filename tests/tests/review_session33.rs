@@ -277,3 +277,32 @@ fn review33_a_pinned_operand_of_another_context_in_a_builder_capture() -> Result
     );
     Ok(())
 }
+
+/// Test 4 (no hole, the comparison for tests 3 and 3b): the same pinned buffer of another
+/// context in a `host` statement and a `copy` is refused before anything runs
+/// (`Error::WrongContext`): those node kinds check every operand's context.
+#[test]
+#[ignore = "needs two CUDA GPUs, or the CPU stub driver with REVIEW17_STUB=1"]
+fn review33_a_pinned_operand_of_another_context_in_host_and_copy_statements_is_refused() -> Result {
+    let _serial = serial();
+    let (_ctx, s, _) = gpu()?;
+    let other = CudaContext::new(if stub() { 0 } else { 1 })?;
+    let os = other.new_stream()?;
+    let mut pb = PinnedBuffer::<u32>::zeros(&os, 8)?;
+    let d = s.alloc_zeros::<u32>(8)?;
+    for mode in [Mode::Eager, Mode::Graph] {
+        let mut cache = GraphCache::new();
+        cache.set_mode(mode);
+        let r = graph!(&mut cache, &s, {
+            host(&mut pb, |(p,)| p.fill(1));
+        });
+        assert!(matches!(r, Err(Error::WrongContext { .. })), "{mode:?}: host: {r:?}");
+        let mut cache = GraphCache::new();
+        cache.set_mode(mode);
+        let r = graph!(&mut cache, &s, {
+            copy(&d, &mut pb);
+        });
+        assert!(matches!(r, Err(Error::WrongContext { .. })), "{mode:?}: copy: {r:?}");
+    }
+    Ok(())
+}
