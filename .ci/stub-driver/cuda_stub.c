@@ -28,13 +28,13 @@ __attribute__((destructor)) static void report(void) {
 }
 #define OUT1(name) int name(void **out, ...) { static int slot; count(#name, &slot); if (out) *out = fake(); return 0; }
 #define NOP(name) int name() { static int slot; count(#name, &slot); return 0; }
-OUT1(cuDevicePrimaryCtxRetain) OUT1(cuStreamCreate) OUT1(cuStreamCreateWithPriority) OUT1(cuEventCreate)
+OUT1(cuStreamCreate) OUT1(cuStreamCreateWithPriority) OUT1(cuEventCreate)
 OUT1(cuModuleLoadData) OUT1(cuModuleLoadDataEx) OUT1(cuModuleGetFunction) OUT1(cuGraphCreate) OUT1(cuGraphAddNode_v2) OUT1(cuGraphAddNode)
 OUT1(cuGraphAddKernelNode_v2) OUT1(cuGraphAddMemcpyNode) OUT1(cuGraphAddMemsetNode) OUT1(cuGraphAddEmptyNode)
 OUT1(cuGraphInstantiateWithFlags) OUT1(cuGraphInstantiateWithParams) OUT1(cuGraphInstantiate_v2)
-OUT1(cuCtxCreate_v2) OUT1(cuDeviceGetMemPool) OUT1(cuDeviceGetDefaultMemPool) OUT1(cuCtxGetCurrent) OUT1(cuCtxPopCurrent_v2)
+OUT1(cuCtxCreate_v2) OUT1(cuDeviceGetMemPool) OUT1(cuDeviceGetDefaultMemPool) OUT1(cuCtxPopCurrent_v2)
 OUT1(cuLibraryLoadData) OUT1(cuLibraryGetKernel) OUT1(cuKernelGetFunction)
-NOP(cuInit) NOP(cuCtxSetCurrent) NOP(cuCtxPushCurrent_v2) NOP(cuStreamSynchronize) NOP(cuStreamDestroy_v2) NOP(cuStreamDestroy)
+NOP(cuInit) NOP(cuCtxPushCurrent_v2) NOP(cuStreamSynchronize) NOP(cuStreamDestroy_v2) NOP(cuStreamDestroy)
 NOP(cuEventRecord) NOP(cuEventRecordWithFlags) NOP(cuEventDestroy_v2) NOP(cuEventSynchronize) NOP(cuStreamWaitEvent) NOP(cuEventQuery)
 NOP(cuMemFreeAsync) NOP(cuMemFree_v2) NOP(cuMemsetD8Async) NOP(cuMemsetD32Async) NOP(cuMemsetD8_v2) NOP(cuMemcpyHtoDAsync_v2) NOP(cuMemcpyDtoHAsync_v2)
 NOP(cuMemcpyDtoDAsync_v2) NOP(cuMemcpyAsync) NOP(cuMemcpy3DAsync_v2) NOP(cuMemcpyHtoD_v2) NOP(cuMemcpyDtoH_v2) NOP(cuLaunchKernel) NOP(cuLaunchKernelEx)
@@ -66,3 +66,31 @@ int cuPointerGetAttribute(void *d, int a, uint64_t p) { static int slot; count("
 int cuCtxGetApiVersion(void *c, unsigned *v) { *v = 13000; return 0; }
 int cuStreamGetCtx(void *s, void **c) { static int slot; count("cuStreamGetCtx", &slot); *c = fake(); return 0; }
 int cuDevicePrimaryCtxGetState(int d, unsigned *f, int *a) { *f = 0; *a = 1; return 0; }
+
+// Host functions (review 33): run at once on the calling thread, as if the stream were idle; the
+// device-side wait on a flag (`cuStreamWaitValue32_v2`) does nothing; mapped pinned memory's
+// device address is its host address (unified addressing).
+int cuLaunchHostFunc(void *s, void (*f)(void *), void *u) { static int slot; count("cuLaunchHostFunc", &slot); f(u); return 0; }
+int cuStreamWaitValue32_v2(void *s, uint64_t a, unsigned v, unsigned fl) { static int slot; count("cuStreamWaitValue32_v2", &slot); return 0; }
+int cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned f) { *d = (uint64_t)(uintptr_t)p; return 0; }
+// Contexts (review 33). Each `cuDevicePrimaryCtxRetain` gives another handle, so two
+// `CudaContext` objects of device 0 are two contexts (what two GPUs give). With
+// `STUB_FRESH_RETAINS=n` set, retains after the first n give the context last made current
+// instead, and `cuCtxGetCurrent` gives that context: the crate's `keep_primary_context` (host
+// functions' flags) then finds the current context primary.
+static void *current_ctx;
+static long fresh_retains(void) { const char *e = getenv("STUB_FRESH_RETAINS"); return e ? atol(e) : -1; }
+static long retains;
+int cuDevicePrimaryCtxRetain(void **out, int dev) {
+    static int slot; count("cuDevicePrimaryCtxRetain", &slot);
+    long n = fresh_retains();
+    *out = (n >= 0 && retains >= n && current_ctx) ? current_ctx : fake();
+    retains++;
+    return 0;
+}
+int cuCtxSetCurrent(void *c) { static int slot; count("cuCtxSetCurrent", &slot); current_ctx = c; return 0; }
+int cuCtxGetCurrent(void **out) {
+    static int slot; count("cuCtxGetCurrent", &slot);
+    *out = (fresh_retains() >= 0 && current_ctx) ? current_ctx : fake();
+    return 0;
+}

@@ -532,6 +532,9 @@ pub(crate) struct PinnedState {
     /// Waits [`Self::used`] made for an overlapping use (unit tests).
     #[cfg(test)]
     pub(crate) late_waits: Cell<u32>,
+    /// Waits [`Self::order`] made (unit tests, review 33).
+    #[cfg(test)]
+    pub(crate) order_waits: Cell<u32>,
 }
 
 impl PinnedState {
@@ -544,6 +547,8 @@ impl PinnedState {
             records: Cell::new(0),
             #[cfg(test)]
             late_waits: Cell::new(0),
+            #[cfg(test)]
+            order_waits: Cell::new(0),
         }
     }
 
@@ -560,6 +565,8 @@ impl PinnedState {
         let same = self.last.get() == LastUse::Home && core::ptr::eq(stream, &*self.home);
         if self.last.get() != LastUse::Idle && !same {
             stream.context().record_err(stream.wait(&self.event));
+            #[cfg(test)]
+            self.order_waits.set(self.order_waits.get() + 1);
         }
         self.records.get()
     }

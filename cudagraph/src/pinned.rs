@@ -349,3 +349,52 @@ mod review31 {
         assert_eq!(waits() - w0, 1, "the guard's stream waits for cudarc's record first");
     }
 }
+
+/// Review 33: the own-stream shortcut of [`PinnedState::order`](crate::operand::PinnedState)
+/// compares `CudaStream` *objects* (`core::ptr::eq`), but one object can name several streams:
+/// cudarc's `per_thread_stream()` is the handle `CU_STREAM_PER_THREAD` (0x2), which the driver
+/// reads as the per-thread default stream *of the calling thread*. A `PinnedBuffer` made for
+/// such a stream, used on thread 1, then moved (it is `Send`, and so is the `Arc<CudaStream>`)
+/// to thread 2 and used there through the same object, is a use on another stream: it must
+/// wait for the event recorded by thread 1's use. The shortcut skips that wait, so thread 2's
+/// copy into the buffer runs concurrently with thread 1's (still queued behind a slow kernel),
+/// and `as_slice` on thread 2 waits for thread 2's record only: the host reads (and holds a
+/// `&[T]` of) memory that thread 1's copy is still going to write. GPU test:
+/// `tests/tests/review_session33.rs` `review33_a_pinned_buffer_on_a_per_thread_stream_moved_to_another_thread`.
+#[cfg(test)]
+mod review33 {
+    use super::PinnedBuffer;
+
+    use crate::operand::Acquire;
+
+    /// Same thread, same per-thread stream object: the shortcut is right (one stream), no wait.
+    /// Another thread, same object: another stream, which must wait for the event.
+    #[test]
+    #[ignore = "needs a CUDA driver (the CPU stub driver is enough)"]
+    fn a_use_through_a_per_thread_stream_object_on_another_thread_waits_for_the_event() {
+        let ctx = cudarc::driver::CudaContext::new(0).expect("context");
+        let s = ctx.per_thread_stream();
+        let pb = PinnedBuffer::<u32>::zeros(&s, 16).expect("pinned");
+        // Use 1, on this thread's per-thread stream; recorded there.
+        drop(pb.acquire(&s).1);
+        // Use 2 on this thread again: the same stream, no wait needed.
+        drop(pb.acquire(&s).1);
+        assert_eq!(pb.state.order_waits.get(), 0, "one thread's per-thread stream: no wait");
+        // Use 3, on another thread, through the same stream object.
+        let waits = std::thread::scope(|sc| {
+            sc.spawn(|| {
+                let pb = pb;
+                let before = pb.state.order_waits.get();
+                drop(pb.acquire(&s).1);
+                pb.state.order_waits.get() - before
+            })
+            .join()
+            .expect("thread 2")
+        });
+        assert_eq!(
+            waits, 1,
+            "a use on thread 2's per-thread stream (same `CudaStream` object as thread 1's use, \
+             another stream for the driver) skipped its wait for thread 1's use"
+        );
+    }
+}
