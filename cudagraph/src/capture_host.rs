@@ -133,7 +133,7 @@ impl<'s, T> CaptureHostSlice<'s, T> {
     #[track_caller]
     pub fn slice(&self, range: impl RangeBounds<usize>) -> CaptureHostSlice<'s, T> {
         let (start, end) = bounds(&range, self.len);
-        let ptr = self.ptr.wrapping_add(start);
+        let ptr = offset(self.ptr, start);
         CaptureHostSlice { ptr, len: end - start, ctx: self.ctx, cap: self.cap }
     }
 }
@@ -156,7 +156,7 @@ impl<'s, T> CaptureHostSliceMut<'s, T> {
     #[track_caller]
     pub fn slice(&self, range: impl RangeBounds<usize>) -> CaptureHostSlice<'_, T> {
         let (start, end) = bounds(&range, self.len);
-        let ptr = self.ptr.cast_const().wrapping_add(start);
+        let ptr = offset(self.ptr.cast_const(), start);
         CaptureHostSlice { ptr, len: end - start, ctx: self.ctx, cap: self.cap }
     }
 
@@ -167,7 +167,7 @@ impl<'s, T> CaptureHostSliceMut<'s, T> {
     #[track_caller]
     pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> CaptureHostSliceMut<'_, T> {
         let (start, end) = bounds(&range, self.len);
-        let ptr = self.ptr.wrapping_add(start);
+        let ptr = offset(self.ptr.cast_const(), start).cast_mut();
         CaptureHostSliceMut {
             ptr,
             len: end - start,
@@ -189,7 +189,7 @@ impl<'s, T> CaptureHostSliceMut<'s, T> {
         assert!(mid <= self.len, "mid {mid} > len {} of a host view", self.len);
         let (ctx, cap) = (self.ctx, self.cap);
         let a = CaptureHostSliceMut { ptr: self.ptr, len: mid, ctx, cap, _write: PhantomData };
-        let ptr = self.ptr.wrapping_add(mid);
+        let ptr = offset(self.ptr.cast_const(), mid).cast_mut();
         let b = CaptureHostSliceMut { ptr, len: self.len - mid, ctx, cap, _write: PhantomData };
         (a, b)
     }
@@ -395,6 +395,14 @@ impl<T: Send + 'static> HostFnArg for &mut CaptureHostSliceMut<'_, T> {
         // SAFETY: the caller's contract; pinned memory of `len` elements of `T`.
         unsafe { core::slice::from_raw_parts_mut(ptr.cast(), len) }
     }
+}
+
+/// `ptr` moved by `n` elements; a null pointer (a view without memory: the views of it are
+/// empty, see [`slice_of`]) stays null, so that no part of it gets an address that is not null
+/// (review 33: a host operand of another context, since refused, was acquired as null and
+/// `slice_mut(4..)` made a 4-element `&[u32]` at address 0x10).
+fn offset<T>(ptr: *const T, n: usize) -> *const T {
+    if ptr.is_null() { ptr } else { ptr.wrapping_add(n) }
 }
 
 /// `&[T]` of `len` elements at `ptr` (an empty slice for none, or for a null pointer, which an

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUcontext, CUevent, CUstream};
-use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError};
 
 use crate::error::{Call, CudaError};
 use crate::raw;
@@ -31,6 +31,31 @@ pub(crate) struct Ledger {
     pools: Vec<Pool>,
 }
 
+/// Refuses a per-thread default stream (`ctx.per_thread_stream()`) as a launch stream or a
+/// buffer's own stream unless cudarc manages stream synchronization for its context object
+/// (review 33): that one stream object is another stream on each thread, so neither the
+/// ledger's "same stream" nor an event recorded on it says anything about a use on another
+/// thread, and without cudarc's events of the buffers nothing orders two threads' uses.
+/// (With them, cudarc records and waits on each buffer's events on the calling thread's
+/// stream, which orders those uses.)
+fn untracked_per_thread(stream: &CudaStream) -> Result<(), CudaError> {
+    if crate::operand::per_thread(stream) && !stream.context().is_managing_stream_synchronization()
+    {
+        return Err(CudaError {
+            call: PER_THREAD,
+            error: DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED),
+        });
+    }
+    Ok(())
+}
+
+/// Why [`untracked_per_thread`] refuses.
+pub(crate) const PER_THREAD: &str = "a per-thread default stream (`ctx.per_thread_stream()`) as the \
+    launch stream or a buffer's own stream, in a context object without cudarc's stream \
+    synchronization: that one stream object is another stream on each thread, whose uses the \
+    crate cannot order; make a stream with `ctx.new_stream()` on that context object first (it \
+    turns cudarc's event tracking on), or launch on such a stream; the check";
+
 /// Events of one context, reused from launch to launch.
 struct Pool {
     ctx: CUcontext,
@@ -55,6 +80,7 @@ impl Ledger {
         owns: impl IntoIterator<Item = Option<&'s CudaStream>>,
     ) -> Result<u64, CudaError> {
         self.own.clear();
+        untracked_per_thread(stream)?;
         let (launch_raw, launch_ctx) = (stream.cu_stream(), stream.context().cu_ctx());
         // The own stream of the place before, already looked at.
         let mut prev: *const CudaStream = stream;
@@ -65,6 +91,7 @@ impl Ledger {
                 continue;
             }
             prev = o;
+            untracked_per_thread(o)?;
             let raw = o.cu_stream();
             // Two streams of two contexts may both be a legacy default stream (null).
             let ctx = o.context().cu_ctx();

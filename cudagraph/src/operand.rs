@@ -524,6 +524,9 @@ pub(crate) struct PinnedState {
     /// costs: 8.68 against 8.72 µs per launch + wait + read on the H200, `read_costs.cu`).
     event: CudaEvent,
     last: Cell<LastUse>,
+    /// For a [`LastUse::Home`] on a per-thread default stream ([`per_thread`]): the thread
+    /// whose stream that was (the one object names each thread's own stream; review 33).
+    home_thread: Cell<Option<std::thread::ThreadId>>,
     /// How many times the event was recorded ([`Self::used`]): a guard notes it when its use is
     /// ordered ([`Self::order`]), and a different count when it records means that another use
     /// (on another stream) recorded the event in between (review 31: two builders holding the
@@ -544,6 +547,7 @@ impl PinnedState {
             home,
             event,
             last: Cell::new(LastUse::Idle),
+            home_thread: Cell::new(None),
             records: Cell::new(0),
             #[cfg(test)]
             late_waits: Cell::new(0),
@@ -558,11 +562,13 @@ impl PinnedState {
     }
 
     /// Orders a use on `stream` after the uses so far: `cuStreamWaitEvent` unless they were all
-    /// on `stream` itself, the buffer's own stream. Returns the count of records so far, for
-    /// [`Self::used`].
+    /// on `stream` itself, the buffer's own stream (for a per-thread default stream: on this
+    /// thread's). Returns the count of records so far, for [`Self::used`].
     #[inline]
     pub(crate) fn order(&self, stream: &CudaStream) -> u64 {
-        let same = self.last.get() == LastUse::Home && core::ptr::eq(stream, &*self.home);
+        let same = self.last.get() == LastUse::Home
+            && core::ptr::eq(stream, &*self.home)
+            && (!per_thread(stream) || self.home_thread.get() == Some(std::thread::current().id()));
         if self.last.get() != LastUse::Idle && !same {
             stream.context().record_err(stream.wait(&self.event));
             #[cfg(test)]
@@ -588,6 +594,9 @@ impl PinnedState {
         stream.context().record_err(self.event.record(stream));
         self.records.set(self.records.get().wrapping_add(1));
         let home = core::ptr::eq(stream, &*self.home);
+        if home && per_thread(stream) {
+            self.home_thread.set(Some(std::thread::current().id()));
+        }
         self.last.set(if home { LastUse::Home } else { LastUse::Elsewhere });
     }
 
@@ -782,6 +791,14 @@ impl Drop for Guard<'_> {
 
 /// No synchronization: for a pinned host buffer of another context, which validation then
 /// refuses.
+/// Whether `stream` is a per-thread default stream (cudarc's `per_thread_stream()`, the handle
+/// `CU_STREAM_PER_THREAD`): one `CudaStream` object that names the calling thread's own stream,
+/// so a different stream on each thread (review 33).
+#[inline(always)]
+pub(crate) fn per_thread(stream: &CudaStream) -> bool {
+    stream.cu_stream() as usize == 0x2
+}
+
 pub(crate) fn no_sync<'a>() -> Guard<'a> {
     Guard::new(GuardKind::Nothing, None, (0, 0), false)
 }

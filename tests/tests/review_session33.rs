@@ -7,7 +7,7 @@
 //! H200) keeps a stream busy where ordering is what could break, and nothing synchronizes
 //! before the step under attack.
 //!
-//! **Found (hole, open): a `PinnedBuffer` whose own stream is a per-thread default stream,
+//! **Found (hole, fixed in this session): a `PinnedBuffer` whose own stream is a per-thread default stream,
 //! moved to another thread.** `PinnedState::order` skips the wait for the buffer's event when
 //! every use since the host last waited was on the buffer's own stream and this one is too,
 //! comparing `CudaStream` objects (`core::ptr::eq`). cudarc's `per_thread_stream()` is one
@@ -19,9 +19,9 @@
 //! host holds a `&[u32]` of memory that thread 1's copy writes afterwards (a data race with
 //! the device; the slice's contents change under a shared borrow). Unit test (stub driver):
 //! `pinned::review33::a_use_through_a_per_thread_stream_object_on_another_thread_waits_for_the_event`
-//! (fails now). Test 1 below shows the wrong data on a GPU.
+//! (failed before the fix). Test 1 below shows the wrong data on a GPU.
 //!
-//! **Found (hole, open): a pinned host operand of another context in a `capture` statement or
+//! **Found (hole, fixed in this session): a pinned host operand of another context in a `capture` statement or
 //! `GraphBuilder::capture`** (tests 3 and 3b). Acquiring pinned memory of another context than
 //! the call's gives a null address with the buffer's length (`PinnedBuffer::use_on`, and
 //! `Acquire for PinnedHostSlice` in `operand.rs`), on the promise that validation refuses the
@@ -35,7 +35,10 @@
 //!
 //! Not run on a GPU (none was lent to this review). On the CPU stub driver
 //! (`REVIEW17_STUB=1`, `LD_LIBRARY_PATH` at the stub libraries) the tests run their host side;
-//! their data checks need a GPU.
+//! their data checks need a GPU. Tests 3, 3b and 4 need `STUB_FRESH_RETAINS=2` there (the stub
+//! then hands out a new context for the next two retains: "another device"), and test 4 must
+//! run alone (the earlier tests use those two up). After the fixes all five pass there; tests 2,
+//! 3 and 3b fail there with the fixes taken out.
 
 #![allow(clippy::borrow_deref_ref)] // `graph!` operands are places marked `&`: `&*x`
 
@@ -52,7 +55,7 @@ const SPINS: u32 = 1 << 20;
 /// Elements of the pinned buffer (a small copy: a readback node, and a memcpy node in round 1).
 const SMALL: u32 = 64;
 
-/// Test 1 (hole, open): thread 1 runs `slow_iota` into `a` then copies `a` into `pb` on its
+/// Test 1 (hole, fixed in this session): thread 1 runs `slow_iota` into `a` then copies `a` into `pb` on its
 /// per-thread default stream; `pb` and the stream object move to thread 2, which copies
 /// `sevens` into `pb` on its own per-thread default stream, through the same object, and reads
 /// `pb`. In statement order the last copy wins: `pb` is all 7 when read, and stays so. With the
@@ -113,7 +116,8 @@ fn review33_a_pinned_buffer_on_a_per_thread_stream_moved_to_another_thread() -> 
     Ok(())
 }
 
-/// Test 2 (hole of the crate's ordering claim; the same root as cudarc's own race): SAFETY.md
+/// Test 2 (hole of the crate's ordering claim, fixed: such a call is refused; the same root as
+/// cudarc's own race): SAFETY.md
 /// paragraph 5 says the ledger orders every graph use of a buffer after every earlier graph
 /// use "on any stream, whatever cudarc's stream mode is". A context object that made no stream
 /// of its own (`new_stream`) manages no synchronization in cudarc, so its buffers have no
@@ -137,6 +141,24 @@ fn review33_graph_writes_on_two_threads_per_thread_streams_through_one_object() 
     let mut d = s.alloc_zeros::<u32>(N as usize)?;
     s.synchronize()?;
     let mut c1 = GraphCache::new();
+    // Fixed: refused there, before anything is enqueued (`ledger.rs`, `untracked_per_thread`),
+    // in every mode.
+    for mode in [Mode::Graph, Mode::Eager] {
+        c1.set_mode(mode);
+        let r = graph!(&mut c1, &s, {
+            k.slow_iota(N, SPINS, 1, 0, &mut d).launch(c);
+        });
+        match r {
+            Err(Error::Graph { source, .. })
+                if source.call.contains("per-thread default stream") => {}
+            r => panic!("{mode:?}: a per-thread stream of an untracked context: {r:?}"),
+        }
+    }
+    c1.set_mode(Mode::Graph);
+    // With a stream made on the context object, cudarc manages its synchronization: its events
+    // of `d`, recorded on each calling thread's own stream, order the two threads' writes.
+    let _made = quiet.new_stream()?;
+    assert!(quiet.is_managing_stream_synchronization());
     graph!(&mut c1, &s, {
         k.slow_iota(N, SPINS, 1, 0, &mut d).launch(c);
     })?;
@@ -162,7 +184,7 @@ fn review33_graph_writes_on_two_threads_per_thread_streams_through_one_object() 
     Ok(())
 }
 
-/// Test 3 (hole, open): a pinned host operand of another context than the call's, listed in a
+/// Test 3 (hole, fixed in this session): a pinned host operand of another context than the call's, listed in a
 /// `capture` statement. Its acquisition gives a null address with the buffer's length
 /// (`PinnedBuffer::use_on`, and cudarc's `PinnedHostSlice` in `operand.rs`: "validation then
 /// refuses the call"), but nothing refuses it for a `capture` statement: `Captured::contexts_ok`

@@ -1191,6 +1191,7 @@ impl GraphCache {
         }
         let unlisted = captures && list.iter().flatten().any(|n| n.unlisted_work());
         clock.lap(phases::LEDGER);
+        let site = call.site;
         let r = if self.mode == Mode::Eager {
             // A panic in a statement (a capture statement's closure) still orders the buffers'
             // own streams after what the call enqueued before it, then continues.
@@ -1206,26 +1207,26 @@ impl GraphCache {
             }
         } else {
             let owner = Some(stream.context());
-            let site = call.site;
-            let r = self.run_validated(call, (ctx, owner), stream.cu_stream(), &mut nodes, same);
-            // Keyed statements recorded again while a graph was built (their kept recording's
-            // graph, with memory nodes, had been moved into another graph): kept in its place.
-            // (Only a cache that recorded has any.)
-            if self.stats.captures > 0 {
-                for (i, n) in nodes.list().iter().enumerate() {
-                    if let Some(NodeParams::Captured(c)) = n
-                        && c.rerecorded()
-                    {
-                        self.new_recording(site, i, *c);
-                    }
-                }
-            }
-            r
+            self.run_validated(call, (ctx, owner), stream.cu_stream(), &mut nodes, same)
         };
         clock.lap(phases::LADDER_LAUNCH);
         // After an error part way through an eager call, its earlier nodes are enqueued.
         if ordered && (r.is_ok() || self.mode == Mode::Eager) {
             self.order_after(stream, unlisted).map_err(graph_err)?;
+        }
+        // Keyed statements recorded again while a graph was built (their kept recording's
+        // graph, with memory nodes, had been moved into another graph): kept in its place.
+        // (Only a cache that recorded has any.) After the ledger's step: keeping runs the
+        // user's `CaptureKey` code (`Clone`, `same`, a dropped key's `Drop`), and a panic there
+        // must not skip it (review 33).
+        if self.mode != Mode::Eager && self.stats.captures > 0 {
+            for (i, n) in nodes.list().iter().enumerate() {
+                if let Some(NodeParams::Captured(c)) = n
+                    && c.rerecorded()
+                {
+                    self.new_recording(site, i, *c);
+                }
+            }
         }
         clock.lap(phases::LEDGER);
         r

@@ -250,7 +250,8 @@ pub trait CaptureOperands: sealed::Sealed {
     #[doc(hidden)]
     fn ranges(&self, out: &mut Ranges) -> usize;
     /// The own stream of each operand of another context than `ctx` (`None` for such an
-    /// operand without one), into `out`.
+    /// operand without one, and for pinned host memory of another context, which is refused:
+    /// [`Error::WrongContext`]), into `out`.
     #[doc(hidden)]
     fn foreign<'x>(&'x self, ctx: CUcontext, out: &mut Vec<Option<&'x CudaStream>>);
     /// One alias per operand, over its memory: on `stream` for an operand of its context, else
@@ -296,8 +297,11 @@ macro_rules! capture_operands {
                 n
             }
             fn foreign<'x>(&'x self, ctx: CUcontext, out: &mut Vec<Option<&'x CudaStream>>) {
-                $(if self.$i.device() && self.$i.parts().2 != ctx {
-                    out.push(self.$i.own());
+                // A device operand of another context is used on a stream of its own context;
+                // pinned host memory of another context was acquired without an address (null),
+                // and is refused as `None` is (review 33).
+                $(if self.$i.parts().2 != ctx {
+                    out.push(if self.$i.device() { self.$i.own() } else { None });
                 })*
             }
             unsafe fn aliases(
