@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUcontext, CUevent, CUstream};
-use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError};
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
 use crate::error::{Call, CudaError};
 use crate::raw;
@@ -29,32 +29,22 @@ pub(crate) struct Ledger {
     /// marks the launch, the others the own streams' work of that context); the others are the
     /// contexts of own streams of other devices (a multi-device call), one event per own stream.
     pools: Vec<Pool>,
+    /// Whether this launch's stream is a per-thread default stream ([`per_thread`]): set by
+    /// [`Self::before`], read by [`Self::after`].
+    per_thread: bool,
 }
 
-/// Refuses a per-thread default stream (`ctx.per_thread_stream()`) as a launch stream or a
-/// buffer's own stream unless cudarc manages stream synchronization for its context object
-/// (review 33): that one stream object is another stream on each thread, so neither the
-/// ledger's "same stream" nor an event recorded on it says anything about a use on another
-/// thread, and without cudarc's events of the buffers nothing orders two threads' uses.
-/// (With them, cudarc records and waits on each buffer's events on the calling thread's
-/// stream, which orders those uses.)
-fn untracked_per_thread(stream: &CudaStream) -> Result<(), CudaError> {
-    if crate::operand::per_thread(stream) && !stream.context().is_managing_stream_synchronization()
-    {
-        return Err(CudaError {
-            call: PER_THREAD,
-            error: DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED),
-        });
-    }
-    Ok(())
+/// Whether `stream` is the handle of a per-thread default stream (`CU_STREAM_PER_THREAD`,
+/// cudarc's `per_thread_stream()`): one handle that names the calling thread's own stream, so
+/// another stream on each thread. A launch on one, or with a buffer whose own stream is one,
+/// is also waited for by the context's legacy default stream ([`Ledger::after`]; reviews 33
+/// and 33b): every thread's per-thread default stream synchronizes with the legacy stream, so
+/// whatever is enqueued on any of them later (a graph on another thread, the buffer's free
+/// when it is dropped there) runs after the launch, whether cudarc tracks the buffers' events
+/// or not, and whatever cudarc's mode is by then.
+fn per_thread(stream: CUstream) -> bool {
+    stream as usize == 0x2
 }
-
-/// Why [`untracked_per_thread`] refuses.
-pub(crate) const PER_THREAD: &str = "a per-thread default stream (`ctx.per_thread_stream()`) as the \
-    launch stream or a buffer's own stream, in a context object without cudarc's stream \
-    synchronization: that one stream object is another stream on each thread, whose uses the \
-    crate cannot order; make a stream with `ctx.new_stream()` on that context object first (it \
-    turns cudarc's event tracking on), or launch on such a stream; the check";
 
 /// Events of one context, reused from launch to launch.
 struct Pool {
@@ -80,7 +70,7 @@ impl Ledger {
         owns: impl IntoIterator<Item = Option<&'s CudaStream>>,
     ) -> Result<u64, CudaError> {
         self.own.clear();
-        untracked_per_thread(stream)?;
+        self.per_thread = per_thread(stream.cu_stream());
         let (launch_raw, launch_ctx) = (stream.cu_stream(), stream.context().cu_ctx());
         // The own stream of the place before, already looked at.
         let mut prev: *const CudaStream = stream;
@@ -91,7 +81,6 @@ impl Ledger {
                 continue;
             }
             prev = o;
-            untracked_per_thread(o)?;
             let raw = o.cu_stream();
             // Two streams of two contexts may both be a legacy default stream (null).
             let ctx = o.context().cu_ctx();
@@ -140,9 +129,12 @@ impl Ledger {
     /// on the legacy default stream, or on the per-thread one, which waits for the legacy one, and
     /// so is freed after the launch. Safe code in a closure records only on listed operands;
     /// joined work that touches other memory breaks the contract of the `unsafe`
-    /// `Capture::stream`/`fork`. Returns how many `cuStreamWaitEvent`s it made.
+    /// `Capture::stream`/`fork`. The legacy stream also waits when the launch stream or an own
+    /// stream is a per-thread default stream (see [`per_thread`]), and for an own per-thread
+    /// stream of another context, that context's legacy stream. Returns how many
+    /// `cuStreamWaitEvent`s it made.
     pub(crate) fn after(&mut self, stream: &CudaStream, unlisted: bool) -> Result<u64, CudaError> {
-        if self.own.is_empty() && !unlisted {
+        if self.own.is_empty() && !unlisted && !self.per_thread {
             return Ok(0);
         }
         self.pool(stream, stream.context())?;
@@ -155,22 +147,33 @@ impl Ledger {
         // stream, which always exists.
         unsafe { raw::record_event(done, stream.cu_stream()) }.call("cuEventRecord")?;
         let launch_ctx = stream.context();
+        // The launch context's legacy default stream waits too: for `unlisted`, or a
+        // per-thread default stream as the launch stream or an own stream (see `per_thread`).
+        let mut legacy = unlisted || self.per_thread;
+        let mut waits = self.own.len() as u64;
         for &(o, p) in &self.own {
             if p == 0 {
                 unsafe { raw::wait_event(o, done) }.call("cuStreamWaitEvent")?;
+                legacy |= per_thread(o);
                 continue;
             }
             // A stream of another context waits for the launch's event (of the launch
-            // context): accepted by `cuStreamWaitEvent`; its context is bound for a null stream.
+            // context): accepted by `cuStreamWaitEvent`; its context is bound for a null stream
+            // (and for its per-thread one, whose legacy stream then waits as well).
             self.pools[p].owner.bind_to_thread().call("cuCtxSetCurrent")?;
-            let waited = unsafe { raw::wait_event(o, done) }.call("cuStreamWaitEvent");
+            let mut waited = unsafe { raw::wait_event(o, done) }.call("cuStreamWaitEvent");
+            if waited.is_ok() && per_thread(o) {
+                waits += 1;
+                waited = unsafe { raw::wait_event(core::ptr::null_mut(), done) }
+                    .call("cuStreamWaitEvent");
+            }
             launch_ctx.bind_to_thread().call("cuCtxSetCurrent")?;
             waited?;
         }
-        if unlisted {
+        if legacy {
             unsafe { raw::wait_event(core::ptr::null_mut(), done) }.call("cuStreamWaitEvent")?;
         }
-        Ok(self.own.len() as u64 + u64::from(unlisted))
+        Ok(waits + u64::from(legacy))
     }
 
     /// The pool of `ctx`'s events; the launch stream's context is always pool 0 (the pools are

@@ -116,8 +116,8 @@ fn review33_a_pinned_buffer_on_a_per_thread_stream_moved_to_another_thread() -> 
     Ok(())
 }
 
-/// Test 2 (hole of the crate's ordering claim, fixed: such a call is refused; the same root as
-/// cudarc's own race): SAFETY.md
+/// Test 2 (hole of the crate's ordering claim, fixed: the legacy default stream waits for a
+/// launch on a per-thread default stream; the same root as cudarc's own race): SAFETY.md
 /// paragraph 5 says the ledger orders every graph use of a buffer after every earlier graph
 /// use "on any stream, whatever cudarc's stream mode is". A context object that made no stream
 /// of its own (`new_stream`) manages no synchronization in cudarc, so its buffers have no
@@ -141,27 +141,13 @@ fn review33_graph_writes_on_two_threads_per_thread_streams_through_one_object() 
     let mut d = s.alloc_zeros::<u32>(N as usize)?;
     s.synchronize()?;
     let mut c1 = GraphCache::new();
-    // Fixed: refused there, before anything is enqueued (`ledger.rs`, `untracked_per_thread`),
-    // in every mode.
-    for mode in [Mode::Graph, Mode::Eager] {
-        c1.set_mode(mode);
-        let r = graph!(&mut c1, &s, {
-            k.slow_iota(N, SPINS, 1, 0, &mut d).launch(c);
-        });
-        match r {
-            Err(Error::Graph { source, .. })
-                if source.call.contains("per-thread default stream") => {}
-            r => panic!("{mode:?}: a per-thread stream of an untracked context: {r:?}"),
-        }
-    }
-    c1.set_mode(Mode::Graph);
-    // With a stream made on the context object, cudarc manages its synchronization: its events
-    // of `d`, recorded on each calling thread's own stream, order the two threads' writes.
-    let _made = quiet.new_stream()?;
-    assert!(quiet.is_managing_stream_synchronization());
     graph!(&mut c1, &s, {
         k.slow_iota(N, SPINS, 1, 0, &mut d).launch(c);
     })?;
+    // Fixed: the launch on a per-thread default stream is also waited for by the legacy
+    // default stream (`Ledger::after`), which every thread's per-thread stream synchronizes
+    // with: thread 2's graph below runs after thread 1's.
+    assert_eq!(c1.stats().stream_waits, 1, "{:?}", c1.stats());
     let got = std::thread::scope(|sc| {
         let (s, k, d) = (&s, &k, &mut d);
         sc.spawn(move || -> Result<Vec<u32>> {
@@ -326,5 +312,61 @@ fn review33_a_pinned_operand_of_another_context_in_host_and_copy_statements_is_r
         });
         assert!(matches!(r, Err(Error::WrongContext { .. })), "{mode:?}: copy: {r:?}");
     }
+    Ok(())
+}
+
+/// Test 5 (review 33b's test 1; hole, fixed: the legacy default stream waits for the launch,
+/// so the free on thread 2's per-thread stream follows it): thread 1 launches `slow_iota` into `d` on its per-thread
+/// default stream while the context object manages synchronization (a `new_stream()` stream
+/// exists), then drops that stream; `d` moves to thread 2, which drops it and at once allocates
+/// `e` on its own per-thread stream, fills it with 7 and reads it after thread 1's kernel had
+/// time to finish. In statement order `d` is freed after the graph, so `e` holds 7s. With the
+/// hole, `d`'s memory is freed under the running graph, `e` gets it, and the graph's writes land
+/// in `e`.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn review33b_a_per_thread_buffer_dropped_on_another_thread_after_the_last_stream_went() -> Result {
+    const N: u32 = 1 << 16;
+    const LEN: usize = N as usize;
+    let _serial = serial();
+    assert!(cudagraph::driver_available(), "no CUDA driver");
+    let c = LaunchConfig::for_num_elems(N);
+    // A context object of its own, so that its stream count is this test's.
+    let ctx = CudaContext::new(0)?;
+    let k = common::load(&ctx)?;
+    let s = ctx.per_thread_stream();
+    let made = ctx.new_stream()?;
+    assert!(ctx.is_managing_stream_synchronization());
+    let mut d = s.alloc_zeros::<u32>(LEN)?;
+    s.synchronize()?;
+    let mut cache = GraphCache::new();
+    // Accepted: the context object manages synchronization now.
+    graph!(&mut cache, &s, {
+        k.slow_iota(N, SPINS, 1, 0, &mut d).launch(c);
+    })?;
+    assert_eq!(cache.stats().stream_waits, 1, "the legacy stream's wait: {:?}", cache.stats());
+    // Dropping the last stream the object made turns its management off (no synchronization).
+    drop(made);
+    assert!(!ctx.is_managing_stream_synchronization());
+    let got = std::thread::scope(|sc| {
+        let s = &s;
+        sc.spawn(move || -> Result<Vec<u32>> {
+            // Freed on this thread's per-thread stream, waiting for nothing.
+            drop(d);
+            let e = s.clone_htod(&vec![7u32; LEN])?;
+            s.synchronize()?;
+            // Long enough for thread 1's slow kernel to finish.
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            Ok(s.clone_dtoh(&e)?)
+        })
+        .join()
+        .expect("thread 2")
+    })?;
+    ctx.synchronize()?;
+    common::review17::assert_same(
+        &got,
+        &vec![7u32; LEN],
+        "e, allocated after d was dropped: thread 1's graph wrote d's memory after its free",
+    );
     Ok(())
 }
