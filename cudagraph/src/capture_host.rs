@@ -933,6 +933,37 @@ mod tests {
         }
     }
 
+    /// Review 33: a view without memory (null) stays null when split, so no part of it gets an
+    /// address a host function would take as memory.
+    #[test]
+    fn a_null_view_stays_null_when_split() {
+        let p: *const u32 = core::ptr::null();
+        assert!(offset(p, 4).is_null());
+        let q = 0x1000 as *const u32;
+        assert_eq!(offset(q, 4) as usize, 0x1010);
+    }
+
+    /// Review 33: a pinned host operand of another context than the call's (acquired as null)
+    /// is one the capture refuses (`None`, `Error::WrongContext`); one of the call's context is
+    /// not foreign; a device operand of another context is (its own stream, here none).
+    #[test]
+    fn a_host_operand_of_another_context_is_refused_by_captures() {
+        use crate::kind::CaptureOperands;
+        use crate::operand::{DevRead, HostRead, HostWrite};
+        let (call, other) = (0x100 as CUcontext, 0x200 as CUcontext);
+        fn foreign(ops: &impl CaptureOperands, ctx: CUcontext) -> Vec<bool> {
+            let mut out = Vec::new();
+            ops.foreign(ctx, &mut out);
+            out.iter().map(Option::is_some).collect()
+        }
+        let h = HostRead::<u32>::new(core::ptr::null(), 8, other);
+        let w = HostWrite::<u32>::new(0x5000 as *mut c_void, 8, call);
+        let d = DevRead::<u32>::new(0x7000, 8, other);
+        assert_eq!(foreign(&(h,), call), [false], "refused: None");
+        assert_eq!(foreign(&(w,), call), Vec::<bool>::new(), "the call's context");
+        assert_eq!(foreign(&(w, h, d), call), [false, false]);
+    }
+
     /// The callback resets the flag and returns; the closure runs on another thread, and the
     /// flag is set only after it returned.
     #[test]
