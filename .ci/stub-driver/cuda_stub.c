@@ -71,7 +71,9 @@ int cuDevicePrimaryCtxGetState(int d, unsigned *f, int *a) { *f = 0; *a = 1; ret
 // device-side wait on a flag (`cuStreamWaitValue32_v2`) does nothing; mapped pinned memory's
 // device address is its host address (unified addressing).
 int cuLaunchHostFunc(void *s, void (*f)(void *), void *u) { static int slot; count("cuLaunchHostFunc", &slot); f(u); return 0; }
-int cuStreamWaitValue32_v2(void *s, uint64_t a, unsigned v, unsigned fl) { static int slot; count("cuStreamWaitValue32_v2", &slot); return 0; }
+// With `STUB_FAIL_WAIT_VALUE` set (review 33c), the wait is refused (801, CUDA_ERROR_NOT_SUPPORTED:
+// a device without stream memory operations), after the host function before it was enqueued.
+int cuStreamWaitValue32_v2(void *s, uint64_t a, unsigned v, unsigned fl) { static int slot; count("cuStreamWaitValue32_v2", &slot); return getenv("STUB_FAIL_WAIT_VALUE") ? 801 : 0; }
 int cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned f) { *d = (uint64_t)(uintptr_t)p; return 0; }
 // Contexts (review 33). Each `cuDevicePrimaryCtxRetain` gives another handle, so two
 // `CudaContext` objects of device 0 are two contexts (what two GPUs give). With
