@@ -521,7 +521,7 @@ pub(crate) fn live() -> usize {
 /// A launch reached `entry`'s node: resets its flag and hands the closure to a worker, which
 /// runs it (catching a panic, reported to the entry's cache), then sets the flag unless another
 /// run is pending. No CUDA call: called on the driver's callback thread.
-fn start(entry: Arc<Entry>) {
+fn start(entry: Arc<Entry>, gate: Option<Arc<handoff::Gate>>) {
     {
         let mut p = entry.pending();
         *p += 1;
@@ -545,6 +545,10 @@ fn start(entry: Arc<Entry>) {
                 host_kind::report(&entry.reports, entry.site, "", panic);
             }
         }
+        // An eager run: the call that gave it up after a refused wait may return now.
+        if let Some(gate) = gate {
+            gate.done();
+        }
         // This `Arc` may be the entry's last (its node's graphs all gone): then the closure is
         // dropped by the worker, after the flag was set.
         let (site, reports) = (entry.site, entry.reports.clone());
@@ -559,7 +563,7 @@ unsafe extern "C" fn run_captured(user: *mut c_void) {
     // The entry lives while a graph or exec holding the node exists (its user object); none
     // here would be a bug of this module, and nothing may unwind into the driver.
     if let Some(entry) = with_entries(|e| e.get(&id).cloned()) {
-        start(entry);
+        start(entry, None);
     }
 }
 
@@ -574,11 +578,19 @@ unsafe extern "C" fn drop_entry(user: *mut c_void) {
     }
 }
 
-/// The callback of an eager host function (`cuLaunchHostFunc`): owns its entry.
+/// The callback of an eager host function (`cuLaunchHostFunc`): owns its entry, and starts it
+/// unless the call gave it up (its wait refused, review 33c): then a worker drops it unrun.
 unsafe extern "C" fn run_eager(user: *mut c_void) {
-    // SAFETY: `user` is the `Box<Arc<Entry>>` that `host_eager` leaked for this one callback.
-    let entry = *unsafe { Box::from_raw(user.cast::<Arc<Entry>>()) };
-    start(entry);
+    // SAFETY: `user` is the `Box<(Arc<Entry>, Arc<Gate>)>` that `host_eager` leaked for this
+    // one callback.
+    let (entry, gate) = *unsafe { Box::from_raw(user.cast::<(Arc<Entry>, Arc<handoff::Gate>)>()) };
+    if !gate.start() {
+        let (site, reports) = (entry.site, entry.reports.clone());
+        let job = move || Some(Deferred::new(Box::new(entry), site, reports));
+        handoff::submit(Task { job: Some(Box::new(job)), flag: None });
+        return;
+    }
+    start(entry, Some(gate));
 }
 
 impl Capture {
@@ -836,7 +848,8 @@ impl Capture {
     fn host_eager(&self, entry: Entry) -> core::result::Result<(), CudaError> {
         let flag = entry.flag;
         let s = self.current().cu_stream();
-        let user = Box::into_raw(Box::new(Arc::new(entry)));
+        let gate = Arc::new(handoff::Gate::default());
+        let user = Box::into_raw(Box::new((Arc::new(entry), gate.clone())));
         // SAFETY: the stream is alive and its context current (`host`); `run_eager` takes
         // ownership of `user` when the driver calls it (exactly once, after the stream's earlier
         // work) and makes no CUDA call.
@@ -849,7 +862,12 @@ impl Capture {
         // SAFETY: the flag lives for the process; it is returned by the host function after the
         // wait, once the device no longer reads it. (After a refusal here, a broken context, the
         // flag is never returned: a few bytes.)
-        unsafe { raw::stream_wait_value32(s, flag.device, 1) }.call("cuStreamWaitValue32_v2")?;
+        // The callback is enqueued: before the call returns and its borrows end, the closure
+        // must never run, or have ended (review 33c).
+        if let Err(e) = unsafe { raw::stream_wait_value32(s, flag.device, 1) } {
+            gate.give_up();
+            return Err(CudaError { call: "cuStreamWaitValue32_v2", error: e });
+        }
         unsafe { raw::launch_host_func(s, flags::give_back, flags::as_user(flag)) }
             .call("cuLaunchHostFunc (returning the host function's flag)")
     }
@@ -979,7 +997,7 @@ mod tests {
             },
             f,
         );
-        start(e);
+        start(e, None);
         assert_eq!(value(f), 0, "reset by the callback before it returns");
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(value(f), 0, "not set while the closure runs");
@@ -1008,8 +1026,8 @@ mod tests {
             },
             f,
         );
-        start(e.clone());
-        start(e.clone());
+        start(e.clone(), None);
+        start(e.clone(), None);
         go.send(()).unwrap();
         eventually("one run done", || done.load(Ordering::SeqCst) == 1);
         std::thread::sleep(Duration::from_millis(20));
@@ -1031,7 +1049,7 @@ mod tests {
         let r = runs.clone();
         let line = line!() + 1;
         let e = entry(move || assert!(r.fetch_add(1, Ordering::SeqCst) != 0, "on purpose"), f);
-        start(e.clone());
+        start(e.clone(), None);
         eventually("the flag set after the panic", || value(f) == 1);
         match e.reports.take() {
             Some(Error::HostFunction { site, message }) => {
@@ -1040,7 +1058,7 @@ mod tests {
             }
             other => panic!("expected a reported panic, got {other:?}"),
         }
-        start(e.clone());
+        start(e.clone(), None);
         eventually("the second run", || runs.load(Ordering::SeqCst) == 2 && value(f) == 1);
         assert!(e.reports.take().is_none(), "the second run did not panic");
     }

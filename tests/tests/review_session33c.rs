@@ -3,8 +3,8 @@
 //! Test 1 runs its host side on the CPU stub driver: build it from `.ci/stub-driver`, then
 //! `STUB_FRESH_RETAINS=1 STUB_FAIL_WAIT_VALUE=1 LD_LIBRARY_PATH=<stub dir> <this test binary> --ignored
 //! --test-threads=1`. On a GPU whose driver supports stream memory operations the wait is never
-//! refused and the test passes trivially. Fails today (the hole); the fix
-//! makes it pass.
+//! refused and the test passes trivially. Both tests failed before the fix (`handoff::Gate`)
+//! and pass with it on the stub.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,7 +13,7 @@ use std::time::Duration;
 use cudagraph::cudarc::driver::CudaContext;
 use cudagraph::{GraphCache, Mode, graph};
 
-/// Test 1 (hole, open): an eager `host` statement enqueues its callback (`cuLaunchHostFunc`),
+/// Test 1 (hole, fixed in this session: `handoff::Gate`): an eager `host` statement enqueues its callback (`cuLaunchHostFunc`),
 /// which hands the closure to a worker, then the wait for the closure's flag
 /// (`cuStreamWaitValue32_v2`). When that wait is refused the call returns the error, its
 /// borrow of the pinned buffer ends and the guard's event completes when the callback returns,
@@ -53,6 +53,47 @@ fn review33c_an_eager_host_closure_whose_wait_was_refused_runs_after_the_call_re
         !(refused && late.load(Ordering::SeqCst)),
         "the closure ran after the call returned (refused: {refused}), writing a buffer the \
          caller had dropped"
+    );
+    Ok(())
+}
+
+/// Test 2 (the same hole in `Capture::host`'s eager path, `capture_host.rs` `host_eager`; fixed
+/// with test 1): a `capture` statement run in `Mode::Eager` whose host function's wait is
+/// refused returns its error only once the host function can no longer run over the statement's
+/// pinned operand.
+#[test]
+#[ignore = "needs a CUDA GPU, or the CPU stub driver with STUB_FAIL_WAIT_VALUE=1"]
+fn review33c_an_eager_capture_host_function_whose_wait_was_refused_runs_after_the_call_returned()
+-> Result<(), Box<dyn std::error::Error>> {
+    let ctx = CudaContext::new(0)?;
+    let stream = ctx.new_stream()?;
+    // SAFETY: plain u32s; the host function writes them before anyone reads them.
+    let mut h = unsafe { ctx.alloc_pinned_with_flags::<u32>(4, 0) }?;
+    let mut cache = GraphCache::new();
+    cache.set_mode(Mode::Eager);
+    let returned = Arc::new(AtomicBool::new(false));
+    let late = Arc::new(AtomicBool::new(false));
+    let (r, l) = (returned.clone(), late.clone());
+    let result = graph!(&mut cache, &stream, {
+        capture(&mut h, |s, (mut hv,)| {
+            let (r, l) = (r.clone(), l.clone());
+            s.host((&mut hv,), move |(h,)| {
+                std::thread::sleep(Duration::from_millis(300));
+                if r.load(Ordering::SeqCst) {
+                    l.store(true, Ordering::SeqCst);
+                }
+                h[0] = 7;
+            })
+        });
+    });
+    returned.store(true, Ordering::SeqCst);
+    let refused = result.is_err();
+    drop(h);
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(
+        !(refused && late.load(Ordering::SeqCst)),
+        "the capture's host function ran after the call returned (refused: {refused}), writing \
+         a buffer the caller had dropped"
     );
     Ok(())
 }

@@ -46,6 +46,47 @@ pub(crate) struct Task {
     pub(crate) flag: Option<&'static Flag>,
 }
 
+/// Whether an eager host function's closure may still run (review 33c): its callback
+/// (`cuLaunchHostFunc`) is enqueued before the wait for its flag (`cuStreamWaitValue32_v2`), and
+/// when that wait is refused the call returns its error, ending its borrows, so the closure
+/// must then either never run or have finished. The callback [`start`](Self::start)s it (or
+/// finds it given up and drops the closure unrun), the worker marks it [`done`](Self::done)
+/// after the closure returned, and the refused call [`give_up`](Self::give_up)s.
+#[derive(Default)]
+pub(crate) struct Gate(std::sync::atomic::AtomicU8);
+
+const PENDING: u8 = 0;
+const STARTED: u8 = 1;
+const DONE: u8 = 2;
+const GIVEN_UP: u8 = 3;
+
+impl Gate {
+    /// The callback: whether the closure may run (`false`: the call gave it up).
+    pub(crate) fn start(&self) -> bool {
+        use std::sync::atomic::Ordering::AcqRel;
+        self.0
+            .compare_exchange(PENDING, STARTED, AcqRel, std::sync::atomic::Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The worker, after the closure returned (or unwound).
+    pub(crate) fn done(&self) {
+        self.0.store(DONE, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The call, whose wait was refused: after this the closure never runs, or it has ended.
+    /// Blocks while it runs (on a worker; it makes no call that waits for this thread).
+    pub(crate) fn give_up(&self) {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire};
+        if self.0.compare_exchange(PENDING, GIVEN_UP, AcqRel, Acquire).is_ok() {
+            return;
+        }
+        while self.0.load(Acquire) != DONE {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    }
+}
+
 /// Whether `CUDAGRAPH_TRACE_HOST` is set: then the hand-off prints each step on stderr.
 fn tracing() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -145,5 +186,40 @@ fn worker() {
             }
         };
         task.run();
+    }
+}
+
+/// Review 33c: the gate of an eager host function whose wait was refused.
+#[cfg(test)]
+mod gate_tests {
+    use super::Gate;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    /// Given up before the callback: the closure never runs.
+    #[test]
+    fn given_up_first_the_callback_does_not_start() {
+        let g = Gate::default();
+        g.give_up();
+        assert!(!g.start());
+    }
+
+    /// Started first: giving up waits until the run is done.
+    #[test]
+    fn started_first_giving_up_waits_for_the_run() {
+        let g = Arc::new(Gate::default());
+        assert!(g.start());
+        let ended = Arc::new(AtomicBool::new(false));
+        let (g2, e2) = (g.clone(), ended.clone());
+        let worker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            e2.store(true, Ordering::SeqCst);
+            g2.done();
+        });
+        g.give_up();
+        assert!(ended.load(Ordering::SeqCst), "give_up returned while the run went on");
+        worker.join().unwrap();
+        assert!(!g.start(), "a gate starts once");
     }
 }

@@ -389,15 +389,30 @@ unsafe extern "C" fn run_queued(user: *mut c_void) {
 struct Eager {
     queued: Queued,
     flag: &'static Flag,
+    /// Shared with the call, which gives the job up when its wait is refused (review 33c).
+    gate: Arc<handoff::Gate>,
 }
 
 /// The callback of an eager host statement (`cuLaunchHostFunc`): owns its job, which it hands to
-/// a worker like [`run_queued`].
+/// a worker like [`run_queued`], unless the call gave it up (then the worker drops it unrun).
 unsafe extern "C" fn run_once(user: *mut c_void) {
     // SAFETY: `user` is the `Box<Eager>` that `eager` leaked for this one callback.
-    let Eager { queued, flag } = *unsafe { Box::from_raw(user.cast::<Eager>()) };
+    let Eager { queued, flag, gate } = *unsafe { Box::from_raw(user.cast::<Eager>()) };
     flag.reset();
-    handoff::submit(Task { job: Some(Box::new(move || queued.run())), flag: Some(flag) });
+    if !gate.start() {
+        let job = move || {
+            drop(queued);
+            None
+        };
+        handoff::submit(Task { job: Some(Box::new(job)), flag: Some(flag) });
+        return;
+    }
+    let job = move || {
+        let deferred = queued.run();
+        gate.done();
+        deferred
+    };
+    handoff::submit(Task { job: Some(Box::new(job)), flag: Some(flag) });
 }
 
 /// An exec's host node: its queue's number, and the child graph (host function, then the wait
@@ -561,7 +576,8 @@ impl NodeKind for Host {
         // SAFETY: the stream's context is current.
         let flag = unsafe { flags::take(stream.context().cu_ctx()) }
             .map_err(|e| node("cuMemHostAlloc (host node flags)", e))?;
-        let eager = Box::into_raw(Box::new(Eager { queued, flag }));
+        let gate = Arc::new(handoff::Gate::default());
+        let eager = Box::into_raw(Box::new(Eager { queued, flag, gate: gate.clone() }));
         // SAFETY: the stream is alive and its context current; `run_once` takes ownership of
         // `eager` when the driver calls it (exactly once, after the stream's earlier work).
         if let Err(e) = unsafe { raw::launch_host_func(s, run_once, eager.cast()) } {
@@ -573,9 +589,12 @@ impl NodeKind for Host {
         // SAFETY: the flag lives for the process; it is returned by the host function after
         // the wait, once the device no longer reads it.
         // After a refusal here (a broken context), the flag is never returned (a few bytes):
-        // the worker still writes it.
-        unsafe { raw::stream_wait_value32(s, flag.device, 1) }
-            .map_err(|e| node("cuStreamWaitValue32_v2", e))?;
+        // the worker still writes it. The callback is enqueued: the closure must never run, or
+        // have ended, before the call returns and its borrows end (review 33c).
+        if let Err(e) = unsafe { raw::stream_wait_value32(s, flag.device, 1) } {
+            gate.give_up();
+            return Err(node("cuStreamWaitValue32_v2", e));
+        }
         unsafe { raw::launch_host_func(s, flags::give_back, flags::as_user(flag)) }
             .map_err(|e| node("cuLaunchHostFunc (returning the host node's flag)", e))
     }
