@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use cudagraph::cudarc::driver::CudaContext;
+use cudagraph::cudarc::driver::{CudaContext, CudaStream, PinnedHostSlice};
 use cudagraph::{GraphCache, Mode, graph};
 
 /// Test 1 (hole, fixed in this session: `handoff::Gate`): an eager `host` statement enqueues its callback (`cuLaunchHostFunc`),
@@ -24,37 +24,11 @@ use cudagraph::{GraphCache, Mode, graph};
 #[ignore = "needs a CUDA GPU, or the CPU stub driver with STUB_FAIL_WAIT_VALUE=1"]
 fn review33c_an_eager_host_closure_whose_wait_was_refused_runs_after_the_call_returned()
 -> Result<(), Box<dyn std::error::Error>> {
-    let ctx = CudaContext::new(0)?;
-    let stream = ctx.new_stream()?;
-    // SAFETY: plain u32s; the closure writes them before anyone reads them.
-    let mut h = unsafe { ctx.alloc_pinned_with_flags::<u32>(4, 0) }?;
-    let mut cache = GraphCache::new();
-    cache.set_mode(Mode::Eager);
-    let returned = Arc::new(AtomicBool::new(false));
-    let late = Arc::new(AtomicBool::new(false));
-    let (r, l) = (returned.clone(), late.clone());
-    let result = graph!(&mut cache, &stream, {
-        host(&mut h, move |(h,)| {
-            std::thread::sleep(Duration::from_millis(300));
-            if r.load(Ordering::SeqCst) {
-                l.store(true, Ordering::SeqCst);
-            }
-            h[0] = 7;
-        });
-    });
-    returned.store(true, Ordering::SeqCst);
-    let refused = result.is_err();
-    // The borrow ended: the caller may now read or free the buffer.
-    drop(h);
-    std::thread::sleep(Duration::from_millis(800));
-    // (Only a refused call is checked: the stub's device-side wait does nothing, so after a
-    // successful call it cannot model the stream waiting for the closure.)
-    assert!(
-        !(refused && late.load(Ordering::SeqCst)),
-        "the closure ran after the call returned (refused: {refused}), writing a buffer the \
-         caller had dropped"
-    );
-    Ok(())
+    no_late_run("host statement", |cache, stream, h, late| {
+        graph!(cache, stream, {
+            host(&mut *h, move |(h,)| late.write(h));
+        })
+    })
 }
 
 /// Test 2 (the same hole in `Capture::host`'s eager path, `capture_host.rs` `host_eager`; fixed
@@ -65,35 +39,65 @@ fn review33c_an_eager_host_closure_whose_wait_was_refused_runs_after_the_call_re
 #[ignore = "needs a CUDA GPU, or the CPU stub driver with STUB_FAIL_WAIT_VALUE=1"]
 fn review33c_an_eager_capture_host_function_whose_wait_was_refused_runs_after_the_call_returned()
 -> Result<(), Box<dyn std::error::Error>> {
+    no_late_run("Capture::host", |cache, stream, h, late| {
+        graph!(cache, stream, {
+            capture(&mut *h, |s, (mut hv,)| {
+                let late = late.clone();
+                s.host((&mut hv,), move |(h,)| late.write(h))
+            });
+        })
+    })
+}
+
+/// Whether a closure ran after its call returned: [`Late::write`] notes it.
+#[derive(Clone, Default)]
+struct Late {
+    returned: Arc<AtomicBool>,
+    late: Arc<AtomicBool>,
+}
+
+impl Late {
+    /// The closures' body: slow, then notes whether the call had returned, then writes `h`.
+    fn write(&self, h: &mut [u32]) {
+        std::thread::sleep(Duration::from_millis(300));
+        if self.returned.load(Ordering::SeqCst) {
+            self.late.store(true, Ordering::SeqCst);
+        }
+        h[0] = 7;
+    }
+}
+
+/// Runs `call` in `Mode::Eager` on a pinned buffer, drops the buffer once the call returned,
+/// and checks that a refused call (its wait refused) left no closure of it to run: none wrote
+/// the buffer after the call returned. (Only a refused call is checked: the stub's device-side
+/// wait does nothing, so after a successful call it cannot model the stream waiting for the
+/// closure.)
+fn no_late_run(
+    what: &str,
+    call: impl FnOnce(
+        &mut GraphCache,
+        &Arc<CudaStream>,
+        &mut PinnedHostSlice<u32>,
+        Late,
+    ) -> cudagraph::Result<()>,
+) -> Result<(), Box<dyn std::error::Error>> {
     let ctx = CudaContext::new(0)?;
     let stream = ctx.new_stream()?;
-    // SAFETY: plain u32s; the host function writes them before anyone reads them.
+    // SAFETY: plain u32s; the closure writes them before anyone reads them.
     let mut h = unsafe { ctx.alloc_pinned_with_flags::<u32>(4, 0) }?;
     let mut cache = GraphCache::new();
     cache.set_mode(Mode::Eager);
-    let returned = Arc::new(AtomicBool::new(false));
-    let late = Arc::new(AtomicBool::new(false));
-    let (r, l) = (returned.clone(), late.clone());
-    let result = graph!(&mut cache, &stream, {
-        capture(&mut h, |s, (mut hv,)| {
-            let (r, l) = (r.clone(), l.clone());
-            s.host((&mut hv,), move |(h,)| {
-                std::thread::sleep(Duration::from_millis(300));
-                if r.load(Ordering::SeqCst) {
-                    l.store(true, Ordering::SeqCst);
-                }
-                h[0] = 7;
-            })
-        });
-    });
-    returned.store(true, Ordering::SeqCst);
+    let late = Late::default();
+    let result = call(&mut cache, &stream, &mut h, late.clone());
+    late.returned.store(true, Ordering::SeqCst);
     let refused = result.is_err();
+    // The borrow ended: the caller may now read or free the buffer.
     drop(h);
     std::thread::sleep(Duration::from_millis(800));
     assert!(
-        !(refused && late.load(Ordering::SeqCst)),
-        "the capture's host function ran after the call returned (refused: {refused}), writing \
-         a buffer the caller had dropped"
+        !(refused && late.late.load(Ordering::SeqCst)),
+        "{what}: the closure ran after the call returned (refused: {refused}), writing a buffer \
+         the caller had dropped"
     );
     Ok(())
 }
