@@ -71,12 +71,17 @@ fn review33d_graph_calls_nested_in_host_and_capture_closures()
         graph!(&mut cache, &stream, {
             copy(&src, &mut mid);
             capture(&mid, &mut dst, |s, (m, mut d)| {
-                graph!(&mut third, &stream, { copy(&src, &mut h); })
-                    .map_err(|e| e.to_string())?;
+                graph!(&mut third, &stream, {
+                    copy(&src, &mut h);
+                })
+                .map_err(|e| e.to_string())?;
                 s.copy(&m, &mut d).map_err(|e| e.to_string())
             });
             host(move |()| {
-                graph!(&mut owned, &s2, { copy(&b, &mut out); }).expect("nested call");
+                graph!(&mut owned, &s2, {
+                    copy(&b, &mut out);
+                })
+                .expect("nested call");
                 s2.synchronize().expect("the inner stream");
                 tx.send(out.as_slice().expect("read").to_vec()).expect("send");
             });

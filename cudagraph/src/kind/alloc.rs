@@ -79,10 +79,21 @@ thread_local! {
 /// Runs `f` with `table` (addresses by slot) bound for [`resolve`]; what `f` binds (an alloc
 /// node added, an eager allocation) is written back into `table`.
 pub(crate) fn with_scratch<R>(table: &mut Vec<u64>, f: impl FnOnce() -> R) -> R {
+    /// Puts the thread's table back, also when `f` unwinds (review 33d: hardening; no safe
+    /// code unwinds out of `f` today).
+    struct Restore<'t> {
+        table: &'t mut Vec<u64>,
+        old: Vec<u64>,
+    }
+    impl Drop for Restore<'_> {
+        fn drop(&mut self) {
+            let old = core::mem::take(&mut self.old);
+            *self.table = SCRATCH.with(|s| core::mem::replace(&mut *s.borrow_mut(), old));
+        }
+    }
     let old = SCRATCH.with(|s| core::mem::replace(&mut *s.borrow_mut(), core::mem::take(table)));
-    let r = f();
-    *table = SCRATCH.with(|s| core::mem::replace(&mut *s.borrow_mut(), old));
-    r
+    let _restore = Restore { table, old };
+    f()
 }
 
 fn bind(slot: u32, addr: u64) {
@@ -530,4 +541,37 @@ pub struct GraphMemUsage {
     /// `CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH`: the highest `reserved_current` since the last
     /// reset.
     pub reserved_high: u64,
+}
+
+/// Review 33d (hardening): the thread's tables of graph-owned addresses and conditional handles
+/// are put back when the closure inside them unwinds.
+#[cfg(test)]
+mod restore_tests {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+
+    #[test]
+    fn the_scratch_table_is_put_back_after_a_panic() {
+        let mut outer = vec![0x1000, 0x2000];
+        let mut inner = vec![0x9000];
+        super::with_scratch(&mut outer, || {
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                super::with_scratch(&mut inner, || panic!("inside"));
+            }));
+            assert!(r.is_err());
+            assert_eq!(super::bound(1), 0x2000, "the outer table is bound again");
+        });
+        assert_eq!(inner, [0x9000], "the inner table came back to its owner");
+        assert_eq!(outer, [0x1000, 0x2000]);
+    }
+
+    #[test]
+    fn the_conditional_handles_are_put_back_after_a_panic() {
+        use crate::kind::conditional::{handle, with_handles};
+        with_handles(&[7, 8], || {
+            let r = catch_unwind(|| with_handles(&[9], || panic!("inside")));
+            assert!(r.is_err());
+            assert_eq!(handle(1), 8, "the outer handles are bound again");
+        });
+        assert_eq!(handle(0), 0);
+    }
 }

@@ -165,10 +165,18 @@ thread_local! {
 /// Runs `f` with `handles` (by slot) as the handles that conditional nodes and [`Condition`]
 /// kernel arguments get.
 pub(crate) fn with_handles<R>(handles: &[u64], f: impl FnOnce() -> R) -> R {
+    /// Puts the thread's handles back, also when `f` unwinds (review 33d: hardening; no safe
+    /// code unwinds out of `f` today).
+    struct Restore(Vec<u64>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let old = core::mem::take(&mut self.0);
+            HANDLES.with(|h| *h.borrow_mut() = old);
+        }
+    }
     let old = HANDLES.with(|h| core::mem::replace(&mut *h.borrow_mut(), handles.to_vec()));
-    let r = f();
-    HANDLES.with(|h| *h.borrow_mut() = old);
-    r
+    let _restore = Restore(old);
+    f()
 }
 
 /// The bound handle of slot `slot` (0, which no conditional node accepts, when none is bound).
