@@ -456,6 +456,13 @@ pub use cudagraph_macros::kernels;
 /// names the statement and leaves the earlier statements enqueued, as plain launches do. The
 /// stream must not be capturing. Evaluates to `cudagraph::Result<()>`; no plan is registered
 /// for [`plans`].
+///
+/// A `host` statement's closure runs after the call returned, when the stream reaches it; a
+/// panic in it is caught, and with `graph!` it comes back as [`Error::HostFunction`] from the
+/// cache's next call. `eager!`'s cache is dropped with the call, so such a panic is only printed
+/// by the panic hook (found by review 33d): to get it as an error, run the body with `graph!`
+/// on a [`GraphCache`] in [`Mode::Eager`] that you keep, and call it again (or drop nothing
+/// until the stream passed the closure).
 pub use cudagraph_macros::eager;
 
 /// Re-exported for scalar kernel arguments of your own types: `#[derive(NoUninit)]`.
