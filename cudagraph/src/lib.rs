@@ -461,8 +461,7 @@ pub use cudagraph_macros::kernels;
 /// panic in it is caught, and with `graph!` it comes back as [`Error::HostFunction`] from the
 /// cache's next call. `eager!`'s cache is dropped with the call, so such a panic is only printed
 /// by the panic hook (found by review 33d): to get it as an error, run the body with `graph!`
-/// on a [`GraphCache`] in [`Mode::Eager`] that you keep, and call it again (or drop nothing
-/// until the stream passed the closure).
+/// on a [`GraphCache`] in [`Mode::Eager`] that you keep: its next call returns it.
 pub use cudagraph_macros::eager;
 
 /// Re-exported for scalar kernel arguments of your own types: `#[derive(NoUninit)]`.
