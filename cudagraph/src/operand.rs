@@ -385,7 +385,7 @@ pub trait Place: sealed::Sealed + Acquire {}
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be written by a graph node",
     label = "not writable device memory or pinned host memory",
-    note = "graph operands written with `&mut` are `CudaSlice`, `CudaViewMut`, `PinnedBuffer` or `PinnedHostSlice`; pageable host memory such as `Vec<T>` or `&mut [T]` is not allowed (nothing would keep it alive until the graph ran)"
+    note = "graph operands written with `&mut` are `CudaSlice`, `CudaViewMut`, `PinnedBuffer` or `PinnedHostSlice`; pageable host memory such as `Vec<T>` or `&mut [T]` is not allowed (nothing would keep it alive until the graph ran): for a host result, make a `cudagraph::PinnedBuffer::<T>::zeros(&stream, n)?` and read it with `as_slice()?`"
 )]
 pub trait PlaceMut: Place + AcquireMut {}
 
@@ -1099,7 +1099,7 @@ unsafe impl<T: DeviceRepr + NoUninit> KernelArg for T {
 /// type of the user's holding a handle passes as a scalar.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a scalar kernel argument",
-    label = "not a plain value (a buffer is an argument `&buf` or `&mut buf`, a parameter `&[T]` or `&mut [T]`)",
+    label = "not a plain value (a buffer is an argument `&buf` or `&mut buf`, for a parameter `&[T]`, `&mut [T]`, `&T` or `&mut T`)",
     note = "scalar kernel parameters take plain values (`DeviceRepr` + `bytemuck::NoUninit`: numbers, `#[derive(NoUninit)]` structs); buffers are passed as `&buf` (read) or `&mut buf` (written) so that the graph orders and checks them"
 )]
 pub trait Scalar: sealed::SealedScalar {
