@@ -1281,3 +1281,24 @@ pub(crate) const NO_BUFFER_ARGS: BufferArgs =
 
 /// An empty [`Accesses`].
 pub(crate) const NO_ACCESSES: Accesses = [(0, false, core::ptr::null_mut()); 16];
+
+/// Review 33e: call and builder numbers are shifted left by [`PLACE_BITS`] into a `u64` tag,
+/// so only 2^40 of them fit, and `next_id` does not stop there. A wrapped tag fails closed:
+/// [`place_of`] compares the tag's high bits with the whole id, so a call numbered 2^40 or more
+/// accepts no handle (every node `Error::InvalidNode`), neither its own nor one kept from the
+/// call 2^40 before it (whose tag bits are equal). Not a hole; a call past 2^40 (about 13 days
+/// of 1 µs calls in one process) would fail.
+#[cfg(test)]
+mod review33e_tests {
+    use super::{PLACE_BITS, place_of, tag};
+
+    #[test]
+    fn tags_of_calls_past_2_pow_40_fail_closed() {
+        let old = 7u64;
+        let new = old + (1u64 << (64 - PLACE_BITS));
+        assert_eq!(tag(new, 3), tag(old, 3), "the tag bits wrap");
+        assert_eq!(place_of(tag(old, 3), old), Some(3));
+        assert_eq!(place_of(tag(old, 3), new), None, "an old call's handle is refused");
+        assert_eq!(place_of(tag(new, 3), new), None, "so is the call's own");
+    }
+}
