@@ -182,14 +182,14 @@ fn review33_graph_writes_on_two_threads_per_thread_streams_through_one_object() 
 /// and length. Expected: the call refused (`Error::WrongContext`, as a `copy` or `host`
 /// statement with that operand is), or the function given a slice of the buffer's own memory.
 ///
-/// Needs two contexts: two GPUs (the buffer on device 1, the call on device 0), or the CPU stub
+/// Needs two contexts: a non-primary context of the GPU (the buffer's), or the CPU stub
 /// driver (`STUB_FRESH_RETAINS=2 REVIEW17_STUB=1`, `LD_LIBRARY_PATH` at the stub built from
 /// `.ci/stub-driver/cuda_stub.c`), whose context objects of device 0 are different contexts and
 /// whose `cuLaunchHostFunc` runs the function at once. On the stub it failed before the fix (the
 /// call went through; the function got a 4-element `&[u32]` at address 0x10). In `Mode::Graph` (and through
 /// `GraphBuilder::capture`, the same operands) the recorded host node reads it at each launch.
 #[test]
-#[ignore = "needs two CUDA GPUs, or the CPU stub driver with REVIEW17_STUB=1"]
+#[ignore = "needs a CUDA GPU, or the CPU stub driver with REVIEW17_STUB=1"]
 fn review33_a_pinned_operand_of_another_context_in_a_capture_statement() -> Result {
     let _serial = serial();
     let (_ctx, s, _) = gpu()?;
@@ -211,10 +211,11 @@ fn review33_a_pinned_operand_of_another_context_in_a_capture_statement() -> Resu
     Ok(())
 }
 
-/// A pinned buffer of another context than `gpu()`'s: device 1's (on the stub, another context
-/// object of device 0, which the stub makes another context), with that context object.
+/// A pinned buffer of another context than `gpu()`'s: a non-primary context of device 0 (on
+/// the stub, another context object of device 0, which the stub makes another context), with
+/// that context object. One GPU is enough.
 fn other_context_pinned() -> Result<(std::sync::Arc<CudaContext>, PinnedBuffer<u32>)> {
-    let other = CudaContext::new(if stub() { 0 } else { 1 })?;
+    let other = common::review26::non_primary()?;
     let os = other.new_stream()?;
     let pb = PinnedBuffer::<u32>::zeros(&os, 8)?;
     Ok((other, pb))
@@ -233,7 +234,7 @@ fn refused_as_another_context(r: cudagraph::Result<()>, what: &str) {
 /// a 4-element `&[u32]` at address 16. Expected: `launch` refused (`Error::WrongContext` or
 /// `Error::InvalidNode`), or the slice inside the buffer.
 #[test]
-#[ignore = "needs two CUDA GPUs, or the CPU stub driver with REVIEW17_STUB=1"]
+#[ignore = "needs a CUDA GPU, or the CPU stub driver with REVIEW17_STUB=1"]
 fn review33_a_pinned_operand_of_another_context_in_a_builder_capture() -> Result {
     let _serial = serial();
     let (_ctx, s, _) = gpu()?;
@@ -261,7 +262,7 @@ fn review33_a_pinned_operand_of_another_context_in_a_builder_capture() -> Result
 /// context in a `host` statement and a `copy` is refused before anything runs
 /// (`Error::WrongContext`): those node kinds check every operand's context.
 #[test]
-#[ignore = "needs two CUDA GPUs, or the CPU stub driver with REVIEW17_STUB=1"]
+#[ignore = "needs a CUDA GPU, or the CPU stub driver with REVIEW17_STUB=1"]
 fn review33_a_pinned_operand_of_another_context_in_host_and_copy_statements_is_refused() -> Result {
     let _serial = serial();
     let (_ctx, s, _) = gpu()?;
