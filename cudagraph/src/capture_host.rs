@@ -572,10 +572,16 @@ unsafe extern "C" fn run_captured(user: *mut c_void) {
 unsafe extern "C" fn drop_entry(user: *mut c_void) {
     let id = user as u64;
     if let Some(entry) = with_entries(|e| e.remove(&id)) {
-        let (site, reports) = (entry.site, entry.reports.clone());
-        let job = move || Some(Deferred::new(Box::new(entry), site, reports));
-        handoff::submit(Task { job: Some(Box::new(job)), flag: None });
+        drop_on_worker(entry);
     }
+}
+
+/// Hands `entry` to a worker to drop, with what its closure owns, without running it (no CUDA
+/// call here: called on the driver's callback thread).
+fn drop_on_worker(entry: Arc<Entry>) {
+    let (site, reports) = (entry.site, entry.reports.clone());
+    let job = move || Some(Deferred::new(Box::new(entry), site, reports));
+    handoff::submit(Task { job: Some(Box::new(job)), flag: None });
 }
 
 /// The callback of an eager host function (`cuLaunchHostFunc`): owns its entry, and starts it
@@ -584,13 +590,11 @@ unsafe extern "C" fn run_eager(user: *mut c_void) {
     // SAFETY: `user` is the `Box<(Arc<Entry>, Arc<Gate>)>` that `host_eager` leaked for this
     // one callback.
     let (entry, gate) = *unsafe { Box::from_raw(user.cast::<(Arc<Entry>, Arc<handoff::Gate>)>()) };
-    if !gate.start() {
-        let (site, reports) = (entry.site, entry.reports.clone());
-        let job = move || Some(Deferred::new(Box::new(entry), site, reports));
-        handoff::submit(Task { job: Some(Box::new(job)), flag: None });
-        return;
+    if gate.start() {
+        start(entry, Some(gate));
+    } else {
+        drop_on_worker(entry);
     }
-    start(entry, Some(gate));
 }
 
 impl Capture {

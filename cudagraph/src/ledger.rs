@@ -7,6 +7,7 @@ use cudarc::driver::sys::{self, CUcontext, CUevent, CUstream};
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
 use crate::error::{Call, CudaError};
+use crate::operand::per_thread;
 use crate::raw;
 
 /// The stream ledger of a graph launch, shared by [`GraphCache`](crate::GraphCache) and
@@ -30,20 +31,13 @@ pub(crate) struct Ledger {
     /// contexts of own streams of other devices (a multi-device call), one event per own stream.
     pools: Vec<Pool>,
     /// Whether this launch's stream is a per-thread default stream ([`per_thread`]): set by
-    /// [`Self::before`], read by [`Self::after`].
+    /// [`Self::before`], read by [`Self::after`]. Such a launch, or one with a buffer whose own
+    /// stream is one, is also waited for by the context's legacy default stream (reviews 33 and
+    /// 33b): every thread's per-thread default stream synchronizes with the legacy stream, so
+    /// whatever is enqueued on any of them later (a graph on another thread, the buffer's free
+    /// when it is dropped there) runs after the launch, whether cudarc tracks the buffers'
+    /// events or not, and whatever cudarc's mode is by then.
     per_thread: bool,
-}
-
-/// Whether `stream` is the handle of a per-thread default stream (`CU_STREAM_PER_THREAD`,
-/// cudarc's `per_thread_stream()`): one handle that names the calling thread's own stream, so
-/// another stream on each thread. A launch on one, or with a buffer whose own stream is one,
-/// is also waited for by the context's legacy default stream ([`Ledger::after`]; reviews 33
-/// and 33b): every thread's per-thread default stream synchronizes with the legacy stream, so
-/// whatever is enqueued on any of them later (a graph on another thread, the buffer's free
-/// when it is dropped there) runs after the launch, whether cudarc tracks the buffers' events
-/// or not, and whatever cudarc's mode is by then.
-fn per_thread(stream: CUstream) -> bool {
-    stream as usize == 0x2
 }
 
 /// Events of one context, reused from launch to launch.

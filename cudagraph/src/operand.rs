@@ -11,7 +11,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytemuck::NoUninit;
-use cudarc::driver::sys::{CUcontext, CUdeviceptr};
+use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUstream};
 use cudarc::driver::{
     CudaEvent, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr,
     DeviceSlice, HostSlice, PinnedHostSlice, SyncOnDrop,
@@ -568,7 +568,8 @@ impl PinnedState {
     pub(crate) fn order(&self, stream: &CudaStream) -> u64 {
         let same = self.last.get() == LastUse::Home
             && core::ptr::eq(stream, &*self.home)
-            && (!per_thread(stream) || self.home_thread.get() == Some(std::thread::current().id()));
+            && (!per_thread(stream.cu_stream())
+                || self.home_thread.get() == Some(std::thread::current().id()));
         if self.last.get() != LastUse::Idle && !same {
             stream.context().record_err(stream.wait(&self.event));
             #[cfg(test)]
@@ -594,7 +595,7 @@ impl PinnedState {
         stream.context().record_err(self.event.record(stream));
         self.records.set(self.records.get().wrapping_add(1));
         let home = core::ptr::eq(stream, &*self.home);
-        if home && per_thread(stream) {
+        if home && per_thread(stream.cu_stream()) {
             self.home_thread.set(Some(std::thread::current().id()));
         }
         self.last.set(if home { LastUse::Home } else { LastUse::Elsewhere });
@@ -789,16 +790,16 @@ impl Drop for Guard<'_> {
     }
 }
 
-/// No synchronization: for a pinned host buffer of another context, which validation then
-/// refuses.
-/// Whether `stream` is a per-thread default stream (cudarc's `per_thread_stream()`, the handle
-/// `CU_STREAM_PER_THREAD`): one `CudaStream` object that names the calling thread's own stream,
-/// so a different stream on each thread (review 33).
+/// Whether `stream` is the handle of a per-thread default stream (cudarc's
+/// `per_thread_stream()`, `CU_STREAM_PER_THREAD`): one handle that names the calling thread's
+/// own stream, so a different stream on each thread (review 33; see also `Ledger::after`).
 #[inline(always)]
-pub(crate) fn per_thread(stream: &CudaStream) -> bool {
-    stream.cu_stream() as usize == 0x2
+pub(crate) fn per_thread(stream: CUstream) -> bool {
+    stream as usize == 0x2
 }
 
+/// No synchronization: for a pinned host buffer of another context, which validation then
+/// refuses.
 pub(crate) fn no_sync<'a>() -> Guard<'a> {
     Guard::new(GuardKind::Nothing, None, (0, 0), false)
 }

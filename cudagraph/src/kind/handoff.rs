@@ -33,6 +33,8 @@
 //! The flags and their pool are in `flags.rs`.
 
 use std::collections::VecDeque;
+use std::sync::atomic::AtomicU8;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 use std::sync::{Condvar, Mutex};
 
 use crate::raw::Flag;
@@ -53,7 +55,7 @@ pub(crate) struct Task {
 /// finds it given up and drops the closure unrun), the worker marks it [`done`](Self::done)
 /// after the closure returned, and the refused call [`give_up`](Self::give_up)s.
 #[derive(Default)]
-pub(crate) struct Gate(std::sync::atomic::AtomicU8);
+pub(crate) struct Gate(AtomicU8);
 
 const PENDING: u8 = 0;
 const STARTED: u8 = 1;
@@ -63,21 +65,17 @@ const GIVEN_UP: u8 = 3;
 impl Gate {
     /// The callback: whether the closure may run (`false`: the call gave it up).
     pub(crate) fn start(&self) -> bool {
-        use std::sync::atomic::Ordering::AcqRel;
-        self.0
-            .compare_exchange(PENDING, STARTED, AcqRel, std::sync::atomic::Ordering::Acquire)
-            .is_ok()
+        self.0.compare_exchange(PENDING, STARTED, AcqRel, Acquire).is_ok()
     }
 
     /// The worker, after the closure returned (or unwound).
     pub(crate) fn done(&self) {
-        self.0.store(DONE, std::sync::atomic::Ordering::Release);
+        self.0.store(DONE, Release);
     }
 
     /// The call, whose wait was refused: after this the closure never runs, or it has ended.
     /// Blocks while it runs (on a worker; it makes no call that waits for this thread).
     pub(crate) fn give_up(&self) {
-        use std::sync::atomic::Ordering::{AcqRel, Acquire};
         if self.0.compare_exchange(PENDING, GIVEN_UP, AcqRel, Acquire).is_ok() {
             return;
         }

@@ -399,20 +399,20 @@ unsafe extern "C" fn run_once(user: *mut c_void) {
     // SAFETY: `user` is the `Box<Eager>` that `eager` leaked for this one callback.
     let Eager { queued, flag, gate } = *unsafe { Box::from_raw(user.cast::<Eager>()) };
     flag.reset();
-    if !gate.start() {
-        let job = move || {
+    let job: Box<dyn FnOnce() -> Option<Deferred> + Send> = if gate.start() {
+        Box::new(move || {
+            let deferred = queued.run();
+            gate.done();
+            deferred
+        })
+    } else {
+        // Given up: dropped unrun, on the worker (what it owns may make CUDA calls).
+        Box::new(move || {
             drop(queued);
             None
-        };
-        handoff::submit(Task { job: Some(Box::new(job)), flag: Some(flag) });
-        return;
-    }
-    let job = move || {
-        let deferred = queued.run();
-        gate.done();
-        deferred
+        })
     };
-    handoff::submit(Task { job: Some(Box::new(job)), flag: Some(flag) });
+    handoff::submit(Task { job: Some(job), flag: Some(flag) });
 }
 
 /// An exec's host node: its queue's number, and the child graph (host function, then the wait
